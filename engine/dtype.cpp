@@ -1,0 +1,129 @@
+#include "engine/dtype.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+
+namespace strata {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::i32: return "i32";
+    case DType::u8: return "u8";
+  }
+  return "?";
+}
+
+std::string_view dtype_safetensors_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view s) {
+  if (s == "f32" || s == "F32" || s == "float32") return DType::f32;
+  if (s == "bf16" || s == "BF16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "F16" || s == "float16") return DType::f16;
+  if (s == "i32" || s == "I32" || s == "int32") return DType::i32;
+  if (s == "u8" || s == "U8" || s == "uint8") return DType::u8;
+  return std::nullopt;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h >> 15) << 31;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while ((man & 0x400) == 0);
+      u = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | man << 13;
+  } else {
+    u = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  if (std::isnan(f)) return sign | 0x7e00;
+  float a = std::fabs(f);
+  if (a >= 65520.0f) return sign | 0x7c00;  // rounds to inf
+  if (a < 6.103515625e-05f) {               // subnormal range: quantise to 2^-24 steps
+    return sign | uint16_t(std::nearbyint(a * 16777216.0f));
+  }
+  uint32_t ua;
+  std::memcpy(&ua, &a, 4);
+  uint32_t exp = (ua >> 23) - 127 + 15;
+  uint32_t man = ua & 0x7fffff;
+  uint32_t r = exp << 10 | man >> 13;
+  uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+  return sign | uint16_t(r);
+}
+
+void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
+  switch (from) {
+    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::bf16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::f16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::i32: {
+      auto* s = static_cast<const int32_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = float(s[i]);
+      return;
+    }
+    case DType::u8: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = float(s[i]);
+      return;
+    }
+  }
+}
+
+void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
+  switch (to) {
+    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::bf16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::f16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    default: STRATA_THROW(Error, "convert_from_f32: cannot convert to " + std::string(dtype_name(to)));
+  }
+}
+
+}  // namespace strata

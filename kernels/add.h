@@ -1,0 +1,9 @@
+// Residual add with an optional scale on the second operand (LoRA uses it): out = a + s * b.
+// Shapes: all [n].
+#pragma once
+
+namespace strata::cpu {
+void add_fwd(float* out, const float* a, const float* b, float s, long n);
+// Accumulates da += dout, db += s * dout (either may be null).
+void add_bwd(float* da, float* db, const float* dout, float s, long n);
+}  // namespace strata::cpu

@@ -1,0 +1,13 @@
+// Causal grouped-query attention (softmax(q k^T * scale + causal mask) v), one sequence of T
+// tokens per batch row. Query head h reads kv head h / (Hq / Hkv).
+// Shapes: q, out [B, T, Hq, D]; k, v [B, T, Hkv, D]; lse [B, Hq, T] (log-sum-exp of the scaled
+// scores, saved for backward like cuDNN's softmax stats). scale = 1/sqrt(D).
+#pragma once
+
+namespace strata::cpu {
+void attention_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int Hq,
+                   int Hkv, int D);
+// Accumulates dq, dk, dv (any may be null). Uses out and lse from the forward; never stores [T, T].
+void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                   const float* v, const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D);
+}  // namespace strata::cpu

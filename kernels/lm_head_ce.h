@@ -1,0 +1,19 @@
+// The LM head fused with cross-entropy, chunked over tokens: the full [N, V] logits are never
+// materialised; at most [chunk, V] exist at a time.
+// Shapes: x [N, C] (final-norm output), w [V, C] (lm_head or tied embedding), targets [N]
+// (a target < 0 is ignored, like Hugging Face's -100), lse [N] (saved: log-sum-exp of the logits).
+// The loss is the mean over non-ignored tokens.
+#pragma once
+#include <cstdint>
+
+namespace strata::cpu {
+// Returns the mean loss; writes lse. n_valid_out (optional) gets the count of non-ignored targets.
+float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V,
+                     int chunk, int* n_valid_out);
+// Accumulates dx += dL/dx and dw += dL/dw (either may be null) for dL = dloss * loss, rebuilding
+// each chunk's logits from x and w and normalising with the saved lse.
+void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+                    const float* lse, int N, int C, int V, int chunk);
+// Plain logits [N, V] for evaluation and golden tests only (small N).
+void lm_head_logits(float* logits, const float* x, const float* w, int N, int C, int V);
+}  // namespace strata::cpu
