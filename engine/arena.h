@@ -1,0 +1,80 @@
+// The device arena: one reservation carved by our own best-fit allocator working on offsets,
+// so the same allocator runs on a null base (sim backend), on host memory (cpu backend) and on
+// a GPU reservation (cuda backend). Budget, current/peak bytes, fragmentation and an event log.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+struct ArenaEvent {
+  double time_s;      // from the arena's clock (wall time, or the sim backend's model time)
+  int64_t delta;      // +bytes allocated, -bytes freed
+  size_t in_use;      // bytes in use after the event
+  std::string tag;    // what the block holds (slot class, "grad:...", "weights", ...)
+};
+
+class Arena {
+ public:
+  static constexpr size_t kAlign = 256;
+
+  // `base` may be null: offsets are still handed out and accounted (sim backend).
+  Arena(std::string tier, size_t budget_bytes, std::byte* base = nullptr);
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // Returns the offset of a block of at least `bytes` (rounded up to kAlign). Throws
+  // OutOfMemoryError naming `tag` when no free block fits within the budget.
+  size_t allocate(size_t bytes, std::string_view tag);
+  void free(size_t offset);
+  std::byte* ptr(size_t offset) const { return base_ ? base_ + offset : nullptr; }
+
+  const std::string& tier() const { return tier_; }
+  size_t budget() const { return budget_; }
+  size_t in_use() const { return in_use_; }
+  size_t peak() const { return peak_; }
+  // Highest end offset ever handed out: the memory the reservation actually had to back.
+  size_t high_water() const { return high_water_; }
+  // 1 - largest free block / all free bytes below the high-water mark (0 = no holes).
+  double fragmentation() const;
+  size_t live_blocks() const { return live_.size(); }
+  void reset_peak() { peak_ = in_use_; }
+
+  // The event log (off by default for speed; the tools and tests turn it on).
+  void set_logging(bool on) { logging_ = on; }
+  const std::vector<ArenaEvent>& events() const { return events_; }
+  void clear_events() { events_.clear(); }
+  void set_clock(std::function<double()> clock) { clock_ = std::move(clock); }
+  // Tag of the live block at `offset` (empty if none).
+  std::string_view tag_of(size_t offset) const;
+
+ private:
+  void insert_free(size_t off, size_t size);
+  void erase_free(std::map<size_t, size_t>::iterator it);
+  void log(int64_t delta, std::string_view tag);
+
+  std::string tier_;
+  size_t budget_;
+  std::byte* base_;
+  std::map<size_t, size_t> free_by_off_;             // offset -> size
+  std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset): best fit, lowest address
+  struct Live {
+    size_t size;
+    std::string tag;
+  };
+  std::map<size_t, Live> live_;
+  size_t in_use_ = 0, peak_ = 0, high_water_ = 0;
+  bool logging_ = false;
+  std::vector<ArenaEvent> events_;
+  std::function<double()> clock_;
+};
+
+std::string format_bytes(size_t bytes);
+
+}  // namespace strata

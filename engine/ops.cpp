@@ -1,0 +1,180 @@
+#include "engine/ops.h"
+
+namespace strata::ops {
+namespace {
+
+DType act(Tape& t) { return t.backend().compute_dtype(); }
+Shape rows_by(const Shape& x, int64_t cols) { return Shape{x.numel() / x[x.nd - 1], cols}; }
+
+class EmbeddingOp final : public Op {
+ public:
+  const char* name() const override { return "embedding"; }
+  void forward(Backend& be, const OpArgs& a) override { be.embedding_fwd(a.out[0], a.in[0], a.in[1]); }
+  void backward(Backend& be, const OpArgs& a) override {
+    if (a.gin[1].defined()) be.embedding_bwd(a.gin[1], a.gout[0], a.in[0]);
+  }
+  bool saves_input(int i) const override { return i == 0; }
+  bool saves_output(int) const override { return false; }
+};
+
+class RmsNormOp final : public Op {
+ public:
+  explicit RmsNormOp(float eps) : eps_(eps) {}
+  const char* name() const override { return "rmsnorm"; }
+  void forward(Backend& be, const OpArgs& a) override { be.rmsnorm_fwd(a.out[0], a.out[1], a.in[0], a.in[1], eps_); }
+  void backward(Backend& be, const OpArgs& a) override {
+    if (a.gout[0].defined()) be.rmsnorm_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.out[1]);
+  }
+  bool saves_input(int) const override { return true; }
+  bool saves_output(int i) const override { return i == 1; }
+
+ private:
+  float eps_;
+};
+
+class LinearOp final : public Op {
+ public:
+  explicit LinearOp(bool weight_trainable) : weight_trainable_(weight_trainable) {}
+  const char* name() const override { return "linear"; }
+  void forward(Backend& be, const OpArgs& a) override { be.linear_fwd(a.out[0], a.in[0], a.in[1]); }
+  void backward(Backend& be, const OpArgs& a) override {
+    be.linear_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1]);
+  }
+  // x is needed only for the weight gradient: a frozen linear saves nothing but its weight.
+  bool saves_input(int i) const override { return i == 1 || weight_trainable_; }
+  bool saves_output(int) const override { return false; }
+
+ private:
+  bool weight_trainable_;
+};
+
+class RopeOp final : public Op {
+ public:
+  explicit RopeOp(int heads) : heads_(heads) {}
+  const char* name() const override { return "rope"; }
+  Tensor heads(const Tensor& x) const {
+    if (!x.defined()) return x;
+    int64_t n = x.shape[0], hd = x.shape[1];
+    return x.reshape(Shape{n, heads_, hd / heads_});
+  }
+  void forward(Backend& be, const OpArgs& a) override { be.rope_fwd(heads(a.out[0]), heads(a.in[0]), a.in[1], a.in[2]); }
+  void backward(Backend& be, const OpArgs& a) override {
+    if (a.gin[0].defined()) be.rope_bwd(heads(a.gin[0]), heads(a.gout[0]), a.in[1], a.in[2]);
+  }
+  bool saves_input(int i) const override { return i != 0; }  // positions and frequencies (external)
+  bool saves_output(int) const override { return false; }
+
+ private:
+  int heads_;
+};
+
+class AttentionOp final : public Op {
+ public:
+  AttentionOp(int B, int T, int Hq, int Hkv, int D) : B_(B), T_(T), Hq_(Hq), Hkv_(Hkv), D_(D) {}
+  const char* name() const override { return "attention"; }
+  Tensor q4(const Tensor& x) const { return x.defined() ? x.reshape(Shape{B_, T_, Hq_, D_}) : x; }
+  Tensor kv4(const Tensor& x) const { return x.defined() ? x.reshape(Shape{B_, T_, Hkv_, D_}) : x; }
+  void forward(Backend& be, const OpArgs& a) override {
+    be.attention_fwd(q4(a.out[0]), a.out[1], q4(a.in[0]), kv4(a.in[1]), kv4(a.in[2]));
+  }
+  void backward(Backend& be, const OpArgs& a) override {
+    if (!a.gout[0].defined()) return;
+    be.attention_bwd(q4(a.gin[0]), kv4(a.gin[1]), kv4(a.gin[2]), q4(a.gout[0]), q4(a.in[0]), kv4(a.in[1]),
+                     kv4(a.in[2]), q4(a.out[0]), a.out[1]);
+  }
+  bool saves_input(int) const override { return true; }
+  bool saves_output(int) const override { return true; }
+
+ private:
+  int B_, T_, Hq_, Hkv_, D_;
+};
+
+class SwigluOp final : public Op {
+ public:
+  const char* name() const override { return "swiglu"; }
+  void forward(Backend& be, const OpArgs& a) override { be.swiglu_fwd(a.out[0], a.in[0], a.in[1]); }
+  void backward(Backend& be, const OpArgs& a) override {
+    be.swiglu_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1]);
+  }
+  bool saves_input(int) const override { return true; }
+  bool saves_output(int) const override { return false; }
+};
+
+class AddOp final : public Op {
+ public:
+  explicit AddOp(float scale) : scale_(scale) {}
+  const char* name() const override { return "add"; }
+  void forward(Backend& be, const OpArgs& a) override { be.add_fwd(a.out[0], a.in[0], a.in[1], scale_); }
+  void backward(Backend& be, const OpArgs& a) override { be.add_bwd(a.gin[0], a.gin[1], a.gout[0], scale_); }
+  bool saves_input(int) const override { return false; }
+  bool saves_output(int) const override { return false; }
+
+ private:
+  float scale_;
+};
+
+class LmHeadCeOp final : public Op {
+ public:
+  explicit LmHeadCeOp(int chunk) : chunk_(chunk) {}
+  const char* name() const override { return "lm_head_ce"; }
+  void forward(Backend& be, const OpArgs& a) override {
+    be.lm_head_ce_fwd(a.out[0], a.out[1], a.in[0], a.in[1], a.in[2], chunk_);
+  }
+  void backward(Backend& be, const OpArgs& a) override {
+    be.lm_head_ce_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.in[2], a.out[1], chunk_);
+  }
+  bool saves_input(int) const override { return true; }
+  bool saves_output(int i) const override { return i == 1; }
+
+ private:
+  int chunk_;
+};
+
+}  // namespace
+
+VId embedding(Tape& t, VId tokens, VId wte, std::string cls) {
+  const Shape& w = t.value(wte).shape;
+  return t.record1(std::make_unique<EmbeddingOp>(), {tokens, wte},
+                   {std::move(cls), Shape{t.value(tokens).shape.numel(), w[1]}, act(t)});
+}
+
+std::pair<VId, VId> rmsnorm(Tape& t, VId x, VId w, float eps, const std::string& prefix) {
+  const Shape& s = t.value(x).shape;
+  auto ids = t.record(std::make_unique<RmsNormOp>(eps), {x, w},
+                      {{prefix + ".out", s, act(t)}, {prefix + ".rstd", Shape{s.numel() / s[s.nd - 1]}, DType::f32}});
+  return {ids[0], ids[1]};
+}
+
+VId linear(Tape& t, VId x, VId w, std::string cls) {
+  Shape out = rows_by(t.value(x).shape, t.value(w).shape[0]);
+  return t.record1(std::make_unique<LinearOp>(t.value(w).requires_grad), {x, w}, {std::move(cls), out, act(t)});
+}
+
+VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls) {
+  return t.record1(std::make_unique<RopeOp>(heads), {x, pos, inv_freq}, {std::move(cls), t.value(x).shape, act(t)});
+}
+
+std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq, int Hkv, int D,
+                              const std::string& prefix) {
+  auto ids = t.record(std::make_unique<AttentionOp>(B, T, Hq, Hkv, D), {q, k, v},
+                      {{prefix + ".out", t.value(q).shape, act(t)}, {prefix + ".lse", Shape{B, Hq, T}, DType::f32}});
+  return {ids[0], ids[1]};
+}
+
+VId swiglu(Tape& t, VId gate, VId up, std::string cls) {
+  return t.record1(std::make_unique<SwigluOp>(), {gate, up}, {std::move(cls), t.value(gate).shape, act(t)});
+}
+
+VId add(Tape& t, VId a, VId b, float scale, std::string cls) {
+  return t.record1(std::make_unique<AddOp>(scale), {a, b}, {std::move(cls), t.value(a).shape, act(t)});
+}
+
+VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens) {
+  int64_t n = t.value(targets).shape.numel();
+  auto ids = t.record(std::make_unique<LmHeadCeOp>(chunk_tokens), {x, w, targets},
+                      {{"loss", Shape{1}, DType::f32}, {"loss.lse", Shape{n}, DType::f32}});
+  t.set_loss(ids[0]);
+  return ids[0];
+}
+
+}  // namespace strata::ops

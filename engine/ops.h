@@ -1,0 +1,29 @@
+// Autograd ops over the Backend, and the builders the model uses to record them on a tape.
+// Activations are 2-D [tokens, features]; ops that need heads reshape views internally.
+#pragma once
+#include <string>
+#include <utility>
+
+#include "engine/tape.h"
+
+namespace strata::ops {
+
+// tokens [N] i32, wte [V, C] -> [N, C]
+VId embedding(Tape& t, VId tokens, VId wte, std::string cls);
+// x [N, C], w [C] -> (out [N, C] as prefix.out, rstd [N] f32 as prefix.rstd)
+std::pair<VId, VId> rmsnorm(Tape& t, VId x, VId w, float eps, const std::string& prefix);
+// x [N, I], w [O, I] -> [N, O]
+VId linear(Tape& t, VId x, VId w, std::string cls);
+// x [N, H*D] with H heads; pos [N] i32; inv_freq [D/2] f32 -> [N, H*D]
+VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
+// q [B*T, Hq*D], k/v [B*T, Hkv*D] -> (out [B*T, Hq*D] as prefix.out, lse [B, Hq, T] f32 as prefix.lse)
+std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq, int Hkv, int D,
+                              const std::string& prefix);
+// gate, up [N, F] -> [N, F]
+VId swiglu(Tape& t, VId gate, VId up, std::string cls);
+// a + scale * b
+VId add(Tape& t, VId a, VId b, float scale, std::string cls);
+// x [N, C], w [V, C], targets [N] i32 -> loss [1] f32 ("loss"), saving lse [N] ("loss.lse").
+VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens);
+
+}  // namespace strata::ops

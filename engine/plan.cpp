@@ -1,0 +1,85 @@
+#include "engine/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/error.h"
+
+namespace strata {
+
+const char* decision_name(Decision d) {
+  switch (d) {
+    case Decision::keep: return "keep";
+    case Decision::recompute: return "recompute";
+    case Decision::host: return "host";
+    case Decision::disk: return "disk";
+  }
+  return "?";
+}
+
+Decision parse_decision(std::string_view s, const std::string& where) {
+  if (s == "keep") return Decision::keep;
+  if (s == "recompute") return Decision::recompute;
+  if (s == "host") return Decision::host;
+  if (s == "disk") return Decision::disk;
+  STRATA_THROW(ConfigError, fmt::format("{}: unknown decision '{}' (expected keep, recompute, host or disk)", where, s),
+               where, std::string(s));
+}
+
+bool glob_match(std::string_view p, std::string_view s) {
+  size_t pi = 0, si = 0, star = std::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi;
+      ++si;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+Decision Plan::decide(std::string_view cls) const {
+  // Segment boundaries of gradient checkpointing: "L<n>.input" kept when n % every == 0.
+  if (checkpoint_every > 0 && cls.size() > 7 && cls[0] == 'L' && cls.ends_with(".input")) {
+    std::string_view num = cls.substr(1, cls.size() - 7);
+    if (!num.empty() && num.find_first_not_of("0123456789") == std::string_view::npos) {
+      if (std::stoi(std::string(num)) % checkpoint_every == 0) return Decision::keep;
+    }
+  }
+  for (auto& [pat, d] : rules)
+    if (glob_match(pat, cls)) return d;
+  return Decision::keep;
+}
+
+Plan Plan::keep_everything() { return Plan{}; }
+
+Plan Plan::gradient_checkpointing(int every) {
+  Plan p;
+  p.preset = every == 1 ? "gradient_checkpointing" : fmt::format("gradient_checkpointing(every={})", every);
+  // The loss inputs are needed at once in backward: recomputing them saves nothing.
+  p.add("final_norm.*", Decision::keep);
+  p.add("loss.*", Decision::keep);
+  p.checkpoint_every = std::max(1, every);
+  p.add("L*", Decision::recompute);
+  return p;
+}
+
+Plan Plan::selective_recompute() {
+  Plan p;
+  p.preset = "selective_recompute";
+  p.add("L*.attn_norm.out", Decision::recompute);
+  p.add("L*.mlp_norm.out", Decision::recompute);
+  p.add("L*.mlp.act", Decision::recompute);
+  return p;
+}
+
+}  // namespace strata

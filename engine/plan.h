@@ -1,0 +1,34 @@
+// The memory plan: a small table from saved-slot class (glob patterns such as "L*.mlp.gate")
+// to a decision. First matching rule wins; unmatched classes are kept.
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+enum class Decision : uint8_t { keep, recompute, host, disk };
+const char* decision_name(Decision d);
+// Parses "keep", "recompute", "host", "disk"; throws ConfigError naming `where` otherwise.
+Decision parse_decision(std::string_view s, const std::string& where);
+
+// Glob match with '*' (any run of characters) and '?' (one character).
+bool glob_match(std::string_view pattern, std::string_view s);
+
+struct Plan {
+  std::vector<std::pair<std::string, Decision>> rules;
+  std::string preset = "keep-everything";  // how the plan was made, for printing
+  int checkpoint_every = 0;                // >0: "L<n>.input" is kept when n % every == 0
+
+  Decision decide(std::string_view cls) const;
+  void add(std::string pattern, Decision d) { rules.emplace_back(std::move(pattern), d); }
+
+  static Plan keep_everything();
+  // Keep every `every`-th layer's input and the loss inputs; recompute everything else.
+  static Plan gradient_checkpointing(int every = 1);
+  // Recompute only the cheap tensors (norm outputs, SwiGLU activation); keep GEMM inputs.
+  static Plan selective_recompute();
+};
+
+}  // namespace strata

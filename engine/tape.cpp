@@ -1,0 +1,269 @@
+#include "engine/tape.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+namespace strata {
+
+const char* slot_state_name(SlotState s) {
+  static const char* names[] = {"EMPTY", "RESIDENT", "OFFLOADING", "ON_HOST", "WRITING", "ON_DISK", "DROPPED", "LOADING"};
+  return names[int(s)];
+}
+
+Tape::~Tape() { clear(); }
+
+VId Tape::input(std::string cls, Tensor t) {
+  Value v;
+  v.cls = std::move(cls);
+  v.shape = t.shape;
+  v.dtype = t.dtype;
+  v.external = true;
+  v.ext = t;
+  v.state = SlotState::RESIDENT;
+  values_.push_back(std::move(v));
+  retained_.push_back(false);
+  finished_ = false;
+  return VId(values_.size() - 1);
+}
+
+VId Tape::param(std::string cls, Tensor t, Tensor grad_sink) {
+  VId id = input(std::move(cls), t);
+  values_[size_t(id)].grad_sink = grad_sink;
+  values_[size_t(id)].requires_grad = grad_sink.defined();
+  return id;
+}
+
+std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in, std::vector<OutSpec> outs) {
+  Node n;
+  n.op = std::move(op);
+  n.in = in;
+  for (VId u : in) {
+    STRATA_CHECK(u >= 0 && size_t(u) < values_.size(), fmt::format("{}: input value {} does not exist", n.op->name(), u));
+    n.needs_backward = n.needs_backward || values_[size_t(u)].requires_grad;
+  }
+  std::vector<VId> ids;
+  for (auto& o : outs) {
+    Value v;
+    v.cls = std::move(o.cls);
+    v.shape = o.shape;
+    v.dtype = o.dtype;
+    v.producer = int(nodes_.size());
+    v.requires_grad = n.needs_backward;
+    values_.push_back(std::move(v));
+    retained_.push_back(false);
+    ids.push_back(VId(values_.size() - 1));
+  }
+  n.out = ids;
+  nodes_.push_back(std::move(n));
+  finished_ = false;
+  return ids;
+}
+
+void Tape::set_loss(VId v) {
+  loss_ = v;
+  values_[size_t(v)].is_loss = true;
+}
+
+void Tape::retain(VId v) { retained_[size_t(v)] = true; }
+
+void Tape::finish_graph() {
+  if (finished_) return;
+  for (auto& v : values_) v.last_fwd_use = v.first_bwd_reader = v.last_bwd_reader = -1;
+  // Which values carry a gradient back from the loss: walk the nodes in reverse.
+  std::vector<bool> grad_flows(values_.size(), false);
+  if (loss_ >= 0) grad_flows[size_t(loss_)] = true;
+  for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
+    Node& node = nodes_[size_t(n)];
+    bool flows = false;
+    for (VId o : node.out) flows = flows || grad_flows[size_t(o)];
+    node.needs_backward = flows && node.needs_backward;
+    if (!node.needs_backward) continue;
+    for (VId u : node.in)
+      if (values_[size_t(u)].requires_grad) grad_flows[size_t(u)] = true;
+  }
+  auto mark_reader = [](Value& v, int n) {
+    if (v.external) return;
+    if (v.first_bwd_reader < 0 || n < v.first_bwd_reader) v.first_bwd_reader = n;
+    v.last_bwd_reader = std::max(v.last_bwd_reader, n);
+  };
+  for (int n = 0; n < int(nodes_.size()); ++n) {
+    Node& node = nodes_[size_t(n)];
+    for (size_t i = 0; i < node.in.size(); ++i) {
+      Value& u = values_[size_t(node.in[i])];
+      u.last_fwd_use = n;
+      if (node.needs_backward && node.op->saves_input(int(i))) mark_reader(u, n);
+    }
+    for (size_t i = 0; i < node.out.size(); ++i)
+      if (node.needs_backward && node.op->saves_output(int(i))) mark_reader(values_[size_t(node.out[i])], n);
+  }
+  finished_ = true;
+}
+
+void Tape::apply_plan(const Plan& plan) {
+  finish_graph();
+  for (auto& v : values_) {
+    if (v.external) continue;
+    v.decision = v.saved() ? plan.decide(v.cls) : Decision::keep;
+    if (v.decision == Decision::host || v.decision == Decision::disk)
+      STRATA_THROW(UnsupportedError, fmt::format("plan: slot class '{}' asks for the {} tier, which this build does not "
+                                                 "have yet (use keep or recompute)",
+                                                 v.cls, decision_name(v.decision)));
+  }
+}
+
+Tensor Tape::tensor(VId id) const {
+  const Value& v = values_[size_t(id)];
+  if (v.external) return v.ext;
+  STRATA_CHECK(v.state == SlotState::RESIDENT,
+               fmt::format("value '{}' is not resident (state {})", v.cls, slot_state_name(v.state)));
+  return v.buf.view();
+}
+
+void Tape::release(VId id) {
+  Value& v = values_[size_t(id)];
+  if (v.external) return;
+  v.buf.reset();
+  v.state = SlotState::EMPTY;
+}
+
+OpArgs Tape::args(const Node& n, bool backward) {
+  OpArgs a;
+  for (VId u : n.in) {
+    const Value& v = values_[size_t(u)];
+    a.in.push_back(v.external ? v.ext : (v.state == SlotState::RESIDENT ? v.buf.view() : Tensor()));
+  }
+  for (VId o : n.out) {
+    const Value& v = values_[size_t(o)];
+    a.out.push_back(v.state == SlotState::RESIDENT ? v.buf.view() : Tensor());
+    if (backward) a.gout.push_back(v.grad.allocated() ? v.grad.view() : Tensor());
+  }
+  return a;
+}
+
+void Tape::run_forward(int n, bool replay) {
+  Node& node = nodes_[size_t(n)];
+  for (VId o : node.out) {
+    Value& v = values_[size_t(o)];
+    if (v.state == SlotState::RESIDENT) continue;
+    v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
+    v.state = SlotState::RESIDENT;
+  }
+  OpArgs a = args(node, false);
+  for (size_t i = 0; i < a.in.size(); ++i)
+    STRATA_CHECK(a.in[i].defined(), fmt::format("{}: input '{}' is not resident{}", node.op->name(),
+                                                values_[size_t(node.in[i])].cls, replay ? " during recompute" : ""));
+  node.op->forward(be_, a);
+}
+
+bool Tape::needed_from(const Value& v, int cur) const {
+  return v.saved() && v.first_bwd_reader <= cur;
+}
+
+void Tape::forward() {
+  finish_graph();
+  stats_ = {};
+  auto after_last_use = [&](VId id) {
+    Value& v = values_[size_t(id)];
+    if (v.external || retained_[size_t(id)] || v.is_loss) return;
+    if (!v.saved()) {
+      release(id);
+    } else if (v.decision == Decision::recompute) {
+      v.buf.reset();
+      v.state = SlotState::DROPPED;
+    }
+  };
+  for (int n = 0; n < int(nodes_.size()); ++n) {
+    run_forward(n, false);
+    const Node& node = nodes_[size_t(n)];
+    for (VId u : node.in)
+      if (values_[size_t(u)].last_fwd_use == n) after_last_use(u);
+    for (VId o : node.out)
+      if (values_[size_t(o)].last_fwd_use < 0) after_last_use(o);
+  }
+  for (auto& v : values_)
+    if (!v.external && v.state == SlotState::RESIDENT) stats_.saved_bytes_at_end_of_forward += v.buf.view().bytes();
+}
+
+void Tape::materialize(VId id, int cur) {
+  Value& v = values_[size_t(id)];
+  if (v.external || v.state == SlotState::RESIDENT) return;
+  STRATA_CHECK(v.producer >= 0, fmt::format("value '{}' has no producer to replay", v.cls));
+  const Node& p = nodes_[size_t(v.producer)];
+  std::vector<VId> transient;
+  for (VId u : p.in) {
+    Value& uv = values_[size_t(u)];
+    if (uv.external || uv.state == SlotState::RESIDENT) continue;
+    materialize(u, cur);
+    if (!needed_from(uv, cur)) transient.push_back(u);
+  }
+  run_forward(v.producer, true);
+  stats_.recomputed_nodes++;
+  for (VId o : p.out)
+    if (o != id && !needed_from(values_[size_t(o)], cur) && !retained_[size_t(o)]) release(o);
+  for (VId u : transient) release(u);
+}
+
+void Tape::backward() {
+  STRATA_CHECK(loss_ >= 0, "backward without a loss value");
+  finish_graph();
+  Value& lv = values_[size_t(loss_)];
+  lv.grad = Buffer(be_.arena(), DType::f32, lv.shape, "grad:" + lv.cls);
+  be_.fill(lv.grad.view(), 1.0f);
+  for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
+    Node& node = nodes_[size_t(n)];
+    bool any_gout = false;
+    for (VId o : node.out) any_gout = any_gout || values_[size_t(o)].grad.allocated();
+    if (node.needs_backward && any_gout) {
+      for (size_t i = 0; i < node.in.size(); ++i)
+        if (node.op->saves_input(int(i))) materialize(node.in[i], n);
+      for (size_t i = 0; i < node.out.size(); ++i)
+        if (node.op->saves_output(int(i))) materialize(node.out[i], n);
+      OpArgs a = args(node, true);
+      for (VId u : node.in) {
+        Value& uv = values_[size_t(u)];
+        if (!uv.requires_grad) {
+          a.gin.emplace_back();
+        } else if (uv.external) {
+          a.gin.push_back(uv.grad_sink);
+        } else {
+          if (!uv.grad.allocated()) {
+            uv.grad = Buffer(be_.arena(), be_.compute_dtype() == DType::f32 ? DType::f32 : uv.dtype, uv.shape,
+                             "grad:" + uv.cls);
+            be_.zero(uv.grad.view());
+          }
+          a.gin.push_back(uv.grad.view());
+        }
+      }
+      node.op->backward(be_, a);
+    }
+    for (VId o : node.out) values_[size_t(o)].grad.reset();
+    // Slots whose last backward reader was this node leave now.
+    for (VId u : node.in)
+      if (values_[size_t(u)].first_bwd_reader == n && !retained_[size_t(u)]) release(u);
+    for (VId o : node.out)
+      if (values_[size_t(o)].first_bwd_reader == n && !retained_[size_t(o)]) release(o);
+  }
+}
+
+void Tape::clear() {
+  // Buffers go back to the arena first, then the graph is forgotten; nothing here throws.
+  for (auto& v : values_) {
+    v.buf.reset();
+    v.grad.reset();
+  }
+  values_.clear();
+  nodes_.clear();
+  retained_.clear();
+  loss_ = -1;
+  finished_ = false;
+}
+
+std::vector<std::pair<std::string, Decision>> Tape::slot_classes() const {
+  std::vector<std::pair<std::string, Decision>> out;
+  for (auto& v : values_)
+    if (!v.external && v.saved()) out.emplace_back(v.cls, v.decision);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,145 @@
+// The tape. A step is recorded first as a graph of nodes over values (shapes only), then run:
+// forward allocates each output from the arena, frees a value at its last forward use unless
+// backward needs it, and then applies the plan to the saved slots; backward walks the nodes in
+// reverse, rebuilds dropped slots by replaying their producers, accumulates gradients and
+// frees every slot at its last backward use. The tape is cleared after every step, also when a
+// step throws, so no slot outlives it.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/plan.h"
+#include "engine/tensor.h"
+
+namespace strata {
+
+using VId = int32_t;
+
+// A saved slot's life. RESIDENT -> (OFFLOADING -> ON_HOST) | (WRITING -> ON_DISK) | DROPPED,
+// and back through LOADING (or a replay) to RESIDENT when backward asks for it. EMPTY: not
+// produced yet, or released after its last use.
+enum class SlotState : uint8_t { EMPTY, RESIDENT, OFFLOADING, ON_HOST, WRITING, ON_DISK, DROPPED, LOADING };
+const char* slot_state_name(SlotState s);
+
+struct OpArgs {
+  std::vector<Tensor> in, out;     // forward: all resident; backward: the saved ones resident, others undefined
+  std::vector<Tensor> gout, gin;  // backward: output grads (undefined if none), input grads to accumulate into
+};
+
+// An autograd op. forward() must be deterministic: recompute replays it and must reproduce the
+// forward bit for bit.
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual const char* name() const = 0;
+  virtual void forward(Backend& be, const OpArgs& a) = 0;
+  virtual void backward(Backend& be, const OpArgs& a) = 0;
+  // Whether backward reads input i / output i.
+  virtual bool saves_input(int i) const = 0;
+  virtual bool saves_output(int i) const = 0;
+};
+
+struct OutSpec {
+  std::string cls;  // slot class, e.g. "L3.attn.q"
+  Shape shape;
+  DType dtype;
+};
+
+struct Value {
+  std::string cls;
+  Shape shape;
+  DType dtype = DType::f32;
+  bool external = false;    // a parameter or input: storage owned elsewhere
+  Tensor ext;               // its view, when external
+  Tensor grad_sink;         // external only: where its gradient accumulates (undefined = frozen)
+  bool requires_grad = false;
+  int producer = -1;        // node index (-1 for external values)
+  int last_fwd_use = -1;    // last node reading it in forward
+  int first_bwd_reader = -1, last_bwd_reader = -1;  // lowest / highest node index whose backward reads it
+  bool is_loss = false;
+  Decision decision = Decision::keep;
+  // Runtime state.
+  SlotState state = SlotState::EMPTY;
+  Buffer buf;
+  Buffer grad;
+
+  bool saved() const { return first_bwd_reader >= 0; }
+};
+
+struct Node {
+  std::unique_ptr<Op> op;
+  std::vector<VId> in, out;
+  bool needs_backward = false;  // some input requires grad
+};
+
+struct TapeStats {
+  long recomputed_nodes = 0;  // producer replays in the last backward
+  size_t saved_bytes_at_end_of_forward = 0;
+};
+
+class Tape {
+ public:
+  explicit Tape(Backend& be) : be_(be) {}
+  ~Tape();
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  // Graph building (no memory is touched).
+  VId input(std::string cls, Tensor t);
+  // A parameter; its gradient accumulates into grad_sink when that is defined (else it is frozen).
+  VId param(std::string cls, Tensor t, Tensor grad_sink);
+  std::vector<VId> record(std::unique_ptr<Op> op, const std::vector<VId>& in, std::vector<OutSpec> outs);
+  VId record1(std::unique_ptr<Op> op, const std::vector<VId>& in, OutSpec out) {
+    return record(std::move(op), in, {std::move(out)})[0];
+  }
+  void set_loss(VId v);
+  // Keeps `v` resident after forward (e.g. logits for evaluation), whatever the plan says.
+  void retain(VId v);
+
+  // Applies the plan to every saved slot (call after recording, before forward).
+  void apply_plan(const Plan& plan);
+  void forward();
+  void backward();
+  // Releases every buffer and forgets the graph. Safe to call at any point.
+  void clear();
+
+  Tensor tensor(VId v) const;  // a resident value's view
+  const Value& value(VId v) const { return values_[size_t(v)]; }
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const TapeStats& stats() const { return stats_; }
+  Backend& backend() { return be_; }
+  // Sum of the bytes of saved slots per class (after apply_plan), for printing the plan.
+  std::vector<std::pair<std::string, Decision>> slot_classes() const;
+
+ private:
+  void finish_graph();
+  void release(VId v);
+  void materialize(VId v, int cur);
+  bool needed_from(const Value& v, int cur) const;
+  void run_forward(int n, bool replay);
+  OpArgs args(const Node& n, bool backward);
+
+  Backend& be_;
+  std::vector<Value> values_;
+  std::vector<Node> nodes_;
+  std::vector<bool> retained_;
+  VId loss_ = -1;
+  bool finished_ = false;
+  TapeStats stats_;
+};
+
+// Clears the tape when the scope ends, on success or on an exception.
+class TapeGuard {
+ public:
+  explicit TapeGuard(Tape& t) : t_(t) {}
+  ~TapeGuard() { t_.clear(); }
+
+ private:
+  Tape& t_;
+};
+
+}  // namespace strata

@@ -1,0 +1,36 @@
+// Crash-safe file replacement: write a temp file in the target's directory, fsync it, rename it
+// over the target, fsync the directory. A failure at any step leaves the previous file intact and
+// removes the temp file.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace strata::io {
+
+// Writes `contents` to `path` atomically (temp + fsync + rename). Throws IoError naming the path.
+void write_file_atomic(const std::string& path, std::string_view contents);
+
+// Streaming form for large payloads (checkpoints): write() any number of times, then commit().
+// Destroying it uncommitted (e.g. after an exception) unlinks the temp file. Move-only.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);  // creates the temp file; throws IoError
+  ~AtomicFile();
+  AtomicFile(AtomicFile&& o) noexcept;
+  AtomicFile& operator=(AtomicFile&&) = delete;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);  // throws IoError (disk full, EFBIG, ...)
+  void commit();                               // fsync, close, rename over path, fsync dir
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return tmp_; }
+
+ private:
+  void abandon() noexcept;  // close + unlink the temp file
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+}  // namespace strata::io

@@ -1,0 +1,210 @@
+#include "io/hf_config.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace strata::io {
+namespace {
+
+using json = nlohmann::json;
+
+// Field access with errors that name the file and the (dotted) field.
+struct Reader {
+  const std::string& path;
+
+  [[noreturn]] void fail(const std::string& field, const std::string& msg) const {
+    STRATA_THROW(ConfigError, fmt::format("{}: {}", path, msg), path, field);
+  }
+  [[noreturn]] void wrong_type(const std::string& field, const json& v, const char* expected) const {
+    fail(field, fmt::format("field '{}' is {} ({}), expected {}", field, v.dump(), v.type_name(), expected));
+  }
+  // nullptr when absent or null (HF writes explicit nulls for defaults, e.g. head_dim).
+  static const json* get(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  int positive_int(const json& obj, const char* key, const std::string& field, const int* dflt) const {
+    const json* v = get(obj, key);
+    if (!v) {
+      if (dflt) return *dflt;
+      fail(field, fmt::format("missing required field '{}' (expected a positive integer)", field));
+    }
+    if (!v->is_number_integer()) wrong_type(field, *v, "a positive integer");
+    // Parsed non-negative integers are unsigned, negative ones signed.
+    bool ok = v->is_number_unsigned() && v->get<uint64_t>() - 1 < uint64_t(std::numeric_limits<int>::max());
+    if (!ok) fail(field, fmt::format("field '{}' is {}, expected a positive integer", field, v->dump()));
+    return v->get<int>();
+  }
+
+  float positive_float(const json& obj, const char* key, const std::string& field, float dflt) const {
+    const json* v = get(obj, key);
+    if (!v) return dflt;
+    if (!v->is_number()) wrong_type(field, *v, "a positive number");
+    double d = v->get<double>();
+    if (!(d > 0) || !std::isfinite(d))
+      fail(field, fmt::format("field '{}' is {}, expected a positive number", field, v->dump()));
+    return float(d);
+  }
+
+  bool boolean(const json& obj, const char* key, bool dflt) const {
+    const json* v = get(obj, key);
+    if (!v) return dflt;
+    if (!v->is_boolean()) wrong_type(key, *v, "a boolean");
+    return v->get<bool>();
+  }
+
+  const json* string(const json& obj, const char* key, const std::string& field) const {
+    const json* v = get(obj, key);
+    if (v && !v->is_string()) wrong_type(field, *v, "a string");
+    return v;
+  }
+};
+
+// Reads a rope block: transformers-4 `rope_scaling` or transformers-5 `rope_parameters`.
+void parse_rope(const Reader& r, const json& rope, const std::string& block, LlamaConfig& c) {
+  if (!rope.is_object()) r.wrong_type(block, rope, "an object or null");
+  std::string type_key = Reader::get(rope, "rope_type") ? "rope_type" : "type";
+  const json* t = r.string(rope, type_key.c_str(), block + "." + type_key);
+  std::string type = t ? t->get<std::string>() : "default";
+  if (type == "default") {
+    c.rope_scaling = RopeScaling{};
+    return;
+  }
+  if (type != "llama3")
+    r.fail(block + ".rope_type",
+           fmt::format("unsupported {}.rope_type '{}' (supported: default, llama3)", block, type));
+  RopeScaling s;
+  s.llama3 = true;
+  auto need = [&](const char* key) {
+    if (!Reader::get(rope, key))
+      r.fail(block + "." + key, fmt::format("{}.rope_type llama3 requires '{}.{}'", block, block, key));
+  };
+  for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) need(k);
+  s.factor = r.positive_float(rope, "factor", block + ".factor", 1.0f);
+  s.low_freq_factor = r.positive_float(rope, "low_freq_factor", block + ".low_freq_factor", 1.0f);
+  s.high_freq_factor = r.positive_float(rope, "high_freq_factor", block + ".high_freq_factor", 4.0f);
+  s.original_max_position_embeddings =
+      r.positive_int(rope, "original_max_position_embeddings", block + ".original_max_position_embeddings", nullptr);
+  if (!(s.high_freq_factor > s.low_freq_factor))
+    r.fail(block + ".high_freq_factor", fmt::format("{}.high_freq_factor {} must exceed low_freq_factor {}", block,
+                                                    s.high_freq_factor, s.low_freq_factor));
+  c.rope_scaling = s;
+}
+
+// Shortest decimal that reads back as the same float (1e-05, not 9.999999747378752e-06).
+double clean(float f) {
+  return std::stod(fmt::format("{}", f));
+}
+
+}  // namespace
+
+LlamaConfig parse_llama_config(const std::string& json_text, const std::string& path_for_errors) {
+  Reader r{path_for_errors};
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    r.fail("json", fmt::format("invalid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) r.fail("json", fmt::format("expected a JSON object, found {}", j.type_name()));
+
+  if (const json* mt = r.string(j, "model_type", "model_type"); mt && mt->get<std::string>() != "llama")
+    r.fail("model_type", fmt::format("model_type is '{}', expected 'llama'", mt->get<std::string>()));
+  if (const json* act = r.string(j, "hidden_act", "hidden_act"); act && act->get<std::string>() != "silu")
+    r.fail("hidden_act", fmt::format("hidden_act '{}' is not supported (only 'silu')", act->get<std::string>()));
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (r.boolean(j, bias, false)) r.fail(bias, fmt::format("{} = true is not supported", bias));
+
+  LlamaConfig c;
+  c.hidden_size = r.positive_int(j, "hidden_size", "hidden_size", nullptr);
+  c.intermediate_size = r.positive_int(j, "intermediate_size", "intermediate_size", nullptr);
+  c.num_hidden_layers = r.positive_int(j, "num_hidden_layers", "num_hidden_layers", nullptr);
+  c.num_attention_heads = r.positive_int(j, "num_attention_heads", "num_attention_heads", nullptr);
+  c.vocab_size = r.positive_int(j, "vocab_size", "vocab_size", nullptr);
+  c.num_key_value_heads = r.positive_int(j, "num_key_value_heads", "num_key_value_heads", &c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    r.fail("num_key_value_heads", fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                                              c.num_attention_heads, c.num_key_value_heads));
+  if (!Reader::get(j, "head_dim") && c.hidden_size % c.num_attention_heads != 0)
+    r.fail("head_dim", fmt::format("head_dim absent and hidden_size {} is not a multiple of num_attention_heads {}",
+                                   c.hidden_size, c.num_attention_heads));
+  int head_dim = c.hidden_size / c.num_attention_heads;
+  c.head_dim = r.positive_int(j, "head_dim", "head_dim", &head_dim);
+  if (c.head_dim % 2 != 0) r.fail("head_dim", fmt::format("head_dim {} must be even (rope rotates pairs)", c.head_dim));
+  int max_pos = c.max_position_embeddings;
+  c.max_position_embeddings = r.positive_int(j, "max_position_embeddings", "max_position_embeddings", &max_pos);
+  c.rms_norm_eps = r.positive_float(j, "rms_norm_eps", "rms_norm_eps", c.rms_norm_eps);
+  c.tie_word_embeddings = r.boolean(j, "tie_word_embeddings", false);
+  const json* dt = r.string(j, "dtype", "dtype");
+  if (!dt) dt = r.string(j, "torch_dtype", "torch_dtype");
+  if (dt) c.torch_dtype = dt->get<std::string>();
+
+  c.rope_theta = r.positive_float(j, "rope_theta", "rope_theta", c.rope_theta);
+  if (const json* rp = Reader::get(j, "rope_parameters")) {  // transformers 5
+    if (!rp->is_object()) r.wrong_type("rope_parameters", *rp, "an object");
+    c.rope_theta = r.positive_float(*rp, "rope_theta", "rope_parameters.rope_theta", c.rope_theta);
+    parse_rope(r, *rp, "rope_parameters", c);
+  } else if (const json* rs = Reader::get(j, "rope_scaling")) {  // transformers 4
+    parse_rope(r, *rs, "rope_scaling", c);
+  }
+  return c;
+}
+
+LlamaConfig read_llama_config(const std::string& path) {
+  std::string file = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    file = path + (path.ends_with('/') ? "" : "/") + "config.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) STRATA_THROW(IoError, fmt::format("{}: cannot open config", file), file);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) STRATA_THROW(IoError, fmt::format("{}: read failed", file), file);
+  return parse_llama_config(ss.str(), file);
+}
+
+std::string llama_config_to_json(const LlamaConfig& c) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = clean(c.rms_norm_eps);
+  j["rope_theta"] = clean(c.rope_theta);
+  if (c.rope_scaling.llama3) {
+    const RopeScaling& s = c.rope_scaling;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", clean(s.factor)},
+                         {"low_freq_factor", clean(s.low_freq_factor)},
+                         {"high_freq_factor", clean(s.high_freq_factor)},
+                         {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["mlp_bias"] = false;
+  j["initializer_range"] = 0.02;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = c.torch_dtype;
+  j["use_cache"] = true;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace strata::io

@@ -1,0 +1,118 @@
+// Causal grouped-query attention, cpu reference. The forward keeps one row of scores at a time and
+// saves lse; the backward is the flash-attention formula, recomputing p from lse row by row.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/error.h"
+#include "kernels/attention.h"
+
+namespace strata::cpu {
+namespace {
+
+float dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+struct Layout {
+  int T, Hq, Hkv, D;
+  size_t q(int b, int t, int h) const { return ((size_t(b) * T + t) * Hq + h) * D; }    // q, out, dout
+  size_t kv(int b, int t, int h) const { return ((size_t(b) * T + t) * Hkv + h) * D; }  // k, v
+  size_t lse(int b, int h, int t) const { return (size_t(b) * Hq + h) * T + t; }
+};
+
+void check_shapes(int B, int T, int Hq, int Hkv, int D) {
+  STRATA_CHECK(B > 0 && T > 0 && D > 0, "attention: empty shape");
+  STRATA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: Hq must be a multiple of Hkv");
+}
+
+}  // namespace
+
+void attention_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int Hq,
+                   int Hkv, int D) {
+  check_shapes(B, T, Hq, Hkv, D);
+  const Layout L{T, Hq, Hkv, D};
+  const int group = Hq / Hkv;
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> s(T);  // [T] scores of one query row
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < Hq; h++) {
+      const int kh = h / group;
+      for (int i = 0; i < T; i++) {
+        const float* qi = q + L.q(b, i, h);
+        float m = -INFINITY;
+        for (int j = 0; j <= i; j++) {  // causal: keys 0..i
+          s[j] = dot(qi, k + L.kv(b, j, kh), D) * scale;
+          m = std::max(m, s[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j <= i; j++) {
+          s[j] = std::exp(s[j] - m);
+          sum += s[j];
+        }
+        float* oi = out + L.q(b, i, h);
+        std::fill(oi, oi + D, 0.0f);
+        for (int j = 0; j <= i; j++) {
+          const float p = s[j] / sum;
+          const float* vj = v + L.kv(b, j, kh);
+          for (int d = 0; d < D; d++) oi[d] += p * vj[d];
+        }
+        if (lse) lse[L.lse(b, h, i)] = m + std::log(sum);
+      }
+    }
+}
+
+// For each query row i: Di = dout_i . out_i, and for keys j <= i:
+//   p = exp(s_ij - lse_i), dv_j += p dout_i, ds = p (dout_i . v_j - Di),
+//   dq_i += scale ds k_j, dk_j += scale ds q_i.
+void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                   const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D) {
+  check_shapes(B, T, Hq, Hkv, D);
+  if (!dq && !dk && !dv) return;
+  const Layout L{T, Hq, Hkv, D};
+  const int group = Hq / Hkv;
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> dk_acc(size_t(T) * D), dv_acc(size_t(T) * D);  // [T, D] for one kv head
+  std::vector<float> dq_acc(D);                                     // [D] for one query row
+  for (int b = 0; b < B; b++)
+    for (int kh = 0; kh < Hkv; kh++) {
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+      for (int h = kh * group; h < (kh + 1) * group; h++)
+        for (int i = 0; i < T; i++) {
+          const float* qi = q + L.q(b, i, h);
+          const float* doi = dout + L.q(b, i, h);
+          const float Di = dot(doi, out + L.q(b, i, h), D);
+          const float lse_i = lse[L.lse(b, h, i)];
+          std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
+          for (int j = 0; j <= i; j++) {
+            const float* kj = k + L.kv(b, j, kh);
+            const float* vj = v + L.kv(b, j, kh);
+            const float p = std::exp(dot(qi, kj, D) * scale - lse_i);
+            const float ds = p * (dot(doi, vj, D) - Di) * scale;
+            float* dkj = dk_acc.data() + size_t(j) * D;
+            float* dvj = dv_acc.data() + size_t(j) * D;
+            for (int d = 0; d < D; d++) {
+              dq_acc[d] += ds * kj[d];
+              dkj[d] += ds * qi[d];
+              dvj[d] += p * doi[d];
+            }
+          }
+          if (dq) {
+            float* dqi = dq + L.q(b, i, h);
+            for (int d = 0; d < D; d++) dqi[d] += dq_acc[d];
+          }
+        }
+      for (int j = 0; j < T; j++) {
+        const size_t o = L.kv(b, j, kh);
+        for (int d = 0; d < D; d++) {
+          if (dk) dk[o + d] += dk_acc[size_t(j) * D + d];
+          if (dv) dv[o + d] += dv_acc[size_t(j) * D + d];
+        }
+      }
+    }
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,153 @@
+// The cpu backend: fp32 reference kernels over an arena carved from one anonymous mapping.
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/backend.h"
+#include "kernels/add.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/lm_head_ce.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace strata {
+
+const char* op_kind_name(OpKind k) {
+  static const char* names[] = {"embedding", "rmsnorm",   "linear",         "rope",  "attention", "swiglu",
+                                "add",       "lm_head_ce", "lm_head_logits", "adamw", "grad_norm"};
+  return names[int(k)];
+}
+
+namespace {
+
+float* F(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
+int I(int64_t x) { return int(x); }
+int rows(const Tensor& t) { return I(t.numel() / t.shape[t.shape.nd - 1]); }
+int cols(const Tensor& t) { return I(t.shape[t.shape.nd - 1]); }
+
+// One anonymous mapping backs the whole arena; pages are only touched as blocks are used.
+class HostReservation {
+ public:
+  explicit HostReservation(size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) STRATA_THROW(Error, "cpu backend: cannot reserve " + format_bytes(bytes) + " for the arena");
+    base_ = static_cast<std::byte*>(p);
+  }
+  ~HostReservation() {
+    if (base_) munmap(base_, bytes_);
+  }
+  std::byte* base() const { return base_; }
+
+ private:
+  size_t bytes_;
+  std::byte* base_ = nullptr;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(size_t budget) : mem_(budget), arena_("device", budget, mem_.base()) {}
+  std::string_view name() const override { return "cpu"; }
+  Arena& arena() override { return arena_; }
+  bool supports(OpKind, DType dt) const override { return dt == DType::f32; }
+  DType compute_dtype() const override { return DType::f32; }
+
+  void upload_f32(Tensor dst, const float* src) override { std::memcpy(dst.f32(), src, dst.bytes()); }
+  void download_f32(float* dst, Tensor src) override { std::memcpy(dst, src.f32(), src.bytes()); }
+  void upload_i32(Tensor dst, const int32_t* src) override { std::memcpy(dst.i32(), src, dst.bytes()); }
+  void zero(Tensor t) override { std::memset(t.data, 0, t.bytes()); }
+  void fill(Tensor t, float value) override {
+    float* p = t.f32();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+  }
+
+  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
+    cpu::embedding_fwd(F(out), tokens.i32(), F(wte), I(tokens.numel()), cols(wte));
+  }
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+    cpu::embedding_bwd(F(dwte), F(dout), tokens.i32(), I(tokens.numel()), cols(dout));
+  }
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
+    cpu::rmsnorm_fwd(F(out), F(rstd), F(x), F(w), rows(x), cols(x), eps);
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    cpu::rmsnorm_bwd(F(dx), F(dw), F(dout), F(x), F(w), F(rstd), rows(x), cols(x));
+  }
+  void linear_fwd(Tensor y, Tensor x, Tensor w) override {
+    cpu::linear_fwd(F(y), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
+  }
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+    cpu::linear_bwd(F(dx), F(dw), F(dy), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
+  }
+  // x is [N, H, D] (or [B, T, H, D], flattened over tokens).
+  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
+    int D = cols(x), H = I(x.shape[x.shape.nd - 2]);
+    cpu::rope_fwd(F(out), F(x), pos.i32(), F(inv_freq), I(pos.numel()), H, D);
+  }
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) override {
+    int D = cols(dout), H = I(dout.shape[dout.shape.nd - 2]);
+    cpu::rope_bwd(F(dx), F(dout), pos.i32(), F(inv_freq), I(pos.numel()), H, D);
+  }
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+    cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]),
+                       I(k.shape[2]), I(q.shape[3]));
+  }
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                     Tensor lse) override {
+    cpu::attention_bwd(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), F(out), F(lse), I(q.shape[0]),
+                       I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3]));
+  }
+  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
+    cpu::swiglu_fwd(F(out), F(gate), F(up), long(gate.numel()));
+  }
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
+    cpu::swiglu_bwd(F(dgate), F(dup), F(dout), F(gate), F(up), long(gate.numel()));
+  }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
+    cpu::add_fwd(F(out), F(a), F(b), scale, long(a.numel()));
+  }
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale) override {
+    cpu::add_bwd(F(da), F(db), F(dout), scale, long(dout.numel()));
+  }
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+    loss.f32()[0] = cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk,
+                                        nullptr);
+  }
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
+                      int chunk) override {
+    cpu::lm_head_ce_bwd(F(dx), F(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
+                        I(w.shape[0]), chunk);
+  }
+  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
+    cpu::lm_head_logits(F(logits), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
+  }
+  void grad_norm_sq(Tensor out, Tensor g) override {
+    out.f32()[0] = float(double(out.f32()[0]) + cpu::sum_squares(F(g), size_t(g.numel())));
+  }
+  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
+                  const AdamWParams& p, int t) override {
+    float scale = 1.0f;
+    if (max_norm > 0) {
+      float norm = std::sqrt(norm_sq.f32()[0]);
+      if (norm > max_norm) scale = max_norm / (norm + 1e-6f);
+    }
+    cpu::adamw_step(F(master), F(m), F(v), F(g), size_t(g.numel()), p, t, scale);
+    // On cpu the compute dtype is f32, so the master weights are the parameters.
+    if (param_out.defined() && param_out.data != master.data) std::memcpy(param_out.data, master.data, master.bytes());
+  }
+
+ private:
+  HostReservation mem_;
+  Arena arena_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(size_t budget) { return std::make_unique<CpuBackend>(budget); }
+
+}  // namespace strata

@@ -1,0 +1,64 @@
+// Linear layer y = x @ w^T (w [O, I], Hugging Face layout), cpu reference.
+// Loops keep the innermost index contiguous in every operand; temporaries make "+=" add each
+// result to the caller's gradient exactly once.
+#include <cstring>
+#include <vector>
+
+#include "kernels/linear.h"
+
+namespace strata::cpu {
+namespace {
+
+// Dot product with 8 independent partial sums so the compiler can vectorise it.
+float dot(const float* a, const float* b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+void linear_fwd(float* y, const float* x, const float* w, int N, int I, int O) {
+  for (int n = 0; n < N; n++) {
+    const float* xr = x + size_t(n) * I;  // [I]
+    float* yr = y + size_t(n) * O;        // [O]
+    for (int o = 0; o < O; o++) yr[o] = dot(xr, w + size_t(o) * I, I);
+  }
+}
+
+void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, int N, int I, int O) {
+  std::vector<float> tmp(I);  // [I]
+  if (dx) {
+    // dx[n, :] += sum_o dy[n, o] * w[o, :]
+    for (int n = 0; n < N; n++) {
+      std::memset(tmp.data(), 0, sizeof(float) * I);
+      const float* dyr = dy + size_t(n) * O;
+      for (int o = 0; o < O; o++) {
+        float g = dyr[o];
+        const float* wr = w + size_t(o) * I;
+        for (int i = 0; i < I; i++) tmp[i] += g * wr[i];
+      }
+      float* dxr = dx + size_t(n) * I;
+      for (int i = 0; i < I; i++) dxr[i] += tmp[i];
+    }
+  }
+  if (dw) {
+    // dw[o, :] += sum_n dy[n, o] * x[n, :]
+    for (int o = 0; o < O; o++) {
+      std::memset(tmp.data(), 0, sizeof(float) * I);
+      for (int n = 0; n < N; n++) {
+        float g = dy[size_t(n) * O + o];
+        const float* xr = x + size_t(n) * I;
+        for (int i = 0; i < I; i++) tmp[i] += g * xr[i];
+      }
+      float* dwr = dw + size_t(o) * I;
+      for (int i = 0; i < I; i++) dwr[i] += tmp[i];
+    }
+  }
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,48 @@
+// RMSNorm, cpu reference. Matches Hugging Face's LlamaRMSNorm in fp32:
+// rstd = rsqrt(mean(x^2) + eps) in float, out = w * (x * rstd).
+#include <cmath>
+#include <vector>
+
+#include "engine/error.h"
+#include "kernels/rmsnorm.h"
+
+namespace strata::cpu {
+
+void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) {
+  STRATA_CHECK(C > 0, "rmsnorm_fwd: C must be positive");
+  for (int n = 0; n < N; n++) {
+    const float* xr = x + size_t(n) * C;  // [C]
+    float* yr = out + size_t(n) * C;      // [C]
+    double ss = 0.0;                      // double sum, rounded once: closest to torch's float mean
+    for (int c = 0; c < C; c++) ss += double(xr[c]) * double(xr[c]);
+    float mean = float(ss / C);
+    float r = 1.0f / std::sqrt(mean + eps);
+    for (int c = 0; c < C; c++) yr[c] = w[c] * (xr[c] * r);
+    if (rstd) rstd[n] = r;
+  }
+}
+
+// With y_c = w_c x_c r and r = (mean(x^2) + eps)^-1/2:
+//   dx_c = r w_c dy_c - x_c r^3 / C * sum_k(dy_k w_k x_k),   dw_c = sum_n dy_c x_c r.
+void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+                 int C) {
+  std::vector<double> dw_acc(dw ? C : 0, 0.0);  // [C], summed over rows before touching dw
+  for (int n = 0; n < N; n++) {
+    const float* xr = x + size_t(n) * C;
+    const float* dy = dout + size_t(n) * C;
+    float r = rstd[n];
+    if (dx) {
+      double dot = 0.0;
+      for (int c = 0; c < C; c++) dot += double(dy[c]) * w[c] * xr[c];
+      float k = float(dot * double(r) * r * r / C);
+      float* dxr = dx + size_t(n) * C;
+      for (int c = 0; c < C; c++) dxr[c] += r * w[c] * dy[c] - xr[c] * k;
+    }
+    if (dw)
+      for (int c = 0; c < C; c++) dw_acc[c] += double(dy[c]) * xr[c] * r;
+  }
+  if (dw)
+    for (int c = 0; c < C; c++) dw[c] += float(dw_acc[c]);
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,241 @@
+#include "model/llama.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/ops.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "kernels/rope.h"
+#include "model/rng.h"
+
+namespace strata {
+
+namespace {
+std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d.begin(), s.d.begin() + s.nd); }
+std::string layer_name(int i, const std::string& rest) { return fmt::format("model.layers.{}.{}", i, rest); }
+std::string module_path(const std::string& m) {
+  return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp." + m : "self_attn." + m;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaConfig& c) {
+  int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  int64_t Q = c.num_attention_heads * D, KV = c.num_key_value_heads * D;
+  std::vector<std::pair<std::string, Shape>> w;
+  w.push_back({"model.embed_tokens.weight", Shape{V, C}});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    w.push_back({layer_name(i, "input_layernorm.weight"), Shape{C}});
+    w.push_back({layer_name(i, "self_attn.q_proj.weight"), Shape{Q, C}});
+    w.push_back({layer_name(i, "self_attn.k_proj.weight"), Shape{KV, C}});
+    w.push_back({layer_name(i, "self_attn.v_proj.weight"), Shape{KV, C}});
+    w.push_back({layer_name(i, "self_attn.o_proj.weight"), Shape{C, Q}});
+    w.push_back({layer_name(i, "post_attention_layernorm.weight"), Shape{C}});
+    w.push_back({layer_name(i, "mlp.gate_proj.weight"), Shape{F, C}});
+    w.push_back({layer_name(i, "mlp.up_proj.weight"), Shape{F, C}});
+    w.push_back({layer_name(i, "mlp.down_proj.weight"), Shape{C, F}});
+  }
+  w.push_back({"model.norm.weight", Shape{C}});
+  if (!c.tie_word_embeddings) w.push_back({"lm_head.weight", Shape{V, C}});
+  return w;
+}
+
+LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt) : be_(be), cfg_(cfg), opt_(opt) {
+  for (auto& [name, shape] : llama_weight_shapes(cfg_)) add_param(name, shape, opt_.train_base, false);
+  if (opt_.lora.enabled()) {
+    const int64_t r = opt_.lora.rank;
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i)
+      for (auto& m : opt_.lora.target_modules) {
+        Parameter* base = find(layer_name(i, module_path(m) + ".weight"));
+        if (!base)
+          STRATA_THROW(ConfigError, fmt::format("lora: unknown target module '{}' (expected q_proj, k_proj, v_proj, "
+                                                "o_proj, gate_proj, up_proj or down_proj)", m),
+                       "lora", "target_modules");
+        Shape ws = base->shape;
+        add_param(layer_name(i, module_path(m) + ".lora_A.weight"), Shape{r, ws[1]}, true, true);
+        add_param(layer_name(i, module_path(m) + ".lora_B.weight"), Shape{ws[0], r}, true, true);
+      }
+    // PEFT's init: A ~ kaiming-uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
+    Rng rng(opt_.lora.seed + 7);
+    for (auto& p : params_) {
+      if (!p.is_lora) continue;
+      std::vector<float> h(size_t(p.shape.numel()), 0.0f);
+      if (p.name.find("lora_A") != std::string::npos) {
+        double bound = 1.0 / std::sqrt(double(p.shape[1]));
+        for (auto& x : h) x = float((2.0 * rng.uniform() - 1.0) * bound);
+      }
+      be_.upload_f32(p.master.view(), h.data());
+    }
+  }
+  std::vector<float> inv(size_t(cfg_.head_dim / 2));
+  cpu::rope_inv_freq(inv.data(), cfg_.head_dim, cfg_.rope_theta, cfg_.rope_scaling);
+  inv_freq_ = Buffer(be_.arena(), DType::f32, Shape{int64_t(inv.size())}, "rope.inv_freq");
+  be_.upload_f32(inv_freq_.view(), inv.data());
+}
+
+int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is_lora) {
+  Parameter p;
+  p.name = std::move(name);
+  p.shape = shape;
+  p.trainable = trainable;
+  p.is_lora = is_lora;
+  p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
+  if (trainable) {
+    p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
+    p.m = Buffer(be_.arena(), DType::f32, shape, "adam.m");
+    p.v = Buffer(be_.arena(), DType::f32, shape, "adam.v");
+    be_.zero(p.grad.view());
+    be_.zero(p.m.view());
+    be_.zero(p.v.view());
+  }
+  params_.push_back(std::move(p));
+  return int(params_.size() - 1);
+}
+
+Parameter* LlamaModel::find(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+size_t LlamaModel::trainable_count() const {
+  size_t n = 0;
+  for (auto& p : params_) n += p.trainable ? size_t(p.shape.numel()) : 0;
+  return n;
+}
+
+size_t LlamaModel::param_count() const {
+  size_t n = 0;
+  for (auto& p : params_) n += size_t(p.shape.numel());
+  return n;
+}
+
+void LlamaModel::load(const std::string& dir) {
+  io::Checkpoint ck = io::Checkpoint::open_dir(dir);
+  std::vector<float> h;
+  for (auto& p : params_) {
+    if (p.is_lora) continue;
+    h.resize(size_t(p.shape.numel()));
+    ck.read_f32(p.name, dims(p.shape), h.data());
+    be_.upload_f32(p.master.view(), h.data());
+  }
+}
+
+void LlamaModel::init_random(uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> h;
+  for (auto& p : params_) {
+    if (p.is_lora) continue;
+    h.resize(size_t(p.shape.numel()));
+    bool norm = p.shape.nd == 1;
+    for (auto& x : h) x = norm ? 1.0f : float(0.02 * rng.normal());
+    be_.upload_f32(p.master.view(), h.data());
+  }
+}
+
+VId LlamaModel::pid(Tape& t, const std::string& name) {
+  Parameter* p = find(name);
+  STRATA_CHECK(p != nullptr, "no parameter " + name);
+  return t.param(name, p->value(), p->trainable ? p->grad_view() : Tensor());
+}
+
+VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight,
+                     const std::string& cls) {
+  bool lora = opt_.lora.enabled() && std::find(opt_.lora.target_modules.begin(), opt_.lora.target_modules.end(),
+                                               module) != opt_.lora.target_modules.end();
+  if (!lora) return ops::linear(t, x, pid(t, weight), cls);
+  std::string base = layer_name(layer, module_path(module));
+  VId y = ops::linear(t, x, pid(t, weight), cls + ".base");
+  VId a = ops::linear(t, x, pid(t, base + ".lora_A.weight"), cls + ".lora_a");
+  VId b = ops::linear(t, a, pid(t, base + ".lora_B.weight"), cls + ".lora_b");
+  return ops::add(t, y, b, opt_.lora.scale(), cls);
+}
+
+ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T) {
+  const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const float eps = cfg_.rms_norm_eps;
+  VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
+  VId inv = t.input("rope.inv_freq", inv_freq_.view());
+  VId x = ops::embedding(t, tok, pid(t, "model.embed_tokens.weight"), "L0.input");
+  const int L = cfg_.num_hidden_layers;
+  for (int i = 0; i < L; ++i) {
+    std::string P = fmt::format("L{}", i);
+    auto w = [&](const std::string& rest) { return layer_name(i, rest); };
+    auto [n1, r1] = ops::rmsnorm(t, x, pid(t, w("input_layernorm.weight")), eps, P + ".attn_norm");
+    VId q = proj(t, n1, i, "q_proj", w("self_attn.q_proj.weight"), P + ".attn.q_proj");
+    VId k = proj(t, n1, i, "k_proj", w("self_attn.k_proj.weight"), P + ".attn.k_proj");
+    VId v = proj(t, n1, i, "v_proj", w("self_attn.v_proj.weight"), P + ".attn.v");
+    q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q");
+    k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k");
+    auto [o, lse] = ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn");
+    VId a = proj(t, o, i, "o_proj", w("self_attn.o_proj.weight"), P + ".attn.o_proj");
+    VId h = ops::add(t, x, a, 1.0f, P + ".mid");
+    auto [n2, r2] = ops::rmsnorm(t, h, pid(t, w("post_attention_layernorm.weight")), eps, P + ".mlp_norm");
+    VId g = proj(t, n2, i, "gate_proj", w("mlp.gate_proj.weight"), P + ".mlp.gate");
+    VId u = proj(t, n2, i, "up_proj", w("mlp.up_proj.weight"), P + ".mlp.up");
+    VId s = ops::swiglu(t, g, u, P + ".mlp.act");
+    VId d = proj(t, s, i, "down_proj", w("mlp.down_proj.weight"), P + ".mlp.down");
+    // The last layer's output is the loss path's input: named outside the L* classes.
+    x = ops::add(t, h, d, 1.0f, i + 1 < L ? fmt::format("L{}.input", i + 1) : std::string("final_norm.input"));
+  }
+  auto [nf, rf] = ops::rmsnorm(t, x, pid(t, "model.norm.weight"), eps, "final_norm");
+  VId head = pid(t, cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  ForwardIds ids;
+  ids.loss = ops::lm_head_ce(t, nf, head, tgt, opt_.loss_chunk_tokens);
+  ids.final_hidden = nf;
+  return ids;
+}
+
+void LlamaModel::logits(Tape& t, VId final_hidden, Tensor out) {
+  Parameter* head = find(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  be_.lm_head_logits(out, t.tensor(final_hidden), head->value());
+}
+
+void LlamaModel::save(const std::string& dir) const {
+  std::filesystem::create_directories(dir);
+  std::vector<std::vector<float>> host;
+  std::vector<io::TensorToWrite> out;
+  host.reserve(params_.size());
+  for (auto& p : params_) {
+    if (p.is_lora) continue;
+    host.emplace_back(size_t(p.shape.numel()));
+    be_.download_f32(host.back().data(), p.value());
+    out.push_back({p.name, DType::f32, dims(p.shape), host.back().data()});
+  }
+  io::save_safetensors(dir + "/model.safetensors", out);
+  io::LlamaConfig c = cfg_;
+  c.torch_dtype = "float32";
+  io::write_file_atomic(dir + "/config.json", io::llama_config_to_json(c));
+}
+
+void LlamaModel::save_lora(const std::string& dir, const std::string& base_model_path) const {
+  STRATA_CHECK(opt_.lora.enabled(), "save_lora without adapters");
+  std::filesystem::create_directories(dir);
+  std::vector<std::vector<float>> host;
+  std::vector<io::TensorToWrite> out;
+  host.reserve(params_.size());
+  for (auto& p : params_) {
+    if (!p.is_lora) continue;
+    host.emplace_back(size_t(p.shape.numel()));
+    be_.download_f32(host.back().data(), p.value());
+    out.push_back({"base_model.model." + p.name, DType::f32, dims(p.shape), host.back().data()});
+  }
+  io::save_safetensors(dir + "/adapter_model.safetensors", out);
+  nlohmann::json j = {{"peft_type", "LORA"},
+                      {"task_type", "CAUSAL_LM"},
+                      {"base_model_name_or_path", base_model_path},
+                      {"r", opt_.lora.rank},
+                      {"lora_alpha", opt_.lora.alpha},
+                      {"lora_dropout", 0.0},
+                      {"bias", "none"},
+                      {"fan_in_fan_out", false},
+                      {"inference_mode", true},
+                      {"target_modules", opt_.lora.target_modules}};
+  io::write_file_atomic(dir + "/adapter_config.json", j.dump(2) + "\n");
+}
+
+}  // namespace strata

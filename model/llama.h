@@ -1,0 +1,88 @@
+// The Llama family on the tape: parameters in the device arena (fp32 master weights, gradients
+// and Adam moments for trainable ones), weights from Hugging Face checkpoints, LoRA adapters
+// with the base frozen, and the forward graph recorded per batch.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/tape.h"
+#include "io/hf_config.h"
+
+namespace strata {
+
+struct LoraConfig {
+  int rank = 0;  // 0: no adapters
+  float alpha = 16.0f;
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  uint64_t seed = 0;
+  bool enabled() const { return rank > 0; }
+  float scale() const { return alpha / float(rank); }
+};
+
+struct ModelOptions {
+  bool train_base = true;  // full finetune; false freezes every base weight (LoRA or frozen-base)
+  LoraConfig lora;
+  int loss_chunk_tokens = 512;  // rows of logits alive at once in the fused LM head + loss
+};
+
+struct Parameter {
+  std::string name;  // Hugging Face / PEFT name
+  Shape shape;
+  bool trainable = false;
+  bool is_lora = false;
+  Buffer master;  // fp32 weights (also the compute weights on the cpu backend)
+  Buffer grad;    // fp32, trainable only
+  Buffer m, v;    // AdamW moments, trainable only
+  Tensor value() const { return master.view(); }
+  Tensor grad_view() const { return grad.allocated() ? grad.view() : Tensor(); }
+};
+
+struct ForwardIds {
+  VId loss = -1;
+  VId final_hidden = -1;  // final-norm output, the LM head's input
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt);
+
+  // Loads every base weight from a Hugging Face checkpoint directory; errors name the file and tensor.
+  void load(const std::string& dir);
+  // Deterministic random init of the base weights (HF-like: normal(0, 0.02), norms at 1).
+  void init_random(uint64_t seed);
+
+  // Records one batch: tokens/targets/pos are [B*T] i32 device tensors.
+  ForwardIds build(Tape& tape, Tensor tokens, Tensor targets, Tensor pos, int B, int T);
+  // Logits [N, V] of a retained final-hidden value (evaluation and golden tests).
+  void logits(Tape& tape, VId final_hidden, Tensor out);
+
+  // Writes config.json + model.safetensors (base weights, fp32), atomically.
+  void save(const std::string& dir) const;
+  // Writes adapter_config.json + adapter_model.safetensors in PEFT's layout.
+  void save_lora(const std::string& dir, const std::string& base_model_path) const;
+
+  const io::LlamaConfig& config() const { return cfg_; }
+  const ModelOptions& options() const { return opt_; }
+  std::vector<Parameter>& params() { return params_; }
+  const std::vector<Parameter>& params() const { return params_; }
+  Parameter* find(const std::string& name);
+  size_t trainable_count() const;
+  size_t param_count() const;
+
+ private:
+  int add_param(std::string name, Shape shape, bool trainable, bool is_lora);
+  VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight, const std::string& cls);
+  VId pid(Tape& t, const std::string& name);
+
+  Backend& be_;
+  io::LlamaConfig cfg_;
+  ModelOptions opt_;
+  std::vector<Parameter> params_;
+  Buffer inv_freq_;  // [head_dim/2] f32
+};
+
+// Hugging Face names of the base weights for a config, in checkpoint order.
+std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaConfig& c);
+
+}  // namespace strata

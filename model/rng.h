@@ -1,0 +1,30 @@
+// A small deterministic generator (splitmix64 + Box-Muller) so checkpoints made by
+// strata-make-tiny and LoRA inits are the same on every platform and library version.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace strata {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+  double normal() {
+    double u1 = uniform(), u2 = uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  int below(int n) { return int(next() % uint64_t(n)); }
+
+ private:
+  uint64_t s_;
+};
+
+}  // namespace strata

@@ -1,0 +1,98 @@
+#include "model/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace strata {
+
+Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
+    : be_(be), model_(model), opt_(std::move(opt)), tape_(be) {
+  norm_sq_ = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
+}
+
+void Trainer::upload(const Batch& b) {
+  const int64_t n = int64_t(b.B) * b.T;
+  STRATA_CHECK(int64_t(b.inputs.size()) == n && int64_t(b.targets.size()) == n, "batch: inputs/targets size != B*T");
+  const int V = model_.config().vocab_size;
+  for (int64_t i = 0; i < n; ++i)
+    if (b.inputs[size_t(i)] < 0 || b.inputs[size_t(i)] >= V || b.targets[size_t(i)] >= V)
+      STRATA_THROW(ConfigError,
+                   fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch", "tokens");
+  if (!tokens_.allocated() || tokens_.view().numel() != n) {
+    tokens_.reset();
+    targets_.reset();
+    pos_.reset();
+    tokens_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.tokens");
+    targets_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.targets");
+    pos_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.positions");
+    std::vector<int32_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(i % b.T);
+    be_.upload_i32(pos_.view(), pos.data());
+  }
+  be_.upload_i32(tokens_.view(), b.inputs.data());
+  be_.upload_i32(targets_.view(), b.targets.data());
+}
+
+float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits) {
+  upload(b);
+  TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
+  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T);
+  tape_.apply_plan(with_backward ? opt_.plan : Plan::keep_everything());
+  if (logits) tape_.retain(ids.final_hidden);
+  if (with_backward)
+    for (auto& p : model_.params())
+      if (p.trainable) be_.zero(p.grad.view());
+  tape_.forward();
+  if (logits) {
+    const int64_t n = int64_t(b.B) * b.T, V = model_.config().vocab_size;
+    Buffer out(be_.arena(), be_.compute_dtype(), Shape{n, V}, "eval.logits");
+    model_.logits(tape_, ids.final_hidden, out.view());
+    logits->resize(size_t(n * V));
+    be_.download_f32(logits->data(), out.view());
+  }
+  if (with_backward) {
+    last_.saved_bytes = tape_.stats().saved_bytes_at_end_of_forward;
+    tape_.backward();
+    last_.recomputed_nodes = tape_.stats().recomputed_nodes;
+  }
+  float loss = 0.0f;
+  be_.download_f32(&loss, tape_.tensor(ids.loss));
+  return loss;
+}
+
+float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) { return run(b, true, logits); }
+
+float Trainer::evaluate(const Batch& b) { return run(b, false, nullptr); }
+
+StepStats Trainer::step(const Batch& b) {
+  auto t0 = std::chrono::steady_clock::now();
+  be_.arena().reset_peak();
+  last_ = {};
+  float loss = run(b, true, nullptr);
+  be_.zero(norm_sq_.view());
+  for (auto& p : model_.params())
+    if (p.trainable) be_.grad_norm_sq(norm_sq_.view(), p.grad.view());
+  ++t_;
+  AdamWParams ap = opt_.adam;
+  if (opt_.warmup_steps > 0 && t_ <= opt_.warmup_steps) ap.lr = opt_.adam.lr * float(t_) / float(opt_.warmup_steps);
+  for (auto& p : model_.params())
+    if (p.trainable)
+      be_.adamw_step(p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), norm_sq_.view(),
+                     opt_.max_grad_norm, ap, t_);
+  float norm_sq = 0.0f;
+  be_.download_f32(&norm_sq, norm_sq_.view());
+  be_.synchronize();
+  StepStats s = last_;
+  s.step = t_;
+  s.loss = loss;
+  s.grad_norm = std::sqrt(norm_sq);
+  s.lr = ap.lr;
+  s.tokens = size_t(b.B) * size_t(b.T);
+  s.peak_device_bytes = be_.arena().peak();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+}  // namespace strata

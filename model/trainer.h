@@ -1,0 +1,66 @@
+// One training step on the tape: upload the batch, record the graph, apply the memory plan,
+// forward, backward, clip, AdamW. The tape is cleared after every step, also when it throws.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/plan.h"
+#include "model/llama.h"
+
+namespace strata {
+
+struct TrainOptions {
+  AdamWParams adam;
+  float max_grad_norm = 1.0f;  // <= 0 disables clipping
+  int warmup_steps = 0;        // linear warmup of the learning rate
+  Plan plan = Plan::keep_everything();
+};
+
+struct StepStats {
+  int step = 0;
+  float loss = 0.0f;
+  float grad_norm = 0.0f;
+  float lr = 0.0f;
+  double seconds = 0.0;
+  size_t tokens = 0;
+  size_t peak_device_bytes = 0;  // arena peak during this step
+  size_t saved_bytes = 0;        // saved slots resident at the end of forward
+  long recomputed_nodes = 0;
+};
+
+// A batch: B rows of T input tokens and their targets (target < 0 is ignored).
+struct Batch {
+  int B = 0, T = 0;
+  std::vector<int32_t> inputs, targets;
+};
+
+class Trainer {
+ public:
+  Trainer(Backend& be, LlamaModel& model, TrainOptions opt);
+
+  // Forward + backward only: parameter gradients are left in each Parameter::grad. Returns the loss.
+  // With `logits`, also returns the [B*T, V] logits (small shapes only: evaluation and tests).
+  float compute_gradients(const Batch& b, std::vector<float>* logits = nullptr);
+  // A whole optimizer step.
+  StepStats step(const Batch& b);
+  // Mean loss without gradients or optimizer state changes.
+  float evaluate(const Batch& b);
+
+  Tape& tape() { return tape_; }
+  int steps_done() const { return t_; }
+  const TrainOptions& options() const { return opt_; }
+
+ private:
+  void upload(const Batch& b);
+  float run(const Batch& b, bool with_backward, std::vector<float>* logits);
+
+  Backend& be_;
+  LlamaModel& model_;
+  TrainOptions opt_;
+  Tape tape_;
+  Buffer tokens_, targets_, pos_, norm_sq_;
+  int t_ = 0;
+  StepStats last_;
+};
+
+}  // namespace strata

@@ -1,0 +1,229 @@
+// config.json parsing: both rope styles, llama3 values, HF defaults, and errors naming the field.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <optional>
+
+#include "engine/error.h"
+#include "io/atomic_file.h"
+#include "io/hf_config.h"
+
+namespace strata::io {
+namespace {
+
+// Llama-3.2-1B's config.json (transformers 4 style).
+const char* kLlama32_1B = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+const char* kMinimal = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "vocab_size": 100})";
+
+template <class E, class F>
+std::optional<E> catch_as(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+    return std::nullopt;
+  }
+  ADD_FAILURE() << "no exception thrown";
+  return std::nullopt;
+}
+
+// Parses `json` as "dir/config.json"; expects a ConfigError naming the file and `field`.
+void expect_config_error(const std::string& json, const std::string& field, std::vector<std::string> words = {}) {
+  const std::string path = "some/dir/config.json";
+  auto e = catch_as<ConfigError>([&] { parse_llama_config(json, path); });
+  if (!e) return;
+  EXPECT_EQ(e->file, path);
+  EXPECT_EQ(e->field, field) << e->what();
+  std::string what = e->what();
+  EXPECT_NE(what.find(path), std::string::npos) << what;
+  words.push_back(field);
+  for (const auto& w : words) EXPECT_NE(what.find(w), std::string::npos) << "'" << w << "' not in: " << what;
+}
+
+// kMinimal plus `extra` (`"key": value, ...`, keys not already in kMinimal).
+std::string minimal_with(const std::string& extra) {
+  std::string s = kMinimal;
+  return s.substr(0, s.size() - 1) + ", " + extra + "}";
+}
+
+TEST(io_config, Transformers4StyleLlama3) {
+  LlamaConfig c = parse_llama_config(kLlama32_1B, "config.json");
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.num_hidden_layers, 16);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0f);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0f);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+}
+
+TEST(io_config, Transformers4LegacyTypeKey) {
+  LlamaConfig c = parse_llama_config(minimal_with(R"("rope_scaling": {"type": "llama3", "factor": 8.0,
+      "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                                     "config.json");
+  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0f);
+}
+
+TEST(io_config, Transformers5RopeParameters) {
+  LlamaConfig c = parse_llama_config(minimal_with(R"("dtype": "bfloat16", "rope_parameters": {
+      "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                                     "config.json");
+  EXPECT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+
+  LlamaConfig d = parse_llama_config(
+      minimal_with(R"("rope_parameters": {"rope_type": "default", "rope_theta": 250000.0})"), "config.json");
+  EXPECT_EQ(d.rope_theta, 250000.0f);
+  EXPECT_FALSE(d.rope_scaling.llama3);
+}
+
+TEST(io_config, DefaultsFollowTransformers) {
+  LlamaConfig c = parse_llama_config(kMinimal, "config.json");
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6f);
+  EXPECT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.torch_dtype, "float32");
+
+  LlamaConfig n = parse_llama_config(minimal_with(R"("head_dim": null, "rope_scaling": null)"), "config.json");
+  EXPECT_EQ(n.head_dim, 16) << "explicit null head_dim means the default";
+  LlamaConfig r = parse_llama_config(minimal_with(R"("rope_scaling": {"rope_type": "default"})"), "config.json");
+  EXPECT_FALSE(r.rope_scaling.llama3);
+}
+
+TEST(io_config, MissingRequiredField) {
+  expect_config_error(R"({"intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                          "vocab_size": 100})",
+                      "hidden_size", {"missing required field 'hidden_size' (expected a positive integer)"});
+  expect_config_error(R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                          "num_attention_heads": 4})",
+                      "vocab_size", {"missing required field"});
+}
+
+TEST(io_config, WrongJsonType) {
+  expect_config_error(R"({"hidden_size": "64", "intermediate_size": 128, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "vocab_size": 100})",
+                      "hidden_size", {"\"64\"", "expected a positive integer"});
+  expect_config_error(minimal_with(R"("rms_norm_eps": "1e-5")"), "rms_norm_eps", {"expected a positive number"});
+  expect_config_error(minimal_with(R"("tie_word_embeddings": 1)"), "tie_word_embeddings", {"expected a boolean"});
+  expect_config_error(minimal_with(R"("head_dim": 16.5)"), "head_dim", {"expected a positive integer"});
+  expect_config_error(minimal_with(R"("rope_scaling": "llama3")"), "rope_scaling", {"expected an object"});
+}
+
+TEST(io_config, BadValues) {
+  expect_config_error(R"({"hidden_size": 0, "intermediate_size": 128, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "vocab_size": 100})",
+                      "hidden_size", {"positive integer"});
+  expect_config_error(minimal_with(R"("max_position_embeddings": -5)"), "max_position_embeddings");
+  expect_config_error(minimal_with(R"("head_dim": 15)"), "head_dim", {"even"});
+  expect_config_error(minimal_with(R"("model_type": "mistral")"), "model_type", {"'mistral'", "'llama'"});
+  expect_config_error("{not json", "json", {"invalid JSON"});
+}
+
+TEST(io_config, GqaDivisibility) {
+  expect_config_error(R"({"hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 2,
+                          "num_attention_heads": 6, "num_key_value_heads": 4, "vocab_size": 100})",
+                      "num_key_value_heads", {"num_attention_heads 6", "num_key_value_heads 4"});
+}
+
+TEST(io_config, UnsupportedRopeType) {
+  expect_config_error(minimal_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "rope_scaling.rope_type",
+                      {"'yarn'"});
+  expect_config_error(minimal_with(R"("rope_scaling": {"type": "dynamic", "factor": 4.0})"), "rope_scaling.rope_type",
+                      {"'dynamic'"});
+  expect_config_error(minimal_with(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6})"),
+                      "rope_parameters.rope_type", {"'yarn'"});
+}
+
+TEST(io_config, Llama3RequiresItsParameters) {
+  expect_config_error(minimal_with(R"("rope_scaling": {"rope_type": "llama3", "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                      "rope_scaling.factor");
+}
+
+TEST(io_config, RoundTripThroughJson) {
+  LlamaConfig a = parse_llama_config(kLlama32_1B, "config.json");
+  LlamaConfig b = parse_llama_config(kMinimal, "config.json");
+  b.rms_norm_eps = 1e-5f;
+  b.rope_theta = 123456.0f;
+  b.num_key_value_heads = 2;
+  b.head_dim = 32;
+  b.torch_dtype = "float16";
+  for (const LlamaConfig& c : {a, b}) {
+    std::string text = llama_config_to_json(c);
+    EXPECT_NE(text.find(R"("model_type": "llama")"), std::string::npos) << text;
+    EXPECT_NE(text.find("LlamaForCausalLM"), std::string::npos) << text;
+    LlamaConfig r = parse_llama_config(text, "out/config.json");
+    EXPECT_EQ(r.hidden_size, c.hidden_size);
+    EXPECT_EQ(r.intermediate_size, c.intermediate_size);
+    EXPECT_EQ(r.num_hidden_layers, c.num_hidden_layers);
+    EXPECT_EQ(r.num_attention_heads, c.num_attention_heads);
+    EXPECT_EQ(r.num_key_value_heads, c.num_key_value_heads);
+    EXPECT_EQ(r.head_dim, c.head_dim);
+    EXPECT_EQ(r.vocab_size, c.vocab_size);
+    EXPECT_EQ(r.max_position_embeddings, c.max_position_embeddings);
+    EXPECT_EQ(r.rms_norm_eps, c.rms_norm_eps);
+    EXPECT_EQ(r.rope_theta, c.rope_theta);
+    EXPECT_EQ(r.rope_scaling.llama3, c.rope_scaling.llama3);
+    EXPECT_EQ(r.rope_scaling.factor, c.rope_scaling.factor);
+    EXPECT_EQ(r.rope_scaling.low_freq_factor, c.rope_scaling.low_freq_factor);
+    EXPECT_EQ(r.rope_scaling.high_freq_factor, c.rope_scaling.high_freq_factor);
+    EXPECT_EQ(r.rope_scaling.original_max_position_embeddings, c.rope_scaling.original_max_position_embeddings);
+    EXPECT_EQ(r.tie_word_embeddings, c.tie_word_embeddings);
+    EXPECT_EQ(r.torch_dtype, c.torch_dtype);
+  }
+  // Floats are written in their shortest form, as HF writes them.
+  EXPECT_NE(llama_config_to_json(a).find(R"("rms_norm_eps": 1e-05)"), std::string::npos) << llama_config_to_json(a);
+}
+
+TEST(io_config, ReadFromFileOrDirectory) {
+  std::string dir = ::testing::TempDir() + "strata_cfg_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  write_file_atomic(dir + "/config.json", kLlama32_1B);
+  EXPECT_EQ(read_llama_config(dir).hidden_size, 2048);
+  EXPECT_EQ(read_llama_config(dir + "/config.json").vocab_size, 128256);
+
+  write_file_atomic(dir + "/config.json", R"({"hidden_size": 64})");
+  auto e = catch_as<ConfigError>([&] { read_llama_config(dir); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->file, dir + "/config.json");
+
+  auto io = catch_as<IoError>([&] { read_llama_config(dir + "/missing/config.json"); });
+  ASSERT_TRUE(io);
+  EXPECT_EQ(io->file, dir + "/missing/config.json");
+}
+
+}  // namespace
+}  // namespace strata::io

@@ -1,0 +1,177 @@
+// cpu reference kernel: chunked LM head + cross-entropy, against an unchunked reference computed
+// here in double, across chunk sizes that do not divide N, with ignored (-100) targets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/lm_head_ce.h"
+#include "kernels_test_util.h"
+
+namespace strata::test {
+namespace {
+
+using Vec = std::vector<float>;
+
+constexpr int N = 7, C = 9, V = 37;
+
+struct Problem {
+  Vec x = randn(size_t(N) * C, 51);
+  Vec w = randn(size_t(V) * C, 52, 0.5f);
+  std::vector<int32_t> targets = {3, -100, 36, 0, 17, -100, 5};
+};
+
+// Unchunked reference: loss, lse [N] and dL/dlogits [N, V] for dL = dloss * loss.
+struct Ref {
+  double loss = 0;
+  int n_valid = 0;
+  std::vector<double> lse, dlogits;
+};
+
+Ref reference(const Problem& p, double dloss) {
+  Ref r;
+  r.lse.assign(N, 0.0);
+  r.dlogits.assign(size_t(N) * V, 0.0);
+  std::vector<double> logits(size_t(N) * V, 0.0);
+  for (int n = 0; n < N; n++) {
+    double m = -INFINITY, sum = 0;
+    for (int v = 0; v < V; v++) {
+      for (int c = 0; c < C; c++) logits[n * V + v] += double(p.x[n * C + c]) * p.w[v * C + c];
+      m = std::max(m, logits[n * V + v]);
+    }
+    for (int v = 0; v < V; v++) sum += std::exp(logits[n * V + v] - m);
+    r.lse[n] = m + std::log(sum);
+    if (p.targets[n] >= 0) {
+      r.loss += r.lse[n] - logits[n * V + p.targets[n]];
+      r.n_valid++;
+    }
+  }
+  if (r.n_valid) r.loss /= r.n_valid;
+  for (int n = 0; n < N; n++) {
+    if (p.targets[n] < 0) continue;
+    for (int v = 0; v < V; v++)
+      r.dlogits[n * V + v] = (std::exp(logits[n * V + v] - r.lse[n]) - (v == p.targets[n])) * dloss / r.n_valid;
+  }
+  return r;
+}
+
+TEST(KernelsCpu, LmHeadCeForwardMatchesUnchunkedAndIsChunkInvariant) {
+  Problem p;
+  const Ref ref = reference(p, 1.0);
+  ASSERT_EQ(ref.n_valid, 5);
+  Vec lse4(N);
+  int n_valid = -1;
+  const float loss4 = cpu::lm_head_ce_fwd(lse4.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 4, &n_valid);
+  EXPECT_EQ(n_valid, 5);
+  EXPECT_NEAR(loss4, ref.loss, 1e-5 * ref.loss);
+  expect_all_near(lse4, ref.lse, 1e-5, 1e-6, "lse (ignored tokens included)");
+  for (int chunk : {1, 2, 3, 7, 100}) {
+    Vec lse(N);
+    const float loss =
+        cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, chunk, nullptr);
+    EXPECT_NEAR(loss, loss4, 1e-6) << "chunk " << chunk;
+    expect_all_near(lse, lse4, 0, 1e-7, "lse across chunks");
+  }
+}
+
+TEST(KernelsCpu, LmHeadCeBackwardMatchesReferenceAndFiniteDifferences) {
+  Problem p;
+  const float dloss = 1.7f;
+  const Ref ref = reference(p, dloss);
+  Vec lse(N);
+  cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 4, nullptr);
+  Vec dx(p.x.size(), 0.0f), dw(p.w.size(), 0.0f);
+  cpu::lm_head_ce_bwd(dx.data(), dw.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V, 4);
+
+  // Reference dx = dlogits @ w, dw = dlogits^T @ x.
+  std::vector<double> rdx(dx.size(), 0.0), rdw(dw.size(), 0.0);
+  for (int n = 0; n < N; n++)
+    for (int v = 0; v < V; v++)
+      for (int c = 0; c < C; c++) {
+        rdx[n * C + c] += ref.dlogits[n * V + v] * p.w[v * C + c];
+        rdw[v * C + c] += ref.dlogits[n * V + v] * p.x[n * C + c];
+      }
+  expect_all_near(dx, rdx, 1e-6, 1e-4, "dx vs reference");
+  expect_all_near(dw, rdw, 1e-6, 1e-4, "dw vs reference");
+  for (int c = 0; c < C; c++) EXPECT_EQ(dx[1 * C + c], 0.0f) << "ignored token gets no gradient";
+
+  Vec lse_tmp(N);
+  auto loss = [&] {
+    return double(dloss) *
+           cpu::lm_head_ce_fwd(lse_tmp.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 3, nullptr);
+  };
+  expect_grad_near(dx, fd_grad(p.x, loss, 1e-2f), "lm_head_ce dx");
+  expect_grad_near(dw, fd_grad(p.w, loss, 1e-2f), "lm_head_ce dw");
+
+  // Other chunk sizes give the same gradients.
+  for (int chunk : {1, 3, 7, 64}) {
+    Vec dxc(dx.size(), 0.0f), dwc(dw.size(), 0.0f);
+    cpu::lm_head_ce_bwd(dxc.data(), dwc.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V,
+                        chunk);
+    expect_all_near(dxc, dx, 1e-7, 1e-5, "dx across chunks");
+    expect_all_near(dwc, dw, 1e-7, 1e-5, "dw across chunks");
+  }
+}
+
+TEST(KernelsCpu, LmHeadCeAccumulatesAndSkipsNulls) {
+  Problem p;
+  Vec lse(N);
+  cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 4, nullptr);
+  Vec dx(p.x.size(), 0.0f), dw(p.w.size(), 0.0f);
+  auto bwd = [&](float* a, float* b) {
+    cpu::lm_head_ce_bwd(a, b, 1.0f, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V, 4);
+  };
+  bwd(dx.data(), dw.data());
+  Vec dx2 = dx, dw2 = dw;
+  bwd(dx2.data(), dw2.data());
+  for (size_t i = 0; i < dx.size(); i++) ASSERT_FLOAT_EQ(dx2[i], 2.0f * dx[i]);
+  for (size_t i = 0; i < dw.size(); i++) ASSERT_NEAR(dw2[i], 2.0f * dw[i], 1e-6f + 1e-6f * std::abs(dw[i]));
+  Vec dx_only(dx.size(), 0.0f), dw_only(dw.size(), 0.0f);
+  bwd(dx_only.data(), nullptr);
+  bwd(nullptr, dw_only.data());
+  expect_all_near(dx_only, dx, 0, 0, "dx alone");
+  expect_all_near(dw_only, dw, 0, 0, "dw alone");
+}
+
+TEST(KernelsCpu, LmHeadCeIgnoredTargets) {
+  Problem p;
+  // Dropping the ignored rows gives the same loss: they do not count in the mean.
+  Vec lse(N);
+  const float loss_all = cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 4, nullptr);
+  Vec xs;
+  std::vector<int32_t> ts;
+  for (int n = 0; n < N; n++)
+    if (p.targets[n] >= 0) {
+      xs.insert(xs.end(), p.x.begin() + n * C, p.x.begin() + (n + 1) * C);
+      ts.push_back(p.targets[n]);
+    }
+  Vec lse_s(ts.size());
+  const float loss_sub =
+      cpu::lm_head_ce_fwd(lse_s.data(), xs.data(), p.w.data(), ts.data(), int(ts.size()), C, V, 4, nullptr);
+  EXPECT_NEAR(loss_all, loss_sub, 1e-6);
+
+  // All ignored: loss 0, n_valid 0, gradients untouched.
+  std::vector<int32_t> none(N, -100);
+  int n_valid = -1;
+  const float loss0 = cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), none.data(), N, C, V, 4, &n_valid);
+  EXPECT_EQ(loss0, 0.0f);
+  EXPECT_EQ(n_valid, 0);
+  Vec dx(p.x.size(), 0.5f), dw(p.w.size(), -0.25f);
+  cpu::lm_head_ce_bwd(dx.data(), dw.data(), 1.0f, p.x.data(), p.w.data(), none.data(), lse.data(), N, C, V, 4);
+  for (float g : dx) ASSERT_EQ(g, 0.5f);
+  for (float g : dw) ASSERT_EQ(g, -0.25f);
+}
+
+TEST(KernelsCpu, LmHeadLogitsIsPlainMatmul) {
+  Problem p;
+  Vec logits(size_t(N) * V);
+  cpu::lm_head_logits(logits.data(), p.x.data(), p.w.data(), N, C, V);
+  std::vector<double> ref(logits.size(), 0.0);
+  for (int n = 0; n < N; n++)
+    for (int v = 0; v < V; v++)
+      for (int c = 0; c < C; c++) ref[n * V + v] += double(p.x[n * C + c]) * p.w[v * C + c];
+  expect_all_near(logits, ref, 1e-5, 1e-5, "logits");
+}
+
+}  // namespace
+}  // namespace strata::test
