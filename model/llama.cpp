@@ -45,7 +45,7 @@ std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaCo
 }
 
 LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt) : be_(be), cfg_(cfg), opt_(opt) {
-  for (auto& [name, shape] : llama_weight_shapes(cfg_)) add_param(name, shape, opt_.train_base, false);
+  for (auto& [name, shape] : llama_weight_shapes(cfg_)) add_param(name, shape, opt_.train_base || (opt_.train_norms && shape.nd == 1), false);
   if (opt_.lora.enabled()) {
     const int64_t r = opt_.lora.rank;
     for (int i = 0; i < cfg_.num_hidden_layers; ++i)

@@ -21,7 +21,8 @@ struct LoraConfig {
 };
 
 struct ModelOptions {
-  bool train_base = true;  // full finetune; false freezes every base weight (LoRA or frozen-base)
+  bool train_base = true;    // full finetune; false freezes the base weights (LoRA or frozen-base)
+  bool train_norms = false;  // with train_base false: the RMSNorm weights still train (adapter-style)
   LoraConfig lora;
   int loss_chunk_tokens = 512;  // rows of logits alive at once in the fused LM head + loss
 };

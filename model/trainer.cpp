@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 
@@ -60,6 +62,37 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   float loss = 0.0f;
   be_.download_f32(&loss, tape_.tensor(ids.loss));
   return loss;
+}
+
+std::vector<PlanRow> Trainer::plan_table(int B, int T) {
+  Batch b;
+  b.B = B;
+  b.T = T;
+  b.inputs.assign(size_t(B) * T, 0);
+  b.targets.assign(size_t(B) * T, 0);
+  upload(b);
+  TapeGuard guard(tape_);
+  model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), B, T);
+  tape_.apply_plan(opt_.plan);
+  std::vector<PlanRow> rows;
+  for (auto& v : tape_.values()) {
+    if (v.external || !v.saved()) continue;
+    std::string cls = v.cls;
+    if (cls.size() > 1 && cls[0] == 'L' && std::isdigit(static_cast<unsigned char>(cls[1]))) {
+      size_t dot = cls.find('.');
+      cls = "L*" + (dot == std::string::npos ? std::string() : cls.substr(dot));
+    }
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const PlanRow& r) { return r.cls == cls; });
+    if (it == rows.end()) {
+      rows.push_back({cls, decision_name(v.decision), 0, 0});
+      it = rows.end() - 1;
+    } else if (it->decision != decision_name(v.decision)) {
+      it->decision = "mixed";
+    }
+    it->bytes += size_t(v.shape.numel()) * dtype_size(v.dtype);
+    it->count++;
+  }
+  return rows;
 }
 
 float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) { return run(b, true, logits); }

@@ -34,6 +34,14 @@ struct Batch {
   std::vector<int32_t> inputs, targets;
 };
 
+// One row of the resolved plan: a slot class with layer numbers folded ("L*.attn.q").
+struct PlanRow {
+  std::string cls;
+  std::string decision;  // "keep", "recompute", ... or "mixed" (e.g. every-N checkpointing)
+  size_t bytes = 0;      // all instances together
+  int count = 0;         // instances (layers)
+};
+
 class Trainer {
  public:
   Trainer(Backend& be, LlamaModel& model, TrainOptions opt);
@@ -45,6 +53,9 @@ class Trainer {
   StepStats step(const Batch& b);
   // Mean loss without gradients or optimizer state changes.
   float evaluate(const Batch& b);
+
+  // The plan resolved on this model's real slot classes for a batch shape (records, then clears).
+  std::vector<PlanRow> plan_table(int B, int T);
 
   Tape& tape() { return tape_; }
   int steps_done() const { return t_; }

@@ -1,0 +1,165 @@
+// strata-train: trains a Hugging Face Llama checkpoint (full finetune, frozen base or LoRA) on a
+// token file through the tape, with the memory plan from the YAML config.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "io/hf_config.h"
+#include "io/tokens.h"
+#include "model/data.h"
+#include "model/llama.h"
+#include "model/train_config.h"
+#include "model/trainer.h"
+#include "tools/backend_select.h"
+#include "tools/cli.h"
+
+using namespace strata;
+
+static const char* kUsage =
+    "usage: strata-train --model DIR --data FILE --seq N --batch B --steps S --lr X\n"
+    "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
+    "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory 16GiB]\n"
+    "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
+    "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n";
+
+namespace {
+
+void print_plan(std::FILE* out, const std::string& preset, const std::vector<PlanRow>& rows) {
+  std::fprintf(out, "plan (%s):\n  %-24s %-10s %8s %14s\n", preset.c_str(), "class", "decision", "count", "bytes");
+  for (auto& r : rows)
+    std::fprintf(out, "  %-24s %-10s %8d %14s\n", r.cls.c_str(), r.decision.c_str(), r.count,
+                 format_bytes(r.bytes).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  TrainConfig cfg;
+  bool json = false;
+  try {
+    cli::Args a(argc, argv,
+                {"model", "data", "seq", "batch", "steps", "lr", "backend", "config", "lora-rank", "lora-alpha",
+                 "device-memory", "max-grad-norm", "weight-decay", "warmup-steps", "save", "seed", "loss-chunk"},
+                {"json", "freeze-base", "help"});
+    if (a.has("help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    cfg.backend = "auto";
+    if (a.has("config")) apply_yaml(cfg, a.str("config"));
+    cfg.model_dir = a.str("model", cfg.model_dir);
+    cfg.data_path = a.str("data", cfg.data_path);
+    cfg.seq = int(a.integer("seq", cfg.seq));
+    cfg.batch = int(a.integer("batch", cfg.batch));
+    cfg.steps = int(a.integer("steps", cfg.steps));
+    cfg.lr = float(a.number("lr", cfg.lr));
+    cfg.backend = a.str("backend", cfg.backend);
+    cfg.max_grad_norm = float(a.number("max-grad-norm", cfg.max_grad_norm));
+    cfg.weight_decay = float(a.number("weight-decay", cfg.weight_decay));
+    cfg.warmup_steps = int(a.integer("warmup-steps", cfg.warmup_steps));
+    cfg.seed = uint64_t(a.integer("seed", long(cfg.seed)));
+    cfg.loss_chunk_tokens = int(a.integer("loss-chunk", cfg.loss_chunk_tokens));
+    cfg.lora.rank = int(a.integer("lora-rank", cfg.lora.rank));
+    cfg.lora.alpha = float(a.number("lora-alpha", cfg.lora.alpha));
+    if (a.has("freeze-base")) cfg.freeze_base = true;
+    if (a.has("device-memory")) cfg.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
+    if (a.has("save")) cfg.output_dir = a.str("save");
+    json = a.has("json");
+    if (cfg.model_dir.empty()) throw ConfigError("--model DIR is required", "command line", "model");
+    if (cfg.data_path.empty()) throw ConfigError("--data FILE is required", "command line", "data");
+    if (cfg.seq < 1 || cfg.batch < 1 || cfg.steps < 0)
+      throw ConfigError(fmt::format("--seq ({}) and --batch ({}) must be >= 1 and --steps ({}) >= 0", cfg.seq,
+                                    cfg.batch, cfg.steps), "command line", "seq");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata-train: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
+
+  std::FILE* info = json ? stderr : stdout;  // with --json, stdout carries only the JSON lines
+  try {
+    io::LlamaConfig mc = io::read_llama_config(cfg.model_dir);
+    if (cfg.seq > mc.max_position_embeddings)
+      std::fprintf(stderr, "strata-train: warning: --seq %d exceeds max_position_embeddings %d of %s/config.json\n",
+                   cfg.seq, mc.max_position_embeddings, cfg.model_dir.c_str());
+    std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
+    const std::string be_name = resolve_backend_name(cfg.backend);
+    auto be = make_backend(be_name, cfg.device_budget_bytes);
+
+    ModelOptions mo;
+    mo.lora = cfg.lora;
+    mo.lora.seed = cfg.seed;
+    mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
+    mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
+    mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
+    LlamaModel model(*be, mc, mo);
+    model.load(cfg.model_dir);
+
+    TrainOptions to;
+    to.adam = {cfg.lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
+    to.max_grad_norm = cfg.max_grad_norm;
+    to.warmup_steps = cfg.warmup_steps;
+    to.plan = cfg.plan;
+    Trainer trainer(*be, model, to);
+
+    std::fprintf(info,
+                 "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
+                 "%.2fM trainable%s\n",
+                 cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size,
+                 mc.num_attention_heads, mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6,
+                 model.trainable_count() / 1e6, cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
+    std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
+                 tokens.size(), cfg.batch, cfg.seq, cfg.steps, double(cfg.lr));
+    print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
+    std::fflush(info);
+
+    TokenBatcher batches(std::move(tokens), cfg.batch, cfg.seq);
+    double total_s = 0;
+    size_t total_tokens = 0, peak = 0;
+    float first_loss = 0, last_loss = 0;
+    for (int s = 0; s < cfg.steps; ++s) {
+      StepStats st = trainer.step(batches.next());
+      total_s += st.seconds;
+      total_tokens += st.tokens;
+      peak = std::max(peak, st.peak_device_bytes);
+      if (s == 0) first_loss = st.loss;
+      last_loss = st.loss;
+      double tps = st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0;
+      if (json) {
+        std::printf("{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
+                    "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld}\n",
+                    st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds,
+                    st.peak_device_bytes, st.saved_bytes, st.recomputed_nodes);
+        std::fflush(stdout);
+      } else {
+        std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,
+                    cfg.steps, double(st.loss), double(st.grad_norm), double(st.lr), tps,
+                    format_bytes(st.peak_device_bytes).c_str(), st.seconds);
+        std::fflush(stdout);
+      }
+    }
+    const Arena& ar = be->arena();
+    std::fprintf(info,
+                 "done: %d steps, loss %.4f -> %.4f | %.0f tok/s | device arena peak %s (high-water %s, "
+                 "fragmentation %.1f%%, budget %s)\n",
+                 cfg.steps, double(first_loss), double(last_loss), total_s > 0 ? total_tokens / total_s : 0.0,
+                 format_bytes(peak).c_str(), format_bytes(ar.high_water()).c_str(), 100.0 * ar.fragmentation(),
+                 format_bytes(ar.budget()).c_str());
+    if (!cfg.output_dir.empty()) {
+      if (cfg.lora.enabled()) {
+        model.save_lora(cfg.output_dir, cfg.model_dir);
+        std::fprintf(info, "saved LoRA adapter (PEFT layout) to %s\n", cfg.output_dir.c_str());
+      } else {
+        model.save(cfg.output_dir);
+        std::fprintf(info, "saved model to %s\n", cfg.output_dir.c_str());
+      }
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata-train: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-train: unexpected error: %s\n", e.what());
+    return 1;
+  }
+}
