@@ -200,7 +200,8 @@ void Tape::materialize(VId id, int cur) {
   run_forward(v.producer, true);
   stats_.recomputed_nodes++;
   for (VId o : p.out)
-    if (o != id && !needed_from(values_[size_t(o)], cur) && !retained_[size_t(o)]) release(o);
+    if (o != id && !needed_from(values_[size_t(o)], cur) && !retained_[size_t(o)] && !values_[size_t(o)].is_loss)
+      release(o);
   for (VId u : transient) release(u);
 }
 

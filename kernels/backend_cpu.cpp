@@ -82,7 +82,8 @@ class CpuBackend final : public Backend {
     cpu::linear_fwd(F(y), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
   }
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
-    cpu::linear_bwd(F(dx), F(dw), F(dy), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
+    // x is undefined when the weight is frozen (it was not saved): shapes come from dy and w.
+    cpu::linear_bwd(F(dx), F(dw), F(dy), F(x), F(w), rows(dy), cols(w), I(w.shape[0]));
   }
   // x is [N, H, D] (or [B, T, H, D], flattened over tokens).
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {

@@ -1,0 +1,190 @@
+// Every memory plan must give the same losses and gradients as keep-everything, bit for bit on
+// cpu, while lowering the peak; and no slot may outlive a step, an evaluation or an exception.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+
+#include "engine/backend.h"
+#include "model/data.h"
+#include "model/llama.h"
+#include "model/rng.h"
+#include "model/trainer.h"
+
+using namespace strata;
+
+namespace {
+
+io::LlamaConfig tiny_config() {
+  io::LlamaConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 61;
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+struct RunResult {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params, grads;
+  size_t peak = 0;
+  long recomputed = 0;
+  std::map<std::string, int> allocs_per_tag;
+};
+
+RunResult run(const Plan& plan, ModelOptions mo = {}, int steps = 3, bool log = false) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, tiny_config(), mo);
+  model.init_random(11);
+  TrainOptions to;
+  to.adam.lr = 1e-2f;
+  to.plan = plan;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  RunResult r;
+  be->arena().set_logging(log);
+  for (int s = 0; s < steps; ++s) {
+    StepStats st = tr.step(data.next());
+    r.losses.push_back(st.loss);
+    r.peak = std::max(r.peak, st.peak_device_bytes);
+    r.recomputed += st.recomputed_nodes;
+  }
+  for (auto& p : model.params()) {
+    std::vector<float> h(size_t(p.shape.numel()));
+    be->download_f32(h.data(), p.value());
+    r.params.push_back(h);
+    if (p.trainable) {
+      be->download_f32(h.data(), p.grad_view());
+      r.grads.push_back(h);
+    }
+  }
+  for (auto& e : be->arena().events())
+    if (e.delta > 0) r.allocs_per_tag[e.tag]++;
+  return r;
+}
+
+void expect_bit_identical(const RunResult& a, const RunResult& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i << " differs ("
+                                                             << a.losses[i] << " vs " << b.losses[i] << ")";
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0)
+        << what << ": gradient " << i << " differs";
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0)
+        << what << ": parameter " << i << " differs after the steps";
+}
+
+TEST(Plans, PresetsAreBitIdenticalToKeepEverythingAndLowerThePeak) {
+  RunResult keep = run(Plan::keep_everything());
+  EXPECT_EQ(keep.recomputed, 0);
+  EXPECT_LT(keep.losses.back(), keep.losses.front() + 1.0f);
+  for (const Plan& p : {Plan::gradient_checkpointing(1), Plan::gradient_checkpointing(2), Plan::selective_recompute()}) {
+    RunResult r = run(p);
+    expect_bit_identical(keep, r, p.preset);
+    EXPECT_GT(r.recomputed, 0) << p.preset << " recomputed nothing";
+    EXPECT_LT(r.peak, keep.peak) << p.preset << " did not lower the peak";
+  }
+}
+
+TEST(Plans, CheckpointingEveryTwoLayersReplaysLongerSegments) {
+  RunResult keep = run(Plan::keep_everything());
+  RunResult g1 = run(Plan::gradient_checkpointing(1));
+  RunResult g2 = run(Plan::gradient_checkpointing(2));
+  // Odd layers' inputs are dropped too, so their replays run through the layer before.
+  EXPECT_GT(g2.recomputed, g1.recomputed);
+  EXPECT_LT(g2.peak, keep.peak);
+}
+
+TEST(Plans, RandomPerClassPlansAreBitIdentical) {
+  RunResult keep = run(Plan::keep_everything(), {}, 2);
+  // The slot classes of this model.
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, tiny_config(), {});
+  Trainer tr(*be, model, {});
+  std::vector<PlanRow> rows = tr.plan_table(2, 19);
+  ASSERT_GT(rows.size(), 10u);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Rng rng(seed);
+    Plan p;
+    p.preset = "random";
+    for (int l = 0; l < tiny_config().num_hidden_layers; ++l)
+      for (auto& r : rows) {
+        std::string cls = r.cls.rfind("L*", 0) == 0 ? "L" + std::to_string(l) + r.cls.substr(2) : r.cls;
+        p.add(cls, rng.below(2) ? Decision::recompute : Decision::keep);
+      }
+    expect_bit_identical(keep, run(p, {}, 2), "random plan " + std::to_string(seed));
+  }
+}
+
+TEST(Plans, LoraAndFrozenBaseAreBitIdenticalUnderCheckpointing) {
+  ModelOptions lora;
+  lora.train_base = false;
+  lora.lora.rank = 4;
+  lora.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+  expect_bit_identical(run(Plan::keep_everything(), lora), run(Plan::gradient_checkpointing(1), lora), "lora+gc");
+  ModelOptions frozen;
+  frozen.train_base = false;
+  frozen.train_norms = true;
+  RunResult fk = run(Plan::keep_everything(), frozen);
+  expect_bit_identical(fk, run(Plan::gradient_checkpointing(1), frozen), "frozen+gc");
+  // A frozen linear saves nothing but its weight: the frozen run keeps fewer bytes than full finetune.
+  EXPECT_LT(fk.peak, run(Plan::keep_everything()).peak);
+}
+
+TEST(Plans, EventLogShowsRecomputedSlotsLeavingAndComingBack) {
+  RunResult keep = run(Plan::keep_everything(), {}, 1, true);
+  RunResult gc = run(Plan::gradient_checkpointing(1), {}, 1, true);
+  // keep: each slot allocated once; checkpointing: dropped in forward, rebuilt in backward.
+  EXPECT_EQ(keep.allocs_per_tag["L1.mlp.gate"], 1);
+  EXPECT_EQ(gc.allocs_per_tag["L1.mlp.gate"], 2);
+  EXPECT_EQ(gc.allocs_per_tag["L1.input"], 1) << "a kept layer input must not be rebuilt";
+  EXPECT_EQ(gc.allocs_per_tag["final_norm.out"], 1);
+}
+
+TEST(Tape, NoSlotOutlivesAStepAnEvaluationOrAnException) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, tiny_config(), {});
+  model.init_random(5);
+  TrainOptions to;
+  to.plan = Plan::gradient_checkpointing(1);
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  tr.step(data.next());  // allocates the batch buffers once
+  const size_t base = be->arena().in_use();
+  tr.step(data.next());
+  EXPECT_EQ(be->arena().in_use(), base);
+  tr.evaluate(data.next());
+  EXPECT_EQ(be->arena().in_use(), base);
+  EXPECT_TRUE(tr.tape().nodes().empty());
+  Batch bad = data.next();
+  bad.targets[5] = 61;  // >= vocab_size
+  EXPECT_THROW(tr.step(bad), ConfigError);
+  EXPECT_EQ(be->arena().in_use(), base);
+  EXPECT_TRUE(tr.tape().values().empty());
+}
+
+TEST(Plans, HostAndDiskTiersAreRefusedClearlyUntilTheyExist) {
+  Plan p;
+  p.add("L*.mlp.up", Decision::host);
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, tiny_config(), {});
+  TrainOptions to;
+  to.plan = p;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  try {
+    tr.step(data.next());
+    FAIL() << "a host decision must be refused";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("L0.mlp.up"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
