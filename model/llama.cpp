@@ -68,7 +68,7 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
         double bound = 1.0 / std::sqrt(double(p.shape[1]));
         for (auto& x : h) x = float((2.0 * rng.uniform() - 1.0) * bound);
       }
-      be_.upload_f32(p.master.view(), h.data());
+      set_weights(p, h.data());
     }
   }
   std::vector<float> inv(size_t(cfg_.head_dim / 2));
@@ -84,6 +84,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   p.trainable = trainable;
   p.is_lora = is_lora;
   p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
+  if (be_.compute_dtype() != DType::f32) p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, "weights.compute");
   if (trainable) {
     p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
     p.m = Buffer(be_.arena(), DType::f32, shape, "adam.m");
@@ -94,6 +95,11 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   }
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
+}
+
+void LlamaModel::set_weights(Parameter& p, const float* host) {
+  be_.upload_f32(p.master.view(), host);
+  if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
 }
 
 Parameter* LlamaModel::find(const std::string& name) {
@@ -121,7 +127,7 @@ void LlamaModel::load(const std::string& dir) {
     if (p.is_lora) continue;
     h.resize(size_t(p.shape.numel()));
     ck.read_f32(p.name, dims(p.shape), h.data());
-    be_.upload_f32(p.master.view(), h.data());
+    set_weights(p, h.data());
   }
 }
 
@@ -133,7 +139,7 @@ void LlamaModel::init_random(uint64_t seed) {
     h.resize(size_t(p.shape.numel()));
     bool norm = p.shape.nd == 1;
     for (auto& x : h) x = norm ? 1.0f : float(0.02 * rng.normal());
-    be_.upload_f32(p.master.view(), h.data());
+    set_weights(p, h.data());
   }
 }
 
@@ -203,7 +209,7 @@ void LlamaModel::save(const std::string& dir) const {
   for (auto& p : params_) {
     if (p.is_lora) continue;
     host.emplace_back(size_t(p.shape.numel()));
-    be_.download_f32(host.back().data(), p.value());
+    be_.download_f32(host.back().data(), p.master.view());
     out.push_back({p.name, DType::f32, dims(p.shape), host.back().data()});
   }
   io::save_safetensors(dir + "/model.safetensors", out);
@@ -221,7 +227,7 @@ void LlamaModel::save_lora(const std::string& dir, const std::string& base_model
   for (auto& p : params_) {
     if (!p.is_lora) continue;
     host.emplace_back(size_t(p.shape.numel()));
-    be_.download_f32(host.back().data(), p.value());
+    be_.download_f32(host.back().data(), p.master.view());
     out.push_back({"base_model.model." + p.name, DType::f32, dims(p.shape), host.back().data()});
   }
   io::save_safetensors(dir + "/adapter_model.safetensors", out);

@@ -32,10 +32,11 @@ struct Parameter {
   Shape shape;
   bool trainable = false;
   bool is_lora = false;
-  Buffer master;  // fp32 weights (also the compute weights on the cpu backend)
-  Buffer grad;    // fp32, trainable only
-  Buffer m, v;    // AdamW moments, trainable only
-  Tensor value() const { return master.view(); }
+  Buffer master;   // fp32 weights (also the compute weights on the cpu backend)
+  Buffer compute;  // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
+  Buffer grad;     // fp32, trainable only
+  Buffer m, v;     // AdamW moments, trainable only
+  Tensor value() const { return compute.allocated() ? compute.view() : master.view(); }
   Tensor grad_view() const { return grad.allocated() ? grad.view() : Tensor(); }
 };
 
@@ -73,6 +74,7 @@ class LlamaModel {
 
  private:
   int add_param(std::string name, Shape shape, bool trainable, bool is_lora);
+  void set_weights(Parameter& p, const float* host);
   VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight, const std::string& cls);
   VId pid(Tape& t, const std::string& name);
 
