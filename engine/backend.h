@@ -2,6 +2,7 @@
 // same ops over Tensors in their own arena. Everything above it is written once.
 #pragma once
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +38,11 @@ class Backend {
   virtual void fill(Tensor t, float value) = 0;
   // Blocks until all queued work finished (a step boundary; never inside a step).
   virtual void synchronize() {}
+  // Device memory in use by the whole process as the driver sees it (cudaMemGetInfo: total -
+  // free), beside the arena's own accounting; 0 where there is no such device.
+  virtual size_t device_used_bytes() { return 0; }
+  // A one-line description of the device ("cpu", "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB").
+  virtual std::string device_name() { return std::string(name()); }
 
   // --- ops; every backward accumulates into its gradient outputs; undefined grads are skipped.
   virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) = 0;

@@ -24,7 +24,7 @@ struct TrainConfig {
   bool freeze_base = false;  // frozen-base training: only norms... or adapters train
   LoraConfig lora;
   Plan plan = Plan::keep_everything();
-  size_t device_budget_bytes = size_t(16) << 30;  // arena reservation
+  size_t device_budget_bytes = 0;  // arena reservation; 0 = auto (cuda: free memory - 2 GiB; cpu: 16 GiB)
   int loss_chunk_tokens = 512;
   uint64_t seed = 0;
   std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)

@@ -49,7 +49,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   tape_.forward();
   if (logits) {
     const int64_t n = int64_t(b.B) * b.T, V = model_.config().vocab_size;
-    Buffer out(be_.arena(), be_.compute_dtype(), Shape{n, V}, "eval.logits");
+    Buffer out(be_.arena(), DType::f32, Shape{n, V}, "eval.logits");
     model_.logits(tape_, ids.final_hidden, out.view());
     logits->resize(size_t(n * V));
     be_.download_f32(logits->data(), out.view());

@@ -4,13 +4,12 @@
 #include <string>
 
 #include "engine/backend.h"
+#ifdef STRATA_HAVE_CUDA
+#include "kernels/backend_cuda.h"
+#endif
 
 namespace strata {
 
-#ifdef STRATA_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(size_t arena_budget_bytes);
-bool cuda_device_present();
-#endif
 
 inline std::string resolve_backend_name(const std::string& name) {
   if (name != "auto") return name;
@@ -20,8 +19,10 @@ inline std::string resolve_backend_name(const std::string& name) {
   return "cpu";
 }
 
+// budget 0 = auto: the cuda backend takes the GPU's free memory less headroom; the cpu backend
+// reserves 16 GiB of address space (pages are only touched as the arena uses them).
 inline std::unique_ptr<Backend> make_backend(const std::string& name, size_t budget) {
-  if (name == "cpu") return make_cpu_backend(budget);
+  if (name == "cpu") return make_cpu_backend(budget ? budget : size_t(16) << 30);
   if (name == "cuda") {
 #ifdef STRATA_HAVE_CUDA
     return make_cuda_backend(budget);

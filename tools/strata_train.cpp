@@ -102,6 +102,8 @@ int main(int argc, char** argv) {
     to.plan = cfg.plan;
     Trainer trainer(*be, model, to);
 
+    std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
+                 format_bytes(be->arena().budget()).c_str());
     std::fprintf(info,
                  "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
                  "%.2fM trainable%s\n",
@@ -127,9 +129,10 @@ int main(int argc, char** argv) {
       double tps = st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0;
       if (json) {
         std::printf("{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
-                    "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld}\n",
+                    "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"device_used_bytes\": %zu, \"saved_bytes\": %zu, "
+                    "\"recomputed_nodes\": %ld}\n",
                     st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds,
-                    st.peak_device_bytes, st.saved_bytes, st.recomputed_nodes);
+                    st.peak_device_bytes, be->device_used_bytes(), st.saved_bytes, st.recomputed_nodes);
         std::fflush(stdout);
       } else {
         std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,
@@ -145,6 +148,9 @@ int main(int argc, char** argv) {
                  cfg.steps, double(first_loss), double(last_loss), total_s > 0 ? total_tokens / total_s : 0.0,
                  format_bytes(peak).c_str(), format_bytes(ar.high_water()).c_str(), 100.0 * ar.fragmentation(),
                  format_bytes(ar.budget()).c_str());
+    if (size_t used = be->device_used_bytes())
+      std::fprintf(info, "device memory in use (cudaMemGetInfo, whole process incl. the arena reservation): %s\n",
+                   format_bytes(used).c_str());
     if (!cfg.output_dir.empty()) {
       if (cfg.lora.enabled()) {
         model.save_lora(cfg.output_dir, cfg.model_dir);

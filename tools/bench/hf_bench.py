@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers + PyTorch baseline for strata-bench, same shapes, same GPU, same run.
+
+Method (as in shared/ANCHORS.md): random-init LlamaForCausalLM in bf16, sdpa attention, fused
+AdamW, batch 1, random tokens; median step time of --steps after --warmup; peak is
+torch.cuda.max_memory_allocated over the timed steps. Prints one JSON line.
+  python3 hf_bench.py --shape Llama-3.2-1B --seq 4096 --mode full --plan keep|gc|gc+offload
+"""
+import argparse
+import json
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+SHAPES = {
+    "Llama-3.2-1B": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                         intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True),
+    "Llama-3.2-3B": dict(hidden_size=3072, num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8,
+                         intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True),
+    "Llama-3-8B": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       intermediate_size=14336, vocab_size=128256, tie_word_embeddings=False),
+    "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=512, vocab_size=1000, tie_word_embeddings=False),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="Llama-3.2-1B")
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--mode", default="full", choices=["full", "frozen"])
+    ap.add_argument("--plan", default="keep", choices=["keep", "gc", "gc+offload"])
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=2)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**SHAPES[a.shape], max_position_embeddings=max(a.seq, 8192), rms_norm_eps=1e-5,
+                      attn_implementation="sdpa")
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    if a.mode == "frozen":
+        for n, p in model.named_parameters():
+            p.requires_grad_("norm" in n)
+    if a.plan != "keep":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
+    ids = torch.randint(0, cfg.vocab_size, (1, a.seq), device="cuda")
+    times, loss = [], None
+    for s in range(a.warmup + a.steps):
+        if s == a.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if a.plan == "gc+offload":
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                out = model(input_ids=ids, labels=ids)
+        else:
+            out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if s >= a.warmup:
+            times.append(time.perf_counter() - t0)
+        loss = float(out.loss)
+    times.sort()
+    med = times[len(times) // 2]
+    print(json.dumps({"engine": "hf", "device": torch.cuda.get_device_name(), "shape": a.shape, "seq": a.seq,
+                      "mode": a.mode, "plan": a.plan, "step_s": med, "tokens_per_s": a.seq / med,
+                      "peak_allocated_bytes": torch.cuda.max_memory_allocated(), "loss": loss,
+                      "torch": torch.__version__}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

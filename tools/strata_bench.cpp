@@ -1,0 +1,103 @@
+// strata-bench: training-step throughput and memory on a built-in shape or a checkpoint, with
+// random weights and random tokens. Prints one JSON line (and a human summary on stderr).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "io/hf_config.h"
+#include "model/llama.h"
+#include "model/rng.h"
+#include "model/shapes.h"
+#include "model/train_config.h"
+#include "model/trainer.h"
+#include "tools/backend_select.h"
+#include "tools/cli.h"
+
+using namespace strata;
+
+static const char* kUsage =
+    "usage: strata-bench (--shape NAME | --model DIR) --seq N [--batch 1] [--mode full|frozen|lora]\n"
+    "                    [--plan keep|gc|selective] [--steps 4] [--warmup 2] [--backend auto]\n"
+    "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n";
+
+int main(int argc, char** argv) {
+  try {
+    cli::Args a(argc, argv,
+                {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank",
+                 "device-memory", "loss-chunk", "peak-tflops"},
+                {"help"});
+    if (a.has("help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    io::LlamaConfig c = a.has("model") ? io::read_llama_config(a.str("model")) : builtin_shape(a.str("shape", "tiny"));
+    const int seq = int(a.integer("seq", 4096)), batch = int(a.integer("batch", 1));
+    const int steps = int(a.integer("steps", 4)), warmup = int(a.integer("warmup", 2));
+    const std::string mode = a.str("mode", "full"), plan_name = a.str("plan", "keep");
+    const std::string be_name = resolve_backend_name(a.str("backend", "auto"));
+    auto be = make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory") : 0);
+
+    ModelOptions mo;
+    mo.loss_chunk_tokens = int(a.integer("loss-chunk", 1024));
+    if (mode == "frozen") {
+      mo.train_base = false;
+      mo.train_norms = true;
+    } else if (mode == "lora") {
+      mo.train_base = false;
+      mo.lora.rank = int(a.integer("lora-rank", 16));
+      mo.lora.alpha = 2.0f * float(mo.lora.rank);
+    } else if (mode != "full") {
+      throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
+    }
+    TrainOptions to;
+    if (plan_name == "gc") to.plan = Plan::gradient_checkpointing(1);
+    else if (plan_name == "selective") to.plan = Plan::selective_recompute();
+    else if (plan_name != "keep") throw ConfigError("--plan must be keep, gc or selective", "command line", "plan");
+    to.adam.lr = 1e-5f;
+
+    LlamaModel model(*be, c, mo);
+    model.init_random(0);
+    Trainer tr(*be, model, to);
+    Rng rng(1);
+    Batch b;
+    b.B = batch;
+    b.T = seq;
+    for (long i = 0; i < long(batch) * seq; ++i) {
+      b.inputs.push_back(rng.below(c.vocab_size));
+      b.targets.push_back(rng.below(c.vocab_size));
+    }
+    std::vector<double> times;
+    size_t peak = 0, used = 0;
+    float loss = 0;
+    for (int s = 0; s < warmup + steps; ++s) {
+      StepStats st = tr.step(b);
+      if (s >= warmup) times.push_back(st.seconds);
+      peak = std::max(peak, st.peak_device_bytes);
+      used = std::max(used, be->device_used_bytes());
+      loss = st.loss;
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times.empty() ? 0 : times[times.size() / 2];
+    const long tokens = long(batch) * seq;
+    const double flops = step_flops(c, tokens, seq, mode == "full");
+    const double peak_tflops = a.number("peak-tflops", 989.0);
+    const double mfu = med > 0 ? flops / med / (peak_tflops * 1e12) : 0;
+    std::printf("{\"engine\": \"strata\", \"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"seq\": %d, "
+                "\"batch\": %d, \"mode\": \"%s\", \"plan\": \"%s\", \"step_s\": %.5f, \"tokens_per_s\": %.1f, "
+                "\"peak_arena_bytes\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
+                "\"params\": %zu, \"trainable\": %zu}\n",
+                be_name.c_str(), be->device_name().c_str(), a.has("model") ? a.str("model").c_str() : a.str("shape", "tiny").c_str(),
+                seq, batch, mode.c_str(), plan_name.c_str(), med, med > 0 ? tokens / med : 0.0, peak, used, mfu,
+                double(loss), model.param_count(), model.trainable_count());
+    std::fprintf(stderr, "strata-bench: %.0f tok/s, step %.3f s, arena peak %s, device used %s, MFU %.1f%%\n",
+                 med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
+    return 0;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "strata-bench: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-bench: error: %s\n", e.what());
+    return 1;
+  }
+}
