@@ -41,7 +41,9 @@ void Arena::log(int64_t delta, std::string_view tag) {
 }
 
 size_t Arena::allocate(size_t bytes, std::string_view tag) {
-  size_t size = std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  // Requests beyond the budget cannot fit; checking first also keeps the rounding below from
+  // wrapping around for sizes near SIZE_MAX (e.g. a negative numel cast to size_t).
+  size_t size = bytes > budget_ ? SIZE_MAX : std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
   auto it = free_by_size_.lower_bound({size, 0});
   if (it == free_by_size_.end()) {
     size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;

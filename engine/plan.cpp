@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "engine/error.h"
 
@@ -48,12 +49,14 @@ bool glob_match(std::string_view p, std::string_view s) {
 }
 
 Decision Plan::decide(std::string_view cls) const {
+  for (auto& [pat, d] : overrides)
+    if (glob_match(pat, cls)) return d;
   // Segment boundaries of gradient checkpointing: "L<n>.input" kept when n % every == 0.
   if (checkpoint_every > 0 && cls.size() > 7 && cls[0] == 'L' && cls.ends_with(".input")) {
     std::string_view num = cls.substr(1, cls.size() - 7);
-    if (!num.empty() && num.find_first_not_of("0123456789") == std::string_view::npos) {
-      if (std::stoi(std::string(num)) % checkpoint_every == 0) return Decision::keep;
-    }
+    long layer = 0;
+    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), layer);
+    if (ec == std::errc() && end == num.data() + num.size() && layer % checkpoint_every == 0) return Decision::keep;
   }
   for (auto& [pat, d] : rules)
     if (glob_match(pat, cls)) return d;

@@ -17,7 +17,8 @@ Decision parse_decision(std::string_view s, const std::string& where);
 bool glob_match(std::string_view pattern, std::string_view s);
 
 struct Plan {
-  std::vector<std::pair<std::string, Decision>> rules;
+  std::vector<std::pair<std::string, Decision>> overrides;  // an explicit table: checked first
+  std::vector<std::pair<std::string, Decision>> rules;      // the preset's rules
   std::string preset = "keep-everything";  // how the plan was made, for printing
   int checkpoint_every = 0;                // >0: "L<n>.input" is kept when n % every == 0
 

@@ -35,6 +35,9 @@ size_t parse_bytes(const std::string& s, const std::string& where) {
                                           "MB, GB or TB)", where, unit, s), where, s);
   if (!(v >= 0) || !std::isfinite(v))
     STRATA_THROW(ConfigError, fmt::format("{}: size '{}' must be non-negative", where, s), where, s);
+  // Converting a double at or above 2^64 to size_t is undefined behaviour.
+  if (v * mul >= 18446744073709551616.0)
+    STRATA_THROW(ConfigError, fmt::format("{}: size '{}' is too large", where, s), where, s);
   return size_t(v * mul);
 }
 
@@ -46,6 +49,17 @@ T get(const YAML::Node& n, const std::string& path, const std::string& key, cons
     return n.as<T>();
   } catch (const YAML::Exception&) {
     STRATA_THROW(ConfigError, fmt::format("{}: key '{}' has a bad value (expected {})", path, key, expected), path, key);
+  }
+}
+
+// Runs a value parser that throws ConfigError naming a free-form `where` (parse_bytes,
+// parse_decision) and re-raises it with this file and key as its fields.
+template <class F>
+auto with_key(const std::string& path, const std::string& key, F&& f) {
+  try {
+    return f();
+  } catch (const ConfigError& e) {
+    throw ConfigError(e.what(), path, key);
   }
 }
 
@@ -99,11 +113,12 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
     else if (key == "adam_epsilon") c.adam_eps = Flt();
     else if (key == "max_grad_norm") c.max_grad_norm = Flt();
     else if (key == "warmup_steps") c.warmup_steps = Int();
-    else if (key == "seed") c.seed = uint64_t(Int());
+    else if (key == "seed") c.seed = get<uint64_t>(v, path, key, "a non-negative integer");
     else if (key == "output_dir") c.output_dir = S();
     else if (key == "loss_chunk_tokens") c.loss_chunk_tokens = Int();
     else if (key == "freeze_base") c.freeze_base = Bool();
-    else if (key == "device_memory" || key == "arena_bytes") c.device_budget_bytes = parse_bytes(S(), path + ": " + key);
+    else if (key == "device_memory" || key == "arena_bytes")
+      c.device_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
     else if (key == "adapter") {
       if (S() != "lora")
         STRATA_THROW(ConfigError, fmt::format("{}: adapter '{}' is not supported (expected lora)", path, S()), path, key);
@@ -122,8 +137,9 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       if (!v.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
       for (auto r : v) {
         std::string pat = r.first.as<std::string>();
-        explicit_plan.add(pat, parse_decision(get<std::string>(r.second, path, "plan." + pat, "a decision"),
-                                              path + ": plan." + pat));
+        const std::string field = "plan." + pat;
+        const std::string d = get<std::string>(r.second, path, field, "a decision");
+        explicit_plan.add(pat, with_key(path, field, [&] { return parse_decision(d, path + ": " + field); }));
       }
       has_explicit = true;
     } else {
@@ -132,11 +148,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
   }
   if (has_explicit) {
     // An explicit table goes before the preset's rules: first match wins.
-    Plan merged = explicit_plan;
-    merged.preset = c.plan.preset == "keep-everything" ? "explicit" : c.plan.preset + " + explicit";
-    merged.checkpoint_every = c.plan.checkpoint_every;
-    for (auto& r : c.plan.rules) merged.rules.push_back(r);
-    c.plan = merged;
+    c.plan.overrides = explicit_plan.rules;
+    c.plan.preset = c.plan.preset == "keep-everything" ? "explicit" : c.plan.preset + " + explicit";
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "io/hf_config.h"
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
     json = a.has("json");
     if (cfg.model_dir.empty()) throw ConfigError("--model DIR is required", "command line", "model");
     if (cfg.data_path.empty()) throw ConfigError("--data FILE is required", "command line", "data");
+    if (!(cfg.lr > 0) || !std::isfinite(cfg.lr))
+      throw ConfigError(fmt::format("--lr must be a positive finite number, got {}", cfg.lr), "command line", "lr");
     if (cfg.seq < 1 || cfg.batch < 1 || cfg.steps < 0)
       throw ConfigError(fmt::format("--seq ({}) and --batch ({}) must be >= 1 and --steps ({}) >= 0", cfg.seq,
                                     cfg.batch, cfg.steps), "command line", "seq");
@@ -127,7 +130,10 @@ int main(int argc, char** argv) {
       if (s == 0) first_loss = st.loss;
       last_loss = st.loss;
       double tps = st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0;
-      if (json) {
+      const bool diverged = !std::isfinite(st.loss) || !std::isfinite(st.grad_norm);
+      if (json && diverged) {
+        std::printf("{\"step\": %d, \"loss\": null, \"grad_norm\": null, \"diverged\": true}\n", st.step);
+      } else if (json) {
         std::printf("{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
                     "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"device_used_bytes\": %zu, \"saved_bytes\": %zu, "
                     "\"recomputed_nodes\": %ld}\n",
@@ -139,6 +145,12 @@ int main(int argc, char** argv) {
                     cfg.steps, double(st.loss), double(st.grad_norm), double(st.lr), tps,
                     format_bytes(st.peak_device_bytes).c_str(), st.seconds);
         std::fflush(stdout);
+      }
+      if (diverged) {
+        std::fprintf(stderr, "strata-train: error: training diverged at step %d (loss %g, grad norm %g); lower --lr "
+                     "(%g) or keep --max-grad-norm on\n", st.step, double(st.loss), double(st.grad_norm),
+                     double(cfg.lr));
+        return 1;
       }
     }
     const Arena& ar = be->arena();

@@ -1,0 +1,179 @@
+// cuBLASLt wrapper. cuBLASLt is column-major, so a row-major C[m, n] = A @ B is computed as the
+// column-major C^T = B^T @ A^T: every call below swaps the operands and reads row-major buffers
+// as their column-major transposes (same bytes, no copies).
+#include "kernels/gemm_cuda.h"
+
+#include <cublasLt.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+
+#include "engine/error.h"
+
+namespace strata::cuda {
+namespace {
+
+void check(cublasStatus_t st, const char* what, const char* file, int line) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw Error(fmt::format("cuBLASLt: {} failed: {} ({}) [{}]", what, cublasLtGetStatusName(st),
+                            cublasLtGetStatusString(st), detail::where(file, line)));
+}
+#define LT_CHECK(x) check((x), #x, __FILE__, __LINE__)
+
+// Largest power of two (<= 256) dividing the address: what the heuristic may assume.
+int alignment(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && (a % al) != 0) al /= 2;
+  return al;
+}
+
+// One column-major problem: D[m, n] = alpha op(A) op(B) + beta C, C == D.
+struct Problem {
+  bool ta, tb;
+  int m, n, k;
+  int lda, ldb, ldc;
+  cudaDataType_t ab_type, c_type;
+  int align_a, align_b, align_c;
+  std::array<int64_t, 13> key() const {
+    return {ta, tb, m, n, k, lda, ldb, ldc, int64_t(ab_type), int64_t(c_type), align_a, align_b, align_c};
+  }
+};
+
+struct Entry {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  Entry() = default;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+  ~Entry() {  // destructors never throw: statuses ignored
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+struct Gemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  std::map<std::array<int64_t, 13>, Entry> cache;
+
+  const Entry& entry(const Problem& p) {
+    auto key = p.key();
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    Entry& e = cache[key];
+    try {
+      LT_CHECK(cublasLtMatmulDescCreate(&e.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      cublasOperation_t ta = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      // Stored (pre-op) shapes: op(A) is m x k, op(B) is k x n.
+      LT_CHECK(cublasLtMatrixLayoutCreate(&e.a, p.ab_type, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda));
+      LT_CHECK(cublasLtMatrixLayoutCreate(&e.b, p.ab_type, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
+      LT_CHECK(cublasLtMatrixLayoutCreate(&e.c, p.c_type, p.m, p.n, p.ldc));
+
+      cublasLtMatmulPreference_t pref = nullptr;
+      LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      uint64_t wsb = ws_bytes;
+      uint32_t al_a = p.align_a, al_b = p.align_b, al_c = p.align_c;
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, e.op, e.a, e.b, e.c, e.c, pref, 1, &res, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+        throw UnsupportedError(fmt::format(
+            "cuBLASLt: no algorithm for m={} n={} k={} ta={} tb={} lda={} ldb={} ldc={} align={}/{}/{} ({}) [{}]", p.m,
+            p.n, p.k, p.ta, p.tb, p.lda, p.ldb, p.ldc, p.align_a, p.align_b, p.align_c, cublasLtGetStatusName(st),
+            detail::where(__FILE__, __LINE__)));
+      e.algo = res.algo;
+    } catch (...) {
+      cache.erase(key);
+      throw;
+    }
+    return e;
+  }
+
+  void run(const Problem& p, const void* A, const void* B, void* C, float beta, cudaStream_t s) {
+    if (p.m == 0 || p.n == 0) return;
+    const Entry& e = entry(p);
+    const float alpha = 1.0f;
+    LT_CHECK(cublasLtMatmul(handle, e.op, &alpha, A, e.a, B, e.b, &beta, C, e.c, C, e.c, &e.algo, ws, ws_bytes, s));
+  }
+};
+
+Gemm::Gemm(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  STRATA_CHECK(workspace != nullptr || workspace_bytes == 0, "Gemm: null workspace with a non-zero size");
+  impl_->ws = workspace;
+  impl_->ws_bytes = workspace_bytes;
+  LT_CHECK(cublasLtCreate(&impl_->handle));
+}
+
+Gemm::~Gemm() {
+  if (impl_) {
+    impl_->cache.clear();
+    if (impl_->handle) cublasLtDestroy(impl_->handle);
+  }
+}
+
+namespace {
+void check_dims(int N, int I, int O, const char* what) {
+  if (N < 0 || I < 0 || O < 0) throw Error(fmt::format("{}: negative shape N={} I={} O={}", what, N, I, O));
+}
+}  // namespace
+
+// y^T[O, N] = w^T'[O, I] x^T[I, N]: w (col-major [I, O], ld I) transposed, x (col-major [I, N]) as is.
+void Gemm::linear_fwd(bf16* y, const bf16* x, const bf16* w, int N, int I, int O, cudaStream_t s) {
+  check_dims(N, I, O, "linear_fwd");
+  if (I == 0) {  // empty contraction: y = 0 (cuBLASLt rejects k = 0)
+    if (N > 0 && O > 0) cudaMemsetAsync(y, 0, size_t(N) * O * sizeof(bf16), s);
+    return;
+  }
+  Problem p{true, false, O, N, I, I, I, O, CUDA_R_16BF, CUDA_R_16BF, alignment(w), alignment(x), alignment(y)};
+  impl_->run(p, w, x, y, 0.0f, s);
+}
+
+// dx^T[I, N] = w^T[I, O] dy^T[O, N]: both read as stored.
+void Gemm::linear_bwd_dx(bf16* dx, const bf16* dy, const bf16* w, int N, int I, int O, bool accumulate,
+                         cudaStream_t s) {
+  check_dims(N, I, O, "linear_bwd_dx");
+  if (O == 0) {
+    if (!accumulate && N > 0 && I > 0) cudaMemsetAsync(dx, 0, size_t(N) * I * sizeof(bf16), s);
+    return;
+  }
+  Problem p{false, false, I, N, O, I, O, I, CUDA_R_16BF, CUDA_R_16BF, alignment(w), alignment(dy), alignment(dx)};
+  impl_->run(p, w, dy, dx, accumulate ? 1.0f : 0.0f, s);
+}
+
+// dw^T[I, O] += x^T[I, N] dy[N, O]: x read as stored, dy (col-major [O, N], ld O) transposed.
+void Gemm::linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, cudaStream_t s) {
+  check_dims(N, I, O, "linear_bwd_dw");
+  if (N == 0) return;
+  Problem p{false, true, I, O, N, I, O, I, CUDA_R_16BF, CUDA_R_32F, alignment(x), alignment(dy), alignment(dw)};
+  impl_->run(p, x, dy, dw, 1.0f, s);
+}
+
+// logits^T[V, n] = w^T'[V, C] x^T[C, n], fp32 out.
+void Gemm::logits_f32(float* logits, const bf16* x, const bf16* w, int n, int C, int V, cudaStream_t s) {
+  check_dims(n, C, V, "logits_f32");
+  if (C == 0) {
+    if (n > 0 && V > 0) cudaMemsetAsync(logits, 0, size_t(n) * V * sizeof(float), s);
+    return;
+  }
+  Problem p{true, false, V, n, C, C, C, V, CUDA_R_16BF, CUDA_R_32F, alignment(w), alignment(x), alignment(logits)};
+  impl_->run(p, w, x, logits, 0.0f, s);
+}
+
+}  // namespace strata::cuda

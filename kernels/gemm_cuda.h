@@ -1,0 +1,42 @@
+// cuBLASLt GEMMs for the linear layers and the LM head (bf16 in, fp32 accumulate).
+// Row-major tensors throughout; w is in Hugging Face layout [O, I] (y = x @ w^T).
+// One Gemm per device: it owns the cuBLASLt handle and caches a matmul descriptor and the
+// heuristic's first algorithm per (problem, operand alignment). Not thread-safe.
+// The workspace is carved by the caller (from the arena); Gemm never allocates device memory.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace strata::cuda {
+
+using bf16 = __nv_bfloat16;
+
+class Gemm {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // what cuBLASLt wants on Hopper
+
+  // workspace: device memory, >= 256-byte aligned, alive as long as this object.
+  Gemm(void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // y[N, O] = x[N, I] @ w[O, I]^T
+  void linear_fwd(bf16* y, const bf16* x, const bf16* w, int N, int I, int O, cudaStream_t s);
+  // dx[N, I] (+)= dy[N, O] @ w[O, I]; accumulate=true adds onto the existing bf16 dx (beta = 1)
+  void linear_bwd_dx(bf16* dx, const bf16* dy, const bf16* w, int N, int I, int O, bool accumulate,
+                     cudaStream_t s);
+  // dw[O, I] (fp32) += dy[N, O]^T @ x[N, I]
+  void linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, cudaStream_t s);
+  // logits[n, V] (fp32) = x[n, C] @ w[V, C]^T
+  void logits_f32(float* logits, const bf16* x, const bf16* w, int n, int C, int V, cudaStream_t s);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::cuda

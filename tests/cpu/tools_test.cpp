@@ -1,0 +1,320 @@
+// The command-line tools end to end: strata-make-tiny writes a checkpoint that the readers accept,
+// strata-train trains it (JSON lines, plan table, saving full models and PEFT adapters), and bad
+// usages exit 2 (usage) or 1 (runtime) with a message naming the flag or path.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "io/tokens.h"
+#include "model/llama.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::string kMakeTiny = std::string(STRATA_BUILD_DIR) + "/tools/strata-make-tiny";
+const std::string kTrain = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
+
+struct Proc {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+class tools : public ::testing::Test {
+ protected:
+  // One tiny model for the whole suite (it takes a moment to write).
+  static void SetUpTestSuite() {
+    root_ = ::testing::TempDir() + "strata_tools_XXXXXX";
+    if (!::mkdtemp(root_.data())) root_.clear();
+  }
+  static void TearDownTestSuite() {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+
+  void SetUp() override {
+    ASSERT_FALSE(root_.empty()) << "mkdtemp failed";
+    for (const std::string& bin : {kMakeTiny, kTrain})
+      ASSERT_TRUE(fs::exists(bin)) << bin << " is missing: build the whole project first (cmake --build "
+                                   << STRATA_BUILD_DIR << ") so the tools exist next to the tests";
+    if (!tiny_made_) {
+      Proc r = run(kMakeTiny + " " + quote(model()) +
+                  " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000");
+      ASSERT_EQ(r.code, 0) << r.err;
+      tiny_made_ = true;
+    }
+  }
+
+  static std::string model() { return root_ + "/tiny"; }
+  static std::string data() { return model() + "/tokens.bin"; }
+  static std::string path(const std::string& name) { return root_ + "/" + name; }
+
+  // Runs a shell command, capturing stdout, stderr and the exit code.
+  static Proc run(const std::string& cmd) {
+    static int n = 0;
+    std::string o = path("out" + std::to_string(n)), e = path("err" + std::to_string(n));
+    ++n;
+    int st = std::system((cmd + " >" + quote(o) + " 2>" + quote(e)).c_str());
+    Proc r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(o);
+    r.err = slurp(e);
+    return r;
+  }
+
+  static std::string train_cmd(const std::string& extra) {
+    return kTrain + " --model " + quote(model()) + " --data " + quote(data()) + " --backend cpu " + extra;
+  }
+
+  static std::string root_;
+  static bool tiny_made_;
+};
+std::string tools::root_;
+bool tools::tiny_made_ = false;
+
+TEST_F(tools, make_tiny_writes_a_loadable_checkpoint) {
+  for (const char* f : {"config.json", "model.safetensors", "tokens.bin"})
+    EXPECT_TRUE(fs::exists(model() + "/" + f)) << f;
+
+  io::LlamaConfig c = io::read_llama_config(model());
+  EXPECT_EQ(c.num_hidden_layers, 2);
+  EXPECT_EQ(c.hidden_size, 32);
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.num_key_value_heads, 2);
+  EXPECT_EQ(c.intermediate_size, 64);
+  EXPECT_EQ(c.vocab_size, 64);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_FALSE(c.tie_word_embeddings);
+
+  io::Checkpoint ck = io::Checkpoint::open_dir(model());
+  auto want = llama_weight_shapes(c);
+  ASSERT_EQ(want.size(), 1u + 2u * 9u + 2u);  // embed, 9 per layer, final norm, lm_head
+  EXPECT_EQ(ck.names().size(), want.size());
+  for (auto& [name, shape] : want) {
+    ASSERT_TRUE(ck.has(name)) << name;
+    const io::TensorInfo& ti = ck.info(name);
+    EXPECT_EQ(ti.shape, std::vector<int64_t>(shape.d.begin(), shape.d.begin() + shape.nd)) << name;
+    EXPECT_EQ(ti.dtype, DType::f32) << name;
+  }
+  // Norms start at one, matrices are small random numbers.
+  std::vector<float> norm(32), q(32 * 32);
+  ck.read_f32("model.layers.0.input_layernorm.weight", {32}, norm.data());
+  for (float x : norm) EXPECT_EQ(x, 1.0f);
+  ck.read_f32("model.layers.0.self_attn.q_proj.weight", {32, 32}, q.data());
+  float amax = 0;
+  for (float x : q) amax = std::max(amax, std::fabs(x));
+  EXPECT_GT(amax, 0.0f);
+  EXPECT_LT(amax, 0.2f);
+
+  std::vector<int32_t> toks = io::read_tokens(data(), c.vocab_size, 1);
+  EXPECT_EQ(toks.size(), 5000u);
+}
+
+TEST_F(tools, make_tiny_rejects_bad_usage) {
+  Proc r = run(kMakeTiny + " " + quote(path("bad1")) + " --hidden 30 --heads 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--hidden"), std::string::npos) << r.err;
+  r = run(kMakeTiny);  // no output directory
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("usage"), std::string::npos) << r.err;
+  r = run(kMakeTiny + " " + quote(path("bad2")) + " --layers two");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--layers"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("bad2/model.safetensors")));
+}
+
+TEST_F(tools, train_json_prints_one_object_per_step) {
+  Proc r = run(train_cmd("--json --steps 5 --seq 16 --batch 2"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ls = lines(r.out);
+  ASSERT_EQ(ls.size(), 5u) << "stdout must carry only the JSON lines:\n" << r.out;
+  for (size_t i = 0; i < ls.size(); ++i) {
+    json j;
+    try {
+      j = json::parse(ls[i]);
+    } catch (const json::exception& e) {
+      FAIL() << "line " << i << " is not JSON: " << ls[i] << " (" << e.what() << ")";
+    }
+    ASSERT_TRUE(j.is_object()) << ls[i];
+    for (const char* k : {"step", "loss", "tokens_per_s", "peak_device_bytes"})
+      ASSERT_TRUE(j.contains(k)) << k << " missing in " << ls[i];
+    EXPECT_EQ(j["step"].get<int>(), int(i) + 1);
+    double loss = j["loss"].get<double>();
+    EXPECT_TRUE(std::isfinite(loss)) << ls[i];
+    EXPECT_GT(loss, 0.0) << ls[i];
+    EXPECT_LT(loss, 2.0 * std::log(64.0)) << ls[i];  // near ln(vocab) for a fresh tiny model
+    EXPECT_GT(j["peak_device_bytes"].get<double>(), 0.0) << ls[i];
+    EXPECT_GE(j["tokens_per_s"].get<double>(), 0.0) << ls[i];
+  }
+  // The human-readable summary and the plan table go to stderr in JSON mode.
+  EXPECT_NE(r.err.find("plan ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("done: 5 steps"), std::string::npos) << r.err;
+  // Without a config the plan keeps everything.
+  EXPECT_EQ(r.err.find("recompute"), std::string::npos) << r.err;
+}
+
+TEST_F(tools, train_with_gradient_checkpointing_config_shows_recompute) {
+  const std::string yaml = path("gc.yaml");
+  std::ofstream(yaml) << "gradient_checkpointing: true\n";
+  Proc j = run(train_cmd("--config " + quote(yaml) + " --json --steps 2 --seq 16 --batch 2"));
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_NE(j.err.find("plan (gradient_checkpointing)"), std::string::npos) << j.err;
+  EXPECT_NE(j.err.find("recompute"), std::string::npos) << j.err;
+  EXPECT_EQ(j.out.find("plan ("), std::string::npos) << "plan table leaked into JSON stdout:\n" << j.out;
+  // Replays happened: the recompute decision is real, not just printed.
+  auto ls = lines(j.out);
+  ASSERT_EQ(ls.size(), 2u) << j.out;
+  EXPECT_GT(json::parse(ls[0])["recomputed_nodes"].get<long>(), 0) << ls[0];
+
+  Proc t = run(train_cmd("--config " + quote(yaml) + " --steps 1 --seq 16 --batch 2"));
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("recompute"), std::string::npos) << t.out;  // text mode: plan on stdout
+  EXPECT_NE(t.out.find("step    1/1"), std::string::npos) << t.out;
+}
+
+TEST_F(tools, train_bad_usage_exits_2_naming_the_flag) {
+  struct Case {
+    std::string args, flag;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--data " + quote(data()) + " --steps 1", "--model"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --seq abc", "--seq"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --foo 3", "--foo"},
+           {"--model " + quote(model()) + " --steps 1", "--data"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --lr fast", "--lr"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --batch 0", "--batch"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --device-memory 3parsecs",
+            "--device-memory"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --seq", "--seq"},
+       }) {
+    Proc r = run(kTrain + " " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.flag), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find("usage"), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST_F(tools, train_missing_model_dir_exits_1_naming_the_path) {
+  const std::string missing = path("no_such_model");
+  Proc r = run(kTrain + " --model " + quote(missing) + " --data " + quote(data()) + " --backend cpu --steps 1");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+}
+
+TEST_F(tools, train_bad_token_file_exits_1_naming_the_file) {
+  const std::string toks = path("big_ids.bin");
+  io::write_tokens(toks, std::vector<int32_t>(100, 64));  // id 64 == vocab_size
+  Proc r = run(kTrain + " --model " + quote(model()) + " --data " + quote(toks) + " --backend cpu --steps 1 --seq 8");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find(toks), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("vocab_size"), std::string::npos) << r.err;
+}
+
+TEST_F(tools, train_save_writes_a_model_that_loads_again) {
+  const std::string out = path("saved_full");
+  Proc r = run(train_cmd("--steps 3 --seq 16 --batch 2 --lr 0.01 --save " + quote(out)));
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(out + "/config.json"));
+  ASSERT_TRUE(fs::exists(out + "/model.safetensors"));
+
+  io::LlamaConfig orig = io::read_llama_config(model());
+  io::LlamaConfig c = io::read_llama_config(out);
+  EXPECT_EQ(c.num_hidden_layers, orig.num_hidden_layers);
+  EXPECT_EQ(c.hidden_size, orig.hidden_size);
+  EXPECT_EQ(c.num_key_value_heads, orig.num_key_value_heads);
+  EXPECT_EQ(c.vocab_size, orig.vocab_size);
+
+  // The whole model loads through the same path strata-train uses.
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel m(*be, c, ModelOptions{});
+  EXPECT_NO_THROW(m.load(out));
+
+  // ... and training changed the weights (the save is not a copy of the input).
+  io::Checkpoint a = io::Checkpoint::open_dir(model()), b = io::Checkpoint::open_dir(out);
+  std::vector<float> wa(64 * 32), wb(64 * 32);
+  a.read_f32("model.layers.0.mlp.gate_proj.weight", {64, 32}, wa.data());
+  b.read_f32("model.layers.0.mlp.gate_proj.weight", {64, 32}, wb.data());
+  double diff = 0;
+  for (size_t i = 0; i < wa.size(); ++i) diff = std::max(diff, double(std::fabs(wa[i] - wb[i])));
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.1);  // three small AdamW steps
+}
+
+TEST_F(tools, train_lora_saves_a_peft_adapter) {
+  const std::string out = path("saved_lora");
+  Proc r = run(train_cmd("--lora-rank 4 --steps 3 --seq 16 --batch 2 --lr 0.01 --save " + quote(out)));
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(out + "/adapter_config.json"));
+  ASSERT_TRUE(fs::exists(out + "/adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors"));  // the base is frozen: not written
+
+  json cfg = json::parse(slurp(out + "/adapter_config.json"));
+  EXPECT_EQ(cfg["r"].get<int>(), 4);
+  EXPECT_EQ(cfg["peft_type"].get<std::string>(), "LORA");
+  ASSERT_TRUE(cfg["target_modules"].is_array());
+  std::vector<std::string> targets = cfg["target_modules"].get<std::vector<std::string>>();
+  EXPECT_EQ(targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+  EXPECT_EQ(cfg["base_model_name_or_path"].get<std::string>(), model());
+
+  io::SafetensorsFile f = io::SafetensorsFile::open(out + "/adapter_model.safetensors");
+  EXPECT_EQ(f.tensors().size(), 2u * 4u * 2u);  // layers x modules x {A, B}
+  const int64_t r4 = 4, C = 32;
+  const std::map<std::string, int64_t> out_dim = {{"q_proj", 32}, {"k_proj", 16}, {"v_proj", 16}, {"o_proj", 32}};
+  const std::map<std::string, int64_t> in_dim = {{"q_proj", C}, {"k_proj", C}, {"v_proj", C}, {"o_proj", 32}};
+  for (int l = 0; l < 2; ++l)
+    for (auto& [mod, od] : out_dim) {
+      std::string base = "base_model.model.model.layers." + std::to_string(l) + ".self_attn." + mod;
+      const io::TensorInfo* a = f.find(base + ".lora_A.weight");
+      const io::TensorInfo* b = f.find(base + ".lora_B.weight");
+      ASSERT_NE(a, nullptr) << base;
+      ASSERT_NE(b, nullptr) << base;
+      EXPECT_EQ(a->shape, (std::vector<int64_t>{r4, in_dim.at(mod)})) << base;  // [r, in]
+      EXPECT_EQ(b->shape, (std::vector<int64_t>{od, r4})) << base;              // [out, r]
+      // B starts at zero (PEFT init); after training it must have moved.
+      ASSERT_EQ(b->dtype, DType::f32);
+      const float* bv = reinterpret_cast<const float*>(f.data(*b));
+      float bmax = 0;
+      for (int64_t i = 0; i < od * r4; ++i) bmax = std::max(bmax, std::fabs(bv[i]));
+      EXPECT_GT(bmax, 0.0f) << base << " was not trained";
+    }
+  EXPECT_NE(f.find("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), nullptr);
+  for (auto& t : f.tensors()) EXPECT_EQ(t.name.rfind("base_model.model.model.layers.", 0), 0u) << t.name;
+}
+
+}  // namespace
+}  // namespace strata
