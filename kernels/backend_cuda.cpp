@@ -1,0 +1,289 @@
+// The cuda backend: one device arena (a single reservation carved by our allocator), one compute
+// stream, cuBLASLt GEMMs, cuDNN (or flash fallback) attention and the hand-written kernels of
+// kernels/ops_cuda.h. bf16 activations and weights, fp32 master weights, gradients and moments.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/backend.h"
+#include "kernels/attention_cuda.h"
+#include "kernels/gemm_cuda.h"
+#include "kernels/ops_cuda.h"
+
+namespace strata {
+
+namespace {
+
+using cuda::bf16;
+
+#define STRATA_CUDA(x) check_cuda((x), #x, __FILE__, __LINE__)
+void check_cuda(cudaError_t e, const char* stmt, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  int dev = -1;
+  cudaGetDevice(&dev);
+  throw Error(fmt::format("{} failed: {} ({}) on cuda device {} [{}]", stmt, cudaGetErrorString(e), int(e), dev,
+                          detail::where(file, line)));
+}
+
+// RAII handles: one owner each, moves only.
+class Stream {
+ public:
+  Stream() { STRATA_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// The arena's backing store: one cudaMalloc of the whole budget, the only one in the engine.
+class DeviceReservation {
+ public:
+  explicit DeviceReservation(size_t bytes) {
+    if (bytes) STRATA_CUDA(cudaMalloc(&p_, bytes));
+  }
+  ~DeviceReservation() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceReservation(const DeviceReservation&) = delete;
+  DeviceReservation& operator=(const DeviceReservation&) = delete;
+  std::byte* base() const { return static_cast<std::byte*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+};
+
+size_t checked_budget(size_t requested, std::string& desc) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    throw UnsupportedError(fmt::format("cuda backend: no CUDA device found ({}); use --backend cpu",
+                                       e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)));
+  }
+  cudaDeviceProp prop{};
+  STRATA_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 9)
+    throw UnsupportedError(fmt::format("cuda backend: found {} (sm_{}{}), but strata needs Hopper (sm_90) or newer",
+                                       prop.name, prop.major, prop.minor));
+  size_t free_b = 0, total_b = 0;
+  STRATA_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  desc = fmt::format("{}, sm_{}{}, {} total", prop.name, prop.major, prop.minor, format_bytes(total_b));
+  const size_t headroom = size_t(2) << 30;  // CUDA context, cuDNN/cuBLAS internals
+  if (requested == 0) return free_b > headroom ? free_b - headroom : free_b / 2;
+  if (requested > free_b)
+    throw ConfigError(fmt::format("cuda backend: arena budget {} is larger than the GPU's free memory {} ({} total) "
+                                  "on {}; pass --device-memory at most {}",
+                                  format_bytes(requested), format_bytes(free_b), format_bytes(total_b), prop.name,
+                                  format_bytes(free_b > headroom ? free_b - headroom : free_b)),
+                      "command line", "device-memory");
+  return requested;
+}
+
+bf16* B(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  STRATA_CHECK(t.dtype == DType::bf16, "cuda backend: expected a bf16 tensor");
+  return static_cast<bf16*>(t.data);
+}
+float* F(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
+int I(int64_t x) { return int(x); }
+int rows(const Tensor& t) { return I(t.numel() / t.shape[t.shape.nd - 1]); }
+int cols(const Tensor& t) { return I(t.shape[t.shape.nd - 1]); }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(size_t budget)
+      : budget_(checked_budget(budget, desc_)),
+        mem_(budget_),
+        arena_("device", budget_, mem_.base()),
+        gemm_ws_(arena_, DType::u8, Shape{int64_t(cuda::Gemm::kWorkspaceBytes)}, "workspace.cublaslt"),
+        gemm_(gemm_ws_.view().data, cuda::Gemm::kWorkspaceBytes) {}
+
+  ~CudaBackend() override { cudaStreamSynchronize(stream_.get()); }
+
+  std::string_view name() const override { return "cuda"; }
+  std::string device_name() override { return desc_; }
+  Arena& arena() override { return arena_; }
+  bool supports(OpKind op, DType dt) const override {
+    if (op == OpKind::adamw || op == OpKind::grad_norm) return dt == DType::f32;
+    return dt == DType::bf16;
+  }
+  DType compute_dtype() const override { return DType::bf16; }
+  size_t device_used_bytes() override {
+    size_t f = 0, t = 0;
+    STRATA_CUDA(cudaMemGetInfo(&f, &t));
+    return t - f;
+  }
+  void synchronize() override { STRATA_CUDA(cudaStreamSynchronize(s())); }
+
+  // Host transfers are step-boundary operations: they wait for the stream.
+  void upload_f32(Tensor dst, const float* src) override {
+    if (dst.dtype == DType::f32) return copy_in(dst.data, src, dst.bytes());
+    std::vector<uint16_t> h(size_t(dst.numel()));
+    convert_from_f32(h.data(), dst.dtype, src, h.size());
+    copy_in(dst.data, h.data(), dst.bytes());
+  }
+  void download_f32(float* dst, Tensor src) override {
+    if (src.dtype == DType::f32) return copy_out(dst, src.data, src.bytes());
+    std::vector<uint16_t> h(size_t(src.numel()));
+    copy_out(h.data(), src.data, src.bytes());
+    convert_to_f32(dst, h.data(), src.dtype, h.size());
+  }
+  void upload_i32(Tensor dst, const int32_t* src) override { copy_in(dst.data, src, dst.bytes()); }
+  void zero(Tensor t) override { STRATA_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s())); }
+  void fill(Tensor t, float v) override {
+    if (t.dtype == DType::f32) cuda::fill_f32(F(t), v, size_t(t.numel()), s());
+    else cuda::fill_bf16(B(t), v, size_t(t.numel()), s());
+  }
+
+  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
+    cuda::embedding_fwd(B(out), tokens.i32(), B(wte), I(tokens.numel()), cols(wte), s());
+  }
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+    cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), I(tokens.numel()), cols(dout), s());
+  }
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
+    cuda::rmsnorm_fwd(B(out), F(rstd), B(x), B(w), rows(x), cols(x), eps, s());
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), s());
+  }
+  void linear_fwd(Tensor y, Tensor x, Tensor w) override {
+    gemm_.linear_fwd(B(y), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
+  }
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+    const int N = rows(dy), In = cols(w), O = I(w.shape[0]);
+    if (dx.defined()) gemm_.linear_bwd_dx(B(dx), B(dy), B(w), N, In, O, true, s());
+    if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, s());
+  }
+  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
+    cuda::rope_fwd(B(out), B(x), pos.i32(), F(inv_freq), I(pos.numel()), I(x.shape[x.shape.nd - 2]), cols(x), s());
+  }
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) override {
+    cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]),
+                   cols(dout), s());
+  }
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+    cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
+    Buffer ws = workspace(attn_.workspace_bytes(sh, false), "workspace.attn");
+    attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
+  }
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                     Tensor lse) override {
+    cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
+    // A gradient nobody needs still has to land somewhere: scratch from the arena.
+    Buffer sq, sk, sv;
+    bf16* pq = scratch_if_undefined(dq, q, sq);
+    bf16* pk = scratch_if_undefined(dk, k, sk);
+    bf16* pv = scratch_if_undefined(dv, v, sv);
+    Buffer ws = workspace(attn_.workspace_bytes(sh, true), "workspace.attn");
+    attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, true, ws_ptr(ws), ws_bytes(ws), s());
+  }
+  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
+    cuda::swiglu_fwd(B(out), B(gate), B(up), long(gate.numel()), s());
+  }
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
+    cuda::swiglu_bwd(B(dgate), B(dup), B(dout), B(gate), B(up), long(dout.numel()), s());
+  }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
+    cuda::add_fwd(B(out), B(a), B(b), scale, long(a.numel()), s());
+  }
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale) override {
+    cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), s());
+  }
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+    const int N = rows(x), C = cols(x), V = I(w.shape[0]);
+    const int n_max = std::min(chunk, N);
+    Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
+    Buffer token_loss(arena_, DType::f32, Shape{N}, "loss.token_loss");
+    Buffer n_valid(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const int n = std::min(chunk, N - r0);
+      gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
+      cuda::ce_chunk_fwd(F(lse) + r0, F(token_loss.view()) + r0, F(logits.view()), targets.i32() + r0, n, V, s());
+    }
+    cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
+    cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
+  }
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
+                      int chunk) override {
+    const int N = rows(x), C = cols(x), V = I(w.shape[0]);
+    const int n_max = std::min(chunk, N);
+    Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
+    Buffer dlogits(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
+    Buffer n_valid(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const int n = std::min(chunk, N - r0);
+      gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
+      cuda::ce_chunk_bwd(B(dlogits.view()), F(logits.view()), F(lse) + r0, targets.i32() + r0, F(dloss),
+                         F(n_valid.view()), n, V, s());
+      if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, true, s());
+      if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, s());
+    }
+  }
+  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
+    gemm_.logits_f32(F(logits), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
+  }
+  void grad_norm_sq(Tensor out, Tensor g) override { cuda::sum_squares(F(out), F(g), size_t(g.numel()), s()); }
+  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
+                  const AdamWParams& p, int t) override {
+    bf16* out = param_out.defined() && param_out.dtype == DType::bf16 ? B(param_out) : nullptr;
+    cuda::adamw_step(F(master), F(m), F(v), F(g), out, size_t(g.numel()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2,
+                     p.eps, p.weight_decay, t, s());
+  }
+
+ private:
+  cudaStream_t s() const { return stream_.get(); }
+  void copy_in(void* dst, const void* src, size_t bytes) {
+    STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s()));
+    STRATA_CUDA(cudaStreamSynchronize(s()));  // the host buffer may die after return
+  }
+  void copy_out(void* dst, const void* src, size_t bytes) {
+    STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s()));
+    STRATA_CUDA(cudaStreamSynchronize(s()));
+  }
+  // Workspaces come from the arena. Freed on return while kernels may still run: safe because
+  // every launch is on the one compute stream, so any later user of the block is ordered after.
+  Buffer workspace(size_t bytes, const char* tag) {
+    return bytes ? Buffer(arena_, DType::u8, Shape{int64_t(bytes)}, tag) : Buffer();
+  }
+  static void* ws_ptr(const Buffer& b) { return b.allocated() ? b.view().data : nullptr; }
+  static size_t ws_bytes(const Buffer& b) { return b.allocated() ? b.view().bytes() : 0; }
+  bf16* scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
+    if (g.defined()) return B(g);
+    scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
+    zero(scratch.view());
+    return B(scratch.view());
+  }
+
+  std::string desc_;
+  size_t budget_;
+  DeviceReservation mem_;
+  Arena arena_;
+  Stream stream_;
+  Buffer gemm_ws_;
+  cuda::Gemm gemm_;
+  cuda::Attention attn_;
+};
+
+}  // namespace
+
+bool cuda_device_present() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(size_t budget) { return std::make_unique<CudaBackend>(budget); }
+
+}  // namespace strata

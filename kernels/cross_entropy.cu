@@ -1,0 +1,149 @@
+// Cross-entropy over chunks of fp32 logits [n, V] (the LM-head GEMM runs elsewhere), fp32 math.
+// Forward: one block per row, one pass with an online max / sum of exp; lse is kept for backward.
+// Backward: one block per row, recomputes softmax = exp(logit - lse) and writes bf16 dlogits.
+// A target < 0 is ignored (loss 0, gradient 0); a target >= V makes that row's loss and gradient
+// NaN, since the device cannot throw and a silent out-of-range read would hide the bug.
+// count_valid and finalize are single-block, fixed-order reductions (deterministic).
+#include <cmath>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/ops_cuda.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kRowThreads = 512;
+constexpr int kReduceThreads = 1024;
+
+// s * exp(m - m_new), treating an empty partial (m = -inf) as 0 rather than NaN.
+__device__ __forceinline__ float rescale(float s, float m, float m_new) {
+  return m == -INFINITY ? 0.0f : s * expf(m - m_new);
+}
+
+// Merges (m, s) partial log-sum-exp states across the block; every thread gets the result.
+__device__ __forceinline__ void block_merge(float& m, float& s) {
+  __shared__ float sm[32], ss[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    const float mm = fmaxf(m, m2);
+    s = rescale(s, m, mm) + rescale(s2, m2, mm);
+    m = mm;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) sm[warp] = m, ss[warp] = s;
+  __syncthreads();
+  m = lane < int(blockDim.x >> 5) ? sm[lane] : -INFINITY;
+  s = lane < int(blockDim.x >> 5) ? ss[lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    const float mm = fmaxf(m, m2);
+    s = rescale(s, m, mm) + rescale(s2, m2, mm);
+    m = mm;
+  }
+}
+
+template <int W>
+__global__ void ce_fwd_kernel(float* __restrict__ lse, float* __restrict__ token_loss, const float* __restrict__ logits,
+                              const int32_t* __restrict__ targets, int V) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * V;  // [V]
+  float m = -INFINITY, s = 0.0f;
+#pragma unroll 2
+  for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
+    float a[W];
+    load_f32(a, l + c);
+    float mx = a[0];
+#pragma unroll
+    for (int k = 1; k < W; k++) mx = fmaxf(mx, a[k]);
+    if (mx > m) s = rescale(s, m, mx), m = mx;
+    if (m != -INFINITY)
+#pragma unroll
+      for (int k = 0; k < W; k++) s += expf(a[k] - m);
+  }
+  block_merge(m, s);
+  if (threadIdx.x == 0) {
+    const float row_lse = m + logf(s);
+    lse[row] = row_lse;
+    const int t = targets[row];
+    token_loss[row] = t < 0 ? 0.0f : (t >= V ? NAN : row_lse - l[t]);
+  }
+}
+
+template <int W>
+__global__ void ce_bwd_kernel(bf16* __restrict__ dlogits, const float* __restrict__ logits,
+                              const float* __restrict__ lse, const int32_t* __restrict__ targets,
+                              const float* __restrict__ dloss, const float* __restrict__ n_valid, int V) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * V;  // [V]
+  bf16* g = dlogits + row * V;        // [V]
+  const int t = targets[row];
+  const float scale = t < 0 ? 0.0f : (t >= V ? NAN : dloss[0] / fmaxf(1.0f, n_valid[0]));
+  const float row_lse = t < 0 ? 0.0f : lse[row];
+  for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
+    float a[W];
+    if (t < 0) {
+#pragma unroll
+      for (int k = 0; k < W; k++) a[k] = 0.0f;
+    } else {
+      load_f32(a, l + c);
+#pragma unroll
+      for (int k = 0; k < W; k++) a[k] = (expf(a[k] - row_lse) - (c + k == t ? 1.0f : 0.0f)) * scale;
+    }
+    store_bf16(g + c, a);
+  }
+}
+
+__global__ void ce_count_valid_kernel(float* __restrict__ n_valid, const int32_t* __restrict__ targets, int N) {
+  int count = 0;
+  for (int i = threadIdx.x; i < N; i += blockDim.x) count += targets[i] >= 0;
+  count = block_sum(count);
+  if (threadIdx.x == 0) n_valid[0] = float(count);
+}
+
+__global__ void ce_finalize_kernel(float* __restrict__ loss, const float* __restrict__ token_loss,
+                                   const float* __restrict__ n_valid, int N) {
+  double sum = 0.0;  // double, as the cpu reference, so the mean does not drift with N
+  for (int i = threadIdx.x; i < N; i += blockDim.x) sum += double(token_loss[i]);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) loss[0] = float(sum / fmax(1.0, double(n_valid[0])));
+}
+
+}  // namespace
+
+void ce_chunk_fwd(float* lse, float* token_loss, const float* logits, const int32_t* targets, int n, int V,
+                  cudaStream_t stream) {
+  STRATA_CHECK(n >= 0 && V > 0, "ce_chunk_fwd: bad shape");
+  if (n == 0) return;
+  if (V % 4 == 0 && aligned16(logits))
+    ce_fwd_kernel<4><<<n, kRowThreads, 0, stream>>>(lse, token_loss, logits, targets, V);
+  else
+    ce_fwd_kernel<1><<<n, kRowThreads, 0, stream>>>(lse, token_loss, logits, targets, V);
+  STRATA_LAUNCH_CHECK("ce_fwd_kernel");
+}
+
+void ce_count_valid(float* n_valid, const int32_t* targets, int N, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0, "ce_count_valid: bad shape");
+  ce_count_valid_kernel<<<1, kReduceThreads, 0, stream>>>(n_valid, targets, N);
+  STRATA_LAUNCH_CHECK("ce_count_valid_kernel");
+}
+
+void ce_finalize(float* loss, const float* token_loss, const float* n_valid, int N, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0, "ce_finalize: bad shape");
+  ce_finalize_kernel<<<1, kReduceThreads, 0, stream>>>(loss, token_loss, n_valid, N);
+  STRATA_LAUNCH_CHECK("ce_finalize_kernel");
+}
+
+void ce_chunk_bwd(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets, const float* dloss,
+                  const float* n_valid, int n, int V, cudaStream_t stream) {
+  STRATA_CHECK(n >= 0 && V > 0, "ce_chunk_bwd: bad shape");
+  if (n == 0) return;
+  if (V % 8 == 0 && all_aligned16(dlogits, logits))
+    ce_bwd_kernel<8><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V);
+  else
+    ce_bwd_kernel<1><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V);
+  STRATA_LAUNCH_CHECK("ce_bwd_kernel");
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,73 @@
+// Launchers of the hand-written bf16 CUDA kernels (one op per kernels/<op>.cu, beside its cpu
+// reference kernels/<op>_cpu.cpp). Plain C++: includable from g++-compiled files.
+// Conventions: outputs first, the stream last; activations bf16, math in fp32; every backward
+// ACCUMULATES into its gradients (a null gradient pointer skips it) unless it says "overwrite".
+// Launchers throw strata::Error on a bad launch; none of them synchronises or allocates.
+// Elementwise ops (swiglu, add, convert) and rope may run in place (out aliasing an input).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Token embedding. tokens [N], wte [V, C]. A negative token gives a zero row (fwd) and is skipped (bwd).
+void embedding_fwd(bf16* out, const int32_t* tokens, const bf16* wte, int N, int C, cudaStream_t stream);  // out [N, C]
+// dwte [V, C] fp32 +=, by fp32 atomics (repeated tokens add in no fixed order).
+void embedding_bwd(float* dwte, const bf16* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
+
+// RMSNorm: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps). x, out [N, C]; w [C]; rstd [N] (may be null).
+void rmsnorm_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int C, float eps, cudaStream_t stream);
+// dx [N, C] bf16 +=, dw [C] fp32 += (per-block partial sums, then atomics); either may be null.
+void rmsnorm_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* rstd, int N, int C,
+                 cudaStream_t stream);
+
+// Rotary embedding, rotate_half convention; x, out [N, H, D], pos [N], inv_freq [D/2];
+// angle = float(pos) * inv_freq[i] in fp32. D must be even.
+void rope_fwd(bf16* out, const bf16* x, const int32_t* pos, const float* inv_freq, int N, int H, int D,
+              cudaStream_t stream);
+void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D,
+              cudaStream_t stream);  // dx +=
+
+// SwiGLU out = silu(gate) * up, all [n].
+void swiglu_fwd(bf16* out, const bf16* gate, const bf16* up, long n, cudaStream_t stream);
+void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, long n,
+                cudaStream_t stream);  // +=
+
+// out = a + s * b, all [n].
+void add_fwd(bf16* out, const bf16* a, const bf16* b, float s, long n, cudaStream_t stream);
+void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, cudaStream_t stream);  // da += dout, db += s*dout
+
+// Cross-entropy over a chunk of fp32 logits [n, V] (the LM-head GEMM runs elsewhere). targets [n];
+// a target < 0 is ignored; a target >= V gives NaN (loss and gradient) so the bug is seen.
+// lse [n] is written for every row; token_loss [n] = lse - logit[target], 0 for ignored rows.
+void ce_chunk_fwd(float* lse, float* token_loss, const float* logits, const int32_t* targets, int n, int V,
+                  cudaStream_t stream);
+// n_valid[0] = count(targets[0..N) >= 0) (overwrite).
+void ce_count_valid(float* n_valid, const int32_t* targets, int N, cudaStream_t stream);
+// loss[0] = sum(token_loss[0..N)) / max(1, n_valid[0]) (overwrite).
+void ce_finalize(float* loss, const float* token_loss, const float* n_valid, int N, cudaStream_t stream);
+// dlogits [n, V] (overwrite) = (softmax - onehot(target)) * dloss[0] / max(1, n_valid[0]); ignored rows get 0.
+void ce_chunk_bwd(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets, const float* dloss,
+                  const float* n_valid, int n, int V, cudaStream_t stream);
+
+// out[0] += sum(g[0..n)^2), fp32 (per-block partials, then one atomic per block).
+void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);
+// One torch.optim.AdamW step (t is 1-based) on fp32 master weights, after global-norm clipping whose
+// scale is computed on device from norm_sq[0]: scale = max_norm / (sqrt(norm_sq) + 1e-6) when
+// max_norm > 0 and sqrt(norm_sq) > max_norm, else 1. param_out [n] (may be null) gets bf16(master).
+void adamw_step(float* master, float* m, float* v, const float* g, bf16* param_out, size_t n, const float* norm_sq,
+                float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                cudaStream_t stream);
+
+// Conversions (round to nearest even) and fills, all [n].
+void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t stream);
+void bf16_to_f32(float* out, const bf16* in, size_t n, cudaStream_t stream);
+void fill_f32(float* out, float value, size_t n, cudaStream_t stream);
+void fill_bf16(bf16* out, float value, size_t n, cudaStream_t stream);
+
+}  // namespace strata::cuda
