@@ -83,8 +83,10 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   p.shape = shape;
   p.trainable = trainable;
   p.is_lora = is_lora;
-  p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
-  if (be_.compute_dtype() != DType::f32) p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, "weights.compute");
+  // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists.
+  const bool low_precision = be_.compute_dtype() != DType::f32;
+  if (trainable || !low_precision) p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
+  if (low_precision) p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, "weights.compute");
   if (trainable) {
     p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
     p.m = Buffer(be_.arena(), DType::f32, shape, "adam.m");
@@ -98,7 +100,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
 }
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
-  be_.upload_f32(p.master.view(), host);
+  if (p.master.allocated()) be_.upload_f32(p.master.view(), host);
   if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
 }
 
@@ -209,7 +211,7 @@ void LlamaModel::save(const std::string& dir) const {
   for (auto& p : params_) {
     if (p.is_lora) continue;
     host.emplace_back(size_t(p.shape.numel()));
-    be_.download_f32(host.back().data(), p.master.view());
+    be_.download_f32(host.back().data(), p.master.allocated() ? p.master.view() : p.value());
     out.push_back({p.name, DType::f32, dims(p.shape), host.back().data()});
   }
   io::save_safetensors(dir + "/model.safetensors", out);

@@ -32,7 +32,7 @@ struct Parameter {
   Shape shape;
   bool trainable = false;
   bool is_lora = false;
-  Buffer master;   // fp32 weights (also the compute weights on the cpu backend)
+  Buffer master;   // fp32 weights (also the compute weights on cpu); absent for frozen weights on cuda
   Buffer compute;  // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
   Buffer grad;     // fp32, trainable only
   Buffer m, v;     // AdamW moments, trainable only
