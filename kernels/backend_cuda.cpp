@@ -4,7 +4,11 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "engine/backend.h"
@@ -86,6 +90,72 @@ size_t checked_budget(size_t requested, std::string& desc) {
   return requested;
 }
 
+// STRATA_PROFILE=1: every op is bracketed by events; times are summed per op at each
+// synchronize and printed as a table when the backend is destroyed.
+class OpProfiler {
+ public:
+  OpProfiler() {
+    const char* e = std::getenv("STRATA_PROFILE");
+    on_ = e && std::string(e) == "1";
+  }
+  ~OpProfiler() {
+    if (!on_) return;
+    collect();
+    double total = 0;
+    for (auto& [k, v] : totals_) total += v.first;
+    std::vector<std::pair<std::string, std::pair<double, long>>> rows(totals_.begin(), totals_.end());
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+    std::fprintf(stderr, "strata profile (GPU time per op, all steps):\n  %-22s %10s %7s %8s\n", "op", "ms", "share",
+                 "calls");
+    for (auto& [k, v] : rows)
+      std::fprintf(stderr, "  %-22s %10.2f %6.1f%% %8ld\n", k.c_str(), v.first, 100.0 * v.first / total, v.second);
+  }
+  bool on() const { return on_; }
+  // Brackets one op with events on its stream (only when profiling).
+  class Scope {
+   public:
+    Scope(OpProfiler* p, const char* name, cudaStream_t s) : p_(p), name_(name), s_(s) {
+      if (!p_->on_) return;
+      cudaEventCreate(&a_);
+      cudaEventCreate(&b_);
+      cudaEventRecord(a_, s_);
+    }
+    ~Scope() {
+      if (!p_->on_) return;
+      cudaEventRecord(b_, s_);
+      p_->pending_.push_back({name_, a_, b_});
+    }
+
+   private:
+    OpProfiler* p_;
+    const char* name_;
+    cudaStream_t s_;
+    cudaEvent_t a_ = nullptr, b_ = nullptr;
+  };
+  void collect() {
+    for (auto& e : pending_) {
+      float ms = 0;
+      cudaEventSynchronize(e.b);
+      cudaEventElapsedTime(&ms, e.a, e.b);
+      auto& t = totals_[e.name];
+      t.first += ms;
+      t.second++;
+      cudaEventDestroy(e.a);
+      cudaEventDestroy(e.b);
+    }
+    pending_.clear();
+  }
+
+ private:
+  struct Pending {
+    std::string name;
+    cudaEvent_t a, b;
+  };
+  bool on_ = false;
+  std::vector<Pending> pending_;
+  std::map<std::string, std::pair<double, long>> totals_;
+};
+
 bf16* B(const Tensor& t) {
   if (!t.defined()) return nullptr;
   STRATA_CHECK(t.dtype == DType::bf16, "cuda backend: expected a bf16 tensor");
@@ -99,7 +169,8 @@ int cols(const Tensor& t) { return I(t.shape[t.shape.nd - 1]); }
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(size_t budget)
-      : budget_(checked_budget(budget, desc_)),
+      : prof_data_(),
+        budget_(checked_budget(budget, desc_)),
         mem_(budget_),
         arena_("device", budget_, mem_.base()),
         gemm_ws_(arena_, DType::u8, Shape{int64_t(cuda::Gemm::kWorkspaceBytes)}, "workspace.cublaslt"),
@@ -120,7 +191,10 @@ class CudaBackend final : public Backend {
     STRATA_CUDA(cudaMemGetInfo(&f, &t));
     return t - f;
   }
-  void synchronize() override { STRATA_CUDA(cudaStreamSynchronize(s())); }
+  void synchronize() override {
+    STRATA_CUDA(cudaStreamSynchronize(s()));
+    if (prof_data_.on()) prof_data_.collect();
+  }
 
   // Host transfers are step-boundary operations: they wait for the stream.
   void upload_f32(Tensor dst, const float* src) override {
@@ -136,46 +210,60 @@ class CudaBackend final : public Backend {
     convert_to_f32(dst, h.data(), src.dtype, h.size());
   }
   void upload_i32(Tensor dst, const int32_t* src) override { copy_in(dst.data, src, dst.bytes()); }
-  void zero(Tensor t) override { STRATA_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s())); }
+  void zero(Tensor t) override {
+    OpProfiler::Scope prof_(&prof_data_, "zero", s());
+    STRATA_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s()));
+  }
   void fill(Tensor t, float v) override {
+    OpProfiler::Scope prof_(&prof_data_, "fill", s());
     if (t.dtype == DType::f32) cuda::fill_f32(F(t), v, size_t(t.numel()), s());
     else cuda::fill_bf16(B(t), v, size_t(t.numel()), s());
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
+    OpProfiler::Scope prof_(&prof_data_, "embedding_fwd", s());
     cuda::embedding_fwd(B(out), tokens.i32(), B(wte), I(tokens.numel()), cols(wte), s());
   }
   void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+    OpProfiler::Scope prof_(&prof_data_, "embedding_bwd", s());
     cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), I(tokens.numel()), cols(dout), s());
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
+    OpProfiler::Scope prof_(&prof_data_, "rmsnorm_fwd", s());
     cuda::rmsnorm_fwd(B(out), F(rstd), B(x), B(w), rows(x), cols(x), eps, s());
   }
   void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    OpProfiler::Scope prof_(&prof_data_, "rmsnorm_bwd", s());
     cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), s());
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
+    OpProfiler::Scope prof_(&prof_data_, "linear_fwd", s());
     gemm_.linear_fwd(B(y), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
   }
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+    OpProfiler::Scope prof_(&prof_data_, "linear_bwd", s());
     const int N = rows(dy), In = cols(w), O = I(w.shape[0]);
     if (dx.defined()) gemm_.linear_bwd_dx(B(dx), B(dy), B(w), N, In, O, true, s());
     if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, s());
   }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
+    OpProfiler::Scope prof_(&prof_data_, "rope_fwd", s());
     cuda::rope_fwd(B(out), B(x), pos.i32(), F(inv_freq), I(pos.numel()), I(x.shape[x.shape.nd - 2]), cols(x), s());
   }
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) override {
+    OpProfiler::Scope prof_(&prof_data_, "rope_bwd", s());
     cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]),
                    cols(dout), s());
   }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+    OpProfiler::Scope prof_(&prof_data_, "attention_fwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     Buffer ws = workspace(attn_.workspace_bytes(sh, false), "workspace.attn");
     attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                      Tensor lse) override {
+    OpProfiler::Scope prof_(&prof_data_, "attention_bwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     // A gradient nobody needs still has to land somewhere: scratch from the arena.
     Buffer sq, sk, sv;
@@ -186,18 +274,23 @@ class CudaBackend final : public Backend {
     attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, true, ws_ptr(ws), ws_bytes(ws), s());
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
+    OpProfiler::Scope prof_(&prof_data_, "swiglu_fwd", s());
     cuda::swiglu_fwd(B(out), B(gate), B(up), long(gate.numel()), s());
   }
   void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
+    OpProfiler::Scope prof_(&prof_data_, "swiglu_bwd", s());
     cuda::swiglu_bwd(B(dgate), B(dup), B(dout), B(gate), B(up), long(dout.numel()), s());
   }
   void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
+    OpProfiler::Scope prof_(&prof_data_, "add_fwd", s());
     cuda::add_fwd(B(out), B(a), B(b), scale, long(a.numel()), s());
   }
   void add_bwd(Tensor da, Tensor db, Tensor dout, float scale) override {
+    OpProfiler::Scope prof_(&prof_data_, "add_bwd", s());
     cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), s());
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
     const int n_max = std::min(chunk, N);
     Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
@@ -213,6 +306,7 @@ class CudaBackend final : public Backend {
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
                       int chunk) override {
+    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
     const int n_max = std::min(chunk, N);
     Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
@@ -229,11 +323,16 @@ class CudaBackend final : public Backend {
     }
   }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
+    OpProfiler::Scope prof_(&prof_data_, "lm_head_logits", s());
     gemm_.logits_f32(F(logits), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
   }
-  void grad_norm_sq(Tensor out, Tensor g) override { cuda::sum_squares(F(out), F(g), size_t(g.numel()), s()); }
+  void grad_norm_sq(Tensor out, Tensor g) override {
+    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
+    cuda::sum_squares(F(out), F(g), size_t(g.numel()), s());
+  }
   void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
                   const AdamWParams& p, int t) override {
+    OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
     bf16* out = param_out.defined() && param_out.dtype == DType::bf16 ? B(param_out) : nullptr;
     cuda::adamw_step(F(master), F(m), F(v), F(g), out, size_t(g.numel()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2,
                      p.eps, p.weight_decay, t, s());
@@ -263,6 +362,7 @@ class CudaBackend final : public Backend {
     return B(scratch.view());
   }
 
+  OpProfiler prof_data_;  // first member: destroyed last, after the stream drained
   std::string desc_;
   size_t budget_;
   DeviceReservation mem_;

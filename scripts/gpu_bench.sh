@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# On the GPU host: strata-bench and the Hugging Face baseline on the same configs, same run.
+#   scripts/gpu_bench.sh DIR "SHAPE SEQ MODE PLAN" ...   (PLAN: keep | gc)
+# Appends one JSON line per run to $OUT/bench.jsonl.
+set -uo pipefail
+dir=$1; shift
+out=${OUT:-/tmp/strata-out}; mkdir -p "$out"
+for cfg in "$@"; do
+  read -r shape seq mode plan <<<"$cfg"
+  "$dir/tools/strata-bench" --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" --steps 4 --warmup 2 \
+    2>>"$out/bench.err" | tee -a "$out/bench.jsonl"
+  python3 tools/bench/hf_bench.py --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" --steps 4 --warmup 2 \
+    2>>"$out/bench.err" | tee -a "$out/bench.jsonl"
+done
