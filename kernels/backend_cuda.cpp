@@ -97,6 +97,9 @@ class OpProfiler {
   OpProfiler() {
     const char* e = std::getenv("STRATA_PROFILE");
     on_ = e && std::string(e) == "1";
+    // The first step builds cuDNN plans and cuBLASLt heuristics: leave it out by default.
+    const char* k = std::getenv("STRATA_PROFILE_SKIP");
+    skip_ = k ? std::atoi(k) : 1;
   }
   ~OpProfiler() {
     if (!on_) return;
@@ -105,7 +108,7 @@ class OpProfiler {
     for (auto& [k, v] : totals_) total += v.first;
     std::vector<std::pair<std::string, std::pair<double, long>>> rows(totals_.begin(), totals_.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
-    std::fprintf(stderr, "strata profile (GPU time per op, all steps):\n  %-22s %10s %7s %8s\n", "op", "ms", "share",
+    std::fprintf(stderr, "strata profile (GPU time per op, steps after the first STRATA_PROFILE_SKIP):\n  %-22s %10s %7s %8s\n", "op", "ms", "share",
                  "calls");
     for (auto& [k, v] : rows)
       std::fprintf(stderr, "  %-22s %10.2f %6.1f%% %8ld\n", k.c_str(), v.first, 100.0 * v.first / total, v.second);
@@ -133,13 +136,16 @@ class OpProfiler {
     cudaEvent_t a_ = nullptr, b_ = nullptr;
   };
   void collect() {
+    const bool keep = skip_-- <= 0;
     for (auto& e : pending_) {
       float ms = 0;
       cudaEventSynchronize(e.b);
       cudaEventElapsedTime(&ms, e.a, e.b);
       auto& t = totals_[e.name];
-      t.first += ms;
-      t.second++;
+      if (keep) {
+        t.first += ms;
+        t.second++;
+      }
       cudaEventDestroy(e.a);
       cudaEventDestroy(e.b);
     }
@@ -152,6 +158,7 @@ class OpProfiler {
     cudaEvent_t a, b;
   };
   bool on_ = false;
+  int skip_ = 1;  // collects (steps) left out at the start
   std::vector<Pending> pending_;
   std::map<std::string, std::pair<double, long>> totals_;
 };

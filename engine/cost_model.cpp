@@ -1,0 +1,170 @@
+#include "engine/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace strata {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char* kDatasheetSource =
+    "datasheet/anchors, not calibrated: GEMM fitted to the bf16 788-799 TFLOP/s measured on the H200 host "
+    "(shared/ANCHORS.md; the H100 is the same GH100 chip), HBM from the datasheet, pinned copies 55 GB/s "
+    "measured on the H200 host, attention throughput assumed from published FlashAttention-3/cuDNN numbers, "
+    "cuDNN plan workspaces unknown (0)";
+
+DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, double hbm_gbps) {
+  DeviceProfile p;
+  p.name = std::move(name);
+  p.match = std::move(match);
+  p.source = kDatasheetSource;
+  p.memory_bytes = memory_bytes;
+  p.context_bytes = size_t(512) << 20;
+  p.matmul_tflops = 850;
+  p.matmul_half_dim = 128;
+  p.attention_tflops = 500;
+  p.attention_bwd_tflops = 380;
+  p.hbm_gbps = hbm_gbps;
+  p.h2d_gbps = 55;
+  p.d2h_gbps = 55;
+  p.launch_overhead_us = 3;
+  return p;
+}
+
+template <class T>
+T field(const json& j, const char* key, const std::string& where, bool required = true, T def = T()) {
+  if (!j.contains(key)) {
+    if (!required) return def;
+    STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' is missing", where, key), where, key);
+  }
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' has the wrong type", where, key), where, key);
+  }
+}
+
+}  // namespace
+
+size_t DeviceProfile::default_arena_bytes() const {
+  const size_t headroom = size_t(2) << 30;  // what the cuda backend leaves free (backend_cuda.cpp)
+  size_t free_b = memory_bytes > context_bytes ? memory_bytes - context_bytes : 0;
+  return free_b > headroom ? free_b - headroom : free_b / 2;
+}
+
+std::string profile_to_json(const DeviceProfile& p) {
+  json j;
+  j["name"] = p.name;
+  j["match"] = p.match;
+  j["source"] = p.source;
+  j["memory_bytes"] = p.memory_bytes;
+  j["context_bytes"] = p.context_bytes;
+  j["matmul_tflops"] = p.matmul_tflops;
+  j["matmul_half_dim"] = p.matmul_half_dim;
+  j["attention_tflops"] = p.attention_tflops;
+  j["attention_bwd_tflops"] = p.attention_bwd_tflops;
+  j["hbm_gbps"] = p.hbm_gbps;
+  j["h2d_gbps"] = p.h2d_gbps;
+  j["d2h_gbps"] = p.d2h_gbps;
+  j["launch_overhead_us"] = p.launch_overhead_us;
+  j["attention_plan_ws_fwd_bytes"] = p.attention_plan_ws_fwd_bytes;
+  j["attention_plan_ws_bwd_bytes"] = p.attention_plan_ws_bwd_bytes;
+  j["attention_dq_accum"] = p.attention_dq_accum;
+  return j.dump(2) + "\n";
+}
+
+DeviceProfile profile_from_json(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    STRATA_THROW(ConfigError, fmt::format("{}: not valid JSON: {}", where, e.what()), where, "");
+  }
+  if (!j.is_object()) STRATA_THROW(ConfigError, fmt::format("{}: a device profile is a JSON object", where), where, "");
+  DeviceProfile p;
+  p.name = field<std::string>(j, "name", where);
+  p.match = field<std::string>(j, "match", where, false, p.name);
+  p.source = field<std::string>(j, "source", where, false, "unknown");
+  p.memory_bytes = field<size_t>(j, "memory_bytes", where);
+  p.context_bytes = field<size_t>(j, "context_bytes", where, false, 0);
+  p.matmul_tflops = field<double>(j, "matmul_tflops", where);
+  p.matmul_half_dim = field<double>(j, "matmul_half_dim", where, false, 0.0);
+  p.attention_tflops = field<double>(j, "attention_tflops", where);
+  p.attention_bwd_tflops = field<double>(j, "attention_bwd_tflops", where, false, 0.0);
+  p.hbm_gbps = field<double>(j, "hbm_gbps", where);
+  p.h2d_gbps = field<double>(j, "h2d_gbps", where);
+  p.d2h_gbps = field<double>(j, "d2h_gbps", where);
+  p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
+  p.attention_plan_ws_fwd_bytes = field<size_t>(j, "attention_plan_ws_fwd_bytes", where, false, 0);
+  p.attention_plan_ws_bwd_bytes = field<size_t>(j, "attention_plan_ws_bwd_bytes", where, false, 0);
+  p.attention_dq_accum = field<bool>(j, "attention_dq_accum", where, false, true);
+  for (auto [key, v] : {std::pair{"matmul_tflops", p.matmul_tflops}, {"attention_tflops", p.attention_tflops},
+                        {"hbm_gbps", p.hbm_gbps}, {"h2d_gbps", p.h2d_gbps}, {"d2h_gbps", p.d2h_gbps}})
+    if (!(v > 0))
+      STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' must be > 0, got {}", where, key, v), where,
+                   key);
+  return p;
+}
+
+DeviceProfile load_profile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot open the device profile", path), path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return profile_from_json(ss.str(), path);
+}
+
+void save_profile(const DeviceProfile& p, const std::string& path) {
+  std::ofstream f(path, std::ios::trunc);
+  f << profile_to_json(p);
+  if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot write the device profile", path), path);
+}
+
+const std::vector<std::pair<std::string, DeviceProfile>>& builtin_profiles() {
+  // Totals as the driver reports them (81559 MiB and 143771 MiB).
+  static const std::vector<std::pair<std::string, DeviceProfile>> profiles = {
+      {"h100_80gb", hopper("NVIDIA H100 80GB HBM3", "H100", size_t(81559) << 20, 3350)},
+      {"h200", hopper("NVIDIA H200", "H200", size_t(143771) << 20, 4800)},
+  };
+  return profiles;
+}
+
+DeviceProfile find_profile(const std::string& name_or_path) {
+  for (auto& [name, p] : builtin_profiles())
+    if (name == name_or_path) return p;
+  if (std::filesystem::exists(name_or_path)) return load_profile(name_or_path);
+  std::string known;
+  for (auto& [name, p] : builtin_profiles()) known += (known.empty() ? "" : ", ") + name;
+  STRATA_THROW(ConfigError,
+               fmt::format("device profile '{}' is neither a built-in profile ({}) nor a file", name_or_path, known),
+               "command line", "profile");
+}
+
+double CostModel::floor(double s) const { return std::max(s, p_.launch_overhead_us * 1e-6); }
+
+double CostModel::gemm(double m, double n, double k, double bytes) const {
+  auto eff = [&](double d) { return p_.matmul_half_dim > 0 ? d / (d + p_.matmul_half_dim) : 1.0; };
+  const double tput = p_.matmul_tflops * 1e12 * eff(m) * eff(n) * eff(k);
+  return floor(std::max(2.0 * m * n * k / tput, bytes / (p_.hbm_gbps * 1e9)));
+}
+
+double CostModel::attention(double b, double t, double heads, double d, bool backward) const {
+  const double fwd_flops = 4.0 * b * heads * t * t * d / 2.0;  // QK^T and PV, causal half
+  const double tput = (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12;
+  return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
+}
+
+double CostModel::memory(double bytes) const { return floor(bytes / (p_.hbm_gbps * 1e9)); }
+double CostModel::h2d(double bytes) const { return floor(bytes / (p_.h2d_gbps * 1e9)); }
+double CostModel::d2h(double bytes) const { return floor(bytes / (p_.d2h_gbps * 1e9)); }
+
+}  // namespace strata

@@ -1,0 +1,70 @@
+// The sim backend's cost model: a device profile (throughputs, bandwidths, launch floor, library
+// workspace sizes) and the time each kind of kernel takes on it. Profiles are JSON files
+// (profiles/*.json) written by hand from datasheets today and by strata-calibrate later.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct DeviceProfile {
+  std::string name;    // "NVIDIA H100 80GB HBM3"
+  std::string match;   // a substring of the driver's device name this profile is for ("H100")
+  std::string source;  // provenance: "datasheet/anchors, not calibrated" or "strata-calibrate <date>"
+  size_t memory_bytes = 0;   // what the driver reports as total
+  size_t context_bytes = 0;  // CUDA context + library handles, outside the arena
+
+  // Dense bf16 GEMM: time = 2·M·N·K / (matmul_tflops · e(M)·e(N)·e(K)), e(d) = d / (d + matmul_half_dim),
+  // so small dimensions run below the large-shape asymptote.
+  double matmul_tflops = 0;
+  double matmul_half_dim = 0;
+  // Causal fused attention, counting only the unmasked half: forward 4·B·H·T²·D/2 FLOPs,
+  // backward 2.5x that at attention_bwd_tflops (0 = attention_tflops).
+  double attention_tflops = 0;
+  double attention_bwd_tflops = 0;
+  double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
+  double h2d_gbps = 0, d2h_gbps = 0;
+  double launch_overhead_us = 0;  // no kernel is shorter than this
+
+  // cuDNN's execution-plan workspace for the attention graphs (kernels/attention_workspace.h).
+  // Only known at run time from cuDNN: 0 until strata-calibrate records it.
+  size_t attention_plan_ws_fwd_bytes = 0;
+  size_t attention_plan_ws_bwd_bytes = 0;
+  bool attention_dq_accum = true;  // the backward plan variant with the fp32 dQ accumulator
+
+  // The arena budget the cuda backend takes by default (free memory less 2 GiB of headroom).
+  size_t default_arena_bytes() const;
+};
+
+// JSON (nlohmann) both ways; parse errors are ConfigErrors naming `where` and the field.
+std::string profile_to_json(const DeviceProfile& p);
+DeviceProfile profile_from_json(const std::string& text, const std::string& where);
+DeviceProfile load_profile(const std::string& path);  // IoError / ConfigError naming the file
+void save_profile(const DeviceProfile& p, const std::string& path);
+
+// The profiles shipped in profiles/*.json, compiled in so the tools need no data directory
+// ("h100_80gb", "h200"). A test checks the files and these agree.
+const std::vector<std::pair<std::string, DeviceProfile>>& builtin_profiles();
+// A built-in name or a path to a JSON file.
+DeviceProfile find_profile(const std::string& name_or_path);
+
+// Seconds per kernel on a profile. Each already includes the launch floor.
+class CostModel {
+ public:
+  explicit CostModel(DeviceProfile p) : p_(std::move(p)) {}
+  const DeviceProfile& profile() const { return p_; }
+
+  double floor(double seconds) const;          // max(seconds, launch overhead)
+  double gemm(double m, double n, double k, double bytes) const;  // max of FLOP time and byte time
+  double attention(double b, double t, double heads, double d, bool backward) const;
+  double memory(double bytes) const;           // an elementwise kernel moving `bytes`
+  double h2d(double bytes) const;
+  double d2h(double bytes) const;
+
+ private:
+  DeviceProfile p_;
+};
+
+}  // namespace strata

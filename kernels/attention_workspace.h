@@ -1,0 +1,42 @@
+// Workspace bytes of the cuda attention as a pure function of the shape, so the sim backend can
+// reproduce the arena allocations of kernels/backend_cuda.cpp without a GPU.
+//
+// Mirrors kernels/attention_cudnn_cuda.cpp: the cudnn path is taken when D % 8 == 0 and D <= 256
+// (else the flash fallback, which needs no workspace); forward needs cuDNN's plan workspace,
+// backward the layout of BwdLayout there: [plan ws][softmax_sum fp32 B·Hq·T][dQ accumulator fp32
+// B·Hq·T·D, when the dq_accum plan variant is used][dq, dk, dv bf16 scratch], each 256-aligned.
+// cuDNN's plan workspace is only known at run time (cudnnBackendGetAttribute on the finalized
+// plan), so it is a parameter here: DeviceProfile carries it (0 until strata-calibrate measures
+// it), and the cuda backend could compute its total with this function from the real one.
+// Keep this in step with BwdLayout if that layout changes.
+#pragma once
+#include <cstddef>
+
+namespace strata {
+
+struct AttnWorkspaceParams {
+  size_t plan_fwd_bytes = 0;  // cuDNN execution-plan workspace, forward graph
+  size_t plan_bwd_bytes = 0;  // same, backward graph
+  bool dq_accum = true;       // backward plan variant with the fp32 dQ accumulator (tried first)
+};
+
+inline bool attention_uses_cudnn(int head_dim) { return head_dim % 8 == 0 && head_dim <= 256; }
+
+inline size_t attention_align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+// BwdLayout::total of attention_cudnn_cuda.cpp.
+inline size_t attention_cudnn_bwd_bytes(int B, int T, int Hq, int Hkv, int D, size_t plan_ws, bool dq_accum) {
+  const size_t rows = size_t(B) * Hq * T;
+  const size_t nq = rows * D, nkv = size_t(B) * Hkv * T * D;
+  return attention_align256(plan_ws) + attention_align256(rows * 4) + (dq_accum ? attention_align256(nq * 4) : 0) +
+         attention_align256(nq * 2) + 2 * attention_align256(nkv * 2);
+}
+
+// What Attention::workspace_bytes returns (0 = no allocation: the backend allocates nothing).
+inline size_t attention_workspace_bytes(int B, int T, int Hq, int Hkv, int D, bool backward,
+                                        const AttnWorkspaceParams& p) {
+  if (!attention_uses_cudnn(D)) return 0;
+  return backward ? attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, p.plan_bwd_bytes, p.dq_accum) : p.plan_fwd_bytes;
+}
+
+}  // namespace strata

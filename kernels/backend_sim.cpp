@@ -1,0 +1,248 @@
+// The sim backend (see backend_sim.h). Each op: the cost of its kernels onto the model clock,
+// then (mirror = cuda) the same arena allocations kernels/backend_cuda.cpp makes in that op,
+// in the same order, with the same tags, freed in the same (reverse-declaration) order.
+#include "kernels/backend_sim.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/attention_workspace.h"
+
+namespace strata {
+
+const char* sim_mirror_name(SimMirror m) { return m == SimMirror::cpu ? "cpu" : "cuda"; }
+
+namespace {
+
+constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;  // cuda::Gemm::kWorkspaceBytes
+constexpr size_t kUnbounded = size_t(1) << 50;
+
+double B(const Tensor& t) { return t.defined() ? double(t.bytes()) : 0.0; }
+double rows(const Tensor& t) { return double(t.numel() / t.shape[t.shape.nd - 1]); }
+double cols(const Tensor& t) { return double(t.shape[t.shape.nd - 1]); }
+
+class SimBackendImpl final : public SimBackend {
+ public:
+  explicit SimBackendImpl(const SimOptions& o)
+      : opt_(o), cost_(o.profile), arena_("device", o.budget ? o.budget : kUnbounded, nullptr) {
+    arena_.set_clock([this] { return now_; });
+    arena_.set_logging(o.log_events);
+    if (cuda()) gemm_ws_ = Buffer(arena_, DType::u8, Shape{int64_t(kCublasLtWorkspaceBytes)}, "workspace.cublaslt");
+    desc_ = fmt::format("sim ({} profile, mirrors the {} backend)", o.profile.name, sim_mirror_name(o.mirror));
+  }
+
+  // --- SimBackend
+  double now_s() const override { return now_; }
+  const SimTimes& times() const override { return times_; }
+  void reset_times() override { times_ = {}; }
+  SimMirror mirror() const override { return opt_.mirror; }
+  const CostModel& cost() const override { return cost_; }
+
+  // --- Backend
+  std::string_view name() const override { return "sim"; }
+  std::string device_name() override { return desc_; }
+  Arena& arena() override { return arena_; }
+  bool supports(OpKind op, DType dt) const override {
+    if (!cuda()) return dt == DType::f32;
+    if (op == OpKind::adamw || op == OpKind::grad_norm) return dt == DType::f32;
+    return dt == DType::bf16;
+  }
+  DType compute_dtype() const override { return cuda() ? DType::bf16 : DType::f32; }
+  // What cudaMemGetInfo would say: the context plus the arena's single reservation (cuda only).
+  size_t device_used_bytes() override { return cuda() ? opt_.profile.context_bytes + arena_.budget() : 0; }
+
+  void upload_f32(Tensor dst, const float*) override { copy(cost_.h2d(B(dst))); }
+  void download_f32(float* dst, Tensor src) override {
+    std::memset(dst, 0, size_t(src.numel()) * sizeof(float));  // no data: the loss reads as 0
+    copy(cost_.d2h(B(src)));
+  }
+  void upload_i32(Tensor dst, const int32_t*) override { copy(cost_.h2d(B(dst))); }
+  void zero(Tensor t) override { memset(cost_.memory(B(t))); }
+  void fill(Tensor t, float value) override {
+    // The tape seeds backward with fill(grad:loss, 1): the phase mark for recompute accounting.
+    if (t.numel() == 1 && value == 1.0f && times_.backward_start_s < 0) times_.backward_start_s = now_;
+    memset(cost_.memory(B(t)));
+  }
+
+  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
+    fwd(OpKind::embedding, cost_.memory(2 * B(out) + B(tokens)));
+  }
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+    const double rows_f32 = double(dout.numel()) * 4;
+    bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
+  }
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float) override {
+    fwd(OpKind::rmsnorm, cost_.memory(B(x) + B(out) + B(w) + B(rstd)));
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+    bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + 2 * B(dx) + 2 * B(dw)));
+  }
+  void linear_fwd(Tensor y, Tensor x, Tensor w) override {
+    fwd(OpKind::linear, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y)));
+  }
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+    const double n = rows(dy), in = cols(w), o = double(w.shape[0]);
+    double t = 0;
+    if (dx.defined()) t += cost_.gemm(n, in, o, B(dy) + B(w) + 2 * B(dx));
+    if (dw.defined()) t += cost_.gemm(o, in, n, B(dy) + n * in * dtype_size(dy.dtype) + 2 * B(dw));
+    bwd(OpKind::linear, t, int(dx.defined()) + int(dw.defined()));
+  }
+  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor) override {
+    fwd(OpKind::rope, cost_.memory(B(x) + B(out) + B(pos)));
+  }
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor) override {
+    bwd(OpKind::rope, cost_.memory(B(dout) + 2 * B(dx) + B(pos)));
+  }
+  // q [B,T,Hq,D], k/v [B,T,Hkv,D].
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+    const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
+              d = int(q.shape[3]);
+    Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0);
+    fwd(OpKind::attention, cost_.attention(b, t, hq, d, false));
+  }
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                     Tensor lse) override {
+    const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
+              d = int(q.shape[3]);
+    double extra = 0;
+    int kernels = 1;
+    Buffer sq, sk, sv;  // backend_cuda.cpp: scratch for gradients nobody needs, zeroed
+    if (cuda()) {
+      scratch_if_undefined(dq, q, sq);
+      scratch_if_undefined(dk, k, sk);
+      scratch_if_undefined(dv, v, sv);
+    }
+    Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
+    if (cuda() && attention_uses_cudnn(d)) {
+      // cuDNN overwrites: the engine accumulates through scratch + three adds (and zeroes dQ acc).
+      const double nq = double(q.numel()), nkv = double(k.numel());
+      extra += cost_.memory(3 * 2 * nq) + 2 * cost_.memory(3 * 2 * nkv);
+      kernels += 3;
+      if (opt_.profile.attention_dq_accum) {
+        extra += cost_.memory(4 * nq);
+        kernels += 1;
+      }
+    }
+    bwd(OpKind::attention, cost_.attention(b, t, hq, d, true) + extra, kernels);
+  }
+  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
+    fwd(OpKind::swiglu, cost_.memory(B(gate) + B(up) + B(out)));
+  }
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
+    bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + 2 * B(dgate) + 2 * B(dup)));
+  }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float) override {
+    fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out)));
+  }
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float) override {
+    bwd(OpKind::add, cost_.memory(B(dout) + 2 * B(da) + 2 * B(db)));
+  }
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+    const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
+    const int n_max = std::min(chunk, N);
+    Buffer logits, token_loss, n_valid;
+    if (cuda()) {
+      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
+      token_loss = Buffer(arena_, DType::f32, Shape{N}, "loss.token_loss");
+      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    }
+    double t = 0;
+    int kernels = 0;
+    const double es = double(dtype_size(x.dtype));
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const double n = std::min(chunk, N - r0);
+      t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
+      t += cost_.memory(n * V * 4 + n * 12);                    // softmax statistics and token loss
+      kernels += 2;
+    }
+    t += 2 * cost_.memory(double(N) * 4);  // count valid targets, finalize the mean
+    fwd(OpKind::lm_head_ce, t, kernels + 2);
+  }
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
+                      int chunk) override {
+    const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
+    const int n_max = std::min(chunk, N);
+    Buffer logits, dlogits, n_valid;
+    if (cuda()) {
+      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
+      dlogits = Buffer(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
+      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    }
+    const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
+    double t = cost_.memory(double(N) * 4);
+    int kernels = 1;
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const double n = std::min(chunk, N - r0);
+      t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);
+      t += cost_.memory(n * V * (4 + dl) + n * 8);
+      kernels += 2;
+      if (dx.defined()) t += cost_.gemm(n, C, V, n * V * dl + B(w) + 2 * n * C * es), ++kernels;
+      if (dw.defined()) t += cost_.gemm(V, C, n, n * V * dl + n * C * es + 2 * B(dw)), ++kernels;
+    }
+    bwd(OpKind::lm_head_ce, t, kernels);
+  }
+  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
+    fwd(OpKind::lm_head_logits, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits)));
+  }
+  void grad_norm_sq(Tensor out, Tensor g) override {
+    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false);
+  }
+  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor, float, const AdamWParams&,
+                  int) override {
+    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    double bytes = 2 * (B(master) + B(m) + B(v)) + B(g);
+    if (param_out.defined() && param_out.dtype != master.dtype) bytes += B(param_out);
+    charge(OpKind::adamw, cost_.memory(bytes), 1, false);
+  }
+
+ private:
+  bool cuda() const { return opt_.mirror == SimMirror::cuda; }
+  AttnWorkspaceParams attn_params() const {
+    return {opt_.profile.attention_plan_ws_fwd_bytes, opt_.profile.attention_plan_ws_bwd_bytes,
+            opt_.profile.attention_dq_accum};
+  }
+  bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
+  void charge(OpKind k, double s, int kernels, bool is_fwd) {
+    now_ += s;
+    times_.op_s[size_t(k)] += s;
+    times_.kernels += kernels;
+    if (is_fwd && in_backward()) times_.recompute_s += s;
+  }
+  void fwd(OpKind k, double s, int kernels = 1) { charge(k, s, kernels, true); }
+  void bwd(OpKind k, double s, int kernels = 1) { charge(k, s, kernels, false); }
+  void memset(double s) {
+    now_ += s;
+    times_.memset_s += s;
+    times_.kernels++;
+  }
+  void copy(double s) {
+    now_ += s;
+    times_.copy_s += s;
+  }
+  // backend_cuda.cpp's workspace(): no allocation for 0 bytes.
+  Buffer workspace(size_t bytes) {
+    return bytes ? Buffer(arena_, DType::u8, Shape{int64_t(bytes)}, "workspace.attn") : Buffer();
+  }
+  void scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
+    if (g.defined()) return;
+    scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
+    zero(scratch.view());
+  }
+
+  SimOptions opt_;
+  CostModel cost_;
+  Arena arena_;
+  Buffer gemm_ws_;
+  std::string desc_;
+  double now_ = 0;
+  SimTimes times_;
+};
+
+}  // namespace
+
+std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& opt) { return std::make_unique<SimBackendImpl>(opt); }
+
+}  // namespace strata

@@ -1,0 +1,54 @@
+// The sim backend: no data at all. Its arena has a null base and its tensors null data pointers;
+// every op only advances a model clock by what the cost model says it takes, and makes exactly
+// the arena allocations the mirrored backend (cpu or cuda) makes inside that op — same sizes,
+// same order, same tags — so the engine above it (tape, plan, allocator) runs unchanged and the
+// forecast peak is the engine's own.
+//
+// One compute timeline: every op runs after the previous one (the cpu and cuda backends have one
+// stream today; copy streams arrive with the host/disk tiers).
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/cost_model.h"
+
+namespace strata {
+
+enum class SimMirror { cpu, cuda };
+const char* sim_mirror_name(SimMirror m);
+
+struct SimOptions {
+  size_t budget = 0;  // arena budget; 0 = unbounded (1 PiB of offsets: nothing is backed)
+  DeviceProfile profile;
+  // Whose allocation behaviour and dtypes to reproduce. cpu: f32, no allocations inside ops.
+  // cuda: bf16 compute, the cuBLASLt workspace at construction, attention workspaces and
+  // unused-gradient scratch, the loss chunk buffers.
+  SimMirror mirror = SimMirror::cuda;
+  bool log_events = false;  // arena event log on from construction (before the cuda workspace)
+};
+
+// Where the model time went. Phases follow the tape's calls: backward starts at the seed of the
+// loss gradient (fill with 1), the optimizer at the first grad_norm_sq; a forward kernel run
+// during backward is a recompute.
+struct SimTimes {
+  std::array<double, size_t(OpKind::count_)> op_s{};  // per op kind, recompute included
+  double memset_s = 0, copy_s = 0;  // zero/fill, host copies
+  double recompute_s = 0;
+  long kernels = 0;
+  double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached
+};
+
+class SimBackend : public Backend {
+ public:
+  virtual double now_s() const = 0;
+  virtual const SimTimes& times() const = 0;
+  virtual void reset_times() = 0;  // zeroes the per-op sums and phase marks (not the clock)
+  virtual SimMirror mirror() const = 0;
+  virtual const CostModel& cost() const = 0;
+};
+
+std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& opt);
+
+}  // namespace strata

@@ -1,0 +1,87 @@
+// Forecasts one training step without a GPU: builds the model and runs one real Trainer::step on
+// the sim backend — the same tape, schedule, plan and allocator as cpu/cuda — and reads the peak,
+// its breakdown and the model-time clock back from the arena's event log.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/cost_model.h"
+#include "engine/plan.h"
+#include "io/hf_config.h"
+#include "kernels/backend_sim.h"
+#include "model/llama.h"
+#include "model/trainer.h"
+
+namespace strata {
+
+enum class TrainMode { full, frozen, lora };
+const char* train_mode_name(TrainMode m);
+// "full", "frozen", "lora"; ConfigError otherwise.
+TrainMode parse_train_mode(const std::string& s);
+
+struct ForecastRequest {
+  io::LlamaConfig model;
+  int seq = 0, batch = 1;
+  TrainMode mode = TrainMode::full;
+  int lora_rank = 16;  // mode lora
+  float lora_alpha = 16.0f;
+  int loss_chunk_tokens = 512;  // strata-train's default
+  Plan plan = Plan::keep_everything();
+  DeviceProfile profile;
+  SimMirror mirror = SimMirror::cuda;
+  size_t budget = 0;  // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
+};
+
+// The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
+ModelOptions forecast_model_options(const ForecastRequest& r);
+// The batch the forecast runs: B rows of T tokens (all id 0; values never matter for memory or time).
+Batch forecast_batch(const ForecastRequest& r);
+// A checkpoint directory, a config.json, or a built-in name (ConfigError listing the known ones).
+io::LlamaConfig resolve_model(const std::string& spec);
+
+struct MemoryItem {
+  std::string name;
+  size_t bytes = 0;
+  int count = 0;  // blocks (for slot classes: layers)
+};
+
+struct Forecast {
+  bool fits = true;  // false: the arena ran out of its budget; `oom` says allocating what
+  std::string oom;
+
+  // Memory (device arena).
+  size_t peak_bytes = 0;        // arena in-use peak during the step
+  size_t high_water_bytes = 0;  // highest offset used: the budget this run needed with its placement
+  size_t persistent_bytes = 0;  // in use before the step (weights, optimizer state, workspaces, batch)
+  double peak_at_s = 0;         // model time of the peak, from the step's start
+  std::string peak_phase;       // forward, backward or optimizer
+  std::vector<MemoryItem> breakdown;    // categories at the peak; they sum to peak_bytes
+  std::vector<MemoryItem> activations;  // activation slot classes live at the peak (layers folded)
+  std::vector<MemoryItem> workspaces;   // in-op allocations live at the peak
+  size_t saved_bytes = 0;               // saved slots resident at the end of forward
+  long recomputed_nodes = 0;
+
+  // Time (model clock of the cost model).
+  double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, recompute_s = 0;
+  double tokens_per_s = 0;
+  std::vector<std::pair<std::string, double>> time_by_op;  // seconds, largest first
+  long kernels = 0;
+
+  size_t params = 0, trainable = 0;
+  std::vector<PlanRow> plan_rows;  // the plan resolved on this model's saved slots
+  std::string device;              // the sim backend's description
+
+  // The arena's whole event log (construction and step; times are model time) and where the
+  // step starts in it.
+  std::vector<ArenaEvent> events;
+  size_t step_first_event = 0;
+  double step_start_s = 0;
+};
+
+Forecast forecast(const ForecastRequest& r);
+
+// "L12.attn.q" -> "L*.attn.q"; other names unchanged.
+std::string fold_layers(const std::string& cls);
+
+}  // namespace strata
