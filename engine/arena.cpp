@@ -19,8 +19,8 @@ std::string format_bytes(size_t b) {
   return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
 }
 
-Arena::Arena(std::string tier, size_t budget_bytes, std::byte* base)
-    : tier_(std::move(tier)), budget_(budget_bytes / kAlign * kAlign), base_(base) {
+Arena::Arena(std::string tier, size_t budget_bytes, std::byte* base, size_t align)
+    : tier_(std::move(tier)), align_(align), budget_(budget_bytes / align * align), base_(base) {
   if (budget_ > 0) insert_free(0, budget_);
   auto t0 = std::chrono::steady_clock::now();
   clock_ = [t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -43,7 +43,7 @@ void Arena::log(int64_t delta, std::string_view tag) {
 size_t Arena::allocate(size_t bytes, std::string_view tag) {
   // Requests beyond the budget cannot fit; checking first also keeps the rounding below from
   // wrapping around for sizes near SIZE_MAX (e.g. a negative numel cast to size_t).
-  size_t size = bytes > budget_ ? SIZE_MAX : std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  size_t size = bytes > budget_ ? SIZE_MAX : std::max<size_t>(align_, (bytes + align_ - 1) / align_ * align_);
   auto it = free_by_size_.lower_bound({size, 0});
   if (it == free_by_size_.end()) {
     size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;

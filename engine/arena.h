@@ -24,12 +24,13 @@ class Arena {
  public:
   static constexpr size_t kAlign = 256;
 
-  // `base` may be null: offsets are still handed out and accounted (sim backend).
-  Arena(std::string tier, size_t budget_bytes, std::byte* base = nullptr);
+  // `base` may be null: offsets are still handed out and accounted (sim backend). `align`:
+  // block alignment and size granule (256 for device memory, 4096 for O_DIRECT extents).
+  Arena(std::string tier, size_t budget_bytes, std::byte* base = nullptr, size_t align = kAlign);
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  // Returns the offset of a block of at least `bytes` (rounded up to kAlign). Throws
+  // Returns the offset of a block of at least `bytes` (rounded up to the alignment). Throws
   // OutOfMemoryError naming `tag` when no free block fits within the budget.
   size_t allocate(size_t bytes, std::string_view tag);
   void free(size_t offset);
@@ -37,6 +38,7 @@ class Arena {
 
   const std::string& tier() const { return tier_; }
   size_t budget() const { return budget_; }
+  size_t alignment() const { return align_; }
   size_t in_use() const { return in_use_; }
   size_t peak() const { return peak_; }
   // Highest end offset ever handed out: the memory the reservation actually had to back.
@@ -60,6 +62,7 @@ class Arena {
   void log(int64_t delta, std::string_view tag);
 
   std::string tier_;
+  size_t align_;
   size_t budget_;
   std::byte* base_;
   std::map<size_t, size_t> free_by_off_;             // offset -> size

@@ -19,6 +19,20 @@ enum class OpKind {
 };
 const char* op_kind_name(OpKind k);
 
+// Host memory for the host tier and disk staging: pinned on cuda (one allocation sized up front),
+// plain on cpu. `note` says why it is pageable when pinning failed.
+class HostReservation {
+ public:
+  virtual ~HostReservation() = default;
+  virtual std::byte* base() const = 0;
+  virtual size_t bytes() const = 0;
+  virtual bool pinned() const = 0;
+  std::string note;
+};
+
+// One asynchronous copy between the device and the host.
+using CopyTicket = uint64_t;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -43,6 +57,20 @@ class Backend {
   virtual size_t device_used_bytes() { return 0; }
   // A one-line description of the device ("cpu", "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB").
   virtual std::string device_name() { return std::string(name()); }
+
+  // --- transfers for the host and disk tiers (engine/slot_store.h). Copies run on a copy
+  // stream, never the compute stream; every hand-off goes through an event.
+  // Backends without tiers keep the defaults, which refuse with UnsupportedError.
+  // Reserves `bytes` of host memory (pinned where the backend can; else pageable, with a note).
+  virtual std::unique_ptr<HostReservation> reserve_host(size_t bytes);
+  // Device -> host copy of src, ordered after every op queued on the compute stream so far.
+  virtual CopyTicket copy_to_host_async(void* host_dst, Tensor src);
+  // Host -> device copy into dst, ordered after every op queued so far (dst may be a block the
+  // compute stream released a moment ago). Before compute reads dst: copy_wait_compute.
+  virtual CopyTicket copy_to_device_async(Tensor dst, const void* host_src);
+  virtual bool copy_done(CopyTicket t);          // polls, never blocks
+  virtual void copy_wait_host(CopyTicket t);     // the host blocks until the copy landed
+  virtual void copy_wait_compute(CopyTicket t);  // the compute stream waits; the host does not
 
   // --- ops; every backward accumulates into its gradient outputs; undefined grads are skipped.
   virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) = 0;

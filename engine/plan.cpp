@@ -76,6 +76,27 @@ Plan Plan::gradient_checkpointing(int every) {
   return p;
 }
 
+Plan Plan::activation_offloading(Decision tier, bool synchronous) {
+  Plan p;
+  p.preset = tier == Decision::disk ? "activation_offloading: disk"
+                                    : (synchronous ? "activation_offloading: legacy" : "activation_offloading: true");
+  p.sync_transfers = synchronous;
+  p.add("final_norm.*", Decision::keep);
+  p.add("loss.*", Decision::keep);
+  p.add("*", tier);
+  return p;
+}
+
+Plan Plan::hidden_states() {
+  Plan p;
+  p.preset = "activation_offloading: hidden_states";
+  p.add("final_norm.*", Decision::keep);
+  p.add("loss.*", Decision::keep);
+  p.add("L*.input", Decision::host);
+  p.add("L*", Decision::recompute);
+  return p;
+}
+
 Plan Plan::selective_recompute() {
   Plan p;
   p.preset = "selective_recompute";

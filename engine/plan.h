@@ -21,6 +21,7 @@ struct Plan {
   std::vector<std::pair<std::string, Decision>> rules;      // the preset's rules
   std::string preset = "keep-everything";  // how the plan was made, for printing
   int checkpoint_every = 0;                // >0: "L<n>.input" is kept when n % every == 0
+  bool sync_transfers = false;             // `activation_offloading: legacy`: copies wait at once
 
   Decision decide(std::string_view cls) const;
   void add(std::string pattern, Decision d) { rules.emplace_back(std::move(pattern), d); }
@@ -30,6 +31,10 @@ struct Plan {
   static Plan gradient_checkpointing(int every = 1);
   // Recompute only the cheap tensors (norm outputs, SwiGLU activation); keep GEMM inputs.
   static Plan selective_recompute();
+  // Every saved slot to the host tier (stream-overlapped; synchronous for `legacy`) or to disk.
+  static Plan activation_offloading(Decision tier, bool synchronous = false);
+  // ALST-style: each layer's input to the host (streamed), everything else recomputed.
+  static Plan hidden_states();
 };
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace strata {
 
@@ -102,14 +103,45 @@ void Tape::finish_graph() {
 
 void Tape::apply_plan(const Plan& plan) {
   finish_graph();
+  // The last layer's input: the highest "L<n>.input" class recorded.
+  std::string last_input;
+  long last_layer = -1;
+  for (auto& v : values_) {
+    if (v.external || v.cls.size() < 8 || v.cls[0] != 'L' || !v.cls.ends_with(".input")) continue;
+    long layer = std::strtol(v.cls.c_str() + 1, nullptr, 10);
+    if (layer > last_layer) {
+      last_layer = layer;
+      last_input = v.cls;
+    }
+  }
   for (auto& v : values_) {
     if (v.external) continue;
     v.decision = v.saved() ? plan.decide(v.cls) : Decision::keep;
-    if (v.decision == Decision::host || v.decision == Decision::disk)
-      STRATA_THROW(UnsupportedError, fmt::format("plan: slot class '{}' asks for the {} tier, which this build does not "
-                                                 "have yet (use keep or recompute)",
+    const bool tier = v.decision == Decision::host || v.decision == Decision::disk;
+    if (!tier) continue;
+    if (v.cls == last_input || v.cls.rfind("final_norm.", 0) == 0 || v.cls.rfind("loss", 0) == 0 || v.is_loss) {
+      v.decision = Decision::keep;  // backward reads these first: moving them only adds a round trip
+      continue;
+    }
+    if (!store_)
+      STRATA_THROW(UnsupportedError, fmt::format("plan: slot class '{}' asks for the {} tier, but this tape has no "
+                                                 "slot store (Trainer sets one)",
                                                  v.cls, decision_name(v.decision)));
   }
+}
+
+Tape::TierBytes Tape::tier_bytes() const {
+  TierBytes t;
+  for (auto& v : values_) {
+    if (v.external || !v.saved()) continue;
+    const size_t b = size_t(v.shape.numel()) * dtype_size(v.dtype);
+    if (v.decision == Decision::host) t.host += (b + 4095) / 4096 * 4096;
+    if (v.decision == Decision::disk) {
+      t.disk += (b + 4095) / 4096 * 4096;
+      t.largest_disk = std::max(t.largest_disk, b);
+    }
+  }
+  return t;
 }
 
 Tensor Tape::tensor(VId id) const {
@@ -123,6 +155,7 @@ Tensor Tape::tensor(VId id) const {
 void Tape::release(VId id) {
   Value& v = values_[size_t(id)];
   if (v.external) return;
+  if (store_) store_->drop(v);
   v.buf.reset();
   v.state = SlotState::EMPTY;
 }
@@ -171,6 +204,8 @@ void Tape::forward() {
     } else if (v.decision == Decision::recompute) {
       v.buf.reset();
       v.state = SlotState::DROPPED;
+    } else if (v.decision == Decision::host || v.decision == Decision::disk) {
+      store_->offload(v);
     }
   };
   for (int n = 0; n < int(nodes_.size()); ++n) {
@@ -180,6 +215,7 @@ void Tape::forward() {
       if (values_[size_t(u)].last_fwd_use == n) after_last_use(u);
     for (VId o : node.out)
       if (values_[size_t(o)].last_fwd_use < 0) after_last_use(o);
+    if (store_) store_->poll();
   }
   for (auto& v : values_)
     if (!v.external && v.state == SlotState::RESIDENT) stats_.saved_bytes_at_end_of_forward += v.buf.view().bytes();
@@ -188,6 +224,10 @@ void Tape::forward() {
 void Tape::materialize(VId id, int cur) {
   Value& v = values_[size_t(id)];
   if (v.external || v.state == SlotState::RESIDENT) return;
+  if (v.state != SlotState::DROPPED && v.state != SlotState::EMPTY) {
+    store_->make_resident(v);  // on the host or disk tier, or on its way
+    return;
+  }
   STRATA_CHECK(v.producer >= 0, fmt::format("value '{}' has no producer to replay", v.cls));
   const Node& p = nodes_[size_t(v.producer)];
   std::vector<VId> transient;
@@ -211,8 +251,13 @@ void Tape::backward() {
   Value& lv = values_[size_t(loss_)];
   lv.grad = Buffer(be_.arena(), DType::f32, lv.shape, "grad:" + lv.cls);
   be_.fill(lv.grad.view(), 1.0f);
+  prefetch_cursor_ = int(nodes_.size()) - 1;
   for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
     Node& node = nodes_[size_t(n)];
+    if (store_) {
+      store_->poll();
+      prefetch_ahead(n);
+    }
     bool any_gout = false;
     for (VId o : node.out) any_gout = any_gout || values_[size_t(o)].grad.allocated();
     if (node.needs_backward && any_gout) {
@@ -247,8 +292,25 @@ void Tape::backward() {
   }
 }
 
+void Tape::prefetch_ahead(int n) {
+  // Uploads are issued a bounded number of bytes ahead of the node that reads them.
+  prefetch_cursor_ = std::min(prefetch_cursor_, n);
+  while (prefetch_cursor_ >= 0 && store_->loading_bytes() < store_->options().prefetch_bytes) {
+    const Node& node = nodes_[size_t(prefetch_cursor_)];
+    if (node.needs_backward) {
+      for (size_t i = 0; i < node.in.size(); ++i)
+        if (node.op->saves_input(int(i)) && !values_[size_t(node.in[i])].external) store_->prefetch(values_[size_t(node.in[i])]);
+      for (size_t i = 0; i < node.out.size(); ++i)
+        if (node.op->saves_output(int(i))) store_->prefetch(values_[size_t(node.out[i])]);
+    }
+    --prefetch_cursor_;
+  }
+}
+
 void Tape::clear() {
-  // Buffers go back to the arena first, then the graph is forgotten; nothing here throws.
+  // Transfers finish first, then buffers go back to the arena and the graph is forgotten;
+  // nothing here throws.
+  if (store_) store_->reset();
   for (auto& v : values_) {
     v.buf.reset();
     v.grad.reset();

@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/plan.h"
+#include "engine/slot_store.h"
 #include "engine/tensor.h"
 
 namespace strata {
@@ -65,6 +66,12 @@ struct Value {
   SlotState state = SlotState::EMPTY;
   Buffer buf;
   Buffer grad;
+  // Tier bookkeeping (engine/slot_store.cpp).
+  static constexpr size_t kNone = SIZE_MAX;
+  size_t host_off = kNone;  // host pool block: the slot's bytes (host) or its staging (disk)
+  size_t disk_off = kNone;  // disk extent
+  CopyTicket copy = 0;      // the device<->host transfer in flight
+  uint64_t io = 0;          // the io_uring request in flight
 
   bool saved() const { return first_bwd_reader >= 0; }
 };
@@ -99,8 +106,16 @@ class Tape {
   // Keeps `v` resident after forward (e.g. logits for evaluation), whatever the plan says.
   void retain(VId v);
 
-  // Applies the plan to every saved slot (call after recording, before forward).
+  // The host/disk tiers (owned by the caller). Without one, host and disk decisions are refused.
+  void set_store(SlotStore* store) { store_ = store; }
+  // Applies the plan to every saved slot (call after recording, before forward). The last
+  // layer's input and the loss inputs are never offloaded: backward needs them at once.
   void apply_plan(const Plan& plan);
+  // Bytes the plan sends to each tier, for sizing the host pool and the disk file up front.
+  struct TierBytes {
+    size_t host = 0, disk = 0, largest_disk = 0;
+  };
+  TierBytes tier_bytes() const;
   void forward();
   void backward();
   // Releases every buffer and forgets the graph. Safe to call at any point.
@@ -121,6 +136,7 @@ class Tape {
   void materialize(VId v, int cur);
   bool needed_from(const Value& v, int cur) const;
   void run_forward(int n, bool replay);
+  void prefetch_ahead(int n);
   OpArgs args(const Node& n, bool backward);
 
   Backend& be_;
@@ -129,6 +145,8 @@ class Tape {
   std::vector<bool> retained_;
   VId loss_ = -1;
   bool finished_ = false;
+  SlotStore* store_ = nullptr;
+  int prefetch_cursor_ = -1;
   TapeStats stats_;
 };
 

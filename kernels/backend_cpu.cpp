@@ -31,22 +31,37 @@ int rows(const Tensor& t) { return I(t.numel() / t.shape[t.shape.nd - 1]); }
 int cols(const Tensor& t) { return I(t.shape[t.shape.nd - 1]); }
 
 // One anonymous mapping backs the whole arena; pages are only touched as blocks are used.
-class HostReservation {
+class AnonMapping {
  public:
-  explicit HostReservation(size_t bytes) : bytes_(bytes) {
+  explicit AnonMapping(size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) STRATA_THROW(Error, "cpu backend: cannot reserve " + format_bytes(bytes) + " for the arena");
     base_ = static_cast<std::byte*>(p);
   }
-  ~HostReservation() {
+  ~AnonMapping() {
     if (base_) munmap(base_, bytes_);
   }
+  AnonMapping(const AnonMapping&) = delete;
+  AnonMapping& operator=(const AnonMapping&) = delete;
   std::byte* base() const { return base_; }
 
  private:
   size_t bytes_;
   std::byte* base_ = nullptr;
+};
+
+// The cpu backend's "host tier" is ordinary memory: copies are plain memcpy and finish at once.
+class PlainHostMemory final : public HostReservation {
+ public:
+  explicit PlainHostMemory(size_t bytes) : mem_(bytes), bytes_(bytes) {}
+  std::byte* base() const override { return mem_.base(); }
+  size_t bytes() const override { return bytes_; }
+  bool pinned() const override { return false; }
+
+ private:
+  AnonMapping mem_;
+  size_t bytes_;
 };
 
 class CpuBackend final : public Backend {
@@ -56,6 +71,21 @@ class CpuBackend final : public Backend {
   Arena& arena() override { return arena_; }
   bool supports(OpKind, DType dt) const override { return dt == DType::f32; }
   DType compute_dtype() const override { return DType::f32; }
+
+  std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
+    return std::make_unique<PlainHostMemory>(bytes);
+  }
+  CopyTicket copy_to_host_async(void* host_dst, Tensor src) override {
+    std::memcpy(host_dst, src.data, src.bytes());
+    return ++tickets_;
+  }
+  CopyTicket copy_to_device_async(Tensor dst, const void* host_src) override {
+    std::memcpy(dst.data, host_src, dst.bytes());
+    return ++tickets_;
+  }
+  bool copy_done(CopyTicket) override { return true; }
+  void copy_wait_host(CopyTicket) override {}
+  void copy_wait_compute(CopyTicket) override {}
 
   void upload_f32(Tensor dst, const float* src) override { std::memcpy(dst.f32(), src, dst.bytes()); }
   void download_f32(float* dst, Tensor src) override { std::memcpy(dst, src.f32(), src.bytes()); }
@@ -143,8 +173,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  HostReservation mem_;
+  AnonMapping mem_;
   Arena arena_;
+  CopyTicket tickets_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The cuda backend: one device arena (a single reservation carved by our allocator), one compute
 // stream, cuBLASLt GEMMs, cuDNN (or flash fallback) attention and the hand-written kernels of
 // kernels/ops_cuda.h. bf16 activations and weights, fp32 master weights, gradients and moments.
+// Host/disk tier transfers run on a separate copy stream, handed off through events.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -31,19 +33,90 @@ void check_cuda(cudaError_t e, const char* stmt, const char* file, int line) {
                           detail::where(file, line)));
 }
 
-// RAII handles: one owner each, moves only.
-class Stream {
+// RAII handles (streams, events): one owner each, moves only.
+template <class H, cudaError_t (*Destroy)(H)>
+class CudaHandle {
  public:
-  Stream() { STRATA_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() {
-    if (s_) cudaStreamDestroy(s_);
+  CudaHandle() = default;
+  explicit CudaHandle(H h) : h_(h) {}
+  ~CudaHandle() {
+    if (h_) Destroy(h_);
   }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
+  CudaHandle(CudaHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  CudaHandle& operator=(CudaHandle&& o) noexcept {
+    std::swap(h_, o.h_);  // our old handle dies with o
+    return *this;
+  }
+  CudaHandle(const CudaHandle&) = delete;
+  CudaHandle& operator=(const CudaHandle&) = delete;
+  H get() const { return h_; }
 
  private:
-  cudaStream_t s_ = nullptr;
+  H h_ = nullptr;
+};
+using Stream = CudaHandle<cudaStream_t, cudaStreamDestroy>;
+using Event = CudaHandle<cudaEvent_t, cudaEventDestroy>;
+
+// Non-blocking: never synchronises with the legacy default stream.
+Stream make_stream() {
+  cudaStream_t s = nullptr;
+  STRATA_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return Stream(s);
+}
+// Hand-off events carry no timing (cheaper to record and wait on).
+Event make_event() {
+  cudaEvent_t e = nullptr;
+  STRATA_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return Event(e);
+}
+
+// The host tier: one cudaHostAlloc of exactly `bytes` (no rounding). When pinning fails
+// (memlock limits, a container without IPC_LOCK) it falls back to pageable memory and says why:
+// copies still work, but a device->host copy then blocks the host and nothing overlaps.
+class CudaHostMemory final : public HostReservation {
+ public:
+  explicit CudaHostMemory(size_t bytes) : bytes_(bytes) {
+    if (bytes == 0) return;
+    cudaError_t e = cudaHostAlloc(&p_, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess) {
+      pinned_ = true;
+      if (reinterpret_cast<uintptr_t>(p_) % 4096 == 0) return;
+      cudaFreeHost(p_);  // the destructor will not run for a throwing constructor
+      STRATA_THROW(Error, "cudaHostAlloc returned memory that is not page-aligned");
+    }
+    cudaGetLastError();  // a failed allocation is not sticky; clear it so later checks stay clean
+    p_ = nullptr;
+    note = fmt::format(
+        "cuda backend: could not pin {} ({} bytes) of host memory: cudaHostAlloc failed with {} ({}); using "
+        "pageable memory instead, so host-tier copies will be slower and will not overlap compute. Raise the "
+        "locked-memory limit (`ulimit -l unlimited`, memlock in /etc/security/limits.conf, or docker "
+        "--ulimit memlock=-1) or lower the host-tier size",
+        format_bytes(bytes), bytes, cudaGetErrorString(e), int(e));
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;  // aligned_alloc wants a multiple of the alignment
+    p_ = std::aligned_alloc(4096, rounded);
+    if (!p_)
+      STRATA_THROW(OutOfMemoryError, note + "; and the pageable fallback of the same size failed too", "host",
+                   "host reservation", bytes, 0, bytes);
+  }
+  ~CudaHostMemory() override {
+    if (!p_) return;
+    if (!pinned_) {
+      std::free(p_);
+      return;
+    }
+    cudaError_t e = cudaFreeHost(p_);
+    if (e != cudaSuccess) std::fprintf(stderr, "strata: cudaFreeHost failed: %s\n", cudaGetErrorString(e));
+  }
+  CudaHostMemory(const CudaHostMemory&) = delete;
+  CudaHostMemory& operator=(const CudaHostMemory&) = delete;
+  std::byte* base() const override { return static_cast<std::byte*>(p_); }
+  size_t bytes() const override { return bytes_; }
+  bool pinned() const override { return pinned_ || bytes_ == 0; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+  bool pinned_ = false;
 };
 
 // The arena's backing store: one cudaMalloc of the whole budget, the only one in the engine.
@@ -183,7 +256,10 @@ class CudaBackend final : public Backend {
         gemm_ws_(arena_, DType::u8, Shape{int64_t(cuda::Gemm::kWorkspaceBytes)}, "workspace.cublaslt"),
         gemm_(gemm_ws_.view().data, cuda::Gemm::kWorkspaceBytes) {}
 
-  ~CudaBackend() override { cudaStreamSynchronize(stream_.get()); }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_.get());
+    cudaStreamSynchronize(copy_stream_.get());
+  }
 
   std::string_view name() const override { return "cuda"; }
   std::string device_name() override { return desc_; }
@@ -225,6 +301,47 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "fill", s());
     if (t.dtype == DType::f32) cuda::fill_f32(F(t), v, size_t(t.numel()), s());
     else cuda::fill_bf16(B(t), v, size_t(t.numel()), s());
+  }
+
+  // --- tier transfers. Each copy is ordered after everything queued on the compute stream so
+  // far (an event recorded there, waited on by the copy stream), so a source still being written
+  // or a destination block still being read by queued ops is safe. One copy stream: copies
+  // complete in issue order, so a finished ticket means every earlier ticket finished too.
+  std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
+    return std::make_unique<CudaHostMemory>(bytes);
+  }
+  CopyTicket copy_to_host_async(void* host_dst, Tensor src) override {
+    STRATA_CHECK(src.defined() && src.contiguous() && (host_dst || src.bytes() == 0),
+                 "copy_to_host_async: needs a defined contiguous tensor and a host buffer");
+    return enqueue_copy(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost);
+  }
+  CopyTicket copy_to_device_async(Tensor dst, const void* host_src) override {
+    STRATA_CHECK(dst.defined() && dst.contiguous() && (host_src || dst.bytes() == 0),
+                 "copy_to_device_async: needs a defined contiguous tensor and a host buffer");
+    return enqueue_copy(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice);
+  }
+  bool copy_done(CopyTicket t) override {
+    auto it = in_flight_.find(t);
+    if (it == in_flight_.end()) return true;  // finished earlier, or never issued
+    cudaError_t e = cudaEventQuery(it->second.get());
+    if (e == cudaErrorNotReady) {
+      if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();  // not an error: keep launch checks clean
+      return false;
+    }
+    STRATA_CUDA(e);
+    retire_through(t);
+    return true;
+  }
+  void copy_wait_host(CopyTicket t) override {
+    auto it = in_flight_.find(t);
+    if (it == in_flight_.end()) return;
+    STRATA_CUDA(cudaEventSynchronize(it->second.get()));
+    retire_through(t);
+  }
+  void copy_wait_compute(CopyTicket t) override {
+    // The ticket stays in flight: the host has not seen it finish, so copy_done must still poll.
+    auto it = in_flight_.find(t);
+    if (it != in_flight_.end()) STRATA_CUDA(cudaStreamWaitEvent(s(), it->second.get(), 0));
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
@@ -347,6 +464,42 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t s() const { return stream_.get(); }
+  CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    reap_finished();
+    STRATA_CUDA(cudaEventRecord(compute_mark_.get(), s()));
+    STRATA_CUDA(cudaStreamWaitEvent(copy_stream_.get(), compute_mark_.get(), 0));
+    STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_.get()));
+    Event done = take_event();
+    STRATA_CUDA(cudaEventRecord(done.get(), copy_stream_.get()));
+    const CopyTicket t = ++last_ticket_;
+    in_flight_.emplace(t, std::move(done));
+    return t;
+  }
+  // Copies finish in issue order: ticket t done retires every ticket up to t.
+  void retire_through(CopyTicket t) {
+    auto end = in_flight_.upper_bound(t);
+    for (auto it = in_flight_.begin(); it != end; ++it) spare_events_.push_back(std::move(it->second));
+    in_flight_.erase(in_flight_.begin(), end);
+  }
+  // Keeps the in-flight map as small as the copies actually in flight, without blocking.
+  void reap_finished() {
+    while (!in_flight_.empty()) {
+      auto it = in_flight_.begin();
+      cudaError_t e = cudaEventQuery(it->second.get());
+      if (e == cudaErrorNotReady) {
+        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+        return;
+      }
+      STRATA_CUDA(e);
+      retire_through(it->first);
+    }
+  }
+  Event take_event() {
+    if (spare_events_.empty()) return make_event();
+    Event e = std::move(spare_events_.back());
+    spare_events_.pop_back();
+    return e;
+  }
   void copy_in(void* dst, const void* src, size_t bytes) {
     STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s()));
     STRATA_CUDA(cudaStreamSynchronize(s()));  // the host buffer may die after return
@@ -374,7 +527,12 @@ class CudaBackend final : public Backend {
   size_t budget_;
   DeviceReservation mem_;
   Arena arena_;
-  Stream stream_;
+  Stream stream_ = make_stream();       // compute: every op
+  Stream copy_stream_ = make_stream();  // tier transfers only
+  Event compute_mark_ = make_event();   // "everything queued on compute so far", re-recorded per copy
+  std::map<CopyTicket, Event> in_flight_;  // ticket -> completion event on the copy stream
+  std::vector<Event> spare_events_;         // completion events to reuse
+  CopyTicket last_ticket_ = 0;
   Buffer gemm_ws_;
   cuda::Gemm gemm_;
   cuda::Attention attn_;

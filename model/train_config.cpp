@@ -129,10 +129,20 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
     else if (key == "gradient_checkpointing") apply_checkpointing(c, v, path);
     else if (key == "selective_recompute") {
       if (Bool()) c.plan = Plan::selective_recompute();
-    } else if (key == "activation_offloading" || key == "layer_offloading" || key == "offload_dir" ||
-               key == "memory_budget") {
-      STRATA_THROW(UnsupportedError, fmt::format("{}: '{}' needs the host/disk tiers and the planner, which this build "
-                                                 "does not have yet", path, key));
+    } else if (key == "activation_offloading") {
+      const std::string mode = S();
+      if (mode == "true") c.plan = Plan::activation_offloading(Decision::host);
+      else if (mode == "legacy") c.plan = Plan::activation_offloading(Decision::host, true);
+      else if (mode == "disk") c.plan = Plan::activation_offloading(Decision::disk);
+      else if (mode == "hidden_states") c.plan = Plan::hidden_states();
+      else if (mode != "false")
+        STRATA_THROW(ConfigError, fmt::format("{}: activation_offloading '{}' is unknown (expected true, legacy, disk, "
+                                              "hidden_states or false)", path, mode), path, key);
+    } else if (key == "offload_dir") {
+      c.offload_dir = S();
+    } else if (key == "layer_offloading" || key == "memory_budget") {
+      STRATA_THROW(UnsupportedError, fmt::format("{}: '{}' needs weight paging and the budget planner, which this "
+                                                 "build does not have yet", path, key));
     } else if (key == "plan") {
       if (!v.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
       for (auto r : v) {

@@ -27,6 +27,7 @@ struct TrainConfig {
   size_t device_budget_bytes = 0;  // arena reservation; 0 = auto (cuda: free memory - 2 GiB; cpu: 16 GiB)
   int loss_chunk_tokens = 512;
   uint64_t seed = 0;
+  std::string offload_dir;  // disk tier directory ("" = $TMPDIR or /tmp)
   std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
 };
 

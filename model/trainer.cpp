@@ -11,6 +11,9 @@ namespace strata {
 
 Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
     : be_(be), model_(model), opt_(std::move(opt)), tape_(be) {
+  if (opt_.plan.sync_transfers) opt_.tiers.synchronous = true;
+  store_ = std::make_unique<SlotStore>(be_, opt_.tiers);
+  tape_.set_store(store_.get());
   norm_sq_ = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
 }
 
@@ -42,6 +45,8 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
   ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T);
   tape_.apply_plan(with_backward ? opt_.plan : Plan::keep_everything());
+  const Tape::TierBytes tb = tape_.tier_bytes();
+  if (tb.host || tb.disk) store_->prepare(tb.host, tb.disk, tb.largest_disk);
   if (logits) tape_.retain(ids.final_hidden);
   if (with_backward)
     for (auto& p : model_.params())
@@ -124,6 +129,8 @@ StepStats Trainer::step(const Batch& b) {
   s.lr = ap.lr;
   s.tokens = size_t(b.B) * size_t(b.T);
   s.peak_device_bytes = be_.arena().peak();
+  s.peak_host_bytes = store_->stats().peak_host_bytes;
+  s.peak_disk_bytes = store_->stats().peak_disk_bytes;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
 }

@@ -14,6 +14,7 @@ struct TrainOptions {
   float max_grad_norm = 1.0f;  // <= 0 disables clipping
   int warmup_steps = 0;        // linear warmup of the learning rate
   Plan plan = Plan::keep_everything();
+  TierOptions tiers;  // host/disk tiers: offload directory, in-flight and prefetch bounds
 };
 
 struct StepStats {
@@ -25,6 +26,8 @@ struct StepStats {
   size_t tokens = 0;
   size_t peak_device_bytes = 0;  // arena peak during this step
   size_t saved_bytes = 0;        // saved slots resident at the end of forward
+  size_t peak_host_bytes = 0;    // host tier (pinned pool) peak so far
+  size_t peak_disk_bytes = 0;    // disk tier peak so far
   long recomputed_nodes = 0;
 };
 
@@ -58,6 +61,7 @@ class Trainer {
   std::vector<PlanRow> plan_table(int B, int T);
 
   Tape& tape() { return tape_; }
+  SlotStore& store() { return *store_; }
   int steps_done() const { return t_; }
   const TrainOptions& options() const { return opt_; }
 
@@ -68,6 +72,7 @@ class Trainer {
   Backend& be_;
   LlamaModel& model_;
   TrainOptions opt_;
+  std::unique_ptr<SlotStore> store_;  // before tape_: the tape's destructor still uses it
   Tape tape_;
   Buffer tokens_, targets_, pos_, norm_sq_;
   int t_ = 0;

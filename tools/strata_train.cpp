@@ -22,6 +22,7 @@ static const char* kUsage =
     "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
     "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory 16GiB]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
+    "                    [--offload-dir DIR]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n";
 
 namespace {
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
                 {"model", "data", "seq", "batch", "steps", "lr", "backend", "config", "lora-rank", "lora-alpha",
-                 "device-memory", "max-grad-norm", "weight-decay", "warmup-steps", "save", "seed", "loss-chunk"},
+                 "device-memory", "max-grad-norm", "weight-decay", "warmup-steps", "save", "seed", "loss-chunk",
+                 "offload-dir"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
     if (a.has("freeze-base")) cfg.freeze_base = true;
     if (a.has("device-memory")) cfg.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
     if (a.has("save")) cfg.output_dir = a.str("save");
+    if (a.has("offload-dir")) cfg.offload_dir = a.str("offload-dir");
     json = a.has("json");
     if (cfg.model_dir.empty()) throw ConfigError("--model DIR is required", "command line", "model");
     if (cfg.data_path.empty()) throw ConfigError("--data FILE is required", "command line", "data");
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
     to.max_grad_norm = cfg.max_grad_norm;
     to.warmup_steps = cfg.warmup_steps;
     to.plan = cfg.plan;
+    to.tiers.offload_dir = cfg.offload_dir;
     Trainer trainer(*be, model, to);
 
     std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
@@ -135,10 +139,11 @@ int main(int argc, char** argv) {
         std::printf("{\"step\": %d, \"loss\": null, \"grad_norm\": null, \"diverged\": true}\n", st.step);
       } else if (json) {
         std::printf("{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
-                    "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"device_used_bytes\": %zu, \"saved_bytes\": %zu, "
-                    "\"recomputed_nodes\": %ld}\n",
+                    "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
+                    "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld}\n",
                     st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds,
-                    st.peak_device_bytes, be->device_used_bytes(), st.saved_bytes, st.recomputed_nodes);
+                    st.peak_device_bytes, st.peak_host_bytes, st.peak_disk_bytes, be->device_used_bytes(),
+                    st.saved_bytes, st.recomputed_nodes);
         std::fflush(stdout);
       } else {
         std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,
@@ -160,6 +165,12 @@ int main(int argc, char** argv) {
                  cfg.steps, double(first_loss), double(last_loss), total_s > 0 ? total_tokens / total_s : 0.0,
                  format_bytes(peak).c_str(), format_bytes(ar.high_water()).c_str(), 100.0 * ar.fragmentation(),
                  format_bytes(ar.budget()).c_str());
+    const TierStats& ts = trainer.store().stats();
+    if (ts.host_reserved_bytes)
+      std::fprintf(info, "host tier: peak %s of a %s %s pool%s%s | disk tier: peak %s\n",
+                   format_bytes(ts.peak_host_bytes).c_str(), format_bytes(ts.host_reserved_bytes).c_str(),
+                   ts.host_pinned ? "pinned" : "pageable", ts.host_note.empty() ? "" : " — ", ts.host_note.c_str(),
+                   format_bytes(ts.peak_disk_bytes).c_str());
     if (size_t used = be->device_used_bytes())
       std::fprintf(info, "device memory in use (cudaMemGetInfo, whole process incl. the arena reservation): %s\n",
                    format_bytes(used).c_str());

@@ -170,18 +170,19 @@ TEST(Tape, NoSlotOutlivesAStepAnEvaluationOrAnException) {
   EXPECT_TRUE(tr.tape().values().empty());
 }
 
-TEST(Plans, HostAndDiskTiersAreRefusedClearlyUntilTheyExist) {
+TEST(Plans, HostDecisionsNeedASlotStore) {
+  // A bare tape (no Trainer, so no slot store) refuses host/disk decisions by name.
   Plan p;
   p.add("L*.mlp.up", Decision::host);
   auto be = make_cpu_backend(size_t(64) << 20);
   LlamaModel model(*be, tiny_config(), {});
-  TrainOptions to;
-  to.plan = p;
-  Trainer tr(*be, model, to);
-  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  Tape tape(*be);
+  Buffer tok(be->arena(), DType::i32, Shape{8}, "t"), tgt(be->arena(), DType::i32, Shape{8}, "t"),
+      pos(be->arena(), DType::i32, Shape{8}, "t");
+  model.build(tape, tok.view(), tgt.view(), pos.view(), 1, 8);
   try {
-    tr.step(data.next());
-    FAIL() << "a host decision must be refused";
+    tape.apply_plan(p);
+    FAIL() << "a host decision without a slot store must be refused";
   } catch (const UnsupportedError& e) {
     EXPECT_NE(std::string(e.what()).find("L0.mlp.up"), std::string::npos) << e.what();
   }

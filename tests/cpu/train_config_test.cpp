@@ -297,9 +297,31 @@ TEST(train_config, top_level_must_be_a_mapping) {
   expect_config_error("just a string\n", "", {"mapping"});
 }
 
-TEST(train_config, offloading_keys_are_unsupported_for_now) {
-  for (const char* yaml : {"activation_offloading: true\n", "layer_offloading: true\n", "offload_dir: /nvme\n",
-                           "memory_budget: 20GiB\n"}) {
+TEST(train_config, offloading_presets_and_dir) {
+  struct Case {
+    const char* yaml;
+    Decision input, gate;
+    bool sync;
+  } cases[] = {{"activation_offloading: true\n", Decision::host, Decision::host, false},
+               {"activation_offloading: legacy\n", Decision::host, Decision::host, true},
+               {"activation_offloading: disk\n", Decision::disk, Decision::disk, false},
+               {"activation_offloading: hidden_states\n", Decision::host, Decision::recompute, false}};
+  for (auto& k : cases) {
+    TrainConfig c;
+    apply_yaml_text(c, k.yaml, kPath);
+    EXPECT_EQ(c.plan.decide("L2.input"), k.input) << k.yaml;
+    EXPECT_EQ(c.plan.decide("L2.mlp.gate"), k.gate) << k.yaml;
+    EXPECT_EQ(c.plan.decide("final_norm.out"), Decision::keep) << k.yaml;
+    EXPECT_EQ(c.plan.sync_transfers, k.sync) << k.yaml;
+  }
+  TrainConfig c;
+  apply_yaml_text(c, "offload_dir: /nvme/strata\n", kPath);
+  EXPECT_EQ(c.offload_dir, "/nvme/strata");
+  EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "activation_offloading: sometimes\n", kPath); }));
+}
+
+TEST(train_config, paging_and_budget_keys_are_unsupported_for_now) {
+  for (const char* yaml : {"layer_offloading: true\n", "memory_budget: 20GiB\n"}) {
     TrainConfig c;
     auto e = catch_as<UnsupportedError>([&] { apply_yaml_text(c, yaml, kPath); });
     ASSERT_TRUE(e) << yaml;

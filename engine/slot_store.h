@@ -1,0 +1,109 @@
+// The host and disk tiers for saved slots. Forward moves a slot's bytes off the device
+// (RESIDENT -> OFFLOADING -> ON_HOST, or -> WRITING -> ON_DISK) on the backend's copy stream,
+// releasing the device block only once the copy has landed; backward brings it back
+// (-> LOADING -> RESIDENT), prefetched ahead of use, with the compute stream waiting on the
+// copy's event. In-flight offload is bounded in bytes. Host memory is one reservation sized
+// exactly for the plan (pinned on cuda); the disk tier is one io_uring O_DIRECT file, removed
+// when the store goes away, also after an error.
+#pragma once
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "engine/arena.h"
+#include "engine/backend.h"
+
+namespace strata {
+
+namespace io {
+class UringFile;
+}
+struct Value;
+
+struct TierOptions {
+  std::string offload_dir;                        // disk tier directory; "" = $TMPDIR or /tmp
+  size_t max_inflight_bytes = size_t(512) << 20;  // device->host bytes in flight at once
+  size_t prefetch_bytes = size_t(512) << 20;      // bytes loaded ahead of use in backward
+  bool synchronous = false;                       // `legacy`: every transfer waits at once
+};
+
+struct TierStats {
+  size_t peak_host_bytes = 0, peak_disk_bytes = 0;
+  size_t offloaded_bytes = 0, loaded_bytes = 0;
+  size_t host_reserved_bytes = 0;
+  bool host_pinned = false;
+  std::string host_note;  // why the host pool is pageable, when it is
+};
+
+class SlotStore {
+ public:
+  SlotStore(Backend& be, TierOptions opt);
+  ~SlotStore();
+  SlotStore(const SlotStore&) = delete;
+  SlotStore& operator=(const SlotStore&) = delete;
+
+  // Before a step: the host pool must hold `host_bytes` of slots plus disk staging, the disk
+  // file `disk_bytes`. Grows the reservations when the plan needs more; never per step otherwise.
+  void prepare(size_t host_bytes, size_t disk_bytes, size_t largest_disk_slot);
+  // Forward, after a slot's last forward use (decision host or disk).
+  void offload(Value& v);
+  // Frees device blocks whose copies landed and moves disk slots along. Never blocks.
+  void poll();
+  // Backward: start bringing a slot back (no-op unless it is ON_HOST/ON_DISK).
+  void prefetch(Value& v);
+  // Backward: the slot is RESIDENT and the compute stream is ordered after its upload.
+  void make_resident(Value& v);
+  // Releases whatever host or disk copy a slot still holds.
+  void drop(Value& v);
+  // End of step or error: waits for every transfer, frees every host block and disk extent.
+  void reset() noexcept;
+  size_t loading_bytes() const { return loading_bytes_; }
+  // Test hook: the nth disk write from now fails with errno `err` (after prepare()).
+  void inject_disk_write_failure(int nth, int err);
+
+  const TierStats& stats() const { return stats_; }
+  const Arena* host_arena() const { return host_arena_.get(); }
+  const Arena* staging_arena() const { return staging_arena_.get(); }
+  const Arena* disk_arena() const { return disk_arena_.get(); }
+  std::string disk_path() const;
+  const TierOptions& options() const { return opt_; }
+
+ private:
+  struct Flight {
+    Value* v;
+    CopyTicket ticket;
+  };
+  void finish_offload(Value& v);
+  void start_disk_write(Value& v);
+  void finish_disk_write(Value& v);
+  void wait_oldest();
+  // Host slots and disk staging live in two arenas carved from the one reservation: slots are
+  // only allocated in forward and sum exactly to their part, so they always fit; staging is
+  // bounded and recycled, waiting on transfers when full.
+  size_t host_alloc(Arena& a, size_t bytes, const std::string& tag);
+  void free_host_later(Arena* a, size_t off, CopyTicket after);
+  Arena& arena_for(const Value& v);
+  void note_host_peak();
+  void fail_disk() noexcept;
+  size_t padded(size_t bytes) const;
+
+  Backend& be_;
+  TierOptions opt_;
+  std::unique_ptr<HostReservation> host_mem_;
+  std::unique_ptr<Arena> host_arena_, staging_arena_;
+  size_t slot_bytes_ = 0, staging_bytes_ = 0;
+  std::unique_ptr<io::UringFile> disk_;
+  std::unique_ptr<Arena> disk_arena_;
+  std::deque<Flight> offloads_;                          // D2H in flight (host or disk staging)
+  std::deque<Value*> writes_;                            // staging -> disk writes in flight
+  struct HostFree {
+    Arena* arena;
+    size_t off;
+    CopyTicket after;
+  };
+  std::deque<HostFree> host_frees_;  // host blocks freed once the copy reading them is done
+  size_t inflight_bytes_ = 0, loading_bytes_ = 0;
+  TierStats stats_;
+};
+
+}  // namespace strata

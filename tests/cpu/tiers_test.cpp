@@ -1,0 +1,200 @@
+// The host and disk tiers on the cpu backend: every offloading preset and random plans mixing
+// all four decisions give losses and gradients bit-identical to keep-everything, lower the
+// device peak, show slots leaving and coming back in the event log, go through real io_uring,
+// and leave nothing behind after a failure, an exception or an evaluation.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "engine/backend.h"
+#include "model/data.h"
+#include "model/llama.h"
+#include "model/rng.h"
+#include "model/trainer.h"
+
+using namespace strata;
+namespace fs = std::filesystem;
+
+namespace {
+
+io::LlamaConfig cfg() {
+  io::LlamaConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 61;
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+std::string fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("strata-tiers-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+size_t files_in(const std::string& dir) {
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator(dir)) n += e.is_regular_file();
+  return n;
+}
+
+struct Result {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads, params;
+  size_t peak = 0, host_peak = 0, disk_peak = 0;
+  std::map<std::string, int> allocs;
+};
+
+Result run(const Plan& plan, const std::string& dir, int steps = 3, bool log = false) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, cfg(), {});
+  model.init_random(11);
+  TrainOptions to;
+  to.adam.lr = 1e-2f;
+  to.plan = plan;
+  to.tiers.offload_dir = dir;
+  to.tiers.max_inflight_bytes = 8192;  // small bounds exercise the waits
+  to.tiers.prefetch_bytes = 16384;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  be->arena().set_logging(log);
+  Result r;
+  for (int s = 0; s < steps; ++s) {
+    StepStats st = tr.step(data.next());
+    r.losses.push_back(st.loss);
+    r.peak = std::max(r.peak, st.peak_device_bytes);
+    r.host_peak = st.peak_host_bytes;
+    r.disk_peak = st.peak_disk_bytes;
+  }
+  for (auto& p : model.params()) {
+    std::vector<float> h(size_t(p.shape.numel()));
+    std::memcpy(h.data(), p.value().data, h.size() * 4);
+    r.params.push_back(h);
+    std::memcpy(h.data(), p.grad_view().data, h.size() * 4);
+    r.grads.push_back(h);
+  }
+  for (auto& e : be->arena().events())
+    if (e.delta > 0) r.allocs[e.tag]++;
+  return r;
+}
+
+void expect_identical(const Result& a, const Result& b, const std::string& what) {
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i;
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0) << what << ": grad " << i;
+    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0) << what << ": param " << i;
+  }
+}
+
+TEST(Tiers, EveryOffloadPresetIsBitIdenticalAndLowersThePeak) {
+  const std::string dir = fresh_dir("presets");
+  Result keep = run(Plan::keep_everything(), dir);
+  EXPECT_EQ(keep.host_peak, 0u);
+  struct Case {
+    Plan plan;
+    bool host, disk;
+  } cases[] = {{Plan::activation_offloading(Decision::host), true, false},
+               {Plan::activation_offloading(Decision::host, true), true, false},
+               {Plan::activation_offloading(Decision::disk), true, true},  // disk stages through host
+               {Plan::hidden_states(), true, false}};
+  for (auto& c : cases) {
+    Result r = run(c.plan, dir);
+    expect_identical(keep, r, c.plan.preset);
+    EXPECT_LT(r.peak, keep.peak) << c.plan.preset;
+    EXPECT_EQ(r.host_peak > 0, c.host) << c.plan.preset;
+    EXPECT_EQ(r.disk_peak > 0, c.disk) << c.plan.preset;
+  }
+  EXPECT_EQ(files_in(dir), 0u) << "the disk tier's file must be removed at the end of the run";
+  fs::remove_all(dir);
+}
+
+TEST(Tiers, RandomPlansMixingAllFourDecisionsAreBitIdentical) {
+  const std::string dir = fresh_dir("random");
+  Result keep = run(Plan::keep_everything(), dir, 2);
+  const char* classes[] = {"input", "attn_norm.out", "attn_norm.rstd", "attn.q", "attn.k", "attn.v", "attn.out",
+                           "attn.lse", "mid", "mlp_norm.out", "mlp_norm.rstd", "mlp.gate", "mlp.up", "mlp.act"};
+  const Decision all[] = {Decision::keep, Decision::recompute, Decision::host, Decision::disk};
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Rng rng(seed);
+    Plan p;
+    for (int l = 0; l < cfg().num_hidden_layers; ++l)
+      for (const char* c : classes) p.add("L" + std::to_string(l) + "." + c, all[rng.below(4)]);
+    expect_identical(keep, run(p, dir, 2), "random plan " + std::to_string(seed));
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Tiers, EventLogShowsSlotsLeavingAndComingBack) {
+  const std::string dir = fresh_dir("log");
+  Result keep = run(Plan::keep_everything(), dir, 1, true);
+  Result host = run(Plan::activation_offloading(Decision::host), dir, 1, true);
+  Result disk = run(Plan::activation_offloading(Decision::disk), dir, 1, true);
+  EXPECT_EQ(keep.allocs["L1.mlp.gate"], 1);
+  EXPECT_EQ(host.allocs["L1.mlp.gate"], 2) << "offloaded in forward, uploaded again in backward";
+  EXPECT_EQ(disk.allocs["L1.mlp.gate"], 2);
+  EXPECT_EQ(host.allocs["L3.input"], 1) << "the last layer's input is never offloaded";
+  EXPECT_EQ(host.allocs["final_norm.out"], 1) << "the loss inputs are never offloaded";
+  fs::remove_all(dir);
+}
+
+TEST(Tiers, DiskWriteFailureNamesTheFileAndLeavesNothingBehind) {
+  const std::string dir = fresh_dir("fail");
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, cfg(), {});
+  model.init_random(2);
+  TrainOptions to;
+  to.plan = Plan::activation_offloading(Decision::disk);
+  to.tiers.offload_dir = dir;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  tr.step(data.next());
+  const size_t base = be->arena().in_use();
+  EXPECT_EQ(files_in(dir), 1u) << "one offload file while the run lasts";
+  tr.store().inject_disk_write_failure(3, EIO);
+  try {
+    tr.step(data.next());
+    FAIL() << "an injected write failure must surface";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(files_in(dir), 0u) << "a failed disk tier removes its file at once";
+  EXPECT_EQ(be->arena().in_use(), base) << "no slot outlives the failed step";
+  EXPECT_EQ(tr.store().host_arena()->in_use(), 0u);
+  // The next step makes a new file and trains on.
+  EXPECT_TRUE(std::isfinite(tr.step(data.next()).loss));
+  fs::remove_all(dir);
+}
+
+TEST(Tiers, SlotsAreReleasedAfterAnExceptionAndAnEvaluation) {
+  const std::string dir = fresh_dir("release");
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, cfg(), {});
+  model.init_random(2);
+  TrainOptions to;
+  to.plan = Plan::hidden_states();
+  to.tiers.offload_dir = dir;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  tr.step(data.next());
+  const size_t base = be->arena().in_use();
+  EXPECT_EQ(tr.store().host_arena()->in_use(), 0u);
+  tr.evaluate(data.next());
+  EXPECT_EQ(be->arena().in_use(), base);
+  Batch bad = data.next();
+  bad.inputs[3] = 99;  // >= vocab_size
+  EXPECT_THROW(tr.step(bad), ConfigError);
+  EXPECT_EQ(be->arena().in_use(), base);
+  EXPECT_EQ(tr.store().host_arena()->in_use(), 0u);
+  fs::remove_all(dir);
+}
+
+}  // namespace
