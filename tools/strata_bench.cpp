@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "io/hf_config.h"
+#include "io/uring_file.h"
 #include "model/llama.h"
 #include "model/rng.h"
 #include "model/shapes.h"
@@ -25,10 +26,17 @@ int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
                 {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank",
-                 "device-memory", "loss-chunk", "peak-tflops"},
+                 "device-memory", "loss-chunk", "peak-tflops", "offload-dir", "measure-disk"},
                 {"help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a.has("measure-disk")) {
+      // The O_DIRECT bandwidth of a directory, for the disk tier's "same disk, same run" baseline.
+      auto [w, r] = io::measure_direct_bandwidth(a.str("measure-disk"), size_t(4) << 30);
+      std::printf("{\"engine\": \"odirect\", \"dir\": \"%s\", \"write_GBps\": %.3f, \"read_GBps\": %.3f}\n",
+                  a.str("measure-disk").c_str(), w, r);
       return 0;
     }
     io::LlamaConfig c = a.has("model") ? io::read_llama_config(a.str("model")) : builtin_shape(a.str("shape", "tiny"));
@@ -53,7 +61,14 @@ int main(int argc, char** argv) {
     TrainOptions to;
     if (plan_name == "gc") to.plan = Plan::gradient_checkpointing(1);
     else if (plan_name == "selective") to.plan = Plan::selective_recompute();
-    else if (plan_name != "keep") throw ConfigError("--plan must be keep, gc or selective", "command line", "plan");
+    else if (plan_name == "offload") to.plan = Plan::activation_offloading(Decision::host);
+    else if (plan_name == "legacy") to.plan = Plan::activation_offloading(Decision::host, true);
+    else if (plan_name == "disk") to.plan = Plan::activation_offloading(Decision::disk);
+    else if (plan_name == "hidden_states") to.plan = Plan::hidden_states();
+    else if (plan_name != "keep")
+      throw ConfigError("--plan must be keep, gc, selective, offload, legacy, disk or hidden_states", "command line",
+                        "plan");
+    to.tiers.offload_dir = a.str("offload-dir", "");
     to.adam.lr = 1e-5f;
 
     LlamaModel model(*be, c, mo);
@@ -68,15 +83,18 @@ int main(int argc, char** argv) {
       b.targets.push_back(rng.below(c.vocab_size));
     }
     std::vector<double> times;
-    size_t peak = 0, used = 0;
+    size_t peak = 0, used = 0, host_peak = 0, disk_peak = 0, offloaded = 0;
     float loss = 0;
     for (int s = 0; s < warmup + steps; ++s) {
       StepStats st = tr.step(b);
       if (s >= warmup) times.push_back(st.seconds);
       peak = std::max(peak, st.peak_device_bytes);
       used = std::max(used, be->device_used_bytes());
+      host_peak = st.peak_host_bytes;
+      disk_peak = st.peak_disk_bytes;
       loss = st.loss;
     }
+    offloaded = tr.store().stats().offloaded_bytes / size_t(warmup + steps);
     std::sort(times.begin(), times.end());
     const double med = times.empty() ? 0 : times[times.size() / 2];
     const long tokens = long(batch) * seq;
@@ -85,10 +103,12 @@ int main(int argc, char** argv) {
     const double mfu = med > 0 ? flops / med / (peak_tflops * 1e12) : 0;
     std::printf("{\"engine\": \"strata\", \"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"seq\": %d, "
                 "\"batch\": %d, \"mode\": \"%s\", \"plan\": \"%s\", \"step_s\": %.5f, \"tokens_per_s\": %.1f, "
-                "\"peak_arena_bytes\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
+                "\"peak_arena_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
+                "\"offloaded_bytes_per_step\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
                 "\"params\": %zu, \"trainable\": %zu}\n",
                 be_name.c_str(), be->device_name().c_str(), a.has("model") ? a.str("model").c_str() : a.str("shape", "tiny").c_str(),
-                seq, batch, mode.c_str(), plan_name.c_str(), med, med > 0 ? tokens / med : 0.0, peak, used, mfu,
+                seq, batch, mode.c_str(), plan_name.c_str(), med, med > 0 ? tokens / med : 0.0, peak, host_peak,
+                disk_peak, offloaded, used, mfu,
                 double(loss), model.param_count(), model.trainable_count());
     std::fprintf(stderr, "strata-bench: %.0f tok/s, step %.3f s, arena peak %s, device used %s, MFU %.1f%%\n",
                  med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
