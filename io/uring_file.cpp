@@ -268,7 +268,7 @@ void UringFile::complete(unsigned slot, int res) {
   if (res > 0) {
     auto n = size_t(res);
     (p.write ? bytes_written_ : bytes_read_) += n;
-    if (false && n < p.bytes) {  // short transfer: resubmit the rest from the same slot
+    if (n < p.bytes) {  // short transfer: resubmit the rest from the same slot
       p.offset += n;
       p.buf += n;
       p.bytes -= n;

@@ -17,7 +17,8 @@ class UringFile {
  public:
   // Creates a new file (unique name "strata-offload-<pid>-<n>.bin") inside `dir` (created if missing), sized
   // `capacity_bytes` (fallocate/ftruncate), opened with O_DIRECT when the filesystem allows it (else buffered, and
-  // direct() returns false with note() saying why, e.g. tmpfs). queue_depth bounds the requests in flight.
+  // direct() returns false with note() saying why, e.g. ramfs, or tmpfs before Linux 6.6). queue_depth bounds the
+  // requests in flight.
   // IoError naming the path on failure.
   UringFile(const std::string& dir, size_t capacity_bytes, unsigned queue_depth = 64);
   ~UringFile();  // waits for in-flight requests, closes, unlinks the file: it never outlives the run, also after errors
