@@ -30,13 +30,13 @@ io::LlamaConfig config() {
   return c;
 }
 
-struct Run {
+struct TierRun {
   float loss;
   std::vector<float> grads;
   size_t peak, host_peak, disk_peak;
 };
 
-Run run(const Plan& plan, int steps) {
+TierRun run_plan(const Plan& plan, int steps) {
   auto be = make_cuda_backend(size_t(2) << 30);
   LlamaModel model(*be, config(), {});
   model.init_random(4);
@@ -47,7 +47,7 @@ Run run(const Plan& plan, int steps) {
   to.tiers.prefetch_bytes = size_t(2) << 20;
   Trainer tr(*be, model, to);
   TokenBatcher data(synthetic_tokens(50000, 1000, 2), 2, 512);
-  Run r{};
+  TierRun r{};
   for (int s = 0; s < steps; ++s) {
     Batch b = data.next();
     be->arena().reset_peak();
@@ -66,10 +66,10 @@ Run run(const Plan& plan, int steps) {
 
 TEST(TiersGpu, OffloadPresetsMatchKeepEverything) {
   STRATA_REQUIRE_GPU();
-  Run keep = run(Plan::keep_everything(), 1);
+  TierRun keep = run_plan(Plan::keep_everything(), 1);
   for (const Plan& p : {Plan::activation_offloading(Decision::host), Plan::activation_offloading(Decision::host, true),
                         Plan::activation_offloading(Decision::disk), Plan::hidden_states()}) {
-    Run r = run(p, 1);
+    TierRun r = run_plan(p, 1);
     EXPECT_EQ(r.loss, keep.loss) << p.preset;
     EXPECT_TRUE(gpu_test::close(r.grads, keep.grads, 1e-10, p.preset));
     EXPECT_LT(r.peak, keep.peak) << p.preset;
@@ -82,8 +82,8 @@ TEST(TiersGpu, OffloadPresetsMatchKeepEverything) {
 // Several steps: the pools are reused, nothing leaks, and the loss curve equals keep's.
 TEST(TiersGpu, SeveralStepsTrackKeepEverything) {
   STRATA_REQUIRE_GPU();
-  Run keep = run(Plan::keep_everything(), 3);
-  Run host = run(Plan::activation_offloading(Decision::host), 3);
+  TierRun keep = run_plan(Plan::keep_everything(), 3);
+  TierRun host = run_plan(Plan::activation_offloading(Decision::host), 3);
   EXPECT_NEAR(host.loss, keep.loss, 1e-4f * std::fabs(keep.loss));
   EXPECT_TRUE(gpu_test::close(host.grads, keep.grads, 1e-6, "gradients after 3 steps"));
 }
