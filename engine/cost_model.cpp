@@ -19,8 +19,8 @@ using json = nlohmann::ordered_json;
 const char* kDatasheetSource =
     "datasheet/anchors, not calibrated: GEMM fitted to the bf16 788-799 TFLOP/s measured on the H200 host "
     "(shared/ANCHORS.md; the H100 is the same GH100 chip), HBM from the datasheet, pinned copies 55 GB/s "
-    "measured on the H200 host, attention throughput assumed from published FlashAttention-3/cuDNN numbers, "
-    "cuDNN plan workspaces unknown (0)";
+    "measured on the H200 host, attention throughput assumed from published FlashAttention-3/cuDNN numbers; "
+    "cuDNN 9.14 attention plan workspaces measured on the H200 host (tests/gpu/sim_gpu_test.cpp)";
 
 DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, double hbm_gbps) {
   DeviceProfile p;
@@ -37,6 +37,9 @@ DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, d
   p.h2d_gbps = 55;
   p.d2h_gbps = 55;
   p.launch_overhead_us = 3;
+  p.attention_plan_ws_fwd_bytes = 256;
+  p.attention_plan_ws_bwd_bytes = 256;
+  p.attention_plan_ws_bwd_gqa_copies = 1;
   return p;
 }
 
@@ -78,6 +81,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["launch_overhead_us"] = p.launch_overhead_us;
   j["attention_plan_ws_fwd_bytes"] = p.attention_plan_ws_fwd_bytes;
   j["attention_plan_ws_bwd_bytes"] = p.attention_plan_ws_bwd_bytes;
+  j["attention_plan_ws_bwd_gqa_copies"] = p.attention_plan_ws_bwd_gqa_copies;
   j["attention_dq_accum"] = p.attention_dq_accum;
   return j.dump(2) + "\n";
 }
@@ -106,9 +110,13 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
   p.attention_plan_ws_fwd_bytes = field<size_t>(j, "attention_plan_ws_fwd_bytes", where, false, 0);
   p.attention_plan_ws_bwd_bytes = field<size_t>(j, "attention_plan_ws_bwd_bytes", where, false, 0);
+  p.attention_plan_ws_bwd_gqa_copies = field<int>(j, "attention_plan_ws_bwd_gqa_copies", where, false, 0);
   p.attention_dq_accum = field<bool>(j, "attention_dq_accum", where, false, true);
-  for (auto [key, v] : {std::pair{"matmul_tflops", p.matmul_tflops}, {"attention_tflops", p.attention_tflops},
-                        {"hbm_gbps", p.hbm_gbps}, {"h2d_gbps", p.h2d_gbps}, {"d2h_gbps", p.d2h_gbps}})
+  for (auto [key, v] : {std::pair{"matmul_tflops", p.matmul_tflops},
+                        {"attention_tflops", p.attention_tflops},
+                        {"hbm_gbps", p.hbm_gbps},
+                        {"h2d_gbps", p.h2d_gbps},
+                        {"d2h_gbps", p.d2h_gbps}})
     if (!(v > 0))
       STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' must be > 0, got {}", where, key, v), where,
                    key);
@@ -149,7 +157,9 @@ DeviceProfile find_profile(const std::string& name_or_path) {
                "command line", "profile");
 }
 
-double CostModel::floor(double s) const { return std::max(s, p_.launch_overhead_us * 1e-6); }
+double CostModel::floor(double s) const {
+  return std::max(s, p_.launch_overhead_us * 1e-6);
+}
 
 double CostModel::gemm(double m, double n, double k, double bytes) const {
   auto eff = [&](double d) { return p_.matmul_half_dim > 0 ? d / (d + p_.matmul_half_dim) : 1.0; };
@@ -163,8 +173,14 @@ double CostModel::attention(double b, double t, double heads, double d, bool bac
   return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
 }
 
-double CostModel::memory(double bytes) const { return floor(bytes / (p_.hbm_gbps * 1e9)); }
-double CostModel::h2d(double bytes) const { return floor(bytes / (p_.h2d_gbps * 1e9)); }
-double CostModel::d2h(double bytes) const { return floor(bytes / (p_.d2h_gbps * 1e9)); }
+double CostModel::memory(double bytes) const {
+  return floor(bytes / (p_.hbm_gbps * 1e9));
+}
+double CostModel::h2d(double bytes) const {
+  return floor(bytes / (p_.h2d_gbps * 1e9));
+}
+double CostModel::d2h(double bytes) const {
+  return floor(bytes / (p_.d2h_gbps * 1e9));
+}
 
 }  // namespace strata

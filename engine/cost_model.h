@@ -10,9 +10,9 @@
 namespace strata {
 
 struct DeviceProfile {
-  std::string name;    // "NVIDIA H100 80GB HBM3"
-  std::string match;   // a substring of the driver's device name this profile is for ("H100")
-  std::string source;  // provenance: "datasheet/anchors, not calibrated" or "strata-calibrate <date>"
+  std::string name;          // "NVIDIA H100 80GB HBM3"
+  std::string match;         // a substring of the driver's device name this profile is for ("H100")
+  std::string source;        // provenance: "datasheet/anchors, not calibrated" or "strata-calibrate <date>"
   size_t memory_bytes = 0;   // what the driver reports as total
   size_t context_bytes = 0;  // CUDA context + library handles, outside the arena
 
@@ -28,10 +28,13 @@ struct DeviceProfile {
   double h2d_gbps = 0, d2h_gbps = 0;
   double launch_overhead_us = 0;  // no kernel is shorter than this
 
-  // cuDNN's execution-plan workspace for the attention graphs (kernels/attention_workspace.h).
-  // Only known at run time from cuDNN: 0 until strata-calibrate records it.
+  // cuDNN's execution-plan workspace for the attention graphs (kernels/attention_workspace.h):
+  // forward a constant; backward a constant plus, for GQA, `gqa_copies` fp32 [B, Hq, T, D]
+  // buffers. Only cuDNN knows it at run time; strata-calibrate records it
+  // (tests/gpu/sim_gpu_test.cpp checks the model against cuDNN shape by shape).
   size_t attention_plan_ws_fwd_bytes = 0;
   size_t attention_plan_ws_bwd_bytes = 0;
+  int attention_plan_ws_bwd_gqa_copies = 0;
   bool attention_dq_accum = true;  // the backward plan variant with the fp32 dQ accumulator
 
   // The arena budget the cuda backend takes by default (free memory less 2 GiB of headroom).
@@ -56,10 +59,10 @@ class CostModel {
   explicit CostModel(DeviceProfile p) : p_(std::move(p)) {}
   const DeviceProfile& profile() const { return p_; }
 
-  double floor(double seconds) const;          // max(seconds, launch overhead)
+  double floor(double seconds) const;                             // max(seconds, launch overhead)
   double gemm(double m, double n, double k, double bytes) const;  // max of FLOP time and byte time
   double attention(double b, double t, double heads, double d, bool backward) const;
-  double memory(double bytes) const;           // an elementwise kernel moving `bytes`
+  double memory(double bytes) const;  // an elementwise kernel moving `bytes`
   double h2d(double bytes) const;
   double d2h(double bytes) const;
 

@@ -186,6 +186,7 @@ void Tape::run_forward(int n, bool replay) {
   for (size_t i = 0; i < a.in.size(); ++i)
     STRATA_CHECK(a.in[i].defined(), fmt::format("{}: input '{}' is not resident{}", node.op->name(),
                                                 values_[size_t(node.in[i])].cls, replay ? " during recompute" : ""));
+  if (hook_) hook_(n, replay ? TapePhase::replay : TapePhase::forward);
   node.op->forward(be_, a);
 }
 
@@ -254,6 +255,7 @@ void Tape::backward() {
   prefetch_cursor_ = int(nodes_.size()) - 1;
   for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
     Node& node = nodes_[size_t(n)];
+    bwd_node_ = n;
     if (store_) {
       store_->poll();
       prefetch_ahead(n);
@@ -281,6 +283,7 @@ void Tape::backward() {
           a.gin.push_back(uv.grad.view());
         }
       }
+      if (hook_) hook_(n, TapePhase::backward);
       node.op->backward(be_, a);
     }
     for (VId o : node.out) values_[size_t(o)].grad.reset();
@@ -290,6 +293,7 @@ void Tape::backward() {
     for (VId o : node.out)
       if (values_[size_t(o)].first_bwd_reader == n && !retained_[size_t(o)]) release(o);
   }
+  bwd_node_ = -1;
 }
 
 void Tape::prefetch_ahead(int n) {
@@ -319,6 +323,7 @@ void Tape::clear() {
   nodes_.clear();
   retained_.clear();
   loss_ = -1;
+  bwd_node_ = -1;
   finished_ = false;
 }
 

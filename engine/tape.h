@@ -5,6 +5,7 @@
 // frees every slot at its last backward use. The tape is cleared after every step, also when a
 // step throws, so no slot outlives it.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,9 @@ using VId = int32_t;
 // produced yet, or released after its last use.
 enum class SlotState : uint8_t { EMPTY, RESIDENT, OFFLOADING, ON_HOST, WRITING, ON_DISK, DROPPED, LOADING };
 const char* slot_state_name(SlotState s);
+
+// What the tape is doing when it calls the node hook.
+enum class TapePhase : uint8_t { forward, replay, backward };
 
 struct OpArgs {
   std::vector<Tensor> in, out;     // forward: all resident; backward: the saved ones resident, others undefined
@@ -108,6 +112,11 @@ class Tape {
 
   // The host/disk tiers (owned by the caller). Without one, host and disk decisions are refused.
   void set_store(SlotStore* store) { store_ = store; }
+  // Called right before a node's forward (phase forward, or replay when backward recomputes it)
+  // and right before its backward, after its saved inputs are materialised (the weight pager).
+  void set_node_hook(std::function<void(int node, TapePhase)> hook) { hook_ = std::move(hook); }
+  // The node whose backward is running (replays happen on its behalf); -1 outside backward.
+  int backward_node() const { return bwd_node_; }
   // Applies the plan to every saved slot (call after recording, before forward). The last
   // layer's input and the loss inputs are never offloaded: backward needs them at once.
   void apply_plan(const Plan& plan);
@@ -147,6 +156,8 @@ class Tape {
   bool finished_ = false;
   SlotStore* store_ = nullptr;
   int prefetch_cursor_ = -1;
+  std::function<void(int, TapePhase)> hook_;
+  int bwd_node_ = -1;
   TapeStats stats_;
 };
 

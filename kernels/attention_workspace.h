@@ -6,23 +6,34 @@
 // backward the layout of BwdLayout there: [plan ws][softmax_sum fp32 B·Hq·T][dQ accumulator fp32
 // B·Hq·T·D, when the dq_accum plan variant is used][dq, dk, dv bf16 scratch], each 256-aligned.
 // cuDNN's plan workspace is only known at run time (cudnnBackendGetAttribute on the finalized
-// plan), so it is a parameter here: DeviceProfile carries it (0 until strata-calibrate measures
-// it), and the cuda backend could compute its total with this function from the real one.
+// plan), so it is a parameter here, carried by DeviceProfile. Measured with cuDNN 9.14 on an H200
+// (tests/gpu/sim_gpu_test.cpp, 9 shapes, D 16-128, T 37-16384, MHA and GQA): 256 B forward;
+// backward 256 B plus, when Hq != Hkv, one fp32 [B, Hq, T, D] buffer, 256-aligned (the
+// per-query-head dK/dV before the group sum). The cuda backend could report the real one.
 // Keep this in step with BwdLayout if that layout changes.
 #pragma once
 #include <cstddef>
 
 namespace strata {
 
+inline size_t attention_align256(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
+
 struct AttnWorkspaceParams {
-  size_t plan_fwd_bytes = 0;  // cuDNN execution-plan workspace, forward graph
-  size_t plan_bwd_bytes = 0;  // same, backward graph
-  bool dq_accum = true;       // backward plan variant with the fp32 dQ accumulator (tried first)
+  size_t plan_fwd_bytes = 0;    // cuDNN execution-plan workspace, forward graph
+  size_t plan_bwd_bytes = 0;    // same, backward graph: a constant part ...
+  int plan_bwd_gqa_copies = 0;  // ... plus, when Hq != Hkv, this many fp32 [B, Hq, T, D] buffers
+  bool dq_accum = true;         // backward plan variant with the fp32 dQ accumulator (tried first)
+  size_t plan_bwd(int B, int T, int Hq, int Hkv, int D) const {
+    const size_t gqa = Hq != Hkv ? attention_align256(size_t(B) * Hq * T * D * 4) : 0;
+    return plan_bwd_bytes + size_t(plan_bwd_gqa_copies) * gqa;
+  }
 };
 
-inline bool attention_uses_cudnn(int head_dim) { return head_dim % 8 == 0 && head_dim <= 256; }
-
-inline size_t attention_align256(size_t x) { return (x + 255) & ~size_t(255); }
+inline bool attention_uses_cudnn(int head_dim) {
+  return head_dim % 8 == 0 && head_dim <= 256;
+}
 
 // BwdLayout::total of attention_cudnn_cuda.cpp.
 inline size_t attention_cudnn_bwd_bytes(int B, int T, int Hq, int Hkv, int D, size_t plan_ws, bool dq_accum) {
@@ -36,7 +47,8 @@ inline size_t attention_cudnn_bwd_bytes(int B, int T, int Hq, int Hkv, int D, si
 inline size_t attention_workspace_bytes(int B, int T, int Hq, int Hkv, int D, bool backward,
                                         const AttnWorkspaceParams& p) {
   if (!attention_uses_cudnn(D)) return 0;
-  return backward ? attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, p.plan_bwd_bytes, p.dq_accum) : p.plan_fwd_bytes;
+  return backward ? attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, p.plan_bwd(B, T, Hq, Hkv, D), p.dq_accum)
+                  : p.plan_fwd_bytes;
 }
 
 }  // namespace strata

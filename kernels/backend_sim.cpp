@@ -12,16 +12,24 @@
 
 namespace strata {
 
-const char* sim_mirror_name(SimMirror m) { return m == SimMirror::cpu ? "cpu" : "cuda"; }
+const char* sim_mirror_name(SimMirror m) {
+  return m == SimMirror::cpu ? "cpu" : "cuda";
+}
 
 namespace {
 
 constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;  // cuda::Gemm::kWorkspaceBytes
 constexpr size_t kUnbounded = size_t(1) << 50;
 
-double B(const Tensor& t) { return t.defined() ? double(t.bytes()) : 0.0; }
-double rows(const Tensor& t) { return double(t.numel() / t.shape[t.shape.nd - 1]); }
-double cols(const Tensor& t) { return double(t.shape[t.shape.nd - 1]); }
+double B(const Tensor& t) {
+  return t.defined() ? double(t.bytes()) : 0.0;
+}
+double rows(const Tensor& t) {
+  return double(t.numel() / t.shape[t.shape.nd - 1]);
+}
+double cols(const Tensor& t) {
+  return double(t.shape[t.shape.nd - 1]);
+}
 
 class SimBackendImpl final : public SimBackend {
  public:
@@ -51,7 +59,10 @@ class SimBackendImpl final : public SimBackend {
   }
   DType compute_dtype() const override { return cuda() ? DType::bf16 : DType::f32; }
   // What cudaMemGetInfo would say: the context plus the arena's single reservation (cuda only).
-  size_t device_used_bytes() override { return cuda() ? opt_.profile.context_bytes + arena_.budget() : 0; }
+  size_t device_used_bytes() override {
+    if (!cuda()) return 0;
+    return opt_.profile.context_bytes + (opt_.budget ? arena_.budget() : arena_.high_water());
+  }
 
   void upload_f32(Tensor dst, const float*) override { copy(cost_.h2d(B(dst))); }
   void download_f32(float* dst, Tensor src) override {
@@ -133,9 +144,7 @@ class SimBackendImpl final : public SimBackend {
   void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
     bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + 2 * B(dgate) + 2 * B(dup)));
   }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float) override {
-    fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out)));
-  }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float) override { fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out))); }
   void add_bwd(Tensor da, Tensor db, Tensor dout, float) override {
     bwd(OpKind::add, cost_.memory(B(dout) + 2 * B(da) + 2 * B(db)));
   }
@@ -202,7 +211,7 @@ class SimBackendImpl final : public SimBackend {
   bool cuda() const { return opt_.mirror == SimMirror::cuda; }
   AttnWorkspaceParams attn_params() const {
     return {opt_.profile.attention_plan_ws_fwd_bytes, opt_.profile.attention_plan_ws_bwd_bytes,
-            opt_.profile.attention_dq_accum};
+            opt_.profile.attention_plan_ws_bwd_gqa_copies, opt_.profile.attention_dq_accum};
   }
   bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
   void charge(OpKind k, double s, int kernels, bool is_fwd) {
@@ -243,6 +252,8 @@ class SimBackendImpl final : public SimBackend {
 
 }  // namespace
 
-std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& opt) { return std::make_unique<SimBackendImpl>(opt); }
+std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& opt) {
+  return std::make_unique<SimBackendImpl>(opt);
+}
 
 }  // namespace strata

@@ -34,7 +34,7 @@ struct SimOptions {
 // during backward is a recompute.
 struct SimTimes {
   std::array<double, size_t(OpKind::count_)> op_s{};  // per op kind, recompute included
-  double memset_s = 0, copy_s = 0;  // zero/fill, host copies
+  double memset_s = 0, copy_s = 0;                    // zero/fill, host copies
   double recompute_s = 0;
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached

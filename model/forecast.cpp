@@ -13,9 +13,12 @@ namespace strata {
 
 const char* train_mode_name(TrainMode m) {
   switch (m) {
-    case TrainMode::full: return "full";
-    case TrainMode::frozen: return "frozen";
-    case TrainMode::lora: return "lora";
+    case TrainMode::full:
+      return "full";
+    case TrainMode::frozen:
+      return "frozen";
+    case TrainMode::lora:
+      return "lora";
   }
   return "?";
 }
@@ -181,8 +184,7 @@ Forecast forecast(const ForecastRequest& r) {
         if (t.op_s[size_t(k)] > 0) f.time_by_op.emplace_back(op_kind_name(OpKind(k)), t.op_s[size_t(k)]);
       if (t.memset_s > 0) f.time_by_op.emplace_back("memset", t.memset_s);
       if (t.copy_s > 0) f.time_by_op.emplace_back("host copies", t.copy_s);
-      std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(),
-                       [](auto& a, auto& b) { return a.second > b.second; });
+      std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
       breakdown_at_peak(f);
       const double peak_abs = f.step_start_s + f.peak_at_s;
       f.peak_phase = peak_abs < bwd0 ? "forward" : peak_abs < opt0 ? "backward" : "optimizer";

@@ -51,11 +51,11 @@ struct Forecast {
   std::string oom;
 
   // Memory (device arena).
-  size_t peak_bytes = 0;        // arena in-use peak during the step
-  size_t high_water_bytes = 0;  // highest offset used: the budget this run needed with its placement
-  size_t persistent_bytes = 0;  // in use before the step (weights, optimizer state, workspaces, batch)
-  double peak_at_s = 0;         // model time of the peak, from the step's start
-  std::string peak_phase;       // forward, backward or optimizer
+  size_t peak_bytes = 0;                // arena in-use peak during the step
+  size_t high_water_bytes = 0;          // highest offset used: the budget this run needed with its placement
+  size_t persistent_bytes = 0;          // in use before the step (weights, optimizer state, workspaces)
+  double peak_at_s = 0;                 // model time of the peak, from the step's start
+  std::string peak_phase;               // forward, backward or optimizer
   std::vector<MemoryItem> breakdown;    // categories at the peak; they sum to peak_bytes
   std::vector<MemoryItem> activations;  // activation slot classes live at the peak (layers folded)
   std::vector<MemoryItem> workspaces;   // in-op allocations live at the peak

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -46,8 +47,33 @@ std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaCo
   return w;
 }
 
+int LlamaModel::layer_of_param(const std::string& name) {
+  static const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  char* end = nullptr;
+  const long l = std::strtol(name.c_str() + prefix.size(), &end, 10);
+  return end != name.c_str() + prefix.size() && *end == '.' ? int(l) : -1;
+}
+
 LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt) : be_(be), cfg_(cfg), opt_(opt) {
-  for (auto& [name, shape] : llama_weight_shapes(cfg_)) add_param(name, shape, opt_.train_base || (opt_.train_norms && shape.nd == 1), false);
+  const auto shapes = llama_weight_shapes(cfg_);
+  auto trainable = [&](const Shape& s) { return opt_.train_base || (opt_.train_norms && s.nd == 1); };
+  // Paged: the frozen matrices of the layers. Norms, adapters, embeddings and the head stay resident.
+  auto paged = [&](const std::string& name, const Shape& s) {
+    return opt_.page_frozen_layers && !trainable(s) && s.nd == 2 && layer_of_param(name) >= 0;
+  };
+  if (opt_.page_frozen_layers) {
+    if (opt_.train_base)
+      STRATA_THROW(UnsupportedError, "layer_offloading pages frozen layer weights only: it needs a frozen base "
+                                     "(freeze_base or a LoRA adapter); paging trainable weights is not supported");
+    std::vector<PagedWeight> pw;
+    for (auto& [name, shape] : shapes)
+      if (paged(name, shape)) pw.push_back({name, layer_of_param(name), shape});
+    pager_ = std::make_unique<WeightPager>(be_, cfg_.num_hidden_layers, pw);
+  }
+  int next_page = 0;
+  for (auto& [name, shape] : shapes)
+    add_param(name, shape, trainable(shape), false, paged(name, shape) ? next_page++ : -1);
   if (opt_.lora.enabled()) {
     const int64_t r = opt_.lora.rank;
     for (int i = 0; i < cfg_.num_hidden_layers; ++i)
@@ -79,12 +105,18 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
   be_.upload_f32(inv_freq_.view(), inv.data());
 }
 
-int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is_lora) {
+int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page) {
   Parameter p;
   p.name = std::move(name);
   p.shape = shape;
   p.trainable = trainable;
   p.is_lora = is_lora;
+  if (page >= 0) {  // frozen and paged: its bytes live in the pager's host block and slots
+    p.page = page;
+    p.paged = pager_->view(size_t(page));
+    params_.push_back(std::move(p));
+    return int(params_.size() - 1);
+  }
   // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists.
   const bool low_precision = be_.compute_dtype() != DType::f32;
   if (trainable || !low_precision) p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
@@ -102,6 +134,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
 }
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
+  if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
   if (p.master.allocated()) be_.upload_f32(p.master.view(), host);
   if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
 }
@@ -184,6 +217,9 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
 ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T) {
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const float eps = cfg_.rms_norm_eps;
+  if (pager_ && !pager_->installed_on(t))
+    STRATA_THROW(UnsupportedError, "this model pages its frozen layers (layer_offloading): record it on a tape the "
+                                   "weight pager is installed on (the Trainer's)");
   VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
   VId inv = t.input("rope.inv_freq", inv_freq_.view());
   VId x = ops::embedding(t, tok, pid(t, "model.embed_tokens.weight"), "L0.input");
@@ -229,7 +265,10 @@ void LlamaModel::save(const std::string& dir) const {
   for (auto& p : params_) {
     if (p.is_lora) continue;
     host.emplace_back(size_t(p.shape.numel()));
-    be_.download_f32(host.back().data(), p.master.allocated() ? p.master.view() : p.value());
+    if (p.page >= 0)
+      pager_->read_host(size_t(p.page), host.back().data());
+    else
+      be_.download_f32(host.back().data(), p.master.allocated() ? p.master.view() : p.value());
     out.push_back({p.name, DType::f32, dims(p.shape), host.back().data()});
   }
   io::save_safetensors(dir + "/model.safetensors", out);

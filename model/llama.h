@@ -2,11 +2,13 @@
 // and Adam moments for trainable ones), weights from Hugging Face checkpoints, LoRA adapters
 // with the base frozen, and the forward graph recorded per batch.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/tape.h"
+#include "engine/weight_pager.h"
 #include "io/hf_config.h"
 
 namespace strata {
@@ -25,6 +27,9 @@ struct ModelOptions {
   bool train_norms = false;  // with train_base false: the RMSNorm weights still train (adapter-style)
   LoraConfig lora;
   int loss_chunk_tokens = 512;  // rows of logits alive at once in the fused LM head + loss
+  // `layer_offloading`: the frozen per-layer weights (not norms, not adapters) live in host memory
+  // and are paged through two device slots by a WeightPager (needs train_base == false).
+  bool page_frozen_layers = false;
 };
 
 struct Parameter {
@@ -36,7 +41,11 @@ struct Parameter {
   Buffer compute;  // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
   Buffer grad;     // fp32, trainable only
   Buffer m, v;     // AdamW moments, trainable only
-  Tensor value() const { return compute.allocated() ? compute.view() : master.view(); }
+  int page = -1;   // index in the model's WeightPager when the weight is paged
+  Tensor paged;    // then: its fixed view into the pager's device slot (layer % 2); no buffers above
+  Tensor value() const {
+    return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view();
+  }
   Tensor grad_view() const { return grad.allocated() ? grad.view() : Tensor(); }
 };
 
@@ -71,9 +80,13 @@ class LlamaModel {
   Parameter* find(const std::string& name);
   size_t trainable_count() const;
   size_t param_count() const;
+  // The weight pager when options().page_frozen_layers (the Trainer drives it), else null.
+  WeightPager* pager() { return pager_.get(); }
+  // The layer of a Hugging Face name "model.layers.<i>...." or -1.
+  static int layer_of_param(const std::string& name);
 
  private:
-  int add_param(std::string name, Shape shape, bool trainable, bool is_lora);
+  int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1);
   void set_weights(Parameter& p, const float* host);
   VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight, const std::string& cls);
   VId pid(Tape& t, const std::string& name);
@@ -83,6 +96,7 @@ class LlamaModel {
   ModelOptions opt_;
   std::vector<Parameter> params_;
   Buffer inv_freq_;  // [head_dim/2] f32
+  std::unique_ptr<WeightPager> pager_;
 };
 
 // Hugging Face names of the base weights for a config, in checkpoint order.

@@ -11,16 +11,17 @@ namespace {
 
 std::string describe(const PlanSpec& s) {
   if (s.checkpoint_every > 0)
-    return s.checkpoint_every == 1 ? "gradient checkpointing" : fmt::format("gradient checkpointing every {} layers",
-                                                                            s.checkpoint_every);
+    return s.checkpoint_every == 1 ? "gradient checkpointing"
+                                   : fmt::format("gradient checkpointing every {} layers", s.checkpoint_every);
   std::string out;
   if (!s.recompute_types.empty()) {
     out = "recompute ";
     for (size_t i = 0; i < s.recompute_types.size(); ++i) out += (i ? ", " : "") + s.recompute_types[i];
   }
   if (s.checkpointed_layers > 0)
-    out += fmt::format("{}checkpoint {}", out.empty() ? "" : " + ",
-                       s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
+    out +=
+        fmt::format("{}checkpoint {}", out.empty() ? "" : " + ",
+                    s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
   return out.empty() ? "keep everything" : out;
 }
 
@@ -49,7 +50,8 @@ struct Search {
       res.sim_runs++;
       t.fits = fb.fits;
       if (fb.fits) t.high_water_bytes = fb.high_water_bytes;
-      if (fb.fits && (!have_best || t.step_s < best.step_s || (t.step_s == best.step_s && t.peak_bytes < best.peak_bytes))) {
+      if (fb.fits &&
+          (!have_best || t.step_s < best.step_s || (t.step_s == best.step_s && t.peak_bytes < best.peak_bytes))) {
         have_best = true;
         best = t;
         res.plan = r.plan;
@@ -65,14 +67,17 @@ struct Search {
 
   // Fewest checkpointed layers that make `types` fit (bisection: memory falls as n grows).
   void checkpointed(const std::vector<std::string>& types) {
+    if (eval({types, 0, 0}).fits) return;  // no layer needs checkpointing
     PlanSpec s{types, layers, 0};
     if (!eval(s).fits) return;
     int lo = 1, hi = layers;
     while (lo < hi) {
       int mid = (lo + hi) / 2;
       s.checkpointed_layers = mid;
-      if (eval(s).fits) hi = mid;
-      else lo = mid + 1;
+      if (eval(s).fits)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
   }
 };
@@ -103,6 +108,7 @@ PlanResult plan_for_budget(const ForecastRequest& base, size_t budget) {
   keep.budget = 0;
   Forecast kf = forecast(keep);
   res.sim_runs++;
+  res.persistent_bytes = kf.persistent_bytes;
   std::vector<std::string> types;
   for (auto& row : kf.plan_rows)
     if (row.cls.rfind("L*.", 0) == 0) types.push_back(row.cls);
@@ -134,7 +140,12 @@ PlanResult plan_for_budget(const ForecastRequest& base, size_t budget) {
     cur = best_t;
     prefixes.push_back(chosen);
   }
-  // 2. Checkpointed layers on top of every greedy prefix.
+  // 2. Checkpointed layers on top of every greedy prefix, and on selective recompute's classes
+  //    (so the result is never slower than a preset that fits).
+  std::vector<std::string> selective;
+  for (const char* t : {"L*.attn_norm.out", "L*.mlp_norm.out", "L*.mlp.act"})
+    if (std::find(types.begin(), types.end(), t) != types.end()) selective.push_back(t);
+  if (!selective.empty()) S.checkpointed(selective);
   for (auto& p : prefixes) S.checkpointed(p);
   // 3. Gradient checkpointing every k layers.
   for (int k = 1; k <= std::max(1, L); k *= 2) S.eval({{}, 0, k});
@@ -166,11 +177,13 @@ PlanResult plan_for_budget(const ForecastRequest& base, size_t budget) {
 
 std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast& f, size_t budget) {
   std::string y;
-  y += fmt::format("# strata-plan: {} layers, hidden {}, seq {} x batch {}, {} training, sim mirroring the {} backend\n",
-                   r.model.num_hidden_layers, r.model.hidden_size, r.seq, r.batch, train_mode_name(r.mode),
-                   sim_mirror_name(r.mirror));
-  y += fmt::format("# profile: {} ({})\n", r.profile.name,
-                   r.profile.source.rfind("datasheet", 0) == 0 ? "datasheet/anchors, not calibrated" : r.profile.source);
+  y +=
+      fmt::format("# strata-plan: {} layers, hidden {}, seq {} x batch {}, {} training, sim mirroring the {} backend\n",
+                  r.model.num_hidden_layers, r.model.hidden_size, r.seq, r.batch, train_mode_name(r.mode),
+                  sim_mirror_name(r.mirror));
+  y +=
+      fmt::format("# profile: {} ({})\n", r.profile.name,
+                  r.profile.source.rfind("datasheet", 0) == 0 ? "datasheet/anchors, not calibrated" : r.profile.source);
   y += fmt::format("# forecast: arena peak {} (high-water {}) under a budget of {}; step {:.4f} s, {:.0f} tokens/s\n",
                    format_bytes(f.peak_bytes), format_bytes(f.high_water_bytes), format_bytes(budget), f.step_s,
                    f.tokens_per_s);

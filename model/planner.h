@@ -8,7 +8,8 @@
 //  1. greedy over class types applied to all layers ("L*.mlp.act", ...): add the type with the
 //     most peak bytes saved per second of recompute added, until the plan fits; at every round the
 //     cheapest single addition that fits is also a candidate;
-//  2. for every greedy prefix, the fewest checkpointed layers (L0..L<n-1>: input kept, the rest
+//  2. for every greedy prefix (and selective recompute's classes), the fewest checkpointed layers (L0..L<n-1>: input
+//  kept, the rest
 //     recomputed; found by bisection) that make it fit;
 //  3. gradient checkpointing every k layers (k = 1, 2, 4, ...), the lowest-memory family.
 // The fastest fitting candidate wins. If none fits, the result names the smallest budget any
@@ -38,11 +39,12 @@ struct PlanTried {
 
 struct PlanResult {
   bool found = false;
-  Plan plan;             // the chosen plan (found), else the lowest-memory one
+  Plan plan;  // the chosen plan (found), else the lowest-memory one
   std::string label;
-  Forecast forecast;     // its forecast under the budget (found), else unbounded
+  Forecast forecast;  // its forecast under the budget (found), else unbounded
   size_t budget = 0;
-  size_t minimum_bytes = 0;  // !found: the smallest budget a candidate was verified to fit in
+  size_t minimum_bytes = 0;     // !found: the smallest budget a candidate was verified to fit in
+  size_t persistent_bytes = 0;  // weights, gradients, optimizer state, workspaces: no plan lowers these
   std::vector<PlanTried> tried;
   int sim_runs = 0;
 };

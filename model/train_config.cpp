@@ -140,9 +140,11 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
                                               "hidden_states or false)", path, mode), path, key);
     } else if (key == "offload_dir") {
       c.offload_dir = S();
-    } else if (key == "layer_offloading" || key == "memory_budget") {
-      STRATA_THROW(UnsupportedError, fmt::format("{}: '{}' needs weight paging and the budget planner, which this "
-                                                 "build does not have yet", path, key));
+    } else if (key == "layer_offloading") {
+      c.layer_offloading = Bool();
+    } else if (key == "memory_budget") {
+      STRATA_THROW(UnsupportedError, fmt::format("{}: '{}' needs the budget planner, which this build does not have "
+                                                 "yet", path, key));
     } else if (key == "plan") {
       if (!v.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
       for (auto r : v) {

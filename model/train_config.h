@@ -28,6 +28,7 @@ struct TrainConfig {
   int loss_chunk_tokens = 512;
   uint64_t seed = 0;
   std::string offload_dir;  // disk tier directory ("" = $TMPDIR or /tmp)
+  bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
   std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
 };
 

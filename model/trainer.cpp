@@ -15,6 +15,12 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
   store_ = std::make_unique<SlotStore>(be_, opt_.tiers);
   tape_.set_store(store_.get());
   norm_sq_ = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
+  // A model that pages its frozen layers is driven from this tape's node hook.
+  if (WeightPager* pager = model_.pager()) pager->install(tape_);
+}
+
+Trainer::~Trainer() {
+  if (WeightPager* pager = model_.pager(); pager && pager->installed_on(tape_)) pager->detach();
 }
 
 void Trainer::upload(const Batch& b) {
@@ -43,6 +49,13 @@ void Trainer::upload(const Batch& b) {
 float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits) {
   upload(b);
   TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
+  // Nor a paged layer: the pager's slots are EMPTY and nothing is in flight after the step.
+  struct PagerReset {
+    WeightPager* p;
+    ~PagerReset() {
+      if (p) p->reset();
+    }
+  } pager_reset{model_.pager()};
   ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T);
   tape_.apply_plan(with_backward ? opt_.plan : Plan::keep_everything());
   const Tape::TierBytes tb = tape_.tier_bytes();
@@ -108,6 +121,7 @@ StepStats Trainer::step(const Batch& b) {
   auto t0 = std::chrono::steady_clock::now();
   be_.arena().reset_peak();
   last_ = {};
+  const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
   float loss = run(b, true, nullptr);
   be_.zero(norm_sq_.view());
   for (auto& p : model_.params())
@@ -131,6 +145,10 @@ StepStats Trainer::step(const Batch& b) {
   s.peak_device_bytes = be_.arena().peak();
   s.peak_host_bytes = store_->stats().peak_host_bytes;
   s.peak_disk_bytes = store_->stats().peak_disk_bytes;
+  if (const WeightPager* pager = model_.pager()) {
+    s.paged_bytes_uploaded = pager->stats().bytes_uploaded - paged0.bytes_uploaded;
+    s.paged_uploads = pager->stats().uploads - paged0.uploads;
+  }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
 }

@@ -29,6 +29,8 @@ struct StepStats {
   size_t peak_host_bytes = 0;    // host tier (pinned pool) peak so far
   size_t peak_disk_bytes = 0;    // disk tier peak so far
   long recomputed_nodes = 0;
+  size_t paged_bytes_uploaded = 0;  // frozen layer weights uploaded by the weight pager this step
+  long paged_uploads = 0;           // layer uploads this step
 };
 
 // A batch: B rows of T input tokens and their targets (target < 0 is ignored).
@@ -48,6 +50,9 @@ struct PlanRow {
 class Trainer {
  public:
   Trainer(Backend& be, LlamaModel& model, TrainOptions opt);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Forward + backward only: parameter gradients are left in each Parameter::grad. Returns the loss.
   // With `logits`, also returns the [B*T, V] logits (small shapes only: evaluation and tests).

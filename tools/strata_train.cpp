@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
     mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
     mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
+    mo.page_frozen_layers = cfg.layer_offloading;
     LlamaModel model(*be, mc, mo);
     model.load(cfg.model_dir);
 
@@ -120,6 +121,11 @@ int main(int argc, char** argv) {
     std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
                  tokens.size(), cfg.batch, cfg.seq, cfg.steps, double(cfg.lr));
     print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
+    if (const WeightPager* pg = model.pager())
+      std::fprintf(info, "weight paging: %d frozen layers in a %s %s host block%s%s, %d device slots of %s\n",
+                   pg->n_layers(), format_bytes(pg->host_bytes()).c_str(), pg->host_pinned() ? "pinned" : "pageable",
+                   pg->host_note().empty() ? "" : " — ", pg->host_note().c_str(), pg->slot_count(),
+                   format_bytes(pg->slot_bytes()).c_str());
     std::fflush(info);
 
     TokenBatcher batches(std::move(tokens), cfg.batch, cfg.seq);
@@ -140,10 +146,11 @@ int main(int argc, char** argv) {
       } else if (json) {
         std::printf("{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
                     "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
-                    "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld}\n",
+                    "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
+                    "\"paged_bytes_uploaded\": %zu}\n",
                     st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds,
                     st.peak_device_bytes, st.peak_host_bytes, st.peak_disk_bytes, be->device_used_bytes(),
-                    st.saved_bytes, st.recomputed_nodes);
+                    st.saved_bytes, st.recomputed_nodes, st.paged_bytes_uploaded);
         std::fflush(stdout);
       } else {
         std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,

@@ -320,8 +320,16 @@ TEST(train_config, offloading_presets_and_dir) {
   EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "activation_offloading: sometimes\n", kPath); }));
 }
 
-TEST(train_config, paging_and_budget_keys_are_unsupported_for_now) {
-  for (const char* yaml : {"layer_offloading: true\n", "memory_budget: 20GiB\n"}) {
+TEST(train_config, layer_offloading_turns_on_weight_paging) {
+  TrainConfig c;
+  EXPECT_FALSE(c.layer_offloading);
+  apply_yaml_text(c, "layer_offloading: true\n", kPath);
+  EXPECT_TRUE(c.layer_offloading);
+  EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "layer_offloading: sometimes\n", kPath); }));
+}
+
+TEST(train_config, budget_key_is_unsupported_for_now) {
+  for (const char* yaml : {"memory_budget: 20GiB\n"}) {
     TrainConfig c;
     auto e = catch_as<UnsupportedError>([&] { apply_yaml_text(c, yaml, kPath); });
     ASSERT_TRUE(e) << yaml;

@@ -1,0 +1,161 @@
+// The sim backend mirroring cuda against the cuda backend itself: for the tiny model and the
+// 1B shape, one step's arena peak and its whole (delta, tag) allocation schedule must be equal,
+// with the shipped profile's model of cuDNN's plan workspaces (checked shape by shape first
+// against cuda::Attention, which is what strata-calibrate will record in a profile). Also prints forecast vs measured
+// step time, the first data points of the accuracy study (not asserted: the profiles are not calibrated yet).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "gpu_test_util.h"
+#include "kernels/attention_workspace.h"
+#include "model/data.h"
+#include "model/forecast.h"
+#include "model/shapes.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "kernels/attention_cuda.h"
+#include "kernels/backend_cuda.h"
+
+using namespace strata;
+
+namespace {
+
+// cuDNN's execution-plan workspaces for a shape, recovered from Attention::workspace_bytes.
+AttnWorkspaceParams measured_attention_ws(int B, int T, int Hq, int Hkv, int D, size_t* fwd, size_t* bwd) {
+  cuda::Attention a;
+  cuda::AttnShape sh{B, T, Hq, Hkv, D};
+  AttnWorkspaceParams p;
+  *fwd = p.plan_fwd_bytes = a.workspace_bytes(sh, false);
+  *bwd = a.workspace_bytes(sh, true);
+  if (*bwd > 0) {
+    const size_t with_acc = attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, 0, true);
+    const size_t without = attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, 0, false);
+    p.dq_accum = *bwd >= with_acc;
+    p.plan_bwd_bytes = *bwd - (p.dq_accum ? with_acc : without);
+  }
+  std::printf(
+      "attention B=%d T=%d Hq=%d Hkv=%d D=%d: path %s, plan ws fwd %zu B, bwd %zu B = 4*B*Hq*T*D %+lld "
+      "(workspace total %zu), dq_accum %d\n",
+      B, T, Hq, Hkv, D, a.path(sh), p.plan_fwd_bytes, p.plan_bwd_bytes,
+      (long long)p.plan_bwd_bytes - 4LL * B * Hq * T * D, *bwd, int(p.dq_accum));
+  return p;
+}
+
+AttnWorkspaceParams profile_ws(const DeviceProfile& p) {
+  return {p.attention_plan_ws_fwd_bytes, p.attention_plan_ws_bwd_bytes, p.attention_plan_ws_bwd_gqa_copies,
+          p.attention_dq_accum};
+}
+
+// The profile's workspace model must give what cuDNN asks for, shape by shape.
+TEST(SimVsCuda, AttentionWorkspaceModelMatchesCudnn) {
+  STRATA_REQUIRE_GPU();
+  const AttnWorkspaceParams model = profile_ws(find_profile("h100_80gb"));
+  struct S {
+    int B, T, Hq, Hkv, D;
+  };
+  for (S s :
+       {S{1, 37, 4, 2, 16}, S{2, 1000, 8, 8, 64}, S{1, 2048, 32, 8, 64}, S{1, 4096, 24, 8, 128}, S{2, 4096, 32, 8, 128},
+        S{1, 16384, 32, 8, 64}, S{1, 4096, 32, 32, 128}, S{1, 8192, 64, 8, 128}, S{3, 333, 6, 3, 72}}) {
+    size_t fwd = 0, bwd = 0;
+    measured_attention_ws(s.B, s.T, s.Hq, s.Hkv, s.D, &fwd, &bwd);
+    EXPECT_EQ(attention_workspace_bytes(s.B, s.T, s.Hq, s.Hkv, s.D, false, model), fwd) << s.T << " " << s.D;
+    EXPECT_EQ(attention_workspace_bytes(s.B, s.T, s.Hq, s.Hkv, s.D, true, model), bwd) << s.T << " " << s.D;
+  }
+}
+
+struct Case {
+  std::string name;
+  io::LlamaConfig model;
+  int B, T;
+  Plan plan;
+  TrainMode mode;
+  bool init_weights;  // the 1B shape skips the host-side random init (values change neither memory nor time)
+};
+
+void compare(const Case& c, size_t budget) {
+  ForecastRequest r;
+  r.model = c.model;
+  r.seq = c.T;
+  r.batch = c.B;
+  r.mode = c.mode;
+  r.lora_rank = 8;
+  r.plan = c.plan;
+  r.profile = find_profile("h100_80gb");  // its attention workspace model, as shipped
+  r.mirror = SimMirror::cuda;
+  r.budget = budget;
+  Forecast f = forecast(r);
+  ASSERT_TRUE(f.fits) << c.name << ": " << f.oom;
+
+  auto be = make_cuda_backend(budget);
+  be->arena().set_logging(true);  // after the cuBLASLt workspace: the sim's log starts before it
+  LlamaModel model(*be, c.model, forecast_model_options(r));
+  if (c.init_weights) model.init_random(1);
+  TrainOptions to;
+  to.plan = c.plan;
+  to.adam.lr = 1e-5f;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(size_t(c.B) * c.T * 4 + 16, c.model.vocab_size, 3), c.B, c.T);
+  StepStats first = tr.step(data.next());
+  std::vector<ArenaEvent> ev = be->arena().events();
+  double best = 1e30;
+  for (int s = 0; s < 3; ++s) best = std::min(best, tr.step(data.next()).seconds);  // after cuDNN's plan builds
+
+  EXPECT_EQ(f.peak_bytes, first.peak_device_bytes) << c.name;
+  ASSERT_FALSE(f.events.empty());
+  // The sim logged the cuBLASLt workspace at construction; the cuda backend had no log yet.
+  ASSERT_EQ(f.events[0].tag, "workspace.cublaslt");
+  ASSERT_EQ(f.events.size(), ev.size() + 1) << c.name;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    ASSERT_EQ(f.events[i + 1].tag, ev[i].tag) << c.name << " event " << i;
+    ASSERT_EQ(f.events[i + 1].delta, ev[i].delta) << c.name << " event " << i << " " << ev[i].tag;
+  }
+  std::printf(
+      "%-22s peak sim %14zu cuda %14zu (%s) | high-water sim %zu cuda %zu | step forecast %.4f s, measured "
+      "%.4f s (%.2fx)\n",
+      c.name.c_str(), f.peak_bytes, first.peak_device_bytes, format_bytes(first.peak_device_bytes).c_str(),
+      f.high_water_bytes, be->arena().high_water(), f.step_s, best, best / f.step_s);
+}
+
+io::LlamaConfig tiny() {
+  io::LlamaConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 97;
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
+  STRATA_REQUIRE_GPU();
+  for (auto& c :
+       std::vector<Case>{{"tiny keep", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true},
+                         {"tiny gc1", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true},
+                         {"tiny selective", tiny(), 2, 37, Plan::selective_recompute(), TrainMode::full, true},
+                         {"tiny lora gc2", tiny(), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora, true},
+                         {"tiny frozen", tiny(), 2, 37, Plan::keep_everything(), TrainMode::frozen, true}})
+    compare(c, size_t(1) << 30);
+}
+
+TEST(SimVsCuda, Llama1BScheduleAndPeakAreEqual) {
+  STRATA_REQUIRE_GPU();
+  const io::LlamaConfig m = builtin_shape("Llama-3.2-1B");
+  for (auto& c :
+       std::vector<Case>{{"1B keep 2048", m, 1, 2048, Plan::keep_everything(), TrainMode::full, false},
+                         {"1B gc1 4096", m, 1, 4096, Plan::gradient_checkpointing(1), TrainMode::full, false},
+                         {"1B lora sel 4096", m, 1, 4096, Plan::selective_recompute(), TrainMode::lora, false},
+                         {"1B gc1 16384", m, 1, 16384, Plan::gradient_checkpointing(1), TrainMode::full, false}})
+    compare(c, size_t(48) << 30);
+}
+
+}  // namespace
+
+#else
+TEST(SimVsCuda, Skipped) {
+  GTEST_SKIP() << "SKIPPED (gpu): built without the cuda backend";
+}
+#endif

@@ -1,0 +1,296 @@
+// strata-plan: forecasts peak device memory and step time of one training step without a GPU,
+// by running the engine itself on the sim backend; with --budget, chooses keep/recompute per slot
+// class for the fastest forecast step that fits and prints it as a strata-train config.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/forecast.h"
+#include "model/planner.h"
+#include "model/timeline_svg.h"
+#include "model/train_config.h"
+#include "tools/cli.h"
+
+using namespace strata;
+using json = nlohmann::ordered_json;
+
+static const char* kUsage =
+    "usage: strata-plan --model DIR|config.json|NAME --seq N [--batch 1] [--mode full|frozen|lora]\n"
+    "                   [--lora-rank R] [--lora-alpha A] [--loss-chunk 512] [--config FILE.yaml]\n"
+    "                   [--preset keep|gradient_checkpointing|selective_recompute [--every N] | --budget BYTES]\n"
+    "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
+    "                   [--write-config FILE.yaml] [--json] [--svg FILE.svg]\n"
+    "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock).\n"
+    "--budget: the fastest keep/recompute plan whose step fits an arena of BYTES (e.g. 40GiB), printed\n"
+    "as YAML for strata-train --config. Only keep/recompute: the host and disk tiers do not exist yet.\n";
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The GPU of this machine, from --device-name or nvidia-smi; empty when neither says.
+std::string current_device(const cli::Args& a) {
+  if (a.has("device-name")) return a.str("device-name");
+  std::FILE* p = popen("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null", "r");
+  if (!p) return "";
+  char buf[256] = {0};
+  std::string name = std::fgets(buf, sizeof buf, p) ? std::string(buf) : std::string();
+  pclose(p);
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return name;
+}
+
+Plan preset_plan(const std::string& name, int every) {
+  if (name == "keep" || name == "keep-everything") return Plan::keep_everything();
+  if (name == "gradient_checkpointing" || name == "gc") return Plan::gradient_checkpointing(every);
+  if (name == "selective_recompute" || name == "selective") return Plan::selective_recompute();
+  throw ConfigError(fmt::format("--preset must be keep, gradient_checkpointing or selective_recompute, got '{}'", name),
+                    "command line", "preset");
+}
+
+double pct(double part, double whole) {
+  return whole > 0 ? 100.0 * part / whole : 0.0;
+}
+
+void print_forecast(const Forecast& f, size_t budget, const std::string& budget_what) {
+  std::printf("\npeak device memory (arena in use): %s, in %s at %.4f s of the step\n",
+              format_bytes(f.peak_bytes).c_str(), f.peak_phase.c_str(), f.peak_at_s);
+  for (auto& it : f.breakdown)
+    std::printf("  %-40s %12s  %5.1f%%\n", it.name.c_str(), format_bytes(it.bytes).c_str(),
+                pct(double(it.bytes), double(f.peak_bytes)));
+  if (!f.activations.empty()) {
+    std::printf("  activations at the peak, by slot class:\n");
+    for (auto& it : f.activations)
+      std::printf("    %-30s %4d x %12s\n", it.name.c_str(), it.count, format_bytes(it.bytes).c_str());
+  }
+  if (!f.workspaces.empty()) {
+    std::printf("  workspaces at the peak:");
+    for (auto& it : f.workspaces) std::printf(" %s %s", it.name.c_str(), format_bytes(it.bytes).c_str());
+    std::printf("\n");
+  }
+  std::printf("arena high-water %s: %s of holes under it (fragmentation); saved slots at the end of forward %s\n",
+              format_bytes(f.high_water_bytes).c_str(),
+              format_bytes(f.high_water_bytes > f.peak_bytes ? f.high_water_bytes - f.peak_bytes : 0).c_str(),
+              format_bytes(f.saved_bytes).c_str());
+  if (budget) {
+    if (f.fits && f.high_water_bytes <= budget)
+      std::printf("fits %s: %s of %s left at the peak\n", budget_what.c_str(),
+                  format_bytes(budget - f.peak_bytes).c_str(), format_bytes(budget).c_str());
+    else
+      std::printf("does NOT fit %s (%s): %s\n", budget_what.c_str(), format_bytes(budget).c_str(),
+                  f.oom.empty() ? fmt::format("needs {} more", format_bytes(f.high_water_bytes - budget)).c_str()
+                                : f.oom.c_str());
+  }
+  std::printf(
+      "\nstep time %.4f s: forward %.4f s, backward %.4f s (recompute %.4f s), optimizer %.4f s | %.0f tokens/s\n",
+      f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, f.tokens_per_s);
+  std::printf("  time by op:");
+  for (auto& [op, s] : f.time_by_op) std::printf(" %s %.1f%%", op.c_str(), pct(s, f.step_s));
+  std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
+}
+
+json items(const std::vector<MemoryItem>& v) {
+  json j = json::array();
+  for (auto& it : v) j.push_back({{"name", it.name}, {"bytes", it.bytes}, {"count", it.count}});
+  return j;
+}
+
+json forecast_json(const Forecast& f) {
+  json t = json::object();
+  for (auto& [op, s] : f.time_by_op) t[op] = s;
+  return {{"fits", f.fits},
+          {"oom", f.oom},
+          {"peak_bytes", f.peak_bytes},
+          {"high_water_bytes", f.high_water_bytes},
+          {"persistent_bytes", f.persistent_bytes},
+          {"peak_phase", f.peak_phase},
+          {"peak_at_s", f.peak_at_s},
+          {"breakdown", items(f.breakdown)},
+          {"activations", items(f.activations)},
+          {"workspaces", items(f.workspaces)},
+          {"saved_bytes", f.saved_bytes},
+          {"step_s", f.step_s},
+          {"forward_s", f.forward_s},
+          {"backward_s", f.backward_s},
+          {"recompute_s", f.recompute_s},
+          {"optimizer_s", f.optimizer_s},
+          {"tokens_per_s", f.tokens_per_s},
+          {"time_by_op_s", t},
+          {"kernels", f.kernels},
+          {"recomputed_nodes", f.recomputed_nodes}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ForecastRequest req;
+  std::string model_spec, svg_path, write_config, device;
+  size_t budget = 0;
+  bool json_out = false, have_budget = false;
+  try {
+    cli::Args a(argc, argv,
+                {"model", "seq", "batch", "mode", "lora-rank", "lora-alpha", "loss-chunk", "config", "preset", "every",
+                 "budget", "profile", "mirror", "device-name", "write-config", "svg"},
+                {"json", "help"});
+    if (a.has("help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (!a.has("model")) throw ConfigError("--model DIR|config.json|NAME is required", "command line", "model");
+    if (a.has("preset") && a.has("budget"))
+      throw ConfigError("--preset and --budget exclude each other: --budget chooses the plan", "command line",
+                        "budget");
+    TrainConfig tc;  // strata-train's defaults, then --config, then the command line
+    tc.seq = 0;
+    if (a.has("config")) apply_yaml(tc, a.str("config"));
+    model_spec = a.str("model");
+    req.model = resolve_model(model_spec);
+    req.seq = int(a.integer("seq", tc.seq));
+    req.batch = int(a.integer("batch", tc.batch));
+    req.loss_chunk_tokens = int(a.integer("loss-chunk", tc.loss_chunk_tokens));
+    req.lora_rank = int(a.integer("lora-rank", tc.lora.rank ? tc.lora.rank : 16));
+    req.lora_alpha = float(a.number("lora-alpha", tc.lora.alpha));
+    req.mode = tc.lora.enabled() ? TrainMode::lora : tc.freeze_base ? TrainMode::frozen : TrainMode::full;
+    if (a.has("lora-rank")) req.mode = TrainMode::lora;
+    if (a.has("mode")) req.mode = parse_train_mode(a.str("mode"));
+    if (req.seq < 1 || req.batch < 1 || req.loss_chunk_tokens < 1 || (req.mode == TrainMode::lora && req.lora_rank < 1))
+      throw ConfigError(fmt::format("--seq ({}), --batch ({}), --loss-chunk ({}) and --lora-rank ({}) must be >= 1",
+                                    req.seq, req.batch, req.loss_chunk_tokens, req.lora_rank),
+                        "command line", "seq");
+    req.plan = a.has("preset") ? preset_plan(a.str("preset"), int(a.integer("every", 1))) : tc.plan;
+    req.profile = find_profile(a.str("profile", "h100_80gb"));
+    const std::string mirror = a.str("mirror", "cuda");
+    if (mirror != "cuda" && mirror != "cpu")
+      throw ConfigError("--mirror must be cuda or cpu", "command line", "mirror");
+    req.mirror = mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
+    have_budget = a.has("budget");
+    if (have_budget)
+      budget = parse_bytes(a.str("budget"), "--budget");
+    else if (tc.device_budget_bytes)
+      budget = tc.device_budget_bytes;
+    svg_path = a.str("svg");
+    write_config = a.str("write-config");
+    json_out = a.has("json");
+    device = current_device(a);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata-plan: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
+
+  try {
+    const DeviceProfile& p = req.profile;
+    if (!device.empty() && !p.match.empty() && lower(device).find(lower(p.match)) == std::string::npos)
+      std::fprintf(stderr,
+                   "strata-plan: warning: the profile '%s' is for another GPU than this machine's '%s'; pass "
+                   "--profile for it (or run strata-calibrate) for a time forecast of this GPU\n",
+                   p.name.c_str(), device.c_str());
+    const bool calibrated = p.source.find("not calibrated") == std::string::npos;
+    std::FILE* info = json_out ? stderr : stdout;
+    const io::LlamaConfig& c = req.model;
+    std::fprintf(
+        info,
+        "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %d | seq %d x batch %d "
+        "| %s training%s\n",
+        model_spec.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+        c.head_dim, c.intermediate_size, c.vocab_size, req.seq, req.batch, train_mode_name(req.mode),
+        req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
+    std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
+                 calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
+                 sim_mirror_name(req.mirror));
+    std::fprintf(info, "tiers: device only; plans are keep/recompute (the host and disk tiers do not exist yet)\n");
+
+    Forecast f;
+    Plan plan = req.plan;
+    std::string budget_what = budget ? "the budget" : "";
+    int exit_code = 0;
+    json out;
+    if (have_budget) {
+      PlanResult pr = plan_for_budget(req, budget);
+      out["planner"] = {{"found", pr.found}, {"budget", budget}, {"sim_runs", pr.sim_runs}, {"label", pr.label}};
+      if (!pr.found) {
+        std::fprintf(stderr,
+                     "strata-plan: nothing fits a device budget of %s with keep/recompute: the lowest-memory plan "
+                     "(%s) needs at least %s, %s more (device tier; %d sim runs)\n",
+                     format_bytes(budget).c_str(), pr.label.c_str(), format_bytes(pr.minimum_bytes).c_str(),
+                     format_bytes(pr.minimum_bytes - budget).c_str(), pr.sim_runs);
+        if (pr.persistent_bytes >= budget)
+          std::fprintf(stderr,
+                       "strata-plan: the weights, gradients and optimizer state alone take %s (no activation "
+                       "plan lowers them; frozen or LoRA training does)\n",
+                       format_bytes(pr.persistent_bytes).c_str());
+        out["planner"]["minimum_bytes"] = pr.minimum_bytes;
+        out["planner"]["persistent_bytes"] = pr.persistent_bytes;
+        if (json_out) std::printf("%s\n", out.dump(2).c_str());
+        return 1;
+      }
+      f = std::move(pr.forecast);
+      plan = pr.plan;
+      std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
+                   format_bytes(budget).c_str(), pr.sim_runs, pr.tried.size());
+    } else {
+      if (!budget) {
+        budget = p.default_arena_bytes();
+        budget_what = fmt::format("a {} (default arena: total less the context and 2 GiB headroom)", p.name);
+      }
+      ForecastRequest r = req;
+      r.budget = 0;
+      f = forecast(r);
+      if (f.peak_bytes <= budget) {  // the placement under the real budget decides whether it fits
+        r.budget = budget;
+        Forecast fb = forecast(r);
+        if (fb.fits)
+          f = std::move(fb);
+        else
+          f.fits = false, f.oom = fb.oom;
+      }
+    }
+    std::string yaml = plan_yaml(req, plan, f, have_budget ? budget : 0);
+    if (!json_out) {
+      std::printf("plan: %s\n", plan.preset.c_str());
+      print_forecast(f, budget, budget_what);
+      if (have_budget) std::printf("\n# ---- strata-train --config (accepted unchanged) ----\n%s", yaml.c_str());
+    } else {
+      out["model"] = model_spec;
+      out["seq"] = req.seq;
+      out["batch"] = req.batch;
+      out["mode"] = train_mode_name(req.mode);
+      out["profile"] = {{"name", p.name}, {"source", p.source}, {"calibrated", calibrated}};
+      out["mirror"] = sim_mirror_name(req.mirror);
+      out["tiers"] = "device only (keep/recompute); host and disk tiers do not exist yet";
+      out["plan"] = plan.preset;
+      out["budget"] = budget;
+      out["forecast"] = forecast_json(f);
+      if (have_budget) out["config_yaml"] = yaml;
+      std::printf("%s\n", out.dump(2).c_str());
+    }
+    if (!write_config.empty()) {
+      std::ofstream o(write_config, std::ios::trunc);
+      o << yaml;
+      if (!o) throw IoError(fmt::format("{}: cannot write the config", write_config), write_config);
+      std::fprintf(info, "wrote %s\n", write_config.c_str());
+    }
+    if (!svg_path.empty()) {
+      std::string title =
+          fmt::format("{} seq {} x {}, {} training: device arena over one step ({} profile)\nplan: {}", model_spec,
+                      req.seq, req.batch, train_mode_name(req.mode), p.name, plan.preset);
+      std::ofstream o(svg_path, std::ios::trunc);
+      o << timeline_svg(f, title, budget);
+      if (!o) throw IoError(fmt::format("{}: cannot write the SVG", svg_path), svg_path);
+      std::fprintf(info, "wrote %s\n", svg_path.c_str());
+    }
+    return exit_code;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "strata-plan: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-plan: error: %s\n", e.what());
+    return 1;
+  }
+}
