@@ -1,0 +1,359 @@
+// strata-calibrate: measures this GPU through strata's own cuda backend (the ops, arena and copy
+// stream the engine uses) and writes a device profile (engine/cost_model.h) for the sim backend.
+// Every rate is fitted so that the cost model, counting work the way kernels/backend_sim.cpp does,
+// reproduces the measured time: see docs/PLANNER.md, "Calibrating a profile".
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "engine/cost_model.h"
+#include "tools/cli.h"
+#ifdef STRATA_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/attention_workspace.h"
+#include "kernels/backend_cuda.h"
+#include "model/rng.h"
+#endif
+
+using namespace strata;
+
+#ifndef STRATA_HAVE_CUDA
+int main() {
+  std::fputs("strata-calibrate needs the cuda backend (this build has none)\n", stderr);
+  return 2;
+}
+#else
+static const char* kUsage =
+    "usage: strata-calibrate [--out FILE] [--quick]\n"
+    "  measures GEMM, attention, HBM, host-copy and launch rates through the cuda backend and writes\n"
+    "  a device profile (default profiles/<name>.calibrated.json); --quick: fewer, shorter repeats\n";
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kGiB = int64_t(1) << 30;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Seconds per call of `op`: warm up, size a batch to ~target seconds (or `fixed` calls), time
+// `repeats` batches between be.synchronize() calls, return the median.
+struct Timer {
+  Backend& be;
+  bool quick;
+  double per_call(const std::function<void()>& op, int fixed = 0) {
+    for (int i = 0; i < 3; ++i) op();
+    be.synchronize();
+    int iters = fixed;
+    if (!iters) {
+      auto t0 = Clock::now();
+      op();
+      be.synchronize();
+      iters = int(std::clamp((quick ? 0.01 : 0.05) / seconds_since(t0), 1.0, 20000.0));
+    }
+    std::vector<double> s;
+    for (int r = 0; r < (quick ? 5 : 9); ++r) {
+      be.synchronize();
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) op();
+      be.synchronize();
+      s.push_back(seconds_since(t0) / iters);
+    }
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    return s[s.size() / 2];
+  }
+};
+
+// Uniform [-scale, scale) values, uploaded 4M elements at a time (converted to t's dtype).
+void randomize(Backend& be, const Tensor& t, float scale, uint64_t seed) {
+  const int64_t chunk = std::min<int64_t>(t.numel(), int64_t(1) << 22);
+  std::vector<float> h(static_cast<size_t>(chunk));
+  Rng rng(seed);
+  for (float& x : h) x = float((2 * rng.uniform() - 1) * scale);
+  auto* base = static_cast<std::byte*>(t.data);
+  for (int64_t off = 0; off < t.numel(); off += chunk)
+    be.upload_f32(Tensor(base + off * int64_t(dtype_size(t.dtype)), t.dtype, Shape{std::min(chunk, t.numel() - off)}),
+                  h.data());
+}
+
+// One GEMM as the sim backend charges it: CostModel::gemm(m, n, k, bytes).
+struct Mm {
+  double m, n, k, bytes;
+};
+struct GemmMeas {
+  std::vector<Mm> mms;  // linear_fwd: one; linear_bwd: dx and dw
+  double t;             // measured seconds per call
+  bool large;           // N = 8192: fits matmul_tflops; the small-N shapes fit matmul_half_dim
+};
+// The asymptote that makes the model's total time over the large shapes equal the measured one
+// (half = 0: the plain FLOP-weighted achieved rate).
+double fit_tflops(const std::vector<GemmMeas>& ms, double half) {
+  double work = 0, t = 0;
+  auto e = [&](double d) { return half > 0 ? d / (d + half) : 1.0; };
+  for (auto& g : ms)
+    if (g.large) {
+      for (auto& x : g.mms) work += 2 * x.m * x.n * x.k / (e(x.m) * e(x.n) * e(x.k));
+      t += g.t;
+    }
+  return work / t / 1e12;
+}
+double log_err2(const CostModel& cm, const std::vector<GemmMeas>& ms, bool small_only) {
+  double s = 0;
+  for (auto& g : ms) {
+    double model = 0;
+    for (auto& x : g.mms) model += cm.gemm(x.m, x.n, x.k, x.bytes);
+    if (!small_only || !g.large) s += std::pow(std::log(model / g.t), 2);
+  }
+  return s;
+}
+
+std::string match_token(const std::string& name) {  // "NVIDIA H100 80GB HBM3" -> "H100"
+  std::istringstream in(name);
+  for (std::string tok; in >> tok;)
+    if (tok != "NVIDIA" && std::any_of(tok.begin(), tok.end(), [](unsigned char c) { return std::isdigit(c) != 0; }))
+      return tok;
+  return name;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cli::Args a(argc, argv, {"out"}, {"help", "quick"});
+    if (a.has("help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (!cuda_device_present()) {
+      std::fputs("strata-calibrate: no CUDA GPU found (cudaGetDeviceCount reports none); run it on the GPU host\n",
+                 stderr);
+      return 1;
+    }
+    const bool quick = a.has("quick");
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) throw UnsupportedError("cudaGetDeviceProperties failed");
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) throw UnsupportedError("cudaMemGetInfo failed");
+
+    // The built-in profile of this GPU: its attention plan workspace fields are kept (cuDNN's).
+    const std::string dev = prop.name;
+    std::string key = "h100_80gb";
+    DeviceProfile p = builtin_profiles().front().second;
+    bool matched = false;
+    for (auto& [k, bp] : builtin_profiles())
+      if (!matched && dev.find(bp.match) != std::string::npos) key = k, p = bp, matched = true;
+    const DeviceProfile base = p;
+    p.name = dev;
+    p.match = match_token(dev);
+    p.memory_bytes = total_b;
+    if (!matched) {
+      key.clear();
+      for (char c : dev) key += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '_';
+      std::fprintf(stderr,
+                   "strata-calibrate: no built-in profile matches '%s'; keeping %s's attention workspace fields\n",
+                   dev.c_str(), builtin_profiles().front().first.c_str());
+    }
+    const std::string out = a.str("out", "profiles/" + key + ".calibrated.json");
+
+    const size_t budget =
+        std::min<size_t>(size_t(6) * kGiB, free_b > size_t(3) * kGiB ? free_b - 2 * kGiB : free_b / 2);
+    auto be = make_cuda_backend(budget);
+    Arena& ar = be->arena();
+    auto buf = [&](DType dt, Shape sh) { return Buffer(ar, dt, sh, "calibrate"); };
+    Timer tm{*be, quick};
+    std::printf("strata-calibrate: %s (sm_%d%d, %s), base profile %s%s\n", dev.c_str(), prop.major, prop.minor,
+                format_bytes(total_b).c_str(), matched ? key.c_str() : "none", quick ? ", --quick" : "");
+    std::printf("  %-40s %11s %14s\n", "measurement", "per call", "rate");
+    auto row = [](const std::string& what, double t, double rate, const char* unit) {
+      std::printf("  %-40s %8.3f ms %9.1f %s\n", what.c_str(), t * 1e3, rate, unit);
+      std::fflush(stdout);
+    };
+
+    // Launch floor: 2000 tiny adds queued back to back.
+    {
+      Buffer x = buf(DType::bf16, {1024}), y = buf(DType::bf16, {1024}), z = buf(DType::bf16, {1024});
+      be->fill(x.view(), 1.0f), be->fill(y.view(), 0.5f);
+      const double t = tm.per_call([&] { be->add_fwd(z.view(), x.view(), y.view(), 1.0f); }, 2000);
+      p.launch_overhead_us = t * 1e6;
+      std::printf("  %-40s %8.2f us\n", "launch (add_fwd n=1024, 2000 in a row)", t * 1e6);
+    }
+
+    // HBM: add_fwd bf16 [256M] (2+2 B read, 2 B written per element) and adamw_step fp32 [128M]
+    // (bytes as the sim counts them: 2·(master + m + v) + g). hbm_gbps = total bytes / total time.
+    double hbm_bytes = 0, hbm_t = 0;
+    {
+      const int64_t n = int64_t(256) << 20;
+      Buffer x = buf(DType::bf16, {n}), y = buf(DType::bf16, {n}), z = buf(DType::bf16, {n});
+      be->fill(x.view(), 1.25f), be->fill(y.view(), -0.5f);
+      const double t = tm.per_call([&] { be->add_fwd(z.view(), x.view(), y.view(), 1.0f); });
+      row("add_fwd bf16 [256M]", t, 6.0 * n / t / 1e9, "GB/s");
+      hbm_bytes += 6.0 * n, hbm_t += t;
+    }
+    {
+      const int64_t n = int64_t(128) << 20;
+      Buffer w = buf(DType::f32, {n}), m = buf(DType::f32, {n}), v = buf(DType::f32, {n}), g = buf(DType::f32, {n}),
+             nsq = buf(DType::f32, {1});
+      be->fill(w.view(), 0.1f), be->fill(m.view(), 0.01f), be->fill(v.view(), 0.01f), be->fill(g.view(), 0.02f);
+      be->fill(nsq.view(), 1.0f);
+      AdamWParams ap;
+      ap.lr = 1e-5f;
+      int step = 0;
+      const double t = tm.per_call(
+          [&] { be->adamw_step(w.view(), m.view(), v.view(), g.view(), Tensor(), nsq.view(), 1e9f, ap, ++step); });
+      row("adamw_step fp32 [128M]", t, 28.0 * n / t / 1e9, "GB/s");
+      hbm_bytes += 28.0 * n, hbm_t += t;
+    }
+    p.hbm_gbps = hbm_bytes / hbm_t / 1e9;
+
+    // Pinned host copies, 1 GiB each way, on the copy stream the tiers use.
+    {
+      auto host = be->reserve_host(size_t(kGiB));
+      if (!host->pinned())
+        std::fprintf(stderr, "strata-calibrate: warning: host memory is not pinned (%s)\n", host->note.c_str());
+      std::fill_n(reinterpret_cast<unsigned char*>(host->base()), host->bytes(), 0x5A);
+      Buffer d = buf(DType::u8, {kGiB});
+      be->fill(Tensor(d.view().data, DType::f32, Shape{kGiB / 4}), 3.0f);
+      double t = tm.per_call([&] { be->copy_wait_host(be->copy_to_device_async(d.view(), host->base())); });
+      row("host -> device 1 GiB", t, double(kGiB) / t / 1e9, "GB/s");
+      p.h2d_gbps = double(kGiB) / t / 1e9;
+      t = tm.per_call([&] { be->copy_wait_host(be->copy_to_host_async(host->base(), d.view())); });
+      row("device -> host 1 GiB", t, double(kGiB) / t / 1e9, "GB/s");
+      p.d2h_gbps = double(kGiB) / t / 1e9;
+    }
+
+    // GEMMs: linear_fwd and linear_bwd (dx bf16, dw fp32 accumulate) on Llama shapes at N = 8192
+    // tokens, and N = 256 for the small-dimension efficiency curve.
+    std::vector<GemmMeas> gm;
+    const int64_t shapes[][2] = {{2048, 2048}, {2048, 8192}, {8192, 2048}, {4096, 14336}, {14336, 4096}};
+    for (int64_t N : {int64_t(8192), int64_t(256)})
+      for (auto [in, o] : shapes) {
+        if (N == 256 && in == 2048 && o == 8192) continue;  // the other four suffice for the curve
+        Buffer x = buf(DType::bf16, {N, in}), w = buf(DType::bf16, {o, in}), y = buf(DType::bf16, {N, o}),
+               dy = buf(DType::bf16, {N, o}), dx = buf(DType::bf16, {N, in}), dw = buf(DType::f32, {o, in});
+        randomize(*be, x.view(), 1.0f, 1), randomize(*be, w.view(), 0.05f, 2), randomize(*be, dy.view(), 1e-3f, 3);
+        be->zero(dx.view()), be->zero(dw.view());
+        const double es = 2, dN = double(N), dI = double(in), dO = double(o);
+        GemmMeas f{{{dN, dO, dI, es * (dN * dI + dO * dI + dN * dO)}}, 0, N == 8192};
+        f.t = tm.per_call([&] { be->linear_fwd(y.view(), x.view(), w.view()); });
+        GemmMeas b{{{dN, dI, dO, es * (dN * dO + dO * dI) + 2 * es * dN * dI},
+                    {dO, dI, dN, es * (dN * dO + dN * dI) + 2 * 4 * dO * dI}},
+                   0,
+                   N == 8192};
+        b.t = tm.per_call([&] { be->linear_bwd(dx.view(), dw.view(), dy.view(), x.view(), w.view()); });
+        row(fmt::format("linear_fwd N={} {}x{}", N, in, o), f.t, 2 * dN * dI * dO / f.t / 1e12, "TFLOP/s");
+        row(fmt::format("linear_bwd N={} {}x{} (dx+dw)", N, in, o), b.t, 4 * dN * dI * dO / b.t / 1e12, "TFLOP/s");
+        gm.push_back(f), gm.push_back(b);
+      }
+    const double achieved = fit_tflops(gm, 0);
+    // matmul_half_dim: the h in [0, 2048] whose asymptote (fitted on N = 8192) best predicts every
+    // shape (squared log error); kept from the built-in unless interior and the small shapes
+    // land within ~25% (rms).
+    auto with = [&](double h) {
+      DeviceProfile q = p;
+      q.matmul_half_dim = h;
+      q.matmul_tflops = fit_tflops(gm, h);
+      return q;
+    };
+    double best_h = 0, best_e = 1e300;
+    for (double h = 0; h <= 2048; h += 4) {
+      const double e = log_err2(CostModel(with(h)), gm, false);
+      if (e < best_e) best_e = e, best_h = h;
+    }
+    const auto n_small = std::count_if(gm.begin(), gm.end(), [](auto& g) { return !g.large; });
+    const double small_rms =
+        std::sqrt(log_err2(CostModel(with(best_h)), gm, true) / double(std::max<long>(1, n_small)));
+    const bool fitted = best_h > 0 && best_h < 2048 && small_rms < 0.25;
+    p = with(fitted ? best_h : base.matmul_half_dim);
+    std::printf("  GEMM, FLOP-weighted over N=8192: %.1f TFLOP/s achieved; half_dim %s %.0f -> asymptote %.1f\n",
+                achieved, fitted ? "fitted" : "kept (fit not robust)", p.matmul_half_dim, p.matmul_tflops);
+    if (!fitted) std::printf("    (best h %.0f, small-N rms log error %.2f)\n", best_h, small_rms);
+
+    // Attention: causal GQA, B=1 T=8192 Hq=32 Hkv=8, D 64 and 128; FLOPs as CostModel::attention
+    // counts them. The backward's accumulate adds on the cuDNN path (charged by the sim at hbm
+    // rate) are taken out of the measured time before the rate is fitted.
+    {
+      const CostModel cm(p);
+      double ff = 0, tf = 0, fb = 0, tb = 0;
+      for (int64_t D : {64, 128}) {
+        const int64_t Bt = 1, T = 8192, Hq = 32, Hkv = 8;
+        const Shape sq{Bt, T, Hq, D}, skv{Bt, T, Hkv, D};
+        Buffer q = buf(DType::bf16, sq), k = buf(DType::bf16, skv), v = buf(DType::bf16, skv), o = buf(DType::bf16, sq),
+               lse = buf(DType::f32, {Bt, Hq, T}), dout = buf(DType::bf16, sq), dq = buf(DType::bf16, sq),
+               dk = buf(DType::bf16, skv), dv = buf(DType::bf16, skv);
+        randomize(*be, q.view(), 1.0f, 4), randomize(*be, k.view(), 1.0f, 5), randomize(*be, v.view(), 1.0f, 6);
+        randomize(*be, dout.view(), 1e-3f, 7);
+        be->zero(dq.view()), be->zero(dk.view()), be->zero(dv.view());
+        const double t_f = tm.per_call([&] { be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view()); });
+        const double t_b = tm.per_call([&] {
+          be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
+                            lse.view());
+        });
+        const double F = 4.0 * Bt * Hq * double(T) * T * D / 2, nq = double(q.view().numel()),
+                     nkv = double(k.view().numel());
+        double extra = 0;
+        if (attention_uses_cudnn(int(D)))
+          extra = cm.memory(6 * nq) + 2 * cm.memory(6 * nkv) + (p.attention_dq_accum ? cm.memory(4 * nq) : 0);
+        row(fmt::format("attention_fwd T=8192 32/8 D={}", D), t_f, F / t_f / 1e12, "TFLOP/s");
+        row(fmt::format("attention_bwd T=8192 32/8 D={}", D), t_b, 2.5 * F / t_b / 1e12, "TFLOP/s");
+        ff += F, tf += t_f, fb += 2.5 * F, tb += std::max(t_b - extra, 0.5 * t_b);
+      }
+      p.attention_tflops = ff / tf / 1e12;
+      p.attention_bwd_tflops = fb / tb / 1e12;
+    }
+
+    // CUDA context and library handles: what the device holds beyond the arena once cuBLASLt and
+    // cuDNN have run (device-wide: other processes on this GPU would count too).
+    const size_t used = be->device_used_bytes();
+    if (used > ar.budget() && used - ar.budget() < size_t(8) * kGiB) p.context_bytes = used - ar.budget();
+    std::printf("  %-40s %s (before the backend: %s)\n", "context + library handles",
+                format_bytes(p.context_bytes).c_str(), format_bytes(total_b - free_b).c_str());
+
+    char date[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
+    p.source = fmt::format("strata-calibrate on {}, {}{}", dev, date, quick ? " (--quick)" : "");
+
+    // profile_to_json, plus "calibrated": true after "source" (profile_from_json ignores it); the
+    // table compares each number with the built-in profile.
+    const auto j = nlohmann::ordered_json::parse(profile_to_json(p));
+    nlohmann::ordered_json o;
+    const auto jb = nlohmann::ordered_json::parse(profile_to_json(base));
+    std::printf("\n  %-34s %16s %16s\n", "profile field", "calibrated", "built-in");
+    for (auto& [k, v] : j.items()) {
+      o[k] = v;
+      if (k == "source") o["calibrated"] = true;
+      if (v.is_number())
+        std::printf(v.is_number_integer() ? "  %-34s %16.0f %16.0f\n" : "  %-34s %16.1f %16.1f\n", k.c_str(),
+                    v.get<double>(), jb[k].get<double>());
+    }
+    const std::filesystem::path op(out);
+    if (op.has_parent_path()) std::filesystem::create_directories(op.parent_path());
+    std::ofstream f(out, std::ios::trunc);
+    f << o.dump(2) << "\n";
+    f.close();
+    if (!f) throw IoError(fmt::format("{}: cannot write the device profile", out), out);
+    load_profile(out);  // the sim reads it back
+    std::printf("\nwrote %s\n", out.c_str());
+    return 0;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "strata-calibrate: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-calibrate: error: %s\n", e.what());
+    return 1;
+  }
+}
+#endif
