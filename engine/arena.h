@@ -14,10 +14,10 @@
 namespace strata {
 
 struct ArenaEvent {
-  double time_s;      // from the arena's clock (wall time, or the sim backend's model time)
-  int64_t delta;      // +bytes allocated, -bytes freed
-  size_t in_use;      // bytes in use after the event
-  std::string tag;    // what the block holds (slot class, "grad:...", "weights", ...)
+  double time_s;    // from the arena's clock (wall time, or the sim backend's model time)
+  int64_t delta;    // +bytes allocated, -bytes freed
+  size_t in_use;    // bytes in use after the event
+  std::string tag;  // what the block holds (slot class, "grad:...", "weights", ...)
 };
 
 class Arena {
@@ -65,7 +65,7 @@ class Arena {
   size_t align_;
   size_t budget_;
   std::byte* base_;
-  std::map<size_t, size_t> free_by_off_;             // offset -> size
+  std::map<size_t, size_t> free_by_off_;              // offset -> size
   std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset): best fit, lowest address
   struct Live {
     size_t size;

@@ -10,11 +10,23 @@ namespace {
 }
 }  // namespace
 
-std::unique_ptr<HostReservation> Backend::reserve_host(size_t) { no_tiers(*this); }
-CopyTicket Backend::copy_to_host_async(void*, Tensor) { no_tiers(*this); }
-CopyTicket Backend::copy_to_device_async(Tensor, const void*) { no_tiers(*this); }
-bool Backend::copy_done(CopyTicket) { no_tiers(*this); }
-void Backend::copy_wait_host(CopyTicket) { no_tiers(*this); }
-void Backend::copy_wait_compute(CopyTicket) { no_tiers(*this); }
+std::unique_ptr<HostReservation> Backend::reserve_host(size_t) {
+  no_tiers(*this);
+}
+CopyTicket Backend::copy_to_host_async(void*, Tensor) {
+  no_tiers(*this);
+}
+CopyTicket Backend::copy_to_device_async(Tensor, const void*) {
+  no_tiers(*this);
+}
+bool Backend::copy_done(CopyTicket) {
+  no_tiers(*this);
+}
+void Backend::copy_wait_host(CopyTicket) {
+  no_tiers(*this);
+}
+void Backend::copy_wait_compute(CopyTicket) {
+  no_tiers(*this);
+}
 
 }  // namespace strata

@@ -14,7 +14,17 @@
 namespace strata {
 
 enum class OpKind {
-  embedding, rmsnorm, linear, rope, attention, swiglu, add, lm_head_ce, lm_head_logits, adamw, grad_norm,
+  embedding,
+  rmsnorm,
+  linear,
+  rope,
+  attention,
+  swiglu,
+  add,
+  lm_head_ce,
+  lm_head_logits,
+  adamw,
+  grad_norm,
   count_
 };
 const char* op_kind_name(OpKind k);
@@ -45,8 +55,8 @@ class Backend {
   virtual DType compute_dtype() const = 0;
 
   // Data movement between host (plain memory, f32 or i32) and this backend's tensors.
-  virtual void upload_f32(Tensor dst, const float* src) = 0;   // converts to dst.dtype
-  virtual void download_f32(float* dst, Tensor src) = 0;       // converts from src.dtype
+  virtual void upload_f32(Tensor dst, const float* src) = 0;  // converts to dst.dtype
+  virtual void download_f32(float* dst, Tensor src) = 0;      // converts from src.dtype
   virtual void upload_i32(Tensor dst, const int32_t* src) = 0;
   virtual void zero(Tensor t) = 0;
   virtual void fill(Tensor t, float value) = 0;
@@ -100,8 +110,8 @@ class Backend {
   // One AdamW step on fp32 master weights; `param_out` (may be undefined) receives the updated
   // weights in the compute dtype. The clip scale min(1, max_norm / sqrt(norm_sq)) is formed
   // from the device scalar norm_sq, so clipping never forces a host sync.
-  virtual void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq,
-                          float max_norm, const AdamWParams& p, int t) = 0;
+  virtual void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
+                          const AdamWParams& p, int t) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(size_t arena_budget_bytes);

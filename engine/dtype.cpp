@@ -8,22 +8,32 @@ namespace strata {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
 
 std::string_view dtype_safetensors_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::f16: return "F16";
-    case DType::i32: return "I32";
-    case DType::u8: return "U8";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::f16:
+      return "F16";
+    case DType::i32:
+      return "I32";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
@@ -85,7 +95,9 @@ uint16_t f32_to_f16(float f) {
 
 void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
   switch (from) {
-    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::f32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::bf16: {
       auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
@@ -111,7 +123,9 @@ void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
 
 void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
   switch (to) {
-    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::f32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::bf16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
@@ -122,7 +136,8 @@ void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }
-    default: STRATA_THROW(Error, "convert_from_f32: cannot convert to " + std::string(dtype_name(to)));
+    default:
+      STRATA_THROW(Error, "convert_from_f32: cannot convert to " + std::string(dtype_name(to)));
   }
 }
 

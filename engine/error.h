@@ -17,8 +17,12 @@ class OutOfMemoryError : public Error {
  public:
   OutOfMemoryError(const std::string& what, std::string tier, std::string tag, size_t requested_bytes,
                    size_t in_use_bytes, size_t budget_bytes)
-      : Error(what), tier(std::move(tier)), tag(std::move(tag)), requested_bytes(requested_bytes),
-        in_use_bytes(in_use_bytes), budget_bytes(budget_bytes) {}
+      : Error(what),
+        tier(std::move(tier)),
+        tag(std::move(tag)),
+        requested_bytes(requested_bytes),
+        in_use_bytes(in_use_bytes),
+        budget_bytes(budget_bytes) {}
   std::string tier, tag;
   size_t requested_bytes, in_use_bytes, budget_bytes;
 };

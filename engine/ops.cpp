@@ -3,8 +3,12 @@
 namespace strata::ops {
 namespace {
 
-DType act(Tape& t) { return t.backend().compute_dtype(); }
-Shape rows_by(const Shape& x, int64_t cols) { return Shape{x.numel() / x[x.nd - 1], cols}; }
+DType act(Tape& t) {
+  return t.backend().compute_dtype();
+}
+Shape rows_by(const Shape& x, int64_t cols) {
+  return Shape{x.numel() / x[x.nd - 1], cols};
+}
 
 class EmbeddingOp final : public Op {
  public:
@@ -57,7 +61,9 @@ class RopeOp final : public Op {
     int64_t n = x.shape[0], hd = x.shape[1];
     return x.reshape(Shape{n, heads_, hd / heads_});
   }
-  void forward(Backend& be, const OpArgs& a) override { be.rope_fwd(heads(a.out[0]), heads(a.in[0]), a.in[1], a.in[2]); }
+  void forward(Backend& be, const OpArgs& a) override {
+    be.rope_fwd(heads(a.out[0]), heads(a.in[0]), a.in[1], a.in[2]);
+  }
   void backward(Backend& be, const OpArgs& a) override {
     if (a.gin[0].defined()) be.rope_bwd(heads(a.gin[0]), heads(a.gout[0]), a.in[1], a.in[2]);
   }
@@ -79,8 +85,8 @@ class AttentionOp final : public Op {
   }
   void backward(Backend& be, const OpArgs& a) override {
     if (!a.gout[0].defined()) return;
-    be.attention_bwd(q4(a.gin[0]), kv4(a.gin[1]), kv4(a.gin[2]), q4(a.gout[0]), q4(a.in[0]), kv4(a.in[1]),
-                     kv4(a.in[2]), q4(a.out[0]), a.out[1]);
+    be.attention_bwd(q4(a.gin[0]), kv4(a.gin[1]), kv4(a.gin[2]), q4(a.gout[0]), q4(a.in[0]), kv4(a.in[1]), kv4(a.in[2]),
+                     q4(a.out[0]), a.out[1]);
   }
   bool saves_input(int) const override { return true; }
   bool saves_output(int) const override { return true; }

@@ -11,10 +11,14 @@ namespace strata {
 
 const char* decision_name(Decision d) {
   switch (d) {
-    case Decision::keep: return "keep";
-    case Decision::recompute: return "recompute";
-    case Decision::host: return "host";
-    case Decision::disk: return "disk";
+    case Decision::keep:
+      return "keep";
+    case Decision::recompute:
+      return "recompute";
+    case Decision::host:
+      return "host";
+    case Decision::disk:
+      return "disk";
   }
   return "?";
 }
@@ -63,7 +67,9 @@ Decision Plan::decide(std::string_view cls) const {
   return Decision::keep;
 }
 
-Plan Plan::keep_everything() { return Plan{}; }
+Plan Plan::keep_everything() {
+  return Plan{};
+}
 
 Plan Plan::gradient_checkpointing(int every) {
   Plan p;

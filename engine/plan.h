@@ -19,9 +19,9 @@ bool glob_match(std::string_view pattern, std::string_view s);
 struct Plan {
   std::vector<std::pair<std::string, Decision>> overrides;  // an explicit table: checked first
   std::vector<std::pair<std::string, Decision>> rules;      // the preset's rules
-  std::string preset = "keep-everything";  // how the plan was made, for printing
-  int checkpoint_every = 0;                // >0: "L<n>.input" is kept when n % every == 0
-  bool sync_transfers = false;             // `activation_offloading: legacy`: copies wait at once
+  std::string preset = "keep-everything";                   // how the plan was made, for printing
+  int checkpoint_every = 0;                                 // >0: "L<n>.input" is kept when n % every == 0
+  bool sync_transfers = false;                              // `activation_offloading: legacy`: copies wait at once
 
   Decision decide(std::string_view cls) const;
   void add(std::string pattern, Decision d) { rules.emplace_back(std::move(pattern), d); }

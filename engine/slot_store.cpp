@@ -16,11 +16,17 @@ constexpr size_t kPage = 4096;  // O_DIRECT granule: host staging and disk exten
 
 SlotStore::SlotStore(Backend& be, TierOptions opt) : be_(be), opt_(std::move(opt)) {}
 
-SlotStore::~SlotStore() { reset(); }
+SlotStore::~SlotStore() {
+  reset();
+}
 
-size_t SlotStore::padded(size_t bytes) const { return (bytes + kPage - 1) / kPage * kPage; }
+size_t SlotStore::padded(size_t bytes) const {
+  return (bytes + kPage - 1) / kPage * kPage;
+}
 
-std::string SlotStore::disk_path() const { return disk_ ? disk_->path() : std::string(); }
+std::string SlotStore::disk_path() const {
+  return disk_ ? disk_->path() : std::string();
+}
 
 void SlotStore::prepare(size_t host_bytes, size_t disk_bytes, size_t largest_disk_slot) {
   // Disk slots pass through host staging: room for the in-flight bound and at least one slot.
@@ -75,7 +81,9 @@ size_t SlotStore::host_alloc(Arena& a, size_t bytes, const std::string& tag) {
   }
 }
 
-void SlotStore::free_host_later(Arena* a, size_t off, CopyTicket after) { host_frees_.push_back({a, off, after}); }
+void SlotStore::free_host_later(Arena* a, size_t off, CopyTicket after) {
+  host_frees_.push_back({a, off, after});
+}
 
 void SlotStore::offload(Value& v) {
   const size_t bytes = v.buf.view().bytes();

@@ -94,8 +94,8 @@ class SlotStore {
   size_t slot_bytes_ = 0, staging_bytes_ = 0;
   std::unique_ptr<io::UringFile> disk_;
   std::unique_ptr<Arena> disk_arena_;
-  std::deque<Flight> offloads_;                          // D2H in flight (host or disk staging)
-  std::deque<Value*> writes_;                            // staging -> disk writes in flight
+  std::deque<Flight> offloads_;  // D2H in flight (host or disk staging)
+  std::deque<Value*> writes_;    // staging -> disk writes in flight
   struct HostFree {
     Arena* arena;
     size_t off;

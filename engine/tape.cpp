@@ -8,11 +8,14 @@
 namespace strata {
 
 const char* slot_state_name(SlotState s) {
-  static const char* names[] = {"EMPTY", "RESIDENT", "OFFLOADING", "ON_HOST", "WRITING", "ON_DISK", "DROPPED", "LOADING"};
+  static const char* names[] = {"EMPTY",   "RESIDENT", "OFFLOADING", "ON_HOST",
+                                "WRITING", "ON_DISK",  "DROPPED",    "LOADING"};
   return names[int(s)];
 }
 
-Tape::~Tape() { clear(); }
+Tape::~Tape() {
+  clear();
+}
 
 VId Tape::input(std::string cls, Tensor t) {
   Value v;
@@ -40,7 +43,8 @@ std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in
   n.op = std::move(op);
   n.in = in;
   for (VId u : in) {
-    STRATA_CHECK(u >= 0 && size_t(u) < values_.size(), fmt::format("{}: input value {} does not exist", n.op->name(), u));
+    STRATA_CHECK(u >= 0 && size_t(u) < values_.size(),
+                 fmt::format("{}: input value {} does not exist", n.op->name(), u));
     n.needs_backward = n.needs_backward || values_[size_t(u)].requires_grad;
   }
   std::vector<VId> ids;
@@ -66,7 +70,9 @@ void Tape::set_loss(VId v) {
   values_[size_t(v)].is_loss = true;
 }
 
-void Tape::retain(VId v) { retained_[size_t(v)] = true; }
+void Tape::retain(VId v) {
+  retained_[size_t(v)] = true;
+}
 
 void Tape::finish_graph() {
   if (finished_) return;
@@ -303,7 +309,8 @@ void Tape::prefetch_ahead(int n) {
     const Node& node = nodes_[size_t(prefetch_cursor_)];
     if (node.needs_backward) {
       for (size_t i = 0; i < node.in.size(); ++i)
-        if (node.op->saves_input(int(i)) && !values_[size_t(node.in[i])].external) store_->prefetch(values_[size_t(node.in[i])]);
+        if (node.op->saves_input(int(i)) && !values_[size_t(node.in[i])].external)
+          store_->prefetch(values_[size_t(node.in[i])]);
       for (size_t i = 0; i < node.out.size(); ++i)
         if (node.op->saves_output(int(i))) store_->prefetch(values_[size_t(node.out[i])]);
     }

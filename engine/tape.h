@@ -30,7 +30,7 @@ const char* slot_state_name(SlotState s);
 enum class TapePhase : uint8_t { forward, replay, backward };
 
 struct OpArgs {
-  std::vector<Tensor> in, out;     // forward: all resident; backward: the saved ones resident, others undefined
+  std::vector<Tensor> in, out;    // forward: all resident; backward: the saved ones resident, others undefined
   std::vector<Tensor> gout, gin;  // backward: output grads (undefined if none), input grads to accumulate into
 };
 
@@ -57,12 +57,12 @@ struct Value {
   std::string cls;
   Shape shape;
   DType dtype = DType::f32;
-  bool external = false;    // a parameter or input: storage owned elsewhere
-  Tensor ext;               // its view, when external
-  Tensor grad_sink;         // external only: where its gradient accumulates (undefined = frozen)
+  bool external = false;  // a parameter or input: storage owned elsewhere
+  Tensor ext;             // its view, when external
+  Tensor grad_sink;       // external only: where its gradient accumulates (undefined = frozen)
   bool requires_grad = false;
-  int producer = -1;        // node index (-1 for external values)
-  int last_fwd_use = -1;    // last node reading it in forward
+  int producer = -1;                                // node index (-1 for external values)
+  int last_fwd_use = -1;                            // last node reading it in forward
   int first_bwd_reader = -1, last_bwd_reader = -1;  // lowest / highest node index whose backward reads it
   bool is_loss = false;
   Decision decision = Decision::keep;

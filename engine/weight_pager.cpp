@@ -9,7 +9,9 @@
 namespace strata {
 
 namespace {
-size_t align_up(size_t b) { return (b + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign; }
+size_t align_up(size_t b) {
+  return (b + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
+}
 }  // namespace
 
 const char* WeightPager::state_name(SlotState s) {
@@ -26,8 +28,8 @@ WeightPager::WeightPager(Backend& be, int n_layers, const std::vector<PagedWeigh
   // like an arena block), so a layer moves in one copy.
   for (size_t i = 0; i < weights_.size(); ++i) {
     const PagedWeight& w = weights_[i];
-    STRATA_CHECK(w.layer >= 0 && w.layer < n_layers, fmt::format("weight pager: '{}' has layer {} outside [0, {})",
-                                                                 w.name, w.layer, n_layers));
+    STRATA_CHECK(w.layer >= 0 && w.layer < n_layers,
+                 fmt::format("weight pager: '{}' has layer {} outside [0, {})", w.name, w.layer, n_layers));
     size_t& lb = layer_bytes_[size_t(w.layer)];
     offset_[i] = align_up(lb);
     lb = offset_[i] + size_t(w.shape.numel()) * dtype_size(dtype_);

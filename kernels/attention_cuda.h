@@ -43,9 +43,8 @@ class Attention {
 
   // accumulate = true: dq/dk/dv += gradient (the engine's convention); false: overwritten.
   // out and lse are the forward's (either path's lse is valid for either path's backward).
-  void bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-           const bf16* out, const float* lse, const AttnShape& s, bool accumulate, void* ws, size_t ws_bytes,
-           cudaStream_t st);
+  void bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const bf16* out,
+           const float* lse, const AttnShape& s, bool accumulate, void* ws, size_t ws_bytes, cudaStream_t st);
 
   // "cudnn" or "fallback: <reason>"; builds (and caches) the plans for the shape to decide.
   // The pointer stays valid for the lifetime of this object.
@@ -62,9 +61,8 @@ class Attention {
 // Fallback kernels (attention_flash.cu). Throw UnsupportedError for D > 128.
 void flash_attention_fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s,
                          cudaStream_t st);
-void flash_attention_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
-                         const bf16* v, const bf16* out, const float* lse, const AttnShape& s, bool accumulate,
-                         cudaStream_t st);
+void flash_attention_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                         const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st);
 // y[i] += x[i] for n bf16 values (fp32 add, one rounding).
 void add_bf16_inplace(bf16* y, const bf16* x, size_t n, cudaStream_t st);
 

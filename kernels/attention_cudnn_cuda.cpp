@@ -46,7 +46,20 @@ using Desc = cudnnBackendDescriptor_t;
 using Dims = std::array<int64_t, 4>;
 
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kNeg, kdO, kdQ, kdK, kdV, kOne, kSoftmaxSum, kdQAccum,
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kScale,
+  kNeg,
+  kdO,
+  kdQ,
+  kdK,
+  kdV,
+  kOne,
+  kSoftmaxSum,
+  kdQAccum,
   kFirstVirtual = 100
 };
 
@@ -73,8 +86,7 @@ class Graph {
     set(d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
   }
 
-  Desc tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride, bool is_virtual = false,
-              bool by_value = false) {
+  Desc tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride, bool is_virtual = false, bool by_value = false) {
     Desc t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     const int64_t align = 16;
     set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
@@ -157,7 +169,8 @@ class Graph {
       }
       int64_t n = 0;
       if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
-                                   nullptr) != CUDNN_STATUS_SUCCESS || n <= 0) {
+                                   nullptr) != CUDNN_STATUS_SUCCESS ||
+          n <= 0) {
         tried += fmt::format(" [heuristic mode {}: no engine configs]", int(mode));
         continue;
       }
@@ -201,12 +214,14 @@ class Graph {
 
 struct Plan {
   std::unique_ptr<Graph> graph;
-  bool dq_accum = false;                                // backward: fp32 dQ accumulator in ws
-  float scale = 1.0f, neg = -FLT_MAX, one = 1.0f;      // by-value scalars read at execute
+  bool dq_accum = false;                           // backward: fp32 dQ accumulator in ws
+  float scale = 1.0f, neg = -FLT_MAX, one = 1.0f;  // by-value scalars read at execute
 };
 
 // Dims/strides of the logical [b, h, s, d] view of BSHD memory.
-Dims bshd_stride(int64_t h, int64_t s, int64_t d) { return {s * h * d, d, h * d, 1}; }
+Dims bshd_stride(int64_t h, int64_t s, int64_t d) {
+  return {s * h * d, d, h * d, 1};
+}
 
 // s where row >= col else -FLT_MAX (what cudnn-frontend's causal mask lowers to).
 Desc causal(Graph& g, Desc x, Desc neg, Dims ss, Dims ss_st) {
@@ -342,7 +357,9 @@ std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal
   return plan;
 }
 
-size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+size_t align256(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
 
 // Backward workspace: [plan ws][softmax_sum][dQ accumulator][dq, dk, dv scratch for accumulate].
 struct BwdLayout {
@@ -377,7 +394,9 @@ void execute(cudnnHandle_t h, const Plan& p, std::vector<int64_t> uids, std::vec
   cudnnBackendDestroyDescriptor(vp);
 }
 
-void* cp(const void* p) { return const_cast<void*>(p); }
+void* cp(const void* p) {
+  return const_cast<void*>(p);
+}
 
 }  // namespace
 
@@ -456,7 +475,9 @@ Attention::~Attention() {
   if (impl_->handle) cudnnDestroy(impl_->handle);
 }
 
-void Attention::set_force_fallback(bool force) { g_force_fallback.store(force); }
+void Attention::set_force_fallback(bool force) {
+  g_force_fallback.store(force);
+}
 
 const char* Attention::path(const AttnShape& s) const {
   if (g_force_fallback.load()) return "fallback: forced by Attention::set_force_fallback";
@@ -481,8 +502,8 @@ void Attention::fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const b
 }
 
 void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-                    const bf16* out, const float* lse, const AttnShape& s, bool accumulate, void* ws,
-                    size_t ws_bytes, cudaStream_t st) {
+                    const bf16* out, const float* lse, const AttnShape& s, bool accumulate, void* ws, size_t ws_bytes,
+                    cudaStream_t st) {
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return flash_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
   const Plan& p = *e->bwd;
@@ -496,8 +517,8 @@ void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* 
   bf16* tk = accumulate ? reinterpret_cast<bf16*>(w + L.sdk) : dk;
   bf16* tv = accumulate ? reinterpret_cast<bf16*>(w + L.sdv) : dv;
   std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNeg, kdO, kdQ, kdK, kdV, kOne, kSoftmaxSum};
-  std::vector<void*> ptrs{cp(q), cp(k), cp(v), cp(out), cp(lse), cp(&p.scale), cp(&p.neg),
-                          cp(dout), tq, tk, tv, cp(&p.one), w + L.ssum};
+  std::vector<void*> ptrs{cp(q),    cp(k), cp(v), cp(out), cp(lse),    cp(&p.scale), cp(&p.neg),
+                          cp(dout), tq,    tk,    tv,      cp(&p.one), w + L.ssum};
   if (p.dq_accum) {
     cudaMemsetAsync(w + L.acc, 0, nq * sizeof(float), st);  // cuDNN < 9.6 needed it zeroed; cheap insurance
     uids.push_back(kdQAccum);

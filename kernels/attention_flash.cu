@@ -19,9 +19,9 @@
 namespace strata::cuda {
 namespace {
 
-constexpr int kRows = 32;     // rows per tile (queries in fwd/dq, keys in dkdv)
-constexpr int kCols = 32;     // columns scored per step (keys in fwd/dq, queries in dkdv)
-constexpr int kThreads = 128; // kRows rows x 4 lanes
+constexpr int kRows = 32;      // rows per tile (queries in fwd/dq, keys in dkdv)
+constexpr int kCols = 32;      // columns scored per step (keys in fwd/dq, queries in dkdv)
+constexpr int kThreads = 128;  // kRows rows x 4 lanes
 constexpr int kPerLane = kCols / 4;
 
 struct Geom {
@@ -73,9 +73,9 @@ __device__ __forceinline__ float dot_rows(const float* a, const float* b, int D)
 
 // grid (ceil(T/32), Hq, B). smem: Q[32][LD] (pre-scaled), K[32][LD], V[32][LD], P[32][33].
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse,
-                                                        const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                                        const bf16* __restrict__ v, Geom g) {
+__global__ void __launch_bounds__(kThreads)
+    fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q, const bf16* __restrict__ k,
+               const bf16* __restrict__ v, Geom g) {
   constexpr int LD = DMAX + 1;
   extern __shared__ float sm[];
   float* Q_s = sm;
@@ -146,11 +146,10 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(bf16* __restrict__ out, f
 
 // grid (ceil(T/32), Hkv, B). smem: K, V, Q (pre-scaled), dO [32][LD]; P, dS [32][33]; lse, Di [32].
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads) dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv,
-                                                         const bf16* __restrict__ dout, const bf16* __restrict__ q,
-                                                         const bf16* __restrict__ k, const bf16* __restrict__ v,
-                                                         const bf16* __restrict__ out,
-                                                         const float* __restrict__ lse, Geom g, bool accumulate) {
+__global__ void __launch_bounds__(kThreads)
+    dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout, const bf16* __restrict__ q,
+                const bf16* __restrict__ k, const bf16* __restrict__ v, const bf16* __restrict__ out,
+                const float* __restrict__ lse, Geom g, bool accumulate) {
   constexpr int LD = DMAX + 1, LP = kCols + 1;
   extern __shared__ float sm[];
   float* K_s = sm;
@@ -233,10 +232,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(bf16* __restrict__ dk, b
 
 // grid (ceil(T/32), Hq, B). smem: Q (pre-scaled), dO, K, V [32][LD]; dS [32][33]; lse, Di [32].
 template <int DMAX>
-__global__ void __launch_bounds__(kThreads) dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout,
-                                                       const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                                       const bf16* __restrict__ v, const bf16* __restrict__ out,
-                                                       const float* __restrict__ lse, Geom g, bool accumulate) {
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const bf16* __restrict__ q,
+              const bf16* __restrict__ k, const bf16* __restrict__ v, const bf16* __restrict__ out,
+              const float* __restrict__ lse, Geom g, bool accumulate) {
   constexpr int LD = DMAX + 1, LP = kCols + 1;
   extern __shared__ float sm[];
   float* Q_s = sm;
@@ -323,8 +322,7 @@ Geom geom(const AttnShape& s) {
 }
 
 template <int DMAX>
-void fwd_impl(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s,
-              cudaStream_t st) {
+void fwd_impl(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s, cudaStream_t st) {
   constexpr int LD = DMAX + 1;
   const size_t smem = sizeof(float) * ((kRows + 2 * kCols) * LD + kRows * (kCols + 1));
   cudaFuncSetAttribute(fwd_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -340,13 +338,13 @@ void bwd_impl(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, con
   const Geom g = geom(s);
   const size_t smem_kv = sizeof(float) * ((2 * kRows + 2 * kCols) * LD + 2 * kRows * LP + 2 * kCols);
   cudaFuncSetAttribute(dkdv_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv));
-  dkdv_kernel<DMAX><<<dim3((s.T + kRows - 1) / kRows, s.Hkv, s.B), kThreads, smem_kv, st>>>(dk, dv, dout, q, k, v,
-                                                                                             out, lse, g, accumulate);
+  dkdv_kernel<DMAX><<<dim3((s.T + kRows - 1) / kRows, s.Hkv, s.B), kThreads, smem_kv, st>>>(dk, dv, dout, q, k, v, out,
+                                                                                            lse, g, accumulate);
   check_launch("dkdv");
   const size_t smem_q = sizeof(float) * ((2 * kRows + 2 * kCols) * LD + kRows * LP + 2 * kRows);
   cudaFuncSetAttribute(dq_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_q));
-  dq_kernel<DMAX><<<dim3((s.T + kRows - 1) / kRows, s.Hq, s.B), kThreads, smem_q, st>>>(dq, dout, q, k, v, out, lse,
-                                                                                         g, accumulate);
+  dq_kernel<DMAX><<<dim3((s.T + kRows - 1) / kRows, s.Hq, s.B), kThreads, smem_q, st>>>(dq, dout, q, k, v, out, lse, g,
+                                                                                        accumulate);
   check_launch("dq");
 }
 
@@ -360,9 +358,8 @@ void flash_attention_fwd(bf16* out, float* lse, const bf16* q, const bf16* k, co
   return fwd_impl<128>(out, lse, q, k, v, s, st);
 }
 
-void flash_attention_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
-                         const bf16* v, const bf16* out, const float* lse, const AttnShape& s, bool accumulate,
-                         cudaStream_t st) {
+void flash_attention_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                         const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st) {
   geom(s);
   if (s.D <= 32) return bwd_impl<32>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
   if (s.D <= 64) return bwd_impl<64>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);

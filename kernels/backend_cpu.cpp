@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "engine/backend.h"
-#include "kernels/add.h"
 #include "kernels/adamw.h"
+#include "kernels/add.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -18,17 +18,25 @@
 namespace strata {
 
 const char* op_kind_name(OpKind k) {
-  static const char* names[] = {"embedding", "rmsnorm",   "linear",         "rope",  "attention", "swiglu",
+  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",
                                 "add",       "lm_head_ce", "lm_head_logits", "adamw", "grad_norm"};
   return names[int(k)];
 }
 
 namespace {
 
-float* F(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
-int I(int64_t x) { return int(x); }
-int rows(const Tensor& t) { return I(t.numel() / t.shape[t.shape.nd - 1]); }
-int cols(const Tensor& t) { return I(t.shape[t.shape.nd - 1]); }
+float* F(const Tensor& t) {
+  return t.defined() ? t.f32() : nullptr;
+}
+int I(int64_t x) {
+  return int(x);
+}
+int rows(const Tensor& t) {
+  return I(t.numel() / t.shape[t.shape.nd - 1]);
+}
+int cols(const Tensor& t) {
+  return I(t.shape[t.shape.nd - 1]);
+}
 
 // One anonymous mapping backs the whole arena; pages are only touched as blocks are used.
 class AnonMapping {
@@ -125,13 +133,13 @@ class CpuBackend final : public Backend {
     cpu::rope_bwd(F(dx), F(dout), pos.i32(), F(inv_freq), I(pos.numel()), H, D);
   }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
-    cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]),
-                       I(k.shape[2]), I(q.shape[3]));
+    cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]),
+                       I(q.shape[3]));
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                      Tensor lse) override {
-    cpu::attention_bwd(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), F(out), F(lse), I(q.shape[0]),
-                       I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3]));
+    cpu::attention_bwd(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), F(out), F(lse), I(q.shape[0]), I(q.shape[1]),
+                       I(q.shape[2]), I(k.shape[2]), I(q.shape[3]));
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
     cpu::swiglu_fwd(F(out), F(gate), F(up), long(gate.numel()));
@@ -146,8 +154,8 @@ class CpuBackend final : public Backend {
     cpu::add_bwd(F(da), F(db), F(dout), scale, long(dout.numel()));
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
-    loss.f32()[0] = cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk,
-                                        nullptr);
+    loss.f32()[0] =
+        cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk, nullptr);
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
                       int chunk) override {
@@ -180,6 +188,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(size_t budget) { return std::make_unique<CpuBackend>(budget); }
+std::unique_ptr<Backend> make_cpu_backend(size_t budget) {
+  return std::make_unique<CpuBackend>(budget);
+}
 
 }  // namespace strata

@@ -181,8 +181,9 @@ class OpProfiler {
     for (auto& [k, v] : totals_) total += v.first;
     std::vector<std::pair<std::string, std::pair<double, long>>> rows(totals_.begin(), totals_.end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
-    std::fprintf(stderr, "strata profile (GPU time per op, steps after the first STRATA_PROFILE_SKIP):\n  %-22s %10s %7s %8s\n", "op", "ms", "share",
-                 "calls");
+    std::fprintf(stderr,
+                 "strata profile (GPU time per op, steps after the first STRATA_PROFILE_SKIP):\n  %-22s %10s %7s %8s\n",
+                 "op", "ms", "share", "calls");
     for (auto& [k, v] : rows)
       std::fprintf(stderr, "  %-22s %10.2f %6.1f%% %8ld\n", k.c_str(), v.first, 100.0 * v.first / total, v.second);
   }
@@ -241,10 +242,18 @@ bf16* B(const Tensor& t) {
   STRATA_CHECK(t.dtype == DType::bf16, "cuda backend: expected a bf16 tensor");
   return static_cast<bf16*>(t.data);
 }
-float* F(const Tensor& t) { return t.defined() ? t.f32() : nullptr; }
-int I(int64_t x) { return int(x); }
-int rows(const Tensor& t) { return I(t.numel() / t.shape[t.shape.nd - 1]); }
-int cols(const Tensor& t) { return I(t.shape[t.shape.nd - 1]); }
+float* F(const Tensor& t) {
+  return t.defined() ? t.f32() : nullptr;
+}
+int I(int64_t x) {
+  return int(x);
+}
+int rows(const Tensor& t) {
+  return I(t.numel() / t.shape[t.shape.nd - 1]);
+}
+int cols(const Tensor& t) {
+  return I(t.shape[t.shape.nd - 1]);
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -299,8 +308,10 @@ class CudaBackend final : public Backend {
   }
   void fill(Tensor t, float v) override {
     OpProfiler::Scope prof_(&prof_data_, "fill", s());
-    if (t.dtype == DType::f32) cuda::fill_f32(F(t), v, size_t(t.numel()), s());
-    else cuda::fill_bf16(B(t), v, size_t(t.numel()), s());
+    if (t.dtype == DType::f32)
+      cuda::fill_f32(F(t), v, size_t(t.numel()), s());
+    else
+      cuda::fill_bf16(B(t), v, size_t(t.numel()), s());
   }
 
   // --- tier transfers. Each copy is ordered after everything queued on the compute stream so
@@ -376,8 +387,8 @@ class CudaBackend final : public Backend {
   }
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) override {
     OpProfiler::Scope prof_(&prof_data_, "rope_bwd", s());
-    cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]),
-                   cols(dout), s());
+    cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]), cols(dout),
+                   s());
   }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
     OpProfiler::Scope prof_(&prof_data_, "attention_fwd", s());
@@ -527,11 +538,11 @@ class CudaBackend final : public Backend {
   size_t budget_;
   DeviceReservation mem_;
   Arena arena_;
-  Stream stream_ = make_stream();       // compute: every op
-  Stream copy_stream_ = make_stream();  // tier transfers only
-  Event compute_mark_ = make_event();   // "everything queued on compute so far", re-recorded per copy
+  Stream stream_ = make_stream();          // compute: every op
+  Stream copy_stream_ = make_stream();     // tier transfers only
+  Event compute_mark_ = make_event();      // "everything queued on compute so far", re-recorded per copy
   std::map<CopyTicket, Event> in_flight_;  // ticket -> completion event on the copy stream
-  std::vector<Event> spare_events_;         // completion events to reuse
+  std::vector<Event> spare_events_;        // completion events to reuse
   CopyTicket last_ticket_ = 0;
   Buffer gemm_ws_;
   cuda::Gemm gemm_;
@@ -549,6 +560,8 @@ bool cuda_device_present() {
   return n > 0;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(size_t budget) { return std::make_unique<CudaBackend>(budget); }
+std::unique_ptr<Backend> make_cuda_backend(size_t budget) {
+  return std::make_unique<CudaBackend>(budget);
+}
 
 }  // namespace strata

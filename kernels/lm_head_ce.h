@@ -8,8 +8,8 @@
 
 namespace strata::cpu {
 // Returns the mean loss; writes lse. n_valid_out (optional) gets the count of non-ignored targets.
-float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V,
-                     int chunk, int* n_valid_out);
+float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V, int chunk,
+                     int* n_valid_out);
 // Accumulates dx += dL/dx and dw += dL/dw (either may be null) for dL = dloss * loss, rebuilding
 // each chunk's logits from x and w and normalising with the saved lse.
 void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,

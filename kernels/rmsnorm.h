@@ -5,6 +5,6 @@
 namespace strata::cpu {
 void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps);
 // Accumulates: dx += ..., dw += ... (either may be null to skip).
-void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                 int N, int C);
+void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+                 int C);
 }  // namespace strata::cpu

@@ -39,6 +39,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
     mo.lora.alpha = r.lora_alpha;
+    mo.lora.target_modules = r.lora_targets;
   }
   return mo;
 }

@@ -26,6 +26,7 @@ struct ForecastRequest {
   TrainMode mode = TrainMode::full;
   int lora_rank = 16;  // mode lora
   float lora_alpha = 16.0f;
+  std::vector<std::string> lora_targets = LoraConfig{}.target_modules;
   int loss_chunk_tokens = 512;  // strata-train's default
   Plan plan = Plan::keep_everything();
   DeviceProfile profile;

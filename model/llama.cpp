@@ -1,13 +1,13 @@
 #include "model/llama.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <atomic>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "engine/ops.h"
@@ -19,8 +19,12 @@
 namespace strata {
 
 namespace {
-std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.d.begin(), s.d.begin() + s.nd); }
-std::string layer_name(int i, const std::string& rest) { return fmt::format("model.layers.{}.{}", i, rest); }
+std::vector<int64_t> dims(const Shape& s) {
+  return std::vector<int64_t>(s.d.begin(), s.d.begin() + s.nd);
+}
+std::string layer_name(int i, const std::string& rest) {
+  return fmt::format("model.layers.{}.{}", i, rest);
+}
 std::string module_path(const std::string& m) {
   return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp." + m : "self_attn." + m;
 }
@@ -64,8 +68,9 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
   };
   if (opt_.page_frozen_layers) {
     if (opt_.train_base)
-      STRATA_THROW(UnsupportedError, "layer_offloading pages frozen layer weights only: it needs a frozen base "
-                                     "(freeze_base or a LoRA adapter); paging trainable weights is not supported");
+      STRATA_THROW(UnsupportedError,
+                   "layer_offloading pages frozen layer weights only: it needs a frozen base "
+                   "(freeze_base or a LoRA adapter); paging trainable weights is not supported");
     std::vector<PagedWeight> pw;
     for (auto& [name, shape] : shapes)
       if (paged(name, shape)) pw.push_back({name, layer_of_param(name), shape});
@@ -80,8 +85,10 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
       for (auto& m : opt_.lora.target_modules) {
         Parameter* base = find(layer_name(i, module_path(m) + ".weight"));
         if (!base)
-          STRATA_THROW(ConfigError, fmt::format("lora: unknown target module '{}' (expected q_proj, k_proj, v_proj, "
-                                                "o_proj, gate_proj, up_proj or down_proj)", m),
+          STRATA_THROW(ConfigError,
+                       fmt::format("lora: unknown target module '{}' (expected q_proj, k_proj, v_proj, "
+                                   "o_proj, gate_proj, up_proj or down_proj)",
+                                   m),
                        "lora", "target_modules");
         Shape ws = base->shape;
         add_param(layer_name(i, module_path(m) + ".lora_A.weight"), Shape{r, ws[1]}, true, true);
@@ -218,8 +225,9 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const float eps = cfg_.rms_norm_eps;
   if (pager_ && !pager_->installed_on(t))
-    STRATA_THROW(UnsupportedError, "this model pages its frozen layers (layer_offloading): record it on a tape the "
-                                   "weight pager is installed on (the Trainer's)");
+    STRATA_THROW(UnsupportedError,
+                 "this model pages its frozen layers (layer_offloading): record it on a tape the "
+                 "weight pager is installed on (the Trainer's)");
   VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
   VId inv = t.input("rope.inv_freq", inv_freq_.view());
   VId x = ops::embedding(t, tok, pid(t, "model.embed_tokens.weight"), "L0.input");

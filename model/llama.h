@@ -43,9 +43,7 @@ struct Parameter {
   Buffer m, v;     // AdamW moments, trainable only
   int page = -1;   // index in the model's WeightPager when the weight is paged
   Tensor paged;    // then: its fixed view into the pager's device slot (layer % 2); no buffers above
-  Tensor value() const {
-    return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view();
-  }
+  Tensor value() const { return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view(); }
   Tensor grad_view() const { return grad.allocated() ? grad.view() : Tensor(); }
 };
 

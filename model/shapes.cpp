@@ -7,8 +7,8 @@
 namespace strata {
 
 namespace {
-io::LlamaConfig make(int hidden, int layers, int heads, int kv, int mlp, int vocab, bool tied, float theta,
-                     bool llama3, float factor) {
+io::LlamaConfig make(int hidden, int layers, int heads, int kv, int mlp, int vocab, bool tied, float theta, bool llama3,
+                     float factor) {
   io::LlamaConfig c;
   c.hidden_size = hidden;
   c.num_hidden_layers = layers;

@@ -15,24 +15,36 @@ size_t parse_bytes(const std::string& s, const std::string& where) {
   try {
     v = std::stod(s, &i);
   } catch (...) {
-    STRATA_THROW(ConfigError, fmt::format("{}: '{}' is not a size (expected e.g. 20GiB, 512MiB, 1e9)", where, s),
-                 where, s);
+    STRATA_THROW(ConfigError, fmt::format("{}: '{}' is not a size (expected e.g. 20GiB, 512MiB, 1e9)", where, s), where,
+                 s);
   }
   std::string unit = s.substr(i);
   unit.erase(0, unit.find_first_not_of(' '));
   double mul = 1;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "KiB" || unit == "K") mul = 1024.0;
-  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB" || unit == "T") mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB") mul = 1e3;
-  else if (unit == "MB") mul = 1e6;
-  else if (unit == "GB") mul = 1e9;
-  else if (unit == "TB") mul = 1e12;
+  if (unit.empty() || unit == "B")
+    mul = 1;
+  else if (unit == "KiB" || unit == "K")
+    mul = 1024.0;
+  else if (unit == "MiB" || unit == "M")
+    mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB")
+    mul = 1e3;
+  else if (unit == "MB")
+    mul = 1e6;
+  else if (unit == "GB")
+    mul = 1e9;
+  else if (unit == "TB")
+    mul = 1e12;
   else
-    STRATA_THROW(ConfigError, fmt::format("{}: unknown size unit '{}' in '{}' (expected B, KiB, MiB, GiB, TiB, KB, "
-                                          "MB, GB or TB)", where, unit, s), where, s);
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: unknown size unit '{}' in '{}' (expected B, KiB, MiB, GiB, TiB, KB, "
+                             "MB, GB or TB)",
+                             where, unit, s),
+                 where, s);
   if (!(v >= 0) || !std::isfinite(v))
     STRATA_THROW(ConfigError, fmt::format("{}: size '{}' must be non-negative", where, s), where, s);
   // Converting a double at or above 2^64 to size_t is undefined behaviour.
@@ -48,7 +60,8 @@ T get(const YAML::Node& n, const std::string& path, const std::string& key, cons
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
-    STRATA_THROW(ConfigError, fmt::format("{}: key '{}' has a bad value (expected {})", path, key, expected), path, key);
+    STRATA_THROW(ConfigError, fmt::format("{}: key '{}' has a bad value (expected {})", path, key, expected), path,
+                 key);
   }
 }
 
@@ -65,7 +78,8 @@ auto with_key(const std::string& path, const std::string& key, F&& f) {
 
 void apply_checkpointing(TrainConfig& c, const YAML::Node& v, const std::string& path) {
   if (v.IsScalar()) {
-    if (get<bool>(v, path, "gradient_checkpointing", "true, false or {every: N}")) c.plan = Plan::gradient_checkpointing(1);
+    if (get<bool>(v, path, "gradient_checkpointing", "true, false or {every: N}"))
+      c.plan = Plan::gradient_checkpointing(1);
     return;
   }
   if (v.IsMap() && v["every"]) {
@@ -100,53 +114,82 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
     auto Int = [&] { return get<int>(v, path, key, "an integer"); };
     auto Flt = [&] { return get<float>(v, path, key, "a number"); };
     auto Bool = [&] { return get<bool>(v, path, key, "true or false"); };
-    if (key == "base_model" || key == "model") c.model_dir = S();
-    else if (key == "data" || key == "dataset") c.data_path = S();
-    else if (key == "backend") c.backend = S();
-    else if (key == "sequence_len" || key == "seq") c.seq = Int();
-    else if (key == "micro_batch_size" || key == "batch") c.batch = Int();
-    else if (key == "max_steps" || key == "steps") c.steps = Int();
-    else if (key == "learning_rate" || key == "lr") c.lr = Flt();
-    else if (key == "weight_decay") c.weight_decay = Flt();
-    else if (key == "adam_beta1") c.beta1 = Flt();
-    else if (key == "adam_beta2") c.beta2 = Flt();
-    else if (key == "adam_epsilon") c.adam_eps = Flt();
-    else if (key == "max_grad_norm") c.max_grad_norm = Flt();
-    else if (key == "warmup_steps") c.warmup_steps = Int();
-    else if (key == "seed") c.seed = get<uint64_t>(v, path, key, "a non-negative integer");
-    else if (key == "output_dir") c.output_dir = S();
-    else if (key == "loss_chunk_tokens") c.loss_chunk_tokens = Int();
-    else if (key == "freeze_base") c.freeze_base = Bool();
+    if (key == "base_model" || key == "model")
+      c.model_dir = S();
+    else if (key == "data" || key == "dataset")
+      c.data_path = S();
+    else if (key == "backend")
+      c.backend = S();
+    else if (key == "sequence_len" || key == "seq")
+      c.seq = Int();
+    else if (key == "micro_batch_size" || key == "batch")
+      c.batch = Int();
+    else if (key == "max_steps" || key == "steps")
+      c.steps = Int();
+    else if (key == "learning_rate" || key == "lr")
+      c.lr = Flt();
+    else if (key == "weight_decay")
+      c.weight_decay = Flt();
+    else if (key == "adam_beta1")
+      c.beta1 = Flt();
+    else if (key == "adam_beta2")
+      c.beta2 = Flt();
+    else if (key == "adam_epsilon")
+      c.adam_eps = Flt();
+    else if (key == "max_grad_norm")
+      c.max_grad_norm = Flt();
+    else if (key == "warmup_steps")
+      c.warmup_steps = Int();
+    else if (key == "seed")
+      c.seed = get<uint64_t>(v, path, key, "a non-negative integer");
+    else if (key == "output_dir")
+      c.output_dir = S();
+    else if (key == "loss_chunk_tokens")
+      c.loss_chunk_tokens = Int();
+    else if (key == "freeze_base")
+      c.freeze_base = Bool();
     else if (key == "device_memory" || key == "arena_bytes")
       c.device_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
     else if (key == "adapter") {
       if (S() != "lora")
-        STRATA_THROW(ConfigError, fmt::format("{}: adapter '{}' is not supported (expected lora)", path, S()), path, key);
+        STRATA_THROW(ConfigError, fmt::format("{}: adapter '{}' is not supported (expected lora)", path, S()), path,
+                     key);
       if (c.lora.rank == 0) c.lora.rank = 8;
-    } else if (key == "lora_r") c.lora.rank = Int();
-    else if (key == "lora_alpha") c.lora.alpha = Flt();
-    else if (key == "lora_target_modules") c.lora.target_modules = get<std::vector<std::string>>(v, path, key, "a list of module names");
-    else if (key == "gradient_checkpointing") apply_checkpointing(c, v, path);
+    } else if (key == "lora_r")
+      c.lora.rank = Int();
+    else if (key == "lora_alpha")
+      c.lora.alpha = Flt();
+    else if (key == "lora_target_modules")
+      c.lora.target_modules = get<std::vector<std::string>>(v, path, key, "a list of module names");
+    else if (key == "gradient_checkpointing")
+      apply_checkpointing(c, v, path);
     else if (key == "selective_recompute") {
       if (Bool()) c.plan = Plan::selective_recompute();
     } else if (key == "activation_offloading") {
       const std::string mode = S();
-      if (mode == "true") c.plan = Plan::activation_offloading(Decision::host);
-      else if (mode == "legacy") c.plan = Plan::activation_offloading(Decision::host, true);
-      else if (mode == "disk") c.plan = Plan::activation_offloading(Decision::disk);
-      else if (mode == "hidden_states") c.plan = Plan::hidden_states();
+      if (mode == "true")
+        c.plan = Plan::activation_offloading(Decision::host);
+      else if (mode == "legacy")
+        c.plan = Plan::activation_offloading(Decision::host, true);
+      else if (mode == "disk")
+        c.plan = Plan::activation_offloading(Decision::disk);
+      else if (mode == "hidden_states")
+        c.plan = Plan::hidden_states();
       else if (mode != "false")
-        STRATA_THROW(ConfigError, fmt::format("{}: activation_offloading '{}' is unknown (expected true, legacy, disk, "
-                                              "hidden_states or false)", path, mode), path, key);
+        STRATA_THROW(ConfigError,
+                     fmt::format("{}: activation_offloading '{}' is unknown (expected true, legacy, disk, "
+                                 "hidden_states or false)",
+                                 path, mode),
+                     path, key);
     } else if (key == "offload_dir") {
       c.offload_dir = S();
     } else if (key == "layer_offloading") {
       c.layer_offloading = Bool();
     } else if (key == "memory_budget") {
-      STRATA_THROW(UnsupportedError, fmt::format("{}: '{}' needs the budget planner, which this build does not have "
-                                                 "yet", path, key));
+      c.memory_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
     } else if (key == "plan") {
-      if (!v.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
+      if (!v.IsMap())
+        STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
       for (auto r : v) {
         std::string pat = r.first.as<std::string>();
         const std::string field = "plan." + pat;

@@ -25,11 +25,12 @@ struct TrainConfig {
   LoraConfig lora;
   Plan plan = Plan::keep_everything();
   size_t device_budget_bytes = 0;  // arena reservation; 0 = auto (cuda: free memory - 2 GiB; cpu: 16 GiB)
+  size_t memory_budget_bytes = 0;  // >0: the budget planner chooses `plan` to fit it (strata-train --budget)
   int loss_chunk_tokens = 512;
   uint64_t seed = 0;
-  std::string offload_dir;  // disk tier directory ("" = $TMPDIR or /tmp)
+  std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
-  std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
+  std::string output_dir;         // where the trained model / adapter is saved (empty: not saved)
 };
 
 // "20GiB", "512MiB", "1e9", "4096" -> bytes. ConfigError naming `where` on a bad value.

@@ -29,8 +29,8 @@ void Trainer::upload(const Batch& b) {
   const int V = model_.config().vocab_size;
   for (int64_t i = 0; i < n; ++i)
     if (b.inputs[size_t(i)] < 0 || b.inputs[size_t(i)] >= V || b.targets[size_t(i)] >= V)
-      STRATA_THROW(ConfigError,
-                   fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch", "tokens");
+      STRATA_THROW(ConfigError, fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch",
+                   "tokens");
   if (!tokens_.allocated() || tokens_.view().numel() != n) {
     tokens_.reset();
     targets_.reset();
@@ -113,9 +113,13 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   return rows;
 }
 
-float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) { return run(b, true, logits); }
+float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) {
+  return run(b, true, logits);
+}
 
-float Trainer::evaluate(const Batch& b) { return run(b, false, nullptr); }
+float Trainer::evaluate(const Batch& b) {
+  return run(b, false, nullptr);
+}
 
 StepStats Trainer::step(const Batch& b) {
   auto t0 = std::chrono::steady_clock::now();

@@ -10,7 +10,6 @@
 
 namespace strata {
 
-
 inline std::string resolve_backend_name(const std::string& name) {
   if (name != "auto") return name;
 #ifdef STRATA_HAVE_CUDA

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
     const int steps = int(a.integer("steps", 4)), warmup = int(a.integer("warmup", 2));
     const std::string mode = a.str("mode", "full"), plan_name = a.str("plan", "keep");
     const std::string be_name = resolve_backend_name(a.str("backend", "auto"));
-    auto be = make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory") : 0);
+    auto be =
+        make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory") : 0);
 
     ModelOptions mo;
     mo.loss_chunk_tokens = int(a.integer("loss-chunk", 1024));
@@ -61,12 +62,18 @@ int main(int argc, char** argv) {
       throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
     }
     TrainOptions to;
-    if (plan_name == "gc") to.plan = Plan::gradient_checkpointing(1);
-    else if (plan_name == "selective") to.plan = Plan::selective_recompute();
-    else if (plan_name == "offload") to.plan = Plan::activation_offloading(Decision::host);
-    else if (plan_name == "legacy") to.plan = Plan::activation_offloading(Decision::host, true);
-    else if (plan_name == "disk") to.plan = Plan::activation_offloading(Decision::disk);
-    else if (plan_name == "hidden_states") to.plan = Plan::hidden_states();
+    if (plan_name == "gc")
+      to.plan = Plan::gradient_checkpointing(1);
+    else if (plan_name == "selective")
+      to.plan = Plan::selective_recompute();
+    else if (plan_name == "offload")
+      to.plan = Plan::activation_offloading(Decision::host);
+    else if (plan_name == "legacy")
+      to.plan = Plan::activation_offloading(Decision::host, true);
+    else if (plan_name == "disk")
+      to.plan = Plan::activation_offloading(Decision::disk);
+    else if (plan_name == "hidden_states")
+      to.plan = Plan::hidden_states();
     else if (plan_name != "keep")
       throw ConfigError("--plan must be keep, gc, selective, offload, legacy, disk or hidden_states", "command line",
                         "plan");
@@ -103,15 +110,17 @@ int main(int argc, char** argv) {
     const double flops = step_flops(c, tokens, seq, mode == "full");
     const double peak_tflops = a.number("peak-tflops", 989.0);
     const double mfu = med > 0 ? flops / med / (peak_tflops * 1e12) : 0;
-    std::printf("{\"engine\": \"strata\", \"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"seq\": %d, "
-                "\"batch\": %d, \"mode\": \"%s\", \"plan\": \"%s\", \"layer_offloading\": %s, \"step_s\": %.5f, \"tokens_per_s\": %.1f, "
-                "\"peak_arena_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
-                "\"offloaded_bytes_per_step\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
-                "\"params\": %zu, \"trainable\": %zu}\n",
-                be_name.c_str(), be->device_name().c_str(), a.has("model") ? a.str("model").c_str() : a.str("shape", "tiny").c_str(),
-                seq, batch, mode.c_str(), plan_name.c_str(), mo.page_frozen_layers ? "true" : "false", med, med > 0 ? tokens / med : 0.0, peak, host_peak,
-                disk_peak, offloaded, used, mfu,
-                double(loss), model.param_count(), model.trainable_count());
+    std::printf(
+        "{\"engine\": \"strata\", \"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"seq\": %d, "
+        "\"batch\": %d, \"mode\": \"%s\", \"plan\": \"%s\", \"layer_offloading\": %s, \"step_s\": %.5f, "
+        "\"tokens_per_s\": %.1f, "
+        "\"peak_arena_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
+        "\"offloaded_bytes_per_step\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
+        "\"params\": %zu, \"trainable\": %zu}\n",
+        be_name.c_str(), be->device_name().c_str(),
+        a.has("model") ? a.str("model").c_str() : a.str("shape", "tiny").c_str(), seq, batch, mode.c_str(),
+        plan_name.c_str(), mo.page_frozen_layers ? "true" : "false", med, med > 0 ? tokens / med : 0.0, peak, host_peak,
+        disk_peak, offloaded, used, mfu, double(loss), model.param_count(), model.trainable_count());
     std::fprintf(stderr, "strata-bench: %.0f tok/s, step %.3f s, arena peak %s, device used %s, MFU %.1f%%\n",
                  med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
     return 0;

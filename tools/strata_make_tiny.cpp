@@ -23,7 +23,8 @@ static const char* kUsage =
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv, {"layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "seed", "tokens", "max-pos"},
+    cli::Args a(argc, argv,
+                {"layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "seed", "tokens", "max-pos"},
                 {"tied", "help"});
     if (a.has("help") || a.positional().size() != 1) {
       std::fputs(kUsage, a.has("help") ? stdout : stderr);
@@ -44,8 +45,9 @@ int main(int argc, char** argv) {
     const uint64_t seed = uint64_t(a.integer("seed", 0));
     const long n_tokens = a.integer("tokens", 200000);
     if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0)
-      throw ConfigError(fmt::format("--hidden {} must be a positive multiple of --heads {}", c.hidden_size,
-                                    c.num_attention_heads), "command line", "hidden");
+      throw ConfigError(
+          fmt::format("--hidden {} must be a positive multiple of --heads {}", c.hidden_size, c.num_attention_heads),
+          "command line", "hidden");
     c.head_dim = c.hidden_size / c.num_attention_heads;
     // Round-trip through the reader so the same validation applies as for any checkpoint.
     c = io::parse_llama_config(io::llama_config_to_json(c), "strata-make-tiny config");
@@ -60,8 +62,8 @@ int main(int argc, char** argv) {
       host.emplace_back(size_t(shape.numel()));
       bool norm = shape.nd == 1;
       for (auto& x : host.back()) x = norm ? 1.0f : float(0.02 * rng.normal());
-      tensors.push_back({name, DType::f32, std::vector<int64_t>(shape.d.begin(), shape.d.begin() + shape.nd),
-                         host.back().data()});
+      tensors.push_back(
+          {name, DType::f32, std::vector<int64_t>(shape.d.begin(), shape.d.begin() + shape.nd), host.back().data()});
     }
     io::save_safetensors(out + "/model.safetensors", tensors);
     io::write_file_atomic(out + "/config.json", io::llama_config_to_json(c));

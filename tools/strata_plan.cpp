@@ -277,9 +277,8 @@ int main(int argc, char** argv) {
       std::fprintf(info, "wrote %s\n", write_config.c_str());
     }
     if (!svg_path.empty()) {
-      std::string title =
-          fmt::format("{} seq {} x {}, {} training: device arena over one step ({} profile)\nplan: {}", model_spec,
-                      req.seq, req.batch, train_mode_name(req.mode), p.name, plan.preset);
+      std::string title = fmt::format("{} seq {} x {}, {} training: device arena over one step ({} profile)\nplan: {}",
+                                      model_spec, req.seq, req.batch, train_mode_name(req.mode), p.name, plan.preset);
       std::ofstream o(svg_path, std::ios::trunc);
       o << timeline_svg(f, title, budget);
       if (!o) throw IoError(fmt::format("{}: cannot write the SVG", svg_path), svg_path);

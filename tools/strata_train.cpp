@@ -2,6 +2,7 @@
 // token file through the tape, with the memory plan from the YAML config.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +10,9 @@
 #include "io/hf_config.h"
 #include "io/tokens.h"
 #include "model/data.h"
+#include "model/forecast.h"
 #include "model/llama.h"
+#include "model/planner.h"
 #include "model/train_config.h"
 #include "model/trainer.h"
 #include "tools/backend_select.h"
@@ -22,8 +25,10 @@ static const char* kUsage =
     "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
     "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory 16GiB]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
-    "                    [--offload-dir DIR]\n"
-    "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n";
+    "                    [--offload-dir DIR] [--budget BYTES]\n"
+    "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
+    "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
+    "keep/recompute plan whose step fits BYTES; --device-memory defaults to it.\n";
 
 namespace {
 
@@ -32,6 +37,61 @@ void print_plan(std::FILE* out, const std::string& preset, const std::vector<Pla
   for (auto& r : rows)
     std::fprintf(out, "  %-24s %-10s %8d %14s\n", r.cls.c_str(), r.decision.c_str(), r.count,
                  format_bytes(r.bytes).c_str());
+}
+
+// The built-in profile whose `match` is in the device name (cuda), else strata-plan's default.
+DeviceProfile profile_for_device(const std::string& device) {
+  auto lower = [](std::string x) {
+    for (auto& c : x) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return x;
+  };
+  for (auto& [name, p] : builtin_profiles())
+    if (!p.match.empty() && lower(device).find(lower(p.match)) != std::string::npos) return p;
+  return find_profile("h100_80gb");
+}
+
+// --budget / memory_budget: runs strata-plan's budget planner on the sim backend mirroring this
+// run's backend, with the model built as main() builds it, and sets cfg.plan to the fastest plan
+// that fits. False (the reason printed) when nothing fits.
+bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& be_name, const std::string& device,
+                    std::FILE* info) {
+  ForecastRequest req;
+  req.model = mc;
+  req.seq = cfg.seq;
+  req.batch = cfg.batch;
+  req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
+  req.lora_rank = cfg.lora.rank;
+  req.lora_alpha = cfg.lora.alpha;
+  req.lora_targets = cfg.lora.target_modules;
+  req.loss_chunk_tokens = cfg.loss_chunk_tokens;
+  req.mirror = be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu;
+  req.profile = profile_for_device(device);
+  const size_t budget = cfg.memory_budget_bytes;
+  PlanResult pr = plan_for_budget(req, budget);
+  if (!pr.found) {
+    std::fprintf(stderr,
+                 "strata-train: nothing fits a device budget of %s with keep/recompute: the minimum is %s, %s more, "
+                 "with the lowest-memory plan (%s; %d sim runs)\n",
+                 format_bytes(budget).c_str(), format_bytes(pr.minimum_bytes).c_str(),
+                 format_bytes(pr.minimum_bytes - budget).c_str(), pr.label.c_str(), pr.sim_runs);
+    if (pr.persistent_bytes >= budget)
+      std::fprintf(stderr,
+                   "strata-train: the weights, gradients and optimizer state alone take %s (no activation plan "
+                   "lowers them; frozen or LoRA training does)\n",
+                   format_bytes(pr.persistent_bytes).c_str());
+    return false;
+  }
+  const Forecast& f = pr.forecast;
+  std::fprintf(info, "planner: %s fits a budget of %s (sim mirroring the %s backend, profile %s; %d sim runs)\n",
+               pr.label.c_str(), format_bytes(budget).c_str(), sim_mirror_name(req.mirror), req.profile.name.c_str(),
+               pr.sim_runs);
+  std::fprintf(info,
+               "forecast: peak %s (high-water %s) in %s | step %.4f s (forward %.4f, backward %.4f of which "
+               "recompute %.4f, optimizer %.4f) on the %s profile\n",
+               format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(), f.peak_phase.c_str(),
+               f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, req.profile.name.c_str());
+  cfg.plan = pr.plan;
+  return true;
 }
 
 }  // namespace
@@ -43,7 +103,7 @@ int main(int argc, char** argv) {
     cli::Args a(argc, argv,
                 {"model", "data", "seq", "batch", "steps", "lr", "backend", "config", "lora-rank", "lora-alpha",
                  "device-memory", "max-grad-norm", "weight-decay", "warmup-steps", "save", "seed", "loss-chunk",
-                 "offload-dir"},
+                 "offload-dir", "budget"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -69,14 +129,37 @@ int main(int argc, char** argv) {
     if (a.has("device-memory")) cfg.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
     if (a.has("save")) cfg.output_dir = a.str("save");
     if (a.has("offload-dir")) cfg.offload_dir = a.str("offload-dir");
+    if (a.has("budget")) {
+      cfg.memory_budget_bytes = parse_bytes(a.str("budget"), "--budget");
+      if (!cfg.memory_budget_bytes) throw ConfigError("--budget must be above 0", "command line", "budget");
+    }
+    if (cfg.memory_budget_bytes) {
+      if (cfg.layer_offloading)
+        throw ConfigError(
+            "--budget / memory_budget plans keep/recompute on the device tier; it does not model "
+            "layer_offloading (weight paging): drop one of them",
+            "command line", "budget");
+      const Plan keep = Plan::keep_everything();
+      if (cfg.plan.preset != keep.preset || !cfg.plan.overrides.empty() || !cfg.plan.rules.empty())
+        std::fprintf(stderr, "strata-train: warning: the budget (%s) replaces the config's plan (%s)\n",
+                     format_bytes(cfg.memory_budget_bytes).c_str(), cfg.plan.preset.c_str());
+      if (!cfg.device_budget_bytes)
+        cfg.device_budget_bytes = cfg.memory_budget_bytes;  // hold the run to it
+      else if (cfg.device_budget_bytes < cfg.memory_budget_bytes)
+        std::fprintf(stderr,
+                     "strata-train: warning: --device-memory %s is below the budget %s: the plan may not "
+                     "fit the arena\n",
+                     format_bytes(cfg.device_budget_bytes).c_str(), format_bytes(cfg.memory_budget_bytes).c_str());
+    }
     json = a.has("json");
     if (cfg.model_dir.empty()) throw ConfigError("--model DIR is required", "command line", "model");
     if (cfg.data_path.empty()) throw ConfigError("--data FILE is required", "command line", "data");
     if (!(cfg.lr > 0) || !std::isfinite(cfg.lr))
       throw ConfigError(fmt::format("--lr must be a positive finite number, got {}", cfg.lr), "command line", "lr");
     if (cfg.seq < 1 || cfg.batch < 1 || cfg.steps < 0)
-      throw ConfigError(fmt::format("--seq ({}) and --batch ({}) must be >= 1 and --steps ({}) >= 0", cfg.seq,
-                                    cfg.batch, cfg.steps), "command line", "seq");
+      throw ConfigError(
+          fmt::format("--seq ({}) and --batch ({}) must be >= 1 and --steps ({}) >= 0", cfg.seq, cfg.batch, cfg.steps),
+          "command line", "seq");
   } catch (const Error& e) {
     std::fprintf(stderr, "strata-train: %s\n%s", e.what(), kUsage);
     return 2;
@@ -91,6 +174,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
     const std::string be_name = resolve_backend_name(cfg.backend);
     auto be = make_backend(be_name, cfg.device_budget_bytes);
+    if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
 
     ModelOptions mo;
     mo.lora = cfg.lora;
@@ -115,9 +199,9 @@ int main(int argc, char** argv) {
     std::fprintf(info,
                  "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
                  "%.2fM trainable%s\n",
-                 cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size,
-                 mc.num_attention_heads, mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6,
-                 model.trainable_count() / 1e6, cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
+                 cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads,
+                 mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6, model.trainable_count() / 1e6,
+                 cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
     std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
                  tokens.size(), cfg.batch, cfg.seq, cfg.steps, double(cfg.lr));
     print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
@@ -144,13 +228,14 @@ int main(int argc, char** argv) {
       if (json && diverged) {
         std::printf("{\"step\": %d, \"loss\": null, \"grad_norm\": null, \"diverged\": true}\n", st.step);
       } else if (json) {
-        std::printf("{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
-                    "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
-                    "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
-                    "\"paged_bytes_uploaded\": %zu}\n",
-                    st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds,
-                    st.peak_device_bytes, st.peak_host_bytes, st.peak_disk_bytes, be->device_used_bytes(),
-                    st.saved_bytes, st.recomputed_nodes, st.paged_bytes_uploaded);
+        std::printf(
+            "{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
+            "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
+            "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
+            "\"paged_bytes_uploaded\": %zu}\n",
+            st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds, st.peak_device_bytes,
+            st.peak_host_bytes, st.peak_disk_bytes, be->device_used_bytes(), st.saved_bytes, st.recomputed_nodes,
+            st.paged_bytes_uploaded);
         std::fflush(stdout);
       } else {
         std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,
@@ -159,9 +244,10 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
       if (diverged) {
-        std::fprintf(stderr, "strata-train: error: training diverged at step %d (loss %g, grad norm %g); lower --lr "
-                     "(%g) or keep --max-grad-norm on\n", st.step, double(st.loss), double(st.grad_norm),
-                     double(cfg.lr));
+        std::fprintf(stderr,
+                     "strata-train: error: training diverged at step %d (loss %g, grad norm %g); lower --lr "
+                     "(%g) or keep --max-grad-norm on\n",
+                     st.step, double(st.loss), double(st.grad_norm), double(cfg.lr));
         return 1;
       }
     }

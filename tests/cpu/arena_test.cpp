@@ -1,5 +1,7 @@
 // The device arena: rounding, best fit, coalescing, exhaustion, fragmentation, the event log,
 // peak tracking, and the Buffer owner that returns its block exactly once.
+#include "engine/arena.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/arena.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 
@@ -48,10 +49,10 @@ TEST(arena, sizes_round_up_to_256_and_offsets_are_aligned) {
 
 TEST(arena, best_fit_prefers_the_smallest_hole_that_fits) {
   Arena a("device", 64 * A);
-  size_t big = a.allocate(4 * A, "big");     // [0, 4A)
-  size_t sep1 = a.allocate(A, "sep1");       // [4A, 5A)
-  size_t small = a.allocate(A, "small");     // [5A, 6A)
-  size_t sep2 = a.allocate(A, "sep2");       // [6A, 7A); the tail [7A, 64A) stays free
+  size_t big = a.allocate(4 * A, "big");  // [0, 4A)
+  size_t sep1 = a.allocate(A, "sep1");    // [4A, 5A)
+  size_t small = a.allocate(A, "small");  // [5A, 6A)
+  size_t sep2 = a.allocate(A, "sep2");    // [6A, 7A); the tail [7A, 64A) stays free
   a.free(big);
   a.free(small);
   // Holes: 4A at 0 (lowest address), 1A at 5A (smallest), 57A tail. A small request takes the
@@ -147,14 +148,14 @@ TEST(arena, huge_request_throws_instead_of_wrapping) {
 TEST(arena, fragmentation_is_zero_without_holes_and_positive_with_them) {
   Arena a("device", 64 * A);
   EXPECT_DOUBLE_EQ(a.fragmentation(), 0.0);  // fresh: nothing below the high-water mark
-  size_t b0 = a.allocate(A, "b0");          // [0, A)
-  size_t b1 = a.allocate(A, "b1");          // [A, 2A)
-  size_t b2 = a.allocate(2 * A, "b2");      // [2A, 4A)
-  size_t b3 = a.allocate(A, "b3");          // [4A, 5A)
+  size_t b0 = a.allocate(A, "b0");           // [0, A)
+  size_t b1 = a.allocate(A, "b1");           // [A, 2A)
+  size_t b2 = a.allocate(2 * A, "b2");       // [2A, 4A)
+  size_t b3 = a.allocate(A, "b3");           // [4A, 5A)
   EXPECT_DOUBLE_EQ(a.fragmentation(), 0.0);  // packed; the free tail is above high water
   a.free(b1);
   EXPECT_DOUBLE_EQ(a.fragmentation(), 0.0);  // one hole: it is also the largest
-  a.free(b3);  // merges with the tail: only [4A, 5A) of it lies below high water
+  a.free(b3);                                // merges with the tail: only [4A, 5A) of it lies below high water
   // Holes below high water: 1A at A and 1A at 4A -> 1 - 1/2.
   EXPECT_DOUBLE_EQ(a.fragmentation(), 0.5);
   a.free(b0);  // merges with b1's hole: 2A and 1A -> 1 - 2/3

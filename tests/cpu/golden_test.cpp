@@ -19,7 +19,9 @@ using namespace strata;
 
 namespace {
 
-std::string golden_dir(const std::string& c) { return std::string(STRATA_TEST_DATA) + "/golden/" + c; }
+std::string golden_dir(const std::string& c) {
+  return std::string(STRATA_TEST_DATA) + "/golden/" + c;
+}
 
 std::vector<float> ref_tensor(const io::SafetensorsFile& f, const std::string& name) {
   const io::TensorInfo* t = f.find(name);

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -46,7 +46,9 @@ std::optional<E> catch_as(F&& f) {
   return std::nullopt;
 }
 
-bool contains(const std::string& s, const std::string& w) { return s.find(w) != std::string::npos; }
+bool contains(const std::string& s, const std::string& w) {
+  return s.find(w) != std::string::npos;
+}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -354,8 +356,8 @@ TEST_F(model_bad_input, batch_with_the_wrong_size_throws) {
 const std::regex kSlotClass(R"(^(grad:)?(L[0-9]+\.|final_norm|loss).*)");
 
 struct Sized {
-  size_t base = 0;  // weights + optimizer state + trainer buffers + batch buffers
-  size_t peak = 0;  // arena peak of one step
+  size_t base = 0;   // weights + optimizer state + trainer buffers + batch buffers
+  size_t peak = 0;   // arena peak of one step
   size_t saved = 0;  // slots resident at the end of forward (backward starts from base + saved)
 };
 

@@ -5,12 +5,12 @@
 // leaves the slots EMPTY with the next step training on exactly.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
-#include <unistd.h>
 
 #include "engine/backend.h"
 #include "engine/weight_pager.h"
@@ -115,7 +115,8 @@ void expect_identical(const Result& a, const Result& b, const std::string& what)
   ASSERT_EQ(a.grads.size(), b.grads.size()) << what;
   for (size_t i = 0; i < a.grads.size(); ++i) {
     EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0) << what << ": grad " << i;
-    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0) << what << ": param " << i;
+    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0)
+        << what << ": param " << i;
   }
 }
 
@@ -167,8 +168,9 @@ TEST(Paging, EveryNCheckpointingReplaysEarlierLayersAndStaysExact) {
 TEST(Paging, RandomPlansMixingDecisionsAreBitIdentical) {
   // Random per-class plans make backward replay chains that start layers below the node asking
   // for them: the pager must page the right layer in before every op, whatever the order.
-  const char* classes[] = {"input", "attn_norm.out", "attn_norm.rstd", "attn.q", "attn.k", "attn.v", "attn.out",
-                           "attn.lse", "mid", "mlp_norm.out", "mlp_norm.rstd", "mlp.gate", "mlp.up", "mlp.act"};
+  const char* classes[] = {"input",         "attn_norm.out", "attn_norm.rstd", "attn.q", "attn.k",
+                           "attn.v",        "attn.out",      "attn.lse",       "mid",    "mlp_norm.out",
+                           "mlp_norm.rstd", "mlp.gate",      "mlp.up",         "mlp.act"};
   const Decision all[] = {Decision::keep, Decision::recompute, Decision::recompute, Decision::host};
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     Rng rng(seed);

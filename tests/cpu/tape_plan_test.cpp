@@ -70,8 +70,8 @@ RunResult run(const Plan& plan, ModelOptions mo = {}, int steps = 3, bool log = 
 void expect_bit_identical(const RunResult& a, const RunResult& b, const std::string& what) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i << " differs ("
-                                                             << a.losses[i] << " vs " << b.losses[i] << ")";
+    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0)
+        << what << ": loss of step " << i << " differs (" << a.losses[i] << " vs " << b.losses[i] << ")";
   ASSERT_EQ(a.grads.size(), b.grads.size());
   for (size_t i = 0; i < a.grads.size(); ++i)
     EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0)
@@ -85,7 +85,8 @@ TEST(Plans, PresetsAreBitIdenticalToKeepEverythingAndLowerThePeak) {
   RunResult keep = run(Plan::keep_everything());
   EXPECT_EQ(keep.recomputed, 0);
   EXPECT_LT(keep.losses.back(), keep.losses.front() + 1.0f);
-  for (const Plan& p : {Plan::gradient_checkpointing(1), Plan::gradient_checkpointing(2), Plan::selective_recompute()}) {
+  for (const Plan& p :
+       {Plan::gradient_checkpointing(1), Plan::gradient_checkpointing(2), Plan::selective_recompute()}) {
     RunResult r = run(p);
     expect_bit_identical(keep, r, p.preset);
     EXPECT_GT(r.recomputed, 0) << p.preset << " recomputed nothing";

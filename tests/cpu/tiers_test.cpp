@@ -91,7 +91,8 @@ void expect_identical(const Result& a, const Result& b, const std::string& what)
     EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i;
   for (size_t i = 0; i < a.grads.size(); ++i) {
     EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0) << what << ": grad " << i;
-    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0) << what << ": param " << i;
+    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0)
+        << what << ": param " << i;
   }
 }
 
@@ -120,8 +121,9 @@ TEST(Tiers, EveryOffloadPresetIsBitIdenticalAndLowersThePeak) {
 TEST(Tiers, RandomPlansMixingAllFourDecisionsAreBitIdentical) {
   const std::string dir = fresh_dir("random");
   Result keep = run(Plan::keep_everything(), dir, 2);
-  const char* classes[] = {"input", "attn_norm.out", "attn_norm.rstd", "attn.q", "attn.k", "attn.v", "attn.out",
-                           "attn.lse", "mid", "mlp_norm.out", "mlp_norm.rstd", "mlp.gate", "mlp.up", "mlp.act"};
+  const char* classes[] = {"input",         "attn_norm.out", "attn_norm.rstd", "attn.q", "attn.k",
+                           "attn.v",        "attn.out",      "attn.lse",       "mid",    "mlp_norm.out",
+                           "mlp_norm.rstd", "mlp.gate",      "mlp.up",         "mlp.act"};
   const Decision all[] = {Decision::keep, Decision::recompute, Decision::host, Decision::disk};
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     Rng rng(seed);

@@ -73,7 +73,7 @@ class tools : public ::testing::Test {
                                    << STRATA_BUILD_DIR << ") so the tools exist next to the tests";
     if (!tiny_made_) {
       Proc r = run(kMakeTiny + " " + quote(model()) +
-                  " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000");
+                   " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000");
       ASSERT_EQ(r.code, 0) << r.err;
       tiny_made_ = true;
     }
@@ -217,8 +217,7 @@ TEST_F(tools, train_bad_usage_exits_2_naming_the_flag) {
            {"--model " + quote(model()) + " --steps 1", "--data"},
            {"--model " + quote(model()) + " --data " + quote(data()) + " --lr fast", "--lr"},
            {"--model " + quote(model()) + " --data " + quote(data()) + " --batch 0", "--batch"},
-           {"--model " + quote(model()) + " --data " + quote(data()) + " --device-memory 3parsecs",
-            "--device-memory"},
+           {"--model " + quote(model()) + " --data " + quote(data()) + " --device-memory 3parsecs", "--device-memory"},
            {"--model " + quote(model()) + " --data " + quote(data()) + " --seq", "--seq"},
        }) {
     Proc r = run(kTrain + " " + c.args);

@@ -1,5 +1,7 @@
 // strata-train's YAML config: every key family, the plan presets it builds, explicit plan tables,
 // and the errors (typed, naming the file and the key) for unknown keys and bad values.
+#include "model/train_config.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,7 +12,6 @@
 
 #include "engine/error.h"
 #include "engine/plan.h"
-#include "model/train_config.h"
 
 namespace strata {
 namespace {
@@ -32,7 +33,9 @@ std::optional<E> catch_as(F&& f) {
 }
 
 // The decision as text, so failures print readably.
-std::string decide(const Plan& p, const char* cls) { return decision_name(p.decide(cls)); }
+std::string decide(const Plan& p, const char* cls) {
+  return decision_name(p.decide(cls));
+}
 
 TrainConfig load(const std::string& yaml) {
   TrainConfig c;
@@ -223,9 +226,9 @@ TEST(train_config, explicit_plan_goes_before_the_preset_in_either_order) {
   for (const char* yaml : {"gradient_checkpointing: true\nplan: {\"L*.mlp.gate\": keep}\n",
                            "plan: {\"L*.mlp.gate\": keep}\ngradient_checkpointing: true\n"}) {
     TrainConfig c = load(yaml);
-    EXPECT_EQ(decide(c.plan, "L3.mlp.gate"), "keep") << yaml;       // the explicit rule wins
-    EXPECT_EQ(decide(c.plan, "L3.mlp.up"), "recompute") << yaml;    // the preset still applies
-    EXPECT_EQ(decide(c.plan, "L3.input"), "keep") << yaml;          // segment boundaries survive the merge
+    EXPECT_EQ(decide(c.plan, "L3.mlp.gate"), "keep") << yaml;     // the explicit rule wins
+    EXPECT_EQ(decide(c.plan, "L3.mlp.up"), "recompute") << yaml;  // the preset still applies
+    EXPECT_EQ(decide(c.plan, "L3.input"), "keep") << yaml;        // segment boundaries survive the merge
     EXPECT_EQ(c.plan.checkpoint_every, 1) << yaml;
     EXPECT_EQ(c.plan.preset, "gradient_checkpointing + explicit") << yaml;
   }
@@ -328,15 +331,17 @@ TEST(train_config, layer_offloading_turns_on_weight_paging) {
   EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "layer_offloading: sometimes\n", kPath); }));
 }
 
-TEST(train_config, budget_key_is_unsupported_for_now) {
-  for (const char* yaml : {"memory_budget: 20GiB\n"}) {
-    TrainConfig c;
-    auto e = catch_as<UnsupportedError>([&] { apply_yaml_text(c, yaml, kPath); });
-    ASSERT_TRUE(e) << yaml;
-    std::string key = std::string(yaml).substr(0, std::string(yaml).find(':'));
-    EXPECT_NE(std::string(e->what()).find(key), std::string::npos) << e->what();
-    EXPECT_NE(std::string(e->what()).find(kPath), std::string::npos) << e->what();
-  }
+TEST(train_config, memory_budget_sets_the_planner_budget) {
+  TrainConfig c;
+  EXPECT_EQ(c.memory_budget_bytes, 0u);
+  apply_yaml_text(c, "memory_budget: 20GiB\n", kPath);
+  EXPECT_EQ(c.memory_budget_bytes, size_t(20) << 30);
+  EXPECT_EQ(c.device_budget_bytes, 0u);  // strata-train defaults the arena to the budget, not the config
+  EXPECT_EQ(c.plan.preset, Plan::keep_everything().preset);  // the plan is chosen by strata-train
+  auto e = catch_as<ConfigError>([&] { apply_yaml_text(c, "memory_budget: lots\n", kPath); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->file, kPath);
+  EXPECT_EQ(e->field, "memory_budget");
 }
 
 TEST(train_config, apply_yaml_reads_a_file) {

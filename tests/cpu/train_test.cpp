@@ -39,7 +39,10 @@ std::vector<float> train(ModelOptions mo, int steps, float lr, LlamaModel** keep
   TokenBatcher data(synthetic_tokens(50000, 128, 7), 4, 32);
   std::vector<float> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(tr.step(data.next()).loss);
-  if (keep) *keep = model; else delete model;
+  if (keep)
+    *keep = model;
+  else
+    delete model;
   return losses;
 }
 

@@ -16,8 +16,8 @@
 #include "kernels/linear.h"
 
 using namespace gpu_test;
-using strata::cuda::AttnShape;
 using strata::cuda::Attention;
+using strata::cuda::AttnShape;
 using strata::cuda::bf16;
 using strata::cuda::Gemm;
 
@@ -58,8 +58,8 @@ TEST(GemmGpu, LinearFwd) {
     poison(dy);
     f.gemm.linear_fwd(dy.p, dx.p, dw.p, N, I, O, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_TRUE(close(from_bf16(dy.download()), want, 2e-5, "linear_fwd " + std::to_string(N) + "x" +
-                                                                   std::to_string(I) + "x" + std::to_string(O)));
+    EXPECT_TRUE(close(from_bf16(dy.download()), want, 2e-5,
+                      "linear_fwd " + std::to_string(N) + "x" + std::to_string(I) + "x" + std::to_string(O)));
   }
 }
 
@@ -142,8 +142,8 @@ std::string check_attention(Attention& attn, const AttnShape& s) {
   // The backward is checked on the reference forward's outputs as the GPU sees them (bf16 out).
   auto out_b = round_bf16(out);
   std::vector<float> dq(nq, 0.0f), dk(nkv, 0.0f), dv(nkv, 0.0f);
-  strata::cpu::attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                             out_b.data(), lse.data(), s.B, s.T, s.Hq, s.Hkv, s.D);
+  strata::cpu::attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out_b.data(),
+                             lse.data(), s.B, s.T, s.Hq, s.Hkv, s.D);
 
   const std::string path = attn.path(s);
   std::printf("[attention] %s -> path: %s\n", str(s).c_str(), path.c_str());
@@ -275,6 +275,8 @@ TEST(AttentionGpu, Timing) {
 
 #else
 
-TEST(GemmAttentionGpu, Skipped) { GTEST_SKIP() << "SKIPPED (gpu): built without CUDA"; }
+TEST(GemmAttentionGpu, Skipped) {
+  GTEST_SKIP() << "SKIPPED (gpu): built without CUDA";
+}
 
 #endif

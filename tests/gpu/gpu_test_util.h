@@ -16,15 +16,15 @@
 namespace gpu_test {
 
 // Skips the current test with a message when no CUDA device is usable.
-#define STRATA_REQUIRE_GPU()                                                                        \
-  do {                                                                                             \
-    int n_ = 0;                                                                                    \
-    cudaError_t e_ = cudaGetDeviceCount(&n_);                                                      \
-    if (e_ != cudaSuccess || n_ == 0) {                                                            \
-      cudaGetLastError();                                                                          \
-      GTEST_SKIP() << "SKIPPED (gpu): no CUDA device here (" << cudaGetErrorString(e_)             \
-                   << "); run the gpu-labelled tests on the GPU host";                             \
-    }                                                                                              \
+#define STRATA_REQUIRE_GPU()                                                           \
+  do {                                                                                 \
+    int n_ = 0;                                                                        \
+    cudaError_t e_ = cudaGetDeviceCount(&n_);                                          \
+    if (e_ != cudaSuccess || n_ == 0) {                                                \
+      cudaGetLastError();                                                              \
+      GTEST_SKIP() << "SKIPPED (gpu): no CUDA device here (" << cudaGetErrorString(e_) \
+                   << "); run the gpu-labelled tests on the GPU host";                 \
+    }                                                                                  \
   } while (0)
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
@@ -59,7 +59,9 @@ inline std::vector<float> from_bf16(const std::vector<__nv_bfloat16>& x) {
   return y;
 }
 // Rounds through bf16, so cpu references see exactly the inputs the GPU sees.
-inline std::vector<float> round_bf16(const std::vector<float>& x) { return from_bf16(to_bf16(x)); }
+inline std::vector<float> round_bf16(const std::vector<float>& x) {
+  return from_bf16(to_bf16(x));
+}
 
 }  // namespace gpu_test
 #endif
@@ -83,12 +85,12 @@ inline ::testing::AssertionResult close(const std::vector<float>& got, const std
   double num = 0, den = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::isnan(got[i]) != std::isnan(want[i]))
-      return ::testing::AssertionFailure() << what << ": NaN mismatch at " << i << " (got " << got[i] << ", want "
-                                           << want[i] << ")";
+      return ::testing::AssertionFailure()
+             << what << ": NaN mismatch at " << i << " (got " << got[i] << ", want " << want[i] << ")";
     if (std::isinf(got[i]) || std::isinf(want[i])) {
       if (got[i] != want[i])
-        return ::testing::AssertionFailure() << what << ": inf mismatch at " << i << " (got " << got[i] << ", want "
-                                             << want[i] << ")";
+        return ::testing::AssertionFailure()
+               << what << ": inf mismatch at " << i << " (got " << got[i] << ", want " << want[i] << ")";
       continue;
     }
     if (std::isnan(want[i])) continue;

@@ -151,5 +151,7 @@ TEST(BackendGpu, ClearErrorsForBadBudgets) {
 }  // namespace
 
 #else
-TEST(GpuModel, Skipped) { GTEST_SKIP() << "SKIPPED (gpu): built without CUDA"; }
+TEST(GpuModel, Skipped) {
+  GTEST_SKIP() << "SKIPPED (gpu): built without CUDA";
+}
 #endif

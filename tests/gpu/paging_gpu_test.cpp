@@ -143,5 +143,7 @@ TEST(PagingGpu, AnExceptionMidStepLeavesNothingInFlight) {
 }  // namespace
 
 #else
-TEST(PagingGpu, Skipped) { GTEST_SKIP() << "SKIPPED (gpu): built without CUDA"; }
+TEST(PagingGpu, Skipped) {
+  GTEST_SKIP() << "SKIPPED (gpu): built without CUDA";
+}
 #endif

@@ -91,5 +91,7 @@ TEST(TiersGpu, SeveralStepsTrackKeepEverything) {
 }  // namespace
 
 #else
-TEST(TiersGpu, Skipped) { GTEST_SKIP() << "SKIPPED (gpu): built without CUDA"; }
+TEST(TiersGpu, Skipped) {
+  GTEST_SKIP() << "SKIPPED (gpu): built without CUDA";
+}
 #endif

@@ -22,7 +22,9 @@ using namespace strata;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 constexpr size_t kGiB = size_t(1) << 30;
 constexpr int kBig = 8192;  // one [kBig, kBig] x [kBig, kBig]^T GEMM: ~1.1 TFLOP, a millisecond or two
@@ -235,10 +237,11 @@ TEST(TransferGpu, DeviceToHostOverlapsCompute) {
   be->synchronize();
   const double t_both = seconds_since(t0);
   const double overlap = (t_copy + t_compute) / t_both;
-  std::printf("[ overlap  ] %s\n             D2H 1 GiB alone %.2f ms (%.1f GB/s); %d GEMMs %d^3 alone %.2f ms; "
-              "together %.2f ms; overlap %.2f (2 = perfect)\n",
-              be->device_name().c_str(), t_copy * 1e3, double(kGiB) / t_copy / 1e9, n_gemm, kBig, t_compute * 1e3,
-              t_both * 1e3, overlap);
+  std::printf(
+      "[ overlap  ] %s\n             D2H 1 GiB alone %.2f ms (%.1f GB/s); %d GEMMs %d^3 alone %.2f ms; "
+      "together %.2f ms; overlap %.2f (2 = perfect)\n",
+      be->device_name().c_str(), t_copy * 1e3, double(kGiB) / t_copy / 1e9, n_gemm, kBig, t_compute * 1e3, t_both * 1e3,
+      overlap);
   EXPECT_GT(overlap, 1.2) << "the copy did not overlap compute";
   const uint16_t* h = reinterpret_cast<const uint16_t*>(host->base());
   size_t bad = 0;
@@ -289,5 +292,7 @@ TEST(TransferGpu, PinnedReservationBandwidth) {
 }
 
 #else
-TEST(TransferGpu, Skipped) { GTEST_SKIP() << "SKIPPED (gpu): built without CUDA"; }
+TEST(TransferGpu, Skipped) {
+  GTEST_SKIP() << "SKIPPED (gpu): built without CUDA";
+}
 #endif

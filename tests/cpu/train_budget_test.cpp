@@ -1,0 +1,162 @@
+// strata-train --budget / memory_budget end to end on the cpu backend: the budget planner picks a
+// plan before training, the run stays within the budget, and a budget below what any
+// keep/recompute plan needs exits 1 naming the minimum.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/arena.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::string kMakeTiny = std::string(STRATA_BUILD_DIR) + "/tools/strata-make-tiny";
+const std::string kTrain = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
+
+struct Proc {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// peak_device_bytes of every step line of a --json run.
+std::vector<size_t> peaks(const std::string& out) {
+  std::vector<size_t> v;
+  std::stringstream ss(out);
+  for (std::string l; std::getline(ss, l);)
+    if (!l.empty()) v.push_back(json::parse(l).at("peak_device_bytes").get<size_t>());
+  return v;
+}
+
+// The plan table strata-train prints before the first step (stderr with --json).
+std::string plan_table(const std::string& err) {
+  size_t at = err.find("plan (");
+  return at == std::string::npos ? std::string() : err.substr(at);
+}
+
+class train_budget : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = ::testing::TempDir() + "strata_budget_XXXXXX";
+    if (!::mkdtemp(root_.data())) root_.clear();
+  }
+  static void TearDownTestSuite() {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+
+  void SetUp() override {
+    ASSERT_FALSE(root_.empty()) << "mkdtemp failed";
+    for (const std::string& bin : {kMakeTiny, kTrain})
+      ASSERT_TRUE(fs::exists(bin)) << bin << " is missing: build the whole project first (cmake --build "
+                                   << STRATA_BUILD_DIR << ")";
+    if (keep_peak_) return;
+    Proc r = run(kMakeTiny + " " + quote(root_ + "/tiny") +
+                 " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000");
+    ASSERT_EQ(r.code, 0) << r.err;
+    // The two ends: keep everything, and gradient checkpointing.
+    Proc keep = run(train_cmd(""));
+    ASSERT_EQ(keep.code, 0) << keep.err;
+    write("gc.yaml", "gradient_checkpointing: true\n");
+    Proc gc = run(train_cmd("--config " + quote(path("gc.yaml"))));
+    ASSERT_EQ(gc.code, 0) << gc.err;
+    auto kp = peaks(keep.out), gp = peaks(gc.out);
+    ASSERT_FALSE(kp.empty());
+    ASSERT_FALSE(gp.empty());
+    keep_peak_ = *std::max_element(kp.begin(), kp.end());
+    gc_peak_ = *std::max_element(gp.begin(), gp.end());
+    ASSERT_LT(gc_peak_ + 4096, keep_peak_) << "the tiny model must leave room between the two";
+  }
+
+  static std::string path(const std::string& name) { return root_ + "/" + name; }
+  static void write(const std::string& name, const std::string& text) { std::ofstream(path(name)) << text; }
+
+  static Proc run(const std::string& cmd) {
+    static int n = 0;
+    std::string o = path("out" + std::to_string(n)), e = path("err" + std::to_string(n));
+    ++n;
+    int st = std::system((cmd + " >" + quote(o) + " 2>" + quote(e)).c_str());
+    Proc r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(o);
+    r.err = slurp(e);
+    return r;
+  }
+
+  static std::string train_cmd(const std::string& extra) {
+    return kTrain + " --model " + quote(path("tiny")) + " --data " + quote(path("tiny/tokens.bin")) +
+           " --backend cpu --seq 64 --batch 2 --steps 3 --lr 1e-3 --json " + extra;
+  }
+
+  // Checks a run that had to fit `budget`: trained, stayed under it, with recompute in the plan
+  // and the arena held to the budget.
+  static void expect_trained_within(const Proc& r, size_t budget) {
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto p = peaks(r.out);
+    ASSERT_EQ(p.size(), 3u) << r.out;
+    for (size_t b : p) EXPECT_LE(b, budget);
+    EXPECT_NE(r.err.find("planner: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("forecast: peak"), std::string::npos) << r.err;
+    EXPECT_NE(plan_table(r.err).find("recompute"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("arena budget " + format_bytes(budget)), std::string::npos) << r.err;
+  }
+
+  static std::string root_;
+  static size_t keep_peak_, gc_peak_;
+};
+std::string train_budget::root_;
+size_t train_budget::keep_peak_ = 0, train_budget::gc_peak_ = 0;
+
+TEST_F(train_budget, a_budget_between_checkpointing_and_keep_trains_within_it) {
+  const size_t budget = (gc_peak_ + keep_peak_) / 2;
+  Proc r = run(train_cmd("--budget " + std::to_string(budget)));
+  expect_trained_within(r, budget);
+}
+
+TEST_F(train_budget, yaml_memory_budget_replaces_the_configs_plan) {
+  const size_t kib = (gc_peak_ + keep_peak_) / 2 / 1024;
+  write("budget.yaml", "memory_budget: " + std::to_string(kib) + "KiB\ngradient_checkpointing: true\n");
+  Proc r = run(train_cmd("--config " + quote(path("budget.yaml"))));
+  expect_trained_within(r, kib * 1024);
+  EXPECT_NE(r.err.find("replaces the config's plan"), std::string::npos) << r.err;
+}
+
+TEST_F(train_budget, below_the_minimum_exits_1_naming_it) {
+  Proc r = run(train_cmd("--budget 64KiB"));
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("minimum"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;  // no step ran
+}
+
+TEST_F(train_budget, an_explicit_device_memory_is_kept) {
+  const size_t budget = (gc_peak_ + keep_peak_) / 2;
+  Proc r = run(train_cmd("--budget " + std::to_string(budget) + " --device-memory 4MiB"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("arena budget " + format_bytes(size_t(4) << 20)), std::string::npos) << r.err;
+  for (size_t b : peaks(r.out)) EXPECT_LE(b, budget);
+}
+
+}  // namespace
+}  // namespace strata
