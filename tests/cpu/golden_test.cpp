@@ -14,25 +14,11 @@
 #include "io/safetensors.h"
 #include "model/llama.h"
 #include "model/trainer.h"
+#include "tests/golden_reference.h"
 
 using namespace strata;
 
 namespace {
-
-std::string golden_dir(const std::string& c) {
-  return std::string(STRATA_TEST_DATA) + "/golden/" + c;
-}
-
-std::vector<float> ref_tensor(const io::SafetensorsFile& f, const std::string& name) {
-  const io::TensorInfo* t = f.find(name);
-  EXPECT_NE(t, nullptr) << "reference lacks " << name;
-  if (!t) return {};
-  size_t n = 1;
-  for (auto d : t->shape) n *= size_t(d);
-  std::vector<float> out(n);
-  convert_to_f32(out.data(), f.data(*t), t->dtype, n);
-  return out;
-}
 
 double rel_norm_err(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
@@ -46,23 +32,11 @@ double rel_norm_err(const std::vector<float>& a, const std::vector<float>& b) {
 class Golden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Golden, LogitsLossAndGradientsMatchHuggingFace) {
-  const std::string dir = golden_dir(GetParam());
+  const std::string dir = golden::dir(GetParam());
   io::LlamaConfig cfg = io::read_llama_config(dir + "/config.json");
   auto ref = io::SafetensorsFile::open(dir + "/reference.safetensors");
-  const io::TensorInfo* ids_info = ref.find("input_ids");
-  ASSERT_NE(ids_info, nullptr);
-  const int B = int(ids_info->shape[0]), T = int(ids_info->shape[1]);
-  const int32_t* ids = reinterpret_cast<const int32_t*>(ref.data(*ids_info));
-
-  // HF shifts labels inside the model: position t predicts token t+1; the last one is ignored.
-  Batch batch;
-  batch.B = B;
-  batch.T = T;
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      batch.inputs.push_back(ids[b * T + t]);
-      batch.targets.push_back(t + 1 < T ? ids[b * T + t + 1] : -100);
-    }
+  Batch batch = golden::batch(ref);
+  ASSERT_GT(batch.B, 0);
 
   auto be = make_cpu_backend(size_t(256) << 20);
   ModelOptions mo;
@@ -73,7 +47,7 @@ TEST_P(Golden, LogitsLossAndGradientsMatchHuggingFace) {
   std::vector<float> logits;
   float loss = trainer.compute_gradients(batch, &logits);
 
-  std::vector<float> ref_logits = ref_tensor(ref, "logits");
+  std::vector<float> ref_logits = golden::tensor(ref, "logits");
   ASSERT_EQ(logits.size(), ref_logits.size());
   double max_ref = 0, max_diff = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
@@ -83,7 +57,7 @@ TEST_P(Golden, LogitsLossAndGradientsMatchHuggingFace) {
   }
   EXPECT_LE(max_diff, 1e-5 * max_ref + 1e-6) << "max |logit diff| " << max_diff << " (max |ref| " << max_ref << ")";
 
-  float ref_loss = ref_tensor(ref, "loss")[0];
+  float ref_loss = golden::tensor(ref, "loss")[0];
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss)) << "loss";
 
   int checked = 0;
@@ -91,7 +65,7 @@ TEST_P(Golden, LogitsLossAndGradientsMatchHuggingFace) {
   for (auto& p : model.params()) {
     std::vector<float> g(size_t(p.shape.numel()));
     be->download_f32(g.data(), p.grad_view());
-    std::vector<float> rg = ref_tensor(ref, "grad." + p.name);
+    std::vector<float> rg = golden::tensor(ref, "grad." + p.name);
     ASSERT_EQ(g.size(), rg.size()) << p.name;
     double e = rel_norm_err(g, rg);
     EXPECT_LE(e, 1e-4) << "gradient of " << p.name << ": relative error " << e;

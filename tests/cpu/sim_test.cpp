@@ -97,16 +97,25 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     std::string name;
     Plan plan;
     TrainMode mode;
+    bool paged = false;  // layer_offloading: the weight pager's host block and two device slots
   };
-  std::vector<Case> cases = {{"keep", Plan::keep_everything(), TrainMode::full},
-                             {"gc1", Plan::gradient_checkpointing(1), TrainMode::full},
-                             {"gc2", Plan::gradient_checkpointing(2), TrainMode::full},
-                             {"selective", Plan::selective_recompute(), TrainMode::full},
-                             {"lora keep", Plan::keep_everything(), TrainMode::lora},
-                             {"lora gc1", Plan::gradient_checkpointing(1), TrainMode::lora},
-                             {"frozen selective", Plan::selective_recompute(), TrainMode::frozen}};
+  std::vector<Case> cases = {
+      {"keep", Plan::keep_everything(), TrainMode::full},
+      {"gc1", Plan::gradient_checkpointing(1), TrainMode::full},
+      {"gc2", Plan::gradient_checkpointing(2), TrainMode::full},
+      {"selective", Plan::selective_recompute(), TrainMode::full},
+      {"lora keep", Plan::keep_everything(), TrainMode::lora},
+      {"lora gc1", Plan::gradient_checkpointing(1), TrainMode::lora},
+      {"frozen selective", Plan::selective_recompute(), TrainMode::frozen},
+      {"offload", Plan::activation_offloading(Decision::host), TrainMode::full},
+      {"legacy", Plan::activation_offloading(Decision::host, true), TrainMode::full},
+      {"hidden_states", Plan::hidden_states(), TrainMode::full},
+      {"frozen paged keep", Plan::keep_everything(), TrainMode::frozen, true},
+      {"frozen paged gc1", Plan::gradient_checkpointing(1), TrainMode::frozen, true},
+      {"lora paged offload", Plan::activation_offloading(Decision::host), TrainMode::lora, true}};
   for (auto& c : cases) {
     ForecastRequest r = tiny_request(c.plan, c.mode);
+    r.layer_offloading = c.paged;
     Forecast f = forecast(r);
     ASSERT_TRUE(f.fits) << c.name << ": " << f.oom;
     CpuStep cpu = cpu_step(r, kBudget, c.plan);
@@ -125,7 +134,53 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     if (c.name == "gc1" || c.name == "selective") {
       EXPECT_GT(f.recomputed_nodes, 0) << c.name;
     }
+    // The host tier: slots offloaded and loaded back; paged layers uploaded from the pager's block.
+    const bool offloads =
+        c.name == "offload" || c.name == "legacy" || c.name == "hidden_states" || c.name == "lora paged offload";
+    EXPECT_EQ(f.peak_host_slot_bytes > 0, offloads) << c.name;
+    EXPECT_EQ(f.offloaded_bytes, f.loaded_bytes) << c.name;
+    EXPECT_EQ(f.paged_host_bytes > 0, c.paged) << c.name;
+    EXPECT_EQ(f.paged_uploads > 0, c.paged) << c.name;
+    EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes) << c.name;
   }
+}
+
+TEST(Sim, HostTierOverlapsOnTheCopyStream) {
+  auto cuda_request = [](Plan p) {
+    ForecastRequest r = tiny_request(std::move(p));
+    r.mirror = SimMirror::cuda;
+    r.budget = 0;
+    return r;
+  };
+  Forecast keep = forecast(cuda_request(Plan::keep_everything()));
+  Forecast off = forecast(cuda_request(Plan::activation_offloading(Decision::host)));
+  Forecast legacy = forecast(cuda_request(Plan::activation_offloading(Decision::host, true)));
+  ASSERT_TRUE(off.fits && legacy.fits && keep.fits);
+  EXPECT_LT(off.saved_bytes, keep.saved_bytes);
+  EXPECT_GT(off.peak_host_bytes, 0u);
+  EXPECT_GT(off.copy_busy_s, 0);
+  EXPECT_NEAR(off.copy_busy_s, legacy.copy_busy_s, 1e-12);  // same copies
+  // Synchronous copies stall compute for every transfer; overlapped ones hide some of it.
+  EXPECT_LE(off.step_s, legacy.step_s);
+  EXPECT_GE(off.step_s, keep.step_s);
+  EXPECT_GT(legacy.copy_wait_s, 0);
+  // Weight paging on the cuda mirror: bf16 pages, uploads overlapped, slots in the breakdown.
+  ForecastRequest pr = cuda_request(Plan::keep_everything());
+  pr.mode = TrainMode::frozen;
+  pr.layer_offloading = true;
+  Forecast paged = forecast(pr);
+  ASSERT_TRUE(paged.fits) << paged.oom;
+  EXPECT_GT(paged.paged_bytes_uploaded, 0u);
+  bool has_slots = false;
+  for (auto& it : paged.breakdown) has_slots = has_slots || it.name == "weights (paged layer slots)";
+  EXPECT_TRUE(has_slots);
+}
+
+TEST(Sim, DiskTierIsRefused) {
+  EXPECT_THROW(forecast(tiny_request(Plan::activation_offloading(Decision::disk))), UnsupportedError);
+  ForecastRequest full = tiny_request(Plan::keep_everything());
+  full.layer_offloading = true;  // paging needs a frozen base
+  EXPECT_THROW(forecast(full), UnsupportedError);
 }
 
 TEST(Sim, RecomputeCostsTimeAndSavesMemory) {
@@ -340,6 +395,28 @@ TEST(StrataPlan, BadInput) {
 
   Proc both = run_plan("--model tiny --seq 64 --preset keep --budget 1GiB");
   EXPECT_EQ(both.code, 2);
+
+  Proc disk = run_plan("--model tiny --seq 64 --preset disk");
+  EXPECT_EQ(disk.code, 2);
+  EXPECT_NE(disk.err.find("disk tier"), std::string::npos) << disk.err;
+}
+
+TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
+  for (std::string preset : {"offload", "legacy", "hidden_states"}) {
+    Proc p = run_plan("--model tiny --seq 64 --preset " + preset + " --host-budget 1GiB --json");
+    ASSERT_EQ(p.code, 0) << preset << ": " << p.err;
+    auto j = nlohmann::json::parse(p.out);
+    EXPECT_GT(j["forecast"]["peak_host_bytes"].get<size_t>(), 0u) << preset;
+    EXPECT_EQ(j["host_budget"].get<size_t>(), size_t(1) << 30) << preset;
+    EXPECT_TRUE(j["fits_host_budget"].get<bool>()) << preset;
+  }
+  Proc paged = run_plan("--model tiny --seq 64 --mode frozen --layer-offloading");
+  ASSERT_EQ(paged.code, 0) << paged.err;
+  EXPECT_NE(paged.out.find("peak host memory"), std::string::npos) << paged.out;
+  EXPECT_NE(paged.out.find("weight pager"), std::string::npos) << paged.out;
+  Proc small = run_plan("--model tiny --seq 64 --preset offload --host-budget 1KiB");
+  EXPECT_EQ(small.code, 0) << small.err;
+  EXPECT_NE(small.out.find("does NOT fit the host budget"), std::string::npos) << small.out;
 }
 
 }  // namespace

@@ -19,58 +19,25 @@
 #include "io/safetensors.h"
 #include "io/tokens.h"
 #include "model/llama.h"
+#include "tests/cpu/tool_runner.h"
 
 namespace strata {
 namespace {
 
+using namespace tool_test;
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-const std::string kMakeTiny = std::string(STRATA_BUILD_DIR) + "/tools/strata-make-tiny";
-const std::string kTrain = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
-
-struct Proc {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string l; std::getline(ss, l);)
-    if (!l.empty()) out.push_back(l);
-  return out;
-}
 
 class tools : public ::testing::Test {
  protected:
   // One tiny model for the whole suite (it takes a moment to write).
-  static void SetUpTestSuite() {
-    root_ = ::testing::TempDir() + "strata_tools_XXXXXX";
-    if (!::mkdtemp(root_.data())) root_.clear();
-  }
-  static void TearDownTestSuite() {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
+  static void SetUpTestSuite() { scratch_.create("strata_tools"); }
+  static void TearDownTestSuite() { scratch_.remove(); }
 
   void SetUp() override {
-    ASSERT_FALSE(root_.empty()) << "mkdtemp failed";
-    for (const std::string& bin : {kMakeTiny, kTrain})
-      ASSERT_TRUE(fs::exists(bin)) << bin << " is missing: build the whole project first (cmake --build "
-                                   << STRATA_BUILD_DIR << ") so the tools exist next to the tests";
+    ASSERT_TRUE(scratch_.ok()) << "mkdtemp failed";
+    ASSERT_TRUE(tool_test::tools_built());
     if (!tiny_made_) {
       Proc r = run(kMakeTiny + " " + quote(model()) +
                    " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000");
@@ -79,31 +46,20 @@ class tools : public ::testing::Test {
     }
   }
 
-  static std::string model() { return root_ + "/tiny"; }
+  static std::string model() { return scratch_.path("tiny"); }
   static std::string data() { return model() + "/tokens.bin"; }
-  static std::string path(const std::string& name) { return root_ + "/" + name; }
+  static std::string path(const std::string& name) { return scratch_.path(name); }
 
-  // Runs a shell command, capturing stdout, stderr and the exit code.
-  static Proc run(const std::string& cmd) {
-    static int n = 0;
-    std::string o = path("out" + std::to_string(n)), e = path("err" + std::to_string(n));
-    ++n;
-    int st = std::system((cmd + " >" + quote(o) + " 2>" + quote(e)).c_str());
-    Proc r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(o);
-    r.err = slurp(e);
-    return r;
-  }
+  static Proc run(const std::string& cmd) { return scratch_.run(cmd); }
 
   static std::string train_cmd(const std::string& extra) {
     return kTrain + " --model " + quote(model()) + " --data " + quote(data()) + " --backend cpu " + extra;
   }
 
-  static std::string root_;
+  static tool_test::Scratch scratch_;
   static bool tiny_made_;
 };
-std::string tools::root_;
+tool_test::Scratch tools::scratch_;
 bool tools::tiny_made_ = false;
 
 TEST_F(tools, make_tiny_writes_a_loadable_checkpoint) {

@@ -14,33 +14,15 @@
 #include <vector>
 
 #include "engine/arena.h"
+#include "tests/cpu/tool_runner.h"
 
 namespace strata {
 namespace {
 
+using namespace tool_test;
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-const std::string kMakeTiny = std::string(STRATA_BUILD_DIR) + "/tools/strata-make-tiny";
-const std::string kTrain = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
-
-struct Proc {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 // peak_device_bytes of every step line of a --json run.
 std::vector<size_t> peaks(const std::string& out) {
@@ -59,21 +41,14 @@ std::string plan_table(const std::string& err) {
 
 class train_budget : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = ::testing::TempDir() + "strata_budget_XXXXXX";
-    if (!::mkdtemp(root_.data())) root_.clear();
-  }
-  static void TearDownTestSuite() {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
+  static void SetUpTestSuite() { scratch_.create("strata_budget"); }
+  static void TearDownTestSuite() { scratch_.remove(); }
 
   void SetUp() override {
-    ASSERT_FALSE(root_.empty()) << "mkdtemp failed";
-    for (const std::string& bin : {kMakeTiny, kTrain})
-      ASSERT_TRUE(fs::exists(bin)) << bin << " is missing: build the whole project first (cmake --build "
-                                   << STRATA_BUILD_DIR << ")";
+    ASSERT_TRUE(scratch_.ok()) << "mkdtemp failed";
+    ASSERT_TRUE(tool_test::tools_built());
     if (keep_peak_) return;
-    Proc r = run(kMakeTiny + " " + quote(root_ + "/tiny") +
+    Proc r = run(kMakeTiny + " " + quote(scratch_.path("tiny")) +
                  " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000");
     ASSERT_EQ(r.code, 0) << r.err;
     // The two ends: keep everything, and gradient checkpointing.
@@ -90,20 +65,10 @@ class train_budget : public ::testing::Test {
     ASSERT_LT(gc_peak_ + 4096, keep_peak_) << "the tiny model must leave room between the two";
   }
 
-  static std::string path(const std::string& name) { return root_ + "/" + name; }
+  static std::string path(const std::string& name) { return scratch_.path(name); }
   static void write(const std::string& name, const std::string& text) { std::ofstream(path(name)) << text; }
 
-  static Proc run(const std::string& cmd) {
-    static int n = 0;
-    std::string o = path("out" + std::to_string(n)), e = path("err" + std::to_string(n));
-    ++n;
-    int st = std::system((cmd + " >" + quote(o) + " 2>" + quote(e)).c_str());
-    Proc r;
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r.out = slurp(o);
-    r.err = slurp(e);
-    return r;
-  }
+  static Proc run(const std::string& cmd) { return scratch_.run(cmd); }
 
   static std::string train_cmd(const std::string& extra) {
     return kTrain + " --model " + quote(path("tiny")) + " --data " + quote(path("tiny/tokens.bin")) +
@@ -123,10 +88,10 @@ class train_budget : public ::testing::Test {
     EXPECT_NE(r.err.find("arena budget " + format_bytes(budget)), std::string::npos) << r.err;
   }
 
-  static std::string root_;
+  static tool_test::Scratch scratch_;
   static size_t keep_peak_, gc_peak_;
 };
-std::string train_budget::root_;
+tool_test::Scratch train_budget::scratch_;
 size_t train_budget::keep_peak_ = 0, train_budget::gc_peak_ = 0;
 
 TEST_F(train_budget, a_budget_between_checkpointing_and_keep_trains_within_it) {

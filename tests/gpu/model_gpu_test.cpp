@@ -15,6 +15,7 @@
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/trainer.h"
+#include "tests/golden_reference.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/backend_cuda.h"
@@ -23,35 +24,15 @@ using namespace strata;
 
 namespace {
 
-std::vector<float> ref_tensor(const io::SafetensorsFile& f, const std::string& name) {
-  const io::TensorInfo* t = f.find(name);
-  if (!t) return {};
-  size_t n = 1;
-  for (auto d : t->shape) n *= size_t(d);
-  std::vector<float> out(n);
-  convert_to_f32(out.data(), f.data(*t), t->dtype, n);
-  return out;
-}
-
 class GoldenGpu : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenGpu, Bf16ModelMatchesHuggingFaceFp32) {
   STRATA_REQUIRE_GPU();
-  const std::string dir = std::string(STRATA_TEST_DATA) + "/golden/" + GetParam();
+  const std::string dir = golden::dir(GetParam());
   io::LlamaConfig cfg = io::read_llama_config(dir + "/config.json");
   auto ref = io::SafetensorsFile::open(dir + "/reference.safetensors");
-  const io::TensorInfo* ids_info = ref.find("input_ids");
-  ASSERT_NE(ids_info, nullptr);
-  const int B = int(ids_info->shape[0]), T = int(ids_info->shape[1]);
-  const int32_t* ids = reinterpret_cast<const int32_t*>(ref.data(*ids_info));
-  Batch batch;
-  batch.B = B;
-  batch.T = T;
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      batch.inputs.push_back(ids[b * T + t]);
-      batch.targets.push_back(t + 1 < T ? ids[b * T + t + 1] : -100);
-    }
+  Batch batch = golden::batch(ref);
+  ASSERT_GT(batch.B, 0);
   auto be = make_cuda_backend(size_t(1) << 30);
   ModelOptions mo;
   mo.loss_chunk_tokens = 7;
@@ -60,14 +41,14 @@ TEST_P(GoldenGpu, Bf16ModelMatchesHuggingFaceFp32) {
   Trainer tr(*be, model, TrainOptions{});
   std::vector<float> logits;
   float loss = tr.compute_gradients(batch, &logits);
-  EXPECT_TRUE(gpu_test::close(logits, ref_tensor(ref, "logits"), 5e-4, "logits"));
-  float ref_loss = ref_tensor(ref, "loss")[0];
+  EXPECT_TRUE(gpu_test::close(logits, golden::tensor(ref, "logits"), 5e-4, "logits"));
+  float ref_loss = golden::tensor(ref, "loss")[0];
   EXPECT_NEAR(loss, ref_loss, 1e-2 * std::fabs(ref_loss));
   double worst = 0;
   for (auto& p : model.params()) {
     std::vector<float> g(size_t(p.shape.numel()));
     be->download_f32(g.data(), p.grad_view());
-    auto r = gpu_test::close(g, ref_tensor(ref, "grad." + p.name), 2e-3, p.name);
+    auto r = gpu_test::close(g, golden::tensor(ref, "grad." + p.name), 2e-3, p.name);
     EXPECT_TRUE(r);
   }
   std::printf("[ golden gpu ] %s: loss %.6f vs HF fp32 %.6f\n", GetParam().c_str(), loss, ref_loss);
