@@ -74,11 +74,16 @@ void WeightPager::write_host(size_t i, const float* src) {
       s.state = SlotState::EMPTY;
       s.ticket = 0;
     }
+  if (!host_->base()) return;  // the sim backend's host tier has no memory: nothing to write
   convert_from_f32(host_->base() + host_off_[size_t(w.layer)] + offset_[i], dtype_, src, size_t(w.shape.numel()));
 }
 
 void WeightPager::read_host(size_t i, float* dst) const {
   const PagedWeight& w = weights_[i];
+  if (!host_->base()) {  // sim backend: no data
+    std::fill(dst, dst + w.shape.numel(), 0.0f);
+    return;
+  }
   convert_to_f32(dst, host_->base() + host_off_[size_t(w.layer)] + offset_[i], dtype_, size_t(w.shape.numel()));
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/attention_workspace.h"
 
@@ -30,6 +31,18 @@ double rows(const Tensor& t) {
 double cols(const Tensor& t) {
   return double(t.shape[t.shape.nd - 1]);
 }
+
+// Host memory that does not exist: the slot store and the pager only compute offsets from it.
+class SimHostReservation final : public HostReservation {
+ public:
+  explicit SimHostReservation(size_t bytes) : bytes_(bytes) {}
+  std::byte* base() const override { return nullptr; }
+  size_t bytes() const override { return bytes_; }
+  bool pinned() const override { return true; }  // the cuda backend pins its host pool
+
+ private:
+  size_t bytes_;
+};
 
 class SimBackendImpl final : public SimBackend {
  public:
@@ -63,6 +76,30 @@ class SimBackendImpl final : public SimBackend {
     if (!cuda()) return 0;
     return opt_.profile.context_bytes + (opt_.budget ? arena_.budget() : arena_.high_water());
   }
+
+  void synchronize() override {
+    settle();
+    wait_until(copy_free_);
+  }
+
+  // --- host tier and weight pager transfers (no bytes move).
+  std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
+    return std::make_unique<SimHostReservation>(bytes);
+  }
+  CopyTicket copy_to_host_async(void*, Tensor src) override {
+    times_.d2h_bytes += src.bytes();
+    return issue(cost_.d2h(B(src)));
+  }
+  CopyTicket copy_to_device_async(Tensor dst, const void*) override {
+    times_.h2d_bytes += dst.bytes();
+    return issue(cost_.h2d(B(dst)));
+  }
+  bool copy_done(CopyTicket t) override { return now_ >= copy_end(t); }
+  void copy_wait_host(CopyTicket t) override {
+    settle();
+    wait_until(copy_end(t));
+  }
+  void copy_wait_compute(CopyTicket t) override { compute_after_ = std::max(compute_after_, copy_end(t)); }
 
   void upload_f32(Tensor dst, const float*) override { copy(cost_.h2d(B(dst))); }
   void download_f32(float* dst, Tensor src) override {
@@ -214,7 +251,36 @@ class SimBackendImpl final : public SimBackend {
             opt_.profile.attention_plan_ws_bwd_gqa_copies, opt_.profile.attention_dq_accum};
   }
   bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
+  // A compute-stream op starts no earlier than the copies it was told to wait for.
+  void settle() {
+    if (compute_after_ > now_) wait_until(compute_after_);
+    compute_after_ = 0;
+  }
+  void wait_until(double t) {
+    if (t <= now_) return;
+    times_.copy_wait_s += t - now_;
+    now_ = t;
+  }
+  // One copy on the copy stream. mirror = cpu: synchronous, done at issue (cpu semantics).
+  CopyTicket issue(double s) {
+    times_.copy_busy_s += s;
+    if (!cuda()) {
+      now_ += s;
+      times_.copy_s += s;
+      copy_ends_.push_back(now_);
+    } else {
+      const double start = std::max(copy_free_, now_);
+      copy_free_ = start + s;
+      copy_ends_.push_back(copy_free_);
+    }
+    return CopyTicket(copy_ends_.size());
+  }
+  double copy_end(CopyTicket t) const {
+    STRATA_CHECK(t >= 1 && t <= copy_ends_.size(), fmt::format("sim: unknown copy ticket {}", t));
+    return copy_ends_[size_t(t - 1)];
+  }
   void charge(OpKind k, double s, int kernels, bool is_fwd) {
+    settle();
     now_ += s;
     times_.op_s[size_t(k)] += s;
     times_.kernels += kernels;
@@ -223,11 +289,13 @@ class SimBackendImpl final : public SimBackend {
   void fwd(OpKind k, double s, int kernels = 1) { charge(k, s, kernels, true); }
   void bwd(OpKind k, double s, int kernels = 1) { charge(k, s, kernels, false); }
   void memset(double s) {
+    settle();
     now_ += s;
     times_.memset_s += s;
     times_.kernels++;
   }
   void copy(double s) {
+    settle();
     now_ += s;
     times_.copy_s += s;
   }
@@ -246,7 +314,10 @@ class SimBackendImpl final : public SimBackend {
   Arena arena_;
   Buffer gemm_ws_;
   std::string desc_;
-  double now_ = 0;
+  double now_ = 0;                 // the compute clock: end of the last compute-stream op
+  double compute_after_ = 0;       // the next compute op starts no earlier (copy_wait_compute)
+  double copy_free_ = 0;           // the copy stream is busy until then
+  std::vector<double> copy_ends_;  // per ticket (1-based): when the copy lands
   SimTimes times_;
 };
 

@@ -4,8 +4,14 @@
 // same order, same tags — so the engine above it (tape, plan, allocator) runs unchanged and the
 // forecast peak is the engine's own.
 //
-// One compute timeline: every op runs after the previous one (the cpu and cuda backends have one
-// stream today; copy streams arrive with the host/disk tiers).
+// One compute timeline: every op runs after the previous one. Host/device copies of the host tier
+// and the weight pager (reserve_host and the copy API) run on one copy-stream timeline beside it
+// (mirror = cuda): a copy starts at max(copy stream free, compute clock at issue) and lasts
+// bytes / (d2h|h2d GB/s); it is done once the compute clock has passed its end; a host wait moves
+// the clock to its end, a compute wait holds the next compute op until then. mirror = cpu copies
+// synchronously (cpu semantics: done at once), so the allocation schedule is the cpu backend's.
+// Host reservations have a null base: no byte is ever read or written. The disk tier (a real
+// io_uring file) is not modelled: forecast() refuses plans with disk decisions.
 #pragma once
 #include <array>
 #include <memory>
@@ -35,6 +41,9 @@ struct SimOptions {
 struct SimTimes {
   std::array<double, size_t(OpKind::count_)> op_s{};  // per op kind, recompute included
   double memset_s = 0, copy_s = 0;                    // zero/fill, host copies
+  double copy_wait_s = 0;               // compute clock stalled on tier/pager copies (host or compute waits)
+  double copy_busy_s = 0;               // copy stream busy (tier/pager copies, overlapped with compute on cuda)
+  size_t d2h_bytes = 0, h2d_bytes = 0;  // tier/pager copies
   double recompute_s = 0;
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached

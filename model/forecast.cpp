@@ -36,6 +36,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   // As strata-train builds them: --freeze-base trains the norms only; LoRA freezes the base.
   mo.train_base = r.mode == TrainMode::full;
   mo.train_norms = r.mode == TrainMode::frozen;
+  mo.page_frozen_layers = r.layer_offloading;
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
     mo.lora.alpha = r.lora_alpha;
@@ -77,6 +78,7 @@ bool is_workspace(const std::string& tag) {
 std::string category(const std::string& tag) {
   if (tag == "weights") return "weights (fp32 master)";
   if (tag == "weights.compute") return "weights.compute";
+  if (tag.rfind("weights.page", 0) == 0) return "weights (paged layer slots)";
   if (tag == "grads" || tag == "adam.m" || tag == "adam.v") return tag;
   if (is_workspace(tag)) return "workspaces";
   if (tag.rfind("grad:", 0) == 0) return "activation gradients";
@@ -135,6 +137,15 @@ void breakdown_at_peak(Forecast& f) {
 Forecast forecast(const ForecastRequest& r) {
   if (r.seq < 1 || r.batch < 1)
     throw ConfigError(fmt::format("seq ({}) and batch ({}) must be >= 1", r.seq, r.batch), "command line", "seq");
+  // The disk tier writes a real io_uring file from host staging memory the sim does not have.
+  auto to_disk = [](const std::vector<std::pair<std::string, Decision>>& v) {
+    return std::any_of(v.begin(), v.end(), [](auto& e) { return e.second == Decision::disk; });
+  };
+  if (to_disk(r.plan.overrides) || to_disk(r.plan.rules))
+    STRATA_THROW(UnsupportedError,
+                 fmt::format("the plan '{}' sends slots to the disk tier, which the sim does not model (only the "
+                             "device and host tiers); forecast activation_offloading: true instead",
+                             r.plan.preset));
   Forecast f;
   SimOptions so;
   so.budget = r.budget;
@@ -151,6 +162,7 @@ Forecast forecast(const ForecastRequest& r) {
     f.trainable = model.trainable_count();
     TrainOptions to;
     to.plan = r.plan;
+    to.tiers = r.tiers;
     Trainer trainer(*be, model, to);
     Batch batch = forecast_batch(r);
     be->reset_times();
@@ -171,7 +183,18 @@ Forecast forecast(const ForecastRequest& r) {
       f.peak_bytes = st.peak_device_bytes;
       f.saved_bytes = st.saved_bytes;
       f.recomputed_nodes = st.recomputed_nodes;
+      const TierStats& ts = trainer.store().stats();
+      f.peak_host_slot_bytes = st.peak_host_bytes;
+      f.host_reserved_bytes = ts.host_reserved_bytes;
+      f.offloaded_bytes = ts.offloaded_bytes;
+      f.loaded_bytes = ts.loaded_bytes;
+      if (const WeightPager* pager = model.pager()) f.paged_host_bytes = pager->host_bytes();
+      f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes;
+      f.paged_bytes_uploaded = st.paged_bytes_uploaded;
+      f.paged_uploads = st.paged_uploads;
       const SimTimes& t = be->times();
+      f.copy_wait_s = t.copy_wait_s;
+      f.copy_busy_s = t.copy_busy_s;
       f.step_s = end_s - f.step_start_s;
       const double bwd0 = t.backward_start_s >= 0 ? t.backward_start_s : end_s;
       const double opt0 = t.optimizer_start_s >= 0 ? t.optimizer_start_s : end_s;
@@ -185,6 +208,7 @@ Forecast forecast(const ForecastRequest& r) {
         if (t.op_s[size_t(k)] > 0) f.time_by_op.emplace_back(op_kind_name(OpKind(k)), t.op_s[size_t(k)]);
       if (t.memset_s > 0) f.time_by_op.emplace_back("memset", t.memset_s);
       if (t.copy_s > 0) f.time_by_op.emplace_back("host copies", t.copy_s);
+      if (t.copy_wait_s > 0) f.time_by_op.emplace_back("waiting on tier copies", t.copy_wait_s);
       std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
       breakdown_at_peak(f);
       const double peak_abs = f.step_start_s + f.peak_at_s;

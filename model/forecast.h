@@ -31,7 +31,9 @@ struct ForecastRequest {
   Plan plan = Plan::keep_everything();
   DeviceProfile profile;
   SimMirror mirror = SimMirror::cuda;
-  size_t budget = 0;  // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
+  size_t budget = 0;              // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
+  bool layer_offloading = false;  // page the frozen layer weights from host (frozen or lora only)
+  TierOptions tiers;              // host tier bounds (in-flight, prefetch); the disk tier is refused
 };
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
@@ -61,6 +63,17 @@ struct Forecast {
   std::vector<MemoryItem> activations;  // activation slot classes live at the peak (layers folded)
   std::vector<MemoryItem> workspaces;   // in-op allocations live at the peak
   size_t saved_bytes = 0;               // saved slots resident at the end of forward
+
+  // Host tier: saved slots offloaded by the slot store, and the weight pager's frozen layers.
+  size_t peak_host_slot_bytes = 0;               // slot store: host pool in use, peak
+  size_t host_reserved_bytes = 0;                // slot store: its host reservation
+  size_t paged_host_bytes = 0;                   // weight pager: its host reservation (all frozen layers)
+  size_t peak_host_bytes = 0;                    // the host tier's peak: slot store peak + pager reservation
+  size_t offloaded_bytes = 0, loaded_bytes = 0;  // slot store, this step
+  size_t paged_bytes_uploaded = 0;               // weight pager, this step
+  long paged_uploads = 0;
+  double copy_wait_s = 0;  // compute stalled on host copies (slot store / pager)
+  double copy_busy_s = 0;  // the copy stream busy
   long recomputed_nodes = 0;
 
   // Time (model clock of the cost model).
@@ -80,6 +93,7 @@ struct Forecast {
   double step_start_s = 0;
 };
 
+// UnsupportedError for plans that send slots to the disk tier (the sim has no disk model).
 Forecast forecast(const ForecastRequest& r);
 
 // "L12.attn.q" -> "L*.attn.q"; other names unchanged.

@@ -187,12 +187,18 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   y += fmt::format("# forecast: arena peak {} (high-water {}) under a budget of {}; step {:.4f} s, {:.0f} tokens/s\n",
                    format_bytes(f.peak_bytes), format_bytes(f.high_water_bytes), format_bytes(budget), f.step_s,
                    f.tokens_per_s);
-  y += fmt::format("# plan: {} (keep/recompute only: the host and disk tiers do not exist yet)\n", plan.preset);
+  y += fmt::format("# plan: {}\n", plan.preset);
   y += fmt::format("sequence_len: {}\nmicro_batch_size: {}\nloss_chunk_tokens: {}\n", r.seq, r.batch,
                    r.loss_chunk_tokens);
   if (budget) y += fmt::format("device_memory: {}  # {}\n", budget, format_bytes(budget));
   if (r.mode == TrainMode::frozen) y += "freeze_base: true\n";
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
+  if (r.layer_offloading) y += "layer_offloading: true\n";
+  static const std::string kOffload = "activation_offloading: ";
+  if (plan.preset.rfind(kOffload, 0) == 0 && plan.overrides.empty()) {  // the preset itself (legacy's sync included)
+    y += plan.preset + "\n";
+    return y;
+  }
   std::vector<std::pair<std::string, Decision>> table = plan.overrides;
   if (plan.checkpoint_every > 0) {
     y += plan.checkpoint_every == 1 ? "gradient_checkpointing: true\n"

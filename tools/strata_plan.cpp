@@ -1,6 +1,7 @@
 // strata-plan: forecasts peak device memory and step time of one training step without a GPU,
 // by running the engine itself on the sim backend; with --budget, chooses keep/recompute per slot
-// class for the fastest forecast step that fits and prints it as a strata-train config.
+// class for the fastest forecast step that fits and prints it as a strata-train config. The host
+// tier (activation offloading presets, layer offloading) is forecast; the disk tier is refused.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,12 +22,17 @@ using json = nlohmann::ordered_json;
 static const char* kUsage =
     "usage: strata-plan --model DIR|config.json|NAME --seq N [--batch 1] [--mode full|frozen|lora]\n"
     "                   [--lora-rank R] [--lora-alpha A] [--loss-chunk 512] [--config FILE.yaml]\n"
-    "                   [--preset keep|gradient_checkpointing|selective_recompute [--every N] | --budget BYTES]\n"
+    "                   [--preset keep|gradient_checkpointing|selective_recompute|offload|legacy|hidden_states\n"
+    "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--write-config FILE.yaml] [--json] [--svg FILE.svg]\n"
-    "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock).\n"
+    "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
+    "host copies on a copy-stream timeline). offload|legacy|hidden_states: activation_offloading true|\n"
+    "legacy|hidden_states (host tier); --layer-offloading pages frozen layer weights (frozen or lora).\n"
+    "--host-budget: reports whether the host tier's peak fits BYTES (the planner does not search it).\n"
     "--budget: the fastest keep/recompute plan whose step fits an arena of BYTES (e.g. 40GiB), printed\n"
-    "as YAML for strata-train --config. Only keep/recompute: the host and disk tiers do not exist yet.\n";
+    "as YAML for strata-train --config. The planner chooses keep/recompute only; the disk tier\n"
+    "(activation_offloading: disk) is not modelled and is refused.\n";
 
 namespace {
 
@@ -51,12 +57,43 @@ Plan preset_plan(const std::string& name, int every) {
   if (name == "keep" || name == "keep-everything") return Plan::keep_everything();
   if (name == "gradient_checkpointing" || name == "gc") return Plan::gradient_checkpointing(every);
   if (name == "selective_recompute" || name == "selective") return Plan::selective_recompute();
-  throw ConfigError(fmt::format("--preset must be keep, gradient_checkpointing or selective_recompute, got '{}'", name),
+  if (name == "offload" || name == "true") return Plan::activation_offloading(Decision::host);
+  if (name == "legacy") return Plan::activation_offloading(Decision::host, true);
+  if (name == "hidden_states") return Plan::hidden_states();
+  if (name == "disk")
+    throw ConfigError(
+        "--preset disk: the sim does not model the disk tier (activation_offloading: disk); forecast "
+        "--preset offload (the host tier) instead",
+        "command line", "preset");
+  throw ConfigError(fmt::format("--preset must be keep, gradient_checkpointing, selective_recompute, offload, legacy "
+                                "or hidden_states, got '{}'",
+                                name),
                     "command line", "preset");
 }
 
 double pct(double part, double whole) {
   return whole > 0 ? 100.0 * part / whole : 0.0;
+}
+
+void print_host(const Forecast& f, size_t host_budget) {
+  std::printf("peak host memory (host tier): %s = slot store %s (reserved %s; %s offloaded, %s loaded back)",
+              format_bytes(f.peak_host_bytes).c_str(), format_bytes(f.peak_host_slot_bytes).c_str(),
+              format_bytes(f.host_reserved_bytes).c_str(), format_bytes(f.offloaded_bytes).c_str(),
+              format_bytes(f.loaded_bytes).c_str());
+  if (f.paged_host_bytes)
+    std::printf(" + weight pager %s (%ld layer uploads, %s this step)", format_bytes(f.paged_host_bytes).c_str(),
+                f.paged_uploads, format_bytes(f.paged_bytes_uploaded).c_str());
+  std::printf("\n");
+  if (f.copy_busy_s > 0)
+    std::printf("host copies: copy stream busy %.4f s, compute waited %.4f s on them\n", f.copy_busy_s, f.copy_wait_s);
+  if (host_budget) {
+    if (f.peak_host_bytes <= host_budget)
+      std::printf("fits the host budget: %s of %s left at the host peak\n",
+                  format_bytes(host_budget - f.peak_host_bytes).c_str(), format_bytes(host_budget).c_str());
+    else
+      std::printf("does NOT fit the host budget (%s): needs %s more\n", format_bytes(host_budget).c_str(),
+                  format_bytes(f.peak_host_bytes - host_budget).c_str());
+  }
 }
 
 void print_forecast(const Forecast& f, size_t budget, const std::string& budget_what) {
@@ -124,7 +161,17 @@ json forecast_json(const Forecast& f) {
           {"tokens_per_s", f.tokens_per_s},
           {"time_by_op_s", t},
           {"kernels", f.kernels},
-          {"recomputed_nodes", f.recomputed_nodes}};
+          {"recomputed_nodes", f.recomputed_nodes},
+          {"peak_host_bytes", f.peak_host_bytes},
+          {"peak_host_slot_bytes", f.peak_host_slot_bytes},
+          {"host_reserved_bytes", f.host_reserved_bytes},
+          {"paged_host_bytes", f.paged_host_bytes},
+          {"offloaded_bytes", f.offloaded_bytes},
+          {"loaded_bytes", f.loaded_bytes},
+          {"paged_bytes_uploaded", f.paged_bytes_uploaded},
+          {"paged_uploads", f.paged_uploads},
+          {"copy_busy_s", f.copy_busy_s},
+          {"copy_wait_s", f.copy_wait_s}};
 }
 
 }  // namespace
@@ -132,13 +179,13 @@ json forecast_json(const Forecast& f) {
 int main(int argc, char** argv) {
   ForecastRequest req;
   std::string model_spec, svg_path, write_config, device;
-  size_t budget = 0;
+  size_t budget = 0, host_budget = 0;
   bool json_out = false, have_budget = false;
   try {
     cli::Args a(argc, argv,
                 {"model", "seq", "batch", "mode", "lora-rank", "lora-alpha", "loss-chunk", "config", "preset", "every",
-                 "budget", "profile", "mirror", "device-name", "write-config", "svg"},
-                {"json", "help"});
+                 "budget", "profile", "mirror", "device-name", "write-config", "svg", "host-budget"},
+                {"json", "help", "layer-offloading"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -165,6 +212,8 @@ int main(int argc, char** argv) {
                                     req.seq, req.batch, req.loss_chunk_tokens, req.lora_rank),
                         "command line", "seq");
     req.plan = a.has("preset") ? preset_plan(a.str("preset"), int(a.integer("every", 1))) : tc.plan;
+    req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
+    if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
     req.profile = find_profile(a.str("profile", "h100_80gb"));
     const std::string mirror = a.str("mirror", "cuda");
     if (mirror != "cuda" && mirror != "cpu")
@@ -204,7 +253,11 @@ int main(int argc, char** argv) {
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));
-    std::fprintf(info, "tiers: device only; plans are keep/recompute (the host and disk tiers do not exist yet)\n");
+    std::fprintf(info,
+                 "tiers: device and host (the disk tier is not modelled); %s%s; the planner chooses "
+                 "keep/recompute only\n",
+                 req.layer_offloading ? "frozen layer weights paged from host" : "no weight paging",
+                 host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "");
 
     Forecast f;
     Plan plan = req.plan;
@@ -255,6 +308,7 @@ int main(int argc, char** argv) {
     if (!json_out) {
       std::printf("plan: %s\n", plan.preset.c_str());
       print_forecast(f, budget, budget_what);
+      print_host(f, host_budget);
       if (have_budget) std::printf("\n# ---- strata-train --config (accepted unchanged) ----\n%s", yaml.c_str());
     } else {
       out["model"] = model_spec;
@@ -263,7 +317,10 @@ int main(int argc, char** argv) {
       out["mode"] = train_mode_name(req.mode);
       out["profile"] = {{"name", p.name}, {"source", p.source}, {"calibrated", calibrated}};
       out["mirror"] = sim_mirror_name(req.mirror);
-      out["tiers"] = "device only (keep/recompute); host and disk tiers do not exist yet";
+      out["tiers"] = "device and host; the disk tier is not modelled; the planner chooses keep/recompute only";
+      out["layer_offloading"] = req.layer_offloading;
+      out["host_budget"] = host_budget;
+      if (host_budget) out["fits_host_budget"] = f.peak_host_bytes <= host_budget;
       out["plan"] = plan.preset;
       out["budget"] = budget;
       out["forecast"] = forecast_json(f);
@@ -287,6 +344,9 @@ int main(int argc, char** argv) {
     return exit_code;
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "strata-plan: %s\n", e.what());
+    return 2;
+  } catch (const UnsupportedError& e) {
+    std::fprintf(stderr, "strata-plan: unsupported: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-plan: error: %s\n", e.what());
