@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
+#include "tests/cpu/expect_error.h"
 
 namespace strata::io {
 namespace {
@@ -27,19 +28,7 @@ const char* kLlama32_1B = R"({
 const char* kMinimal = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
   "num_attention_heads": 4, "vocab_size": 100})";
 
-template <class E, class F>
-std::optional<E> catch_as(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return std::nullopt;
-}
+using strata::test_util::catch_as;
 
 // Parses `json` as "dir/config.json"; expects a ConfigError naming the file and `field`.
 void expect_config_error(const std::string& json, const std::string& field, std::vector<std::string> words = {}) {

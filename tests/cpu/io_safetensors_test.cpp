@@ -17,6 +17,7 @@
 #include "engine/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "tests/cpu/expect_error.h"
 
 namespace strata::io {
 namespace {
@@ -58,19 +59,7 @@ std::set<std::string> list_dir(const std::string& dir) {
   return out;
 }
 
-template <class E, class F>
-std::optional<E> catch_as(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return std::nullopt;
-}
+using strata::test_util::catch_as;
 
 // The error must carry the file and field, and its message must mention the file and `words`.
 void expect_format_error(const std::string& path, const std::string& field, std::vector<std::string> words) {

@@ -9,23 +9,12 @@
 
 #include "engine/error.h"
 #include "io/tokens.h"
+#include "tests/cpu/expect_error.h"
 
 namespace strata::io {
 namespace {
 
-template <class E, class F>
-std::optional<E> catch_as(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return std::nullopt;
-}
+using strata::test_util::catch_as;
 
 class io_tokens : public ::testing::Test {
  protected:

@@ -20,6 +20,7 @@
 
 #include "engine/error.h"
 #include "io/uring_file.h"
+#include "tests/cpu/expect_error.h"
 
 namespace strata::io {
 namespace {
@@ -50,19 +51,7 @@ long first_mismatch(const char* a, const char* b, size_t n) {
   return -1;
 }
 
-template <class E, class F>
-std::optional<E> catch_as(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return std::nullopt;
-}
+using strata::test_util::catch_as;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;

@@ -23,6 +23,7 @@
 #include "io/tokens.h"
 #include "model/llama.h"
 #include "model/trainer.h"
+#include "tests/cpu/expect_error.h"
 
 namespace strata {
 namespace {
@@ -32,19 +33,7 @@ using json = nlohmann::json;
 
 const std::string kGolden = std::string(STRATA_TEST_DATA) + "/golden/gqa_untied";
 
-template <class E, class F>
-std::optional<E> catch_as(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return std::nullopt;
-}
+using strata::test_util::catch_as;
 
 bool contains(const std::string& s, const std::string& w) {
   return s.find(w) != std::string::npos;

@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "model/rng.h"
 #include "model/trainer.h"
+#include "tests/cpu/tiny_model.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -21,16 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 io::LlamaConfig cfg() {
-  io::LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 61;
-  c.rms_norm_eps = 1e-5f;
-  return c;
+  return test_util::tiny_config();
 }
 
 std::string fresh_dir(const std::string& name) {

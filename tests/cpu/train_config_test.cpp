@@ -12,25 +12,14 @@
 
 #include "engine/error.h"
 #include "engine/plan.h"
+#include "tests/cpu/expect_error.h"
 
 namespace strata {
 namespace {
 
 const std::string kPath = "/configs/run.yaml";
 
-template <class E, class F>
-std::optional<E> catch_as(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return std::nullopt;
-}
+using strata::test_util::catch_as;
 
 // The decision as text, so failures print readably.
 std::string decide(const Plan& p, const char* cls) {
