@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "io/uring_file.h"
+
 namespace strata {
 
 namespace {
@@ -27,6 +29,9 @@ void Backend::copy_wait_host(CopyTicket) {
 }
 void Backend::copy_wait_compute(CopyTicket) {
   no_tiers(*this);
+}
+std::unique_ptr<DiskFile> Backend::open_disk_file(const std::string& dir, size_t bytes) {
+  return std::make_unique<io::UringFile>(dir, bytes);
 }
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/arena.h"
+#include "engine/disk_file.h"
 #include "engine/tensor.h"
 #include "kernels/adamw.h"
 #include "kernels/rope.h"
@@ -81,29 +82,36 @@ class Backend {
   virtual bool copy_done(CopyTicket t);          // polls, never blocks
   virtual void copy_wait_host(CopyTicket t);     // the host blocks until the copy landed
   virtual void copy_wait_compute(CopyTicket t);  // the compute stream waits; the host does not
+  // The disk tier's file of `bytes` inside `dir`: by default a real io::UringFile (io_uring, O_DIRECT); the sim
+  // backend returns one that moves no bytes and only costs time. IoError naming the path on failure.
+  virtual std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes);
 
-  // --- ops; every backward accumulates into its gradient outputs; undefined grads are skipped.
+  // --- ops. A backward writes each defined gradient output and skips undefined ones. Its
+  // `acc_*` flag says how: true adds into the gradient (another op already wrote it this step),
+  // false overwrites it (the first write), so nobody zeroes a gradient before backward.
   virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) = 0;
-  virtual void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) = 0;
+  virtual void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) = 0;
   virtual void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) = 0;
-  virtual void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) = 0;
+  virtual void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
+                           bool acc_dw) = 0;
   virtual void linear_fwd(Tensor y, Tensor x, Tensor w) = 0;
-  virtual void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) = 0;
+  virtual void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) = 0;
   virtual void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) = 0;
-  virtual void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) = 0;
+  virtual void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) = 0;
   // q [B,T,Hq,D], k/v [B,T,Hkv,D], out [B,T,Hq,D], lse [B,Hq,T].
   virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) = 0;
   virtual void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                             Tensor lse) = 0;
+                             Tensor lse, bool acc_dq, bool acc_dk, bool acc_dv) = 0;
   virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
-  virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) = 0;
+  virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
+                          bool acc_dup) = 0;
   virtual void add_fwd(Tensor out, Tensor a, Tensor b, float scale) = 0;
-  virtual void add_bwd(Tensor da, Tensor db, Tensor dout, float scale) = 0;
+  virtual void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) = 0;
   // loss [1] f32 (mean over targets >= 0), lse [N] f32.
   virtual void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) = 0;
   // dloss [1] f32 is the incoming gradient of the loss.
   virtual void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
-                              int chunk) = 0;
+                              int chunk, bool acc_dx, bool acc_dw) = 0;
   virtual void lm_head_logits(Tensor logits, Tensor x, Tensor w) = 0;
   // out [1] f32 += sum of squares of g.
   virtual void grad_norm_sq(Tensor out, Tensor g) = 0;
@@ -112,6 +120,13 @@ class Backend {
   // from the device scalar norm_sq, so clipping never forces a host sync.
   virtual void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
                           const AdamWParams& p, int t) = 0;
+
+  // The accumulating forms of two backward ops (strata-calibrate times these).
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) { linear_bwd(dx, dw, dy, x, w, true, true); }
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
+                     Tensor lse) {
+    attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, true, true, true);
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(size_t arena_budget_bytes);

@@ -22,7 +22,13 @@ const char* kDatasheetSource =
     "measured on the H200 host, attention throughput assumed from published FlashAttention-3/cuDNN numbers; "
     "cuDNN 9.14 attention plan workspaces measured on the H200 host (tests/gpu/sim_gpu_test.cpp)";
 
-DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, double hbm_gbps) {
+// The disk tier: docs/BENCHMARKS.md ("Memory tiers"), measured in the same command as the tier benchmarks.
+const char* kH200HostDisk =
+    "O_DIRECT on the H200 host's local disk, strata-bench --measure-disk (4 MiB requests, queue depth 8), "
+    "2026-11-26: 2.43 GB/s write, 2.14 GB/s read (docs/BENCHMARKS.md)";
+
+DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, double hbm_gbps,
+                     std::string disk_source) {
   DeviceProfile p;
   p.name = std::move(name);
   p.match = std::move(match);
@@ -37,6 +43,9 @@ DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, d
   p.h2d_gbps = 55;
   p.d2h_gbps = 55;
   p.launch_overhead_us = 3;
+  p.disk_write_gbps = 2.43;
+  p.disk_read_gbps = 2.14;
+  p.disk_source = std::move(disk_source);
   p.attention_plan_ws_fwd_bytes = 256;
   p.attention_plan_ws_bwd_bytes = 256;
   p.attention_plan_ws_bwd_gqa_copies = 1;
@@ -79,6 +88,9 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["h2d_gbps"] = p.h2d_gbps;
   j["d2h_gbps"] = p.d2h_gbps;
   j["launch_overhead_us"] = p.launch_overhead_us;
+  j["disk_write_gbps"] = p.disk_write_gbps;
+  j["disk_read_gbps"] = p.disk_read_gbps;
+  j["disk_source"] = p.disk_source;
   j["attention_plan_ws_fwd_bytes"] = p.attention_plan_ws_fwd_bytes;
   j["attention_plan_ws_bwd_bytes"] = p.attention_plan_ws_bwd_bytes;
   j["attention_plan_ws_bwd_gqa_copies"] = p.attention_plan_ws_bwd_gqa_copies;
@@ -108,6 +120,9 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.h2d_gbps = field<double>(j, "h2d_gbps", where);
   p.d2h_gbps = field<double>(j, "d2h_gbps", where);
   p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
+  p.disk_write_gbps = field<double>(j, "disk_write_gbps", where, false, 0.0);
+  p.disk_read_gbps = field<double>(j, "disk_read_gbps", where, false, 0.0);
+  p.disk_source = field<std::string>(j, "disk_source", where, false, "");
   p.attention_plan_ws_fwd_bytes = field<size_t>(j, "attention_plan_ws_fwd_bytes", where, false, 0);
   p.attention_plan_ws_bwd_bytes = field<size_t>(j, "attention_plan_ws_bwd_bytes", where, false, 0);
   p.attention_plan_ws_bwd_gqa_copies = field<int>(j, "attention_plan_ws_bwd_gqa_copies", where, false, 0);
@@ -120,6 +135,12 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
     if (!(v > 0))
       STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' must be > 0, got {}", where, key, v), where,
                    key);
+  // Optional: 0 = not measured (a disk-tier forecast then says how to measure it).
+  for (auto [key, v] : {std::pair{"disk_write_gbps", p.disk_write_gbps}, {"disk_read_gbps", p.disk_read_gbps}})
+    if (!(v >= 0))
+      STRATA_THROW(ConfigError,
+                   fmt::format("{}: device profile field '{}' must be >= 0 (0 = not measured), got {}", where, key, v),
+                   where, key);
   return p;
 }
 
@@ -140,8 +161,10 @@ void save_profile(const DeviceProfile& p, const std::string& path) {
 const std::vector<std::pair<std::string, DeviceProfile>>& builtin_profiles() {
   // Totals as the driver reports them (81559 MiB and 143771 MiB).
   static const std::vector<std::pair<std::string, DeviceProfile>> profiles = {
-      {"h100_80gb", hopper("NVIDIA H100 80GB HBM3", "H100", size_t(81559) << 20, 3350)},
-      {"h200", hopper("NVIDIA H200", "H200", size_t(143771) << 20, 4800)},
+      {"h100_80gb", hopper("NVIDIA H100 80GB HBM3", "H100", size_t(81559) << 20, 3350,
+                           std::string(kH200HostDisk) +
+                               "; the H100 host's disk was not measured: run strata-calibrate --disk DIR there")},
+      {"h200", hopper("NVIDIA H200", "H200", size_t(143771) << 20, 4800, kH200HostDisk)},
   };
   return profiles;
 }
@@ -181,6 +204,26 @@ double CostModel::h2d(double bytes) const {
 }
 double CostModel::d2h(double bytes) const {
   return floor(bytes / (p_.d2h_gbps * 1e9));
+}
+
+void CostModel::require_disk() const {
+  for (auto [key, v] : {std::pair{"disk_write_gbps", p_.disk_write_gbps}, {"disk_read_gbps", p_.disk_read_gbps}})
+    if (!(v > 0))
+      STRATA_THROW(ConfigError,
+                   fmt::format("device profile '{}': field '{}' is {} (the disk was not measured), but the plan sends "
+                               "slots to the disk tier; run strata-calibrate --disk DIR on the training host (DIR on "
+                               "the disk that offload_dir points to) or set disk_write_gbps and disk_read_gbps "
+                               "(GB/s) in the profile",
+                               p_.name, key, v),
+                   p_.name, key);
+}
+double CostModel::disk_write(double bytes) const {
+  require_disk();
+  return bytes / (p_.disk_write_gbps * 1e9);
+}
+double CostModel::disk_read(double bytes) const {
+  require_disk();
+  return bytes / (p_.disk_read_gbps * 1e9);
 }
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // The sim backend's cost model: a device profile (throughputs, bandwidths, launch floor, library
-// workspace sizes) and the time each kind of kernel takes on it. Profiles are JSON files
-// (profiles/*.json) written by hand from datasheets today and by strata-calibrate later.
+// workspace sizes, the disk tier's bandwidth) and the time each kind of kernel or transfer takes on
+// it. Profiles are JSON files (profiles/*.json) written by hand from datasheets and measurements, or
+// by strata-calibrate.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,12 @@ struct DeviceProfile {
   double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
   double h2d_gbps = 0, d2h_gbps = 0;
   double launch_overhead_us = 0;  // no kernel is shorter than this
+
+  // The disk tier (activation_offloading: disk): sequential O_DIRECT bandwidth of the offload directory's disk,
+  // as io::measure_direct_bandwidth measures it (strata-calibrate --disk DIR). 0 = not measured: forecasting a plan
+  // with disk decisions is then a ConfigError. `disk_source` says where the numbers come from.
+  double disk_write_gbps = 0, disk_read_gbps = 0;
+  std::string disk_source;
 
   // cuDNN's execution-plan workspace for the attention graphs (kernels/attention_workspace.h):
   // forward a constant; backward a constant plus, for GQA, `gqa_copies` fp32 [B, Hq, T, D]
@@ -65,6 +72,10 @@ class CostModel {
   double memory(double bytes) const;  // an elementwise kernel moving `bytes`
   double h2d(double bytes) const;
   double d2h(double bytes) const;
+  // One disk-tier request (no launch floor). ConfigError naming the profile and the field when it is not measured.
+  double disk_write(double bytes) const;
+  double disk_read(double bytes) const;
+  void require_disk() const;  // both disk fields measured, else that ConfigError
 
  private:
   DeviceProfile p_;

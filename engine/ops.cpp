@@ -15,7 +15,7 @@ class EmbeddingOp final : public Op {
   const char* name() const override { return "embedding"; }
   void forward(Backend& be, const OpArgs& a) override { be.embedding_fwd(a.out[0], a.in[0], a.in[1]); }
   void backward(Backend& be, const OpArgs& a) override {
-    if (a.gin[1].defined()) be.embedding_bwd(a.gin[1], a.gout[0], a.in[0]);
+    if (a.gin[1].defined()) be.embedding_bwd(a.gin[1], a.gout[0], a.in[0], a.acc[1]);
   }
   bool saves_input(int i) const override { return i == 0; }
   bool saves_output(int) const override { return false; }
@@ -27,7 +27,8 @@ class RmsNormOp final : public Op {
   const char* name() const override { return "rmsnorm"; }
   void forward(Backend& be, const OpArgs& a) override { be.rmsnorm_fwd(a.out[0], a.out[1], a.in[0], a.in[1], eps_); }
   void backward(Backend& be, const OpArgs& a) override {
-    if (a.gout[0].defined()) be.rmsnorm_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.out[1]);
+    if (a.gout[0].defined())
+      be.rmsnorm_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.out[1], a.acc[0], a.acc[1]);
   }
   bool saves_input(int) const override { return true; }
   bool saves_output(int i) const override { return i == 1; }
@@ -42,7 +43,7 @@ class LinearOp final : public Op {
   const char* name() const override { return "linear"; }
   void forward(Backend& be, const OpArgs& a) override { be.linear_fwd(a.out[0], a.in[0], a.in[1]); }
   void backward(Backend& be, const OpArgs& a) override {
-    be.linear_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1]);
+    be.linear_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.acc[0], a.acc[1]);
   }
   // x is needed only for the weight gradient: a frozen linear saves nothing but its weight.
   bool saves_input(int i) const override { return i == 1 || weight_trainable_; }
@@ -65,7 +66,7 @@ class RopeOp final : public Op {
     be.rope_fwd(heads(a.out[0]), heads(a.in[0]), a.in[1], a.in[2]);
   }
   void backward(Backend& be, const OpArgs& a) override {
-    if (a.gin[0].defined()) be.rope_bwd(heads(a.gin[0]), heads(a.gout[0]), a.in[1], a.in[2]);
+    if (a.gin[0].defined()) be.rope_bwd(heads(a.gin[0]), heads(a.gout[0]), a.in[1], a.in[2], a.acc[0]);
   }
   bool saves_input(int i) const override { return i != 0; }  // positions and frequencies (external)
   bool saves_output(int) const override { return false; }
@@ -86,7 +87,7 @@ class AttentionOp final : public Op {
   void backward(Backend& be, const OpArgs& a) override {
     if (!a.gout[0].defined()) return;
     be.attention_bwd(q4(a.gin[0]), kv4(a.gin[1]), kv4(a.gin[2]), q4(a.gout[0]), q4(a.in[0]), kv4(a.in[1]), kv4(a.in[2]),
-                     q4(a.out[0]), a.out[1]);
+                     q4(a.out[0]), a.out[1], a.acc[0], a.acc[1], a.acc[2]);
   }
   bool saves_input(int) const override { return true; }
   bool saves_output(int) const override { return true; }
@@ -100,7 +101,7 @@ class SwigluOp final : public Op {
   const char* name() const override { return "swiglu"; }
   void forward(Backend& be, const OpArgs& a) override { be.swiglu_fwd(a.out[0], a.in[0], a.in[1]); }
   void backward(Backend& be, const OpArgs& a) override {
-    be.swiglu_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1]);
+    be.swiglu_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.acc[0], a.acc[1]);
   }
   bool saves_input(int) const override { return true; }
   bool saves_output(int) const override { return false; }
@@ -111,7 +112,9 @@ class AddOp final : public Op {
   explicit AddOp(float scale) : scale_(scale) {}
   const char* name() const override { return "add"; }
   void forward(Backend& be, const OpArgs& a) override { be.add_fwd(a.out[0], a.in[0], a.in[1], scale_); }
-  void backward(Backend& be, const OpArgs& a) override { be.add_bwd(a.gin[0], a.gin[1], a.gout[0], scale_); }
+  void backward(Backend& be, const OpArgs& a) override {
+    be.add_bwd(a.gin[0], a.gin[1], a.gout[0], scale_, a.acc[0], a.acc[1]);
+  }
   bool saves_input(int) const override { return false; }
   bool saves_output(int) const override { return false; }
 
@@ -127,7 +130,7 @@ class LmHeadCeOp final : public Op {
     be.lm_head_ce_fwd(a.out[0], a.out[1], a.in[0], a.in[1], a.in[2], chunk_);
   }
   void backward(Backend& be, const OpArgs& a) override {
-    be.lm_head_ce_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.in[2], a.out[1], chunk_);
+    be.lm_head_ce_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.in[2], a.out[1], chunk_, a.acc[0], a.acc[1]);
   }
   bool saves_input(int) const override { return true; }
   bool saves_output(int i) const override { return i == 1; }

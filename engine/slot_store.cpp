@@ -6,7 +6,6 @@
 #include <filesystem>
 
 #include "engine/tape.h"
-#include "io/uring_file.h"
 
 namespace strata {
 
@@ -22,6 +21,11 @@ SlotStore::~SlotStore() {
 
 size_t SlotStore::padded(size_t bytes) const {
   return (bytes + kPage - 1) / kPage * kPage;
+}
+
+std::byte* SlotStore::staging_base() const {
+  // The sim's host reservation has a null base: its offsets stay offsets (no pointer arithmetic on null).
+  return host_mem_->base() ? host_mem_->base() + slot_bytes_ : nullptr;
 }
 
 std::string SlotStore::disk_path() const {
@@ -45,14 +49,14 @@ void SlotStore::prepare(size_t host_bytes, size_t disk_bytes, size_t largest_dis
   }
   if (host_mem_ && !host_arena_) {
     host_arena_ = std::make_unique<Arena>("host", slot_bytes_, host_mem_->base(), kPage);
-    staging_arena_ = std::make_unique<Arena>("host.staging", staging_bytes_, host_mem_->base() + slot_bytes_, kPage);
+    staging_arena_ = std::make_unique<Arena>("host.staging", staging_bytes_, staging_base(), kPage);
   }
   if (disk_bytes && (!disk_ || disk_arena_->budget() < padded(disk_bytes))) {
     disk_arena_.reset();
     disk_.reset();
     std::string dir = opt_.offload_dir;
     if (dir.empty()) dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
-    disk_ = std::make_unique<io::UringFile>(dir, padded(disk_bytes));
+    disk_ = be_.open_disk_file(dir, padded(disk_bytes));
     disk_arena_ = std::make_unique<Arena>("disk", padded(disk_bytes), nullptr, kPage);
   }
 }
@@ -256,7 +260,7 @@ void SlotStore::reset() noexcept {
   // Every slot is gone with the tape: start the pools empty (the reservations stay).
   if (host_mem_) {
     host_arena_ = std::make_unique<Arena>("host", slot_bytes_, host_mem_->base(), kPage);
-    staging_arena_ = std::make_unique<Arena>("host.staging", staging_bytes_, host_mem_->base() + slot_bytes_, kPage);
+    staging_arena_ = std::make_unique<Arena>("host.staging", staging_bytes_, staging_base(), kPage);
   }
   if (disk_arena_) disk_arena_ = std::make_unique<Arena>("disk", disk_arena_->budget(), nullptr, kPage);
 }

@@ -3,8 +3,9 @@
 // releasing the device block only once the copy has landed; backward brings it back
 // (-> LOADING -> RESIDENT), prefetched ahead of use, with the compute stream waiting on the
 // copy's event. In-flight offload is bounded in bytes. Host memory is one reservation sized
-// exactly for the plan (pinned on cuda); the disk tier is one io_uring O_DIRECT file, removed
-// when the store goes away, also after an error.
+// exactly for the plan (pinned on cuda); the disk tier is one io_uring O_DIRECT file (the
+// backend's open_disk_file: the sim's moves no bytes), removed when the store goes away, also
+// after an error.
 #pragma once
 #include <deque>
 #include <memory>
@@ -15,9 +16,6 @@
 
 namespace strata {
 
-namespace io {
-class UringFile;
-}
 struct Value;
 
 struct TierOptions {
@@ -86,13 +84,14 @@ class SlotStore {
   void note_host_peak();
   void fail_disk() noexcept;
   size_t padded(size_t bytes) const;
+  std::byte* staging_base() const;
 
   Backend& be_;
   TierOptions opt_;
   std::unique_ptr<HostReservation> host_mem_;
   std::unique_ptr<Arena> host_arena_, staging_arena_;
   size_t slot_bytes_ = 0, staging_bytes_ = 0;
-  std::unique_ptr<io::UringFile> disk_;
+  std::unique_ptr<DiskFile> disk_;  // Backend::open_disk_file: io_uring on cpu/cuda, a cost-model clock on sim
   std::unique_ptr<Arena> disk_arena_;
   std::deque<Flight> offloads_;  // D2H in flight (host or disk staging)
   std::deque<Value*> writes_;    // staging -> disk writes in flight

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -32,9 +33,17 @@ VId Tape::input(std::string cls, Tensor t) {
 }
 
 VId Tape::param(std::string cls, Tensor t, Tensor grad_sink) {
+  if (auto it = params_.find(cls); it != params_.end()) {
+    const Value& v = values_[size_t(it->second)];
+    STRATA_CHECK(v.shape == t.shape && v.dtype == t.dtype && v.requires_grad == grad_sink.defined(),
+                 fmt::format("parameter '{}' recorded twice with different shapes or trainability", cls));
+    return it->second;
+  }
+  const std::string name = cls;
   VId id = input(std::move(cls), t);
   values_[size_t(id)].grad_sink = grad_sink;
   values_[size_t(id)].requires_grad = grad_sink.defined();
+  params_.emplace(name, id);
   return id;
 }
 
@@ -255,9 +264,11 @@ void Tape::materialize(VId id, int cur) {
 void Tape::backward() {
   STRATA_CHECK(loss_ >= 0, "backward without a loss value");
   finish_graph();
+  for (auto& v : values_) v.grad_written = false;
   Value& lv = values_[size_t(loss_)];
   lv.grad = Buffer(be_.arena(), DType::f32, lv.shape, "grad:" + lv.cls);
   be_.fill(lv.grad.view(), 1.0f);
+  lv.grad_written = true;
   prefetch_cursor_ = int(nodes_.size()) - 1;
   for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
     Node& node = nodes_[size_t(n)];
@@ -278,21 +289,26 @@ void Tape::backward() {
         Value& uv = values_[size_t(u)];
         if (!uv.requires_grad) {
           a.gin.emplace_back();
-        } else if (uv.external) {
-          a.gin.push_back(uv.grad_sink);
-        } else {
-          if (!uv.grad.allocated()) {
-            uv.grad = Buffer(be_.arena(), be_.compute_dtype() == DType::f32 ? DType::f32 : uv.dtype, uv.shape,
-                             "grad:" + uv.cls);
-            be_.zero(uv.grad.view());
-          }
-          a.gin.push_back(uv.grad.view());
+          a.acc.push_back(false);
+          continue;
         }
+        if (!uv.external && !uv.grad.allocated())
+          uv.grad = Buffer(be_.arena(), be_.compute_dtype() == DType::f32 ? DType::f32 : uv.dtype, uv.shape,
+                           "grad:" + uv.cls);
+        const Tensor g = uv.external ? uv.grad_sink : uv.grad.view();
+        // An input this node reads twice gets two gradients: both add, into a zeroed one.
+        if (!uv.grad_written && std::count(node.in.begin(), node.in.end(), u) > 1) {
+          be_.zero(g);
+          uv.grad_written = true;
+        }
+        a.gin.push_back(g);
+        a.acc.push_back(uv.grad_written);
+        uv.grad_written = true;
       }
       if (hook_) hook_(n, TapePhase::backward);
       node.op->backward(be_, a);
     }
-    for (VId o : node.out) values_[size_t(o)].grad.reset();
+    for (VId o : node.out) values_[size_t(o)].grad.reset();  // grad_written stays: nothing writes it again
     // Slots whose last backward reader was this node leave now.
     for (VId u : node.in)
       if (values_[size_t(u)].first_bwd_reader == n && !retained_[size_t(u)]) release(u);
@@ -300,6 +316,9 @@ void Tape::backward() {
       if (values_[size_t(o)].first_bwd_reader == n && !retained_[size_t(o)]) release(o);
   }
   bwd_node_ = -1;
+  // A trainable parameter no gradient reached still gets this step's gradient: zero.
+  for (auto& v : values_)
+    if (v.external && v.requires_grad && !v.grad_written) be_.zero(v.grad_sink);
 }
 
 void Tape::prefetch_ahead(int n) {
@@ -329,6 +348,7 @@ void Tape::clear() {
   values_.clear();
   nodes_.clear();
   retained_.clear();
+  params_.clear();
   loss_ = -1;
   bwd_node_ = -1;
   finished_ = false;

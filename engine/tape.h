@@ -1,14 +1,17 @@
 // The tape. A step is recorded first as a graph of nodes over values (shapes only), then run:
 // forward allocates each output from the arena, frees a value at its last forward use unless
 // backward needs it, and then applies the plan to the saved slots; backward walks the nodes in
-// reverse, rebuilds dropped slots by replaying their producers, accumulates gradients and
-// frees every slot at its last backward use. The tape is cleared after every step, also when a
+// reverse, rebuilds dropped slots by replaying their producers, has the first op to write each
+// gradient overwrite it and later ones add into it (nothing is zeroed up front), and frees
+// every slot at its last backward use. The tape is cleared after every step, also when a
 // step throws, so no slot outlives it.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/backend.h"
@@ -31,11 +34,13 @@ enum class TapePhase : uint8_t { forward, replay, backward };
 
 struct OpArgs {
   std::vector<Tensor> in, out;    // forward: all resident; backward: the saved ones resident, others undefined
-  std::vector<Tensor> gout, gin;  // backward: output grads (undefined if none), input grads to accumulate into
+  std::vector<Tensor> gout, gin;  // backward: output grads (undefined if none), input grads to write
+  std::vector<bool> acc;          // backward, per gin: add into it, or overwrite it (its first write this step)
 };
 
 // An autograd op. forward() must be deterministic: recompute replays it and must reproduce the
-// forward bit for bit.
+// forward bit for bit. backward() writes every defined gin, as its acc flag says: an
+// overwritten gradient holds garbage until then.
 class Op {
  public:
   virtual ~Op() = default;
@@ -59,7 +64,7 @@ struct Value {
   DType dtype = DType::f32;
   bool external = false;  // a parameter or input: storage owned elsewhere
   Tensor ext;             // its view, when external
-  Tensor grad_sink;       // external only: where its gradient accumulates (undefined = frozen)
+  Tensor grad_sink;       // external only: where its gradient goes (undefined = frozen)
   bool requires_grad = false;
   int producer = -1;                                // node index (-1 for external values)
   int last_fwd_use = -1;                            // last node reading it in forward
@@ -70,6 +75,7 @@ struct Value {
   SlotState state = SlotState::EMPTY;
   Buffer buf;
   Buffer grad;
+  bool grad_written = false;  // this backward wrote its gradient (grad, or grad_sink): later writes add
   // Tier bookkeeping (engine/slot_store.cpp).
   static constexpr size_t kNone = SIZE_MAX;
   size_t host_off = kNone;  // host pool block: the slot's bytes (host) or its staging (disk)
@@ -100,8 +106,11 @@ class Tape {
 
   // Graph building (no memory is touched).
   VId input(std::string cls, Tensor t);
-  // A parameter; its gradient accumulates into grad_sink when that is defined (else it is frozen).
+  // A parameter; backward writes its gradient into grad_sink when that is defined (else it is
+  // frozen), and zeroes grad_sink when no gradient reaches it. One value per name: a weight
+  // recorded twice (tied embeddings) gets the same value, so its two gradients add up.
   VId param(std::string cls, Tensor t, Tensor grad_sink);
+  bool has_param(std::string_view cls) const { return params_.find(cls) != params_.end(); }
   std::vector<VId> record(std::unique_ptr<Op> op, const std::vector<VId>& in, std::vector<OutSpec> outs);
   VId record1(std::unique_ptr<Op> op, const std::vector<VId>& in, OutSpec out) {
     return record(std::move(op), in, {std::move(out)})[0];
@@ -152,6 +161,7 @@ class Tape {
   std::vector<Value> values_;
   std::vector<Node> nodes_;
   std::vector<bool> retained_;
+  std::map<std::string, VId, std::less<>> params_;  // parameter values by name
   VId loss_ = -1;
   bool finished_ = false;
   SlotStore* store_ = nullptr;

@@ -9,11 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "engine/disk_file.h"
+
 struct io_uring;
 
 namespace strata::io {
 
-class UringFile {
+class UringFile final : public DiskFile {
  public:
   // Creates a new file (unique name "strata-offload-<pid>-<n>.bin") inside `dir` (created if missing), sized
   // `capacity_bytes` (fallocate/ftruncate), opened with O_DIRECT when the filesystem allows it (else buffered, and
@@ -21,31 +23,30 @@ class UringFile {
   // requests in flight.
   // IoError naming the path on failure.
   UringFile(const std::string& dir, size_t capacity_bytes, unsigned queue_depth = 64);
-  ~UringFile();  // waits for in-flight requests, closes, unlinks the file: it never outlives the run, also after errors
-  UringFile(const UringFile&) = delete;
-  UringFile& operator=(const UringFile&) = delete;
+  // Waits for in-flight requests, closes, unlinks the file: it never outlives the run, also after errors.
+  ~UringFile() override;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const override { return path_; }
   bool direct() const { return direct_; }
   const std::string& note() const { return note_; }
 
-  static constexpr size_t kAlign = 4096;  // offsets, sizes and buffer addresses must be multiples (O_DIRECT)
-  using Ticket = uint64_t;
+  // kAlign (4096: offsets, sizes and buffer addresses must be multiples) and Ticket come from DiskFile.
 
   // Queue a write/read of `bytes` at `offset` (split internally into <= 1 MiB requests; short completions are
   // resubmitted for the rest). Returns at once unless queue_depth requests are in flight, then reaps first.
   // The buffer must stay alive and untouched until done()/wait() reports the ticket complete.
-  Ticket write_async(size_t offset, const void* buf, size_t bytes);
-  Ticket read_async(size_t offset, void* buf, size_t bytes);
-  bool done(Ticket t);  // reaps completions without blocking; throws IoError naming the file, offset and errno text
-                        // on a failed request (only once all pieces of `t` are back, so its buffer is free)
-  void wait(Ticket t);  // blocks until that request (all its pieces) completed; same errors
-  void wait_all();      // blocks until nothing is in flight; throws for the first failure not yet reported
+  Ticket write_async(size_t offset, const void* buf, size_t bytes) override;
+  Ticket read_async(size_t offset, void* buf, size_t bytes) override;
+  // Reaps completions without blocking; throws IoError naming the file, offset and errno text on a failed request
+  // (only once all pieces of `t` are back, so its buffer is free).
+  bool done(Ticket t) override;
+  void wait(Ticket t) override;  // blocks until that request (all its pieces) completed; same errors
+  void wait_all() override;      // blocks until nothing is in flight; throws for the first failure not yet reported
   size_t bytes_written() const { return bytes_written_; }
   size_t bytes_read() const { return bytes_read_; }
 
   // Fault hook for tests: the `nth` write request from now (1 = next) fails with -err (e.g. EIO, ENOSPC).
-  void inject_write_failure(int nth, int err);
+  void inject_write_failure(int nth, int err) override;
 
  private:
   friend std::pair<double, double> measure_direct_bandwidth(const std::string& dir, size_t bytes);

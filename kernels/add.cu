@@ -21,24 +21,25 @@ struct AddFwd {
   }
 };
 
-// da += dout, db += s * dout; a null gradient is skipped.
+// da (+)= dout, db (+)= s * dout; a null gradient is skipped.
 struct AddBwd {
   bf16* da;
   bf16* db;
   const bf16* dout;
   float s;
+  bool acc_da, acc_db;
   template <int V>
   __device__ void apply(size_t i) const {
     float d[V], acc[V];
     load_bf16(d, dout + i);
     if (da) {
-      load_bf16(acc, da + i);
+      load_grad_bf16(acc, da + i, acc_da);
 #pragma unroll
       for (int k = 0; k < V; k++) acc[k] += d[k];
       store_bf16(da + i, acc);
     }
     if (db) {
-      load_bf16(acc, db + i);
+      load_grad_bf16(acc, db + i, acc_db);
 #pragma unroll
       for (int k = 0; k < V; k++) acc[k] += s * d[k];
       store_bf16(db + i, acc);
@@ -53,10 +54,11 @@ void add_fwd(bf16* out, const bf16* a, const bf16* b, float s, long n, cudaStrea
   launch_elementwise<8>("add_fwd", size_t(n), all_aligned16(out, a, b), AddFwd{out, a, b, s}, stream);
 }
 
-void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, cudaStream_t stream) {
+void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, bool acc_da, bool acc_db, cudaStream_t stream) {
   STRATA_CHECK(n >= 0, "add_bwd: negative size");
   if (!da && !db) return;
-  launch_elementwise<8>("add_bwd", size_t(n), all_aligned16(da, db, dout), AddBwd{da, db, dout, s}, stream);
+  launch_elementwise<8>("add_bwd", size_t(n), all_aligned16(da, db, dout), AddBwd{da, db, dout, s, acc_da, acc_db},
+                        stream);
 }
 
 }  // namespace strata::cuda

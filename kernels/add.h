@@ -4,6 +4,6 @@
 
 namespace strata::cpu {
 void add_fwd(float* out, const float* a, const float* b, float s, long n);
-// Accumulates da += dout, db += s * dout (either may be null).
-void add_bwd(float* da, float* db, const float* dout, float s, long n);
+// da (+)= dout, db (+)= s * dout (either may be null): added into when acc_da / acc_db, else overwritten.
+void add_bwd(float* da, float* db, const float* dout, float s, long n, bool acc_da, bool acc_db);
 }  // namespace strata::cpu

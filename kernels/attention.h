@@ -7,7 +7,9 @@
 namespace strata::cpu {
 void attention_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int Hq,
                    int Hkv, int D);
-// Accumulates dq, dk, dv (any may be null). Uses out and lse from the forward; never stores [T, T].
+// dq, dk, dv (any may be null): added into when acc_dq / acc_dk / acc_dv, else overwritten.
+// Uses out and lse from the forward; never stores [T, T].
 void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
-                   const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D);
+                   const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D, bool acc_dq, bool acc_dk,
+                   bool acc_dv);
 }  // namespace strata::cpu

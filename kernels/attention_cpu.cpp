@@ -6,6 +6,7 @@
 
 #include "engine/error.h"
 #include "kernels/attention.h"
+#include "kernels/grad_cpu.h"
 
 namespace strata::cpu {
 namespace {
@@ -68,7 +69,8 @@ void attention_fwd(float* out, float* lse, const float* q, const float* k, const
 //   p = exp(s_ij - lse_i), dv_j += p dout_i, ds = p (dout_i . v_j - Di),
 //   dq_i += scale ds k_j, dk_j += scale ds q_i.
 void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
-                   const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D) {
+                   const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D, bool acc_dq, bool acc_dk,
+                   bool acc_dv) {
   check_shapes(B, T, Hq, Hkv, D);
   if (!dq && !dk && !dv) return;
   const Layout L{T, Hq, Hkv, D};
@@ -102,14 +104,14 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const flo
           }
           if (dq) {
             float* dqi = dq + L.q(b, i, h);
-            for (int d = 0; d < D; d++) dqi[d] += dq_acc[d];
+            for (int d = 0; d < D; d++) write_grad(dqi[d], dq_acc[d], acc_dq);
           }
         }
       for (int j = 0; j < T; j++) {
         const size_t o = L.kv(b, j, kh);
         for (int d = 0; d < D; d++) {
-          if (dk) dk[o + d] += dk_acc[size_t(j) * D + d];
-          if (dv) dv[o + d] += dv_acc[size_t(j) * D + d];
+          if (dk) write_grad(dk[o + d], dk_acc[size_t(j) * D + d], acc_dk);
+          if (dv) write_grad(dv[o + d], dv_acc[size_t(j) * D + d], acc_dv);
         }
       }
     }

@@ -107,60 +107,64 @@ class CpuBackend final : public Backend {
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
     cpu::embedding_fwd(F(out), tokens.i32(), F(wte), I(tokens.numel()), cols(wte));
   }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
+    if (!dwte.defined()) return;
+    if (!acc_dwte) zero(dwte);  // rows no token hit get zeros; the others add, in token order
     cpu::embedding_bwd(F(dwte), F(dout), tokens.i32(), I(tokens.numel()), cols(dout));
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
     cpu::rmsnorm_fwd(F(out), F(rstd), F(x), F(w), rows(x), cols(x), eps);
   }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
-    cpu::rmsnorm_bwd(F(dx), F(dw), F(dout), F(x), F(w), F(rstd), rows(x), cols(x));
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
+                   bool acc_dw) override {
+    cpu::rmsnorm_bwd(F(dx), F(dw), F(dout), F(x), F(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw);
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     cpu::linear_fwd(F(y), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
   }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
     // x is undefined when the weight is frozen (it was not saved): shapes come from dy and w.
-    cpu::linear_bwd(F(dx), F(dw), F(dy), F(x), F(w), rows(dy), cols(w), I(w.shape[0]));
+    cpu::linear_bwd(F(dx), F(dw), F(dy), F(x), F(w), rows(dy), cols(w), I(w.shape[0]), acc_dx, acc_dw);
   }
   // x is [N, H, D] (or [B, T, H, D], flattened over tokens).
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
     int D = cols(x), H = I(x.shape[x.shape.nd - 2]);
     cpu::rope_fwd(F(out), F(x), pos.i32(), F(inv_freq), I(pos.numel()), H, D);
   }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) override {
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) override {
     int D = cols(dout), H = I(dout.shape[dout.shape.nd - 2]);
-    cpu::rope_bwd(F(dx), F(dout), pos.i32(), F(inv_freq), I(pos.numel()), H, D);
+    cpu::rope_bwd(F(dx), F(dout), pos.i32(), F(inv_freq), I(pos.numel()), H, D, acc_dx);
   }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
     cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]),
                        I(q.shape[3]));
   }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                     Tensor lse) override {
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
+                     bool acc_dq, bool acc_dk, bool acc_dv) override {
     cpu::attention_bwd(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), F(out), F(lse), I(q.shape[0]), I(q.shape[1]),
-                       I(q.shape[2]), I(k.shape[2]), I(q.shape[3]));
+                       I(q.shape[2]), I(k.shape[2]), I(q.shape[3]), acc_dq, acc_dk, acc_dv);
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
     cpu::swiglu_fwd(F(out), F(gate), F(up), long(gate.numel()));
   }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
-    cpu::swiglu_bwd(F(dgate), F(dup), F(dout), F(gate), F(up), long(gate.numel()));
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
+                  bool acc_dup) override {
+    cpu::swiglu_bwd(F(dgate), F(dup), F(dout), F(gate), F(up), long(gate.numel()), acc_dgate, acc_dup);
   }
   void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
     cpu::add_fwd(F(out), F(a), F(b), scale, long(a.numel()));
   }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale) override {
-    cpu::add_bwd(F(da), F(db), F(dout), scale, long(dout.numel()));
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
+    cpu::add_bwd(F(da), F(db), F(dout), scale, long(dout.numel()), acc_da, acc_db);
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
     loss.f32()[0] =
         cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk, nullptr);
   }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
-                      int chunk) override {
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
+                      bool acc_dx, bool acc_dw) override {
     cpu::lm_head_ce_bwd(F(dx), F(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
-                        I(w.shape[0]), chunk);
+                        I(w.shape[0]), chunk, acc_dx, acc_dw);
   }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
     cpu::lm_head_logits(F(logits), F(x), F(w), rows(x), cols(x), I(w.shape[0]));

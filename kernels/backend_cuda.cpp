@@ -359,36 +359,39 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "embedding_fwd", s());
     cuda::embedding_fwd(B(out), tokens.i32(), B(wte), I(tokens.numel()), cols(wte), s());
   }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
     OpProfiler::Scope prof_(&prof_data_, "embedding_bwd", s());
+    if (!dwte.defined()) return;
+    if (!acc_dwte) zero(dwte);  // the kernel adds rows by atomics; rows no token hit stay zero
     cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), I(tokens.numel()), cols(dout), s());
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
     OpProfiler::Scope prof_(&prof_data_, "rmsnorm_fwd", s());
     cuda::rmsnorm_fwd(B(out), F(rstd), B(x), B(w), rows(x), cols(x), eps, s());
   }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
+                   bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "rmsnorm_bwd", s());
-    cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), s());
+    cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw, s());
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     OpProfiler::Scope prof_(&prof_data_, "linear_fwd", s());
     gemm_.linear_fwd(B(y), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
   }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "linear_bwd", s());
     const int N = rows(dy), In = cols(w), O = I(w.shape[0]);
-    if (dx.defined()) gemm_.linear_bwd_dx(B(dx), B(dy), B(w), N, In, O, true, s());
-    if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, s());
+    if (dx.defined()) gemm_.linear_bwd_dx(B(dx), B(dy), B(w), N, In, O, acc_dx, s());
+    if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, acc_dw, s());
   }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
     OpProfiler::Scope prof_(&prof_data_, "rope_fwd", s());
     cuda::rope_fwd(B(out), B(x), pos.i32(), F(inv_freq), I(pos.numel()), I(x.shape[x.shape.nd - 2]), cols(x), s());
   }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq) override {
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) override {
     OpProfiler::Scope prof_(&prof_data_, "rope_bwd", s());
     cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]), cols(dout),
-                   s());
+                   acc_dx, s());
   }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
     OpProfiler::Scope prof_(&prof_data_, "attention_fwd", s());
@@ -396,33 +399,42 @@ class CudaBackend final : public Backend {
     Buffer ws = workspace(attn_.workspace_bytes(sh, false), "workspace.attn");
     attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
   }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                     Tensor lse) override {
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
+                     bool acc_dq, bool acc_dk, bool acc_dv) override {
     OpProfiler::Scope prof_(&prof_data_, "attention_bwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
-    // A gradient nobody needs still has to land somewhere: scratch from the arena.
+    // A gradient nobody needs still has to land somewhere: scratch from the arena, overwritten.
     Buffer sq, sk, sv;
     bf16* pq = scratch_if_undefined(dq, q, sq);
     bf16* pk = scratch_if_undefined(dk, k, sk);
     bf16* pv = scratch_if_undefined(dv, v, sv);
+    // One mode for all three: an overwrite lets cuDNN write them in place; adding goes through
+    // scratch and three adds. Mixed flags (no op records them today) add, into zeroed ones.
+    const bool accumulate = acc_dq || acc_dk || acc_dv;
+    if (accumulate) {
+      if (!acc_dq && dq.defined()) zero(dq);
+      if (!acc_dk && dk.defined()) zero(dk);
+      if (!acc_dv && dv.defined()) zero(dv);
+    }
     Buffer ws = workspace(attn_.workspace_bytes(sh, true), "workspace.attn");
-    attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, true, ws_ptr(ws), ws_bytes(ws), s());
+    attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, ws_ptr(ws), ws_bytes(ws), s());
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
     OpProfiler::Scope prof_(&prof_data_, "swiglu_fwd", s());
     cuda::swiglu_fwd(B(out), B(gate), B(up), long(gate.numel()), s());
   }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
+                  bool acc_dup) override {
     OpProfiler::Scope prof_(&prof_data_, "swiglu_bwd", s());
-    cuda::swiglu_bwd(B(dgate), B(dup), B(dout), B(gate), B(up), long(dout.numel()), s());
+    cuda::swiglu_bwd(B(dgate), B(dup), B(dout), B(gate), B(up), long(dout.numel()), acc_dgate, acc_dup, s());
   }
   void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
     OpProfiler::Scope prof_(&prof_data_, "add_fwd", s());
     cuda::add_fwd(B(out), B(a), B(b), scale, long(a.numel()), s());
   }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale) override {
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
     OpProfiler::Scope prof_(&prof_data_, "add_bwd", s());
-    cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), s());
+    cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), acc_da, acc_db, s());
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
@@ -439,8 +451,8 @@ class CudaBackend final : public Backend {
     cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
     cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
   }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
-                      int chunk) override {
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
+                      bool acc_dx, bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
     const int n_max = std::min(chunk, N);
@@ -453,9 +465,12 @@ class CudaBackend final : public Backend {
       gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
       cuda::ce_chunk_bwd(B(dlogits.view()), F(logits.view()), F(lse) + r0, targets.i32() + r0, F(dloss),
                          F(n_valid.view()), n, V, s());
-      if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, true, s());
-      if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, s());
+      // dx rows are the chunk's own; dw sums over chunks, so only the first may overwrite it.
+      if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, acc_dx, s());
+      if (dw.defined())
+        gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
     }
+    if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
   }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_logits", s());
@@ -529,7 +544,6 @@ class CudaBackend final : public Backend {
   bf16* scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
     if (g.defined()) return B(g);
     scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
-    zero(scratch.view());
     return B(scratch.view());
   }
 

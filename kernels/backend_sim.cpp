@@ -25,6 +25,10 @@ constexpr size_t kUnbounded = size_t(1) << 50;
 double B(const Tensor& t) {
   return t.defined() ? double(t.bytes()) : 0.0;
 }
+// Bytes a gradient write moves: read and written when it adds, written when it overwrites.
+double rw(const Tensor& g, bool acc) {
+  return (acc ? 2.0 : 1.0) * B(g);
+}
 double rows(const Tensor& t) {
   return double(t.numel() / t.shape[t.shape.nd - 1]);
 }
@@ -42,6 +46,43 @@ class SimHostReservation final : public HostReservation {
 
  private:
   size_t bytes_;
+};
+
+class SimBackendImpl;
+
+// The disk tier on the sim (backend_sim.h): no file is created and no byte moves. Each ticket is a
+// request on the backend's one disk queue; it checks requests and reports failures (the test hook)
+// with io::UringFile's messages, so the slot store sees the same file.
+class SimDiskFile final : public DiskFile {
+ public:
+  SimDiskFile(SimBackendImpl& be, const std::string& dir, size_t capacity_bytes);
+  const std::string& path() const override { return path_; }
+  Ticket write_async(size_t offset, const void*, size_t bytes) override { return submit(true, offset, bytes); }
+  Ticket read_async(size_t offset, void*, size_t bytes) override { return submit(false, offset, bytes); }
+  bool done(Ticket t) override;
+  void wait(Ticket t) override;
+  void wait_all() override;
+  void inject_write_failure(int nth, int err) override;
+
+ private:
+  static constexpr size_t kPieceBytes = size_t(1) << 20;  // io::UringFile's request size: the hook counts these
+  struct Request {
+    double end_s = 0;  // model time the request completes
+    size_t offset = 0;
+    bool write = false;
+    int err = 0;  // injected failure, reported once the request has ended
+    bool reported = false;
+  };
+  Ticket submit(bool write, size_t offset, size_t bytes);
+  Request& at(Ticket t);
+  bool finished(Ticket t);  // true once ended; IoError if it failed
+
+  SimBackendImpl& be_;
+  std::string path_;
+  size_t capacity_;
+  std::vector<Request> requests_;  // per ticket (1-based)
+  long inject_countdown_ = 0;
+  int inject_err_ = 0;
 };
 
 class SimBackendImpl final : public SimBackend {
@@ -79,7 +120,7 @@ class SimBackendImpl final : public SimBackend {
 
   void synchronize() override {
     settle();
-    wait_until(copy_free_);
+    wait_until(copy_free_, times_.copy_wait_s);
   }
 
   // --- host tier and weight pager transfers (no bytes move).
@@ -97,9 +138,28 @@ class SimBackendImpl final : public SimBackend {
   bool copy_done(CopyTicket t) override { return now_ >= copy_end(t); }
   void copy_wait_host(CopyTicket t) override {
     settle();
-    wait_until(copy_end(t));
+    wait_until(copy_end(t), times_.copy_wait_s);
   }
   void copy_wait_compute(CopyTicket t) override { compute_after_ = std::max(compute_after_, copy_end(t)); }
+
+  // --- the disk tier (SimDiskFile over one serial disk queue).
+  std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes) override {
+    cost_.require_disk();  // ConfigError naming the profile and the missing field
+    return std::make_unique<SimDiskFile>(*this, dir, bytes);
+  }
+  // Queues one request; returns when it ends: after the previous one, and no earlier than now (its issue).
+  double disk_request(bool write, size_t bytes) {
+    const double s = write ? cost_.disk_write(double(bytes)) : cost_.disk_read(double(bytes));
+    (write ? times_.disk_write_bytes : times_.disk_read_bytes) += bytes;
+    times_.disk_busy_s += s;
+    disk_free_ = std::max(disk_free_, now_) + s;
+    return disk_free_;
+  }
+  // The host blocks until `end` (copy_wait_host's mechanism; the stall counts as disk wait).
+  void disk_wait(double end) {
+    settle();
+    wait_until(end, times_.disk_wait_s);
+  }
 
   void upload_f32(Tensor dst, const float*) override { copy(cost_.h2d(B(dst))); }
   void download_f32(float* dst, Tensor src) override {
@@ -117,31 +177,33 @@ class SimBackendImpl final : public SimBackend {
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
     fwd(OpKind::embedding, cost_.memory(2 * B(out) + B(tokens)));
   }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens) override {
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
+    if (dwte.defined() && !acc_dwte) zero(dwte);  // both backends: the kernel adds rows into a zeroed table
     const double rows_f32 = double(dout.numel()) * 4;
     bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float) override {
     fwd(OpKind::rmsnorm, cost_.memory(B(x) + B(out) + B(w) + B(rstd)));
   }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd) override {
-    bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + 2 * B(dx) + 2 * B(dw)));
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
+                   bool acc_dw) override {
+    bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * B(dw)));
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     fwd(OpKind::linear, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y)));
   }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) override {
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
     const double n = rows(dy), in = cols(w), o = double(w.shape[0]);
     double t = 0;
-    if (dx.defined()) t += cost_.gemm(n, in, o, B(dy) + B(w) + 2 * B(dx));
-    if (dw.defined()) t += cost_.gemm(o, in, n, B(dy) + n * in * dtype_size(dy.dtype) + 2 * B(dw));
+    if (dx.defined()) t += cost_.gemm(n, in, o, B(dy) + B(w) + rw(dx, acc_dx));
+    if (dw.defined()) t += cost_.gemm(o, in, n, B(dy) + n * in * dtype_size(dy.dtype) + rw(dw, acc_dw));
     bwd(OpKind::linear, t, int(dx.defined()) + int(dw.defined()));
   }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor) override {
     fwd(OpKind::rope, cost_.memory(B(x) + B(out) + B(pos)));
   }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor) override {
-    bwd(OpKind::rope, cost_.memory(B(dout) + 2 * B(dx) + B(pos)));
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor, bool acc_dx) override {
+    bwd(OpKind::rope, cost_.memory(B(dout) + rw(dx, acc_dx) + B(pos)));
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D].
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
@@ -150,24 +212,32 @@ class SimBackendImpl final : public SimBackend {
     Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0);
     fwd(OpKind::attention, cost_.attention(b, t, hq, d, false));
   }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                     Tensor lse) override {
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
+                     bool acc_dq, bool acc_dk, bool acc_dv) override {
     const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
               d = int(q.shape[3]);
     double extra = 0;
     int kernels = 1;
-    Buffer sq, sk, sv;  // backend_cuda.cpp: scratch for gradients nobody needs, zeroed
+    Buffer sq, sk, sv;  // backend_cuda.cpp: scratch for gradients nobody needs
     if (cuda()) {
       scratch_if_undefined(dq, q, sq);
       scratch_if_undefined(dk, k, sk);
       scratch_if_undefined(dv, v, sv);
     }
+    const bool accumulate = acc_dq || acc_dk || acc_dv;  // backend_cuda.cpp: one mode for all three
+    if (cuda() && accumulate) {
+      if (!acc_dq && dq.defined()) zero(dq);
+      if (!acc_dk && dk.defined()) zero(dk);
+      if (!acc_dv && dv.defined()) zero(dv);
+    }
     Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
     if (cuda() && attention_uses_cudnn(d)) {
       // cuDNN overwrites: the engine accumulates through scratch + three adds (and zeroes dQ acc).
       const double nq = double(q.numel()), nkv = double(k.numel());
-      extra += cost_.memory(3 * 2 * nq) + 2 * cost_.memory(3 * 2 * nkv);
-      kernels += 3;
+      if (accumulate) {
+        extra += cost_.memory(3 * 2 * nq) + 2 * cost_.memory(3 * 2 * nkv);
+        kernels += 3;
+      }
       if (opt_.profile.attention_dq_accum) {
         extra += cost_.memory(4 * nq);
         kernels += 1;
@@ -178,12 +248,13 @@ class SimBackendImpl final : public SimBackend {
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
     fwd(OpKind::swiglu, cost_.memory(B(gate) + B(up) + B(out)));
   }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up) override {
-    bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + 2 * B(dgate) + 2 * B(dup)));
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
+                  bool acc_dup) override {
+    bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + rw(dgate, acc_dgate) + rw(dup, acc_dup)));
   }
   void add_fwd(Tensor out, Tensor a, Tensor b, float) override { fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out))); }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float) override {
-    bwd(OpKind::add, cost_.memory(B(dout) + 2 * B(da) + 2 * B(db)));
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
+    bwd(OpKind::add, cost_.memory(B(dout) + rw(da, acc_da) + rw(db, acc_db)));
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
@@ -206,8 +277,8 @@ class SimBackendImpl final : public SimBackend {
     t += 2 * cost_.memory(double(N) * 4);  // count valid targets, finalize the mean
     fwd(OpKind::lm_head_ce, t, kernels + 2);
   }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
-                      int chunk) override {
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
+                      bool acc_dx, bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
     const int n_max = std::min(chunk, N);
     Buffer logits, dlogits, n_valid;
@@ -224,9 +295,10 @@ class SimBackendImpl final : public SimBackend {
       t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);
       t += cost_.memory(n * V * (4 + dl) + n * 8);
       kernels += 2;
-      if (dx.defined()) t += cost_.gemm(n, C, V, n * V * dl + B(w) + 2 * n * C * es), ++kernels;
-      if (dw.defined()) t += cost_.gemm(V, C, n, n * V * dl + n * C * es + 2 * B(dw)), ++kernels;
+      if (dx.defined()) t += cost_.gemm(n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es), ++kernels;
+      if (dw.defined()) t += cost_.gemm(V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
     }
+    if (N == 0 && dw.defined() && !acc_dw) zero(dw);
     bwd(OpKind::lm_head_ce, t, kernels);
   }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
@@ -253,12 +325,13 @@ class SimBackendImpl final : public SimBackend {
   bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
   // A compute-stream op starts no earlier than the copies it was told to wait for.
   void settle() {
-    if (compute_after_ > now_) wait_until(compute_after_);
+    if (compute_after_ > now_) wait_until(compute_after_, times_.copy_wait_s);
     compute_after_ = 0;
   }
-  void wait_until(double t) {
+  // The clock stalls until t; `stalled_s` (copy or disk wait) counts the stall.
+  void wait_until(double t, double& stalled_s) {
     if (t <= now_) return;
-    times_.copy_wait_s += t - now_;
+    stalled_s += t - now_;
     now_ = t;
   }
   // One copy on the copy stream. mirror = cpu: synchronous, done at issue (cpu semantics).
@@ -306,7 +379,6 @@ class SimBackendImpl final : public SimBackend {
   void scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
     if (g.defined()) return;
     scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
-    zero(scratch.view());
   }
 
   SimOptions opt_;
@@ -317,9 +389,85 @@ class SimBackendImpl final : public SimBackend {
   double now_ = 0;                 // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;       // the next compute op starts no earlier (copy_wait_compute)
   double copy_free_ = 0;           // the copy stream is busy until then
+  double disk_free_ = 0;           // the disk queue is busy until then
   std::vector<double> copy_ends_;  // per ticket (1-based): when the copy lands
   SimTimes times_;
 };
+
+SimDiskFile::SimDiskFile(SimBackendImpl& be, const std::string& dir, size_t capacity_bytes)
+    : be_(be), path_(fmt::format("{}/strata-offload-sim.bin", dir)), capacity_(capacity_bytes) {}
+
+DiskFile::Ticket SimDiskFile::submit(bool write, size_t offset, size_t bytes) {
+  const char* op = write ? "write" : "read";
+  std::string bad;  // io::UringFile's checks, but the buffer: the sim's host memory has no address
+  if (offset % kAlign) bad += fmt::format(" offset {}", offset);
+  if (bytes % kAlign) bad += fmt::format(" size {}", bytes);
+  if (!bad.empty())
+    STRATA_THROW(IoError,
+                 fmt::format("{}: {} of {} bytes at offset {}: misaligned{} (must be multiples of {})", path_, op,
+                             bytes, offset, bad, kAlign),
+                 path_);
+  if (offset > capacity_ || bytes > capacity_ - offset)
+    STRATA_THROW(IoError,
+                 fmt::format("{}: {} of {} bytes at offset {} exceeds the file's capacity of {} bytes", path_, op,
+                             bytes, offset, capacity_),
+                 path_);
+  Request r;
+  r.offset = offset;
+  r.write = write;
+  r.end_s = bytes ? be_.disk_request(write, bytes) : be_.now_s();  // nothing to do: done at once
+  if (write && bytes && inject_countdown_ > 0) {
+    const auto pieces = long((bytes + kPieceBytes - 1) / kPieceBytes);
+    if (inject_countdown_ <= pieces)
+      r.err = inject_err_, inject_countdown_ = 0;
+    else
+      inject_countdown_ -= pieces;
+  }
+  requests_.push_back(r);
+  return Ticket(requests_.size());
+}
+
+SimDiskFile::Request& SimDiskFile::at(Ticket t) {
+  if (t == 0 || t > requests_.size()) STRATA_THROW(Error, fmt::format("{}: unknown ticket {}", path_, t));
+  return requests_[size_t(t - 1)];
+}
+
+bool SimDiskFile::finished(Ticket t) {
+  Request& r = at(t);
+  if (be_.now_s() < r.end_s) return false;
+  if (r.err) {
+    r.reported = true;
+    STRATA_THROW(IoError,
+                 fmt::format("{}: {} at offset {} failed: {} (ticket {})", path_, r.write ? "write" : "read", r.offset,
+                             std::strerror(r.err), t),
+                 path_);
+  }
+  return true;
+}
+
+bool SimDiskFile::done(Ticket t) {
+  return finished(t);
+}
+
+void SimDiskFile::wait(Ticket t) {
+  be_.disk_wait(at(t).end_s);
+  finished(t);
+}
+
+void SimDiskFile::wait_all() {
+  double end = 0;
+  for (const Request& r : requests_) end = std::max(end, r.end_s);
+  be_.disk_wait(end);
+  for (size_t i = 0; i < requests_.size(); ++i)  // the oldest failure nobody has seen yet
+    if (requests_[i].err && !requests_[i].reported) finished(Ticket(i + 1));
+}
+
+void SimDiskFile::inject_write_failure(int nth, int err) {
+  if (nth < 1 || err <= 0)
+    STRATA_THROW(Error, fmt::format("{}: inject_write_failure({}, {}): need nth >= 1 and err > 0", path_, nth, err));
+  inject_countdown_ = nth;
+  inject_err_ = err;
+}
 
 }  // namespace
 

@@ -10,8 +10,13 @@
 // bytes / (d2h|h2d GB/s); it is done once the compute clock has passed its end; a host wait moves
 // the clock to its end, a compute wait holds the next compute op until then. mirror = cpu copies
 // synchronously (cpu semantics: done at once), so the allocation schedule is the cpu backend's.
-// Host reservations have a null base: no byte is ever read or written. The disk tier (a real
-// io_uring file) is not modelled: forecast() refuses plans with disk decisions.
+// Host reservations have a null base: no byte is ever read or written.
+//
+// The disk tier (open_disk_file): no file is created and no byte moves. Each write or read takes
+// bytes / disk_write_gbps or disk_read_gbps on one serial disk queue, starting no earlier than the
+// host issues it and than the previous request ends; it is done once the clock has passed its end,
+// and a wait moves the clock there (as copy_wait_host does; the stall is counted as disk wait). A
+// profile without disk bandwidth makes open_disk_file a ConfigError naming the field.
 #pragma once
 #include <array>
 #include <memory>
@@ -44,6 +49,9 @@ struct SimTimes {
   double copy_wait_s = 0;               // compute clock stalled on tier/pager copies (host or compute waits)
   double copy_busy_s = 0;               // copy stream busy (tier/pager copies, overlapped with compute on cuda)
   size_t d2h_bytes = 0, h2d_bytes = 0;  // tier/pager copies
+  double disk_wait_s = 0;               // the clock stalled on disk-tier requests (the slot store waiting)
+  double disk_busy_s = 0;               // the disk queue busy
+  size_t disk_write_bytes = 0, disk_read_bytes = 0;
   double recompute_s = 0;
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached

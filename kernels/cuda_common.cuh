@@ -114,6 +114,18 @@ __device__ __forceinline__ void load_bf16(float (&o)[V], const bf16* p) {
   }
 }
 
+// A bf16 gradient's value before a backward adds its term: loaded when accumulating, zeros when
+// the write overwrites it (its old contents are never read).
+template <int V>
+__device__ __forceinline__ void load_grad_bf16(float (&o)[V], const bf16* p, bool accumulate) {
+  if (accumulate) {
+    load_bf16(o, p);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; k++) o[k] = 0.0f;
+  }
+}
+
 // Stores V floats as bf16 (round to nearest even); for V a multiple of 8, 16-byte stores; for
 // V == 4, one 8-byte store.
 template <int V>

@@ -157,12 +157,16 @@ void Gemm::linear_bwd_dx(bf16* dx, const bf16* dy, const bf16* w, int N, int I, 
   impl_->run(p, w, dy, dx, accumulate ? 1.0f : 0.0f, s);
 }
 
-// dw^T[I, O] += x^T[I, N] dy[N, O]: x read as stored, dy (col-major [O, N], ld O) transposed.
-void Gemm::linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, cudaStream_t s) {
+// dw^T[I, O] (+)= x^T[I, N] dy[N, O]: x read as stored, dy (col-major [O, N], ld O) transposed.
+void Gemm::linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate,
+                         cudaStream_t s) {
   check_dims(N, I, O, "linear_bwd_dw");
-  if (N == 0) return;
+  if (N == 0) {
+    if (!accumulate && I > 0 && O > 0) cudaMemsetAsync(dw, 0, size_t(O) * I * sizeof(float), s);
+    return;
+  }
   Problem p{false, true, I, O, N, I, O, I, CUDA_R_16BF, CUDA_R_32F, alignment(x), alignment(dy), alignment(dw)};
-  impl_->run(p, x, dy, dw, 1.0f, s);
+  impl_->run(p, x, dy, dw, accumulate ? 1.0f : 0.0f, s);
 }
 
 // logits^T[V, n] = w^T'[V, C] x^T[C, n], fp32 out.

@@ -26,10 +26,11 @@ class Gemm {
 
   // y[N, O] = x[N, I] @ w[O, I]^T
   void linear_fwd(bf16* y, const bf16* x, const bf16* w, int N, int I, int O, cudaStream_t s);
-  // dx[N, I] (+)= dy[N, O] @ w[O, I]; accumulate=true adds onto the existing bf16 dx (beta = 1)
+  // dx[N, I] (+)= dy[N, O] @ w[O, I]; accumulate=true adds onto the existing bf16 dx (beta = 1),
+  // false overwrites it (beta = 0: dx is never read)
   void linear_bwd_dx(bf16* dx, const bf16* dy, const bf16* w, int N, int I, int O, bool accumulate, cudaStream_t s);
-  // dw[O, I] (fp32) += dy[N, O]^T @ x[N, I]
-  void linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, cudaStream_t s);
+  // dw[O, I] (fp32) (+)= dy[N, O]^T @ x[N, I], the same way
+  void linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate, cudaStream_t s);
   // logits[n, V] (fp32) = x[n, C] @ w[V, C]^T
   void logits_f32(float* logits, const bf16* x, const bf16* w, int n, int C, int V, cudaStream_t s);
 

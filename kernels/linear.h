@@ -4,6 +4,7 @@
 
 namespace strata::cpu {
 void linear_fwd(float* y, const float* x, const float* w, int N, int I, int O);
-// Accumulates: dx += dy @ w (if dx), dw += dy^T @ x (if dw).
-void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, int N, int I, int O);
+// dx (+)= dy @ w (if dx), dw (+)= dy^T @ x (if dw): added into when acc_dx / acc_dw, else overwritten.
+void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, int N, int I, int O, bool acc_dx,
+                bool acc_dw);
 }  // namespace strata::cpu

@@ -1,9 +1,10 @@
 // Linear layer y = x @ w^T (w [O, I], Hugging Face layout), cpu reference.
-// Loops keep the innermost index contiguous in every operand; temporaries make "+=" add each
-// result to the caller's gradient exactly once.
+// Loops keep the innermost index contiguous in every operand; temporaries make each result
+// reach the caller's gradient in one write (added, or overwriting it).
 #include <cstring>
 #include <vector>
 
+#include "kernels/grad_cpu.h"
 #include "kernels/linear.h"
 
 namespace strata::cpu {
@@ -30,7 +31,8 @@ void linear_fwd(float* y, const float* x, const float* w, int N, int I, int O) {
   }
 }
 
-void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, int N, int I, int O) {
+void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, int N, int I, int O, bool acc_dx,
+                bool acc_dw) {
   std::vector<float> tmp(I);  // [I]
   if (dx) {
     // dx[n, :] += sum_o dy[n, o] * w[o, :]
@@ -43,7 +45,7 @@ void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const flo
         for (int i = 0; i < I; i++) tmp[i] += g * wr[i];
       }
       float* dxr = dx + size_t(n) * I;
-      for (int i = 0; i < I; i++) dxr[i] += tmp[i];
+      for (int i = 0; i < I; i++) write_grad(dxr[i], tmp[i], acc_dx);
     }
   }
   if (dw) {
@@ -56,7 +58,7 @@ void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const flo
         for (int i = 0; i < I; i++) tmp[i] += g * xr[i];
       }
       float* dwr = dw + size_t(o) * I;
-      for (int i = 0; i < I; i++) dwr[i] += tmp[i];
+      for (int i = 0; i < I; i++) write_grad(dwr[i], tmp[i], acc_dw);
     }
   }
 }

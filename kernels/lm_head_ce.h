@@ -10,10 +10,11 @@ namespace strata::cpu {
 // Returns the mean loss; writes lse. n_valid_out (optional) gets the count of non-ignored targets.
 float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V, int chunk,
                      int* n_valid_out);
-// Accumulates dx += dL/dx and dw += dL/dw (either may be null) for dL = dloss * loss, rebuilding
-// each chunk's logits from x and w and normalising with the saved lse.
+// dx (+)= dL/dx and dw (+)= dL/dw (either may be null; added into when acc_dx / acc_dw, else
+// overwritten) for dL = dloss * loss, rebuilding each chunk's logits from x and w and
+// normalising with the saved lse.
 void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
-                    const float* lse, int N, int C, int V, int chunk);
+                    const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw);
 // Plain logits [N, V] for evaluation and golden tests only (small N).
 void lm_head_logits(float* logits, const float* x, const float* w, int N, int C, int V);
 }  // namespace strata::cpu

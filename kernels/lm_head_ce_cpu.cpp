@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "kernels/grad_cpu.h"
 #include "kernels/lm_head_ce.h"
 
 namespace strata::cpu {
@@ -70,12 +71,17 @@ float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* 
 }
 
 // dlogits[r, v] = (exp(logit - lse) - [v == target]) * dloss / n_valid for valid rows, 0 otherwise;
-// dx += dlogits @ w, dw += dlogits^T @ x.
+// dx (+)= dlogits @ w, dw (+)= dlogits^T @ x (chunks after the first always add).
 void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
-                    const float* lse, int N, int C, int V, int chunk) {
+                    const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw) {
   check_shapes(N, C, V, chunk);
   const int n_valid = count_valid(targets, N, V);
-  if (n_valid == 0 || (!dx && !dw)) return;
+  if (!dx && !dw) return;
+  if (n_valid == 0) {  // no gradient at all: an overwrite still writes its zeros
+    if (dx && !acc_dx) std::fill(dx, dx + size_t(N) * C, 0.0f);
+    if (dw && !acc_dw) std::fill(dw, dw + size_t(V) * C, 0.0f);
+    return;
+  }
   const float g_scale = dloss / float(n_valid);
   const int cap = std::min(chunk, N);
   std::vector<float> g(size_t(cap) * V);  // [chunk, V] logits, then their gradient
@@ -96,15 +102,18 @@ void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const flo
     }
     if (dx)
       for (int r = 0; r < rows; r++) {
-        if (targets[r0 + r] < 0) continue;
+        float* dxr = dx + size_t(r0 + r) * C;
+        if (targets[r0 + r] < 0) {
+          if (!acc_dx) std::fill(dxr, dxr + C, 0.0f);
+          continue;
+        }
         std::fill(tmp.begin(), tmp.end(), 0.0f);
         const float* gr = g.data() + size_t(r) * V;
         for (int v = 0; v < V; v++) {
           const float* wv = w + size_t(v) * C;
           for (int c = 0; c < C; c++) tmp[c] += gr[v] * wv[c];
         }
-        float* dxr = dx + size_t(r0 + r) * C;
-        for (int c = 0; c < C; c++) dxr[c] += tmp[c];
+        for (int c = 0; c < C; c++) write_grad(dxr[c], tmp[c], acc_dx);
       }
     if (dw)
       for (int v = 0; v < V; v++) {
@@ -115,7 +124,7 @@ void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const flo
           for (int c = 0; c < C; c++) tmp[c] += gv * xr[c];
         }
         float* dwv = dw + size_t(v) * C;
-        for (int c = 0; c < C; c++) dwv[c] += tmp[c];
+        for (int c = 0; c < C; c++) write_grad(dwv[c], tmp[c], acc_dw || r0 > 0);
       }
   }
 }

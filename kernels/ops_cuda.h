@@ -1,7 +1,8 @@
 // Launchers of the hand-written bf16 CUDA kernels (one op per kernels/<op>.cu, beside its cpu
 // reference kernels/<op>_cpu.cpp). Plain C++: includable from g++-compiled files.
-// Conventions: outputs first, the stream last; activations bf16, math in fp32; every backward
-// ACCUMULATES into its gradients (a null gradient pointer skips it) unless it says "overwrite".
+// Conventions: outputs first, the stream last; activations bf16, math in fp32; a backward adds
+// into a gradient when its acc_* flag is set and overwrites it otherwise (a null gradient pointer
+// skips it); one without flags always accumulates.
 // Launchers throw strata::Error on a bad launch; none of them synchronises or allocates.
 // Elementwise ops (swiglu, add, convert) and rope may run in place (out aliasing an input).
 #pragma once
@@ -17,30 +18,33 @@ using bf16 = __nv_bfloat16;
 
 // Token embedding. tokens [N], wte [V, C]. A negative token gives a zero row (fwd) and is skipped (bwd).
 void embedding_fwd(bf16* out, const int32_t* tokens, const bf16* wte, int N, int C, cudaStream_t stream);  // out [N, C]
-// dwte [V, C] fp32 +=, by fp32 atomics (repeated tokens add in no fixed order).
+// dwte [V, C] fp32 +=, by fp32 atomics (repeated tokens add in no fixed order); to overwrite,
+// zero dwte first.
 void embedding_bwd(float* dwte, const bf16* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
 
 // RMSNorm: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps). x, out [N, C]; w [C]; rstd [N] (may be null).
 void rmsnorm_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int C, float eps, cudaStream_t stream);
-// dx [N, C] bf16 +=, dw [C] fp32 += (per-block partial sums, then atomics); either may be null.
+// dx [N, C] bf16 (+)=, dw [C] fp32 (+)= (per-block partial sums, then atomics onto dw, which an
+// overwrite zeroes first); either may be null.
 void rmsnorm_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* rstd, int N, int C,
-                 cudaStream_t stream);
+                 bool acc_dx, bool acc_dw, cudaStream_t stream);
 
 // Rotary embedding, rotate_half convention; x, out [N, H, D], pos [N], inv_freq [D/2];
 // angle = float(pos) * inv_freq[i] in fp32. D must be even.
 void rope_fwd(bf16* out, const bf16* x, const int32_t* pos, const float* inv_freq, int N, int H, int D,
               cudaStream_t stream);
-void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D,
-              cudaStream_t stream);  // dx +=
+void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D, bool acc_dx,
+              cudaStream_t stream);  // dx (+)=
 
 // SwiGLU out = silu(gate) * up, all [n].
 void swiglu_fwd(bf16* out, const bf16* gate, const bf16* up, long n, cudaStream_t stream);
-void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, long n,
-                cudaStream_t stream);  // +=
+void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, long n, bool acc_dgate,
+                bool acc_dup, cudaStream_t stream);  // (+)=
 
 // out = a + s * b, all [n].
 void add_fwd(bf16* out, const bf16* a, const bf16* b, float s, long n, cudaStream_t stream);
-void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, cudaStream_t stream);  // da += dout, db += s*dout
+// da (+)= dout, db (+)= s * dout.
+void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, bool acc_da, bool acc_db, cudaStream_t stream);
 
 // Cross-entropy over a chunk of fp32 logits [n, V] (the LM-head GEMM runs elsewhere). targets [n];
 // a target < 0 is ignored; a target >= V gives NaN (loss and gradient) so the bug is seen.

@@ -1,7 +1,7 @@
 // RMSNorm (Llama): out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps), fp32 math, bf16 in/out.
 // Forward: one block per row; each thread holds K packs of V columns in registers, loaded together
 // up front (memory parallelism) and reused after the row's reduction, so x is read once.
-// Backward: a grid sized to fill the device; each block walks rows, accumulates dx in place and
+// Backward: a grid sized to fill the device; each block walks rows, writes (or adds into) dx and
 // keeps its dw partial column sums in shared memory (fp32), then adds them to dw with atomics.
 // 16-byte accesses (V = 8) when C % 8 == 0 and the pointers are aligned; `out` may alias `x`.
 #include <algorithm>
@@ -58,14 +58,14 @@ __global__ void rmsnorm_fwd_kernel(bf16* out, float* __restrict__ rstd, const bf
   if (rstd && threadIdx.x == 0) rstd[row] = r;
 }
 
-// dx_c += r w_c dy_c - x_c r^3/C sum_k(dy_k w_k x_k);  dw_c += sum_rows dy_c x_c r.
+// dx_c (+)= r w_c dy_c - x_c r^3/C sum_k(dy_k w_k x_k);  dw_c += sum_rows dy_c x_c r.
 // Each thread owns the same columns in every row, so its dw partials in shared memory are private
 // to it (laid out [V][C/V] so a warp's accesses fall in distinct banks) and need no barrier.
 // (Caching dy and x in registers instead measured slower on an H200: fewer resident blocks.)
 template <int V>
 __global__ void rmsnorm_bwd_kernel(bf16* __restrict__ dx, float* __restrict__ dw, const bf16* __restrict__ dout,
                                    const bf16* __restrict__ x, const bf16* __restrict__ w,
-                                   const float* __restrict__ rstd, int N, int C) {
+                                   const float* __restrict__ rstd, int N, int C, bool acc_dx) {
   extern __shared__ float dw_part[];  // [V][C / V] when dw
   const int lanes = C / V;
   if (dw)
@@ -100,7 +100,7 @@ __global__ void rmsnorm_bwd_kernel(bf16* __restrict__ dx, float* __restrict__ dw
       load_bf16(dy, dyr + c);  // second reads of the row hit L1/L2
       load_bf16(xv, xr + c);
       load_bf16(wv, w + c);
-      load_bf16(acc, dxr + c);
+      load_grad_bf16(acc, dxr + c, acc_dx);
 #pragma unroll
       for (int k = 0; k < V; k++) acc[k] += r * wv[k] * dy[k] - xv[k] * kk;
       store_bf16(dxr + c, acc);
@@ -133,7 +133,7 @@ void launch_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int
 
 template <int V>
 void launch_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* rstd, int N, int C,
-                cudaStream_t stream) {
+                bool acc_dx, cudaStream_t stream) {
   const int threads = row_threads(C / V);
   const size_t smem = dw ? sizeof(float) * C : 0;
   auto kernel = rmsnorm_bwd_kernel<V>;
@@ -148,7 +148,7 @@ void launch_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16
   int per_sm = 0;
   STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   const int blocks = std::max(1, std::min(N, num_sms() * std::max(per_sm, 1)));
-  kernel<<<blocks, threads, smem, stream>>>(dx, dw, dout, x, w, rstd, N, C);
+  kernel<<<blocks, threads, smem, stream>>>(dx, dw, dout, x, w, rstd, N, C, acc_dx);
   STRATA_LAUNCH_CHECK("rmsnorm_bwd_kernel");
 }
 
@@ -164,13 +164,15 @@ void rmsnorm_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, in
 }
 
 void rmsnorm_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* rstd, int N, int C,
-                 cudaStream_t stream) {
+                 bool acc_dx, bool acc_dw, cudaStream_t stream) {
   STRATA_CHECK(N >= 0 && C > 0, "rmsnorm_bwd: bad shape");
+  // The blocks' dw partials meet in atomics: an overwrite starts them from zero ([C], cheap).
+  if (dw && !acc_dw) STRATA_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * C, stream));
   if (N == 0 || (!dx && !dw)) return;
   if (C % 8 == 0 && all_aligned16(dx, dw, dout, x, w))
-    launch_bwd<8>(dx, dw, dout, x, w, rstd, N, C, stream);
+    launch_bwd<8>(dx, dw, dout, x, w, rstd, N, C, acc_dx, stream);
   else
-    launch_bwd<1>(dx, dw, dout, x, w, rstd, N, C, stream);
+    launch_bwd<1>(dx, dw, dout, x, w, rstd, N, C, acc_dx, stream);
 }
 
 }  // namespace strata::cuda

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "kernels/grad_cpu.h"
 #include "kernels/rmsnorm.h"
 
 namespace strata::cpu {
@@ -25,7 +26,7 @@ void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int N,
 // With y_c = w_c x_c r and r = (mean(x^2) + eps)^-1/2:
 //   dx_c = r w_c dy_c - x_c r^3 / C * sum_k(dy_k w_k x_k),   dw_c = sum_n dy_c x_c r.
 void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
-                 int C) {
+                 int C, bool acc_dx, bool acc_dw) {
   std::vector<double> dw_acc(dw ? C : 0, 0.0);  // [C], summed over rows before touching dw
   for (int n = 0; n < N; n++) {
     const float* xr = x + size_t(n) * C;
@@ -36,13 +37,13 @@ void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const 
       for (int c = 0; c < C; c++) dot += double(dy[c]) * w[c] * xr[c];
       float k = float(dot * double(r) * r * r / C);
       float* dxr = dx + size_t(n) * C;
-      for (int c = 0; c < C; c++) dxr[c] += r * w[c] * dy[c] - xr[c] * k;
+      for (int c = 0; c < C; c++) write_grad(dxr[c], r * w[c] * dy[c] - xr[c] * k, acc_dx);
     }
     if (dw)
       for (int c = 0; c < C; c++) dw_acc[c] += double(dy[c]) * xr[c] * r;
   }
   if (dw)
-    for (int c = 0; c < C; c++) dw[c] += float(dw_acc[c]);
+    for (int c = 0; c < C; c++) write_grad(dw[c], float(dw_acc[c]), acc_dw);
 }
 
 }  // namespace strata::cpu

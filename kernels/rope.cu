@@ -3,7 +3,7 @@
 // One block per token: the token's cos/sin table [2, D/2] is built once in shared memory (accurate
 // sincosf, as the cpu reference's std::cos/sin) and reused by all its heads. 16-byte accesses when
 // D % 16 == 0 and the pointers are aligned. Backward rotates by the negative angle (R^T) and
-// accumulates. `out` may alias `x`.
+// adds into dx or overwrites it. `out` may alias `x`.
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda.h"
 
@@ -12,7 +12,7 @@ namespace {
 
 template <int V, bool kBackward>
 __global__ void rope_kernel(bf16* out, const bf16* x, const int32_t* __restrict__ pos,
-                            const float* __restrict__ inv_freq, int H, int D) {
+                            const float* __restrict__ inv_freq, int H, int D, bool accumulate) {
   extern __shared__ __align__(16) float table[];  // [2][D/2]: cos, then sin
   const int half = D / 2;
   const int n = blockIdx.x;
@@ -44,7 +44,7 @@ __global__ void rope_kernel(bf16* out, const bf16* x, const int32_t* __restrict_
         y2[k] = x2[k] * c[k] + x1[k] * s[k];
       }
     }
-    if constexpr (kBackward) {
+    if (kBackward && accumulate) {
       float a1[V], a2[V];
       load_bf16(a1, out + base + i);
       load_bf16(a2, out + base + i + half);
@@ -58,15 +58,16 @@ __global__ void rope_kernel(bf16* out, const bf16* x, const int32_t* __restrict_
 
 template <bool kBackward>
 void launch(const char* name, bf16* out, const bf16* x, const int32_t* pos, const float* inv_freq, int N, int H, int D,
-            cudaStream_t stream) {
+            bool accumulate, cudaStream_t stream) {
   STRATA_CHECK(N >= 0 && H > 0 && D > 0 && D % 2 == 0, std::string(name) + ": bad shape (D must be even)");
   if (N == 0) return;
   const int half = D / 2;
   const size_t smem = sizeof(float) * D;  // cos and sin tables
   if (half % 8 == 0 && all_aligned16(out, x)) {
-    rope_kernel<8, kBackward><<<N, row_threads(H * half / 8, 256), smem, stream>>>(out, x, pos, inv_freq, H, D);
+    rope_kernel<8, kBackward>
+        <<<N, row_threads(H * half / 8, 256), smem, stream>>>(out, x, pos, inv_freq, H, D, accumulate);
   } else {
-    rope_kernel<1, kBackward><<<N, row_threads(H * half, 256), smem, stream>>>(out, x, pos, inv_freq, H, D);
+    rope_kernel<1, kBackward><<<N, row_threads(H * half, 256), smem, stream>>>(out, x, pos, inv_freq, H, D, accumulate);
   }
   STRATA_LAUNCH_CHECK(name);
 }
@@ -75,13 +76,13 @@ void launch(const char* name, bf16* out, const bf16* x, const int32_t* pos, cons
 
 void rope_fwd(bf16* out, const bf16* x, const int32_t* pos, const float* inv_freq, int N, int H, int D,
               cudaStream_t stream) {
-  launch<false>("rope_fwd", out, x, pos, inv_freq, N, H, D, stream);
+  launch<false>("rope_fwd", out, x, pos, inv_freq, N, H, D, false, stream);
 }
 
-void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D,
+void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D, bool acc_dx,
               cudaStream_t stream) {
   if (!dx) return;
-  launch<true>("rope_bwd", dx, dout, pos, inv_freq, N, H, D, stream);
+  launch<true>("rope_bwd", dx, dout, pos, inv_freq, N, H, D, acc_dx, stream);
 }
 
 }  // namespace strata::cuda

@@ -21,6 +21,7 @@ namespace strata::cpu {
 void rope_inv_freq(float* inv_freq, int D, float theta, const RopeScaling& scaling);
 // The angle is computed in float32 as float(pos) * inv_freq[i], exactly as transformers does.
 void rope_fwd(float* out, const float* x, const int32_t* pos, const float* inv_freq, int N, int H, int D);
-// Accumulates dx += R^T dout (rotation by the negative angle).
-void rope_bwd(float* dx, const float* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D);
+// dx (+)= R^T dout (rotation by the negative angle): added into when acc_dx, else overwritten.
+void rope_bwd(float* dx, const float* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D,
+              bool acc_dx);
 }  // namespace strata::cpu

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "engine/error.h"
+#include "kernels/grad_cpu.h"
 #include "kernels/rope.h"
 
 namespace strata::cpu {
@@ -44,9 +45,10 @@ void rope_inv_freq(float* inv_freq, int D, float theta, const RopeScaling& s) {
 namespace {
 
 // Rotates every head of every token by angle(pos) * sign; sign -1 gives the transpose (backward).
-// accumulate: out += R x instead of out = R x.
+// write(out element, value) stores each result.
+template <class Write>
 void rotate(float* out, const float* x, const int32_t* pos, const float* inv_freq, int N, int H, int D, float sign,
-            bool accumulate) {
+            Write write) {
   STRATA_CHECK(D % 2 == 0, "rope: head_dim must be even");
   const int half = D / 2;
   for (int n = 0; n < N; n++) {
@@ -61,13 +63,8 @@ void rotate(float* out, const float* x, const int32_t* pos, const float* inv_fre
         // q * cos + rotate_half(q) * sin, rotate_half(q) = cat(-q2, q1)
         float y1 = x1 * c + (-x2) * s;
         float y2 = x2 * c + x1 * s;
-        if (accumulate) {
-          out[base + i] += y1;
-          out[base + i + half] += y2;
-        } else {
-          out[base + i] = y1;
-          out[base + i + half] = y2;
-        }
+        write(out[base + i], y1);
+        write(out[base + i + half], y2);
       }
     }
   }
@@ -76,12 +73,13 @@ void rotate(float* out, const float* x, const int32_t* pos, const float* inv_fre
 }  // namespace
 
 void rope_fwd(float* out, const float* x, const int32_t* pos, const float* inv_freq, int N, int H, int D) {
-  rotate(out, x, pos, inv_freq, N, H, D, 1.0f, false);
+  rotate(out, x, pos, inv_freq, N, H, D, 1.0f, [](float& o, float y) { o = y; });
 }
 
-void rope_bwd(float* dx, const float* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D) {
+void rope_bwd(float* dx, const float* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D,
+              bool acc_dx) {
   if (!dx) return;
-  rotate(dx, dout, pos, inv_freq, N, H, D, -1.0f, true);
+  rotate(dx, dout, pos, inv_freq, N, H, D, -1.0f, [acc_dx](float& o, float y) { write_grad(o, y, acc_dx); });
 }
 
 }  // namespace strata::cpu

@@ -28,13 +28,14 @@ struct SwigluFwd {
   }
 };
 
-// dgate += dout * up * sig * (1 + g * (1 - sig)), dup += dout * silu(g); a null gradient is skipped.
+// dgate (+)= dout * up * sig * (1 + g * (1 - sig)), dup (+)= dout * silu(g); a null gradient is skipped.
 struct SwigluBwd {
   bf16* dgate;
   bf16* dup;
   const bf16* dout;
   const bf16* gate;
   const bf16* up;
+  bool acc_dgate, acc_dup;
   template <int V>
   __device__ void apply(size_t i) const {
     float g[V], u[V], d[V], acc[V];
@@ -45,13 +46,13 @@ struct SwigluBwd {
 #pragma unroll
     for (int k = 0; k < V; k++) sig[k] = sigmoid(g[k]);
     if (dgate) {
-      load_bf16(acc, dgate + i);
+      load_grad_bf16(acc, dgate + i, acc_dgate);
 #pragma unroll
       for (int k = 0; k < V; k++) acc[k] += d[k] * u[k] * (sig[k] * (1.0f + g[k] * (1.0f - sig[k])));
       store_bf16(dgate + i, acc);
     }
     if (dup) {
-      load_bf16(acc, dup + i);
+      load_grad_bf16(acc, dup + i, acc_dup);
 #pragma unroll
       for (int k = 0; k < V; k++) acc[k] += d[k] * (g[k] * sig[k]);
       store_bf16(dup + i, acc);
@@ -66,12 +67,12 @@ void swiglu_fwd(bf16* out, const bf16* gate, const bf16* up, long n, cudaStream_
   launch_elementwise<8>("swiglu_fwd", size_t(n), all_aligned16(out, gate, up), SwigluFwd{out, gate, up}, stream);
 }
 
-void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, long n,
-                cudaStream_t stream) {
+void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, long n, bool acc_dgate,
+                bool acc_dup, cudaStream_t stream) {
   STRATA_CHECK(n >= 0, "swiglu_bwd: negative size");
   if (!dgate && !dup) return;
   launch_elementwise<8>("swiglu_bwd", size_t(n), all_aligned16(dgate, dup, dout, gate, up),
-                        SwigluBwd{dgate, dup, dout, gate, up}, stream);
+                        SwigluBwd{dgate, dup, dout, gate, up, acc_dgate, acc_dup}, stream);
 }
 
 }  // namespace strata::cuda

@@ -137,15 +137,6 @@ void breakdown_at_peak(Forecast& f) {
 Forecast forecast(const ForecastRequest& r) {
   if (r.seq < 1 || r.batch < 1)
     throw ConfigError(fmt::format("seq ({}) and batch ({}) must be >= 1", r.seq, r.batch), "command line", "seq");
-  // The disk tier writes a real io_uring file from host staging memory the sim does not have.
-  auto to_disk = [](const std::vector<std::pair<std::string, Decision>>& v) {
-    return std::any_of(v.begin(), v.end(), [](auto& e) { return e.second == Decision::disk; });
-  };
-  if (to_disk(r.plan.overrides) || to_disk(r.plan.rules))
-    STRATA_THROW(UnsupportedError,
-                 fmt::format("the plan '{}' sends slots to the disk tier, which the sim does not model (only the "
-                             "device and host tiers); forecast activation_offloading: true instead",
-                             r.plan.preset));
   Forecast f;
   SimOptions so;
   so.budget = r.budget;
@@ -188,6 +179,7 @@ Forecast forecast(const ForecastRequest& r) {
       f.host_reserved_bytes = ts.host_reserved_bytes;
       f.offloaded_bytes = ts.offloaded_bytes;
       f.loaded_bytes = ts.loaded_bytes;
+      f.peak_disk_bytes = ts.peak_disk_bytes;
       if (const WeightPager* pager = model.pager()) f.paged_host_bytes = pager->host_bytes();
       f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes;
       f.paged_bytes_uploaded = st.paged_bytes_uploaded;
@@ -195,6 +187,10 @@ Forecast forecast(const ForecastRequest& r) {
       const SimTimes& t = be->times();
       f.copy_wait_s = t.copy_wait_s;
       f.copy_busy_s = t.copy_busy_s;
+      f.disk_written_bytes = t.disk_write_bytes;
+      f.disk_read_bytes = t.disk_read_bytes;
+      f.disk_busy_s = t.disk_busy_s;
+      f.disk_wait_s = t.disk_wait_s;
       f.step_s = end_s - f.step_start_s;
       const double bwd0 = t.backward_start_s >= 0 ? t.backward_start_s : end_s;
       const double opt0 = t.optimizer_start_s >= 0 ? t.optimizer_start_s : end_s;
@@ -209,6 +205,7 @@ Forecast forecast(const ForecastRequest& r) {
       if (t.memset_s > 0) f.time_by_op.emplace_back("memset", t.memset_s);
       if (t.copy_s > 0) f.time_by_op.emplace_back("host copies", t.copy_s);
       if (t.copy_wait_s > 0) f.time_by_op.emplace_back("waiting on tier copies", t.copy_wait_s);
+      if (t.disk_wait_s > 0) f.time_by_op.emplace_back("waiting on the disk tier", t.disk_wait_s);
       std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
       breakdown_at_peak(f);
       const double peak_abs = f.step_start_s + f.peak_at_s;

@@ -33,7 +33,7 @@ struct ForecastRequest {
   SimMirror mirror = SimMirror::cuda;
   size_t budget = 0;              // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
   bool layer_offloading = false;  // page the frozen layer weights from host (frozen or lora only)
-  TierOptions tiers;              // host tier bounds (in-flight, prefetch); the disk tier is refused
+  TierOptions tiers;              // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
 };
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
@@ -70,10 +70,17 @@ struct Forecast {
   size_t paged_host_bytes = 0;                   // weight pager: its host reservation (all frozen layers)
   size_t peak_host_bytes = 0;                    // the host tier's peak: slot store peak + pager reservation
   size_t offloaded_bytes = 0, loaded_bytes = 0;  // slot store, this step
+  size_t peak_disk_bytes = 0;                    // disk tier: the slot store's disk extents in use, peak
   size_t paged_bytes_uploaded = 0;               // weight pager, this step
   long paged_uploads = 0;
   double copy_wait_s = 0;  // compute stalled on host copies (slot store / pager)
   double copy_busy_s = 0;  // the copy stream busy
+
+  // Disk tier (peak_disk_bytes above): slots written from host staging (in the host peak) to the
+  // slot store's file and read back in backward.
+  size_t disk_written_bytes = 0, disk_read_bytes = 0;  // this step
+  double disk_busy_s = 0;                              // the disk queue busy
+  double disk_wait_s = 0;                              // the slot store (and so compute) waiting on disk requests
   long recomputed_nodes = 0;
 
   // Time (model clock of the cost model).
@@ -93,7 +100,8 @@ struct Forecast {
   double step_start_s = 0;
 };
 
-// UnsupportedError for plans that send slots to the disk tier (the sim has no disk model).
+// ConfigError when the plan sends slots to the disk tier and the profile's disk bandwidth is not
+// measured (disk_write_gbps / disk_read_gbps 0).
 Forecast forecast(const ForecastRequest& r);
 
 // "L12.attn.q" -> "L*.attn.q"; other names unchanged.

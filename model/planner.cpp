@@ -10,42 +10,59 @@ namespace strata {
 namespace {
 
 std::string describe(const PlanSpec& s) {
-  if (s.checkpoint_every > 0)
-    return s.checkpoint_every == 1 ? "gradient checkpointing"
-                                   : fmt::format("gradient checkpointing every {} layers", s.checkpoint_every);
   std::string out;
-  if (!s.recompute_types.empty()) {
-    out = "recompute ";
-    for (size_t i = 0; i < s.recompute_types.size(); ++i) out += (i ? ", " : "") + s.recompute_types[i];
+  if (s.checkpoint_every > 0) {
+    out = s.checkpoint_every == 1 ? "gradient checkpointing"
+                                  : fmt::format("gradient checkpointing every {} layers", s.checkpoint_every);
+  } else {
+    for (Decision d : {Decision::recompute, Decision::host, Decision::disk}) {
+      std::string part;
+      for (auto& [t, dt] : s.types)
+        if (dt == d) part += (part.empty() ? "" : ", ") + t;
+      if (!part.empty()) out += fmt::format("{}{} {}", out.empty() ? "" : "; ", decision_name(d), part);
+    }
+    if (s.checkpointed_layers > 0)
+      out += fmt::format(
+          "{}checkpoint {}", out.empty() ? "" : " + ",
+          s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
+    if (out.empty()) out = "keep everything";
   }
-  if (s.checkpointed_layers > 0)
-    out +=
-        fmt::format("{}checkpoint {}", out.empty() ? "" : " + ",
-                    s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
-  return out.empty() ? "keep everything" : out;
+  return s.layer_offloading ? out + " + layer_offloading" : out;
+}
+
+bool has_type(const PlanSpec& s, const std::string& t) {
+  return std::any_of(s.types.begin(), s.types.end(), [&](auto& e) { return e.first == t; });
 }
 
 struct Search {
   const ForecastRequest& base;
-  size_t budget;
+  TierBudgets b;
   int layers;
   PlanResult& res;
   std::map<std::string, PlanTried> cache;
   std::map<std::string, PlanSpec> specs;
   bool have_best = false;
   PlanTried best;
+  PlanSpec best_spec;
+  bool have_short = false;
+  PlanTried short_t;
+
+  bool tiers_ok(const PlanTried& t) const { return t.host_bytes <= b.host && t.disk_bytes <= b.disk; }
 
   PlanTried eval(const PlanSpec& s) {
     const std::string label = describe(s);
     if (auto it = cache.find(label); it != cache.end()) return it->second;
     ForecastRequest r = base;
     r.plan = make_plan(s, layers);
+    r.layer_offloading = s.layer_offloading;
     r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
     Forecast f = forecast(r);
     res.sim_runs++;
-    PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.step_s, false};
-    if (f.fits && f.peak_bytes <= budget) {
-      r.budget = budget;
+    PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.peak_host_bytes, f.peak_disk_bytes, f.step_s, false};
+    const bool device_ok = f.fits && f.peak_bytes <= b.device;
+    if (device_ok && !tiers_ok(t) && (!have_short || t.step_s < short_t.step_s)) have_short = true, short_t = t;
+    if (device_ok && tiers_ok(t)) {
+      r.budget = b.device;
       Forecast fb = forecast(r);
       res.sim_runs++;
       t.fits = fb.fits;
@@ -54,7 +71,9 @@ struct Search {
           (!have_best || t.step_s < best.step_s || (t.step_s == best.step_s && t.peak_bytes < best.peak_bytes))) {
         have_best = true;
         best = t;
+        best_spec = s;
         res.plan = r.plan;
+        res.layer_offloading = s.layer_offloading;
         res.label = label;
         res.forecast = std::move(fb);
       }
@@ -65,10 +84,11 @@ struct Search {
     return t;
   }
 
-  // Fewest checkpointed layers that make `types` fit (bisection: memory falls as n grows).
-  void checkpointed(const std::vector<std::string>& types) {
-    if (eval({types, 0, 0}).fits) return;  // no layer needs checkpointing
-    PlanSpec s{types, layers, 0};
+  // Fewest checkpointed layers that make `s` fit (bisection: memory falls as n grows).
+  void checkpointed(PlanSpec s) {
+    s.checkpointed_layers = 0;
+    if (eval(s).fits) return;  // no layer needs checkpointing
+    s.checkpointed_layers = layers;
     if (!eval(s).fits) return;
     int lo = 1, hi = layers;
     while (lo < hi) {
@@ -80,31 +100,95 @@ struct Search {
         lo = mid + 1;
     }
   }
+
+  // Greedy: add the (type, decision) that saves the most peak bytes per second added, until the
+  // plan fits. Returns every prefix.
+  std::vector<PlanSpec> greedy(PlanSpec cur_spec, const std::vector<std::string>& types,
+                               const std::vector<Decision>& decisions) {
+    std::vector<PlanSpec> prefixes{cur_spec};
+    PlanTried cur = eval(cur_spec);
+    while (!cur.fits) {
+      double best_score = -1;
+      PlanSpec next;
+      PlanTried next_t;
+      for (auto& t : types) {
+        if (has_type(cur_spec, t)) continue;
+        for (Decision d : decisions) {
+          PlanSpec s = cur_spec;
+          s.types.emplace_back(t, d);
+          PlanTried tr = eval(s);
+          if (tr.peak_bytes >= cur.peak_bytes || !tiers_ok(tr)) continue;
+          const double saved = double(cur.peak_bytes - tr.peak_bytes);
+          const double score = saved / std::max(tr.step_s - cur.step_s, 1e-6);
+          if (score > best_score) best_score = score, next = s, next_t = tr;
+        }
+      }
+      if (best_score < 0) break;
+      cur_spec = next;
+      cur = next_t;
+      prefixes.push_back(cur_spec);
+    }
+    return prefixes;
+  }
+
+  // hidden_states on tier d (layer inputs there, the rest of each layer recomputed), and every
+  // layer slot there.
+  void tier_families(const PlanSpec& start, Decision d) {
+    PlanSpec hs = start;
+    hs.types = {{"L*.input", d}, {"L*", Decision::recompute}};
+    eval(hs);
+    PlanSpec all = start;
+    all.types = {{"L*", d}};
+    eval(all);
+  }
+
+  // Changes one per-type decision of the best plan at a time while that is faster and fits.
+  void refine(const std::vector<Decision>& decisions) {
+    for (int pass = 0; pass < 4 && have_best; ++pass) {
+      const PlanSpec start = best_spec;
+      if (start.checkpoint_every > 0) return;
+      for (size_t i = 0; i < start.types.size(); ++i) {
+        PlanSpec without = start;
+        without.types.erase(without.types.begin() + long(i));
+        eval(without);
+        for (Decision d : decisions) {
+          if (d == start.types[i].second) continue;
+          PlanSpec s = start;
+          s.types[i].second = d;
+          eval(s);
+        }
+      }
+      if (describe(best_spec) == describe(start)) return;
+    }
+  }
 };
 
 }  // namespace
 
 Plan make_plan(const PlanSpec& s, int layers) {
   if (s.checkpoint_every > 0) return Plan::gradient_checkpointing(s.checkpoint_every);
+  PlanSpec body = s;
+  body.layer_offloading = false;  // not part of the plan table (strata-train's layer_offloading key)
   Plan p;
-  p.preset = "auto: " + describe(s);
+  p.preset = "auto: " + describe(body);
   for (int i = 0; i < std::min(s.checkpointed_layers, layers); ++i) {
     p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::keep);
     p.overrides.emplace_back(fmt::format("L{}.*", i), Decision::recompute);
   }
-  for (auto& t : s.recompute_types) p.overrides.emplace_back(t, Decision::recompute);
+  for (auto& [t, d] : s.types) p.overrides.emplace_back(t, d);
   return p;
 }
 
-PlanResult plan_for_budget(const ForecastRequest& base, size_t budget) {
+PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
   PlanResult res;
-  res.budget = budget;
+  res.budgets = budgets;
   const int L = base.model.num_hidden_layers;
-  Search S{base, budget, L, res, {}, {}, false, {}};
+  Search S{base, budgets, L, res, {}, {}, false, {}, {}, false, {}};
 
   // The saved class types of this model and mode (the loss path stays kept: it is needed at once).
   ForecastRequest keep = base;
   keep.plan = Plan::keep_everything();
+  keep.layer_offloading = false;
   keep.budget = 0;
   Forecast kf = forecast(keep);
   res.sim_runs++;
@@ -113,52 +197,88 @@ PlanResult plan_for_budget(const ForecastRequest& base, size_t budget) {
   for (auto& row : kf.plan_rows)
     if (row.cls.rfind("L*.", 0) == 0) types.push_back(row.cls);
 
-  // 1. Greedy over class types.
-  std::vector<std::string> chosen;
-  PlanTried cur = S.eval({chosen, 0, 0});
-  std::vector<std::vector<std::string>> prefixes{chosen};
-  if (cur.fits) {  // keep-everything fits: nothing is faster
-    res.found = true;
-    return res;
+  // Weight paging: frozen layers live in host memory, so only with a host budget that holds them.
+  std::vector<bool> paging{false};
+  if (base.mode != TrainMode::full && budgets.host > 0) {
+    ForecastRequest pr = keep;
+    pr.layer_offloading = true;
+    Forecast pf = forecast(pr);
+    res.sim_runs++;
+    if (pf.paged_host_bytes > 0 && pf.peak_host_bytes <= budgets.host) paging.push_back(true);
   }
-  while (!cur.fits) {
-    double best_score = -1;
-    std::string best_type;
-    PlanTried best_t;
-    for (auto& t : types) {
-      if (std::find(chosen.begin(), chosen.end(), t) != chosen.end()) continue;
-      std::vector<std::string> s = chosen;
-      s.push_back(t);
-      PlanTried tr = S.eval({s, 0, 0});
-      if (tr.peak_bytes >= cur.peak_bytes) continue;
-      const double saved = double(cur.peak_bytes - tr.peak_bytes);
-      const double score = saved / std::max(tr.step_s - cur.step_s, 1e-9);
-      if (score > best_score) best_score = score, best_type = t, best_t = tr;
-    }
-    if (best_score < 0) break;
-    chosen.push_back(best_type);
-    cur = best_t;
-    prefixes.push_back(chosen);
-  }
-  // 2. Checkpointed layers on top of every greedy prefix, and on selective recompute's classes
-  //    (so the result is never slower than a preset that fits).
+  // Decision sets: keep/recompute alone (so the tiers never make the answer worse), then with the
+  // tiers that have a budget.
+  std::vector<std::vector<Decision>> decision_sets{{Decision::recompute}};
+  std::vector<Decision> all{Decision::recompute};
+  if (budgets.host) all.push_back(Decision::host);
+  if (budgets.disk) all.push_back(Decision::disk);
+  if (all.size() > 1) decision_sets.push_back(all);
+
   std::vector<std::string> selective;
   for (const char* t : {"L*.attn_norm.out", "L*.mlp_norm.out", "L*.mlp.act"})
     if (std::find(types.begin(), types.end(), t) != types.end()) selective.push_back(t);
-  if (!selective.empty()) S.checkpointed(selective);
-  for (auto& p : prefixes) S.checkpointed(p);
-  // 3. Gradient checkpointing every k layers.
-  for (int k = 1; k <= std::max(1, L); k *= 2) S.eval({{}, 0, k});
+
+  for (bool paged : paging) {
+    PlanSpec start;
+    start.layer_offloading = paged;
+    if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
+    // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
+    std::vector<PlanSpec> prefixes;
+    for (auto& ds : decision_sets) {
+      auto p = S.greedy(start, types, ds);
+      prefixes.insert(prefixes.end(), p.begin(), p.end());
+    }
+    PlanSpec sel = start;
+    for (auto& t : selective) sel.types.emplace_back(t, Decision::recompute);
+    if (!sel.types.empty()) S.checkpointed(sel);
+    for (auto& p : prefixes) S.checkpointed(p);
+    // 3. Gradient checkpointing every k layers; on each tier with a budget, hidden_states (layer
+    //    inputs there, the rest recomputed) and everything there.
+    for (int k = 1; k <= std::max(1, L); k *= 2) {
+      PlanSpec s = start;
+      s.checkpoint_every = k;
+      S.eval(s);
+    }
+    for (Decision d : all)
+      if (d != Decision::recompute) S.tier_families(start, d);
+  }
+  // 4. Refine the fastest plan found, one decision at a time.
+  S.refine(all);  // keep (dropping a type from the plan) is tried there too
 
   res.found = S.have_best;
   if (res.found) return res;
-  // Nothing fits: the lowest-memory candidate and the budget it needs, verified by a sim run.
+  if (budgets.host == 0 || (base.mode != TrainMode::full && paging.size() == 1)) {
+    // Would the host tier have helped? Forecast its families (and paging) unconstrained.
+    for (bool paged : {false, true}) {
+      if (paged && base.mode == TrainMode::full) continue;
+      PlanSpec s;
+      s.layer_offloading = paged;
+      if (paged) S.eval(s);
+      S.tier_families(s, Decision::host);
+    }
+  }
+  if (S.have_short) {
+    const PlanTried& t = S.short_t;
+    res.short_tier_label = t.label;
+    if (t.host_bytes > budgets.host) {
+      res.short_tier = "host";
+      res.short_tier_needs = t.host_bytes;
+    } else {
+      res.short_tier = "disk";
+      res.short_tier_needs = t.disk_bytes;
+    }
+  }
+  // Nothing fits: the lowest-memory candidate within the tier budgets and the device budget it
+  // needs, verified by a sim run.
   const PlanTried* low = nullptr;
   for (auto& t : res.tried)
-    if (!low || t.high_water_bytes < low->high_water_bytes) low = &t;
+    if (S.tiers_ok(t) && (!low || t.high_water_bytes < low->high_water_bytes)) low = &t;
+  const PlanSpec& ls = S.specs.at(low->label);
   ForecastRequest r = base;
-  r.plan = make_plan(S.specs.at(low->label), L);
+  r.plan = make_plan(ls, L);
+  r.layer_offloading = ls.layer_offloading;
   res.plan = r.plan;
+  res.layer_offloading = ls.layer_offloading;
   res.label = low->label;
   size_t need = low->high_water_bytes;
   for (int i = 0; i < 20; ++i) {  // placement under a tighter budget can differ: grow until it fits
@@ -174,7 +294,6 @@ PlanResult plan_for_budget(const ForecastRequest& base, size_t budget) {
   res.minimum_bytes = need;
   return res;
 }
-
 std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast& f, size_t budget) {
   std::string y;
   y +=

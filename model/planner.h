@@ -1,55 +1,79 @@
-// The budget planner: chooses keep or recompute for every saved slot class so that one step fits
-// a device-arena budget at the lowest forecast step time. Every candidate is verified by a sim
-// run (model/forecast.h), so "fits" means the engine's own allocator fitted it.
+// The budget planner: chooses a decision (keep, recompute, host or disk) for every saved slot
+// class, and whether to page the frozen layer weights, so that one step fits the device-arena
+// budget and the host and disk budgets at the lowest forecast step time. Every candidate is
+// verified by a sim run (model/forecast.h), so "fits" means the engine's own allocator fitted it
+// and the host and disk tiers' forecast peaks stayed within their budgets.
 //
-// Only keep/recompute: the host and disk tiers do not exist yet.
+// A tier with a budget of 0 is not used (the device is always used). Weight paging is tried in
+// frozen and LoRA training when the host budget holds the frozen layers.
 //
-// Search (coarse families, each point a sim run):
-//  1. greedy over class types applied to all layers ("L*.mlp.act", ...): add the type with the
-//     most peak bytes saved per second of recompute added, until the plan fits; at every round the
-//     cheapest single addition that fits is also a candidate;
-//  2. for every greedy prefix (and selective recompute's classes), the fewest checkpointed layers (L0..L<n-1>: input
-//  kept, the rest
-//     recomputed; found by bisection) that make it fit;
-//  3. gradient checkpointing every k layers (k = 1, 2, 4, ...), the lowest-memory family.
-// The fastest fitting candidate wins. If none fits, the result names the smallest budget any
-// candidate needs (verified by a sim run at that budget).
+// Search (coarse families, each point a sim run), once without and once with weight paging:
+//  1. greedy over class types applied to all layers ("L*.mlp.act" -> recompute|host|disk): add the
+//     (type, decision) with the most peak bytes saved per second added, until the plan fits; every
+//     greedy prefix is kept as a starting point;
+//  2. for every greedy prefix (and selective recompute's classes), the fewest checkpointed layers
+//     (L0..L<n-1>: input kept, the rest recomputed; found by bisection) that make it fit;
+//  3. gradient checkpointing every k layers (k = 1, 2, 4, ...), the lowest-memory family, and on
+//     each tier with a budget, hidden_states there (layer inputs on the tier, the rest recomputed)
+//     and every layer slot there;
+//  4. local refinement of the fastest fitting plan: each of its per-type decisions is changed to
+//     every other decision (keep included) while that is faster and still fits.
+// The fastest fitting candidate wins. If none fits, the result names the smallest device budget
+// any candidate needs (verified by a sim run at that budget) and what host or disk budget would
+// have let a candidate fit the device budget.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/forecast.h"
 
 namespace strata {
 
+struct TierBudgets {
+  size_t device = 0;  // the arena budget (required)
+  size_t host = 0;    // peak host-tier bytes (slot store + weight pager); 0 = no host tier
+  size_t disk = 0;    // peak disk-tier bytes; 0 = no disk tier
+};
+
 // A plan in the family the planner searches, as explicit rules (what strata-train's `plan:` holds).
 struct PlanSpec {
-  std::vector<std::string> recompute_types;  // folded classes ("L*.mlp.act") recomputed in every layer
-  int checkpointed_layers = 0;               // L0..L<n-1>: keep the input, recompute the rest
-  int checkpoint_every = 0;                  // >0: gradient checkpointing every k layers (overrides the rest)
+  std::vector<std::pair<std::string, Decision>> types;  // folded classes ("L*.mlp.act") -> decision in every layer
+  int checkpointed_layers = 0;                          // L0..L<n-1>: keep the input, recompute the rest
+  int checkpoint_every = 0;  // >0: gradient checkpointing every k layers (overrides the rest)
+  bool layer_offloading = false;
 };
 Plan make_plan(const PlanSpec& s, int layers);
 
 struct PlanTried {
   std::string label;
-  size_t peak_bytes = 0, high_water_bytes = 0;
+  size_t peak_bytes = 0, high_water_bytes = 0, host_bytes = 0, disk_bytes = 0;
   double step_s = 0;
   bool fits = false;
 };
 
 struct PlanResult {
   bool found = false;
-  Plan plan;  // the chosen plan (found), else the lowest-memory one
+  Plan plan;                      // the chosen plan (found), else the lowest-memory one
+  bool layer_offloading = false;  // the chosen plan pages the frozen layer weights
   std::string label;
   Forecast forecast;  // its forecast under the budget (found), else unbounded
-  size_t budget = 0;
-  size_t minimum_bytes = 0;     // !found: the smallest budget a candidate was verified to fit in
+  TierBudgets budgets;
+  size_t minimum_bytes = 0;     // !found: the smallest device budget a candidate was verified to fit in
   size_t persistent_bytes = 0;  // weights, gradients, optimizer state, workspaces: no plan lowers these
+  // !found: the fastest candidate that fit the device budget but not a tier budget, and what that
+  // tier would need ("host" or "disk"; empty when no candidate fit the device budget).
+  std::string short_tier;
+  size_t short_tier_needs = 0;
+  std::string short_tier_label;
   std::vector<PlanTried> tried;
   int sim_runs = 0;
 };
 
-PlanResult plan_for_budget(const ForecastRequest& base, size_t budget);
+PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets);
+inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_budget) {
+  return plan_for_budget(base, TierBudgets{device_budget, 0, 0});
+}
 
 // A YAML file strata-train --config accepts unchanged: the forecast's shape and mode, the arena
 // budget and the plan as explicit rules; comments carry the forecast.

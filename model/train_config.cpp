@@ -187,6 +187,10 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       c.layer_offloading = Bool();
     } else if (key == "memory_budget") {
       c.memory_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
+    } else if (key == "host_memory_budget") {
+      c.host_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
+    } else if (key == "disk_memory_budget") {
+      c.disk_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
     } else if (key == "plan") {
       if (!v.IsMap())
         STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);

@@ -26,6 +26,8 @@ struct TrainConfig {
   Plan plan = Plan::keep_everything();
   size_t device_budget_bytes = 0;  // arena reservation; 0 = auto (cuda: free memory - 2 GiB; cpu: 16 GiB)
   size_t memory_budget_bytes = 0;  // >0: the budget planner chooses `plan` to fit it (strata-train --budget)
+  size_t host_budget_bytes = 0;    // the planner's host-tier budget (host_memory_budget; 0 = no host tier)
+  size_t disk_budget_bytes = 0;    // the planner's disk-tier budget (disk_memory_budget; 0 = no disk tier)
   int loss_chunk_tokens = 512;
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)

@@ -61,9 +61,11 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   const Tape::TierBytes tb = tape_.tier_bytes();
   if (tb.host || tb.disk) store_->prepare(tb.host, tb.disk, tb.largest_disk);
   if (logits) tape_.retain(ids.final_hidden);
+  // Backward overwrites each recorded parameter's gradient (or zeroes it); only a trainable one
+  // this graph does not use needs zeroing here.
   if (with_backward)
     for (auto& p : model_.params())
-      if (p.trainable) be_.zero(p.grad.view());
+      if (p.trainable && !tape_.has_param(p.name)) be_.zero(p.grad.view());
   tape_.forward();
   if (logits) {
     const int64_t n = int64_t(b.B) * b.T, V = model_.config().vocab_size;

@@ -21,13 +21,15 @@ static const char* kUsage =
     "usage: strata-bench (--shape NAME | --model DIR) --seq N [--batch 1] [--mode full|frozen|lora]\n"
     "                    [--plan keep|gc|selective] [--steps 4] [--warmup 2] [--backend auto]\n"
     "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n"
-    "                    [--layer-offloading] [--offload-dir DIR] | --measure-disk DIR\n";
+    "                    [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] | --measure-disk DIR\n"
+    "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
+    "loss_chunk_tokens and device_memory apply unless the command line gives them.\n";
 
 int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
                 {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank",
-                 "device-memory", "loss-chunk", "peak-tflops", "offload-dir", "measure-disk"},
+                 "device-memory", "loss-chunk", "peak-tflops", "offload-dir", "measure-disk", "config"},
                 {"help", "layer-offloading"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -43,14 +45,22 @@ int main(int argc, char** argv) {
     io::LlamaConfig c = a.has("model") ? io::read_llama_config(a.str("model")) : builtin_shape(a.str("shape", "tiny"));
     const int seq = int(a.integer("seq", 4096)), batch = int(a.integer("batch", 1));
     const int steps = int(a.integer("steps", 4)), warmup = int(a.integer("warmup", 2));
-    const std::string mode = a.str("mode", "full"), plan_name = a.str("plan", "keep");
+    const std::string mode = a.str("mode", "full");
+    std::string plan_name = a.str("plan", "keep");
+    TrainConfig tc;
+    tc.loss_chunk_tokens = 1024;
+    if (a.has("config")) {
+      if (a.has("plan")) throw ConfigError("--plan and --config exclude each other", "command line", "config");
+      apply_yaml(tc, a.str("config"));
+      plan_name = "config:" + tc.plan.preset;
+    }
     const std::string be_name = resolve_backend_name(a.str("backend", "auto"));
-    auto be =
-        make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory") : 0);
+    auto be = make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory")
+                                                           : tc.device_budget_bytes);
 
     ModelOptions mo;
-    mo.loss_chunk_tokens = int(a.integer("loss-chunk", 1024));
-    mo.page_frozen_layers = a.has("layer-offloading");
+    mo.loss_chunk_tokens = int(a.integer("loss-chunk", tc.loss_chunk_tokens));
+    mo.page_frozen_layers = a.has("layer-offloading") || tc.layer_offloading;
     if (mode == "frozen") {
       mo.train_base = false;
       mo.train_norms = true;
@@ -62,7 +72,9 @@ int main(int argc, char** argv) {
       throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
     }
     TrainOptions to;
-    if (plan_name == "gc")
+    if (a.has("config"))
+      to.plan = tc.plan;
+    else if (plan_name == "gc")
       to.plan = Plan::gradient_checkpointing(1);
     else if (plan_name == "selective")
       to.plan = Plan::selective_recompute();
@@ -77,7 +89,7 @@ int main(int argc, char** argv) {
     else if (plan_name != "keep")
       throw ConfigError("--plan must be keep, gc, selective, offload, legacy, disk or hidden_states", "command line",
                         "plan");
-    to.tiers.offload_dir = a.str("offload-dir", "");
+    to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
     to.adam.lr = 1e-5f;
 
     LlamaModel model(*be, c, mo);

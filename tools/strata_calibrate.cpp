@@ -22,6 +22,7 @@
 #ifdef STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "io/uring_file.h"
 #include "kernels/attention_workspace.h"
 #include "kernels/backend_cuda.h"
 #include "model/rng.h"
@@ -36,9 +37,12 @@ int main() {
 }
 #else
 static const char* kUsage =
-    "usage: strata-calibrate [--out FILE] [--quick]\n"
+    "usage: strata-calibrate [--out FILE] [--quick] [--disk DIR]\n"
     "  measures GEMM, attention, HBM, host-copy and launch rates through the cuda backend and writes\n"
-    "  a device profile (default profiles/<name>.calibrated.json); --quick: fewer, shorter repeats\n";
+    "  a device profile (default profiles/<name>.calibrated.json); --quick: fewer, shorter repeats\n"
+    "  --disk DIR: also the disk tier's O_DIRECT write and read bandwidth in DIR (a directory on the disk\n"
+    "  offload_dir will use; 4 GiB written then read, 1 GiB with --quick). Without it the profile's disk\n"
+    "  fields stay 0 (not measured) and disk-tier forecasts with it are refused until they are set.\n";
 
 namespace {
 
@@ -132,7 +136,7 @@ std::string match_token(const std::string& name) {  // "NVIDIA H100 80GB HBM3" -
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv, {"out"}, {"help", "quick"});
+    cli::Args a(argc, argv, {"out", "disk"}, {"help", "quick"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -314,6 +318,29 @@ int main(int argc, char** argv) {
       p.attention_bwd_tflops = fb / tb / 1e12;
     }
 
+    // The disk tier: sequential O_DIRECT bandwidth of DIR, 4 MiB requests at queue depth 8
+    // (io::measure_direct_bandwidth; the write includes the final fdatasync).
+    char date[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
+    if (a.has("disk")) {
+      const std::string dir = a.str("disk");
+      const size_t bytes = size_t(quick ? 1 : 4) * size_t(kGiB);
+      const auto [w, r] = io::measure_direct_bandwidth(dir, bytes);
+      p.disk_write_gbps = w;
+      p.disk_read_gbps = r;
+      p.disk_source = fmt::format(
+          "strata-calibrate --disk {} on {}, {}: O_DIRECT, {} written then read in 4 MiB "
+          "requests, queue depth 8",
+          dir, dev, date, format_bytes(bytes));
+      std::printf("  %-40s %11s %9.2f GB/s\n", fmt::format("disk write {} (O_DIRECT)", dir).c_str(), "", w);
+      std::printf("  %-40s %11s %9.2f GB/s\n", fmt::format("disk read {} (O_DIRECT)", dir).c_str(), "", r);
+    } else {
+      p.disk_write_gbps = p.disk_read_gbps = 0;
+      p.disk_source = "not measured (strata-calibrate ran without --disk DIR)";
+      std::printf("  %-40s not measured: pass --disk DIR (disk_write_gbps and disk_read_gbps stay 0)\n", "disk tier");
+    }
+
     // CUDA context and library handles: what the device holds beyond the arena once cuBLASLt and
     // cuDNN have run (device-wide: other processes on this GPU would count too).
     const size_t used = be->device_used_bytes();
@@ -321,9 +348,6 @@ int main(int argc, char** argv) {
     std::printf("  %-40s %s (before the backend: %s)\n", "context + library handles",
                 format_bytes(p.context_bytes).c_str(), format_bytes(total_b - free_b).c_str());
 
-    char date[32];
-    std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
     p.source = fmt::format("strata-calibrate on {}, {}{}", dev, date, quick ? " (--quick)" : "");
 
     // profile_to_json, plus "calibrated": true after "source" (profile_from_json ignores it); the

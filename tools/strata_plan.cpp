@@ -1,7 +1,8 @@
 // strata-plan: forecasts peak device memory and step time of one training step without a GPU,
-// by running the engine itself on the sim backend; with --budget, chooses keep/recompute per slot
-// class for the fastest forecast step that fits and prints it as a strata-train config. The host
-// tier (activation offloading presets, layer offloading) is forecast; the disk tier is refused.
+// by running the engine itself on the sim backend; with --budget, chooses keep/recompute/host/disk
+// per slot class (and weight paging) for the fastest forecast step that fits every tier's budget
+// and prints it as a strata-train config. The host and disk tiers (activation offloading presets,
+// layer offloading) are forecast.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,19 +23,30 @@ using json = nlohmann::ordered_json;
 static const char* kUsage =
     "usage: strata-plan --model DIR|config.json|NAME --seq N [--batch 1] [--mode full|frozen|lora]\n"
     "                   [--lora-rank R] [--lora-alpha A] [--loss-chunk 512] [--config FILE.yaml]\n"
-    "                   [--preset keep|gradient_checkpointing|selective_recompute|offload|legacy|hidden_states\n"
+    "                   [--preset keep|gradient_checkpointing|selective_recompute|offload|legacy|hidden_states|disk\n"
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
+    "                   [--disk-budget BYTES]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--write-config FILE.yaml] [--json] [--svg FILE.svg]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
     "host copies on a copy-stream timeline). offload|legacy|hidden_states: activation_offloading true|\n"
-    "legacy|hidden_states (host tier); --layer-offloading pages frozen layer weights (frozen or lora).\n"
-    "--host-budget: reports whether the host tier's peak fits BYTES (the planner does not search it).\n"
-    "--budget: the fastest keep/recompute plan whose step fits an arena of BYTES (e.g. 40GiB), printed\n"
-    "as YAML for strata-train --config. The planner chooses keep/recompute only; the disk tier\n"
-    "(activation_offloading: disk) is not modelled and is refused.\n";
+    "legacy|hidden_states (host tier); disk: activation_offloading: disk (through host staging to a disk\n"
+    "queue at the profile's disk_write_gbps / disk_read_gbps; no file is written); --layer-offloading\n"
+    "pages frozen layer weights (frozen or lora).\n"
+    "--budget: the fastest plan whose step fits an arena of BYTES (e.g. 40GiB), printed as YAML for\n"
+    "strata-train --config. It chooses keep or recompute for every slot class, and host or disk where\n"
+    "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); in\n"
+    "frozen and LoRA training it also tries paging the frozen layers (layer_offloading) when the host\n"
+    "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n";
 
 namespace {
+
+std::string tiers_used(size_t host_budget, size_t disk_budget) {
+  std::string t = "keep/recompute";
+  if (host_budget) t += "/host";
+  if (disk_budget) t += "/disk";
+  return t;
+}
 
 std::string lower(std::string s) {
   for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -60,13 +72,9 @@ Plan preset_plan(const std::string& name, int every) {
   if (name == "offload" || name == "true") return Plan::activation_offloading(Decision::host);
   if (name == "legacy") return Plan::activation_offloading(Decision::host, true);
   if (name == "hidden_states") return Plan::hidden_states();
-  if (name == "disk")
-    throw ConfigError(
-        "--preset disk: the sim does not model the disk tier (activation_offloading: disk); forecast "
-        "--preset offload (the host tier) instead",
-        "command line", "preset");
-  throw ConfigError(fmt::format("--preset must be keep, gradient_checkpointing, selective_recompute, offload, legacy "
-                                "or hidden_states, got '{}'",
+  if (name == "disk") return Plan::activation_offloading(Decision::disk);
+  throw ConfigError(fmt::format("--preset must be keep, gradient_checkpointing, selective_recompute, offload, legacy, "
+                                "hidden_states or disk, got '{}'",
                                 name),
                     "command line", "preset");
 }
@@ -86,6 +94,12 @@ void print_host(const Forecast& f, size_t host_budget) {
   std::printf("\n");
   if (f.copy_busy_s > 0)
     std::printf("host copies: copy stream busy %.4f s, compute waited %.4f s on them\n", f.copy_busy_s, f.copy_wait_s);
+  if (f.peak_disk_bytes)
+    std::printf(
+        "peak disk (disk tier): %s of extents (%s written, %s read back; staging is in the host peak); disk "
+        "busy %.4f s, waited on %.4f s\n",
+        format_bytes(f.peak_disk_bytes).c_str(), format_bytes(f.disk_written_bytes).c_str(),
+        format_bytes(f.disk_read_bytes).c_str(), f.disk_busy_s, f.disk_wait_s);
   if (host_budget) {
     if (f.peak_host_bytes <= host_budget)
       std::printf("fits the host budget: %s of %s left at the host peak\n",
@@ -171,7 +185,12 @@ json forecast_json(const Forecast& f) {
           {"paged_bytes_uploaded", f.paged_bytes_uploaded},
           {"paged_uploads", f.paged_uploads},
           {"copy_busy_s", f.copy_busy_s},
-          {"copy_wait_s", f.copy_wait_s}};
+          {"copy_wait_s", f.copy_wait_s},
+          {"peak_disk_bytes", f.peak_disk_bytes},
+          {"disk_written_bytes", f.disk_written_bytes},
+          {"disk_read_bytes", f.disk_read_bytes},
+          {"disk_busy_s", f.disk_busy_s},
+          {"disk_wait_s", f.disk_wait_s}};
 }
 
 }  // namespace
@@ -179,12 +198,12 @@ json forecast_json(const Forecast& f) {
 int main(int argc, char** argv) {
   ForecastRequest req;
   std::string model_spec, svg_path, write_config, device;
-  size_t budget = 0, host_budget = 0;
+  size_t budget = 0, host_budget = 0, disk_budget = 0;
   bool json_out = false, have_budget = false;
   try {
     cli::Args a(argc, argv,
                 {"model", "seq", "batch", "mode", "lora-rank", "lora-alpha", "loss-chunk", "config", "preset", "every",
-                 "budget", "profile", "mirror", "device-name", "write-config", "svg", "host-budget"},
+                 "budget", "profile", "mirror", "device-name", "write-config", "svg", "host-budget", "disk-budget"},
                 {"json", "help", "layer-offloading"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -214,6 +233,7 @@ int main(int argc, char** argv) {
     req.plan = a.has("preset") ? preset_plan(a.str("preset"), int(a.integer("every", 1))) : tc.plan;
     req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
+    if (a.has("disk-budget")) disk_budget = parse_bytes(a.str("disk-budget"), "--disk-budget");
     req.profile = find_profile(a.str("profile", "h100_80gb"));
     const std::string mirror = a.str("mirror", "cuda");
     if (mirror != "cuda" && mirror != "cpu")
@@ -253,11 +273,15 @@ int main(int argc, char** argv) {
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));
-    std::fprintf(info,
-                 "tiers: device and host (the disk tier is not modelled); %s%s; the planner chooses "
-                 "keep/recompute only\n",
+    std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
                  req.layer_offloading ? "frozen layer weights paged from host" : "no weight paging",
-                 host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "");
+                 host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
+                 disk_budget ? fmt::format(", disk budget {}", format_bytes(disk_budget)).c_str() : "",
+                 have_budget
+                     ? fmt::format("; the planner chooses {} per slot class{}", tiers_used(host_budget, disk_budget),
+                                   req.mode != TrainMode::full && host_budget ? " and weight paging" : "")
+                           .c_str()
+                     : "");
 
     Forecast f;
     Plan plan = req.plan;
@@ -265,14 +289,32 @@ int main(int argc, char** argv) {
     int exit_code = 0;
     json out;
     if (have_budget) {
-      PlanResult pr = plan_for_budget(req, budget);
-      out["planner"] = {{"found", pr.found}, {"budget", budget}, {"sim_runs", pr.sim_runs}, {"label", pr.label}};
+      PlanResult pr = plan_for_budget(req, TierBudgets{budget, host_budget, disk_budget});
+      out["planner"] = {{"found", pr.found},
+                        {"budget", budget},
+                        {"host_budget", host_budget},
+                        {"disk_budget", disk_budget},
+                        {"sim_runs", pr.sim_runs},
+                        {"label", pr.label},
+                        {"layer_offloading", pr.layer_offloading}};
       if (!pr.found) {
         std::fprintf(stderr,
-                     "strata-plan: nothing fits a device budget of %s with keep/recompute: the lowest-memory plan "
-                     "(%s) needs at least %s, %s more (device tier; %d sim runs)\n",
-                     format_bytes(budget).c_str(), pr.label.c_str(), format_bytes(pr.minimum_bytes).c_str(),
-                     format_bytes(pr.minimum_bytes - budget).c_str(), pr.sim_runs);
+                     "strata-plan: nothing fits a device budget of %s with %s: the lowest-memory plan (%s) needs "
+                     "at least %s, %s more (device tier; %d sim runs)\n",
+                     format_bytes(budget).c_str(), tiers_used(host_budget, disk_budget).c_str(), pr.label.c_str(),
+                     format_bytes(pr.minimum_bytes).c_str(), format_bytes(pr.minimum_bytes - budget).c_str(),
+                     pr.sim_runs);
+        if (!pr.short_tier.empty()) {
+          const size_t have = pr.short_tier == "host" ? host_budget : disk_budget;
+          std::fprintf(stderr,
+                       "strata-plan: with more %s memory it would fit: '%s' fits the device budget and needs %s of "
+                       "%s (--%s-budget %s, %s more)\n",
+                       pr.short_tier.c_str(), pr.short_tier_label.c_str(), format_bytes(pr.short_tier_needs).c_str(),
+                       pr.short_tier.c_str(), pr.short_tier.c_str(), format_bytes(pr.short_tier_needs).c_str(),
+                       format_bytes(pr.short_tier_needs - have).c_str());
+          out["planner"]["short_tier"] = pr.short_tier;
+          out["planner"]["short_tier_needs"] = pr.short_tier_needs;
+        }
         if (pr.persistent_bytes >= budget)
           std::fprintf(stderr,
                        "strata-plan: the weights, gradients and optimizer state alone take %s (no activation "
@@ -285,6 +327,7 @@ int main(int argc, char** argv) {
       }
       f = std::move(pr.forecast);
       plan = pr.plan;
+      req.layer_offloading = pr.layer_offloading;
       std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
                    format_bytes(budget).c_str(), pr.sim_runs, pr.tried.size());
     } else {
@@ -317,7 +360,9 @@ int main(int argc, char** argv) {
       out["mode"] = train_mode_name(req.mode);
       out["profile"] = {{"name", p.name}, {"source", p.source}, {"calibrated", calibrated}};
       out["mirror"] = sim_mirror_name(req.mirror);
-      out["tiers"] = "device and host; the disk tier is not modelled; the planner chooses keep/recompute only";
+      out["tiers"] = "device, host and disk";
+      out["disk_budget"] = disk_budget;
+      if (have_budget) out["planner_decisions"] = tiers_used(host_budget, disk_budget);
       out["layer_offloading"] = req.layer_offloading;
       out["host_budget"] = host_budget;
       if (host_budget) out["fits_host_budget"] = f.peak_host_bytes <= host_budget;

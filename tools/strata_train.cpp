@@ -25,10 +25,12 @@ static const char* kUsage =
     "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
     "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory 16GiB]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
-    "                    [--offload-dir DIR] [--budget BYTES]\n"
+    "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
-    "keep/recompute plan whose step fits BYTES; --device-memory defaults to it.\n";
+    "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
+    "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
+    "those tiers and, in frozen or LoRA training, page the frozen layers.\n";
 
 namespace {
 
@@ -67,13 +69,18 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
   req.mirror = be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu;
   req.profile = profile_for_device(device);
   const size_t budget = cfg.memory_budget_bytes;
-  PlanResult pr = plan_for_budget(req, budget);
+  PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found) {
     std::fprintf(stderr,
-                 "strata-train: nothing fits a device budget of %s with keep/recompute: the minimum is %s, %s more, "
-                 "with the lowest-memory plan (%s; %d sim runs)\n",
-                 format_bytes(budget).c_str(), format_bytes(pr.minimum_bytes).c_str(),
+                 "strata-train: nothing fits a device budget of %s (host budget %s, disk budget %s): the minimum is "
+                 "%s, %s more, with the lowest-memory plan (%s; %d sim runs)\n",
+                 format_bytes(budget).c_str(), format_bytes(cfg.host_budget_bytes).c_str(),
+                 format_bytes(cfg.disk_budget_bytes).c_str(), format_bytes(pr.minimum_bytes).c_str(),
                  format_bytes(pr.minimum_bytes - budget).c_str(), pr.label.c_str(), pr.sim_runs);
+    if (!pr.short_tier.empty())
+      std::fprintf(stderr, "strata-train: '%s' fits the device budget with %s of %s memory (--%s-budget)\n",
+                   pr.short_tier_label.c_str(), format_bytes(pr.short_tier_needs).c_str(), pr.short_tier.c_str(),
+                   pr.short_tier.c_str());
     if (pr.persistent_bytes >= budget)
       std::fprintf(stderr,
                    "strata-train: the weights, gradients and optimizer state alone take %s (no activation plan "
@@ -91,6 +98,7 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
                format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(), f.peak_phase.c_str(),
                f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, req.profile.name.c_str());
   cfg.plan = pr.plan;
+  cfg.layer_offloading = pr.layer_offloading;
   return true;
 }
 
@@ -101,9 +109,9 @@ int main(int argc, char** argv) {
   bool json = false;
   try {
     cli::Args a(argc, argv,
-                {"model", "data", "seq", "batch", "steps", "lr", "backend", "config", "lora-rank", "lora-alpha",
-                 "device-memory", "max-grad-norm", "weight-decay", "warmup-steps", "save", "seed", "loss-chunk",
-                 "offload-dir", "budget"},
+                {"model",  "data",      "seq",        "batch",         "steps",         "lr",           "backend",
+                 "config", "lora-rank", "lora-alpha", "device-memory", "max-grad-norm", "weight-decay", "warmup-steps",
+                 "save",   "seed",      "loss-chunk", "offload-dir",   "budget",        "host-budget",  "disk-budget"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -133,12 +141,17 @@ int main(int argc, char** argv) {
       cfg.memory_budget_bytes = parse_bytes(a.str("budget"), "--budget");
       if (!cfg.memory_budget_bytes) throw ConfigError("--budget must be above 0", "command line", "budget");
     }
+    if (a.has("host-budget")) cfg.host_budget_bytes = parse_bytes(a.str("host-budget"), "--host-budget");
+    if (a.has("disk-budget")) cfg.disk_budget_bytes = parse_bytes(a.str("disk-budget"), "--disk-budget");
+    if ((cfg.host_budget_bytes || cfg.disk_budget_bytes) && !cfg.memory_budget_bytes)
+      throw ConfigError(
+          "--host-budget / --disk-budget are the planner's tier budgets: give --budget (memory_budget) too",
+          "command line", "budget");
     if (cfg.memory_budget_bytes) {
       if (cfg.layer_offloading)
-        throw ConfigError(
-            "--budget / memory_budget plans keep/recompute on the device tier; it does not model "
-            "layer_offloading (weight paging): drop one of them",
-            "command line", "budget");
+        std::fprintf(stderr,
+                     "strata-train: warning: with --budget the planner decides layer_offloading itself (it pages "
+                     "the frozen layers only where that is faster within --host-budget)\n");
       const Plan keep = Plan::keep_everything();
       if (cfg.plan.preset != keep.preset || !cfg.plan.overrides.empty() || !cfg.plan.rules.empty())
         std::fprintf(stderr, "strata-train: warning: the budget (%s) replaces the config's plan (%s)\n",

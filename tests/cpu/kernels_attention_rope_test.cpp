@@ -107,12 +107,15 @@ TEST(KernelsCpu, RopeMatchesRotateHalfAndGradients) {
     return dotd(out, R);
   };
   Vec dx(x.size(), 0.0f);
-  cpu::rope_bwd(dx.data(), R.data(), pos.data(), inv.data(), N, H, D);
+  cpu::rope_bwd(dx.data(), R.data(), pos.data(), inv.data(), N, H, D, true);
   expect_grad_near(dx, fd_grad(x, loss), "rope dx", 1e-3);
   Vec dx2 = dx;
-  cpu::rope_bwd(dx2.data(), R.data(), pos.data(), inv.data(), N, H, D);
+  cpu::rope_bwd(dx2.data(), R.data(), pos.data(), inv.data(), N, H, D, true);
   for (size_t i = 0; i < dx.size(); i++) ASSERT_FLOAT_EQ(dx2[i], 2.0f * dx[i]);
-  cpu::rope_bwd(nullptr, R.data(), pos.data(), inv.data(), N, H, D);  // skip: must not crash
+  Vec dxo = poisoned(dx.size());
+  cpu::rope_bwd(dxo.data(), R.data(), pos.data(), inv.data(), N, H, D, false);
+  expect_same_bits(dxo, dx, "overwritten rope dx");
+  cpu::rope_bwd(nullptr, R.data(), pos.data(), inv.data(), N, H, D, false);  // skip: must not crash
 }
 
 struct AttnShape {
@@ -168,9 +171,9 @@ TEST_P(AttentionCpu, MatchesNaiveReferenceAndGradients) {
     return dotd(o_tmp, R);
   };
   Vec dq(nq, 0.0f), dk(nkv, 0.0f), dv(nkv, 0.0f);
-  auto bwd = [&](float* a, float* b, float* c) {
+  auto bwd = [&](float* a, float* b, float* c, bool acc = true) {
     cpu::attention_bwd(a, b, c, R.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), s.B, s.T, s.Hq, s.Hkv,
-                       s.D);
+                       s.D, acc, acc, acc);
   };
   bwd(dq.data(), dk.data(), dv.data());
   expect_grad_near(dq, fd_grad(q, loss, 1e-3f), "attention dq");
@@ -182,6 +185,11 @@ TEST_P(AttentionCpu, MatchesNaiveReferenceAndGradients) {
   for (size_t i = 0; i < nq; i++) ASSERT_FLOAT_EQ(dq2[i], 2.0f * dq[i]);
   for (size_t i = 0; i < nkv; i++) ASSERT_FLOAT_EQ(dk2[i], 2.0f * dk[i]);
   for (size_t i = 0; i < nkv; i++) ASSERT_FLOAT_EQ(dv2[i], 2.0f * dv[i]);
+  Vec dqo = poisoned(nq), dko = poisoned(nkv), dvo = poisoned(nkv);
+  bwd(dqo.data(), dko.data(), dvo.data(), false);
+  expect_same_bits(dqo, dq, "overwritten dq");
+  expect_same_bits(dko, dk, "overwritten dk");
+  expect_same_bits(dvo, dv, "overwritten dv");
   Vec dk_only(nkv, 0.0f), dq_only(nq, 0.0f);
   bwd(nullptr, dk_only.data(), nullptr);
   bwd(dq_only.data(), nullptr, nullptr);

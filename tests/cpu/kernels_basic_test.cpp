@@ -1,6 +1,7 @@
 // cpu reference kernels: embedding, rmsnorm, linear, swiglu, add, adamw.
 // Each op: forward against a formula, finite-difference gradients on odd shapes, "+=" semantics
-// (two backward calls give twice the gradient) and null gradient pointers.
+// (two backward calls give twice the gradient), overwrite semantics (the same bits as zeroing
+// first, never reading the old contents) and null gradient pointers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,17 +73,21 @@ TEST(KernelsCpu, RmsnormMatchesFormulaAndGradients) {
     return dotd(out, R);
   };
   Vec dx(x.size(), 0.0f), dw(C, 0.0f);
-  cpu::rmsnorm_bwd(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+  cpu::rmsnorm_bwd(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, C, true, true);
   expect_grad_near(dx, fd_grad(x, loss, 1e-3f), "rmsnorm dx");
   expect_grad_near(dw, fd_grad(w, loss, 1e-3f), "rmsnorm dw");
 
   Vec dx2 = dx, dw2 = dw;
-  cpu::rmsnorm_bwd(dx2.data(), dw2.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+  cpu::rmsnorm_bwd(dx2.data(), dw2.data(), R.data(), x.data(), w.data(), rstd.data(), N, C, true, true);
   expect_all_near(dx2, scaled(dx, 2.0f), 1e-6, 1e-6, "accumulated dx");
   expect_all_near(dw2, scaled(dw, 2.0f), 1e-6, 1e-6, "accumulated dw");
+  Vec dxo = poisoned(dx.size()), dwo = poisoned(dw.size());
+  cpu::rmsnorm_bwd(dxo.data(), dwo.data(), R.data(), x.data(), w.data(), rstd.data(), N, C, false, false);
+  expect_same_bits(dxo, dx, "overwritten dx");
+  expect_same_bits(dwo, dw, "overwritten dw");
   Vec dx_only(x.size(), 0.0f), dw_only(C, 0.0f);
-  cpu::rmsnorm_bwd(dx_only.data(), nullptr, R.data(), x.data(), w.data(), rstd.data(), N, C);
-  cpu::rmsnorm_bwd(nullptr, dw_only.data(), R.data(), x.data(), w.data(), rstd.data(), N, C);
+  cpu::rmsnorm_bwd(dx_only.data(), nullptr, R.data(), x.data(), w.data(), rstd.data(), N, C, true, false);
+  cpu::rmsnorm_bwd(nullptr, dw_only.data(), R.data(), x.data(), w.data(), rstd.data(), N, C, false, true);
   expect_all_near(dx_only, dx, 0, 0, "dx alone");
   expect_all_near(dw_only, dw, 0, 0, "dw alone");
 }
@@ -103,16 +108,20 @@ TEST(KernelsCpu, LinearMatchesNaiveAndGradients) {
     return dotd(y, R);
   };
   Vec dx(x.size(), 0.0f), dw(w.size(), 0.0f);
-  cpu::linear_bwd(dx.data(), dw.data(), R.data(), x.data(), w.data(), N, I, O);
+  cpu::linear_bwd(dx.data(), dw.data(), R.data(), x.data(), w.data(), N, I, O, true, true);
   expect_grad_near(dx, fd_grad(x, loss), "linear dx", 1e-3);
   expect_grad_near(dw, fd_grad(w, loss), "linear dw", 1e-3);
 
   Vec dx2 = dx, dw2 = dw;
-  cpu::linear_bwd(dx2.data(), dw2.data(), R.data(), x.data(), w.data(), N, I, O);
+  cpu::linear_bwd(dx2.data(), dw2.data(), R.data(), x.data(), w.data(), N, I, O, true, true);
   expect_all_near(dx2, scaled(dx, 2.0f), 1e-6, 1e-6, "accumulated dx");
   expect_all_near(dw2, scaled(dw, 2.0f), 1e-6, 1e-6, "accumulated dw");
+  Vec dxo = poisoned(dx.size()), dwo = poisoned(dw.size());
+  cpu::linear_bwd(dxo.data(), dwo.data(), R.data(), x.data(), w.data(), N, I, O, false, false);
+  expect_same_bits(dxo, dx, "overwritten dx");
+  expect_same_bits(dwo, dw, "overwritten dw");
   Vec dw_only(w.size(), 0.0f);
-  cpu::linear_bwd(nullptr, dw_only.data(), R.data(), x.data(), w.data(), N, I, O);
+  cpu::linear_bwd(nullptr, dw_only.data(), R.data(), x.data(), w.data(), N, I, O, false, true);
   expect_all_near(dw_only, dw, 0, 0, "dw alone");
 }
 
@@ -142,16 +151,20 @@ TEST(KernelsCpu, SwigluMatchesFormulaAndGradients) {
     return dotd(out, R);
   };
   Vec dg(n, 0.0f), du(n, 0.0f);
-  cpu::swiglu_bwd(dg.data(), du.data(), R.data(), gate.data(), up.data(), n);
+  cpu::swiglu_bwd(dg.data(), du.data(), R.data(), gate.data(), up.data(), n, true, true);
   expect_grad_near(dg, fd_grad(gate, loss, 1e-3f), "dgate");
   expect_grad_near(du, fd_grad(up, loss, 1e-3f), "dup");
 
   Vec dg2 = dg, du2 = du;
-  cpu::swiglu_bwd(dg2.data(), du2.data(), R.data(), gate.data(), up.data(), n);
+  cpu::swiglu_bwd(dg2.data(), du2.data(), R.data(), gate.data(), up.data(), n, true, true);
   expect_all_near(dg2, scaled(dg, 2.0f), 1e-6, 1e-6, "accumulated dgate");
   expect_all_near(du2, scaled(du, 2.0f), 1e-6, 1e-6, "accumulated dup");
+  Vec dgo = poisoned(n), duo = poisoned(n);
+  cpu::swiglu_bwd(dgo.data(), duo.data(), R.data(), gate.data(), up.data(), n, false, false);
+  expect_same_bits(dgo, dg, "overwritten dgate");
+  expect_same_bits(duo, du, "overwritten dup");
   Vec du_only(n, 0.0f);
-  cpu::swiglu_bwd(nullptr, du_only.data(), R.data(), gate.data(), up.data(), n);
+  cpu::swiglu_bwd(nullptr, du_only.data(), R.data(), gate.data(), up.data(), n, false, true);
   expect_all_near(du_only, du, 0, 0, "dup alone");
 }
 
@@ -168,10 +181,14 @@ TEST(KernelsCpu, AddScaledAndGradients) {
     return dotd(out, R);
   };
   Vec da(n, 0.0f), db(n, 0.0f);
-  cpu::add_bwd(da.data(), db.data(), R.data(), s, n);
+  cpu::add_bwd(da.data(), db.data(), R.data(), s, n, true, true);
   expect_grad_near(da, fd_grad(a, loss), "da", 1e-4);
   expect_grad_near(db, fd_grad(b, loss), "db", 1e-4);
-  cpu::add_bwd(da.data(), nullptr, R.data(), s, n);
+  Vec dao = poisoned(n), dbo = poisoned(n);
+  cpu::add_bwd(dao.data(), dbo.data(), R.data(), s, n, false, false);
+  expect_same_bits(dao, da, "overwritten da");
+  expect_same_bits(dbo, db, "overwritten db");
+  cpu::add_bwd(da.data(), nullptr, R.data(), s, n, true, false);
   for (long i = 0; i < n; i++) ASSERT_FLOAT_EQ(da[i], 2.0f * R[i]);
   for (long i = 0; i < n; i++) ASSERT_FLOAT_EQ(db[i], s * R[i]);
 }

@@ -81,7 +81,8 @@ TEST(KernelsCpu, LmHeadCeBackwardMatchesReferenceAndFiniteDifferences) {
   Vec lse(N);
   cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 4, nullptr);
   Vec dx(p.x.size(), 0.0f), dw(p.w.size(), 0.0f);
-  cpu::lm_head_ce_bwd(dx.data(), dw.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V, 4);
+  cpu::lm_head_ce_bwd(dx.data(), dw.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V, 4,
+                      true, true);
 
   // Reference dx = dlogits @ w, dw = dlogits^T @ x.
   std::vector<double> rdx(dx.size(), 0.0), rdw(dw.size(), 0.0);
@@ -107,25 +108,30 @@ TEST(KernelsCpu, LmHeadCeBackwardMatchesReferenceAndFiniteDifferences) {
   for (int chunk : {1, 3, 7, 64}) {
     Vec dxc(dx.size(), 0.0f), dwc(dw.size(), 0.0f);
     cpu::lm_head_ce_bwd(dxc.data(), dwc.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V,
-                        chunk);
+                        chunk, true, true);
     expect_all_near(dxc, dx, 1e-7, 1e-5, "dx across chunks");
     expect_all_near(dwc, dw, 1e-7, 1e-5, "dw across chunks");
   }
 }
 
-TEST(KernelsCpu, LmHeadCeAccumulatesAndSkipsNulls) {
+TEST(KernelsCpu, LmHeadCeAccumulatesOverwritesAndSkipsNulls) {
   Problem p;
   Vec lse(N);
   cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, 4, nullptr);
   Vec dx(p.x.size(), 0.0f), dw(p.w.size(), 0.0f);
-  auto bwd = [&](float* a, float* b) {
-    cpu::lm_head_ce_bwd(a, b, 1.0f, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V, 4);
+  auto bwd = [&](float* a, float* b, bool acc = true) {
+    cpu::lm_head_ce_bwd(a, b, 1.0f, p.x.data(), p.w.data(), p.targets.data(), lse.data(), N, C, V, 4, acc, acc);
   };
   bwd(dx.data(), dw.data());
   Vec dx2 = dx, dw2 = dw;
   bwd(dx2.data(), dw2.data());
   for (size_t i = 0; i < dx.size(); i++) ASSERT_FLOAT_EQ(dx2[i], 2.0f * dx[i]);
   for (size_t i = 0; i < dw.size(); i++) ASSERT_NEAR(dw2[i], 2.0f * dw[i], 1e-6f + 1e-6f * std::abs(dw[i]));
+  // Several chunks, an ignored row: the overwrite writes every element, with the same bits.
+  Vec dxo = poisoned(dx.size()), dwo = poisoned(dw.size());
+  bwd(dxo.data(), dwo.data(), false);
+  expect_same_bits(dxo, dx, "overwritten dx");
+  expect_same_bits(dwo, dw, "overwritten dw");
   Vec dx_only(dx.size(), 0.0f), dw_only(dw.size(), 0.0f);
   bwd(dx_only.data(), nullptr);
   bwd(nullptr, dw_only.data());
@@ -150,16 +156,22 @@ TEST(KernelsCpu, LmHeadCeIgnoredTargets) {
       cpu::lm_head_ce_fwd(lse_s.data(), xs.data(), p.w.data(), ts.data(), int(ts.size()), C, V, 4, nullptr);
   EXPECT_NEAR(loss_all, loss_sub, 1e-6);
 
-  // All ignored: loss 0, n_valid 0, gradients untouched.
+  // All ignored: loss 0, n_valid 0, gradients untouched when adding, zero when overwritten.
   std::vector<int32_t> none(N, -100);
   int n_valid = -1;
   const float loss0 = cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), none.data(), N, C, V, 4, &n_valid);
   EXPECT_EQ(loss0, 0.0f);
   EXPECT_EQ(n_valid, 0);
   Vec dx(p.x.size(), 0.5f), dw(p.w.size(), -0.25f);
-  cpu::lm_head_ce_bwd(dx.data(), dw.data(), 1.0f, p.x.data(), p.w.data(), none.data(), lse.data(), N, C, V, 4);
+  cpu::lm_head_ce_bwd(dx.data(), dw.data(), 1.0f, p.x.data(), p.w.data(), none.data(), lse.data(), N, C, V, 4, true,
+                      true);
   for (float g : dx) ASSERT_EQ(g, 0.5f);
   for (float g : dw) ASSERT_EQ(g, -0.25f);
+  Vec dxo = poisoned(dx.size()), dwo = poisoned(dw.size());
+  cpu::lm_head_ce_bwd(dxo.data(), dwo.data(), 1.0f, p.x.data(), p.w.data(), none.data(), lse.data(), N, C, V, 4, false,
+                      false);
+  expect_same_bits(dxo, Vec(dx.size(), 0.0f), "overwritten dx, nothing valid");
+  expect_same_bits(dwo, Vec(dw.size(), 0.0f), "overwritten dw, nothing valid");
 }
 
 TEST(KernelsCpu, LmHeadLogitsIsPlainMatmul) {

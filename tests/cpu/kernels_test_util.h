@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -60,6 +62,17 @@ inline void expect_grad_near(const std::vector<float>& analytic, const std::vect
       ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic[i] << " numeric " << numeric[i];
       bad++;
     }
+}
+
+// A gradient buffer for an overwriting backward: NaN everywhere, so a stray read shows.
+inline std::vector<float> poisoned(size_t n) {
+  return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
+// a and b hold the same bits (an overwrite must equal zeroing first and adding, bit for bit).
+inline void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
 }
 
 // Elementwise a ~ b within abs + rel * |b|; NaN fails.

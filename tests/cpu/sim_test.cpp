@@ -1,11 +1,13 @@
 // The sim backend runs the engine's own tape and allocator: mirroring the cpu backend, one step's
 // arena peak and its whole (delta, tag) allocation schedule equal the cpu backend's, byte for
-// byte, for every preset and for LoRA. The budget planner's plan fits on the sim and on cpu;
-// strata-plan forecasts the built-in shapes and reports bad input clearly.
+// byte, for every preset (the disk tier's peak too) and for LoRA. The disk tier costs time at the
+// profile's disk bandwidth. The budget planner's plan fits on the sim and on cpu; strata-plan
+// forecasts the built-in shapes and reports bad input clearly.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -51,12 +53,14 @@ ForecastRequest tiny_request(Plan plan, TrainMode mode = TrainMode::full) {
   r.profile = find_profile("h100_80gb");
   r.mirror = SimMirror::cpu;
   r.budget = kBudget;
+  r.tiers.offload_dir = ::testing::TempDir() + "sim_test_disk";  // the cpu twin's real disk-tier file
   return r;
 }
 
 struct CpuStep {
   bool fits = true;
-  size_t peak = 0, high_water = 0;
+  size_t peak = 0, high_water = 0, disk_peak = 0;
+  size_t host_peak = 0;  // slot store peak plus the weight pager's host block (Forecast::peak_host_bytes)
   std::vector<ArenaEvent> events;
 };
 
@@ -68,11 +72,15 @@ CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& plan) {
   model.init_random(5);
   TrainOptions to;
   to.plan = plan;
+  to.tiers = r.tiers;
   Trainer tr(*be, model, to);
   TokenBatcher data(synthetic_tokens(4000, r.model.vocab_size, 3), r.batch, r.seq);
   CpuStep out;
   try {
-    out.peak = tr.step(data.next()).peak_device_bytes;
+    StepStats st = tr.step(data.next());
+    out.peak = st.peak_device_bytes;
+    out.disk_peak = st.peak_disk_bytes;
+    out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0);
   } catch (const OutOfMemoryError&) {
     out.fits = false;
   }
@@ -97,7 +105,8 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     std::string name;
     Plan plan;
     TrainMode mode;
-    bool paged = false;  // layer_offloading: the weight pager's host block and two device slots
+    bool paged = false;          // layer_offloading: the weight pager's host block and two device slots
+    bool small_staging = false;  // one slot of disk staging: every disk write is waited for before the next
   };
   std::vector<Case> cases = {
       {"keep", Plan::keep_everything(), TrainMode::full},
@@ -112,16 +121,21 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
       {"hidden_states", Plan::hidden_states(), TrainMode::full},
       {"frozen paged keep", Plan::keep_everything(), TrainMode::frozen, true},
       {"frozen paged gc1", Plan::gradient_checkpointing(1), TrainMode::frozen, true},
-      {"lora paged offload", Plan::activation_offloading(Decision::host), TrainMode::lora, true}};
+      {"lora paged offload", Plan::activation_offloading(Decision::host), TrainMode::lora, true},
+      {"disk", Plan::activation_offloading(Decision::disk), TrainMode::full},
+      {"disk small staging", Plan::activation_offloading(Decision::disk), TrainMode::full, false, true},
+      {"lora paged disk", Plan::activation_offloading(Decision::disk), TrainMode::lora, true}};
   for (auto& c : cases) {
     ForecastRequest r = tiny_request(c.plan, c.mode);
     r.layer_offloading = c.paged;
+    if (c.small_staging) r.tiers.max_inflight_bytes = 8192, r.tiers.prefetch_bytes = 16384;
     Forecast f = forecast(r);
     ASSERT_TRUE(f.fits) << c.name << ": " << f.oom;
     CpuStep cpu = cpu_step(r, kBudget, c.plan);
     ASSERT_TRUE(cpu.fits) << c.name;
     EXPECT_EQ(f.peak_bytes, cpu.peak) << c.name;
     EXPECT_EQ(f.high_water_bytes, cpu.high_water) << c.name;
+    EXPECT_EQ(f.peak_disk_bytes, cpu.disk_peak) << c.name;
     expect_same_schedule(f.events, cpu.events, c.name);
     // The breakdown accounts for every byte at the peak.
     size_t sum = 0;
@@ -135,10 +149,17 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
       EXPECT_GT(f.recomputed_nodes, 0) << c.name;
     }
     // The host tier: slots offloaded and loaded back; paged layers uploaded from the pager's block.
-    const bool offloads =
-        c.name == "offload" || c.name == "legacy" || c.name == "hidden_states" || c.name == "lora paged offload";
+    // The disk tier stages through it and writes and reads every slot back (4 KiB-padded).
+    const bool disk = c.plan.preset == "activation_offloading: disk";
+    const bool offloads = disk || c.name == "offload" || c.name == "legacy" || c.name == "hidden_states" ||
+                          c.name == "lora paged offload";
     EXPECT_EQ(f.peak_host_slot_bytes > 0, offloads) << c.name;
     EXPECT_EQ(f.offloaded_bytes, f.loaded_bytes) << c.name;
+    EXPECT_EQ(f.peak_disk_bytes > 0, disk) << c.name;
+    EXPECT_EQ(f.disk_written_bytes, f.disk_read_bytes) << c.name;
+    EXPECT_GE(f.disk_written_bytes, disk ? f.offloaded_bytes : 0) << c.name;
+    EXPECT_EQ(f.disk_busy_s > 0, disk) << c.name;
+    EXPECT_EQ(f.disk_wait_s > 0, disk) << c.name << ": backward waits for every disk read";
     EXPECT_EQ(f.paged_host_bytes > 0, c.paged) << c.name;
     EXPECT_EQ(f.paged_uploads > 0, c.paged) << c.name;
     EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes) << c.name;
@@ -176,11 +197,125 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
   EXPECT_TRUE(has_slots);
 }
 
-TEST(Sim, DiskTierIsRefused) {
-  EXPECT_THROW(forecast(tiny_request(Plan::activation_offloading(Decision::disk))), UnsupportedError);
+TEST(Sim, LayerOffloadingNeedsAFrozenBase) {
   ForecastRequest full = tiny_request(Plan::keep_everything());
-  full.layer_offloading = true;  // paging needs a frozen base
+  full.layer_offloading = true;
   EXPECT_THROW(forecast(full), UnsupportedError);
+}
+
+// The disk queue: serial, starting no earlier than the host issues a request; done once the clock
+// passed its end; a wait moves the clock there. Requests are checked and fail as io::UringFile's do.
+TEST(Sim, DiskFileIsASerialQueueOnTheClock) {
+  SimOptions so;
+  so.profile = find_profile("h100_80gb");
+  so.profile.disk_write_gbps = 2.0;
+  so.profile.disk_read_gbps = 4.0;
+  auto be = make_sim_backend(so);
+  const size_t MiB = size_t(1) << 20;
+  auto f = be->open_disk_file("/nonexistent/strata-sim", 64 * MiB);
+  EXPECT_FALSE(std::filesystem::exists("/nonexistent/strata-sim")) << "the sim creates no file";
+  const double t0 = be->now_s(), w = 8.0 * MiB / 2e9, r = 8.0 * MiB / 4e9;
+  DiskFile::Ticket a = f->write_async(0, nullptr, 8 * MiB);
+  DiskFile::Ticket b = f->read_async(8 * MiB, nullptr, 8 * MiB);
+  EXPECT_FALSE(f->done(a));
+  f->wait(b);  // behind a on the one queue
+  EXPECT_NEAR(be->now_s() - t0, w + r, 1e-12);
+  EXPECT_TRUE(f->done(a));
+  EXPECT_NEAR(be->times().disk_wait_s, w + r, 1e-12);
+  EXPECT_NEAR(be->times().disk_busy_s, w + r, 1e-12);
+  EXPECT_EQ(be->times().disk_write_bytes, 8 * MiB);
+  EXPECT_EQ(be->times().disk_read_bytes, 8 * MiB);
+  // The queue is idle now: a new request starts at the clock, not at the end of the last one.
+  be->synchronize();
+  const double t1 = be->now_s();
+  f->wait(f->write_async(16 * MiB, nullptr, 4 * MiB));
+  EXPECT_NEAR(be->now_s() - t1, 4.0 * MiB / 2e9, 1e-12);
+
+  EXPECT_THROW(f->write_async(100, nullptr, 4096), IoError);         // misaligned
+  EXPECT_THROW(f->read_async(60 * MiB, nullptr, 8 * MiB), IoError);  // past the capacity
+  f->inject_write_failure(2, EIO);  // the second 1 MiB request from now: inside the next ticket
+  DiskFile::Ticket bad = f->write_async(0, nullptr, 2 * MiB);
+  try {
+    f->wait(bad);
+    FAIL() << "an injected write failure must surface";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/strata-sim"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("write at offset 0 failed"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sim, DiskPlanNeedsTheProfilesDiskBandwidth) {
+  ForecastRequest r = tiny_request(Plan::activation_offloading(Decision::disk));
+  for (const char* field : {"disk_write_gbps", "disk_read_gbps"}) {
+    ForecastRequest q = r;
+    (std::string(field) == "disk_write_gbps" ? q.profile.disk_write_gbps : q.profile.disk_read_gbps) = 0;
+    try {
+      forecast(q);
+      FAIL() << field << ": no error";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.field, field);
+      EXPECT_EQ(e.file, q.profile.name);
+      EXPECT_NE(what.find(q.profile.name), std::string::npos) << what;
+      EXPECT_NE(what.find(field), std::string::npos) << what;
+      EXPECT_NE(what.find("strata-calibrate --disk DIR"), std::string::npos) << what;
+    }
+  }
+  // A profile without the fields parses (not measured) and still forecasts plans that use no disk.
+  DeviceProfile p = profile_from_json(R"({"name": "old", "memory_bytes": 1000000000, "matmul_tflops": 100,
+      "attention_tflops": 100, "hbm_gbps": 1000, "h2d_gbps": 20, "d2h_gbps": 20})",
+                                      "old.json");
+  EXPECT_EQ(p.disk_write_gbps, 0);
+  EXPECT_EQ(p.disk_read_gbps, 0);
+  ForecastRequest host = tiny_request(Plan::activation_offloading(Decision::host));
+  host.profile = p;
+  EXPECT_TRUE(forecast(host).fits);
+  r.profile = p;
+  EXPECT_THROW(forecast(r), ConfigError);
+  EXPECT_THROW(profile_from_json(R"({"name": "x", "memory_bytes": 1, "matmul_tflops": 1, "attention_tflops": 1,
+      "hbm_gbps": 1, "h2d_gbps": 1, "d2h_gbps": 1, "disk_read_gbps": -1})",
+                                 "x.json"),
+               ConfigError);
+}
+
+// Lower disk bandwidth, longer step: the disk queue is on the step's critical path (backward
+// waits for every read), and memory does not depend on time.
+TEST(Sim, DiskBandwidthDrivesStepTime) {
+  ForecastRequest r = tiny_request(Plan::activation_offloading(Decision::disk));
+  r.mirror = SimMirror::cuda;
+  r.budget = 0;
+  ForecastRequest host_r = r;
+  host_r.plan = Plan::activation_offloading(Decision::host);
+  const Forecast host = forecast(host_r);
+  auto at = [&](double write_gbps, double read_gbps) {
+    ForecastRequest q = r;
+    q.profile.disk_write_gbps = write_gbps;
+    q.profile.disk_read_gbps = read_gbps;
+    Forecast f = forecast(q);
+    EXPECT_TRUE(f.fits) << f.oom;
+    EXPECT_GT(f.disk_written_bytes, 0u);
+    EXPECT_NEAR(f.disk_busy_s, f.disk_written_bytes / (write_gbps * 1e9) + f.disk_read_bytes / (read_gbps * 1e9),
+                1e-12 * f.disk_busy_s);
+    EXPECT_GE(f.step_s, f.disk_busy_s) << "every request starts and ends inside the step";
+    EXPECT_GT(f.step_s, host.step_s) << "the disk tier is the host tier plus the disk";
+    return f;
+  };
+  const Forecast shipped = at(r.profile.disk_write_gbps, r.profile.disk_read_gbps);
+  double last = 0;
+  for (double gbps : {8.0, 2.0, 0.5, 0.1}) {
+    Forecast f = at(gbps, gbps);
+    EXPECT_GT(f.step_s, last) << gbps << " GB/s";
+    EXPECT_EQ(f.peak_bytes, shipped.peak_bytes) << gbps << " GB/s";
+    EXPECT_EQ(f.peak_disk_bytes, shipped.peak_disk_bytes) << gbps << " GB/s";
+    EXPECT_EQ(f.peak_host_bytes, shipped.peak_host_bytes) << gbps << " GB/s";
+    last = f.step_s;
+  }
+  EXPECT_GT(at(r.profile.disk_write_gbps / 4, r.profile.disk_read_gbps).step_s, shipped.step_s) << "write";
+  EXPECT_GT(at(r.profile.disk_write_gbps, r.profile.disk_read_gbps / 4).step_s, shipped.step_s) << "read";
+  EXPECT_GT(shipped.disk_wait_s, 0);
+  bool has_wait = false;
+  for (auto& [op, s] : shipped.time_by_op) has_wait = has_wait || op == "waiting on the disk tier";
+  EXPECT_TRUE(has_wait);
 }
 
 TEST(Sim, RecomputeCostsTimeAndSavesMemory) {
@@ -238,6 +373,14 @@ TEST(Sim, ProfilesOnDiskMatchTheBuiltIns) {
     EXPECT_NE(disk.source.find("not calibrated"), std::string::npos) << name;
   }
   EXPECT_THROW(profile_from_json("{\"name\": \"x\"}", "x.json"), ConfigError);
+  // Every shipped profile says how fast its disk is and where that number comes from.
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    DeviceProfile p = load_profile(e.path().string());
+    EXPECT_GT(p.disk_write_gbps, 0) << e.path();
+    EXPECT_GT(p.disk_read_gbps, 0) << e.path();
+    EXPECT_NE(p.disk_source.find("docs/BENCHMARKS.md"), std::string::npos) << e.path();
+  }
 }
 
 TEST(Planner, ChosenPlanFitsTheBudgetOnSimAndOnCpu) {
@@ -298,6 +441,110 @@ TEST(Planner, BudgetTooSmallNamesTheMinimum) {
   r.budget = pr.minimum_bytes;
   EXPECT_TRUE(forecast(r).fits);
   EXPECT_TRUE(cpu_step(r, pr.minimum_bytes, pr.plan).fits);
+}
+
+// The planner's answer, checked on the cpu backend: it fits all three budgets there too, and the
+// device peak is the forecast's.
+void expect_fits_on_cpu(const ForecastRequest& base, const PlanResult& pr) {
+  ForecastRequest r = base;
+  r.plan = pr.plan;
+  r.layer_offloading = pr.layer_offloading;
+  CpuStep cpu = cpu_step(r, pr.budgets.device, pr.plan);
+  ASSERT_TRUE(cpu.fits) << pr.label;
+  EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes) << pr.label;
+  EXPECT_LE(cpu.peak, pr.budgets.device) << pr.label;
+  EXPECT_LE(cpu.host_peak, pr.budgets.host) << pr.label;
+  EXPECT_LE(cpu.disk_peak, pr.budgets.disk) << pr.label;
+}
+
+// Host and disk slots come back one at a time in backward (no prefetch distance), so moving them
+// lowers the peak even at the tiny model's size.
+ForecastRequest tier_request(Plan plan, TrainMode mode = TrainMode::full) {
+  ForecastRequest r = tiny_request(std::move(plan), mode);
+  r.tiers.prefetch_bytes = 1;
+  r.tiers.max_inflight_bytes = 1;
+  return r;
+}
+
+// A device budget between the lowest plan with the host tier and the lowest keep/recompute plan.
+size_t budget_only_tiers_fit(const ForecastRequest& base) {
+  const size_t recompute_min = plan_for_budget(base, 1).minimum_bytes;
+  const size_t tiers_min = plan_for_budget(base, TierBudgets{1, size_t(1) << 30, size_t(1) << 30}).minimum_bytes;
+  EXPECT_LT(tiers_min, recompute_min);
+  return (tiers_min + recompute_min) / 2;
+}
+
+TEST(Planner, HostTierFitsWhereRecomputeCannot) {
+  const ForecastRequest base = tier_request(Plan::keep_everything());
+  const size_t budget = budget_only_tiers_fit(base);
+
+  // Keep/recompute alone cannot fit; the planner says the host tier would, and how much it needs.
+  PlanResult device_only = plan_for_budget(base, budget);
+  ASSERT_FALSE(device_only.found) << device_only.label;
+  EXPECT_GT(device_only.minimum_bytes, budget);
+  EXPECT_EQ(device_only.short_tier, "host");
+  ASSERT_GT(device_only.short_tier_needs, 0u);
+
+  // With exactly that much host memory it fits every budget, on the sim and on cpu.
+  PlanResult pr = plan_for_budget(base, TierBudgets{budget, device_only.short_tier_needs, 0});
+  ASSERT_TRUE(pr.found) << pr.label;
+  EXPECT_LE(pr.forecast.high_water_bytes, budget);
+  EXPECT_LE(pr.forecast.peak_host_bytes, device_only.short_tier_needs);
+  EXPECT_GT(pr.forecast.peak_host_bytes, 0u) << pr.label;
+  expect_fits_on_cpu(base, pr);
+
+  // A budget keep/recompute fits too: the tiers never make the planner's answer slower.
+  Forecast gc = forecast(tier_request(Plan::gradient_checkpointing(1)));
+  PlanResult a = plan_for_budget(base, gc.high_water_bytes);
+  PlanResult b = plan_for_budget(base, TierBudgets{gc.high_water_bytes, size_t(1) << 30, size_t(1) << 30});
+  ASSERT_TRUE(a.found && b.found);
+  EXPECT_LE(b.forecast.step_s, a.forecast.step_s + 1e-12) << a.label << " vs " << b.label;
+  expect_fits_on_cpu(base, b);
+}
+
+TEST(Planner, DiskTierWhenTheHostBudgetOnlyHoldsStaging) {
+  const ForecastRequest base = tier_request(Plan::keep_everything());
+  const size_t budget = budget_only_tiers_fit(base);
+  PlanResult host = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
+  ASSERT_TRUE(host.found);
+  // Disk slots pass through a bounded pinned staging area: give the host tier only what the disk
+  // preset's staging needs, too little to hold the host plan's slots.
+  const size_t staging = forecast(tier_request(Plan::activation_offloading(Decision::disk))).peak_host_bytes;
+  ASSERT_LT(staging, host.forecast.peak_host_bytes);
+  PlanResult pr = plan_for_budget(base, TierBudgets{budget, staging, size_t(1) << 30});
+  ASSERT_TRUE(pr.found) << "no plan within a host budget of " << staging;
+  EXPECT_GT(pr.forecast.peak_disk_bytes, 0u) << pr.label;
+  EXPECT_LE(pr.forecast.peak_host_bytes, staging) << pr.label;
+  expect_fits_on_cpu(base, pr);
+}
+
+TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
+  const ForecastRequest base = tiny_request(Plan::keep_everything(), TrainMode::frozen);
+  ForecastRequest paged = base;
+  paged.layer_offloading = true;
+  paged.plan = Plan::gradient_checkpointing(1);
+  Forecast pf = forecast(paged);
+  ForecastRequest unpaged = paged;
+  unpaged.layer_offloading = false;
+  Forecast uf = forecast(unpaged);
+  ASSERT_LT(pf.high_water_bytes, uf.high_water_bytes);
+  // Below every unpaged plan: only paging fits, and only with the host memory for the layers.
+  const size_t budget = (pf.high_water_bytes + uf.peak_bytes) / 2;
+  PlanResult no_host = plan_for_budget(base, budget);
+  ASSERT_FALSE(no_host.found);
+  EXPECT_EQ(no_host.short_tier, "host");
+  PlanResult pr = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
+  ASSERT_TRUE(pr.found);
+  EXPECT_TRUE(pr.layer_offloading) << pr.label;
+  EXPECT_GT(pr.forecast.paged_host_bytes, 0u);
+  expect_fits_on_cpu(base, pr);
+  // The YAML carries the paging to strata-train.
+  ForecastRequest r = base;
+  r.layer_offloading = pr.layer_offloading;
+  TrainConfig tc;
+  apply_yaml_text(tc, plan_yaml(r, pr.plan, pr.forecast, budget), "plan.yaml");
+  EXPECT_TRUE(tc.layer_offloading);
+  EXPECT_TRUE(tc.freeze_base);
 }
 
 TEST(Forecast, UnknownModelNameListsTheKnownOnes) {
@@ -376,6 +623,28 @@ TEST(StrataPlan, BudgetPrintsAConfigStrataTrainAccepts) {
   EXPECT_LE(j["forecast"]["high_water_bytes"].get<size_t>(), size_t(40) << 30);
 }
 
+TEST(StrataPlan, HostBudgetLetsThePlannerOffloadAndSaysWhatIsShort) {
+  // 1B at 32768 tokens under 25 GiB: only plans that use the host tier fit.
+  const std::string common = "--model Llama-3.2-1B --seq 32768 --profile h200 --budget 25GiB";
+  Proc device_only = run_plan(common);
+  EXPECT_EQ(device_only.code, 1) << device_only.out << device_only.err;
+  EXPECT_NE(device_only.err.find("with more host memory it would fit"), std::string::npos) << device_only.err;
+  const std::string cfg = ::testing::TempDir() + "sim_test_host_plan.yaml";
+  Proc p = run_plan(common + " --host-budget 64GiB --write-config " + cfg);
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  TrainConfig tc;
+  apply_yaml(tc, cfg);
+  bool to_host = false;
+  for (auto& [pat, d] : tc.plan.overrides) to_host = to_host || d == Decision::host;
+  EXPECT_TRUE(to_host) << slurp(cfg);
+  Proc again = run_plan("--model Llama-3.2-1B --profile h200 --config " + cfg + " --json");
+  ASSERT_EQ(again.code, 0) << again.err;
+  auto j = nlohmann::json::parse(again.out);
+  EXPECT_LE(j["forecast"]["high_water_bytes"].get<size_t>(), size_t(25) << 30);
+  EXPECT_GT(j["forecast"]["peak_host_bytes"].get<size_t>(), 0u);
+  EXPECT_LE(j["forecast"]["peak_host_bytes"].get<size_t>(), size_t(64) << 30);
+}
+
 TEST(StrataPlan, BadInput) {
   Proc unknown = run_plan("--model Llama-9-9000B --seq 128");
   EXPECT_EQ(unknown.code, 2);
@@ -396,9 +665,15 @@ TEST(StrataPlan, BadInput) {
   Proc both = run_plan("--model tiny --seq 64 --preset keep --budget 1GiB");
   EXPECT_EQ(both.code, 2);
 
-  Proc disk = run_plan("--model tiny --seq 64 --preset disk");
+  // A disk plan on a profile whose disk was not measured: a configuration error saying how to fix it.
+  const std::string prof = ::testing::TempDir() + "sim_test_no_disk.json";
+  DeviceProfile p = find_profile("h100_80gb");
+  p.disk_write_gbps = p.disk_read_gbps = 0;
+  save_profile(p, prof);
+  Proc disk = run_plan("--model tiny --seq 64 --preset disk --profile " + prof);
   EXPECT_EQ(disk.code, 2);
-  EXPECT_NE(disk.err.find("disk tier"), std::string::npos) << disk.err;
+  EXPECT_NE(disk.err.find("disk_write_gbps"), std::string::npos) << disk.err;
+  EXPECT_NE(disk.err.find("strata-calibrate --disk DIR"), std::string::npos) << disk.err;
 }
 
 TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
@@ -410,6 +685,15 @@ TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
     EXPECT_EQ(j["host_budget"].get<size_t>(), size_t(1) << 30) << preset;
     EXPECT_TRUE(j["fits_host_budget"].get<bool>()) << preset;
   }
+  Proc disk = run_plan("--model tiny --seq 64 --preset disk --json");
+  ASSERT_EQ(disk.code, 0) << disk.err;
+  auto dj = nlohmann::json::parse(disk.out)["forecast"];
+  EXPECT_GT(dj["peak_disk_bytes"].get<size_t>(), 0u);
+  EXPECT_EQ(dj["disk_written_bytes"].get<size_t>(), dj["disk_read_bytes"].get<size_t>());
+  EXPECT_GT(dj["disk_busy_s"].get<double>(), 0);
+  Proc disk_text = run_plan("--model tiny --seq 64 --preset disk");
+  ASSERT_EQ(disk_text.code, 0) << disk_text.err;
+  EXPECT_NE(disk_text.out.find("peak disk (disk tier)"), std::string::npos) << disk_text.out;
   Proc paged = run_plan("--model tiny --seq 64 --mode frozen --layer-offloading");
   ASSERT_EQ(paged.code, 0) << paged.err;
   EXPECT_NE(paged.out.find("peak host memory"), std::string::npos) << paged.out;

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "engine/backend.h"
+#include "engine/ops.h"
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/rng.h"
@@ -159,6 +161,82 @@ TEST(Tape, NoSlotOutlivesAStepAnEvaluationOrAnException) {
   EXPECT_THROW(tr.step(bad), ConfigError);
   EXPECT_EQ(be->arena().in_use(), base);
   EXPECT_TRUE(tr.tape().values().empty());
+}
+
+// Backward overwrites each gradient at its first write and zeroes none up front: whatever the
+// parameter gradients held before (NaN here) must not reach the step's gradients, tied
+// embeddings (two writers of one gradient) and adapters included.
+TEST(Tape, StaleGradientsNeverLeakIntoAStep) {
+  ModelOptions lora;
+  lora.train_base = false;
+  lora.lora.rank = 4;
+  lora.lora.target_modules = {"q_proj", "down_proj"};
+  for (bool tied : {false, true})
+    for (const ModelOptions& mo : {ModelOptions{}, lora}) {
+      io::LlamaConfig c = tiny_config();
+      c.tie_word_embeddings = tied;
+      std::vector<std::vector<float>> grads[2];
+      for (int poison = 0; poison < 2; ++poison) {
+        auto be = make_cpu_backend(size_t(64) << 20);
+        LlamaModel model(*be, c, mo);
+        model.init_random(11);
+        Trainer tr(*be, model, {});
+        TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+        if (poison)
+          for (auto& p : model.params())
+            if (p.trainable) be->fill(p.grad.view(), std::numeric_limits<float>::quiet_NaN());
+        tr.compute_gradients(data.next());
+        for (auto& p : model.params()) {
+          if (!p.trainable) continue;
+          grads[poison].emplace_back(size_t(p.shape.numel()));
+          be->download_f32(grads[poison].back().data(), p.grad.view());
+        }
+      }
+      const std::string what = std::string(tied ? "tied" : "untied") + (mo.lora.enabled() ? " lora" : " full");
+      ASSERT_EQ(grads[0].size(), grads[1].size());
+      for (size_t i = 0; i < grads[0].size(); ++i)
+        EXPECT_EQ(std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * 4), 0)
+            << what << ": gradient " << i << " differs after stale contents";
+    }
+}
+
+// A node that reads one value twice writes two gradients into it: both add, into a zeroed one.
+TEST(Tape, AValueReadTwiceByOneNodeGetsBothGradients) {
+  const int N = 5, C = 8, V = 11;
+  auto be = make_cpu_backend(size_t(16) << 20);
+  Rng rng(3);
+  std::vector<float> xh(size_t(N) * C), wh(size_t(V) * C), yh(xh.size());
+  for (auto& v : xh) v = float(rng.normal());
+  for (auto& v : wh) v = float(0.3 * rng.normal());
+  for (size_t i = 0; i < xh.size(); ++i) yh[i] = xh[i] + 0.5f * xh[i];  // add_fwd's y = x + 0.5 x
+  const std::vector<int32_t> th = {3, 0, 10, 7, 7};
+  Buffer x(be->arena(), DType::f32, Shape{N, C}, "x"), y(be->arena(), DType::f32, Shape{N, C}, "y"),
+      w(be->arena(), DType::f32, Shape{V, C}, "w"), tgt(be->arena(), DType::i32, Shape{N}, "t"),
+      dx(be->arena(), DType::f32, Shape{N, C}, "dx"), dy(be->arena(), DType::f32, Shape{N, C}, "dy");
+  be->upload_f32(x.view(), xh.data());
+  be->upload_f32(y.view(), yh.data());
+  be->upload_f32(w.view(), wh.data());
+  be->upload_i32(tgt.view(), th.data());
+  auto grad = [&](bool twice) {
+    Tape t(*be);
+    TapeGuard guard(t);
+    Tensor g = twice ? dx.view() : dy.view();
+    be->fill(g, std::numeric_limits<float>::quiet_NaN());  // stale: must be zeroed, not added to
+    VId in = t.param(twice ? "x" : "y", twice ? x.view() : y.view(), g);
+    VId h = twice ? ops::add(t, in, in, 0.5f, "h") : in;
+    ops::lm_head_ce(t, h, t.param("w", w.view(), Tensor()), t.input("targets", tgt.view()), 4);
+    t.apply_plan(Plan::keep_everything());
+    t.forward();
+    t.backward();
+    std::vector<float> out(size_t(N) * C);
+    be->download_f32(out.data(), g);
+    return out;
+  };
+  const std::vector<float> gy = grad(false), gx = grad(true);
+  for (size_t i = 0; i < gx.size(); ++i) {
+    const float want = (0.0f + gy[i]) + 0.5f * gy[i];  // add_bwd: da = dout, then db += 0.5 dout
+    EXPECT_EQ(std::memcmp(&gx[i], &want, 4), 0) << i << ": " << gx[i] << " vs " << want;
+  }
 }
 
 TEST(Plans, HostDecisionsNeedASlotStore) {

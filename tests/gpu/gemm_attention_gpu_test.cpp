@@ -71,7 +71,7 @@ TEST(GemmGpu, LinearBwdDx) {
       auto dy = round_bf16(randn(size_t(N) * O, 3)), w = round_bf16(randn(size_t(O) * I, 4, 0.1f));
       auto dx0 = round_bf16(randn(size_t(N) * I, 5));
       std::vector<float> want = acc ? dx0 : std::vector<float>(dx0.size(), 0.0f);
-      strata::cpu::linear_bwd(want.data(), nullptr, dy.data(), nullptr, w.data(), N, I, O);
+      strata::cpu::linear_bwd(want.data(), nullptr, dy.data(), nullptr, w.data(), N, I, O, true, true);
       DevBuf<bf16> ddy(dy.size()), dw(w.size()), ddx(dx0.size());
       ddy.upload(to_bf16(dy));
       dw.upload(to_bf16(w));
@@ -89,19 +89,25 @@ TEST(GemmGpu, LinearBwdDx) {
 TEST(GemmGpu, LinearBwdDw) {
   STRATA_REQUIRE_GPU();
   GemmFixture f;
-  for (auto [N, I, O] : kLinShapes) {
-    auto dy = round_bf16(randn(size_t(N) * O, 6)), x = round_bf16(randn(size_t(N) * I, 7));
-    auto want = randn(size_t(O) * I, 8);  // fp32 gradient already holding a value
-    DevBuf<float> ddw(want.size());
-    ddw.upload(want);
-    strata::cpu::linear_bwd(nullptr, want.data(), dy.data(), x.data(), nullptr, N, I, O);
-    DevBuf<bf16> ddy(dy.size()), dx(x.size());
-    ddy.upload(to_bf16(dy));
-    dx.upload(to_bf16(x));
-    f.gemm.linear_bwd_dw(ddw.p, ddy.p, dx.p, N, I, O, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_TRUE(close(ddw.download(), want, 1e-6, "linear_bwd_dw N=" + std::to_string(N)));
-  }
+  for (auto [N, I, O] : kLinShapes)
+    for (bool acc : {false, true}) {
+      auto dy = round_bf16(randn(size_t(N) * O, 6)), x = round_bf16(randn(size_t(N) * I, 7));
+      auto dw0 = randn(size_t(O) * I, 8);  // fp32 gradient already holding a value
+      std::vector<float> want = acc ? dw0 : std::vector<float>(dw0.size(), 0.0f);
+      DevBuf<float> ddw(want.size());
+      if (acc)
+        ddw.upload(dw0);
+      else
+        poison(ddw);
+      strata::cpu::linear_bwd(nullptr, want.data(), dy.data(), x.data(), nullptr, N, I, O, true, true);
+      DevBuf<bf16> ddy(dy.size()), dx(x.size());
+      ddy.upload(to_bf16(dy));
+      dx.upload(to_bf16(x));
+      f.gemm.linear_bwd_dw(ddw.p, ddy.p, dx.p, N, I, O, acc, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_TRUE(close(ddw.download(), want, 1e-6,
+                        "linear_bwd_dw N=" + std::to_string(N) + " accumulate=" + std::to_string(acc)));
+    }
 }
 
 TEST(GemmGpu, LogitsF32) {
@@ -143,7 +149,7 @@ std::string check_attention(Attention& attn, const AttnShape& s) {
   auto out_b = round_bf16(out);
   std::vector<float> dq(nq, 0.0f), dk(nkv, 0.0f), dv(nkv, 0.0f);
   strata::cpu::attention_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out_b.data(),
-                             lse.data(), s.B, s.T, s.Hq, s.Hkv, s.D);
+                             lse.data(), s.B, s.T, s.Hq, s.Hkv, s.D, true, true, true);
 
   const std::string path = attn.path(s);
   std::printf("[attention] %s -> path: %s\n", str(s).c_str(), path.c_str());

@@ -138,18 +138,21 @@ TEST(KernelsGpu, RmsNorm) {
     EXPECT_TRUE(close(out.get(), round_bf16(out_ref), kBf16Tol, "rmsnorm_fwd out" + tag));
     EXPECT_TRUE(close(rstd.get(), rstd_ref, kF32Tol, "rmsnorm_fwd rstd" + tag));
     Vec dx_ref = dx.h, dw_ref = dw.h;
-    for (int rep = 0; rep < 2; rep++) {  // twice: accumulates
-      sc::rmsnorm_bwd(dx.p(), dw.p(), dout.p(), x.p(), w.p(), rstd.p(), N, C, kStream);
-      cpu::rmsnorm_bwd(dx_ref.data(), dw_ref.data(), dout.h.data(), x.h.data(), w.h.data(), rstd_ref.data(), N, C);
+    for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
+      const bool acc = rep < 2;
+      if (!acc) dx.poison(), dw.poison();
+      sc::rmsnorm_bwd(dx.p(), dw.p(), dout.p(), x.p(), w.p(), rstd.p(), N, C, acc, acc, kStream);
+      cpu::rmsnorm_bwd(dx_ref.data(), dw_ref.data(), dout.h.data(), x.h.data(), w.h.data(), rstd_ref.data(), N, C, acc,
+                       acc);
       sync();
       EXPECT_TRUE(close(dx.get(), round_bf16(dx_ref), kBf16Tol, "rmsnorm_bwd dx" + tag));
       EXPECT_TRUE(close(dw.get(), dw_ref, kF32Tol, "rmsnorm_bwd dw" + tag));
       dx_ref = dx.get();  // continue from the gpu's rounding
     }
-    sc::rmsnorm_bwd(nullptr, dw.p(), dout.p(), x.p(), w.p(), rstd.p(), N, C, kStream);  // dw only
-    cpu::rmsnorm_bwd(nullptr, dw_ref.data(), dout.h.data(), x.h.data(), w.h.data(), rstd_ref.data(), N, C);
-    sc::rmsnorm_bwd(dx.p(), nullptr, dout.p(), x.p(), w.p(), rstd.p(), N, C, kStream);  // dx only
-    cpu::rmsnorm_bwd(dx_ref.data(), nullptr, dout.h.data(), x.h.data(), w.h.data(), rstd_ref.data(), N, C);
+    sc::rmsnorm_bwd(nullptr, dw.p(), dout.p(), x.p(), w.p(), rstd.p(), N, C, true, true, kStream);  // dw only
+    cpu::rmsnorm_bwd(nullptr, dw_ref.data(), dout.h.data(), x.h.data(), w.h.data(), rstd_ref.data(), N, C, true, true);
+    sc::rmsnorm_bwd(dx.p(), nullptr, dout.p(), x.p(), w.p(), rstd.p(), N, C, true, true, kStream);  // dx only
+    cpu::rmsnorm_bwd(dx_ref.data(), nullptr, dout.h.data(), x.h.data(), w.h.data(), rstd_ref.data(), N, C, true, true);
     sync();
     EXPECT_TRUE(close(dx.get(), round_bf16(dx_ref), kBf16Tol, "rmsnorm_bwd dx only" + tag));
     EXPECT_TRUE(close(dw.get(), dw_ref, kF32Tol, "rmsnorm_bwd dw only" + tag));
@@ -177,14 +180,16 @@ TEST(KernelsGpu, Rope) {
     sync();
     EXPECT_TRUE(close(out.get(), round_bf16(ref), kBf16Tol, "rope_fwd" + tag));
     Vec dx_ref = dx.h;
-    for (int rep = 0; rep < 2; rep++) {
-      sc::rope_bwd(dx.p(), dout.p(), pos.d.p, inv_freq.p(), N, H, D, kStream);
-      cpu::rope_bwd(dx_ref.data(), dout.h.data(), pos.h.data(), freq.data(), N, H, D);
+    for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
+      const bool acc = rep < 2;
+      if (!acc) dx.poison();
+      sc::rope_bwd(dx.p(), dout.p(), pos.d.p, inv_freq.p(), N, H, D, acc, kStream);
+      cpu::rope_bwd(dx_ref.data(), dout.h.data(), pos.h.data(), freq.data(), N, H, D, acc);
       sync();
       EXPECT_TRUE(close(dx.get(), round_bf16(dx_ref), kBf16Tol, "rope_bwd" + tag));
       dx_ref = dx.get();
     }
-    sc::rope_bwd(nullptr, dout.p(), pos.d.p, inv_freq.p(), N, H, D, kStream);
+    sc::rope_bwd(nullptr, dout.p(), pos.d.p, inv_freq.p(), N, H, D, true, kStream);
     sc::rope_fwd(x.p(), x.p(), pos.d.p, inv_freq.p(), N, H, D, kStream);  // in place
     sync();
     EXPECT_TRUE(close(x.get(), round_bf16(ref), kBf16Tol, "rope_fwd in place" + tag));
@@ -207,18 +212,21 @@ TEST(KernelsGpu, Swiglu) {
     sync();
     EXPECT_TRUE(close(sub(out.get(), off), round_bf16(ref), kBf16Tol, "swiglu_fwd" + tag));
     Vec dg_ref = sub(dg.h, off), du_ref = sub(du.h, off);
-    for (int rep = 0; rep < 2; rep++) {
-      sc::swiglu_bwd(dg.p(off), du.p(off), dout.p(off), gate.p(off), up.p(off), n, kStream);
-      cpu::swiglu_bwd(dg_ref.data(), du_ref.data(), dout.h.data() + off, gate.h.data() + off, up.h.data() + off, n);
+    for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
+      const bool acc = rep < 2;
+      if (!acc) dg.poison(), du.poison();
+      sc::swiglu_bwd(dg.p(off), du.p(off), dout.p(off), gate.p(off), up.p(off), n, acc, acc, kStream);
+      cpu::swiglu_bwd(dg_ref.data(), du_ref.data(), dout.h.data() + off, gate.h.data() + off, up.h.data() + off, n, acc,
+                      acc);
       sync();
       EXPECT_TRUE(close(sub(dg.get(), off), round_bf16(dg_ref), kBf16Tol, "swiglu_bwd dgate" + tag));
       EXPECT_TRUE(close(sub(du.get(), off), round_bf16(du_ref), kBf16Tol, "swiglu_bwd dup" + tag));
       dg_ref = sub(dg.get(), off), du_ref = sub(du.get(), off);
     }
-    sc::swiglu_bwd(nullptr, du.p(off), dout.p(off), gate.p(off), up.p(off), n, kStream);
-    cpu::swiglu_bwd(nullptr, du_ref.data(), dout.h.data() + off, gate.h.data() + off, up.h.data() + off, n);
-    sc::swiglu_bwd(dg.p(off), nullptr, dout.p(off), gate.p(off), up.p(off), n, kStream);
-    cpu::swiglu_bwd(dg_ref.data(), nullptr, dout.h.data() + off, gate.h.data() + off, up.h.data() + off, n);
+    sc::swiglu_bwd(nullptr, du.p(off), dout.p(off), gate.p(off), up.p(off), n, true, true, kStream);
+    cpu::swiglu_bwd(nullptr, du_ref.data(), dout.h.data() + off, gate.h.data() + off, up.h.data() + off, n, true, true);
+    sc::swiglu_bwd(dg.p(off), nullptr, dout.p(off), gate.p(off), up.p(off), n, true, true, kStream);
+    cpu::swiglu_bwd(dg_ref.data(), nullptr, dout.h.data() + off, gate.h.data() + off, up.h.data() + off, n, true, true);
     sync();
     EXPECT_TRUE(close(sub(dg.get(), off), round_bf16(dg_ref), kBf16Tol, "swiglu_bwd dgate only" + tag));
     EXPECT_TRUE(close(sub(du.get(), off), round_bf16(du_ref), kBf16Tol, "swiglu_bwd dup only" + tag));
@@ -239,18 +247,20 @@ TEST(KernelsGpu, Add) {
     sync();
     EXPECT_TRUE(close(sub(out.get(), off), round_bf16(ref), kBf16Tol, "add_fwd" + tag));
     Vec da_ref = sub(da.h, off), db_ref = sub(db.h, off);
-    for (int rep = 0; rep < 2; rep++) {
-      sc::add_bwd(da.p(off), db.p(off), dout.p(off), s, n, kStream);
-      cpu::add_bwd(da_ref.data(), db_ref.data(), dout.h.data() + off, s, n);
+    for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
+      const bool acc = rep < 2;
+      if (!acc) da.poison(), db.poison();
+      sc::add_bwd(da.p(off), db.p(off), dout.p(off), s, n, acc, acc, kStream);
+      cpu::add_bwd(da_ref.data(), db_ref.data(), dout.h.data() + off, s, n, acc, acc);
       sync();
       EXPECT_TRUE(close(sub(da.get(), off), round_bf16(da_ref), kBf16Tol, "add_bwd da" + tag));
       EXPECT_TRUE(close(sub(db.get(), off), round_bf16(db_ref), kBf16Tol, "add_bwd db" + tag));
       da_ref = sub(da.get(), off), db_ref = sub(db.get(), off);
     }
-    sc::add_bwd(nullptr, db.p(off), dout.p(off), s, n, kStream);
-    cpu::add_bwd(nullptr, db_ref.data(), dout.h.data() + off, s, n);
-    sc::add_bwd(da.p(off), nullptr, dout.p(off), s, n, kStream);
-    cpu::add_bwd(da_ref.data(), nullptr, dout.h.data() + off, s, n);
+    sc::add_bwd(nullptr, db.p(off), dout.p(off), s, n, true, true, kStream);
+    cpu::add_bwd(nullptr, db_ref.data(), dout.h.data() + off, s, n, true, true);
+    sc::add_bwd(da.p(off), nullptr, dout.p(off), s, n, true, true, kStream);
+    cpu::add_bwd(da_ref.data(), nullptr, dout.h.data() + off, s, n, true, true);
     sync();
     EXPECT_TRUE(close(sub(da.get(), off), round_bf16(da_ref), kBf16Tol, "add_bwd da only" + tag));
     EXPECT_TRUE(close(sub(db.get(), off), round_bf16(db_ref), kBf16Tol, "add_bwd db only" + tag));
@@ -294,7 +304,7 @@ TEST(KernelsGpu, CrossEntropyChunks) {
     int nv = 0;
     const float loss_ref = cpu::lm_head_ce_fwd(lse_ref.data(), logits.h.data(), w.data(), tgt.data(), N, V, V, 8, &nv);
     cpu::lm_head_ce_bwd(dl_ref.data(), nullptr, dloss_value, logits.h.data(), w.data(), tgt.data(), lse_ref.data(), N,
-                        V, V, 8);
+                        V, V, 8, true, true);
     for (int r = 0; r < N; r++)
       if (tgt[r] >= 0) tok_ref[r] = lse_ref[r] - logits.h[size_t(r) * V + tgt[r]];
     sync();

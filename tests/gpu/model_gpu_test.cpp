@@ -104,6 +104,42 @@ TEST(PlansGpu, CheckpointingMatchesKeepEverythingOnTheGpu) {
   }
 }
 
+// Backward overwrites each gradient at its first write and zeroes none up front (GEMM beta 0,
+// plain stores, cuDNN writing in place): stale parameter gradients (NaN here) must not reach the
+// step's, tied embeddings (LM head, then embedding) and adapters included. Equal up to the order
+// of fp32 atomic adds.
+TEST(PlansGpu, StaleGradientsNeverLeakIntoAStep) {
+  STRATA_REQUIRE_GPU();
+  ModelOptions lora;
+  lora.train_base = false;
+  lora.lora.rank = 8;
+  for (bool tied : {false, true})
+    for (const ModelOptions& mo : {ModelOptions{}, lora}) {
+      io::LlamaConfig c = small_config(64);
+      c.tie_word_embeddings = tied;
+      std::vector<float> grads[2];
+      for (int poison = 0; poison < 2; ++poison) {
+        auto be = make_cuda_backend(size_t(1) << 30);
+        LlamaModel model(*be, c, mo);
+        model.init_random(4);
+        Trainer tr(*be, model, TrainOptions{});
+        TokenBatcher data(synthetic_tokens(20000, 1000, 2), 2, 256);
+        if (poison)
+          for (auto& p : model.params())
+            if (p.trainable) be->fill(p.grad.view(), NAN);
+        tr.compute_gradients(data.next());
+        for (auto& p : model.params()) {
+          if (!p.trainable) continue;
+          std::vector<float> g(size_t(p.shape.numel()));
+          be->download_f32(g.data(), p.grad.view());
+          grads[poison].insert(grads[poison].end(), g.begin(), g.end());
+        }
+      }
+      const std::string what = std::string(tied ? "tied" : "untied") + (mo.lora.enabled() ? " lora" : " full");
+      EXPECT_TRUE(gpu_test::close(grads[1], grads[0], 1e-10, what + ": gradients after stale contents"));
+    }
+}
+
 TEST(TrainGpu, LossFallsOnTheTinyModel) {
   STRATA_REQUIRE_GPU();
   auto be = make_cuda_backend(size_t(2) << 30);
