@@ -83,9 +83,18 @@ TEST(TiersGpu, OffloadPresetsMatchKeepEverything) {
 TEST(TiersGpu, SeveralStepsTrackKeepEverything) {
   STRATA_REQUIRE_GPU();
   TierRun keep = run_plan(Plan::keep_everything(), 3);
+  TierRun keep_again = run_plan(Plan::keep_everything(), 3);
   TierRun host = run_plan(Plan::activation_offloading(Decision::host), 3);
   EXPECT_NEAR(host.loss, keep.loss, 1e-4f * std::fabs(keep.loss));
-  EXPECT_TRUE(gpu_test::close(host.grads, keep.grads, 1e-6, "gradients after 3 steps"));
+  // The fp32 atomics' order differs run to run, and AdamW normalises the small gradients'
+  // differences into whole updates, so after 3 steps keep-everything differs from itself by up to
+  // a few 1e-6 NMSE (measured on the H200; printed here). A wrong slot gives O(1).
+  for (auto* r : {&keep_again, &host}) {
+    auto res = gpu_test::close(r->grads, keep.grads, 1e-4,
+                               r == &host ? "host offload vs keep after 3 steps" : "keep vs keep after 3 steps");
+    std::printf("[ tiers gpu ] %s\n", res.message());
+    EXPECT_TRUE(res);
+  }
 }
 
 }  // namespace
