@@ -87,6 +87,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["hbm_gbps"] = p.hbm_gbps;
   j["h2d_gbps"] = p.h2d_gbps;
   j["d2h_gbps"] = p.d2h_gbps;
+  j["copy_both_gbps"] = p.copy_both_gbps;
   j["launch_overhead_us"] = p.launch_overhead_us;
   j["disk_write_gbps"] = p.disk_write_gbps;
   j["disk_read_gbps"] = p.disk_read_gbps;
@@ -119,6 +120,7 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.hbm_gbps = field<double>(j, "hbm_gbps", where);
   p.h2d_gbps = field<double>(j, "h2d_gbps", where);
   p.d2h_gbps = field<double>(j, "d2h_gbps", where);
+  p.copy_both_gbps = field<double>(j, "copy_both_gbps", where, false, 0.0);
   p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
   p.disk_write_gbps = field<double>(j, "disk_write_gbps", where, false, 0.0);
   p.disk_read_gbps = field<double>(j, "disk_read_gbps", where, false, 0.0);
@@ -136,7 +138,9 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
       STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' must be > 0, got {}", where, key, v), where,
                    key);
   // Optional: 0 = not measured (a disk-tier forecast then says how to measure it).
-  for (auto [key, v] : {std::pair{"disk_write_gbps", p.disk_write_gbps}, {"disk_read_gbps", p.disk_read_gbps}})
+  for (auto [key, v] : {std::pair{"disk_write_gbps", p.disk_write_gbps},
+                        {"disk_read_gbps", p.disk_read_gbps},
+                        {"copy_both_gbps", p.copy_both_gbps}})
     if (!(v >= 0))
       STRATA_THROW(ConfigError,
                    fmt::format("{}: device profile field '{}' must be >= 0 (0 = not measured), got {}", where, key, v),

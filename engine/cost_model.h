@@ -27,6 +27,10 @@ struct DeviceProfile {
   double attention_bwd_tflops = 0;
   double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
   double h2d_gbps = 0, d2h_gbps = 0;
+  // Both directions at once: a 1 GiB upload and a 1 GiB download issued together, total bytes /
+  // time (0 = not measured). The engine's one copy stream serialises the two, and so does the sim;
+  // strata-calibrate records it so the link's duplex headroom is on file.
+  double copy_both_gbps = 0;
   double launch_overhead_us = 0;  // no kernel is shorter than this
 
   // The disk tier (activation_offloading: disk): sequential O_DIRECT bandwidth of the offload directory's disk,

@@ -236,6 +236,17 @@ int main(int argc, char** argv) {
       t = tm.per_call([&] { be->copy_wait_host(be->copy_to_host_async(host->base(), d.view())); });
       row("device -> host 1 GiB", t, double(kGiB) / t / 1e9, "GB/s");
       p.d2h_gbps = double(kGiB) / t / 1e9;
+      // Both at once: 1 GiB each way, issued together (one copy stream: they serialise).
+      Buffer d2 = buf(DType::u8, {kGiB});
+      auto host2 = be->reserve_host(size_t(kGiB));
+      t = tm.per_call([&] {
+        CopyTicket up = be->copy_to_device_async(d2.view(), host->base());
+        CopyTicket down = be->copy_to_host_async(host2->base(), d.view());
+        be->copy_wait_host(up);
+        be->copy_wait_host(down);
+      });
+      row("both at once, 1 GiB each way", t, 2.0 * double(kGiB) / t / 1e9, "GB/s");
+      p.copy_both_gbps = 2.0 * double(kGiB) / t / 1e9;
     }
 
     // GEMMs: linear_fwd and linear_bwd (dx bf16, dw fp32 accumulate) on Llama shapes at N = 8192
