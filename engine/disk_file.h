@@ -27,6 +27,12 @@ class DiskFile {
   virtual void wait_all() = 0;      // blocks until nothing is in flight; throws for the first failure not yet reported
   // Fault hook for tests: the `nth` write request from now (1 = next) fails with -err (e.g. EIO, ENOSPC).
   virtual void inject_write_failure(int nth, int err) = 0;
+
+ protected:
+  // IoError naming `path` for a request that is misaligned, runs past `capacity`, or (when
+  // `check_buffer`) has no buffer; every implementation checks requests the same way.
+  static void check_request(const std::string& path, size_t capacity, const char* op, size_t offset, size_t bytes,
+                            const void* buf, bool check_buffer);
 };
 
 }  // namespace strata

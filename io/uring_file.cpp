@@ -147,23 +147,7 @@ void UringFile::release() noexcept {
 }
 
 void UringFile::check_request(const char* op, size_t offset, const void* buf, size_t bytes) const {
-  std::string bad;
-  if (offset % kAlign) bad += fmt::format(" offset {}", offset);
-  if (bytes % kAlign) bad += fmt::format(" size {}", bytes);
-  if (reinterpret_cast<uintptr_t>(buf) % kAlign) bad += fmt::format(" buffer {}", buf);
-  if (!bad.empty())
-    STRATA_THROW(IoError,
-                 fmt::format("{}: {} of {} bytes at offset {}: misaligned{} (must be multiples of {})", path_, op,
-                             bytes, offset, bad, kAlign),
-                 path_);
-  if (offset > capacity_ || bytes > capacity_ - offset)
-    STRATA_THROW(IoError,
-                 fmt::format("{}: {} of {} bytes at offset {} exceeds the file's capacity of {} bytes", path_, op,
-                             bytes, offset, capacity_),
-                 path_);
-  if (bytes > 0 && buf == nullptr)
-    STRATA_THROW(IoError, fmt::format("{}: {} of {} bytes at offset {} from a null buffer", path_, op, bytes, offset),
-                 path_);
+  DiskFile::check_request(path_, capacity_, op, offset, bytes, buf, true);
 }
 
 UringFile::Ticket UringFile::write_async(size_t offset, const void* buf, size_t bytes) {

@@ -399,19 +399,7 @@ SimDiskFile::SimDiskFile(SimBackendImpl& be, const std::string& dir, size_t capa
 
 DiskFile::Ticket SimDiskFile::submit(bool write, size_t offset, size_t bytes) {
   const char* op = write ? "write" : "read";
-  std::string bad;  // io::UringFile's checks, but the buffer: the sim's host memory has no address
-  if (offset % kAlign) bad += fmt::format(" offset {}", offset);
-  if (bytes % kAlign) bad += fmt::format(" size {}", bytes);
-  if (!bad.empty())
-    STRATA_THROW(IoError,
-                 fmt::format("{}: {} of {} bytes at offset {}: misaligned{} (must be multiples of {})", path_, op,
-                             bytes, offset, bad, kAlign),
-                 path_);
-  if (offset > capacity_ || bytes > capacity_ - offset)
-    STRATA_THROW(IoError,
-                 fmt::format("{}: {} of {} bytes at offset {} exceeds the file's capacity of {} bytes", path_, op,
-                             bytes, offset, capacity_),
-                 path_);
+  check_request(path_, capacity_, op, offset, bytes, nullptr, false);  // the sim's host memory has no address
   Request r;
   r.offset = offset;
   r.write = write;

@@ -21,6 +21,7 @@
 #include "model/planner.h"
 #include "model/timeline_svg.h"
 #include "model/train_config.h"
+#include "tool_runner.h"
 
 using namespace strata;
 
@@ -572,30 +573,17 @@ TEST(Forecast, SvgTimelineHasPhasesAndPeak) {
 
 // --- strata-plan end to end.
 
-struct Proc {
-  int code = -1;
-  std::string out, err;
-};
+using tool_test::Proc;
+using tool_test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
+// strata-plan, its output captured in a scratch directory of this process (tests run in parallel).
 Proc run_plan(const std::string& args) {
-  static int n = 0;
-  const std::string dir = ::testing::TempDir();
-  const std::string o = dir + "sim_test_out" + std::to_string(n), e = dir + "sim_test_err" + std::to_string(n);
-  ++n;
-  const std::string cmd = std::string(STRATA_BUILD_DIR) + "/tools/strata-plan " + args + " >" + o + " 2>" + e;
-  int st = std::system(cmd.c_str());
-  Proc p;
-  p.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  p.out = slurp(o);
-  p.err = slurp(e);
-  return p;
+  static struct Dir {
+    tool_test::Scratch s;
+    Dir() { s.create("sim_test_plan"); }
+    ~Dir() { s.remove(); }
+  } dir;
+  return dir.s.run(std::string(STRATA_BUILD_DIR) + "/tools/strata-plan " + args);
 }
 
 TEST(StrataPlan, ForecastsABuiltInShapeWithoutAGpu) {
