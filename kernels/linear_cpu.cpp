@@ -4,24 +4,11 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/dot_cpu.h"
 #include "kernels/grad_cpu.h"
 #include "kernels/linear.h"
 
 namespace strata::cpu {
-namespace {
-
-// Dot product with 8 independent partial sums so the compiler can vectorise it.
-float dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-}  // namespace
 
 void linear_fwd(float* y, const float* x, const float* w, int N, int I, int O) {
   for (int n = 0; n < N; n++) {

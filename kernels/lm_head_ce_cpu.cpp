@@ -6,21 +6,12 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "kernels/dot_cpu.h"
 #include "kernels/grad_cpu.h"
 #include "kernels/lm_head_ce.h"
 
 namespace strata::cpu {
 namespace {
-
-float dot(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
 
 // logits[r, :] = x[r0 + r, :] @ w^T for r < rows.  logits [rows, V]
 void chunk_logits(float* logits, const float* x, const float* w, int r0, int rows, int C, int V) {

@@ -21,6 +21,7 @@
 #include "model/planner.h"
 #include "model/timeline_svg.h"
 #include "model/train_config.h"
+#include "tiny_model.h"
 #include "tool_runner.h"
 
 using namespace strata;
@@ -29,18 +30,7 @@ namespace {
 
 const size_t kBudget = size_t(64) << 20;
 
-io::LlamaConfig tiny_config() {
-  io::LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 61;
-  c.rms_norm_eps = 1e-5f;
-  return c;
-}
+using test_util::tiny_config;
 
 ForecastRequest tiny_request(Plan plan, TrainMode mode = TrainMode::full) {
   ForecastRequest r;
