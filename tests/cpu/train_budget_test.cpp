@@ -1,6 +1,6 @@
 // strata-train --budget / memory_budget end to end on the cpu backend: the budget planner picks a
-// plan before training, the run stays within the budget, and a budget below what any
-// keep/recompute plan needs exits 1 naming the minimum.
+// plan before training, the run stays within the budget (and the host budget when one is
+// given), and a budget below what any plan needs exits 1 naming the minimum.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -121,6 +121,30 @@ TEST_F(train_budget, an_explicit_device_memory_is_kept) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("arena budget " + format_bytes(size_t(4) << 20)), std::string::npos) << r.err;
   for (size_t b : peaks(r.out)) EXPECT_LE(b, budget);
+}
+
+TEST_F(train_budget, tier_budgets_need_a_device_budget) {
+  Proc r = run(train_cmd("--host-budget 1GiB"));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("give --budget"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST_F(train_budget, with_a_host_budget_the_run_fits_both) {
+  const size_t budget = (gc_peak_ + keep_peak_) / 2, host = size_t(1) << 20;
+  Proc r = run(train_cmd("--budget " + std::to_string(budget) + " --host-budget " + std::to_string(host)));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("planner: "), std::string::npos) << r.err;
+  std::stringstream ss(r.out);
+  int steps = 0;
+  for (std::string l; std::getline(ss, l);) {
+    if (l.empty()) continue;
+    auto j = json::parse(l);
+    EXPECT_LE(j.at("peak_device_bytes").get<size_t>(), budget) << l;
+    EXPECT_LE(j.at("peak_host_bytes").get<size_t>(), host) << l;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3) << r.out;
 }
 
 }  // namespace
