@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -84,6 +85,8 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["matmul_half_dim"] = p.matmul_half_dim;
   j["attention_tflops"] = p.attention_tflops;
   j["attention_bwd_tflops"] = p.attention_bwd_tflops;
+  j["attention_half_tokens"] = p.attention_half_tokens;
+  j["attention_half_dim"] = p.attention_half_dim;
   j["hbm_gbps"] = p.hbm_gbps;
   j["h2d_gbps"] = p.h2d_gbps;
   j["d2h_gbps"] = p.d2h_gbps;
@@ -117,6 +120,8 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.matmul_half_dim = field<double>(j, "matmul_half_dim", where, false, 0.0);
   p.attention_tflops = field<double>(j, "attention_tflops", where);
   p.attention_bwd_tflops = field<double>(j, "attention_bwd_tflops", where, false, 0.0);
+  p.attention_half_tokens = field<double>(j, "attention_half_tokens", where, false, 0.0);
+  p.attention_half_dim = field<double>(j, "attention_half_dim", where, false, 0.0);
   p.hbm_gbps = field<double>(j, "hbm_gbps", where);
   p.h2d_gbps = field<double>(j, "h2d_gbps", where);
   p.d2h_gbps = field<double>(j, "d2h_gbps", where);
@@ -140,7 +145,9 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   // Optional: 0 = not measured (a disk-tier forecast then says how to measure it).
   for (auto [key, v] : {std::pair{"disk_write_gbps", p.disk_write_gbps},
                         {"disk_read_gbps", p.disk_read_gbps},
-                        {"copy_both_gbps", p.copy_both_gbps}})
+                        {"copy_both_gbps", p.copy_both_gbps},
+                        {"attention_half_tokens", p.attention_half_tokens},
+                        {"attention_half_dim", p.attention_half_dim}})
     if (!(v >= 0))
       STRATA_THROW(ConfigError,
                    fmt::format("{}: device profile field '{}' must be >= 0 (0 = not measured), got {}", where, key, v),
@@ -196,7 +203,9 @@ double CostModel::gemm(double m, double n, double k, double bytes) const {
 
 double CostModel::attention(double b, double t, double heads, double d, bool backward) const {
   const double fwd_flops = 4.0 * b * heads * t * t * d / 2.0;  // QK^T and PV, causal half
-  const double tput = (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12;
+  const double eff = t / (t + p_.attention_half_tokens) * (d / (d + p_.attention_half_dim));
+  const double tput =
+      (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12 * eff;
   return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
 }
 
@@ -228,6 +237,49 @@ double CostModel::disk_write(double bytes) const {
 double CostModel::disk_read(double bytes) const {
   require_disk();
   return bytes / (p_.disk_read_gbps * 1e9);
+}
+
+AttentionFit fit_attention(const std::vector<AttentionSample>& samples) {
+  STRATA_CHECK(!samples.empty(), "fit_attention: no samples");
+  auto eff = [](const AttentionSample& a, double hT, double hD) { return a.T / (a.T + hT) * (a.D / (a.D + hD)); };
+  // The asymptotes for (hT, hD) and the model's squared log error.
+  auto fit = [&](double hT, double hD, double& rf, double& rb) {
+    double mf = 0, mb = 0, sf = 0, sb = 0;
+    for (auto& a : samples) {
+      const double e = eff(a, hT, hD);
+      mf += a.F / e, mb += 2.5 * a.F / e, sf += a.t_fwd, sb += a.t_bwd;
+    }
+    rf = mf / sf, rb = mb / sb;
+    double err = 0;
+    for (auto& a : samples) {
+      const double e = eff(a, hT, hD);
+      err += std::pow(std::log(a.F / (rf * e) / a.t_fwd), 2) + std::pow(std::log(2.5 * a.F / (rb * e) / a.t_bwd), 2);
+    }
+    return err;
+  };
+  AttentionFit out;
+  double rf = 0, rb = 0;
+  const double n = 2.0 * double(samples.size());
+  double best = fit(0, 0, rf, rb);
+  out.rms_log_error_flat = std::sqrt(best / n);
+  std::vector<double> hts{0};
+  for (double hT = 64; hT <= 65536; hT *= 1.1) hts.push_back(hT);
+  for (double hT : hts)
+    for (double hD = 0; hD <= 256; hD += 2) {
+      const double err = fit(hT, hD, rf, rb);
+      if (err < best) best = err, out.half_tokens = hT, out.half_dim = hD;
+    }
+  // A finer pass around the best grid point.
+  const double t0 = out.half_tokens, d0 = out.half_dim;
+  for (double hT = t0 > 0 ? t0 / 1.1 : 0; hT <= t0 * 1.1; hT = hT > 0 ? hT * 1.005 : 1e300)
+    for (double hD = std::max(0.0, d0 - 2); hD <= d0 + 2; hD += 0.1) {
+      const double err = fit(hT, hD, rf, rb);
+      if (err < best) best = err, out.half_tokens = hT, out.half_dim = hD;
+    }
+  fit(out.half_tokens, out.half_dim, rf, rb);
+  out.fwd_tflops = rf / 1e12, out.bwd_tflops = rb / 1e12;
+  out.rms_log_error = std::sqrt(best / n);
+  return out;
 }
 
 }  // namespace strata

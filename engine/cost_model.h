@@ -25,6 +25,10 @@ struct DeviceProfile {
   // backward 2.5x that at attention_bwd_tflops (0 = attention_tflops).
   double attention_tflops = 0;
   double attention_bwd_tflops = 0;
+  // Attention efficiency by length and head dim: both rates scale by T / (T + attention_half_tokens)
+  // and D / (D + attention_half_dim), so the rates are asymptotes (0, 0 = no scaling: every shape
+  // gets the rates). strata-calibrate fits them on T 2048-32768 and D 64 and 128.
+  double attention_half_tokens = 0, attention_half_dim = 0;
   double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
   double h2d_gbps = 0, d2h_gbps = 0;
   // Both directions at once: a 1 GiB upload and a 1 GiB download issued together, total bytes /
@@ -84,5 +88,21 @@ class CostModel {
  private:
   DeviceProfile p_;
 };
+
+// strata-calibrate's attention fit. A sample is one measured shape: causal forward FLOPs F (as
+// CostModel::attention counts them), the forward time and the backward time (2.5 F of work).
+struct AttentionSample {
+  double T, D, F, t_fwd, t_bwd;
+};
+struct AttentionFit {
+  double half_tokens = 0, half_dim = 0;   // DeviceProfile::attention_half_tokens / _dim
+  double fwd_tflops = 0, bwd_tflops = 0;  // the asymptotes
+  double rms_log_error = 0;               // of the fitted model over every sample and direction
+  double rms_log_error_flat = 0;          // of one rate for every shape (both half points 0)
+};
+// Grid search over the half points (T: 0 or 64-65536 in 10% steps; D: 0-256 in steps of 2), then
+// a finer one around the best (0.5% and 0.1 steps), for the least squared log error; for each, the asymptotes that make
+// the model's total time equal the measured total in each direction.
+AttentionFit fit_attention(const std::vector<AttentionSample>& samples);
 
 }  // namespace strata

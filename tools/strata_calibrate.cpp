@@ -296,37 +296,46 @@ int main(int argc, char** argv) {
                 achieved, fitted ? "fitted" : "kept (fit not robust)", p.matmul_half_dim, p.matmul_tflops);
     if (!fitted) std::printf("    (best h %.0f, small-N rms log error %.2f)\n", best_h, small_rms);
 
-    // Attention: causal GQA, B=1 T=8192 Hq=32 Hkv=8, D 64 and 128; FLOPs as CostModel::attention
-    // counts them. The backward's accumulate adds on the cuDNN path (charged by the sim at hbm
-    // rate) are taken out of the measured time before the rate is fitted.
+    // Attention: causal GQA, B=1 Hq=32 Hkv=8, T 2048, 8192 and 32768, D 64 and 128; FLOPs as
+    // CostModel::attention counts them. The backward's accumulate adds on the cuDNN path (charged
+    // by the sim at hbm rate) are taken out of the measured time first. Fitted: the efficiency
+    // half points in T and D (grid search, squared log error over every shape and direction), and
+    // for each, the asymptotes that make the model's total time equal the measured total.
     {
       const CostModel cm(p);
-      double ff = 0, tf = 0, fb = 0, tb = 0;
-      for (int64_t D : {64, 128}) {
-        const int64_t Bt = 1, T = 8192, Hq = 32, Hkv = 8;
-        const Shape sq{Bt, T, Hq, D}, skv{Bt, T, Hkv, D};
-        Buffer q = buf(DType::bf16, sq), k = buf(DType::bf16, skv), v = buf(DType::bf16, skv), o = buf(DType::bf16, sq),
-               lse = buf(DType::f32, {Bt, Hq, T}), dout = buf(DType::bf16, sq), dq = buf(DType::bf16, sq),
-               dk = buf(DType::bf16, skv), dv = buf(DType::bf16, skv);
-        randomize(*be, q.view(), 1.0f, 4), randomize(*be, k.view(), 1.0f, 5), randomize(*be, v.view(), 1.0f, 6);
-        randomize(*be, dout.view(), 1e-3f, 7);
-        be->zero(dq.view()), be->zero(dk.view()), be->zero(dv.view());
-        const double t_f = tm.per_call([&] { be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view()); });
-        const double t_b = tm.per_call([&] {
-          be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
-                            lse.view());
-        });
-        const double F = 4.0 * Bt * Hq * double(T) * T * D / 2, nq = double(q.view().numel()),
-                     nkv = double(k.view().numel());
-        double extra = 0;
-        if (attention_uses_cudnn(int(D)))
-          extra = cm.memory(6 * nq) + 2 * cm.memory(6 * nkv) + (p.attention_dq_accum ? cm.memory(4 * nq) : 0);
-        row(fmt::format("attention_fwd T=8192 32/8 D={}", D), t_f, F / t_f / 1e12, "TFLOP/s");
-        row(fmt::format("attention_bwd T=8192 32/8 D={}", D), t_b, 2.5 * F / t_b / 1e12, "TFLOP/s");
-        ff += F, tf += t_f, fb += 2.5 * F, tb += std::max(t_b - extra, 0.5 * t_b);
-      }
-      p.attention_tflops = ff / tf / 1e12;
-      p.attention_bwd_tflops = fb / tb / 1e12;
+      std::vector<AttentionSample> pts;
+      for (int64_t T : {2048, 8192, 32768})
+        for (int64_t D : {64, 128}) {
+          const int64_t Bt = 1, Hq = 32, Hkv = 8;
+          const Shape sq{Bt, T, Hq, D}, skv{Bt, T, Hkv, D};
+          Buffer q = buf(DType::bf16, sq), k = buf(DType::bf16, skv), v = buf(DType::bf16, skv),
+                 o = buf(DType::bf16, sq), lse = buf(DType::f32, {Bt, Hq, T}), dout = buf(DType::bf16, sq),
+                 dq = buf(DType::bf16, sq), dk = buf(DType::bf16, skv), dv = buf(DType::bf16, skv);
+          randomize(*be, q.view(), 1.0f, 4), randomize(*be, k.view(), 1.0f, 5), randomize(*be, v.view(), 1.0f, 6);
+          randomize(*be, dout.view(), 1e-3f, 7);
+          be->zero(dq.view()), be->zero(dk.view()), be->zero(dv.view());
+          const double t_f =
+              tm.per_call([&] { be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view()); });
+          const double t_b = tm.per_call([&] {
+            be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
+                              lse.view());
+          });
+          const double F = 4.0 * Bt * Hq * double(T) * T * D / 2, nq = double(q.view().numel()),
+                       nkv = double(k.view().numel());
+          double extra = 0;
+          if (attention_uses_cudnn(int(D)))
+            extra = cm.memory(6 * nq) + 2 * cm.memory(6 * nkv) + (p.attention_dq_accum ? cm.memory(4 * nq) : 0);
+          row(fmt::format("attention_fwd T={} 32/8 D={}", T, D), t_f, F / t_f / 1e12, "TFLOP/s");
+          row(fmt::format("attention_bwd T={} 32/8 D={}", T, D), t_b, 2.5 * F / t_b / 1e12, "TFLOP/s");
+          pts.push_back({double(T), double(D), F, t_f, std::max(t_b - extra, 0.5 * t_b)});
+        }
+      const AttentionFit af = fit_attention(pts);
+      p.attention_half_tokens = af.half_tokens, p.attention_half_dim = af.half_dim;
+      p.attention_tflops = af.fwd_tflops, p.attention_bwd_tflops = af.bwd_tflops;
+      std::printf(
+          "  attention fit: half points T %.0f, D %.0f; asymptotes %.1f / %.1f TFLOP/s (fwd / bwd); rms log "
+          "error %.3f (%.3f with one rate for every shape)\n",
+          af.half_tokens, af.half_dim, af.fwd_tflops, af.bwd_tflops, af.rms_log_error, af.rms_log_error_flat);
     }
 
     // The disk tier: sequential O_DIRECT bandwidth of DIR, 4 MiB requests at queue depth 8

@@ -377,6 +377,38 @@ TEST(Sim, ProfilesOnDiskMatchTheBuiltIns) {
   }
 }
 
+// strata-calibrate's attention fit recovers the efficiency curve it is given, and the cost model
+// then charges each shape what was measured.
+TEST(CostModel, AttentionFitRecoversLengthAndHeadDimEfficiency) {
+  DeviceProfile truth = find_profile("h200");
+  truth.attention_tflops = 700, truth.attention_bwd_tflops = 600;
+  truth.attention_half_tokens = 3000, truth.attention_half_dim = 40;
+  const CostModel model(truth);
+  std::vector<AttentionSample> samples;
+  for (double T : {2048.0, 8192.0, 32768.0})
+    for (double D : {64.0, 128.0})
+      samples.push_back(
+          {T, D, 4.0 * 32 * T * T * D / 2, model.attention(1, T, 32, D, false), model.attention(1, T, 32, D, true)});
+  const AttentionFit f = fit_attention(samples);
+  EXPECT_GT(f.rms_log_error_flat, 0.05);  // one rate for every shape misses by far
+  EXPECT_LT(f.rms_log_error, 0.01);
+  DeviceProfile fitted = truth;
+  fitted.attention_tflops = f.fwd_tflops, fitted.attention_bwd_tflops = f.bwd_tflops;
+  fitted.attention_half_tokens = f.half_tokens, fitted.attention_half_dim = f.half_dim;
+  const CostModel back(fitted);
+  for (auto& s : samples) {
+    EXPECT_NEAR(back.attention(1, s.T, 32, s.D, false) / s.t_fwd, 1.0, 0.02) << s.T << " " << s.D;
+    EXPECT_NEAR(back.attention(1, s.T, 32, s.D, true) / s.t_bwd, 1.0, 0.02) << s.T << " " << s.D;
+  }
+  // Shapes that all run at one rate: no efficiency terms.
+  for (auto& s : samples) s.t_fwd = s.F / 500e12, s.t_bwd = 2.5 * s.F / 400e12;
+  const AttentionFit flat = fit_attention(samples);
+  EXPECT_EQ(flat.half_tokens, 0);
+  EXPECT_EQ(flat.half_dim, 0);
+  EXPECT_NEAR(flat.fwd_tflops, 500, 1e-6);
+  EXPECT_NEAR(flat.bwd_tflops, 400, 1e-6);
+}
+
 TEST(Planner, ChosenPlanFitsTheBudgetOnSimAndOnCpu) {
   Forecast keep = forecast(tiny_request(Plan::keep_everything()));
   Forecast gc = forecast(tiny_request(Plan::gradient_checkpointing(1)));
