@@ -1,8 +1,8 @@
 // The sim backend runs the engine's own tape and allocator: mirroring the cpu backend, one step's
 // arena peak and its whole (delta, tag) allocation schedule equal the cpu backend's, byte for
 // byte, for every preset (the disk tier's peak too) and for LoRA. The disk tier costs time at the
-// profile's disk bandwidth. The budget planner's plan fits on the sim and on cpu; strata-plan
-// forecasts the built-in shapes and reports bad input clearly.
+// profile's disk bandwidth. strata-plan forecasts the built-in shapes, plans under budgets and
+// reports bad input clearly (the planner itself: planner_test.cpp).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -21,6 +21,7 @@
 #include "model/planner.h"
 #include "model/timeline_svg.h"
 #include "model/train_config.h"
+#include "sim_twin.h"
 #include "tiny_model.h"
 #include "tool_runner.h"
 
@@ -28,57 +29,8 @@ using namespace strata;
 
 namespace {
 
-const size_t kBudget = size_t(64) << 20;
-
+using namespace sim_twin;
 using test_util::tiny_config;
-
-ForecastRequest tiny_request(Plan plan, TrainMode mode = TrainMode::full) {
-  ForecastRequest r;
-  r.model = tiny_config();
-  r.seq = 19;
-  r.batch = 2;
-  r.mode = mode;
-  r.lora_rank = 4;
-  r.loss_chunk_tokens = 16;  // several chunks per step
-  r.plan = std::move(plan);
-  r.profile = find_profile("h100_80gb");
-  r.mirror = SimMirror::cpu;
-  r.budget = kBudget;
-  r.tiers.offload_dir = ::testing::TempDir() + "sim_test_disk";  // the cpu twin's real disk-tier file
-  return r;
-}
-
-struct CpuStep {
-  bool fits = true;
-  size_t peak = 0, high_water = 0, disk_peak = 0;
-  size_t host_peak = 0;  // slot store peak plus the weight pager's host block (Forecast::peak_host_bytes)
-  std::vector<ArenaEvent> events;
-};
-
-// The same construction and one step on the real cpu backend, with real weights and tokens.
-CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& plan) {
-  auto be = make_cpu_backend(budget);
-  be->arena().set_logging(true);
-  LlamaModel model(*be, r.model, forecast_model_options(r));
-  model.init_random(5);
-  TrainOptions to;
-  to.plan = plan;
-  to.tiers = r.tiers;
-  Trainer tr(*be, model, to);
-  TokenBatcher data(synthetic_tokens(4000, r.model.vocab_size, 3), r.batch, r.seq);
-  CpuStep out;
-  try {
-    StepStats st = tr.step(data.next());
-    out.peak = st.peak_device_bytes;
-    out.disk_peak = st.peak_disk_bytes;
-    out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0);
-  } catch (const OutOfMemoryError&) {
-    out.fits = false;
-  }
-  out.high_water = be->arena().high_water();
-  out.events = be->arena().events();
-  return out;
-}
 
 void expect_same_schedule(const std::vector<ArenaEvent>& sim, const std::vector<ArenaEvent>& cpu,
                           const std::string& what) {
@@ -407,170 +359,6 @@ TEST(CostModel, AttentionFitRecoversLengthAndHeadDimEfficiency) {
   EXPECT_EQ(flat.half_dim, 0);
   EXPECT_NEAR(flat.fwd_tflops, 500, 1e-6);
   EXPECT_NEAR(flat.bwd_tflops, 400, 1e-6);
-}
-
-TEST(Planner, ChosenPlanFitsTheBudgetOnSimAndOnCpu) {
-  Forecast keep = forecast(tiny_request(Plan::keep_everything()));
-  Forecast gc = forecast(tiny_request(Plan::gradient_checkpointing(1)));
-  ASSERT_LT(gc.peak_bytes, keep.peak_bytes);
-  for (double frac : {0.25, 0.6, 0.9}) {
-    const size_t budget = gc.high_water_bytes + size_t(frac * double(keep.high_water_bytes - gc.high_water_bytes));
-    PlanResult pr = plan_for_budget(tiny_request(Plan::keep_everything()), budget);
-    ASSERT_TRUE(pr.found) << "budget " << budget;
-    EXPECT_LE(pr.forecast.peak_bytes, budget);
-    EXPECT_LE(pr.forecast.high_water_bytes, budget);
-    EXPECT_LE(pr.forecast.step_s, gc.step_s + 1e-12) << "slower than plain checkpointing";
-    CpuStep cpu = cpu_step(tiny_request(pr.plan), budget, pr.plan);
-    EXPECT_TRUE(cpu.fits) << pr.label;
-    EXPECT_LE(cpu.peak, budget) << pr.label;
-    EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes) << pr.label;
-
-    // The printed YAML gives strata-train the same plan, shape and budget.
-    std::string yaml = plan_yaml(tiny_request(pr.plan), pr.plan, pr.forecast, budget);
-    TrainConfig tc;
-    apply_yaml_text(tc, yaml, "plan.yaml");
-    EXPECT_EQ(tc.seq, 19);
-    EXPECT_EQ(tc.batch, 2);
-    EXPECT_EQ(tc.loss_chunk_tokens, 16);
-    EXPECT_EQ(tc.device_budget_bytes, budget);
-    auto be = make_cpu_backend(kBudget);
-    LlamaModel model(*be, tiny_config(), {});
-    Trainer t(*be, model, {});
-    for (auto& row : t.plan_table(2, 19)) {
-      for (int l = 0; l < tiny_config().num_hidden_layers; ++l) {
-        std::string cls = row.cls.rfind("L*", 0) == 0 ? "L" + std::to_string(l) + row.cls.substr(2) : row.cls;
-        EXPECT_EQ(tc.plan.decide(cls), pr.plan.decide(cls)) << cls << "\n" << yaml;
-      }
-    }
-    CpuStep from_yaml = cpu_step(tiny_request(tc.plan), tc.device_budget_bytes, tc.plan);
-    EXPECT_TRUE(from_yaml.fits);
-    EXPECT_EQ(from_yaml.peak, pr.forecast.peak_bytes);
-  }
-}
-
-TEST(Planner, KeepEverythingWhenItFits) {
-  Forecast keep = forecast(tiny_request(Plan::keep_everything()));
-  PlanResult pr = plan_for_budget(tiny_request(Plan::keep_everything()), keep.high_water_bytes);
-  ASSERT_TRUE(pr.found);
-  EXPECT_EQ(pr.label, "keep everything");
-  EXPECT_EQ(pr.forecast.recompute_s, 0);
-}
-
-TEST(Planner, BudgetTooSmallNamesTheMinimum) {
-  Forecast keep = forecast(tiny_request(Plan::keep_everything()));
-  const size_t budget = keep.persistent_bytes + 1024;
-  PlanResult pr = plan_for_budget(tiny_request(Plan::keep_everything()), budget);
-  ASSERT_FALSE(pr.found);
-  EXPECT_GT(pr.minimum_bytes, budget);
-  // The minimum is real: the lowest-memory plan fits it on the sim and on cpu.
-  ForecastRequest r = tiny_request(pr.plan);
-  r.budget = pr.minimum_bytes;
-  EXPECT_TRUE(forecast(r).fits);
-  EXPECT_TRUE(cpu_step(r, pr.minimum_bytes, pr.plan).fits);
-}
-
-// The planner's answer, checked on the cpu backend: it fits all three budgets there too, and the
-// device peak is the forecast's.
-void expect_fits_on_cpu(const ForecastRequest& base, const PlanResult& pr) {
-  ForecastRequest r = base;
-  r.plan = pr.plan;
-  r.layer_offloading = pr.layer_offloading;
-  CpuStep cpu = cpu_step(r, pr.budgets.device, pr.plan);
-  ASSERT_TRUE(cpu.fits) << pr.label;
-  EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes) << pr.label;
-  EXPECT_LE(cpu.peak, pr.budgets.device) << pr.label;
-  EXPECT_LE(cpu.host_peak, pr.budgets.host) << pr.label;
-  EXPECT_LE(cpu.disk_peak, pr.budgets.disk) << pr.label;
-}
-
-// Host and disk slots come back one at a time in backward (no prefetch distance), so moving them
-// lowers the peak even at the tiny model's size.
-ForecastRequest tier_request(Plan plan, TrainMode mode = TrainMode::full) {
-  ForecastRequest r = tiny_request(std::move(plan), mode);
-  r.tiers.prefetch_bytes = 1;
-  r.tiers.max_inflight_bytes = 1;
-  return r;
-}
-
-// A device budget between the lowest plan with the host tier and the lowest keep/recompute plan.
-size_t budget_only_tiers_fit(const ForecastRequest& base) {
-  const size_t recompute_min = plan_for_budget(base, 1).minimum_bytes;
-  const size_t tiers_min = plan_for_budget(base, TierBudgets{1, size_t(1) << 30, size_t(1) << 30}).minimum_bytes;
-  EXPECT_LT(tiers_min, recompute_min);
-  return (tiers_min + recompute_min) / 2;
-}
-
-TEST(Planner, HostTierFitsWhereRecomputeCannot) {
-  const ForecastRequest base = tier_request(Plan::keep_everything());
-  const size_t budget = budget_only_tiers_fit(base);
-
-  // Keep/recompute alone cannot fit; the planner says the host tier would, and how much it needs.
-  PlanResult device_only = plan_for_budget(base, budget);
-  ASSERT_FALSE(device_only.found) << device_only.label;
-  EXPECT_GT(device_only.minimum_bytes, budget);
-  EXPECT_EQ(device_only.short_tier, "host");
-  ASSERT_GT(device_only.short_tier_needs, 0u);
-
-  // With exactly that much host memory it fits every budget, on the sim and on cpu.
-  PlanResult pr = plan_for_budget(base, TierBudgets{budget, device_only.short_tier_needs, 0});
-  ASSERT_TRUE(pr.found) << pr.label;
-  EXPECT_LE(pr.forecast.high_water_bytes, budget);
-  EXPECT_LE(pr.forecast.peak_host_bytes, device_only.short_tier_needs);
-  EXPECT_GT(pr.forecast.peak_host_bytes, 0u) << pr.label;
-  expect_fits_on_cpu(base, pr);
-
-  // A budget keep/recompute fits too: the tiers never make the planner's answer slower.
-  Forecast gc = forecast(tier_request(Plan::gradient_checkpointing(1)));
-  PlanResult a = plan_for_budget(base, gc.high_water_bytes);
-  PlanResult b = plan_for_budget(base, TierBudgets{gc.high_water_bytes, size_t(1) << 30, size_t(1) << 30});
-  ASSERT_TRUE(a.found && b.found);
-  EXPECT_LE(b.forecast.step_s, a.forecast.step_s + 1e-12) << a.label << " vs " << b.label;
-  expect_fits_on_cpu(base, b);
-}
-
-TEST(Planner, DiskTierWhenTheHostBudgetOnlyHoldsStaging) {
-  const ForecastRequest base = tier_request(Plan::keep_everything());
-  const size_t budget = budget_only_tiers_fit(base);
-  PlanResult host = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
-  ASSERT_TRUE(host.found);
-  // Disk slots pass through a bounded pinned staging area: give the host tier only what the disk
-  // preset's staging needs, too little to hold the host plan's slots.
-  const size_t staging = forecast(tier_request(Plan::activation_offloading(Decision::disk))).peak_host_bytes;
-  ASSERT_LT(staging, host.forecast.peak_host_bytes);
-  PlanResult pr = plan_for_budget(base, TierBudgets{budget, staging, size_t(1) << 30});
-  ASSERT_TRUE(pr.found) << "no plan within a host budget of " << staging;
-  EXPECT_GT(pr.forecast.peak_disk_bytes, 0u) << pr.label;
-  EXPECT_LE(pr.forecast.peak_host_bytes, staging) << pr.label;
-  expect_fits_on_cpu(base, pr);
-}
-
-TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
-  const ForecastRequest base = tiny_request(Plan::keep_everything(), TrainMode::frozen);
-  ForecastRequest paged = base;
-  paged.layer_offloading = true;
-  paged.plan = Plan::gradient_checkpointing(1);
-  Forecast pf = forecast(paged);
-  ForecastRequest unpaged = paged;
-  unpaged.layer_offloading = false;
-  Forecast uf = forecast(unpaged);
-  ASSERT_LT(pf.high_water_bytes, uf.high_water_bytes);
-  // Below every unpaged plan: only paging fits, and only with the host memory for the layers.
-  const size_t budget = (pf.high_water_bytes + uf.peak_bytes) / 2;
-  PlanResult no_host = plan_for_budget(base, budget);
-  ASSERT_FALSE(no_host.found);
-  EXPECT_EQ(no_host.short_tier, "host");
-  PlanResult pr = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
-  ASSERT_TRUE(pr.found);
-  EXPECT_TRUE(pr.layer_offloading) << pr.label;
-  EXPECT_GT(pr.forecast.paged_host_bytes, 0u);
-  expect_fits_on_cpu(base, pr);
-  // The YAML carries the paging to strata-train.
-  ForecastRequest r = base;
-  r.layer_offloading = pr.layer_offloading;
-  TrainConfig tc;
-  apply_yaml_text(tc, plan_yaml(r, pr.plan, pr.forecast, budget), "plan.yaml");
-  EXPECT_TRUE(tc.layer_offloading);
-  EXPECT_TRUE(tc.freeze_base);
 }
 
 TEST(Forecast, UnknownModelNameListsTheKnownOnes) {

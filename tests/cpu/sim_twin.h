@@ -1,0 +1,67 @@
+// The sim tests' twin runs: the tiny model's forecast request (mirroring the cpu backend), and the
+// same step on the real cpu backend to compare the forecast with (sim_test, planner_test).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/backend.h"
+#include "model/data.h"
+#include "model/forecast.h"
+#include "model/llama.h"
+#include "model/trainer.h"
+#include "tiny_model.h"
+
+namespace strata::sim_twin {
+
+inline const size_t kBudget = size_t(64) << 20;
+
+inline ForecastRequest tiny_request(Plan plan, TrainMode mode = TrainMode::full) {
+  ForecastRequest r;
+  r.model = test_util::tiny_config();
+  r.seq = 19;
+  r.batch = 2;
+  r.mode = mode;
+  r.lora_rank = 4;
+  r.loss_chunk_tokens = 16;  // several chunks per step
+  r.plan = std::move(plan);
+  r.profile = find_profile("h100_80gb");
+  r.mirror = SimMirror::cpu;
+  r.budget = kBudget;
+  r.tiers.offload_dir = ::testing::TempDir() + "sim_test_disk";  // the cpu twin's real disk-tier file
+  return r;
+}
+
+struct CpuStep {
+  bool fits = true;
+  size_t peak = 0, high_water = 0, disk_peak = 0;
+  size_t host_peak = 0;  // slot store peak plus the weight pager's host block (Forecast::peak_host_bytes)
+  std::vector<ArenaEvent> events;
+};
+
+// The same construction and one step on the real cpu backend, with real weights and tokens.
+inline CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& plan) {
+  auto be = make_cpu_backend(budget);
+  be->arena().set_logging(true);
+  LlamaModel model(*be, r.model, forecast_model_options(r));
+  model.init_random(5);
+  TrainOptions to;
+  to.plan = plan;
+  to.tiers = r.tiers;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, r.model.vocab_size, 3), r.batch, r.seq);
+  CpuStep out;
+  try {
+    StepStats st = tr.step(data.next());
+    out.peak = st.peak_device_bytes;
+    out.disk_peak = st.peak_disk_bytes;
+    out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0);
+  } catch (const OutOfMemoryError&) {
+    out.fits = false;
+  }
+  out.high_water = be->arena().high_water();
+  out.events = be->arena().events();
+  return out;
+}
+
+}  // namespace strata::sim_twin
