@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Times torch's scaled_dot_product_attention backends (flash, cuDNN, efficient) forward and
+backward on Llama attention shapes, batch 1, causal, bf16, grouped-query via enable_gqa.
+Prints one JSON line per (shape, backend): ms forward, ms backward, TFLOP/s (causal FLOPs)."""
+import argparse, json, torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+import torch.nn.functional as F
+
+def timeit(fn, reps):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e) / reps
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="4096:32:8:64,16384:32:8:64,8192:32:8:128")
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args()
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    for sh in a.shapes.split(","):
+        T, H, KV, D = map(int, sh.split(":"))
+        q = torch.randn(1, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(1, KV, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(1, KV, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        do = torch.randn(1, H, T, D, device="cuda", dtype=torch.bfloat16)
+        flops_fwd = 2 * 2 * T * T * D * H / 2
+        for name, b in backends.items():
+            rec = {"T": T, "H": H, "KV": KV, "D": D, "backend": name}
+            try:
+                with sdpa_kernel([b]):
+                    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                    o = fwd()
+                    t_f = timeit(fwd, a.reps)
+                    def fb():
+                        q.grad = k.grad = v.grad = None
+                        fwd().backward(do)
+                    t_fb = timeit(fb, a.reps)
+                rec.update(fwd_ms=round(t_f, 3), bwd_ms=round(t_fb - t_f, 3),
+                           fwd_tflops=round(flops_fwd / t_f / 1e9, 1),
+                           bwd_tflops=round(2.5 * flops_fwd / (t_fb - t_f) / 1e9, 1))
+            except Exception as ex:
+                rec["error"] = str(ex).splitlines()[0][:200]
+            print(json.dumps(rec), flush=True)
+
+if __name__ == "__main__":
+    main()
