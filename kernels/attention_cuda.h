@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace strata::cuda {
 
@@ -45,6 +46,13 @@ class Attention {
   // out and lse are the forward's (either path's lse is valid for either path's backward).
   void bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const bf16* out,
            const float* lse, const AttnShape& s, bool accumulate, void* ws, size_t ws_bytes, cudaStream_t st);
+
+  // Which cuDNN engine config runs the shape ("engine 6 k24=26 ..."; the backward also names its
+  // graph variant), or the path when it is not cuDNN. The plan is tuned on the first call of a
+  // shape: every candidate config whose workspace fits (attention_tune_budget) is timed on the
+  // call's own buffers and the fastest is kept. STRATA_ATTN_TUNE=0 keeps cuDNN's heuristic pick;
+  // STRATA_ATTN_VERBOSE=1 prints the candidates and their times.
+  std::string plan_label(const AttnShape& s, bool backward) const;
 
   // "cudnn" or "fallback: <reason>"; builds (and caches) the plans for the shape to decide.
   // The pointer stays valid for the lifetime of this object.

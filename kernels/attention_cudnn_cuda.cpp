@@ -15,6 +15,9 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -23,27 +26,15 @@
 
 #include "engine/error.h"
 #include "kernels/attention_cuda.h"
+#include "kernels/attention_workspace.h"
+#include "kernels/cudnn_graph.h"
 
 namespace strata::cuda {
 namespace {
 
+using namespace cudnn_graph;
+
 std::atomic<bool> g_force_fallback{false};
-
-// cuDNN declined or failed while building a plan: the shape goes to the fallback.
-struct Declined : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void dnn(cudnnStatus_t st, const char* what) {
-  if (st == CUDNN_STATUS_SUCCESS) return;
-  char msg[512] = {0};
-  cudnnGetLastErrorString(msg, sizeof msg);
-  throw Declined(fmt::format("{}: {}{}{}", what, cudnnGetErrorString(st), msg[0] ? " - " : "", msg));
-}
-#define DNN(x) dnn((x), #x)
-
-using Desc = cudnnBackendDescriptor_t;
-using Dims = std::array<int64_t, 4>;
 
 enum Uid : int64_t {
   kQ = 1,
@@ -60,161 +51,13 @@ enum Uid : int64_t {
   kOne,
   kSoftmaxSum,
   kdQAccum,
-  kFirstVirtual = 100
 };
-
-// Owns every descriptor of one graph (tensors, ops, heuristics, configs, the plan).
-class Graph {
- public:
-  explicit Graph(cudnnHandle_t h) : h_(h) {}
-  ~Graph() {
-    for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-
-  Desc make(cudnnBackendDescriptorType_t t) {
-    Desc d = nullptr;
-    DNN(cudnnBackendCreateDescriptor(t, &d));
-    owned_.push_back(d);
-    return d;
-  }
-  static void set(Desc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n, const void* v) {
-    DNN(cudnnBackendSetAttribute(d, a, t, n, v));
-  }
-  static void set_desc(Desc d, cudnnBackendAttributeName_t a, Desc v) {
-    set(d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
-  }
-
-  Desc tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride, bool is_virtual = false, bool by_value = false) {
-    Desc t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const int64_t align = 16;
-    set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-    set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim.data());
-    set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride.data());
-    bool v = is_virtual, bv = by_value;
-    if (is_virtual) set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
-    if (by_value) set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv);
-    DNN(cudnnBackendFinalize(t));
-    return t;
-  }
-  Desc virt(cudnnDataType_t dt, Dims dim, Dims stride) { return tensor(next_uid_++, dt, dim, stride, true); }
-  Desc scalar(int64_t uid) { return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true); }
-
-  // y = mode(x[, b][, t]) computed in `prec`; axis only for GEN_INDEX.
-  void pw(cudnnPointwiseMode_t mode, Desc x, Desc b, Desc t, Desc y, cudnnDataType_t prec = CUDNN_DATA_FLOAT,
-          int64_t axis = -1) {
-    Desc p = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    set(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    set(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    if (axis >= 0) set(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    DNN(cudnnBackendFinalize(p));
-    Desc op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, p);
-    set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (b) set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    if (t) set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-    set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    add_op(op);
-  }
-  void reduce(cudnnReduceTensorOp_t mode, Desc x, Desc y) {
-    Desc r = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    cudnnDataType_t f = CUDNN_DATA_FLOAT;
-    set(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
-    set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
-    DNN(cudnnBackendFinalize(r));
-    Desc op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
-    set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-    set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r);
-    add_op(op);
-  }
-  void matmul(Desc a, Desc b, Desc c) {
-    Desc m = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    cudnnDataType_t f = CUDNN_DATA_FLOAT;
-    set(m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
-    DNN(cudnnBackendFinalize(m));
-    Desc op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, m);
-    add_op(op);
-  }
-  void reshape(Desc x, Desc y) {
-    Desc op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
-    set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    add_op(op);
-  }
-
-  // Operation graph -> heuristics -> the first engine config whose plan finalizes.
-  void finalize_plan() {
-    Desc og = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    set(og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops_.size()), ops_.data());
-    set(og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_);
-    DNN(cudnnBackendFinalize(og));
-    std::string tried;
-    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      Desc heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-      set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, og);
-      set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-      if (cudnnStatus_t st = cudnnBackendFinalize(heur); st != CUDNN_STATUS_SUCCESS) {
-        char msg[256] = {0};
-        cudnnGetLastErrorString(msg, sizeof msg);
-        tried += fmt::format(" [heuristic mode {}: {} {}]", int(mode), cudnnGetErrorString(st), msg);
-        continue;
-      }
-      int64_t n = 0;
-      if (cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
-                                   nullptr) != CUDNN_STATUS_SUCCESS ||
-          n <= 0) {
-        tried += fmt::format(" [heuristic mode {}: no engine configs]", int(mode));
-        continue;
-      }
-      std::vector<Desc> cfgs(n);
-      for (auto& c : cfgs) c = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      int64_t got = 0;
-      DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got,
-                                   cfgs.data()));
-      for (int64_t i = 0; i < got; i++) {
-        Desc p = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        set(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_);
-        set_desc(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[i]);
-        cudnnStatus_t st = cudnnBackendFinalize(p);
-        if (st == CUDNN_STATUS_SUCCESS) {
-          int64_t cnt = 0;
-          DNN(cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt,
-                                       &plan_ws));
-          plan = p;
-          return;
-        }
-        char msg[256] = {0};
-        cudnnGetLastErrorString(msg, sizeof msg);
-        tried += fmt::format(" [cfg {}: {} {}]", i, cudnnGetErrorString(st), msg);
-      }
-    }
-    throw Declined("no engine config finalizes for this graph" + (tried.empty() ? " (no configs)" : tried));
-  }
-
-  Desc plan = nullptr;
-  int64_t plan_ws = 0;
-
- private:
-  void add_op(Desc op) {
-    DNN(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-  cudnnHandle_t h_;
-  std::vector<Desc> owned_, ops_;
-  int64_t next_uid_ = kFirstVirtual;
-};
+static_assert(kdQAccum < kFirstVirtualUid);
 
 struct Plan {
   std::unique_ptr<Graph> graph;
   bool dq_accum = false;                           // backward: fp32 dQ accumulator in ws
+  bool causal_first = true;                        // backward: mask before subtracting the stats
   float scale = 1.0f, neg = -FLT_MAX, one = 1.0f;  // by-value scalars read at execute
 };
 
@@ -264,7 +107,7 @@ std::unique_ptr<Plan> build_fwd(cudnnHandle_t h, const AttnShape& s) {
   Desc p = g.virt(CUDNN_DATA_BFLOAT16, ss, ss_st);     // P enters the second matmul as bf16
   g.pw(CUDNN_POINTWISE_DIV, e, z, nullptr, p);
   g.matmul(p, V, O);
-  g.finalize_plan();
+  g.finalize_plans();
   plan->scale = 1.0f / std::sqrt(float(s.D));
   return plan;
 }
@@ -275,6 +118,7 @@ std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal
   auto plan = std::make_unique<Plan>();
   plan->graph = std::make_unique<Graph>(h);
   plan->dq_accum = dq_accum;
+  plan->causal_first = causal_first;
   Graph& g = *plan->graph;
   const int64_t b = s.B, hq = s.Hq, hk = s.Hkv, t = s.T, d = s.D;
   const Dims ss{b, hq, t, t}, ss_st{hq * t * t, t * t, t, 1}, row{b, hq, t, 1}, row_st{hq * t, t, 1, 1};
@@ -352,7 +196,7 @@ std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal
   } else {
     g.matmul(ds, k, dQ);
   }
-  g.finalize_plan();
+  g.finalize_plans();
   plan->scale = 1.0f / std::sqrt(float(s.D));
   return plan;
 }
@@ -362,22 +206,25 @@ size_t align256(size_t x) {
 }
 
 // Backward workspace: [plan ws][softmax_sum][dQ accumulator][dq, dk, dv scratch for accumulate].
+// The plan-ws region is `plan_region` bytes, reserved for every candidate plan of the shape (see
+// attention_workspace.h), so the arena sees the same workspace whichever plan the tuner picks.
 struct BwdLayout {
   size_t ssum, acc, sdq, sdk, sdv, total;
-  BwdLayout(const AttnShape& s, const Plan& p) {
+  BwdLayout(const AttnShape& s, size_t plan_region, bool dq_accum) {
     const size_t rows = size_t(s.B) * s.Hq * s.T;
     const size_t nq = rows * s.D, nkv = size_t(s.B) * s.Hkv * s.T * s.D;
-    ssum = align256(size_t(p.graph->plan_ws));
+    ssum = align256(plan_region);
     acc = ssum + align256(rows * sizeof(float));
-    sdq = acc + (p.dq_accum ? align256(nq * sizeof(float)) : 0);
+    sdq = acc + (dq_accum ? align256(nq * sizeof(float)) : 0);
     sdk = sdq + align256(nq * sizeof(bf16));
     sdv = sdk + align256(nkv * sizeof(bf16));
     total = sdv + align256(nkv * sizeof(bf16));
   }
 };
 
-void execute(cudnnHandle_t h, const Plan& p, std::vector<int64_t> uids, std::vector<void*> ptrs, void* ws,
-             cudaStream_t st) {
+// Runs one execution plan; a cuDNN failure throws Declined.
+void execute_plan(cudnnHandle_t h, Desc plan, const std::vector<int64_t>& uids, std::vector<void*> ptrs, void* ws,
+                  cudaStream_t st) {
   DNN(cudnnSetStream(h, st));
   Desc vp = nullptr;
   DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
@@ -386,10 +233,10 @@ void execute(cudnnHandle_t h, const Plan& p, std::vector<int64_t> uids, std::vec
     Graph::set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, int64_t(ptrs.size()), ptrs.data());
     Graph::set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     DNN(cudnnBackendFinalize(vp));
-    DNN(cudnnBackendExecute(h, p.graph->plan, vp));
-  } catch (const Declined& e) {
+    DNN(cudnnBackendExecute(h, plan, vp));
+  } catch (...) {
     cudnnBackendDestroyDescriptor(vp);
-    STRATA_THROW(Error, std::string("attention (cudnn): execute failed: ") + e.what());
+    throw;
   }
   cudnnBackendDestroyDescriptor(vp);
 }
@@ -398,14 +245,32 @@ void* cp(const void* p) {
   return const_cast<void*>(p);
 }
 
+bool env_on(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::string(e) != "0" : dflt;
+}
+
 }  // namespace
 
 struct Attention::Impl {
   bool tried = false;
   cudnnHandle_t handle = nullptr;
   std::string unavailable;  // why cuDNN cannot be used at all
+  const bool tune = env_on("STRATA_ATTN_TUNE", true);
+  const bool verbose = env_on("STRATA_ATTN_VERBOSE", false);
+
+  // One runnable choice: a graph variant and one of its candidate plans.
+  struct Choice {
+    const Plan* plan = nullptr;
+    size_t cand = 0;
+  };
   struct Entry {
-    std::unique_ptr<Plan> fwd, bwd;
+    std::unique_ptr<Plan> fwd;
+    std::vector<std::unique_ptr<Plan>> bwd;  // graph variants that finalize; bwd[0] is the default
+    size_t fwd_region = 0, bwd_region = 0;   // plan-ws bytes reserved (fits every eligible candidate)
+    std::vector<Choice> fwd_eligible, bwd_eligible;  // in heuristic order; [0] = cuDNN's own pick
+    Choice fwd_pick, bwd_pick;
+    bool fwd_tuned = false, bwd_tuned = false;
     std::string path;
   };
   std::map<std::array<int, 5>, Entry> cache;
@@ -424,6 +289,18 @@ struct Attention::Impl {
     return handle != nullptr;
   }
 
+  // The plan-ws region: cuDNN's own pick always fits; other candidates only within the budget of
+  // attention_tune_budget (a pure function of the shape, so the sim can reproduce the arena).
+  static void choose_region(const std::vector<const Plan*>& plans, size_t budget, bool dq_accum_region,
+                            size_t* region, std::vector<Choice>* eligible) {
+    *region = std::max(size_t(plans[0]->graph->candidates[0].ws), budget);
+    for (const Plan* p : plans) {
+      if (p->dq_accum && !dq_accum_region) continue;
+      for (size_t i = 0; i < p->graph->candidates.size(); i++)
+        if (size_t(p->graph->candidates[i].ws) <= *region) eligible->push_back({p, i});
+    }
+  }
+
   Entry& entry(const AttnShape& s) {
     std::array<int, 5> key{s.B, s.T, s.Hq, s.Hkv, s.D};
     auto it = cache.find(key);
@@ -431,7 +308,7 @@ struct Attention::Impl {
     Entry& e = cache[key];
     if (!init()) {
       e.path = "fallback: " + unavailable;
-    } else if (s.D % 8 != 0 || s.D > 256) {
+    } else if (!attention_uses_cudnn(s.D)) {
       e.path = fmt::format("fallback: cuDNN needs head dim % 8 == 0 and <= 256 (D = {})", s.D);
     } else {
       try {
@@ -441,21 +318,33 @@ struct Attention::Impl {
       }
       if (e.fwd) {
         std::string why;
-        constexpr std::array<std::array<bool, 2>, 3> variants{{{true, true}, {false, true}, {true, false}}};
+        // The first variant that finalizes is the default; the others are tuning candidates.
+        constexpr std::array<std::array<bool, 2>, 4> variants{{{true, true}, {false, true}, {true, false}, {false, false}}};
         for (auto [causal_first, dq_accum] : variants) {
           try {
-            e.bwd = build_bwd(handle, s, causal_first, dq_accum);
-            break;
+            e.bwd.push_back(build_bwd(handle, s, causal_first, dq_accum));
           } catch (const Declined& ex) {
             why += fmt::format(" [causal_first={} dq_accum={}: {}]", causal_first, dq_accum, ex.what());
           }
+          if (!tune && !e.bwd.empty()) break;
         }
-        if (!e.bwd) {
+        if (e.bwd.empty()) {
           e.fwd.reset();
           e.path = "fallback: cuDNN declined backward:" + why;
         }
       }
-      if (e.fwd && e.bwd) e.path = "cudnn";
+      if (e.fwd && !e.bwd.empty()) {
+        e.path = "cudnn";
+        choose_region({e.fwd.get()}, attention_tune_budget(s.B, s.T, s.Hq, s.Hkv, s.D, false), true, &e.fwd_region,
+                      &e.fwd_eligible);
+        std::vector<const Plan*> b;
+        for (auto& p : e.bwd) b.push_back(p.get());
+        choose_region(b, attention_tune_budget(s.B, s.T, s.Hq, s.Hkv, s.D, true), e.bwd[0]->dq_accum, &e.bwd_region,
+                      &e.bwd_eligible);
+        e.fwd_pick = e.fwd_eligible[0];
+        e.bwd_pick = e.bwd_eligible[0];
+        e.fwd_tuned = e.bwd_tuned = !tune;
+      }
     }
     return e;
   }
@@ -465,6 +354,54 @@ struct Attention::Impl {
     Entry& e = entry(s);
     return e.fwd ? &e : nullptr;
   }
+
+  // Times every eligible choice on the call's own buffers (`run` executes one and may throw
+  // Declined), keeps the fastest, and leaves the outputs to the caller's final run.
+  template <class Run>
+  Choice tune_choice(const char* what, const AttnShape& s, const std::vector<Choice>& eligible, size_t region,
+                     cudaStream_t st, Run&& run) {
+    if (eligible.size() < 2) return eligible[0];
+    cudaEvent_t a = nullptr, b = nullptr;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    Choice best = eligible[0];
+    float best_ms = FLT_MAX;
+    std::string log;
+    for (const Choice& c : eligible) {
+      const auto& cand = c.plan->graph->candidates[c.cand];
+      std::string label = fmt::format("{}{}", cand.label,
+                                      c.plan->graph == eligible[0].plan->graph ? "" : variant_label(*c.plan));
+      float ms = FLT_MAX;
+      try {
+        run(c);  // warm-up (also loads the kernel)
+        cudaEventRecord(a, st);
+        for (int r = 0; r < kTuneReps; r++) run(c);
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ms, a, b);
+        ms /= kTuneReps;
+      } catch (const Declined& ex) {
+        label += std::string(" (failed: ") + ex.what() + ")";
+      }
+      if (cudaGetLastError() != cudaSuccess) ms = FLT_MAX;
+      log += fmt::format("\n    {:>9.3f} ms  ws {:>10}  {}", ms == FLT_MAX ? -1.0 : ms, cand.ws, label);
+      if (ms < best_ms) {
+        best_ms = ms;
+        best = c;
+      }
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    if (verbose)
+      std::fprintf(stderr, "strata attention %s B=%d T=%d Hq=%d Hkv=%d D=%d: %zu candidates, region %zu B:%s\n", what,
+                   s.B, s.T, s.Hq, s.Hkv, s.D, eligible.size(), region, log.c_str());
+    return best;
+  }
+
+  static std::string variant_label(const Plan& p) {
+    return fmt::format(" [causal_first={} dq_accum={}]", p.causal_first, p.dq_accum);
+  }
+  static constexpr int kTuneReps = 3;
 };
 
 Attention::Attention() : impl_(std::make_unique<Impl>()) {}
@@ -484,21 +421,41 @@ const char* Attention::path(const AttnShape& s) const {
   return impl_->entry(s).path.c_str();
 }
 
+std::string Attention::plan_label(const AttnShape& s, bool backward) const {
+  Impl::Entry* e = impl_->cudnn_entry(s);
+  if (!e) return path(s);
+  const Impl::Choice& c = backward ? e->bwd_pick : e->fwd_pick;
+  const bool tuned = backward ? e->bwd_tuned : e->fwd_tuned;
+  return c.plan->graph->candidates[c.cand].label + (backward ? Impl::variant_label(*c.plan) : "") +
+         (tuned ? "" : " (not yet tuned)");
+}
+
 size_t Attention::workspace_bytes(const AttnShape& s, bool backward) {
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return 0;
-  return backward ? BwdLayout(s, *e->bwd).total : size_t(e->fwd->graph->plan_ws);
+  return backward ? BwdLayout(s, e->bwd_region, e->bwd[0]->dq_accum).total : e->fwd_region;
 }
 
 void Attention::fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s, void* ws,
                     size_t ws_bytes, cudaStream_t st) {
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return flash_attention_fwd(out, lse, q, k, v, s, st);
-  const Plan& p = *e->fwd;
-  if (ws_bytes < size_t(p.graph->plan_ws))
-    STRATA_THROW(Error, fmt::format("attention fwd: workspace {} B < {} B needed", ws_bytes, p.graph->plan_ws));
-  execute(impl_->handle, p, {kQ, kK, kV, kO, kStats, kScale, kNeg},
-          {cp(q), cp(k), cp(v), out, lse, cp(&p.scale), cp(&p.neg)}, ws, st);
+  if (ws_bytes < e->fwd_region)
+    STRATA_THROW(Error, fmt::format("attention fwd: workspace {} B < {} B needed", ws_bytes, e->fwd_region));
+  auto run = [&](const Impl::Choice& c) {
+    const Plan& p = *c.plan;
+    execute_plan(impl_->handle, p.graph->candidates[c.cand].plan, {kQ, kK, kV, kO, kStats, kScale, kNeg},
+                 {cp(q), cp(k), cp(v), out, lse, cp(&p.scale), cp(&p.neg)}, ws, st);
+  };
+  if (!e->fwd_tuned) {
+    e->fwd_pick = impl_->tune_choice("forward", s, e->fwd_eligible, e->fwd_region, st, run);
+    e->fwd_tuned = true;
+  }
+  try {
+    run(e->fwd_pick);
+  } catch (const Declined& ex) {
+    STRATA_THROW(Error, std::string("attention (cudnn): forward execute failed: ") + ex.what());
+  }
 }
 
 void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
@@ -506,8 +463,7 @@ void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* 
                     cudaStream_t st) {
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return flash_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
-  const Plan& p = *e->bwd;
-  const BwdLayout L(s, p);
+  const BwdLayout L(s, e->bwd_region, e->bwd[0]->dq_accum);
   if (ws_bytes < L.total)
     STRATA_THROW(Error, fmt::format("attention bwd: workspace {} B < {} B needed", ws_bytes, L.total));
   char* w = static_cast<char*>(ws);
@@ -516,15 +472,27 @@ void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* 
   bf16* tq = accumulate ? reinterpret_cast<bf16*>(w + L.sdq) : dq;
   bf16* tk = accumulate ? reinterpret_cast<bf16*>(w + L.sdk) : dk;
   bf16* tv = accumulate ? reinterpret_cast<bf16*>(w + L.sdv) : dv;
-  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNeg, kdO, kdQ, kdK, kdV, kOne, kSoftmaxSum};
-  std::vector<void*> ptrs{cp(q),    cp(k), cp(v), cp(out), cp(lse),    cp(&p.scale), cp(&p.neg),
-                          cp(dout), tq,    tk,    tv,      cp(&p.one), w + L.ssum};
-  if (p.dq_accum) {
-    cudaMemsetAsync(w + L.acc, 0, nq * sizeof(float), st);  // cuDNN < 9.6 needed it zeroed; cheap insurance
-    uids.push_back(kdQAccum);
-    ptrs.push_back(w + L.acc);
+  auto run = [&](const Impl::Choice& c) {
+    const Plan& p = *c.plan;
+    std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNeg, kdO, kdQ, kdK, kdV, kOne, kSoftmaxSum};
+    std::vector<void*> ptrs{cp(q),    cp(k), cp(v), cp(out), cp(lse),    cp(&p.scale), cp(&p.neg),
+                            cp(dout), tq,    tk,    tv,      cp(&p.one), w + L.ssum};
+    if (p.dq_accum) {
+      cudaMemsetAsync(w + L.acc, 0, nq * sizeof(float), st);  // cuDNN < 9.6 needed it zeroed; cheap insurance
+      uids.push_back(kdQAccum);
+      ptrs.push_back(w + L.acc);
+    }
+    execute_plan(impl_->handle, p.graph->candidates[c.cand].plan, uids, std::move(ptrs), ws, st);
+  };
+  if (!e->bwd_tuned) {
+    e->bwd_pick = impl_->tune_choice("backward", s, e->bwd_eligible, e->bwd_region, st, run);
+    e->bwd_tuned = true;
   }
-  execute(impl_->handle, p, std::move(uids), std::move(ptrs), ws, st);
+  try {
+    run(e->bwd_pick);
+  } catch (const Declined& ex) {
+    STRATA_THROW(Error, std::string("attention (cudnn): backward execute failed: ") + ex.what());
+  }
   if (accumulate) {
     add_bf16_inplace(dq, tq, nq, st);
     add_bf16_inplace(dk, tk, nkv, st);

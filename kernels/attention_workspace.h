@@ -11,7 +11,12 @@
 // backward 256 B plus, when Hq != Hkv, one fp32 [B, Hq, T, D] buffer, 256-aligned (the
 // per-query-head dK/dV before the group sum). The cuda backend could report the real one.
 // Keep this in step with BwdLayout if that layout changes.
+//
+// Plan tuning: the plan-ws region is max(cuDNN's own pick's workspace, attention_tune_budget), and
+// the tuner only times candidates whose workspace fits it, so the arena's workspace does not depend
+// on which plan wins (or on whether tuning is on).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 
 namespace strata {
@@ -31,6 +36,14 @@ struct AttnWorkspaceParams {
   }
 };
 
+// Plan-ws bytes the tuner may use beyond cuDNN's own pick: two fp32 [B, Hq, T, D] buffers in
+// backward (what cuDNN 9.19's newer engines ask for: a dQ accumulator and the per-query-head dK/dV),
+// nothing extra in forward.
+inline size_t attention_tune_budget(int B, int T, int Hq, int Hkv, int D, bool backward) {
+  (void)Hkv;
+  return backward ? 2 * attention_align256(size_t(B) * Hq * T * D * 4) : 0;
+}
+
 inline bool attention_uses_cudnn(int head_dim) {
   return head_dim % 8 == 0 && head_dim <= 256;
 }
@@ -47,8 +60,9 @@ inline size_t attention_cudnn_bwd_bytes(int B, int T, int Hq, int Hkv, int D, si
 inline size_t attention_workspace_bytes(int B, int T, int Hq, int Hkv, int D, bool backward,
                                         const AttnWorkspaceParams& p) {
   if (!attention_uses_cudnn(D)) return 0;
-  return backward ? attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, p.plan_bwd(B, T, Hq, Hkv, D), p.dq_accum)
-                  : p.plan_fwd_bytes;
+  const size_t pick = backward ? p.plan_bwd(B, T, Hq, Hkv, D) : p.plan_fwd_bytes;
+  const size_t region = std::max(pick, attention_tune_budget(B, T, Hq, Hkv, D, backward));
+  return backward ? attention_cudnn_bwd_bytes(B, T, Hq, Hkv, D, region, p.dq_accum) : region;
 }
 
 }  // namespace strata

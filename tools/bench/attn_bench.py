@@ -7,7 +7,7 @@ from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F
 
 def timeit(fn, reps):
-    for _ in range(3):
+    for _ in range(min(3, reps)):
         fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -21,6 +21,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="4096:32:8:64,16384:32:8:64,8192:32:8:128")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--backends", default="flash,cudnn,efficient")
     a = ap.parse_args()
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -32,6 +33,8 @@ def main():
         do = torch.randn(1, H, T, D, device="cuda", dtype=torch.bfloat16)
         flops_fwd = 2 * 2 * T * T * D * H / 2
         for name, b in backends.items():
+            if name not in a.backends.split(","):
+                continue
             rec = {"T": T, "H": H, "KV": KV, "D": D, "backend": name}
             try:
                 with sdpa_kernel([b]):
