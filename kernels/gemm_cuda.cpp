@@ -7,8 +7,13 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cfloat>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "engine/error.h"
 
@@ -21,6 +26,11 @@ void check(cublasStatus_t st, const char* what, const char* file, int line) {
                             cublasLtGetStatusString(st), detail::where(file, line)));
 }
 #define LT_CHECK(x) check((x), #x, __FILE__, __LINE__)
+
+bool env_on(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::string(e) != "0" : dflt;
+}
 
 // Largest power of two (<= 256) dividing the address: what the heuristic may assume.
 int alignment(const void* p) {
@@ -45,7 +55,9 @@ struct Problem {
 struct Entry {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algo{};               // the one in use
+  std::vector<cublasLtMatmulAlgo_t> algos;     // heuristic's candidates, best-ranked first
+  bool tuned = false;                          // algo was timed against the others
   Entry() = default;
   Entry(const Entry&) = delete;
   Entry& operator=(const Entry&) = delete;
@@ -65,7 +77,7 @@ struct Gemm::Impl {
   size_t ws_bytes = 0;
   std::map<std::array<int64_t, 13>, Entry> cache;
 
-  const Entry& entry(const Problem& p) {
+  Entry& entry(const Problem& p) {
     auto key = p.key();
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
@@ -89,16 +101,20 @@ struct Gemm::Impl {
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
-      cublasLtMatmulHeuristicResult_t res{};
+      std::array<cublasLtMatmulHeuristicResult_t, kTuneCandidates> res{};
       int found = 0;
-      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, e.op, e.a, e.b, e.c, e.c, pref, 1, &res, &found);
+      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, e.op, e.a, e.b, e.c, e.c, pref,
+                                                         tune ? int(res.size()) : 1, res.data(), &found);
       cublasLtMatmulPreferenceDestroy(pref);
-      if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+      for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws_bytes) e.algos.push_back(res[i].algo);
+      if (st != CUBLAS_STATUS_SUCCESS || e.algos.empty())
         throw UnsupportedError(fmt::format(
             "cuBLASLt: no algorithm for m={} n={} k={} ta={} tb={} lda={} ldb={} ldc={} align={}/{}/{} ({}) [{}]", p.m,
             p.n, p.k, p.ta, p.tb, p.lda, p.ldb, p.ldc, p.align_a, p.align_b, p.align_c, cublasLtGetStatusName(st),
             detail::where(__FILE__, __LINE__)));
-      e.algo = res.algo;
+      e.algo = e.algos[0];
+      e.tuned = e.algos.size() < 2;
     } catch (...) {
       cache.erase(key);
       throw;
@@ -108,10 +124,54 @@ struct Gemm::Impl {
 
   void run(const Problem& p, const void* A, const void* B, void* C, float beta, cudaStream_t s) {
     if (p.m == 0 || p.n == 0) return;
-    const Entry& e = entry(p);
+    Entry& e = entry(p);
+    // Tuning reruns the GEMM, so only where C is overwritten (beta 0); an accumulating first call
+    // uses the heuristic's pick and the problem is tuned at its first overwriting call.
+    if (!e.tuned && beta == 0.0f) tune_entry(p, e, A, B, C, s);
     const float alpha = 1.0f;
     LT_CHECK(cublasLtMatmul(handle, e.op, &alpha, A, e.a, B, e.b, &beta, C, e.c, C, e.c, &e.algo, ws, ws_bytes, s));
   }
+
+  // Times each candidate algorithm on the call's own operands (one warm-up, kTuneReps timed runs)
+  // and keeps the fastest. An algorithm that fails to launch is skipped.
+  void tune_entry(const Problem& p, Entry& e, const void* A, const void* B, void* C, cudaStream_t s) {
+    e.tuned = true;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    const float alpha = 1.0f, beta = 0.0f;
+    float best = FLT_MAX;
+    std::string log;
+    for (size_t i = 0; i < e.algos.size(); i++) {
+      const cublasLtMatmulAlgo_t& algo = e.algos[i];
+      auto launch = [&] {
+        return cublasLtMatmul(handle, e.op, &alpha, A, e.a, B, e.b, &beta, C, e.c, C, e.c, &algo, ws, ws_bytes, s);
+      };
+      float ms = FLT_MAX;
+      if (launch() == CUBLAS_STATUS_SUCCESS) {
+        cudaEventRecord(t0, s);
+        bool ok = true;
+        for (int r = 0; r < kTuneReps && ok; r++) ok = launch() == CUBLAS_STATUS_SUCCESS;
+        cudaEventRecord(t1, s);
+        cudaEventSynchronize(t1);
+        if (ok && cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess) ms /= kTuneReps;
+      }
+      if (verbose) log += fmt::format(" {:.3f}", ms == FLT_MAX ? -1.0f : ms);
+      if (ms < best) {
+        best = ms;
+        e.algo = algo;
+      }
+    }
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    if (verbose)
+      std::fprintf(stderr, "strata gemm m=%d n=%d k=%d ta=%d tb=%d: %zu algorithms, ms:%s\n", p.m, p.n, p.k, int(p.ta),
+                   int(p.tb), e.algos.size(), log.c_str());
+  }
+
+  static constexpr int kTuneCandidates = 8, kTuneReps = 3;
+  const bool tune = env_on("STRATA_GEMM_TUNE", true);
+  const bool verbose = env_on("STRATA_GEMM_VERBOSE", false);
 };
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {

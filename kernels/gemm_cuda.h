@@ -1,7 +1,10 @@
 // cuBLASLt GEMMs for the linear layers and the LM head (bf16 in, fp32 accumulate).
 // Row-major tensors throughout; w is in Hugging Face layout [O, I] (y = x @ w^T).
-// One Gemm per device: it owns the cuBLASLt handle and caches a matmul descriptor and the
-// heuristic's first algorithm per (problem, operand alignment). Not thread-safe.
+// One Gemm per device: it owns the cuBLASLt handle and caches a matmul descriptor and an
+// algorithm per (problem, operand alignment). The algorithm is tuned at the problem's first
+// overwriting call: the heuristic's top 8 are timed on that call's operands and the fastest kept
+// (STRATA_GEMM_TUNE=0 keeps the heuristic's first; STRATA_GEMM_VERBOSE=1 prints the times).
+// Not thread-safe.
 // The workspace is carved by the caller (from the arena); Gemm never allocates device memory.
 #pragma once
 #include <cuda_bf16.h>
