@@ -22,20 +22,25 @@ def main():
     ap.add_argument("--shapes", default="4096:32:8:64,16384:32:8:64,8192:32:8:128")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--backends", default="flash,cudnn,efficient")
+    ap.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
+                    help="bshd: q/k/v/dO are [B, H, T, D] views of [B, T, H, D] memory, like strata's")
     a = ap.parse_args()
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     for sh in a.shapes.split(","):
         T, H, KV, D = map(int, sh.split(":"))
-        q = torch.randn(1, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(1, KV, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(1, KV, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        do = torch.randn(1, H, T, D, device="cuda", dtype=torch.bfloat16)
+        def mk(h, grad=True):
+            if a.layout == "bshd":
+                x = torch.randn(1, T, h, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+            else:
+                x = torch.randn(1, h, T, D, device="cuda", dtype=torch.bfloat16)
+            return x.detach().requires_grad_(grad)
+        q, k, v, do = mk(H), mk(KV), mk(KV), mk(H, False)
         flops_fwd = 2 * 2 * T * T * D * H / 2
         for name, b in backends.items():
             if name not in a.backends.split(","):
                 continue
-            rec = {"T": T, "H": H, "KV": KV, "D": D, "backend": name}
+            rec = {"T": T, "H": H, "KV": KV, "D": D, "backend": name, "layout": a.layout}
             try:
                 with sdpa_kernel([b]):
                     fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
