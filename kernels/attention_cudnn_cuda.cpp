@@ -11,17 +11,19 @@
 #include <cudnn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -58,6 +60,7 @@ struct Plan {
   std::unique_ptr<Graph> graph;
   bool dq_accum = false;                           // backward: fp32 dQ accumulator in ws
   bool causal_first = true;                        // backward: mask before subtracting the stats
+  bool k_f32 = false;                              // backward: K enters dQ = dS K as an fp32 view
   float scale = 1.0f, neg = -FLT_MAX, one = 1.0f;  // by-value scalars read at execute
 };
 
@@ -114,11 +117,13 @@ std::unique_ptr<Plan> build_fwd(cudnnHandle_t h, const AttnShape& s) {
 
 // causal_first: mask before subtracting the stats (frontend <= 1.7) or after (later frontends).
 // dq_accum: dQ through an fp32 accumulator in workspace (frontend default on cuDNN 9) or direct.
-std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal_first, bool dq_accum) {
+// k_f32: K reshaped to an fp32 virtual for dQ = dS K, as cudnn-frontend 1.18 writes it.
+std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal_first, bool dq_accum, bool k_f32) {
   auto plan = std::make_unique<Plan>();
   plan->graph = std::make_unique<Graph>(h);
   plan->dq_accum = dq_accum;
   plan->causal_first = causal_first;
+  plan->k_f32 = k_f32;
   Graph& g = *plan->graph;
   const int64_t b = s.B, hq = s.Hq, hk = s.Hkv, t = s.T, d = s.D;
   const Dims ss{b, hq, t, t}, ss_st{hq * t * t, t * t, t, 1}, row{b, hq, t, 1}, row_st{hq * t, t, 1, 1};
@@ -187,7 +192,7 @@ std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal
   }
 
   // dQ = dS K
-  Desc k = g.virt(CUDNN_DATA_BFLOAT16, {b, hk, t, d}, bshd_stride(hk, t, d));
+  Desc k = g.virt(k_f32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16, {b, hk, t, d}, bshd_stride(hk, t, d));
   g.reshape(KT, k);
   if (dq_accum) {
     Desc acc = g.tensor(kdQAccum, CUDNN_DATA_FLOAT, full, full_st);
@@ -266,8 +271,8 @@ struct Attention::Impl {
   };
   struct Entry {
     std::unique_ptr<Plan> fwd;
-    std::vector<std::unique_ptr<Plan>> bwd;  // graph variants that finalize; bwd[0] is the default
-    size_t fwd_region = 0, bwd_region = 0;   // plan-ws bytes reserved (fits every eligible candidate)
+    std::vector<std::unique_ptr<Plan>> bwd;          // graph variants that finalize; bwd[0] is the default
+    size_t fwd_region = 0, bwd_region = 0;           // plan-ws bytes reserved (fits every eligible candidate)
     std::vector<Choice> fwd_eligible, bwd_eligible;  // in heuristic order; [0] = cuDNN's own pick
     Choice fwd_pick, bwd_pick;
     bool fwd_tuned = false, bwd_tuned = false;
@@ -291,8 +296,8 @@ struct Attention::Impl {
 
   // The plan-ws region: cuDNN's own pick always fits; other candidates only within the budget of
   // attention_tune_budget (a pure function of the shape, so the sim can reproduce the arena).
-  static void choose_region(const std::vector<const Plan*>& plans, size_t budget, bool dq_accum_region,
-                            size_t* region, std::vector<Choice>* eligible) {
+  static void choose_region(const std::vector<const Plan*>& plans, size_t budget, bool dq_accum_region, size_t* region,
+                            std::vector<Choice>* eligible) {
     *region = std::max(size_t(plans[0]->graph->candidates[0].ws), budget);
     for (const Plan* p : plans) {
       if (p->dq_accum && !dq_accum_region) continue;
@@ -319,12 +324,17 @@ struct Attention::Impl {
       if (e.fwd) {
         std::string why;
         // The first variant that finalizes is the default; the others are tuning candidates.
-        constexpr std::array<std::array<bool, 2>, 4> variants{{{true, true}, {false, true}, {true, false}, {false, false}}};
-        for (auto [causal_first, dq_accum] : variants) {
+        constexpr std::array<std::array<bool, 3>, 6> variants{{{true, true, false},
+                                                               {false, true, false},
+                                                               {false, true, true},
+                                                               {true, true, true},
+                                                               {true, false, false},
+                                                               {false, false, false}}};
+        for (auto [causal_first, dq_accum, k_f32] : variants) {
           try {
-            e.bwd.push_back(build_bwd(handle, s, causal_first, dq_accum));
+            e.bwd.push_back(build_bwd(handle, s, causal_first, dq_accum, k_f32));
           } catch (const Declined& ex) {
-            why += fmt::format(" [causal_first={} dq_accum={}: {}]", causal_first, dq_accum, ex.what());
+            why += fmt::format(" [causal_first={} dq_accum={} k_f32={}: {}]", causal_first, dq_accum, k_f32, ex.what());
           }
           if (!tune && !e.bwd.empty()) break;
         }
@@ -361,16 +371,19 @@ struct Attention::Impl {
   Choice tune_choice(const char* what, const AttnShape& s, const std::vector<Choice>& eligible, size_t region,
                      cudaStream_t st, Run&& run) {
     if (eligible.size() < 2) return eligible[0];
+    const std::array<int, 6> key{s.B, s.T, s.Hq, s.Hkv, s.D, what[0] == 'b'};
+    if (int i = tuned_choice(key); i >= 0 && i < int(eligible.size())) return eligible[i];
     cudaEvent_t a = nullptr, b = nullptr;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     Choice best = eligible[0];
     float best_ms = FLT_MAX;
+    int best_i = 0;
     std::string log;
     for (const Choice& c : eligible) {
       const auto& cand = c.plan->graph->candidates[c.cand];
-      std::string label = fmt::format("{}{}", cand.label,
-                                      c.plan->graph == eligible[0].plan->graph ? "" : variant_label(*c.plan));
+      std::string label =
+          fmt::format("{}{}", cand.label, c.plan->graph == eligible[0].plan->graph ? "" : variant_label(*c.plan));
       float ms = FLT_MAX;
       try {
         run(c);  // warm-up (also loads the kernel)
@@ -385,11 +398,14 @@ struct Attention::Impl {
       }
       if (cudaGetLastError() != cudaSuccess) ms = FLT_MAX;
       log += fmt::format("\n    {:>9.3f} ms  ws {:>10}  {}", ms == FLT_MAX ? -1.0 : ms, cand.ws, label);
-      if (ms < best_ms) {
+      // A later candidate must win by kTuneMargin: timing noise should not flip the pick.
+      if (ms < best_ms * (best_ms == FLT_MAX ? 1.0f : 1.0f - kTuneMargin)) {
         best_ms = ms;
         best = c;
+        best_i = int(&c - eligible.data());
       }
     }
+    remember_choice(key, best_i);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     if (verbose)
@@ -399,9 +415,36 @@ struct Attention::Impl {
   }
 
   static std::string variant_label(const Plan& p) {
-    return fmt::format(" [causal_first={} dq_accum={}]", p.causal_first, p.dq_accum);
+    return fmt::format(" [causal_first={} dq_accum={} k_f32={}]", p.causal_first, p.dq_accum, p.k_f32);
   }
   static constexpr int kTuneReps = 3;
+  static constexpr float kTuneMargin = 0.03f;
+
+  // Choices are shared by every Attention of the process (per device), so all backends of a
+  // process run the same plan and agree bit for bit.
+  using TuneKey = std::pair<int, std::array<int, 6>>;
+  static std::mutex& tuned_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<TuneKey, int>& tuned_map() {
+    static std::map<TuneKey, int> m;
+    return m;
+  }
+  static TuneKey tune_key(const std::array<int, 6>& k) {
+    int d = 0;
+    cudaGetDevice(&d);
+    return {d, k};
+  }
+  static int tuned_choice(const std::array<int, 6>& k) {
+    std::lock_guard<std::mutex> lock(tuned_mutex());
+    auto it = tuned_map().find(tune_key(k));
+    return it == tuned_map().end() ? -1 : it->second;
+  }
+  static void remember_choice(const std::array<int, 6>& k, int i) {
+    std::lock_guard<std::mutex> lock(tuned_mutex());
+    tuned_map()[tune_key(k)] = i;
+  }
 };
 
 Attention::Attention() : impl_(std::make_unique<Impl>()) {}

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -55,9 +57,9 @@ struct Problem {
 struct Entry {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};               // the one in use
-  std::vector<cublasLtMatmulAlgo_t> algos;     // heuristic's candidates, best-ranked first
-  bool tuned = false;                          // algo was timed against the others
+  cublasLtMatmulAlgo_t algo{};              // the one in use
+  std::vector<cublasLtMatmulAlgo_t> algos;  // heuristic's candidates, best-ranked first
+  bool tuned = false;                       // algo was timed against the others
   Entry() = default;
   Entry(const Entry&) = delete;
   Entry& operator=(const Entry&) = delete;
@@ -115,6 +117,10 @@ struct Gemm::Impl {
             detail::where(__FILE__, __LINE__)));
       e.algo = e.algos[0];
       e.tuned = e.algos.size() < 2;
+      if (int i = tuned_choice(key); i >= 0 && i < int(e.algos.size())) {  // tuned earlier in this process
+        e.algo = e.algos[i];
+        e.tuned = true;
+      }
     } catch (...) {
       cache.erase(key);
       throw;
@@ -141,6 +147,7 @@ struct Gemm::Impl {
     cudaEventCreate(&t1);
     const float alpha = 1.0f, beta = 0.0f;
     float best = FLT_MAX;
+    int best_i = 0;
     std::string log;
     for (size_t i = 0; i < e.algos.size(); i++) {
       const cublasLtMatmulAlgo_t& algo = e.algos[i];
@@ -157,11 +164,14 @@ struct Gemm::Impl {
         if (ok && cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess) ms /= kTuneReps;
       }
       if (verbose) log += fmt::format(" {:.3f}", ms == FLT_MAX ? -1.0f : ms);
-      if (ms < best) {
+      // A later-ranked algorithm must win by kTuneMargin: timing noise should not flip the pick.
+      if (ms < best * (best == FLT_MAX ? 1.0f : 1.0f - kTuneMargin)) {
         best = ms;
+        best_i = int(i);
         e.algo = algo;
       }
     }
+    remember_choice(p.key(), best_i);
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     if (verbose)
@@ -170,6 +180,33 @@ struct Gemm::Impl {
   }
 
   static constexpr int kTuneCandidates = 8, kTuneReps = 3;
+  static constexpr float kTuneMargin = 0.03f;
+
+  // Tuning results are shared by every Gemm of the process (keyed by problem and device), so all
+  // backends of a process pick the same algorithm and their results agree bit for bit.
+  using Key = std::array<int64_t, 13>;
+  static std::mutex& tuned_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::pair<int, Key>, int>& tuned_map() {
+    static std::map<std::pair<int, Key>, int> m;
+    return m;
+  }
+  static int device() {
+    int d = 0;
+    cudaGetDevice(&d);
+    return d;
+  }
+  static int tuned_choice(const Key& k) {
+    std::lock_guard<std::mutex> lock(tuned_mutex());
+    auto it = tuned_map().find({device(), k});
+    return it == tuned_map().end() ? -1 : it->second;
+  }
+  static void remember_choice(const Key& k, int i) {
+    std::lock_guard<std::mutex> lock(tuned_mutex());
+    tuned_map()[{device(), k}] = i;
+  }
   const bool tune = env_on("STRATA_GEMM_TUNE", true);
   const bool verbose = env_on("STRATA_GEMM_VERBOSE", false);
 };
