@@ -112,6 +112,17 @@ class Backend {
   // dloss [1] f32 is the incoming gradient of the loss.
   virtual void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
                               int chunk, bool acc_dx, bool acc_dw) = 0;
+  // The training variant (no logits recompute): the forward, and from each chunk's logits at once
+  // the gradients for dL = dloss_assumed * loss: dx [N, C] (x's dtype, overwritten: the op saves it)
+  // and dw [V, C] f32 ((+)= by acc_dw; undefined for a frozen head: skipped). Same results as
+  // lm_head_ce_fwd then lm_head_ce_bwd with dloss = dloss_assumed and acc_dx false.
+  virtual void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
+                                   float dloss_assumed, bool acc_dw) = 0;
+  // Its backward: dx (+)= saved_dx * dloss[0] / dloss_assumed. With dw_written (the forward wrote
+  // a weight gradient for dloss_assumed), any other dloss is an error: cpu throws; cuda cannot,
+  // so it writes NaN into dx (the gradient norm shows it).
+  virtual void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
+                                    bool acc_dx) = 0;
   virtual void lm_head_logits(Tensor logits, Tensor x, Tensor w) = 0;
   // out [1] f32 += sum of squares of g.
   virtual void grad_norm_sq(Tensor out, Tensor g) = 0;

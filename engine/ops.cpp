@@ -139,6 +139,31 @@ class LmHeadCeOp final : public Op {
   int chunk_;
 };
 
+// The training variant: forward computes each chunk's logits once and from them the loss and the
+// gradients for the tape's loss seed: dx into its saved output "loss.dx", dw straight into the
+// weight's gradient (grad_in_forward, so the tape never replays it). Backward only scales loss.dx
+// into x's gradient: no logits recompute, and neither x nor lse is saved.
+class LmHeadCeGradOp final : public Op {
+ public:
+  explicit LmHeadCeGradOp(int chunk) : chunk_(chunk) {}
+  const char* name() const override { return "lm_head_ce"; }
+  void forward(Backend& be, const OpArgs& a) override {
+    dw_written_ = a.gin[1].defined();
+    be.lm_head_ce_fwd_grad(a.out[0], a.out[1], a.gin[1], a.in[0], a.in[1], a.in[2], chunk_, Tape::kLossSeed, a.acc[1]);
+  }
+  void backward(Backend& be, const OpArgs& a) override {
+    if (a.gin[0].defined())
+      be.lm_head_ce_bwd_saved(a.gin[0], a.gout[0], a.out[1], Tape::kLossSeed, dw_written_, a.acc[0]);
+  }
+  bool saves_input(int) const override { return false; }
+  bool saves_output(int i) const override { return i == 1; }
+  bool grad_in_forward(int i) const override { return i == 1; }
+
+ private:
+  int chunk_;
+  bool dw_written_ = false;  // this step's forward wrote dw (for Tape::kLossSeed)
+};
+
 }  // namespace
 
 VId embedding(Tape& t, VId tokens, VId wte, std::string cls) {
@@ -178,8 +203,19 @@ VId add(Tape& t, VId a, VId b, float scale, std::string cls) {
   return t.record1(std::make_unique<AddOp>(scale), {a, b}, {std::move(cls), t.value(a).shape, act(t)});
 }
 
-VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens) {
+VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens, bool grad_in_forward) {
   int64_t n = t.value(targets).shape.numel();
+  // The variant needs a gradient to deliver for x (else backward has nothing left to do) and a
+  // weight that is a parameter when it wants a gradient (its buffer exists before backward).
+  const Value &xv = t.value(x), &wv = t.value(w);
+  if (grad_in_forward && xv.requires_grad && x != w && (wv.external || !wv.requires_grad)) {
+    const Shape xs = xv.shape;
+    const DType xd = xv.dtype;
+    auto ids = t.record(std::make_unique<LmHeadCeGradOp>(chunk_tokens), {x, w, targets},
+                        {{"loss", Shape{1}, DType::f32}, {"loss.dx", xs, xd}});
+    t.set_loss(ids[0]);
+    return ids[0];
+  }
   auto ids = t.record(std::make_unique<LmHeadCeOp>(chunk_tokens), {x, w, targets},
                       {{"loss", Shape{1}, DType::f32}, {"loss.lse", Shape{n}, DType::f32}});
   t.set_loss(ids[0]);

@@ -23,7 +23,11 @@ std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq
 VId swiglu(Tape& t, VId gate, VId up, std::string cls);
 // a + scale * b
 VId add(Tape& t, VId a, VId b, float scale, std::string cls);
-// x [N, C], w [V, C], targets [N] i32 -> loss [1] f32 ("loss"), saving lse [N] ("loss.lse").
-VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens);
+// x [N, C], w [V, C], targets [N] i32 -> loss [1] f32 ("loss"), saving lse [N] ("loss.lse"); backward
+// recomputes each chunk's logits. grad_in_forward (training steps only: the forward then writes
+// the weight's gradient): the variant that forms the gradients from the forward's logits, saving
+// dx [N, C] ("loss.dx") instead of x and lse; used when x requires grad and w, if it does, is a
+// parameter. The loss must be the tape's (seeded with Tape::kLossSeed) and read by no other op.
+VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens, bool grad_in_forward = false);
 
 }  // namespace strata::ops

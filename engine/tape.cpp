@@ -56,6 +56,15 @@ std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in
                  fmt::format("{}: input value {} does not exist", n.op->name(), u));
     n.needs_backward = n.needs_backward || values_[size_t(u)].requires_grad;
   }
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!n.op->grad_in_forward(int(i))) continue;
+    n.replayable = false;
+    const Value& u = values_[size_t(in[i])];
+    STRATA_CHECK(
+        !u.requires_grad || (u.external && std::count(in.begin(), in.end(), in[i]) == 1),
+        fmt::format("{}: input '{}' gets its gradient in forward, so it must be a parameter the node reads once",
+                    n.op->name(), u.cls));
+  }
   std::vector<VId> ids;
   for (auto& o : outs) {
     Value v;
@@ -132,6 +141,10 @@ void Tape::apply_plan(const Plan& plan) {
   for (auto& v : values_) {
     if (v.external) continue;
     v.decision = v.saved() ? plan.decide(v.cls) : Decision::keep;
+    if (v.producer >= 0 && !nodes_[size_t(v.producer)].replayable) {
+      v.decision = Decision::keep;  // its producer wrote gradients in forward: it must never be replayed
+      continue;
+    }
     const bool tier = v.decision == Decision::host || v.decision == Decision::disk;
     if (!tier) continue;
     if (v.cls == last_input || v.cls.rfind("final_norm.", 0) == 0 || v.cls.rfind("loss", 0) == 0 || v.is_loss) {
@@ -197,12 +210,30 @@ void Tape::run_forward(int n, bool replay) {
     v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
     v.state = SlotState::RESIDENT;
   }
+  // Never reached through apply_plan (it keeps such outputs); a guard for hand-made graphs.
+  STRATA_CHECK(!replay || node.replayable, fmt::format("{}: its forward writes gradients, so it cannot be replayed to "
+                                                       "rebuild a dropped output",
+                                                       node.op->name()));
   OpArgs a = args(node, false);
   for (size_t i = 0; i < a.in.size(); ++i)
     STRATA_CHECK(a.in[i].defined(), fmt::format("{}: input '{}' is not resident{}", node.op->name(),
                                                 values_[size_t(node.in[i])].cls, replay ? " during recompute" : ""));
+  if (!node.replayable) forward_grads(node, a);
   if (hook_) hook_(n, replay ? TapePhase::replay : TapePhase::forward);
   node.op->forward(be_, a);
+}
+
+void Tape::forward_grads(const Node& node, OpArgs& a) {
+  a.gin.assign(node.in.size(), Tensor());
+  a.acc.assign(node.in.size(), false);
+  if (!node.needs_backward) return;  // no gradient flows through it: it must write none
+  for (size_t i = 0; i < node.in.size(); ++i) {
+    Value& u = values_[size_t(node.in[i])];
+    if (!node.op->grad_in_forward(int(i)) || !u.requires_grad) continue;
+    a.gin[i] = u.grad_sink;
+    a.acc[i] = u.grad_written;
+    u.grad_written = true;
+  }
 }
 
 bool Tape::needed_from(const Value& v, int cur) const {
@@ -212,6 +243,7 @@ bool Tape::needed_from(const Value& v, int cur) const {
 void Tape::forward() {
   finish_graph();
   stats_ = {};
+  for (auto& v : values_) v.grad_written = false;  // the step's first gradient writes may come in forward
   auto after_last_use = [&](VId id) {
     Value& v = values_[size_t(id)];
     if (v.external || retained_[size_t(id)] || v.is_loss) return;
@@ -264,10 +296,9 @@ void Tape::materialize(VId id, int cur) {
 void Tape::backward() {
   STRATA_CHECK(loss_ >= 0, "backward without a loss value");
   finish_graph();
-  for (auto& v : values_) v.grad_written = false;
   Value& lv = values_[size_t(loss_)];
   lv.grad = Buffer(be_.arena(), DType::f32, lv.shape, "grad:" + lv.cls);
-  be_.fill(lv.grad.view(), 1.0f);
+  be_.fill(lv.grad.view(), kLossSeed);
   lv.grad_written = true;
   prefetch_cursor_ = int(nodes_.size()) - 1;
   for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
@@ -285,9 +316,10 @@ void Tape::backward() {
       for (size_t i = 0; i < node.out.size(); ++i)
         if (node.op->saves_output(int(i))) materialize(node.out[i], n);
       OpArgs a = args(node, true);
-      for (VId u : node.in) {
+      for (size_t i = 0; i < node.in.size(); ++i) {
+        const VId u = node.in[i];
         Value& uv = values_[size_t(u)];
-        if (!uv.requires_grad) {
+        if (!uv.requires_grad || node.op->grad_in_forward(int(i))) {  // none, or written in forward
           a.gin.emplace_back();
           a.acc.push_back(false);
           continue;

@@ -5,6 +5,9 @@
 // gradient overwrite it and later ones add into it (nothing is zeroed up front), and frees
 // every slot at its last backward use. The tape is cleared after every step, also when a
 // step throws, so no slot outlives it.
+// An op may write a parameter's gradient in its forward (Op::grad_in_forward: the LM head's
+// training variant): the first-write bookkeeping then starts at forward, and the node is never
+// replayed (its outputs are always kept), since a replay would write the gradient again.
 #pragma once
 #include <functional>
 #include <map>
@@ -35,7 +38,9 @@ enum class TapePhase : uint8_t { forward, replay, backward };
 struct OpArgs {
   std::vector<Tensor> in, out;    // forward: all resident; backward: the saved ones resident, others undefined
   std::vector<Tensor> gout, gin;  // backward: output grads (undefined if none), input grads to write
-  std::vector<bool> acc;          // backward, per gin: add into it, or overwrite it (its first write this step)
+  std::vector<bool> acc;          // per gin: add into it, or overwrite it (its first write this step)
+  // Forward of an op with grad_in_forward inputs: gin/acc have one entry per input, defined only
+  // for those inputs when their gradient is wanted; empty for every other forward (and replays).
 };
 
 // An autograd op. forward() must be deterministic: recompute replays it and must reproduce the
@@ -50,6 +55,10 @@ class Op {
   // Whether backward reads input i / output i.
   virtual bool saves_input(int i) const = 0;
   virtual bool saves_output(int i) const = 0;
+  // Whether forward (not backward) writes input i's gradient. Only for external inputs
+  // (parameters), each read once by the node; backward then gets an undefined gin for it. Such a
+  // forward has side effects, so the tape never replays it and keeps all its outputs.
+  virtual bool grad_in_forward(int) const { return false; }
 };
 
 struct OutSpec {
@@ -75,7 +84,7 @@ struct Value {
   SlotState state = SlotState::EMPTY;
   Buffer buf;
   Buffer grad;
-  bool grad_written = false;  // this backward wrote its gradient (grad, or grad_sink): later writes add
+  bool grad_written = false;  // this step wrote its gradient (grad, or grad_sink): later writes add
   // Tier bookkeeping (engine/slot_store.cpp).
   static constexpr size_t kNone = SIZE_MAX;
   size_t host_off = kNone;  // host pool block: the slot's bytes (host) or its staging (disk)
@@ -90,6 +99,7 @@ struct Node {
   std::unique_ptr<Op> op;
   std::vector<VId> in, out;
   bool needs_backward = false;  // some input requires grad
+  bool replayable = true;       // false: its forward writes gradients (Op::grad_in_forward)
 };
 
 struct TapeStats {
@@ -99,6 +109,9 @@ struct TapeStats {
 
 class Tape {
  public:
+  // The gradient backward seeds the loss with; an op that writes gradients in forward assumes it.
+  static constexpr float kLossSeed = 1.0f;
+
   explicit Tape(Backend& be) : be_(be) {}
   ~Tape();
   Tape(const Tape&) = delete;
@@ -127,13 +140,16 @@ class Tape {
   // The node whose backward is running (replays happen on its behalf); -1 outside backward.
   int backward_node() const { return bwd_node_; }
   // Applies the plan to every saved slot (call after recording, before forward). The last
-  // layer's input and the loss inputs are never offloaded: backward needs them at once.
+  // layer's input and the loss inputs are never offloaded: backward needs them at once. Outputs
+  // of a node that is not replayable are always kept, whatever the plan says.
   void apply_plan(const Plan& plan);
   // Bytes the plan sends to each tier, for sizing the host pool and the disk file up front.
   struct TierBytes {
     size_t host = 0, disk = 0, largest_disk = 0;
   };
   TierBytes tier_bytes() const;
+  // forward() starts the step's gradient bookkeeping (an op may write gradients in forward);
+  // backward() must follow the forward of the same graph.
   void forward();
   void backward();
   // Releases every buffer and forgets the graph. Safe to call at any point.
@@ -154,6 +170,7 @@ class Tape {
   void materialize(VId v, int cur);
   bool needed_from(const Value& v, int cur) const;
   void run_forward(int n, bool replay);
+  void forward_grads(const Node& node, OpArgs& a);
   void prefetch_ahead(int n);
   OpArgs args(const Node& n, bool backward);
 

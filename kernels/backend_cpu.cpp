@@ -166,6 +166,15 @@ class CpuBackend final : public Backend {
     cpu::lm_head_ce_bwd(F(dx), F(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
                         I(w.shape[0]), chunk, acc_dx, acc_dw);
   }
+  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
+                           float dloss_assumed, bool acc_dw) override {
+    loss.f32()[0] = cpu::lm_head_ce_fwd_grad(F(dx), F(dw), dloss_assumed, F(x), F(w), targets.i32(), rows(x), cols(x),
+                                             I(w.shape[0]), chunk, acc_dw, nullptr);
+  }
+  void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
+                            bool acc_dx) override {
+    cpu::lm_head_ce_bwd_saved(F(dx), F(saved_dx), dloss.f32()[0], dloss_assumed, dw_written, long(dx.numel()), acc_dx);
+  }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
     cpu::lm_head_logits(F(logits), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
   }

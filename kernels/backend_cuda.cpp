@@ -472,6 +472,35 @@ class CudaBackend final : public Backend {
     }
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
   }
+  // The training variant: per chunk one logits GEMM, then ce_chunk_fwd_bwd's loss terms and dlogits,
+  // then the dx GEMM (into the op's saved dx) and the dw GEMM, with lm_head_ce_bwd's flags and order.
+  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
+                           float dloss_assumed, bool acc_dw) override {
+    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd_grad", s());
+    const int N = rows(x), C = cols(x), V = I(w.shape[0]);
+    const int n_max = std::min(chunk, N);
+    Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
+    Buffer dlogits(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
+    Buffer token_loss(arena_, DType::f32, Shape{N}, "loss.token_loss");
+    Buffer n_valid(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const int n = std::min(chunk, N - r0);
+      gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
+      cuda::ce_chunk_fwd_bwd(F(token_loss.view()) + r0, B(dlogits.view()), F(logits.view()), targets.i32() + r0,
+                             F(n_valid.view()), dloss_assumed, n, V, s());
+      if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, false, s());
+      if (dw.defined())
+        gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+    }
+    cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
+    if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
+  }
+  void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
+                            bool acc_dx) override {
+    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd_saved", s());
+    cuda::ce_dx_from_saved(B(dx), B(saved_dx), F(dloss), dloss_assumed, dw_written, size_t(dx.numel()), acc_dx, s());
+  }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_logits", s());
     gemm_.logits_f32(F(logits), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());

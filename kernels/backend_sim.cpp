@@ -301,6 +301,38 @@ class SimBackendImpl final : public SimBackend {
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);
     bwd(OpKind::lm_head_ce, t, kernels);
   }
+  // The training variant: backend_cuda.cpp's allocations; per chunk the logits GEMM, one kernel
+  // reading the f32 logits twice (statistics, then dlogits) and the dx and dw GEMMs that the old
+  // backward ran after recomputing the logits.
+  void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, float,
+                           bool acc_dw) override {
+    const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
+    const int n_max = std::min(chunk, N);
+    Buffer logits, dlogits, token_loss, n_valid;
+    if (cuda()) {
+      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
+      dlogits = Buffer(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
+      token_loss = Buffer(arena_, DType::f32, Shape{N}, "loss.token_loss");
+      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    }
+    const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
+    double t = cost_.memory(double(N) * 4);                                  // count valid targets
+    int kernels = 1;
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const double n = std::min(chunk, N - r0);
+      t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
+      t += cost_.memory(n * V * (4 + 4 + dl) + n * 8);          // statistics, token loss, dlogits
+      kernels += 2;
+      if (dx.defined()) t += cost_.gemm(n, C, V, n * V * dl + B(w) + n * C * es), ++kernels;
+      if (dw.defined()) t += cost_.gemm(V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
+    }
+    t += cost_.memory(double(N) * 4);  // finalize the mean
+    fwd(OpKind::lm_head_ce, t, kernels + 1);
+    if (N == 0 && dw.defined() && !acc_dw) zero(dw);
+  }
+  void lm_head_ce_bwd_saved(Tensor dx, Tensor, Tensor saved_dx, float, bool, bool acc_dx) override {
+    bwd(OpKind::lm_head_ce, cost_.memory(B(saved_dx) + rw(dx, acc_dx) + 4));
+  }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
     fwd(OpKind::lm_head_logits, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits)));
   }

@@ -1,6 +1,7 @@
 // Cross-entropy over chunks of fp32 logits [n, V] (the LM-head GEMM runs elsewhere), fp32 math.
 // Forward: one block per row, one pass with an online max / sum of exp; lse is kept for backward.
 // Backward: one block per row, recomputes softmax = exp(logit - lse) and writes bf16 dlogits.
+// Training variant: both in one launch per row, from the forward's logits (no recompute).
 // A target < 0 is ignored (loss 0, gradient 0); a target >= V makes that row's loss and gradient
 // NaN, since the device cannot throw and a silent out-of-range read would hide the bug.
 // count_valid and finalize are single-block, fixed-order reductions (deterministic).
@@ -44,11 +45,10 @@ __device__ __forceinline__ void block_merge(float& m, float& s) {
   }
 }
 
+// One row's log-sum-exp (one online pass, then the block merge): every thread gets it. The
+// forward and the training variant share it, so both give the same bits.
 template <int W>
-__global__ void ce_fwd_kernel(float* __restrict__ lse, float* __restrict__ token_loss, const float* __restrict__ logits,
-                              const int32_t* __restrict__ targets, int V) {
-  const size_t row = blockIdx.x;
-  const float* l = logits + row * V;  // [V]
+__device__ __forceinline__ float row_lse_of(const float* __restrict__ l, int V) {
   float m = -INFINITY, s = 0.0f;
 #pragma unroll 2
   for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
@@ -63,24 +63,14 @@ __global__ void ce_fwd_kernel(float* __restrict__ lse, float* __restrict__ token
       for (int k = 0; k < W; k++) s += expf(a[k] - m);
   }
   block_merge(m, s);
-  if (threadIdx.x == 0) {
-    const float row_lse = m + logf(s);
-    lse[row] = row_lse;
-    const int t = targets[row];
-    token_loss[row] = t < 0 ? 0.0f : (t >= V ? NAN : row_lse - l[t]);
-  }
+  return m + logf(s);
 }
 
+// One row's dlogits = (exp(logit - row_lse) - onehot(t)) * scale, or zeros for an ignored row.
+// The backward and the training variant share it.
 template <int W>
-__global__ void ce_bwd_kernel(bf16* __restrict__ dlogits, const float* __restrict__ logits,
-                              const float* __restrict__ lse, const int32_t* __restrict__ targets,
-                              const float* __restrict__ dloss, const float* __restrict__ n_valid, int V) {
-  const size_t row = blockIdx.x;
-  const float* l = logits + row * V;  // [V]
-  bf16* g = dlogits + row * V;        // [V]
-  const int t = targets[row];
-  const float scale = t < 0 ? 0.0f : (t >= V ? NAN : dloss[0] / fmaxf(1.0f, n_valid[0]));
-  const float row_lse = t < 0 ? 0.0f : lse[row];
+__device__ __forceinline__ void row_dlogits(bf16* __restrict__ g, const float* __restrict__ l, float row_lse, int t,
+                                            float scale, int V) {
   for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
     float a[W];
     if (t < 0) {
@@ -94,6 +84,65 @@ __global__ void ce_bwd_kernel(bf16* __restrict__ dlogits, const float* __restric
     store_bf16(g + c, a);
   }
 }
+
+template <int W>
+__global__ void ce_fwd_kernel(float* __restrict__ lse, float* __restrict__ token_loss, const float* __restrict__ logits,
+                              const int32_t* __restrict__ targets, int V) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * V;  // [V]
+  const float row_lse = row_lse_of<W>(l, V);
+  if (threadIdx.x == 0) {
+    lse[row] = row_lse;
+    const int t = targets[row];
+    token_loss[row] = t < 0 ? 0.0f : (t >= V ? NAN : row_lse - l[t]);
+  }
+}
+
+template <int W>
+__global__ void ce_bwd_kernel(bf16* __restrict__ dlogits, const float* __restrict__ logits,
+                              const float* __restrict__ lse, const int32_t* __restrict__ targets,
+                              const float* __restrict__ dloss, const float* __restrict__ n_valid, int V) {
+  const size_t row = blockIdx.x;
+  const int t = targets[row];
+  const float scale = t < 0 ? 0.0f : (t >= V ? NAN : dloss[0] / fmaxf(1.0f, n_valid[0]));
+  row_dlogits<W>(dlogits + row * V, logits + row * V, t < 0 ? 0.0f : lse[row], t, scale, V);
+}
+
+// The training variant: ce_fwd_kernel's lse and token loss, then ce_bwd_kernel's dlogits for
+// dloss from that lse, in one launch (the row is read twice, as by the two kernels).
+// WF and WB are the widths the two kernels would pick, so the results are the same bits.
+template <int WF, int WB>
+__global__ void ce_fwd_bwd_kernel(float* __restrict__ token_loss, bf16* __restrict__ dlogits,
+                                  const float* __restrict__ logits, const int32_t* __restrict__ targets,
+                                  const float* __restrict__ n_valid, float dloss, int V) {
+  const size_t row = blockIdx.x;
+  const float* l = logits + row * V;  // [V]
+  const float row_lse = row_lse_of<WF>(l, V);
+  const int t = targets[row];
+  if (threadIdx.x == 0) token_loss[row] = t < 0 ? 0.0f : (t >= V ? NAN : row_lse - l[t]);
+  const float scale = t < 0 ? 0.0f : (t >= V ? NAN : dloss / fmaxf(1.0f, n_valid[0]));
+  row_dlogits<WB>(dlogits + row * V, l, t < 0 ? 0.0f : row_lse, t, scale, V);
+}
+
+// dx (+)= saved * dloss[0] / dloss_assumed; NaN when the forward wrote dw for another dloss.
+struct DxFromSaved {
+  bf16* dx;
+  const bf16* saved;
+  const float* dloss;
+  float dloss_assumed;
+  bool dw_written, acc;
+  template <int V>
+  __device__ void apply(size_t i) const {
+    const float d = dloss[0];
+    const float scale = dw_written && d != dloss_assumed ? NAN : d / dloss_assumed;
+    float v[V], old[V];
+    load_bf16(v, saved + i);
+    if (acc) load_bf16(old, dx + i);
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] = acc ? old[k] + v[k] * scale : v[k] * scale;  // scale 1: an exact copy
+    store_bf16(dx + i, v);
+  }
+};
 
 __global__ void ce_count_valid_kernel(float* __restrict__ n_valid, const int32_t* __restrict__ targets, int N) {
   int count = 0;
@@ -144,6 +193,29 @@ void ce_chunk_bwd(bf16* dlogits, const float* logits, const float* lse, const in
   else
     ce_bwd_kernel<1><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V);
   STRATA_LAUNCH_CHECK("ce_bwd_kernel");
+}
+
+void ce_chunk_fwd_bwd(float* token_loss, bf16* dlogits, const float* logits, const int32_t* targets,
+                      const float* n_valid, float dloss, int n, int V, cudaStream_t stream) {
+  STRATA_CHECK(n >= 0 && V > 0, "ce_chunk_fwd_bwd: bad shape");
+  if (n == 0) return;
+  const bool wf = V % 4 == 0 && aligned16(logits), wb = V % 8 == 0 && all_aligned16(dlogits, logits);
+  if (wf && wb)
+    ce_fwd_bwd_kernel<4, 8><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+  else if (wf)
+    ce_fwd_bwd_kernel<4, 1><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+  else if (wb)
+    ce_fwd_bwd_kernel<1, 8><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+  else
+    ce_fwd_bwd_kernel<1, 1><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+  STRATA_LAUNCH_CHECK("ce_fwd_bwd_kernel");
+}
+
+void ce_dx_from_saved(bf16* dx, const bf16* saved_dx, const float* dloss, float dloss_assumed, bool dw_written,
+                      size_t n, bool acc_dx, cudaStream_t stream) {
+  STRATA_CHECK(dloss_assumed != 0.0f, "ce_dx_from_saved: the assumed loss gradient must not be 0");
+  launch_elementwise<8>("ce_dx_from_saved", n, all_aligned16(dx, saved_dx),
+                        DxFromSaved{dx, saved_dx, dloss, dloss_assumed, dw_written, acc_dx}, stream);
 }
 
 }  // namespace strata::cuda

@@ -15,6 +15,15 @@ float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* 
 // normalising with the saved lse.
 void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
                     const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw);
+// The training variant: the forward (returns the mean loss) and, from the same logits at once,
+// the gradients for dL = dloss * loss: dx [N, C] overwritten (may be null) and dw [V, C] (+)= by
+// acc_dw (null: a frozen head). The same bits as lm_head_ce_fwd then lm_head_ce_bwd(acc_dx false).
+float lm_head_ce_fwd_grad(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+                          int N, int C, int V, int chunk, bool acc_dw, int* n_valid_out);
+// Its backward: dx [n] (+)= saved_dx * dloss / dloss_assumed. Throws when dw_written (the forward
+// wrote dw for dloss_assumed) and dloss differs: that weight gradient would be wrong.
+void lm_head_ce_bwd_saved(float* dx, const float* saved_dx, float dloss, float dloss_assumed, bool dw_written, long n,
+                          bool acc_dx);
 // Plain logits [N, V] for evaluation and golden tests only (small N).
 void lm_head_logits(float* logits, const float* x, const float* w, int N, int C, int V);
 }  // namespace strata::cpu

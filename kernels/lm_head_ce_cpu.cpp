@@ -1,6 +1,10 @@
 // LM head fused with cross-entropy, cpu reference, chunked over tokens: only [chunk, V] logits
 // exist at a time. lse is written for every token, ignored ones included (the logits are computed
 // for the whole chunk anyway, and evaluation can reuse it); the backward never reads it for them.
+// The training variant (lm_head_ce_fwd_grad) runs the same per-chunk code in the same order as
+// the forward followed by the backward, so its loss and gradients are the same bits.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -21,6 +25,63 @@ void chunk_logits(float* logits, const float* x, const float* w, int r0, int row
   }
 }
 
+// lse [rows] of a chunk's logits [rows, V]; adds its rows' losses to loss_sum in token order.
+void chunk_lse_loss(float* lse, double& loss_sum, const float* logits, const int32_t* targets, int rows, int V) {
+  for (int r = 0; r < rows; r++) {
+    const float* l = logits + size_t(r) * V;
+    const float m = *std::max_element(l, l + V);
+    float sum = 0.0f;
+    for (int v = 0; v < V; v++) sum += std::exp(l[v] - m);
+    const float row_lse = m + std::log(sum);
+    if (lse) lse[r] = row_lse;
+    const int t = targets[r];
+    if (t >= 0) loss_sum += double(row_lse) - double(l[t]);  // -log softmax(l)[t]
+  }
+}
+
+// A chunk's gradient from its logits g [rows, V] (overwritten by dL/dlogits = (exp(logit - lse) -
+// [v == target]) * g_scale for valid rows, 0 otherwise): dx rows [rows, C] (+)= dlogits @ w and
+// dw [V, C] (+)= dlogits^T @ x rows. x, dx, targets and lse point at the chunk's first row. tmp [C].
+void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+                 const float* lse, int rows, int C, int V, float g_scale, bool acc_dx, bool acc_dw, float* tmp) {
+  for (int r = 0; r < rows; r++) {
+    float* gr = g + size_t(r) * V;
+    const int t = targets[r];
+    if (t < 0) {
+      std::fill(gr, gr + V, 0.0f);
+      continue;
+    }
+    for (int v = 0; v < V; v++) gr[v] = std::exp(gr[v] - lse[r]) * g_scale;
+    gr[t] -= g_scale;
+  }
+  if (dx)
+    for (int r = 0; r < rows; r++) {
+      float* dxr = dx + size_t(r) * C;
+      if (targets[r] < 0) {
+        if (!acc_dx) std::fill(dxr, dxr + C, 0.0f);
+        continue;
+      }
+      std::fill(tmp, tmp + C, 0.0f);
+      const float* gr = g + size_t(r) * V;
+      for (int v = 0; v < V; v++) {
+        const float* wv = w + size_t(v) * C;
+        for (int c = 0; c < C; c++) tmp[c] += gr[v] * wv[c];
+      }
+      for (int c = 0; c < C; c++) write_grad(dxr[c], tmp[c], acc_dx);
+    }
+  if (dw)
+    for (int v = 0; v < V; v++) {
+      std::fill(tmp, tmp + C, 0.0f);
+      for (int r = 0; r < rows; r++) {
+        const float gv = g[size_t(r) * V + v];
+        const float* xr = x + size_t(r) * C;
+        for (int c = 0; c < C; c++) tmp[c] += gv * xr[c];
+      }
+      float* dwv = dw + size_t(v) * C;
+      for (int c = 0; c < C; c++) write_grad(dwv[c], tmp[c], acc_dw);
+    }
+}
+
 int count_valid(const int32_t* targets, int N, int V) {
   int n = 0;
   for (int i = 0; i < N; i++) {
@@ -35,6 +96,12 @@ void check_shapes(int N, int C, int V, int chunk) {
   STRATA_CHECK(chunk > 0, "lm_head_ce: chunk must be positive");
 }
 
+// No valid target: no gradient at all, but an overwrite still writes its zeros.
+void zero_grads(float* dx, float* dw, int N, int C, int V, bool acc_dx, bool acc_dw) {
+  if (dx && !acc_dx) std::fill(dx, dx + size_t(N) * C, 0.0f);
+  if (dw && !acc_dw) std::fill(dw, dw + size_t(V) * C, 0.0f);
+}
+
 }  // namespace
 
 float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V, int chunk,
@@ -47,77 +114,63 @@ float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* 
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
     chunk_logits(logits.data(), x, w, r0, rows, C, V);
-    for (int r = 0; r < rows; r++) {
-      const float* l = logits.data() + size_t(r) * V;
-      const float m = *std::max_element(l, l + V);
-      float sum = 0.0f;
-      for (int v = 0; v < V; v++) sum += std::exp(l[v] - m);
-      const float row_lse = m + std::log(sum);
-      if (lse) lse[r0 + r] = row_lse;
-      const int t = targets[r0 + r];
-      if (t >= 0) loss_sum += double(row_lse) - double(l[t]);  // -log softmax(l)[t]
-    }
+    chunk_lse_loss(lse ? lse + r0 : nullptr, loss_sum, logits.data(), targets + r0, rows, V);
   }
   return n_valid > 0 ? float(loss_sum / n_valid) : 0.0f;
 }
 
-// dlogits[r, v] = (exp(logit - lse) - [v == target]) * dloss / n_valid for valid rows, 0 otherwise;
 // dx (+)= dlogits @ w, dw (+)= dlogits^T @ x (chunks after the first always add).
 void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
                     const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw) {
   check_shapes(N, C, V, chunk);
   const int n_valid = count_valid(targets, N, V);
   if (!dx && !dw) return;
-  if (n_valid == 0) {  // no gradient at all: an overwrite still writes its zeros
-    if (dx && !acc_dx) std::fill(dx, dx + size_t(N) * C, 0.0f);
-    if (dw && !acc_dw) std::fill(dw, dw + size_t(V) * C, 0.0f);
-    return;
-  }
+  if (n_valid == 0) return zero_grads(dx, dw, N, C, V, acc_dx, acc_dw);
   const float g_scale = dloss / float(n_valid);
-  const int cap = std::min(chunk, N);
-  std::vector<float> g(size_t(cap) * V);  // [chunk, V] logits, then their gradient
-  std::vector<float> tmp(C);              // [C]
+  std::vector<float> g(size_t(std::min(chunk, N)) * V);  // [chunk, V] logits, then their gradient
+  std::vector<float> tmp(C);                             // [C]
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
     chunk_logits(g.data(), x, w, r0, rows, C, V);
-    for (int r = 0; r < rows; r++) {
-      float* gr = g.data() + size_t(r) * V;
-      const int t = targets[r0 + r];
-      if (t < 0) {
-        std::fill(gr, gr + V, 0.0f);
-        continue;
-      }
-      const float row_lse = lse[r0 + r];
-      for (int v = 0; v < V; v++) gr[v] = std::exp(gr[v] - row_lse) * g_scale;
-      gr[t] -= g_scale;
-    }
-    if (dx)
-      for (int r = 0; r < rows; r++) {
-        float* dxr = dx + size_t(r0 + r) * C;
-        if (targets[r0 + r] < 0) {
-          if (!acc_dx) std::fill(dxr, dxr + C, 0.0f);
-          continue;
-        }
-        std::fill(tmp.begin(), tmp.end(), 0.0f);
-        const float* gr = g.data() + size_t(r) * V;
-        for (int v = 0; v < V; v++) {
-          const float* wv = w + size_t(v) * C;
-          for (int c = 0; c < C; c++) tmp[c] += gr[v] * wv[c];
-        }
-        for (int c = 0; c < C; c++) write_grad(dxr[c], tmp[c], acc_dx);
-      }
-    if (dw)
-      for (int v = 0; v < V; v++) {
-        std::fill(tmp.begin(), tmp.end(), 0.0f);
-        for (int r = 0; r < rows; r++) {
-          const float gv = g[size_t(r) * V + v];
-          const float* xr = x + size_t(r0 + r) * C;
-          for (int c = 0; c < C; c++) tmp[c] += gv * xr[c];
-        }
-        float* dwv = dw + size_t(v) * C;
-        for (int c = 0; c < C; c++) write_grad(dwv[c], tmp[c], acc_dw || r0 > 0);
-      }
+    chunk_grads(g.data(), dx ? dx + size_t(r0) * C : nullptr, dw, x + size_t(r0) * C, w, targets + r0, lse + r0, rows,
+                C, V, g_scale, acc_dx, acc_dw || r0 > 0, tmp.data());
   }
+}
+
+float lm_head_ce_fwd_grad(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+                          int N, int C, int V, int chunk, bool acc_dw, int* n_valid_out) {
+  check_shapes(N, C, V, chunk);
+  const int n_valid = count_valid(targets, N, V);
+  if (n_valid_out) *n_valid_out = n_valid;
+  if (n_valid == 0) {  // loss 0, as lm_head_ce_fwd says
+    zero_grads(dx, dw, N, C, V, false, acc_dw);
+    return 0.0f;
+  }
+  const float g_scale = dloss / float(n_valid);
+  const int cap = std::min(chunk, N);
+  std::vector<float> g(size_t(cap) * V);             // [chunk, V] logits, then their gradient
+  std::vector<float> lse(static_cast<size_t>(cap));  // [chunk]
+  std::vector<float> tmp(C);                         // [C]
+  double loss_sum = 0.0;
+  for (int r0 = 0; r0 < N; r0 += chunk) {
+    const int rows = std::min(chunk, N - r0);
+    chunk_logits(g.data(), x, w, r0, rows, C, V);
+    chunk_lse_loss(lse.data(), loss_sum, g.data(), targets + r0, rows, V);
+    chunk_grads(g.data(), dx ? dx + size_t(r0) * C : nullptr, dw, x + size_t(r0) * C, w, targets + r0, lse.data(), rows,
+                C, V, g_scale, false, acc_dw || r0 > 0, tmp.data());
+  }
+  return float(loss_sum / n_valid);
+}
+
+void lm_head_ce_bwd_saved(float* dx, const float* saved_dx, float dloss, float dloss_assumed, bool dw_written, long n,
+                          bool acc_dx) {
+  if (dw_written && dloss != dloss_assumed)
+    STRATA_THROW(Error, fmt::format("lm_head_ce: its training variant wrote the weight gradient in forward for a loss "
+                                    "gradient of {}, but backward got {}; record the LM head without grad_in_forward "
+                                    "when the loss is scaled or read by other ops",
+                                    dloss_assumed, dloss));
+  const float scale = dloss / dloss_assumed;  // exactly 1 for the tape's seed: the copy keeps every bit
+  for (long i = 0; i < n; i++) write_grad(dx[i], saved_dx[i] * scale, acc_dx);
 }
 
 void lm_head_logits(float* logits, const float* x, const float* w, int N, int C, int V) {

@@ -59,6 +59,15 @@ void ce_finalize(float* loss, const float* token_loss, const float* n_valid, int
 void ce_chunk_bwd(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets, const float* dloss,
                   const float* n_valid, int n, int V, cudaStream_t stream);
 
+// The training variant, per chunk: ce_chunk_fwd's token_loss and ce_chunk_bwd's dlogits for a host-side
+// dloss, from one read of the logits (no lse kept). Bit for bit what the two kernels give.
+void ce_chunk_fwd_bwd(float* token_loss, bf16* dlogits, const float* logits, const int32_t* targets,
+                      const float* n_valid, float dloss, int n, int V, cudaStream_t stream);
+// dx [n] (+)= saved_dx * dloss[0] / dloss_assumed (scale 1 copies exactly). When dw_written (the forward
+// wrote the weight gradient for dloss_assumed) and dloss[0] differs, dx is NaN: the device cannot throw.
+void ce_dx_from_saved(bf16* dx, const bf16* saved_dx, const float* dloss, float dloss_assumed, bool dw_written,
+                      size_t n, bool acc_dx, cudaStream_t stream);
+
 // out[0] += sum(g[0..n)^2), fp32 (per-block partials, then one atomic per block).
 void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);
 // One torch.optim.AdamW step (t is 1-based) on fp32 master weights, after global-norm clipping whose

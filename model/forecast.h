@@ -27,7 +27,8 @@ struct ForecastRequest {
   int lora_rank = 16;  // mode lora
   float lora_alpha = 16.0f;
   std::vector<std::string> lora_targets = LoraConfig{}.target_modules;
-  int loss_chunk_tokens = 512;  // strata-train's default
+  int loss_chunk_tokens = 512;       // strata-train's default
+  bool loss_grad_in_forward = true;  // ModelOptions::loss_grad_in_forward
   Plan plan = Plan::keep_everything();
   DeviceProfile profile;
   SimMirror mirror = SimMirror::cuda;

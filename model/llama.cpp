@@ -221,7 +221,7 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
   return ops::add(t, y, b, opt_.lora.scale(), cls);
 }
 
-ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T) {
+ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training) {
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const float eps = cfg_.rms_norm_eps;
   if (pager_ && !pager_->installed_on(t))
@@ -255,7 +255,7 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
   auto [nf, rf] = ops::rmsnorm(t, x, pid(t, "model.norm.weight"), eps, "final_norm");
   VId head = pid(t, cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   ForwardIds ids;
-  ids.loss = ops::lm_head_ce(t, nf, head, tgt, opt_.loss_chunk_tokens);
+  ids.loss = ops::lm_head_ce(t, nf, head, tgt, opt_.loss_chunk_tokens, training && opt_.loss_grad_in_forward);
   ids.final_hidden = nf;
   return ids;
 }

@@ -27,6 +27,9 @@ struct ModelOptions {
   bool train_norms = false;  // with train_base false: the RMSNorm weights still train (adapter-style)
   LoraConfig lora;
   int loss_chunk_tokens = 512;  // rows of logits alive at once in the fused LM head + loss
+  // Training steps form the LM head's gradients in its forward, from the logits it computes anyway
+  // (ops::lm_head_ce's grad_in_forward): backward recomputes no logits. false: the recomputing path.
+  bool loss_grad_in_forward = true;
   // `layer_offloading`: the frozen per-layer weights (not norms, not adapters) live in host memory
   // and are paged through two device slots by a WeightPager (needs train_base == false).
   bool page_frozen_layers = false;
@@ -61,8 +64,9 @@ class LlamaModel {
   // Deterministic random init of the base weights (HF-like: normal(0, 0.02), norms at 1).
   void init_random(uint64_t seed);
 
-  // Records one batch: tokens/targets/pos are [B*T] i32 device tensors.
-  ForwardIds build(Tape& tape, Tensor tokens, Tensor targets, Tensor pos, int B, int T);
+  // Records one batch: tokens/targets/pos are [B*T] i32 device tensors. `training`: backward will
+  // follow this forward, so the loss may write gradients in forward (never for evaluation).
+  ForwardIds build(Tape& tape, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training = false);
   // Logits [N, V] of a retained final-hidden value (evaluation and golden tests).
   void logits(Tape& tape, VId final_hidden, Tensor out);
 

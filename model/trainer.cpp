@@ -56,7 +56,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       if (p) p->reset();
     }
   } pager_reset{model_.pager()};
-  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T);
+  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward);
   tape_.apply_plan(with_backward ? opt_.plan : Plan::keep_everything());
   const Tape::TierBytes tb = tape_.tier_bytes();
   if (tb.host || tb.disk) store_->prepare(tb.host, tb.disk, tb.largest_disk);
@@ -92,7 +92,7 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   b.targets.assign(size_t(B) * T, 0);
   upload(b);
   TapeGuard guard(tape_);
-  model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), B, T);
+  model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), B, T, true);  // a training step's slots
   tape_.apply_plan(opt_.plan);
   std::vector<PlanRow> rows;
   for (auto& v : tape_.values()) {

@@ -1,10 +1,14 @@
 // cpu reference kernel: chunked LM head + cross-entropy, against an unchunked reference computed
-// here in double, across chunk sizes that do not divide N, with ignored (-100) targets.
+// here in double, across chunk sizes that do not divide N, with ignored (-100) targets; and its
+// training variant (forward and gradients at once) against the forward then the backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "kernels/lm_head_ce.h"
 #include "kernels_test_util.h"
 
@@ -172,6 +176,78 @@ TEST(KernelsCpu, LmHeadCeIgnoredTargets) {
                       false);
   expect_same_bits(dxo, Vec(dx.size(), 0.0f), "overwritten dx, nothing valid");
   expect_same_bits(dwo, Vec(dw.size(), 0.0f), "overwritten dw, nothing valid");
+}
+
+// The training variant is the forward followed by the backward (acc_dx false), bit for bit, at
+// every chunk size (ragged last chunks included), for any dloss, overwriting or adding into dw.
+TEST(KernelsCpu, LmHeadCeFwdGradIsForwardThenBackwardBitForBit) {
+  Problem p;
+  for (float dloss : {1.0f, 1.7f})
+    for (int chunk : {1, 2, 3, 4, 7, 100})
+      for (bool acc_dw : {false, true}) {
+        const std::string tag = "chunk " + std::to_string(chunk) + (acc_dw ? " acc" : " overwrite");
+        Vec lse(N);
+        int nv_ref = -1, nv = -1;
+        const float loss_ref =
+            cpu::lm_head_ce_fwd(lse.data(), p.x.data(), p.w.data(), p.targets.data(), N, C, V, chunk, &nv_ref);
+        const Vec dw0 = acc_dw ? randn(p.w.size(), 53) : poisoned(p.w.size());
+        Vec dx_ref = poisoned(p.x.size()), dw_ref = dw0, dx = poisoned(p.x.size()), dw = dw0;
+        cpu::lm_head_ce_bwd(dx_ref.data(), dw_ref.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), lse.data(),
+                            N, C, V, chunk, false, acc_dw);
+        const float loss = cpu::lm_head_ce_fwd_grad(dx.data(), dw.data(), dloss, p.x.data(), p.w.data(),
+                                                    p.targets.data(), N, C, V, chunk, acc_dw, &nv);
+        EXPECT_EQ(std::memcmp(&loss, &loss_ref, 4), 0) << tag;
+        EXPECT_EQ(nv, nv_ref);
+        expect_same_bits(dx, dx_ref, ("dx " + tag).c_str());
+        expect_same_bits(dw, dw_ref, ("dw " + tag).c_str());
+        Vec dx_only = poisoned(p.x.size()), dw_only = dw0;  // a frozen head; x without a gradient
+        cpu::lm_head_ce_fwd_grad(dx_only.data(), nullptr, dloss, p.x.data(), p.w.data(), p.targets.data(), N, C, V,
+                                 chunk, acc_dw, nullptr);
+        cpu::lm_head_ce_fwd_grad(nullptr, dw_only.data(), dloss, p.x.data(), p.w.data(), p.targets.data(), N, C, V,
+                                 chunk, acc_dw, nullptr);
+        expect_same_bits(dx_only, dx_ref, ("dx alone " + tag).c_str());
+        expect_same_bits(dw_only, dw_ref, ("dw alone " + tag).c_str());
+      }
+  // Finite differences of the loss it returns, against the gradients it writes.
+  Vec dx(p.x.size()), dw(p.w.size());
+  cpu::lm_head_ce_fwd_grad(dx.data(), dw.data(), 1.0f, p.x.data(), p.w.data(), p.targets.data(), N, C, V, 3, false,
+                           nullptr);
+  Vec xs = p.x, ws = p.w;
+  auto loss = [&] {
+    return double(cpu::lm_head_ce_fwd(nullptr, xs.data(), ws.data(), p.targets.data(), N, C, V, 4, nullptr));
+  };
+  expect_grad_near(dx, fd_grad(xs, loss, 1e-2f), "lm_head_ce_fwd_grad dx");
+  expect_grad_near(dw, fd_grad(ws, loss, 1e-2f), "lm_head_ce_fwd_grad dw");
+  // Nothing valid: loss 0, dx zeros, dw zeros (overwrite) or untouched (add).
+  std::vector<int32_t> none(N, -100);
+  Vec dxo = poisoned(dx.size()), dwo = poisoned(dw.size()), dwa(dw.size(), -0.25f);
+  EXPECT_EQ(cpu::lm_head_ce_fwd_grad(dxo.data(), dwo.data(), 1.0f, p.x.data(), p.w.data(), none.data(), N, C, V, 4,
+                                     false, nullptr),
+            0.0f);
+  cpu::lm_head_ce_fwd_grad(nullptr, dwa.data(), 1.0f, p.x.data(), p.w.data(), none.data(), N, C, V, 4, true, nullptr);
+  expect_same_bits(dxo, Vec(dx.size(), 0.0f), "dx, nothing valid");
+  expect_same_bits(dwo, Vec(dw.size(), 0.0f), "dw overwritten, nothing valid");
+  expect_same_bits(dwa, Vec(dw.size(), -0.25f), "dw added, nothing valid");
+}
+
+// Its backward: the saved dx scaled by dloss / assumed (1 copies every bit), added or overwritten;
+// a different dloss once dw was written for the assumed one is refused.
+TEST(KernelsCpu, LmHeadCeBwdSavedScalesAndRefusesAStaleWeightGradient) {
+  const Vec saved = randn(40, 54);
+  Vec dx = poisoned(saved.size());
+  cpu::lm_head_ce_bwd_saved(dx.data(), saved.data(), 1.0f, 1.0f, true, long(dx.size()), false);
+  expect_same_bits(dx, saved, "copy");
+  cpu::lm_head_ce_bwd_saved(dx.data(), saved.data(), 1.0f, 1.0f, true, long(dx.size()), true);
+  for (size_t i = 0; i < dx.size(); i++) ASSERT_EQ(dx[i], 2.0f * saved[i]);
+  Vec dx3 = poisoned(saved.size());
+  cpu::lm_head_ce_bwd_saved(dx3.data(), saved.data(), 3.0f, 1.0f, false, long(dx3.size()), false);
+  for (size_t i = 0; i < dx.size(); i++) ASSERT_EQ(dx3[i], 3.0f * saved[i]);
+  try {
+    cpu::lm_head_ce_bwd_saved(dx3.data(), saved.data(), 3.0f, 1.0f, true, long(dx3.size()), false);
+    FAIL() << "dw was written for a loss gradient of 1; 3 must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backward got 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KernelsCpu, LmHeadLogitsIsPlainMatmul) {

@@ -71,6 +71,7 @@ struct Case {
   Plan plan;
   TrainMode mode;
   bool init_weights;  // the 1B shape skips the host-side random init (values change neither memory nor time)
+  bool loss_grad_in_forward = true;  // false: the LM head's recomputing backward
 };
 
 void compare(const Case& c, size_t budget) {
@@ -81,6 +82,7 @@ void compare(const Case& c, size_t budget) {
   r.mode = c.mode;
   r.lora_rank = 8;
   r.plan = c.plan;
+  r.loss_grad_in_forward = c.loss_grad_in_forward;
   r.profile = find_profile("h100_80gb");  // its attention workspace model, as shipped
   r.mirror = SimMirror::cuda;
   r.budget = budget;
@@ -132,12 +134,14 @@ io::LlamaConfig tiny() {
 
 TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
   STRATA_REQUIRE_GPU();
-  for (auto& c :
-       std::vector<Case>{{"tiny keep", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true},
-                         {"tiny gc1", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true},
-                         {"tiny selective", tiny(), 2, 37, Plan::selective_recompute(), TrainMode::full, true},
-                         {"tiny lora gc2", tiny(), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora, true},
-                         {"tiny frozen", tiny(), 2, 37, Plan::keep_everything(), TrainMode::frozen, true}})
+  for (auto& c : std::vector<Case>{
+           {"tiny keep", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true},
+           {"tiny gc1", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true},
+           {"tiny selective", tiny(), 2, 37, Plan::selective_recompute(), TrainMode::full, true},
+           {"tiny lora gc2", tiny(), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora, true},
+           {"tiny frozen", tiny(), 2, 37, Plan::keep_everything(), TrainMode::frozen, true},
+           {"tiny keep, loss bwd", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true, false},
+           {"tiny gc1, loss bwd", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true, false}})
     compare(c, size_t(1) << 30);
 }
 
@@ -148,7 +152,9 @@ TEST(SimVsCuda, Llama1BScheduleAndPeakAreEqual) {
        std::vector<Case>{{"1B keep 2048", m, 1, 2048, Plan::keep_everything(), TrainMode::full, false},
                          {"1B gc1 4096", m, 1, 4096, Plan::gradient_checkpointing(1), TrainMode::full, false},
                          {"1B lora sel 4096", m, 1, 4096, Plan::selective_recompute(), TrainMode::lora, false},
-                         {"1B gc1 16384", m, 1, 16384, Plan::gradient_checkpointing(1), TrainMode::full, false}})
+                         {"1B gc1 16384", m, 1, 16384, Plan::gradient_checkpointing(1), TrainMode::full, false},
+                         {"1B keep 4096, loss bwd", m, 1, 4096, Plan::keep_everything(), TrainMode::full, false, false},
+                         {"1B keep 4096", m, 1, 4096, Plan::keep_everything(), TrainMode::full, false}})
     compare(c, size_t(48) << 30);
 }
 
