@@ -21,18 +21,21 @@ static const char* kUsage =
     "usage: strata-bench (--shape NAME | --model DIR) --seq N [--batch 1] [--mode full|frozen|lora]\n"
     "                    [--plan keep|gc|selective] [--steps 4] [--warmup 2] [--backend auto]\n"
     "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n"
-    "                    [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] [--loss-recompute]\n"
+    "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
+    "[--loss-recompute]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
+    "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n";
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv,
-                {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank",
-                 "device-memory", "loss-chunk", "peak-tflops", "offload-dir", "measure-disk", "config"},
-                {"help", "layer-offloading", "loss-recompute"});
+    cli::Args a(
+        argc, argv,
+        {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank", "device-memory",
+         "loss-chunk", "peak-tflops", "offload-dir", "measure-disk", "config", "max-grad-norm"},
+        {"help", "layer-offloading", "loss-recompute"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
                         "plan");
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
     to.adam.lr = 1e-5f;
+    to.max_grad_norm = float(a.number("max-grad-norm", to.max_grad_norm));
 
     LlamaModel model(*be, c, mo);
     model.init_random(0);
@@ -128,15 +132,15 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"engine\": \"strata\", \"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"seq\": %d, "
         "\"batch\": %d, \"mode\": \"%s\", \"plan\": \"%s\", \"layer_offloading\": %s, "
-        "\"loss_grad_in_forward\": %s, \"step_s\": %.5f, \"tokens_per_s\": %.1f, "
+        "\"loss_grad_in_forward\": %s, \"max_grad_norm\": %g, \"step_s\": %.5f, \"tokens_per_s\": %.1f, "
         "\"peak_arena_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
         "\"offloaded_bytes_per_step\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
         "\"params\": %zu, \"trainable\": %zu}\n",
         be_name.c_str(), be->device_name().c_str(),
         a.has("model") ? a.str("model").c_str() : a.str("shape", "tiny").c_str(), seq, batch, mode.c_str(),
-        plan_name.c_str(), mo.page_frozen_layers ? "true" : "false", mo.loss_grad_in_forward ? "true" : "false", med,
-        med > 0 ? tokens / med : 0.0, peak, host_peak, disk_peak, offloaded, used, mfu, double(loss),
-        model.param_count(), model.trainable_count());
+        plan_name.c_str(), mo.page_frozen_layers ? "true" : "false", mo.loss_grad_in_forward ? "true" : "false",
+        double(to.max_grad_norm), med, med > 0 ? tokens / med : 0.0, peak, host_peak, disk_peak, offloaded, used, mfu,
+        double(loss), model.param_count(), model.trainable_count());
     std::fprintf(stderr, "strata-bench: %.0f tok/s, step %.3f s, arena peak %s, device used %s, MFU %.1f%%\n",
                  med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
     return 0;

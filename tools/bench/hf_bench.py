@@ -2,7 +2,8 @@
 """Hugging Face transformers + PyTorch baseline for strata-bench, same shapes, same GPU, same run.
 
 Method (as in shared/ANCHORS.md): random-init LlamaForCausalLM in bf16, sdpa attention, fused
-AdamW, batch 1, random tokens; median step time of --steps after --warmup; peak is
+AdamW, gradient clipping at --max-grad-norm (1.0, the default of both Hugging Face's Trainer and
+strata; 0 turns it off), batch 1, random tokens; median step time of --steps after --warmup; peak is
 torch.cuda.max_memory_allocated over the timed steps. Prints one JSON line.
   python3 hf_bench.py --shape Llama-3.2-1B --seq 4096 --mode full --plan keep|gc|gc+offload
 """
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--plan", default="keep", choices=["keep", "gc", "gc+offload"])
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--max-grad-norm", type=float, default=1.0)
     a = ap.parse_args()
     torch.manual_seed(0)
     cfg = LlamaConfig(**SHAPES[a.shape], max_position_embeddings=max(a.seq, 8192), rms_norm_eps=1e-5,
@@ -60,6 +62,8 @@ def main():
         else:
             out = model(input_ids=ids, labels=ids)
         out.loss.backward()
+        if a.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
@@ -69,7 +73,7 @@ def main():
     times.sort()
     med = times[len(times) // 2]
     print(json.dumps({"engine": "hf", "device": torch.cuda.get_device_name(), "shape": a.shape, "seq": a.seq,
-                      "mode": a.mode, "plan": a.plan, "step_s": med, "tokens_per_s": a.seq / med,
+                      "mode": a.mode, "plan": a.plan, "max_grad_norm": a.max_grad_norm, "step_s": med, "tokens_per_s": a.seq / med,
                       "peak_allocated_bytes": torch.cuda.max_memory_allocated(), "loss": loss,
                       "torch": torch.__version__}), flush=True)
 
