@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -30,6 +29,7 @@
 #include "kernels/attention_cuda.h"
 #include "kernels/attention_workspace.h"
 #include "kernels/cudnn_graph.h"
+#include "kernels/tune_picks.h"
 
 namespace strata::cuda {
 namespace {
@@ -250,19 +250,14 @@ void* cp(const void* p) {
   return const_cast<void*>(p);
 }
 
-bool env_on(const char* name, bool dflt) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::string(e) != "0" : dflt;
-}
-
 }  // namespace
 
 struct Attention::Impl {
   bool tried = false;
   cudnnHandle_t handle = nullptr;
   std::string unavailable;  // why cuDNN cannot be used at all
-  const bool tune = env_on("STRATA_ATTN_TUNE", true);
-  const bool verbose = env_on("STRATA_ATTN_VERBOSE", false);
+  const bool tune = env_flag("STRATA_ATTN_TUNE", true);
+  const bool verbose = env_flag("STRATA_ATTN_VERBOSE", false);
 
   // One runnable choice: a graph variant and one of its candidate plans.
   struct Choice {
@@ -372,7 +367,7 @@ struct Attention::Impl {
                      cudaStream_t st, Run&& run) {
     if (eligible.size() < 2) return eligible[0];
     const std::array<int, 6> key{s.B, s.T, s.Hq, s.Hkv, s.D, what[0] == 'b'};
-    if (int i = tuned_choice(key); i >= 0 && i < int(eligible.size())) return eligible[i];
+    if (int i = picks().get(key); i >= 0 && i < int(eligible.size())) return eligible[i];
     cudaEvent_t a = nullptr, b = nullptr;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
@@ -405,7 +400,7 @@ struct Attention::Impl {
         best_i = int(&c - eligible.data());
       }
     }
-    remember_choice(key, best_i);
+    picks().put(key, best_i);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     if (verbose)
@@ -418,32 +413,9 @@ struct Attention::Impl {
     return fmt::format(" [causal_first={} dq_accum={} k_f32={}]", p.causal_first, p.dq_accum, p.k_f32);
   }
   static constexpr int kTuneReps = 3;
-  static constexpr float kTuneMargin = 0.03f;
-
-  // Choices are shared by every Attention of the process (per device), so all backends of a
-  // process run the same plan and agree bit for bit.
-  using TuneKey = std::pair<int, std::array<int, 6>>;
-  static std::mutex& tuned_mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::map<TuneKey, int>& tuned_map() {
-    static std::map<TuneKey, int> m;
-    return m;
-  }
-  static TuneKey tune_key(const std::array<int, 6>& k) {
-    int d = 0;
-    cudaGetDevice(&d);
-    return {d, k};
-  }
-  static int tuned_choice(const std::array<int, 6>& k) {
-    std::lock_guard<std::mutex> lock(tuned_mutex());
-    auto it = tuned_map().find(tune_key(k));
-    return it == tuned_map().end() ? -1 : it->second;
-  }
-  static void remember_choice(const std::array<int, 6>& k, int i) {
-    std::lock_guard<std::mutex> lock(tuned_mutex());
-    tuned_map()[tune_key(k)] = i;
+  static TunePicks<std::array<int, 6>>& picks() {  // shared by every Attention of the process
+    static TunePicks<std::array<int, 6>> p;
+    return p;
   }
 };
 

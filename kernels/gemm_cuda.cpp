@@ -12,12 +12,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/error.h"
+#include "kernels/tune_picks.h"
 
 namespace strata::cuda {
 namespace {
@@ -28,11 +28,6 @@ void check(cublasStatus_t st, const char* what, const char* file, int line) {
                             cublasLtGetStatusString(st), detail::where(file, line)));
 }
 #define LT_CHECK(x) check((x), #x, __FILE__, __LINE__)
-
-bool env_on(const char* name, bool dflt) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::string(e) != "0" : dflt;
-}
 
 // Largest power of two (<= 256) dividing the address: what the heuristic may assume.
 int alignment(const void* p) {
@@ -117,7 +112,7 @@ struct Gemm::Impl {
             detail::where(__FILE__, __LINE__)));
       e.algo = e.algos[0];
       e.tuned = e.algos.size() < 2;
-      if (int i = tuned_choice(key); i >= 0 && i < int(e.algos.size())) {  // tuned earlier in this process
+      if (int i = picks().get(key); i >= 0 && i < int(e.algos.size())) {  // tuned earlier in this process
         e.algo = e.algos[i];
         e.tuned = true;
       }
@@ -171,7 +166,7 @@ struct Gemm::Impl {
         e.algo = algo;
       }
     }
-    remember_choice(p.key(), best_i);
+    picks().put(p.key(), best_i);
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     if (verbose)
@@ -180,35 +175,13 @@ struct Gemm::Impl {
   }
 
   static constexpr int kTuneCandidates = 8, kTuneReps = 3;
-  static constexpr float kTuneMargin = 0.03f;
-
-  // Tuning results are shared by every Gemm of the process (keyed by problem and device), so all
-  // backends of a process pick the same algorithm and their results agree bit for bit.
   using Key = std::array<int64_t, 13>;
-  static std::mutex& tuned_mutex() {
-    static std::mutex m;
-    return m;
+  static TunePicks<Key>& picks() {  // shared by every Gemm of the process
+    static TunePicks<Key> p;
+    return p;
   }
-  static std::map<std::pair<int, Key>, int>& tuned_map() {
-    static std::map<std::pair<int, Key>, int> m;
-    return m;
-  }
-  static int device() {
-    int d = 0;
-    cudaGetDevice(&d);
-    return d;
-  }
-  static int tuned_choice(const Key& k) {
-    std::lock_guard<std::mutex> lock(tuned_mutex());
-    auto it = tuned_map().find({device(), k});
-    return it == tuned_map().end() ? -1 : it->second;
-  }
-  static void remember_choice(const Key& k, int i) {
-    std::lock_guard<std::mutex> lock(tuned_mutex());
-    tuned_map()[{device(), k}] = i;
-  }
-  const bool tune = env_on("STRATA_GEMM_TUNE", true);
-  const bool verbose = env_on("STRATA_GEMM_VERBOSE", false);
+  const bool tune = env_flag("STRATA_GEMM_TUNE", true);
+  const bool verbose = env_flag("STRATA_GEMM_VERBOSE", false);
 };
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
