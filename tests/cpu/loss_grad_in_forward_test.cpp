@@ -21,18 +21,16 @@
 #include "model/llama.h"
 #include "model/shapes.h"
 #include "model/trainer.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
 
 namespace {
 
-struct RunResult {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> grads, params;
-  long recomputed = 0;
-  std::map<std::string, int> allocs;  // arena allocations per tag, all steps
-};
+using test_util::capture;
+using test_util::expect_bit_identical;
+using test_util::RunResult;
 
 ModelOptions frozen_options() {
   ModelOptions mo;
@@ -74,32 +72,8 @@ RunResult run(bool variant, const Plan& plan, ModelOptions mo = {}, bool tied = 
     r.losses.push_back(st.loss);
     r.recomputed += st.recomputed_nodes;
   }
-  for (auto& p : model.params()) {
-    std::vector<float> h(size_t(p.shape.numel()));
-    be->download_f32(h.data(), p.value());
-    r.params.push_back(h);
-    if (p.trainable) {
-      be->download_f32(h.data(), p.grad_view());
-      r.grads.push_back(h);
-    }
-  }
-  for (auto& e : be->arena().events())
-    if (e.delta > 0) r.allocs[e.tag]++;
+  capture(r, *be, model);
   return r;
-}
-
-void expect_bit_identical(const RunResult& a, const RunResult& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
-  for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0)
-        << what << ": loss of step " << i << " differs (" << a.losses[i] << " vs " << b.losses[i] << ")";
-  ASSERT_EQ(a.grads.size(), b.grads.size()) << what;
-  for (size_t i = 0; i < a.grads.size(); ++i)
-    EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0)
-        << what << ": gradient " << i << " differs";
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0)
-        << what << ": parameter " << i << " differs after the steps";
 }
 
 TEST(LossGradInForward, MatchesTheRecomputingPathBitForBit) {
@@ -113,10 +87,10 @@ TEST(LossGradInForward, MatchesTheRecomputingPathBitForBit) {
       expect_bit_identical(old_path, variant, what);
       EXPECT_LT(variant.losses.back(), variant.losses.front() + 1.0f) << what;
       // The variant saves dx instead of x and lse; the old path the other way round.
-      EXPECT_EQ(variant.allocs["loss.dx"], steps) << what;
-      EXPECT_EQ(variant.allocs["loss.lse"], 0) << what;
-      EXPECT_EQ(old_path.allocs["loss.lse"], steps) << what;
-      EXPECT_EQ(old_path.allocs["loss.dx"], 0) << what;
+      EXPECT_EQ(variant.allocs_per_tag["loss.dx"], steps) << what;
+      EXPECT_EQ(variant.allocs_per_tag["loss.lse"], 0) << what;
+      EXPECT_EQ(old_path.allocs_per_tag["loss.lse"], steps) << what;
+      EXPECT_EQ(old_path.allocs_per_tag["loss.dx"], 0) << what;
     }
 }
 
@@ -136,8 +110,8 @@ TEST(LossGradInForward, MatchesKeepEverythingUnderRecomputeAndOffloadPlans) {
       const std::string what = std::string(tied ? "tied " : "untied ") + p.preset;
       RunResult r = run(true, p, {}, tied);
       expect_bit_identical(keep, r, what);
-      EXPECT_EQ(r.allocs["loss.dx"], 2) << what << ": loss.dx must be allocated once per step, never rebuilt";
-      EXPECT_EQ(r.allocs["loss.logits_chunk"], 0) << what;  // cpu: no in-op allocations
+      EXPECT_EQ(r.allocs_per_tag["loss.dx"], 2) << what << ": loss.dx must be allocated once per step, never rebuilt";
+      EXPECT_EQ(r.allocs_per_tag["loss.logits_chunk"], 0) << what;  // cpu: no in-op allocations
     }
   }
   // Frozen and LoRA under checkpointing.

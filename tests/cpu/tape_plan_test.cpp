@@ -12,21 +12,18 @@
 #include "model/llama.h"
 #include "model/rng.h"
 #include "model/trainer.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
 
 namespace {
 
-using test_util::tiny_config;
+using test_util::capture;
+using test_util::expect_bit_identical;
+using test_util::RunResult;
 
-struct RunResult {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> params, grads;
-  size_t peak = 0;
-  long recomputed = 0;
-  std::map<std::string, int> allocs_per_tag;
-};
+using test_util::tiny_config;
 
 RunResult run(const Plan& plan, ModelOptions mo = {}, int steps = 3, bool log = false) {
   auto be = make_cpu_backend(size_t(64) << 20);
@@ -45,32 +42,8 @@ RunResult run(const Plan& plan, ModelOptions mo = {}, int steps = 3, bool log = 
     r.peak = std::max(r.peak, st.peak_device_bytes);
     r.recomputed += st.recomputed_nodes;
   }
-  for (auto& p : model.params()) {
-    std::vector<float> h(size_t(p.shape.numel()));
-    be->download_f32(h.data(), p.value());
-    r.params.push_back(h);
-    if (p.trainable) {
-      be->download_f32(h.data(), p.grad_view());
-      r.grads.push_back(h);
-    }
-  }
-  for (auto& e : be->arena().events())
-    if (e.delta > 0) r.allocs_per_tag[e.tag]++;
+  capture(r, *be, model);
   return r;
-}
-
-void expect_bit_identical(const RunResult& a, const RunResult& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0)
-        << what << ": loss of step " << i << " differs (" << a.losses[i] << " vs " << b.losses[i] << ")";
-  ASSERT_EQ(a.grads.size(), b.grads.size());
-  for (size_t i = 0; i < a.grads.size(); ++i)
-    EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0)
-        << what << ": gradient " << i << " differs";
-  for (size_t i = 0; i < a.params.size(); ++i)
-    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0)
-        << what << ": parameter " << i << " differs after the steps";
 }
 
 TEST(Plans, PresetsAreBitIdenticalToKeepEverythingAndLowerThePeak) {
