@@ -117,6 +117,8 @@ class AddOp final : public Op {
   }
   bool saves_input(int) const override { return false; }
   bool saves_output(int) const override { return false; }
+  // The residual add: da = db = dout, which the tape serves by aliasing gradient buffers.
+  bool passes_grad() const override { return scale_ == 1.0f; }
 
  private:
   float scale_;

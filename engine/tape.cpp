@@ -14,6 +14,11 @@ const char* slot_state_name(SlotState s) {
   return names[int(s)];
 }
 
+Tape::Tape(Backend& be) : be_(be) {
+  const char* e = std::getenv("STRATA_GRAD_ALIAS");
+  grad_aliasing_ = !(e && std::string_view(e) == "0");
+}
+
 Tape::~Tape() {
   clear();
 }
@@ -122,7 +127,35 @@ void Tape::finish_graph() {
     for (size_t i = 0; i < node.out.size(); ++i)
       if (node.needs_backward && node.op->saves_output(int(i))) mark_reader(values_[size_t(node.out[i])], n);
   }
+  std::vector<std::vector<int>> readers(values_.size());  // the nodes reading each value, ascending
+  for (int n = 0; n < int(nodes_.size()); ++n)
+    for (VId u : nodes_[size_t(n)].in) readers[size_t(u)].push_back(n);
+  for (int n = 0; n < int(nodes_.size()); ++n) nodes_[size_t(n)].alias = plan_alias(n, readers);
   finished_ = true;
+}
+
+DType Tape::grad_dtype(const Value& v) const {
+  return be_.compute_dtype() == DType::f32 ? DType::f32 : v.dtype;
+}
+
+GradAlias Tape::plan_alias(int n, const std::vector<std::vector<int>>& readers) const {
+  const Node& node = nodes_[size_t(n)];
+  if (!node.needs_backward || !node.op->passes_grad() || node.in.size() != 2 || node.out.size() != 1)
+    return GradAlias::none;
+  const VId a = node.in[0], b = node.in[1];
+  const Value &av = values_[size_t(a)], &bv = values_[size_t(b)], &ov = values_[size_t(node.out[0])];
+  // a == b: the node writes two gradients into one (backward zeroes it first); leave it to the kernel.
+  if (a == b || av.external || !av.requires_grad || !(av.shape == ov.shape)) return GradAlias::none;
+  if (!bv.requires_grad) return GradAlias::pass;  // the move is all there is to do
+  if (bv.external || !(bv.shape == av.shape) || grad_dtype(bv) != grad_dtype(av) || readers[size_t(b)].size() != 1)
+    return GradAlias::move_a;
+  // b's producer reads the borrowed view: nothing may add into a's gradient before that (a's other
+  // readers, p_b itself included, come earlier in the graph), nor free it (a's producer does).
+  const int pb = bv.producer;
+  if (av.producer >= pb) return GradAlias::move_a;
+  for (int r : readers[size_t(a)])
+    if (r != n && nodes_[size_t(r)].needs_backward && r >= pb) return GradAlias::move_a;
+  return GradAlias::pass;
 }
 
 void Tape::apply_plan(const Plan& plan) {
@@ -197,7 +230,7 @@ OpArgs Tape::args(const Node& n, bool backward) {
   for (VId o : n.out) {
     const Value& v = values_[size_t(o)];
     a.out.push_back(v.state == SlotState::RESIDENT ? v.buf.view() : Tensor());
-    if (backward) a.gout.push_back(v.grad.allocated() ? v.grad.view() : Tensor());
+    if (backward) a.gout.push_back(v.grad_view());
   }
   return a;
 }
@@ -293,6 +326,53 @@ void Tape::materialize(VId id, int cur) {
   for (VId u : transient) release(u);
 }
 
+// Runs a pass-through node's backward by moving its output's gradient buffer to input 0, which is
+// what add_bwd would write there bit for bit: the cpu kernels write 0 + v, so no cpu gradient
+// holds -0. Checks finish_graph's decision against the step's state; returns what it did.
+GradAlias Tape::alias_grads(const Node& node) {
+  if (!grad_aliasing_ || node.alias == GradAlias::none) return GradAlias::none;
+  Value& ov = values_[size_t(node.out[0])];
+  Value& av = values_[size_t(node.in[0])];
+  if (!ov.grad.allocated() || av.grad_written || av.has_grad()) return GradAlias::none;
+  const Tensor& g = ov.grad.view();
+  if (g.dtype != grad_dtype(av) || !(g.shape == av.shape)) return GradAlias::none;
+  av.grad = std::move(ov.grad);
+  av.grad_written = true;  // later writers add into it
+  stats_.grad_moves++;
+  Value& bv = values_[size_t(node.in[1])];
+  if (node.alias != GradAlias::pass) return GradAlias::move_a;
+  if (bv.requires_grad) {
+    if (bv.grad_written || bv.has_grad()) return GradAlias::move_a;
+    bv.grad_alias = av.grad.view();
+    bv.grad_written = true;
+  }
+  stats_.grad_passes++;
+  return GradAlias::pass;
+}
+
+void Tape::input_grads(const Node& node, OpArgs& a, bool first_moved) {
+  for (size_t i = 0; i < node.in.size(); ++i) {
+    const VId u = node.in[i];
+    Value& uv = values_[size_t(u)];
+    // None, written in forward, or alias_grads moved the output's gradient to it.
+    if (!uv.requires_grad || node.op->grad_in_forward(int(i)) || (i == 0 && first_moved)) {
+      a.gin.emplace_back();
+      a.acc.push_back(false);
+      continue;
+    }
+    if (!uv.external && !uv.grad.allocated()) uv.grad = Buffer(be_.arena(), grad_dtype(uv), uv.shape, "grad:" + uv.cls);
+    const Tensor g = uv.external ? uv.grad_sink : uv.grad.view();
+    // An input this node reads twice gets two gradients: both add, into a zeroed one.
+    if (!uv.grad_written && std::count(node.in.begin(), node.in.end(), u) > 1) {
+      be_.zero(g);
+      uv.grad_written = true;
+    }
+    a.gin.push_back(g);
+    a.acc.push_back(uv.grad_written);
+    uv.grad_written = true;
+  }
+}
+
 void Tape::backward() {
   STRATA_CHECK(loss_ >= 0, "backward without a loss value");
   finish_graph();
@@ -309,38 +389,22 @@ void Tape::backward() {
       prefetch_ahead(n);
     }
     bool any_gout = false;
-    for (VId o : node.out) any_gout = any_gout || values_[size_t(o)].grad.allocated();
+    for (VId o : node.out) any_gout = any_gout || values_[size_t(o)].has_grad();
     if (node.needs_backward && any_gout) {
       for (size_t i = 0; i < node.in.size(); ++i)
         if (node.op->saves_input(int(i))) materialize(node.in[i], n);
       for (size_t i = 0; i < node.out.size(); ++i)
         if (node.op->saves_output(int(i))) materialize(node.out[i], n);
-      OpArgs a = args(node, true);
-      for (size_t i = 0; i < node.in.size(); ++i) {
-        const VId u = node.in[i];
-        Value& uv = values_[size_t(u)];
-        if (!uv.requires_grad || node.op->grad_in_forward(int(i))) {  // none, or written in forward
-          a.gin.emplace_back();
-          a.acc.push_back(false);
-          continue;
-        }
-        if (!uv.external && !uv.grad.allocated())
-          uv.grad = Buffer(be_.arena(), be_.compute_dtype() == DType::f32 ? DType::f32 : uv.dtype, uv.shape,
-                           "grad:" + uv.cls);
-        const Tensor g = uv.external ? uv.grad_sink : uv.grad.view();
-        // An input this node reads twice gets two gradients: both add, into a zeroed one.
-        if (!uv.grad_written && std::count(node.in.begin(), node.in.end(), u) > 1) {
-          be_.zero(g);
-          uv.grad_written = true;
-        }
-        a.gin.push_back(g);
-        a.acc.push_back(uv.grad_written);
-        uv.grad_written = true;
-      }
+      OpArgs a = args(node, true);  // gout views stay valid when alias_grads moves a buffer
+      const GradAlias aliased = alias_grads(node);
+      if (aliased != GradAlias::pass) input_grads(node, a, aliased == GradAlias::move_a);
       if (hook_) hook_(n, TapePhase::backward);
-      node.op->backward(be_, a);
+      if (aliased != GradAlias::pass) node.op->backward(be_, a);  // pass: no kernel at all
     }
-    for (VId o : node.out) values_[size_t(o)].grad.reset();  // grad_written stays: nothing writes it again
+    for (VId o : node.out) {  // grad_written stays: nothing writes it again
+      values_[size_t(o)].grad.reset();
+      values_[size_t(o)].grad_alias = Tensor();  // a borrowed view: nothing to free
+    }
     // Slots whose last backward reader was this node leave now.
     for (VId u : node.in)
       if (values_[size_t(u)].first_bwd_reader == n && !retained_[size_t(u)]) release(u);
@@ -376,6 +440,7 @@ void Tape::clear() {
   for (auto& v : values_) {
     v.buf.reset();
     v.grad.reset();
+    v.grad_alias = Tensor();
   }
   values_.clear();
   nodes_.clear();

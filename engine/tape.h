@@ -8,6 +8,9 @@
 // An op may write a parameter's gradient in its forward (Op::grad_in_forward: the LM head's
 // training variant): the first-write bookkeeping then starts at forward, and the node is never
 // replayed (its outputs are always kept), since a replay would write the gradient again.
+// A pass-through backward (Op::passes_grad: the residual add) runs no kernel where it can: its
+// first input takes the output's gradient buffer over and its second borrows a view of it (see
+// GradAlias).
 #pragma once
 #include <functional>
 #include <map>
@@ -59,6 +62,9 @@ class Op {
   // (parameters), each read once by the node; backward then gets an undefined gin for it. Such a
   // forward has side effects, so the tape never replays it and keeps all its outputs.
   virtual bool grad_in_forward(int) const { return false; }
+  // Whether backward is exactly gin[i] = gout[0] for each of its two inputs (one output): the
+  // tape may then alias gradient buffers instead of calling backward.
+  virtual bool passes_grad() const { return false; }
 };
 
 struct OutSpec {
@@ -84,6 +90,7 @@ struct Value {
   SlotState state = SlotState::EMPTY;
   Buffer buf;
   Buffer grad;
+  Tensor grad_alias;          // a borrowed view of another value's grad (GradAlias::pass); owns nothing
   bool grad_written = false;  // this step wrote its gradient (grad, or grad_sink): later writes add
   // Tier bookkeeping (engine/slot_store.cpp).
   static constexpr size_t kNone = SIZE_MAX;
@@ -93,18 +100,31 @@ struct Value {
   uint64_t io = 0;          // the io_uring request in flight
 
   bool saved() const { return first_bwd_reader >= 0; }
+  bool has_grad() const { return grad.allocated() || grad_alias.defined(); }
+  Tensor grad_view() const { return grad.allocated() ? grad.view() : grad_alias; }
 };
+
+// How a pass-through node's backward may go without its kernel (decided in finish_graph; checked
+// again when it runs). move_a: input 0 takes the output's gradient buffer over as its first write;
+// the kernel then writes input 1's gradient only. pass: no kernel at all; input 1 wants no
+// gradient, or borrows a view of that buffer: it is read by this node alone, and its producer's
+// backward, which reads the view, comes before every other writer of input 0's gradient and
+// before input 0's producer (whose backward frees that gradient).
+enum class GradAlias : uint8_t { none, move_a, pass };
 
 struct Node {
   std::unique_ptr<Op> op;
   std::vector<VId> in, out;
   bool needs_backward = false;  // some input requires grad
   bool replayable = true;       // false: its forward writes gradients (Op::grad_in_forward)
+  GradAlias alias = GradAlias::none;
 };
 
 struct TapeStats {
   long recomputed_nodes = 0;  // producer replays in the last backward
   size_t saved_bytes_at_end_of_forward = 0;
+  long grad_moves = 0;   // pass-through backwards whose first input took the output's gradient over
+  long grad_passes = 0;  // of those, the ones that ran no kernel (GradAlias::pass)
 };
 
 class Tape {
@@ -112,7 +132,7 @@ class Tape {
   // The gradient backward seeds the loss with; an op that writes gradients in forward assumes it.
   static constexpr float kLossSeed = 1.0f;
 
-  explicit Tape(Backend& be) : be_(be) {}
+  explicit Tape(Backend& be);
   ~Tape();
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
@@ -137,6 +157,11 @@ class Tape {
   // Called right before a node's forward (phase forward, or replay when backward recomputes it)
   // and right before its backward, after its saved inputs are materialised (the weight pager).
   void set_node_hook(std::function<void(int node, TapePhase)> hook) { hook_ = std::move(hook); }
+  // Gradient aliasing for pass-through backwards (GradAlias). On by default; STRATA_GRAD_ALIAS=0
+  // in the environment turns it off for A/B runs. Same bits either way on cpu; elsewhere a -0
+  // in an output gradient may stay -0 where the kernel wrote 0 + -0 = +0.
+  void set_grad_aliasing(bool on) { grad_aliasing_ = on; }
+  bool grad_aliasing() const { return grad_aliasing_; }
   // The node whose backward is running (replays happen on its behalf); -1 outside backward.
   int backward_node() const { return bwd_node_; }
   // Applies the plan to every saved slot (call after recording, before forward). The last
@@ -166,6 +191,10 @@ class Tape {
 
  private:
   void finish_graph();
+  GradAlias plan_alias(int n, const std::vector<std::vector<int>>& readers) const;
+  GradAlias alias_grads(const Node& node);
+  void input_grads(const Node& node, OpArgs& a, bool first_moved);
+  DType grad_dtype(const Value& v) const;
   void release(VId v);
   void materialize(VId v, int cur);
   bool needed_from(const Value& v, int cur) const;
@@ -185,6 +214,7 @@ class Tape {
   int prefetch_cursor_ = -1;
   std::function<void(int, TapePhase)> hook_;
   int bwd_node_ = -1;
+  bool grad_aliasing_ = true;
   TapeStats stats_;
 };
 

@@ -26,6 +26,34 @@ SHAPES = {
 }
 
 
+def train_step(model, ids, params, opt, a):
+    if a.plan == "gc+offload":
+        with torch.autograd.graph.save_on_cpu(pin_memory=True):
+            out = model(input_ids=ids, labels=ids)
+    else:
+        out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    if a.max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return out
+
+
+def profile_step(step):
+    """GPU time per kernel over one step (torch.profiler), the 30 largest, to stderr."""
+    import sys
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total, e.count, e.key) for e in prof.key_averages() if e.device_time_total > 0]
+    total = sum(r[0] for r in rows)
+    print(f"hf profile: {total / 1e3:.2f} ms GPU time in {len(rows)} kernels", file=sys.stderr)
+    for t, n, k in sorted(rows, reverse=True)[:30]:
+        print(f"  {t / 1e3:9.3f} ms {100 * t / total:5.1f}% {n:5d}  {k[:110]}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="Llama-3.2-1B")
@@ -35,6 +63,8 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
+    ap.add_argument("--profile", action="store_true",
+                    help="after the timed steps, profile one more step and print its GPU time per kernel to stderr")
     a = ap.parse_args()
     torch.manual_seed(0)
     cfg = LlamaConfig(**SHAPES[a.shape], max_position_embeddings=max(a.seq, 8192), rms_norm_eps=1e-5,
@@ -56,20 +86,13 @@ def main():
             torch.cuda.reset_peak_memory_stats()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        if a.plan == "gc+offload":
-            with torch.autograd.graph.save_on_cpu(pin_memory=True):
-                out = model(input_ids=ids, labels=ids)
-        else:
-            out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        if a.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        out = train_step(model, ids, params, opt, a)
         torch.cuda.synchronize()
         if s >= a.warmup:
             times.append(time.perf_counter() - t0)
         loss = float(out.loss)
+    if a.profile:
+        profile_step(lambda: train_step(model, ids, params, opt, a))
     times.sort()
     med = times[len(times) // 2]
     print(json.dumps({"engine": "hf", "device": torch.cuda.get_device_name(), "shape": a.shape, "seq": a.seq,
