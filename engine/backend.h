@@ -131,6 +131,18 @@ class Backend {
   // from the device scalar norm_sq, so clipping never forces a host sync.
   virtual void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
                           const AdamWParams& p, int t) = 0;
+  // The list forms the trainer calls, over every trainable parameter at once: the same results as
+  // the per-tensor calls in order (a backend may launch once per many tensors).
+  struct AdamWSlot {
+    Tensor master, m, v, g, param_out;
+  };
+  virtual void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) {
+    for (const Tensor& g : gs) grad_norm_sq(out, g);
+  }
+  virtual void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm,
+                               const AdamWParams& p, int t) {
+    for (const AdamWSlot& s : slots) adamw_step(s.master, s.m, s.v, s.g, s.param_out, norm_sq, max_norm, p, t);
+  }
 
   // The accumulating forms of two backward ops (strata-calibrate times these).
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) { linear_bwd(dx, dw, dy, x, w, true, true); }

@@ -38,6 +38,39 @@ struct AdamWScalars {
   float decay, w1, b2, w2, neg_step, bc2_sqrt, eps, max_norm;
 };
 
+// The clip scale, torch clip_grad_norm_: max_norm / (norm + 1e-6) when the norm exceeds it.
+__device__ __forceinline__ float clip_scale(const float* norm_sq, float max_norm) {
+  if (max_norm <= 0.0f) return 1.0f;
+  const float norm = __fsqrt_rn(norm_sq[0]);
+  return norm > max_norm ? __fdiv_rn(max_norm, __fadd_rn(norm, 1e-6f)) : 1.0f;
+}
+
+// Elements [i, i + V) of one tensor.
+template <int V>
+__device__ __forceinline__ void adamw_elems(float* master, float* m, float* v, const float* g, bf16* param_out,
+                                            size_t i, float scale, const AdamWScalars& k) {
+  float p[V], mm[V], vv[V], gg[V];
+  load_f32(p, master + i);
+  load_f32(mm, m + i);
+  load_f32(vv, v + i);
+  load_f32(gg, g + i);
+#pragma unroll
+  for (int e = 0; e < V; e++) {
+    const float gi = __fmul_rn(gg[e], scale);
+    const float pi = __fmul_rn(p[e], k.decay);
+    // torch.lerp(m, g, w1): two forms, picked by the weight
+    const float d = __fsub_rn(gi, mm[e]);
+    mm[e] = k.w1 < 0.5f ? __fadd_rn(mm[e], __fmul_rn(k.w1, d)) : __fsub_rn(gi, __fmul_rn(d, __fsub_rn(1.0f, k.w1)));
+    vv[e] = __fadd_rn(__fmul_rn(vv[e], k.b2), __fmul_rn(__fmul_rn(k.w2, gi), gi));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv[e]), k.bc2_sqrt), k.eps);
+    p[e] = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(mm[e], denom)));
+  }
+  store_f32(master + i, p);
+  store_f32(m + i, mm);
+  store_f32(v + i, vv);
+  if (param_out) store_bf16(param_out + i, p);
+}
+
 struct AdamWOp {
   float* master;
   float* m;
@@ -48,33 +81,98 @@ struct AdamWOp {
   AdamWScalars k;
   template <int V>
   __device__ void apply(size_t i) const {
-    float scale = 1.0f;  // torch clip_grad_norm_: max_norm / (norm + 1e-6) when the norm exceeds it
-    if (k.max_norm > 0.0f) {
-      const float norm = __fsqrt_rn(norm_sq[0]);
-      if (norm > k.max_norm) scale = __fdiv_rn(k.max_norm, __fadd_rn(norm, 1e-6f));
-    }
-    float p[V], mm[V], vv[V], gg[V];
-    load_f32(p, master + i);
-    load_f32(mm, m + i);
-    load_f32(vv, v + i);
-    load_f32(gg, g + i);
-#pragma unroll
-    for (int e = 0; e < V; e++) {
-      const float gi = __fmul_rn(gg[e], scale);
-      const float pi = __fmul_rn(p[e], k.decay);
-      // torch.lerp(m, g, w1): two forms, picked by the weight
-      const float d = __fsub_rn(gi, mm[e]);
-      mm[e] = k.w1 < 0.5f ? __fadd_rn(mm[e], __fmul_rn(k.w1, d)) : __fsub_rn(gi, __fmul_rn(d, __fsub_rn(1.0f, k.w1)));
-      vv[e] = __fadd_rn(__fmul_rn(vv[e], k.b2), __fmul_rn(__fmul_rn(k.w2, gi), gi));
-      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv[e]), k.bc2_sqrt), k.eps);
-      p[e] = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(mm[e], denom)));
-    }
-    store_f32(master + i, p);
-    store_f32(m + i, mm);
-    store_f32(v + i, vv);
-    if (param_out) store_bf16(param_out + i, p);
+    adamw_elems<V>(master, m, v, g, param_out, i, clip_scale(norm_sq, k.max_norm), k);
   }
 };
+
+// ---- list forms: many tensors in one launch ----------------------------------------------------
+// The tensors' table travels as the kernel parameter (under the classic 4 KB limit). Each tensor is
+// cut into chunks of kChunk elements; blocks walk the chunks of all tensors, so no tensor's tail
+// and no launch gap is paid per tensor. Chunk starts are multiples of 16 bytes.
+constexpr int kListMax = 48;
+constexpr size_t kChunk = 16384;
+constexpr int kListThreads = 256;
+
+struct ListTable {
+  float* master[kListMax];  // adamw only
+  float* m[kListMax];
+  float* v[kListMax];
+  const float* g[kListMax];
+  bf16* out[kListMax];
+  size_t n[kListMax];
+  size_t first_chunk[kListMax + 1];  // prefix sums of the tensors' chunk counts
+  int count = 0;
+};
+
+// The tensor holding global chunk c (first_chunk[t] <= c < first_chunk[t + 1]).
+__device__ __forceinline__ int chunk_owner(const ListTable& L, size_t c) {
+  int lo = 0, hi = L.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (L.first_chunk[mid] <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kListThreads)
+    sum_squares_list_kernel(float* __restrict__ out, const __grid_constant__ ListTable L) {
+  float acc = 0.0f;
+  for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
+    const int t = chunk_owner(L, c);
+    const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
+    const float* g = L.g[t];
+    size_t i = begin + threadIdx.x * 4;
+    // Two 16-byte loads in flight per thread.
+    for (; i + 4 + kListThreads * 4 <= end; i += 2 * kListThreads * 4) {
+      float a[4], b[4];
+      load_f32(a, g + i);
+      load_f32(b, g + i + kListThreads * 4);
+#pragma unroll
+      for (int k = 0; k < 4; k++) acc += a[k] * a[k] + b[k] * b[k];
+    }
+    for (; i + 4 <= end; i += kListThreads * 4) {
+      float a[4];
+      load_f32(a, g + i);
+#pragma unroll
+      for (int k = 0; k < 4; k++) acc += a[k] * a[k];
+    }
+    for (; i < end; i++) acc += g[i] * g[i];  // the tensor's last < 4 elements
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) atomicAdd(out, acc);
+}
+
+__global__ void __launch_bounds__(kListThreads)
+    adamw_list_kernel(const __grid_constant__ ListTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
+  const float scale = clip_scale(norm_sq, k.max_norm);
+  for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
+    const int t = chunk_owner(L, c);
+    const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
+    size_t i = begin + threadIdx.x * 4;
+    for (; i + 4 <= end; i += kListThreads * 4)
+      adamw_elems<4>(L.master[t], L.m[t], L.v[t], L.g[t], L.out[t], i, scale, k);
+    for (; i < end; i++) adamw_elems<1>(L.master[t], L.m[t], L.v[t], L.g[t], L.out[t], i, scale, k);
+  }
+}
+
+// Fills a table from items [from, from + count), returns its chunk total.
+template <class Fill>
+size_t fill_table(ListTable& L, int count, Fill fill) {
+  L.count = count;
+  L.first_chunk[0] = 0;
+  for (int t = 0; t < count; t++) {
+    fill(t);
+    L.first_chunk[t + 1] = L.first_chunk[t] + ceil_div(L.n[t], kChunk);
+  }
+  return L.first_chunk[count];
+}
+
+unsigned list_grid(size_t chunks) {
+  return unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kListThreads))));
+}
 
 // The shortest decimal that rounds to f, as a double: torch holds hyperparameters as Python
 // doubles, so 1 - beta2 must be 0.001 for beta2 = 0.999f (same as adamw_cpu.cpp).
@@ -84,6 +182,20 @@ double as_written(float f) {
   double d = f;
   std::from_chars(buf, end, d);
   return d;
+}
+
+AdamWScalars adamw_scalars(float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+  const double lr_d = as_written(lr), b1 = as_written(beta1), b2 = as_written(beta2);
+  AdamWScalars k;
+  k.decay = float(1.0 - lr_d * as_written(weight_decay));
+  k.w1 = float(1.0 - b1);
+  k.b2 = float(b2);
+  k.w2 = float(1.0 - b2);
+  k.neg_step = float(-(lr_d / (1.0 - std::pow(b1, t))));
+  k.bc2_sqrt = float(std::sqrt(1.0 - std::pow(b2, t)));
+  k.eps = float(as_written(eps));
+  k.max_norm = max_norm;
+  return k;
 }
 
 }  // namespace
@@ -105,18 +217,47 @@ void adamw_step(float* master, float* m, float* v, const float* g, bf16* param_o
                 cudaStream_t stream) {
   STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
   STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
-  const double lr_d = as_written(lr), b1 = as_written(beta1), b2 = as_written(beta2);
-  AdamWScalars k;
-  k.decay = float(1.0 - lr_d * as_written(weight_decay));
-  k.w1 = float(1.0 - b1);
-  k.b2 = float(b2);
-  k.w2 = float(1.0 - b2);
-  k.neg_step = float(-(lr_d / (1.0 - std::pow(b1, t))));
-  k.bc2_sqrt = float(std::sqrt(1.0 - std::pow(b2, t)));
-  k.eps = float(as_written(eps));
-  k.max_norm = max_norm;
+  const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
   const bool vec = all_aligned16(master, m, v, g, param_out);
   launch_elementwise<4>("adamw_step", n, vec, AdamWOp{master, m, v, g, param_out, norm_sq, k}, stream);
+}
+
+void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream) {
+  for (int from = 0; from < count; from += kListMax) {
+    ListTable L;
+    const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int t) {
+      STRATA_CHECK(aligned16(gs[from + t]), "sum_squares_list: a gradient is not 16-byte aligned");
+      L.g[t] = gs[from + t];
+      L.n[t] = ns[from + t];
+    });
+    if (chunks == 0) continue;
+    sum_squares_list_kernel<<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
+    STRATA_LAUNCH_CHECK("sum_squares_list_kernel");
+  }
+}
+
+void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, float max_norm, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, int t, cudaStream_t stream) {
+  STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
+  STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
+  const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
+  for (int from = 0; from < count; from += kListMax) {
+    ListTable L;
+    const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int i) {
+      const AdamWTensors& a = ts[from + i];
+      STRATA_CHECK(all_aligned16(a.master, a.m, a.v, a.g, a.param_out),
+                   "adamw_step_list: a buffer is not 16-byte aligned");
+      L.master[i] = a.master;
+      L.m[i] = a.m;
+      L.v[i] = a.v;
+      L.g[i] = a.g;
+      L.out[i] = a.param_out;
+      L.n[i] = a.n;
+    });
+    if (chunks == 0) continue;
+    adamw_list_kernel<<<list_grid(chunks), kListThreads, 0, stream>>>(L, norm_sq, k);
+    STRATA_LAUNCH_CHECK("adamw_list_kernel");
+  }
 }
 
 }  // namespace strata::cuda

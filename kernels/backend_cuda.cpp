@@ -516,6 +516,27 @@ class CudaBackend final : public Backend {
     cuda::adamw_step(F(master), F(m), F(v), F(g), out, size_t(g.numel()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2,
                      p.eps, p.weight_decay, t, s());
   }
+  void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) override {
+    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
+    std::vector<const float*> ptrs;
+    std::vector<size_t> ns;
+    for (const Tensor& g : gs) {
+      ptrs.push_back(F(g));
+      ns.push_back(size_t(g.numel()));
+    }
+    cuda::sum_squares_list(F(out), ptrs.data(), ns.data(), int(gs.size()), s());
+  }
+  void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm, const AdamWParams& p,
+                       int t) override {
+    OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
+    std::vector<cuda::AdamWTensors> ts;
+    for (const AdamWSlot& a : slots) {
+      bf16* out = a.param_out.defined() && a.param_out.dtype == DType::bf16 ? B(a.param_out) : nullptr;
+      ts.push_back({F(a.master), F(a.m), F(a.v), F(a.g), out, size_t(a.g.numel())});
+    }
+    cuda::adamw_step_list(ts.data(), int(ts.size()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
+                          p.weight_decay, t, s());
+  }
 
  private:
   cudaStream_t s() const { return stream_.get(); }

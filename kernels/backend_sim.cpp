@@ -347,8 +347,25 @@ class SimBackendImpl final : public SimBackend {
     if (param_out.defined() && param_out.dtype != master.dtype) bytes += B(param_out);
     charge(OpKind::adamw, cost_.memory(bytes), 1, false);
   }
+  // The cuda backend launches once per 48 tensors (kernels/adamw.cu).
+  void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
+    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    double bytes = 0;
+    for (const Tensor& g : gs) bytes += B(g);
+    charge(OpKind::grad_norm, cost_.memory(bytes), list_launches(gs.size()), false);
+  }
+  void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor, float, const AdamWParams&, int) override {
+    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    double bytes = 0;
+    for (const AdamWSlot& a : slots) {
+      bytes += 2 * (B(a.master) + B(a.m) + B(a.v)) + B(a.g);
+      if (a.param_out.defined() && a.param_out.dtype != a.master.dtype) bytes += B(a.param_out);
+    }
+    charge(OpKind::adamw, cost_.memory(bytes), list_launches(slots.size()), false);
+  }
 
  private:
+  static int list_launches(size_t n) { return int((n + 47) / 48); }
   bool cuda() const { return opt_.mirror == SimMirror::cuda; }
   AttnWorkspaceParams attn_params() const {
     return {opt_.profile.attention_plan_ws_fwd_bytes, opt_.profile.attention_plan_ws_bwd_bytes,

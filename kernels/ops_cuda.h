@@ -76,6 +76,20 @@ void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);
 void adamw_step(float* master, float* m, float* v, const float* g, bf16* param_out, size_t n, const float* norm_sq,
                 float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                 cudaStream_t stream);
+// List forms: one launch per 48 tensors instead of one per tensor (all buffers 16-byte aligned).
+// sum_squares_list adds every gs[i]'s sum of squares into out[0]; adamw_step_list is adamw_step on
+// each entry, bit for bit.
+struct AdamWTensors {
+  float* master;
+  float* m;
+  float* v;
+  const float* g;
+  bf16* param_out;  // may be null
+  size_t n;
+};
+void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream);
+void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, float max_norm, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, int t, cudaStream_t stream);
 
 // Conversions (round to nearest even) and fills, all [n].
 void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t stream);

@@ -1,8 +1,9 @@
 // RMSNorm (Llama): out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps), fp32 math, bf16 in/out.
 // Forward: one block per row; each thread holds K packs of V columns in registers, loaded together
 // up front (memory parallelism) and reused after the row's reduction, so x is read once.
-// Backward: a grid sized to fill the device; each block walks rows, writes (or adds into) dx and
-// keeps its dw partial column sums in shared memory (fp32), then adds them to dw with atomics.
+// Backward: rmsnorm_bwd_rows_kernel where C % 8 == 0 (row groups, registers, few atomics); else a
+// grid sized to fill the device, each block walking rows, writing (or adding into) dx and keeping
+// its dw partial column sums in shared memory (fp32), then adding them to dw with atomics.
 // 16-byte accesses (V = 8) when C % 8 == 0 and the pointers are aligned; `out` may alias `x`.
 #include <algorithm>
 
@@ -115,6 +116,94 @@ __global__ void rmsnorm_bwd_kernel(bf16* __restrict__ dx, float* __restrict__ dw
     }
 }
 
+// The row-group backward, for C % 8 == 0 and C <= 8 * 512 * kMaxRowPacks (every Llama width): a
+// block of G groups, each walking its own rows; a thread owns K packs of 8 columns of every row.
+// dy and x stay in registers between the row's reduction and the dx write, w is loaded once, and
+// the dw partials live in registers until the end, where the G groups meet in shared memory and
+// the block adds them to dw with C / 4 atomics. Fewer, fuller blocks than rmsnorm_bwd_kernel:
+// its per-block atomics dominated at 4096 x 2048 (H200).
+constexpr int kMaxRowPacks = 4;
+
+template <int K>
+__global__ void __launch_bounds__(K == 1 ? 1024 : 512)
+    rmsnorm_bwd_rows_kernel(bf16* __restrict__ dx, float* __restrict__ dw, const bf16* __restrict__ dout,
+                            const bf16* __restrict__ x, const bf16* __restrict__ w, const float* __restrict__ rstd,
+                            int N, int C, int groups, bool acc_dx) {
+  extern __shared__ float dw_groups[];  // [groups][C] when dw
+  __shared__ float red[2][32];          // per warp, double-buffered by row-iteration parity
+  const int gt = blockDim.x / groups, g = threadIdx.x / gt, lt = threadIdx.x % gt;
+  const int warps_per_group = gt / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float wv[K][8], dwp[K][8];
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = (lt + k * gt) * 8;
+#pragma unroll
+    for (int e = 0; e < 8; e++) wv[k][e] = dwp[k][e] = 0.0f;
+    if (c < C) load_bf16(wv[k], w + c);
+  }
+  int parity = 0;
+  for (int base = blockIdx.x * groups; base < N; base += gridDim.x * groups, parity ^= 1) {
+    const int row = base + g;
+    const bool active = row < N;
+    const float r = active ? rstd[row] : 0.0f;
+    float dy[K][8], xv[K][8];
+    float dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int c = (lt + k * gt) * 8;
+      if (active && c < C) {
+        load_bf16(dy[k], dout + size_t(row) * C + c);
+        load_bf16(xv[k], x + size_t(row) * C + c);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) dy[k][e] = xv[k][e] = 0.0f;
+      }
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        dot += dy[k][e] * wv[k][e] * xv[k][e];
+        dwp[k][e] += dy[k][e] * xv[k][e] * r;
+      }
+    }
+    if (!dx) continue;  // uniform across the block
+    // The group's sum: warps, then the group's warps through shared memory (one barrier per row,
+    // the buffer alternating so the next row's writes cannot meet this row's reads).
+    dot = warp_sum(dot);
+    if (lane == 0) red[parity][warp] = dot;
+    __syncthreads();
+    dot = 0.0f;
+    for (int i = 0; i < warps_per_group; i++) dot += red[parity][g * warps_per_group + i];
+    if (!active) continue;
+    const float kk = dot * r * r * r / float(C);
+    bf16* dxr = dx + size_t(row) * C;  // [C]
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      const int c = (lt + k * gt) * 8;
+      if (c >= C) break;
+      float acc[8];
+      load_grad_bf16(acc, dxr + c, acc_dx);
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[e] += r * wv[k][e] * dy[k][e] - xv[k][e] * kk;
+      store_bf16(dxr + c, acc);
+    }
+  }
+  if (!dw) return;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const int c = (lt + k * gt) * 8;
+    if (c < C)
+#pragma unroll
+      for (int e = 0; e < 8; e++) dw_groups[size_t(g) * C + c + e] = dwp[k][e];
+  }
+  __syncthreads();
+  for (int c = threadIdx.x * 4; c < C; c += blockDim.x * 4) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < groups; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) sum[e] += dw_groups[size_t(j) * C + c + e];
+    atomic_add_f32(dw + c, sum);
+  }
+}
+
 template <int V, int K>
 void launch_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int C, float eps, cudaStream_t stream) {
   auto kernel = rmsnorm_fwd_kernel<V, K>;
@@ -152,6 +241,42 @@ void launch_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16
   STRATA_LAUNCH_CHECK("rmsnorm_bwd_kernel");
 }
 
+// Threads per group (a multiple of 32, at most 512), packs per thread K, groups per block G.
+struct RowsConfig {
+  int gt = 0, K = 0, G = 0;
+};
+RowsConfig rows_config(int C) {
+  const int packs = C / 8;
+  RowsConfig rc;
+  rc.K = (packs + 511) / 512;
+  rc.gt = ((packs + rc.K - 1) / rc.K + 31) / 32 * 32;
+  rc.G = std::max(1, std::min(4, (rc.K == 1 ? 1024 : 512) / rc.gt));  // registers: see __launch_bounds__
+  return rc;
+}
+
+template <int K>
+void launch_bwd_rows(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf16* w, const float* rstd, int N,
+                     int C, bool acc_dx, const RowsConfig& rc, cudaStream_t stream) {
+  auto kernel = rmsnorm_bwd_rows_kernel<K>;
+  const int threads = rc.gt * rc.G;
+  const size_t smem = dw ? sizeof(float) * size_t(rc.G) * C : 0;
+  static int max_optin = [] {
+    int dev = 0, v = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&dev));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+  }();
+  if (smem > size_t(max_optin))
+    STRATA_THROW(UnsupportedError, "rmsnorm_bwd: C = " + std::to_string(C) + " is too large for dw in shared memory");
+  if (smem > 48 * 1024)
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0;
+  STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const int blocks = std::max(1, std::min((N + rc.G - 1) / rc.G, num_sms() * std::max(per_sm, 1)));
+  kernel<<<blocks, threads, smem, stream>>>(dx, dw, dout, x, w, rstd, N, C, rc.G, acc_dx);
+  STRATA_LAUNCH_CHECK("rmsnorm_bwd_rows_kernel");
+}
+
 }  // namespace
 
 void rmsnorm_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int C, float eps, cudaStream_t stream) {
@@ -169,6 +294,19 @@ void rmsnorm_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf1
   // The blocks' dw partials meet in atomics: an overwrite starts them from zero ([C], cheap).
   if (dw && !acc_dw) STRATA_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * C, stream));
   if (N == 0 || (!dx && !dw)) return;
+  const RowsConfig rc = rows_config(C);
+  if (C % 8 == 0 && rc.K <= kMaxRowPacks && all_aligned16(dx, dw, dout, x, w)) {
+    switch (rc.K) {
+      case 1:
+        return launch_bwd_rows<1>(dx, dw, dout, x, w, rstd, N, C, acc_dx, rc, stream);
+      case 2:
+        return launch_bwd_rows<2>(dx, dw, dout, x, w, rstd, N, C, acc_dx, rc, stream);
+      case 3:
+        return launch_bwd_rows<3>(dx, dw, dout, x, w, rstd, N, C, acc_dx, rc, stream);
+      default:
+        return launch_bwd_rows<4>(dx, dw, dout, x, w, rstd, N, C, acc_dx, rc, stream);
+    }
+  }
   if (C % 8 == 0 && all_aligned16(dx, dw, dout, x, w))
     launch_bwd<8>(dx, dw, dout, x, w, rstd, N, C, acc_dx, stream);
   else

@@ -130,15 +130,18 @@ StepStats Trainer::step(const Batch& b) {
   const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
   float loss = run(b, true, nullptr);
   be_.zero(norm_sq_.view());
+  std::vector<Tensor> grads;
+  std::vector<Backend::AdamWSlot> slots;
   for (auto& p : model_.params())
-    if (p.trainable) be_.grad_norm_sq(norm_sq_.view(), p.grad.view());
+    if (p.trainable) {
+      grads.push_back(p.grad.view());
+      slots.push_back({p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value()});
+    }
+  be_.grad_norm_sq_list(norm_sq_.view(), grads);
   ++t_;
   AdamWParams ap = opt_.adam;
   if (opt_.warmup_steps > 0 && t_ <= opt_.warmup_steps) ap.lr = opt_.adam.lr * float(t_) / float(opt_.warmup_steps);
-  for (auto& p : model_.params())
-    if (p.trainable)
-      be_.adamw_step(p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), norm_sq_.view(),
-                     opt_.max_grad_norm, ap, t_);
+  be_.adamw_step_list(slots, norm_sq_.view(), opt_.max_grad_norm, ap, t_);
   float norm_sq = 0.0f;
   be_.download_f32(&norm_sq, norm_sq_.view());
   be_.synchronize();

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -120,10 +122,11 @@ TEST(KernelsGpu, Embedding) {
 
 TEST(KernelsGpu, RmsNorm) {
   STRATA_REQUIRE_GPU();
-  const int N = 37;
   const float eps = 1e-5f;
-  for (int C : {129, 130, 136, 4096, 5001, 8200, 16384}) {
-    const std::string tag = " C=" + std::to_string(C);
+  // N = 3000 at C = 2048: blocks walk several row groups (the 1B's width).
+  for (auto [N, C] :
+       {std::pair{37, 129}, {37, 130}, {37, 136}, {37, 4096}, {37, 5001}, {37, 8200}, {37, 16384}, {3000, 2048}}) {
+    const std::string tag = " N=" + std::to_string(N) + " C=" + std::to_string(C);
     const size_t NC = size_t(N) * C;
     Vec wv = randn(C, 11, 0.1f);
     for (auto& x : wv) x += 1.0f;
@@ -316,6 +319,16 @@ TEST(KernelsGpu, CrossEntropyChunks) {
     EXPECT_TRUE(close(dl, round_bf16(dl_ref), kBf16Tol, "ce dlogits" + tag));
     for (int r : {0, 7, 36})
       for (int v = 0; v < V; v++) ASSERT_EQ(dl[size_t(r) * V + v], 0.0f) << "ignored row " << r << tag;
+    // The training variant's fused kernel: both outputs from one read of the logits, bit for bit.
+    F tok2(vec(N));
+    B dl2(vec(size_t(N) * V));
+    tok2.poison(), dl2.poison();
+    for (int k = 0, r0 = 0; k < 2; r0 += rows[k], k++)
+      sc::ce_chunk_fwd_bwd(tok2.p(r0), dl2.p(size_t(r0) * V), logits.p(size_t(r0) * V), t.d.p + r0, n_valid.p(),
+                           dloss_value, rows[k], V, kStream);
+    sync();
+    EXPECT_TRUE(close(tok2.get(), loss_tok.get(), 0.0, "ce fused token_loss" + tag));
+    EXPECT_TRUE(close(dl2.get(), dl, 0.0, "ce fused dlogits" + tag));
   }
 }
 
@@ -404,6 +417,61 @@ TEST(KernelsGpu, AdamW) {
       EXPECT_TRUE(close(v.get(), vv, 1e-12, "adamw v t=" + std::to_string(t) + tag));
       if (param_out) {
         EXPECT_TRUE(close(param.get(), round_bf16(got), 0.0, "adamw param_out" + tag));
+      }
+    }
+  }
+}
+
+// The list forms (one launch per 48 tensors, chunked) against the per-tensor kernels: 61 tensors of
+// odd sizes (tails of 1-3 elements, chunk edges), so three launches and every code path run.
+TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
+  STRATA_REQUIRE_GPU();
+  std::vector<size_t> sizes;
+  for (int i = 0; sizes.size() < 61; i++)
+    for (size_t n : {size_t(1), size_t(3), size_t(4), size_t(5), size_t(16383), size_t(16384), size_t(16385),
+                     size_t(100003) + size_t(i)})
+      sizes.push_back(n);
+  sizes.resize(61);
+  strata::AdamWParams hp;
+  hp.lr = 1e-3f, hp.beta1 = 0.9f, hp.beta2 = 0.95f, hp.eps = 1e-8f, hp.weight_decay = 0.1f;
+  std::deque<F> master, m, v, g, master_ref, m_ref, v_ref;  // not movable: deque never moves them
+  std::deque<B> out, out_ref;
+  double want_sq = 0.25;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    const uint32_t seed = 200 + uint32_t(i) * 7;
+    master.emplace_back(sizes[i], seed), master_ref.emplace_back(sizes[i], seed);
+    m.emplace_back(sizes[i], seed + 1, 0.01f), m_ref.emplace_back(sizes[i], seed + 1, 0.01f);
+    v.emplace_back(vec(sizes[i], 1e-4f)), v_ref.emplace_back(vec(sizes[i], 1e-4f));
+    g.emplace_back(sizes[i], seed + 2);
+    out.emplace_back(vec(sizes[i])), out_ref.emplace_back(vec(sizes[i]));
+    want_sq += cpu::sum_squares(g.back().h.data(), sizes[i]);
+  }
+  std::vector<const float*> gp;
+  std::vector<sc::AdamWTensors> ts;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    gp.push_back(g[i].p());
+    // Every third tensor has no bf16 copy (param_out null).
+    ts.push_back({master[i].p(), m[i].p(), v[i].p(), g[i].p(), i % 3 == 2 ? nullptr : out[i].p(), sizes[i]});
+  }
+  F norm_sq(Vec{0.25f});
+  sc::sum_squares_list(norm_sq.p(), gp.data(), sizes.data(), int(sizes.size()), kStream);
+  sync();
+  EXPECT_TRUE(close(norm_sq.get(), {float(want_sq)}, 1e-11, "sum_squares_list"));
+  for (int t = 1; t <= 2; t++) {
+    sc::adamw_step_list(ts.data(), int(ts.size()), norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                        hp.weight_decay, t, kStream);
+    for (size_t i = 0; i < sizes.size(); i++)
+      sc::adamw_step(master_ref[i].p(), m_ref[i].p(), v_ref[i].p(), g[i].p(), i % 3 == 2 ? nullptr : out_ref[i].p(),
+                     sizes[i], norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t, kStream);
+    sync();
+    for (size_t i = 0; i < sizes.size(); i++) {
+      const std::string tag =
+          " t=" + std::to_string(t) + " tensor " + std::to_string(i) + " n=" + std::to_string(sizes[i]);
+      EXPECT_TRUE(close(master[i].get(), master_ref[i].get(), 0.0, "list master" + tag));
+      EXPECT_TRUE(close(m[i].get(), m_ref[i].get(), 0.0, "list m" + tag));
+      EXPECT_TRUE(close(v[i].get(), v_ref[i].get(), 0.0, "list v" + tag));
+      if (i % 3 != 2) {
+        EXPECT_TRUE(close(out[i].get(), out_ref[i].get(), 0.0, "list param_out" + tag));
       }
     }
   }
