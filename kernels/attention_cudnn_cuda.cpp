@@ -275,10 +275,12 @@ struct Attention::Impl {
   };
   std::map<std::array<int, 5>, Entry> cache;
 
+  size_t version = 0;  // the cuDNN runtime's, from init()
   bool init() {
     if (!tried) {
       tried = true;
       const size_t v = cudnnGetVersion();
+      version = v;
       if (v < 90000) {
         unavailable = fmt::format("cuDNN runtime {} is older than 9.0", v);
       } else if (cudnnStatus_t st = cudnnCreate(&handle); st != CUDNN_STATUS_SUCCESS) {
@@ -493,7 +495,8 @@ void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* 
     std::vector<void*> ptrs{cp(q),    cp(k), cp(v), cp(out), cp(lse),    cp(&p.scale), cp(&p.neg),
                             cp(dout), tq,    tk,    tv,      cp(&p.one), w + L.ssum};
     if (p.dq_accum) {
-      cudaMemsetAsync(w + L.acc, 0, nq * sizeof(float), st);  // cuDNN < 9.6 needed it zeroed; cheap insurance
+      // cuDNN < 9.6 needed it zeroed; later ones zero it themselves (1.3 ms a step on the 8B otherwise).
+      if (impl_->version < 90600) cudaMemsetAsync(w + L.acc, 0, nq * sizeof(float), st);
       uids.push_back(kdQAccum);
       ptrs.push_back(w + L.acc);
     }

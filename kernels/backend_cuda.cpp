@@ -465,10 +465,7 @@ class CudaBackend final : public Backend {
       gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
       cuda::ce_chunk_bwd(B(dlogits.view()), F(logits.view()), F(lse) + r0, targets.i32() + r0, F(dloss),
                          F(n_valid.view()), n, V, s());
-      // dx rows are the chunk's own; dw sums over chunks, so only the first may overwrite it.
-      if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, acc_dx, s());
-      if (dw.defined())
-        gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+      chunk_grads(dx, dw, dlogits, x, w, r0, n, acc_dx, acc_dw);
     }
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
   }
@@ -489,9 +486,7 @@ class CudaBackend final : public Backend {
       gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
       cuda::ce_chunk_fwd_bwd(F(token_loss.view()) + r0, B(dlogits.view()), F(logits.view()), targets.i32() + r0,
                              F(n_valid.view()), dloss_assumed, n, V, s());
-      if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, false, s());
-      if (dw.defined())
-        gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+      chunk_grads(dx, dw, dlogits, x, w, r0, n, false, acc_dw);
     }
     cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
@@ -540,6 +535,15 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t s() const { return stream_.get(); }
+  // The LM head's per-chunk gradients from the chunk's dlogits [n, V]: dx rows [r0, r0 + n) are the
+  // chunk's own; dw sums over chunks, so only the first chunk may overwrite it.
+  void chunk_grads(Tensor dx, Tensor dw, const Buffer& dlogits, Tensor x, Tensor w, int r0, int n, bool acc_dx,
+                   bool acc_dw) {
+    const int C = cols(x), V = I(w.shape[0]);
+    if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, acc_dx, s());
+    if (dw.defined())
+      gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+  }
   CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     reap_finished();
     STRATA_CUDA(cudaEventRecord(compute_mark_.get(), s()));

@@ -232,15 +232,12 @@ class SimBackendImpl final : public SimBackend {
     }
     Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
     if (cuda() && attention_uses_cudnn(d)) {
-      // cuDNN overwrites: the engine accumulates through scratch + three adds (and zeroes dQ acc).
+      // cuDNN overwrites: the engine accumulates through scratch + three adds. (The fp32 dQ
+      // accumulator is zeroed by cuDNN itself from 9.6 on; the engine no longer memsets it.)
       const double nq = double(q.numel()), nkv = double(k.numel());
       if (accumulate) {
         extra += cost_.memory(3 * 2 * nq) + 2 * cost_.memory(3 * 2 * nkv);
         kernels += 3;
-      }
-      if (opt_.profile.attention_dq_accum) {
-        extra += cost_.memory(4 * nq);
-        kernels += 1;
       }
     }
     bwd(OpKind::attention, cost_.attention(b, t, hq, d, true) + extra, kernels);
