@@ -16,6 +16,7 @@
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/trainer.h"
+#include "small_llama.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/backend_cuda.h"
@@ -117,19 +118,6 @@ TEST(LmHeadGradGpu, BackwardScalesTheSavedDxOrPoisonsIt) {
   for (float v : download(*be, dx.view())) ASSERT_TRUE(std::isnan(v)) << "dw was written for a loss gradient of 1";
 }
 
-io::LlamaConfig small_config() {
-  io::LlamaConfig c;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.hidden_size = 256;
-  c.intermediate_size = 768;
-  c.num_hidden_layers = 3;
-  c.vocab_size = 1000;
-  c.rms_norm_eps = 1e-5f;
-  return c;
-}
-
 TEST(LmHeadGradGpu, TrainingStepsMatchTheRecomputingPath) {
   STRATA_REQUIRE_GPU();
   ModelOptions frozen;
@@ -150,7 +138,7 @@ TEST(LmHeadGradGpu, TrainingStepsMatchTheRecomputingPath) {
         // and cached, so a second backend could pick others and round differently.
         auto be = make_cuda_backend(size_t(2) << 30);
         for (int variant = 0; variant < 2; ++variant) {
-          io::LlamaConfig c = small_config();
+          io::LlamaConfig c = gpu_test::small_llama_config(3);
           c.tie_word_embeddings = tied;
           ModelOptions mo = base;
           mo.loss_chunk_tokens = 100;  // 512 tokens: five chunks of 100 and a ragged 12

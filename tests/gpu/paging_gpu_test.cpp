@@ -13,6 +13,7 @@
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/trainer.h"
+#include "small_llama.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/backend_cuda.h"
@@ -22,19 +23,6 @@ using namespace strata;
 namespace {
 
 constexpr int kLayers = 4;
-
-io::LlamaConfig config() {
-  io::LlamaConfig c;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.hidden_size = 256;
-  c.intermediate_size = 768;
-  c.num_hidden_layers = kLayers;
-  c.vocab_size = 1000;
-  c.rms_norm_eps = 1e-5f;
-  return c;
-}
 
 struct Result {
   std::vector<float> losses;
@@ -55,7 +43,7 @@ Result run(bool lora, bool page, const Plan& plan) {
     mo.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   }
   mo.page_frozen_layers = page;
-  LlamaModel model(*be, config(), mo);
+  LlamaModel model(*be, gpu_test::small_llama_config(kLayers), mo);
   model.init_random(4);
   TrainOptions to;
   to.plan = plan;
@@ -118,7 +106,7 @@ TEST(PagingGpu, AnExceptionMidStepLeavesNothingInFlight) {
   mo.train_base = false;
   mo.train_norms = true;
   mo.page_frozen_layers = true;
-  LlamaModel model(*be, config(), mo);
+  LlamaModel model(*be, gpu_test::small_llama_config(kLayers), mo);
   model.init_random(4);
   Trainer tr(*be, model, TrainOptions{});
   WeightPager& pg = *model.pager();

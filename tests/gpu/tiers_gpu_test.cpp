@@ -9,6 +9,7 @@
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/trainer.h"
+#include "small_llama.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/backend_cuda.h"
@@ -16,19 +17,6 @@
 using namespace strata;
 
 namespace {
-
-io::LlamaConfig config() {
-  io::LlamaConfig c;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.hidden_size = 256;
-  c.intermediate_size = 768;
-  c.num_hidden_layers = 4;
-  c.vocab_size = 1000;
-  c.rms_norm_eps = 1e-5f;
-  return c;
-}
 
 struct TierRun {
   float loss;
@@ -38,7 +26,7 @@ struct TierRun {
 
 TierRun run_plan(const Plan& plan, int steps) {
   auto be = make_cuda_backend(size_t(2) << 30);
-  LlamaModel model(*be, config(), {});
+  LlamaModel model(*be, gpu_test::small_llama_config(4), {});
   model.init_random(4);
   TrainOptions to;
   to.plan = plan;
