@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # On the GPU host: strata-bench and the Hugging Face baseline on the same configs, same run.
-#   scripts/gpu_bench.sh DIR "SHAPE SEQ MODE PLAN" ...   (PLAN: keep | gc)
-# Appends one JSON line per run to $OUT/bench.jsonl.
+#   [REPEAT=N] scripts/gpu_bench.sh DIR "SHAPE SEQ MODE PLAN" ...   (PLAN: keep | gc)
+# Appends one JSON line per run to $OUT/bench.jsonl. REPEAT=N (default 1) runs each config's
+# strata/Hugging Face pair N times in a row, for configurations that sit near a target.
 set -uo pipefail
 dir=$1; shift
 out=${OUT:-/tmp/strata-out}; mkdir -p "$out"
 for cfg in "$@"; do
   read -r shape seq mode plan <<<"$cfg"
-  "$dir/tools/strata-bench" --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" --steps 4 --warmup 2 \
-    2>>"$out/bench.err" | tee -a "$out/bench.jsonl"
-  python3 tools/bench/hf_bench.py --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" --steps 4 --warmup 2 \
-    2>>"$out/bench.err" | tee -a "$out/bench.jsonl"
+  for _ in $(seq "${REPEAT:-1}"); do
+    "$dir/tools/strata-bench" --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" --steps 4 --warmup 2 \
+      2>>"$out/bench.err" | tee -a "$out/bench.jsonl"
+    python3 tools/bench/hf_bench.py --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" --steps 4 --warmup 2 \
+      2>>"$out/bench.err" | tee -a "$out/bench.jsonl"
+  done
 done

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
 
 #include "io/hf_config.h"
 #include "io/uring_file.h"
@@ -14,6 +17,7 @@
 #include "model/trainer.h"
 #include "tools/backend_select.h"
 #include "tools/cli.h"
+#include "tools/kernel_trace.h"
 
 using namespace strata;
 
@@ -113,7 +117,16 @@ int main(int argc, char** argv) {
     std::vector<double> times;
     size_t peak = 0, used = 0, host_peak = 0, disk_peak = 0, offloaded = 0;
     float loss = 0;
+    // STRATA_KERNEL_TRACE=1: GPU time per kernel over the timed steps (CUPTI), beside hf_bench --profile.
+    std::unique_ptr<tools::KernelTrace> trace;
+    const bool want_trace =
+        std::getenv("STRATA_KERNEL_TRACE") && std::string(std::getenv("STRATA_KERNEL_TRACE")) == "1";
     for (int s = 0; s < warmup + steps; ++s) {
+      if (want_trace && s == warmup) {
+        std::string why;
+        trace = tools::KernelTrace::start(&why);
+        if (!trace) std::fprintf(stderr, "strata-bench: no kernel trace: %s\n", why.c_str());
+      }
       StepStats st = tr.step(b);
       if (s >= warmup) times.push_back(st.seconds);
       peak = std::max(peak, st.peak_device_bytes);
@@ -121,6 +134,11 @@ int main(int argc, char** argv) {
       host_peak = st.peak_host_bytes;
       disk_peak = st.peak_disk_bytes;
       loss = st.loss;
+    }
+    if (trace) {
+      std::fprintf(stderr, "strata-bench: kernel trace through %s (the timed steps include its overhead)\n%s",
+                   trace->library().c_str(), tools::format_kernel_table(trace->stop(), steps, 40).c_str());
+      trace.reset();
     }
     offloaded = tr.store().stats().offloaded_bytes / size_t(warmup + steps);
     std::sort(times.begin(), times.end());

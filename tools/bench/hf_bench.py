@@ -90,7 +90,7 @@ def main():
         torch.cuda.synchronize()
         if s >= a.warmup:
             times.append(time.perf_counter() - t0)
-        loss = float(out.loss)
+        loss = float(out.loss.detach())
     if a.profile:
         profile_step(lambda: train_step(model, ids, params, opt, a))
     times.sort()
