@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "kernels/adamw.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda.h"
 
@@ -89,7 +90,7 @@ struct AdamWOp {
 // The tensors' table travels as the kernel parameter (under the classic 4 KB limit). Each tensor is
 // cut into chunks of kChunk elements; blocks walk the chunks of all tensors, so no tensor's tail
 // and no launch gap is paid per tensor. Chunk starts are multiples of 16 bytes.
-constexpr int kListMax = 48;
+constexpr int kListMax = kOptimizerListTensors;
 constexpr size_t kChunk = 16384;
 constexpr int kListThreads = 256;
 

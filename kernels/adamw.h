@@ -4,6 +4,10 @@
 #include <cstddef>
 
 namespace strata {
+// Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu); the sim
+// charges one launch per this many.
+constexpr int kOptimizerListTensors = 48;
+
 struct AdamWParams {
   float lr = 1e-3f;
   float beta1 = 0.9f;

@@ -344,7 +344,7 @@ class SimBackendImpl final : public SimBackend {
     if (param_out.defined() && param_out.dtype != master.dtype) bytes += B(param_out);
     charge(OpKind::adamw, cost_.memory(bytes), 1, false);
   }
-  // The cuda backend launches once per 48 tensors (kernels/adamw.cu).
+  // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
   void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
     double bytes = 0;
@@ -362,7 +362,7 @@ class SimBackendImpl final : public SimBackend {
   }
 
  private:
-  static int list_launches(size_t n) { return int((n + 47) / 48); }
+  static int list_launches(size_t n) { return int((n + kOptimizerListTensors - 1) / kOptimizerListTensors); }
   bool cuda() const { return opt_.mirror == SimMirror::cuda; }
   AttnWorkspaceParams attn_params() const {
     return {opt_.profile.attention_plan_ws_fwd_bytes, opt_.profile.attention_plan_ws_bwd_bytes,
