@@ -30,6 +30,12 @@ void Backend::copy_wait_host(CopyTicket) {
 void Backend::copy_wait_compute(CopyTicket) {
   no_tiers(*this);
 }
+void Backend::upload_master(Tensor, Tensor, const float*) {
+  throw UnsupportedError(fmt::format("the {} backend keeps whole f32 masters (no split masters)", name()));
+}
+void Backend::download_master(float*, Tensor, Tensor) {
+  throw UnsupportedError(fmt::format("the {} backend keeps whole f32 masters (no split masters)", name()));
+}
 std::unique_ptr<DiskFile> Backend::open_disk_file(const std::string& dir, size_t bytes) {
   return std::make_unique<io::UringFile>(dir, bytes);
 }

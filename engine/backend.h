@@ -59,6 +59,13 @@ class Backend {
   virtual void upload_f32(Tensor dst, const float* src) = 0;  // converts to dst.dtype
   virtual void download_f32(float* dst, Tensor src) = 0;      // converts from src.dtype
   virtual void upload_i32(Tensor dst, const int32_t* src) = 0;
+  // Trainable weights' fp32 masters. f32 (cpu): the master is one f32 tensor (also the compute
+  // weights). i16 (cuda): the master is split (engine/master_split.h): the bf16 compute weights hold
+  // its rounded high half and an i16 tensor `lo` the rest, bit-exact, 2 bytes a weight fewer.
+  virtual DType master_dtype() const { return DType::f32; }
+  // With master_dtype() == i16: fp32 masters from the host into (lo, hi), and back.
+  virtual void upload_master(Tensor lo, Tensor hi, const float* src);
+  virtual void download_master(float* dst, Tensor lo, Tensor hi);
   virtual void zero(Tensor t) = 0;
   virtual void fill(Tensor t, float value) = 0;
   // Blocks until all queued work finished (a step boundary; never inside a step).
@@ -127,8 +134,10 @@ class Backend {
   // out [1] f32 += sum of squares of g.
   virtual void grad_norm_sq(Tensor out, Tensor g) = 0;
   // One AdamW step on fp32 master weights; `param_out` (may be undefined) receives the updated
-  // weights in the compute dtype. The clip scale min(1, max_norm / sqrt(norm_sq)) is formed
-  // from the device scalar norm_sq, so clipping never forces a host sync.
+  // weights in the compute dtype. With a split master (`master` of dtype i16, see master_dtype())
+  // param_out is required: it holds the master's high half and is read as well as written. The clip
+  // scale min(1, max_norm / sqrt(norm_sq)) is formed from the device scalar norm_sq, so clipping
+  // never forces a host sync.
   virtual void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
                           const AdamWParams& p, int t) = 0;
   // The list forms the trainer calls, over every trainable parameter at once: the same results as

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/error.h"
+#include "engine/master_split.h"
 
 namespace strata {
 
@@ -18,6 +19,8 @@ std::string_view dtype_name(DType t) {
       return "i32";
     case DType::u8:
       return "u8";
+    case DType::i16:
+      return "i16";
   }
   return "?";
 }
@@ -34,6 +37,8 @@ std::string_view dtype_safetensors_name(DType t) {
       return "I32";
     case DType::u8:
       return "U8";
+    case DType::i16:
+      return "I16";
   }
   return "?";
 }
@@ -44,6 +49,7 @@ std::optional<DType> parse_dtype(std::string_view s) {
   if (s == "f16" || s == "F16" || s == "float16") return DType::f16;
   if (s == "i32" || s == "I32" || s == "int32") return DType::i32;
   if (s == "u8" || s == "U8" || s == "uint8") return DType::u8;
+  if (s == "i16" || s == "I16" || s == "int16") return DType::i16;
   return std::nullopt;
 }
 
@@ -118,6 +124,11 @@ void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = float(s[i]);
       return;
     }
+    case DType::i16: {
+      auto* s = static_cast<const int16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = float(s[i]);
+      return;
+    }
   }
 }
 
@@ -138,6 +149,27 @@ void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
     }
     default:
       STRATA_THROW(Error, "convert_from_f32: cannot convert to " + std::string(dtype_name(to)));
+  }
+}
+
+}  // namespace strata
+
+namespace strata {
+
+// --- split master weights (engine/master_split.h) -----------------------------------------------
+
+void master_split(const float* master, uint16_t* hi, int16_t* lo, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &master[i], 4);
+    master_split_bits(u, hi[i], lo[i]);
+  }
+}
+
+void master_join(float* master, const uint16_t* hi, const int16_t* lo, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = master_join_bits(hi[i], lo[i]);
+    std::memcpy(&master[i], &u, 4);
   }
 }
 

@@ -8,7 +8,7 @@
 
 namespace strata {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, u8 };
+enum class DType : uint8_t { f32, bf16, f16, i32, u8, i16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -22,6 +22,8 @@ constexpr size_t dtype_size(DType t) {
       return 4;
     case DType::u8:
       return 1;
+    case DType::i16:
+      return 2;
   }
   return 0;
 }

@@ -51,7 +51,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const o
   auto dt = parse_dtype(ds);
   // parse_dtype also takes engine names ("f32"); the file must use the safetensors spelling.
   if (!dt || dtype_safetensors_name(*dt) != ds)
-    fail(name + ".dtype", fmt::format("unknown dtype '{}' (supported: F32, BF16, F16, I32, U8)", ds));
+    fail(name + ".dtype", fmt::format("unknown dtype '{}' (supported: F32, BF16, F16, I32, I16, U8)", ds));
   t.dtype = *dt;
 
   auto s = e.find("shape");

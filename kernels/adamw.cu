@@ -1,11 +1,13 @@
 // Optimizer kernels: the sum of squares for global-norm clipping, and torch.optim.AdamW on fp32
-// master weights. The clip scale is computed on device from norm_sq (no host sync). Per-element math
-// uses explicit round-to-nearest intrinsics (no FMA contraction) in the cpu reference's order, and
-// the scalars are formed on the host the same way, so results match kernels/adamw_cpu.cpp.
+// master weights, stored split (engine/master_split.h: the bf16 compute weights and an i16 low half). The clip scale is
+// computed on device from norm_sq (no host sync). Per-element math uses explicit round-to-nearest intrinsics (no FMA
+// contraction) in the cpu reference's order, and the scalars are formed on the host the same way, so results match
+// kernels/adamw_cpu.cpp.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
+#include "engine/master_split.h"
 #include "kernels/adamw.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda.h"
@@ -46,15 +48,26 @@ __device__ __forceinline__ float clip_scale(const float* norm_sq, float max_norm
   return norm > max_norm ? __fdiv_rn(max_norm, __fadd_rn(norm, 1e-6f)) : 1.0f;
 }
 
-// Elements [i, i + V) of one tensor.
+// V consecutive 16-bit values, loaded and stored as one access.
 template <int V>
-__device__ __forceinline__ void adamw_elems(float* master, float* m, float* v, const float* g, bf16* param_out,
-                                            size_t i, float scale, const AdamWScalars& k) {
+struct alignas(2 * V) Halves {
+  uint16_t x[V];
+};
+
+// Elements [i, i + V) of one tensor. The fp32 master is split (engine/master_split.h): hi is the bf16
+// compute weight, lo the low half; both are read, the update runs in fp32, both are written.
+template <int V>
+__device__ __forceinline__ void adamw_elems(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t i,
+                                            float scale, const AdamWScalars& k) {
+  const Halves<V> hv = *reinterpret_cast<const Halves<V>*>(hi + i);
+  const Halves<V> lv = *reinterpret_cast<const Halves<V>*>(lo + i);
   float p[V], mm[V], vv[V], gg[V];
-  load_f32(p, master + i);
+#pragma unroll
+  for (int e = 0; e < V; e++) p[e] = __uint_as_float(master_join_bits(hv.x[e], int16_t(lv.x[e])));
   load_f32(mm, m + i);
   load_f32(vv, v + i);
   load_f32(gg, g + i);
+  Halves<V> ho, lo_out;
 #pragma unroll
   for (int e = 0; e < V; e++) {
     const float gi = __fmul_rn(gg[e], scale);
@@ -65,24 +78,27 @@ __device__ __forceinline__ void adamw_elems(float* master, float* m, float* v, c
     vv[e] = __fadd_rn(__fmul_rn(vv[e], k.b2), __fmul_rn(__fmul_rn(k.w2, gi), gi));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv[e]), k.bc2_sqrt), k.eps);
     p[e] = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(mm[e], denom)));
+    int16_t l;
+    master_split_bits(__float_as_uint(p[e]), ho.x[e], l);
+    lo_out.x[e] = uint16_t(l);
   }
-  store_f32(master + i, p);
   store_f32(m + i, mm);
   store_f32(v + i, vv);
-  if (param_out) store_bf16(param_out + i, p);
+  *reinterpret_cast<Halves<V>*>(hi + i) = ho;
+  *reinterpret_cast<Halves<V>*>(lo + i) = lo_out;
 }
 
 struct AdamWOp {
-  float* master;
+  int16_t* lo;
+  bf16* hi;
   float* m;
   float* v;
   const float* g;
-  bf16* param_out;
   const float* norm_sq;
   AdamWScalars k;
   template <int V>
   __device__ void apply(size_t i) const {
-    adamw_elems<V>(master, m, v, g, param_out, i, clip_scale(norm_sq, k.max_norm), k);
+    adamw_elems<V>(lo, hi, m, v, g, i, clip_scale(norm_sq, k.max_norm), k);
   }
 };
 
@@ -95,11 +111,11 @@ constexpr size_t kChunk = 16384;
 constexpr int kListThreads = 256;
 
 struct ListTable {
-  float* master[kListMax];  // adamw only
+  int16_t* lo[kListMax];  // adamw only: the split masters
+  bf16* hi[kListMax];
   float* m[kListMax];
   float* v[kListMax];
   const float* g[kListMax];
-  bf16* out[kListMax];
   size_t n[kListMax];
   size_t first_chunk[kListMax + 1];  // prefix sums of the tensors' chunk counts
   int count = 0;
@@ -153,9 +169,8 @@ __global__ void __launch_bounds__(kListThreads)
     const int t = chunk_owner(L, c);
     const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
     size_t i = begin + threadIdx.x * 4;
-    for (; i + 4 <= end; i += kListThreads * 4)
-      adamw_elems<4>(L.master[t], L.m[t], L.v[t], L.g[t], L.out[t], i, scale, k);
-    for (; i < end; i++) adamw_elems<1>(L.master[t], L.m[t], L.v[t], L.g[t], L.out[t], i, scale, k);
+    for (; i + 4 <= end; i += kListThreads * 4) adamw_elems<4>(L.lo[t], L.hi[t], L.m[t], L.v[t], L.g[t], i, scale, k);
+    for (; i < end; i++) adamw_elems<1>(L.lo[t], L.hi[t], L.m[t], L.v[t], L.g[t], i, scale, k);
   }
 }
 
@@ -213,14 +228,15 @@ void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream) {
   STRATA_LAUNCH_CHECK("sum_squares_kernel");
 }
 
-void adamw_step(float* master, float* m, float* v, const float* g, bf16* param_out, size_t n, const float* norm_sq,
+void adamw_step(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t n, const float* norm_sq,
                 float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                 cudaStream_t stream) {
   STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
   STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
+  STRATA_CHECK(n == 0 || (lo && hi), "adamw_step: needs both halves of the split master");
   const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
-  const bool vec = all_aligned16(master, m, v, g, param_out);
-  launch_elementwise<4>("adamw_step", n, vec, AdamWOp{master, m, v, g, param_out, norm_sq, k}, stream);
+  const bool vec = all_aligned16(lo, hi, m, v, g);
+  launch_elementwise<4>("adamw_step", n, vec, AdamWOp{lo, hi, m, v, g, norm_sq, k}, stream);
 }
 
 void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream) {
@@ -246,13 +262,13 @@ void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, fl
     ListTable L;
     const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int i) {
       const AdamWTensors& a = ts[from + i];
-      STRATA_CHECK(all_aligned16(a.master, a.m, a.v, a.g, a.param_out),
-                   "adamw_step_list: a buffer is not 16-byte aligned");
-      L.master[i] = a.master;
+      STRATA_CHECK(a.n == 0 || (a.lo && a.hi), "adamw_step_list: needs both halves of every split master");
+      STRATA_CHECK(all_aligned16(a.lo, a.hi, a.m, a.v, a.g), "adamw_step_list: a buffer is not 16-byte aligned");
+      L.lo[i] = a.lo;
+      L.hi[i] = a.hi;
       L.m[i] = a.m;
       L.v[i] = a.v;
       L.g[i] = a.g;
-      L.out[i] = a.param_out;
       L.n[i] = a.n;
     });
     if (chunks == 0) continue;

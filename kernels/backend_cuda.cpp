@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/master_split.h"
 #include "kernels/attention_cuda.h"
 #include "kernels/gemm_cuda.h"
 #include "kernels/ops_cuda.h"
@@ -302,6 +303,23 @@ class CudaBackend final : public Backend {
     convert_to_f32(dst, h.data(), src.dtype, h.size());
   }
   void upload_i32(Tensor dst, const int32_t* src) override { copy_in(dst.data, src, dst.bytes()); }
+  DType master_dtype() const override { return DType::i16; }
+  void upload_master(Tensor lo, Tensor hi, const float* src) override {
+    check_split(lo, hi);
+    std::vector<uint16_t> h(size_t(hi.numel()));
+    std::vector<int16_t> l(h.size());
+    master_split(src, h.data(), l.data(), h.size());
+    copy_in(hi.data, h.data(), hi.bytes());
+    copy_in(lo.data, l.data(), lo.bytes());
+  }
+  void download_master(float* dst, Tensor lo, Tensor hi) override {
+    check_split(lo, hi);
+    std::vector<uint16_t> h(size_t(hi.numel()));
+    std::vector<int16_t> l(h.size());
+    copy_out(h.data(), hi.data, hi.bytes());
+    copy_out(l.data(), lo.data, lo.bytes());
+    master_join(dst, h.data(), l.data(), h.size());
+  }
   void zero(Tensor t) override {
     OpProfiler::Scope prof_(&prof_data_, "zero", s());
     STRATA_CUDA(cudaMemsetAsync(t.data, 0, t.bytes(), s()));
@@ -507,9 +525,9 @@ class CudaBackend final : public Backend {
   void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
                   const AdamWParams& p, int t) override {
     OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
-    bf16* out = param_out.defined() && param_out.dtype == DType::bf16 ? B(param_out) : nullptr;
-    cuda::adamw_step(F(master), F(m), F(v), F(g), out, size_t(g.numel()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2,
-                     p.eps, p.weight_decay, t, s());
+    check_split(master, param_out);
+    cuda::adamw_step(static_cast<int16_t*>(master.data), B(param_out), F(m), F(v), F(g), size_t(g.numel()), F(norm_sq),
+                     max_norm, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, t, s());
   }
   void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) override {
     OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
@@ -526,8 +544,8 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
     std::vector<cuda::AdamWTensors> ts;
     for (const AdamWSlot& a : slots) {
-      bf16* out = a.param_out.defined() && a.param_out.dtype == DType::bf16 ? B(a.param_out) : nullptr;
-      ts.push_back({F(a.master), F(a.m), F(a.v), F(a.g), out, size_t(a.g.numel())});
+      check_split(a.master, a.param_out);
+      ts.push_back({static_cast<int16_t*>(a.master.data), B(a.param_out), F(a.m), F(a.v), F(a.g), size_t(a.g.numel())});
     }
     cuda::adamw_step_list(ts.data(), int(ts.size()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
                           p.weight_decay, t, s());
@@ -535,6 +553,15 @@ class CudaBackend final : public Backend {
 
  private:
   cudaStream_t s() const { return stream_.get(); }
+  // A split master: lo i16 and hi (the compute weights) bf16 of the same shape.
+  static void check_split(Tensor lo, Tensor hi) {
+    STRATA_CHECK(lo.defined() && hi.defined() && lo.dtype == DType::i16 && hi.dtype == DType::bf16 &&
+                     lo.numel() == hi.numel() && lo.contiguous() && hi.contiguous(),
+                 fmt::format("cuda keeps fp32 masters split: needs an i16 low half and the bf16 weights of one shape, "
+                             "got {} [{}] and {} [{}]",
+                             lo.defined() ? dtype_name(lo.dtype) : "none", lo.defined() ? lo.numel() : 0,
+                             hi.defined() ? dtype_name(hi.dtype) : "none", hi.defined() ? hi.numel() : 0));
+  }
   // The LM head's per-chunk gradients from the chunk's dlogits [n, V]: dx rows [r0, r0 + n) are the
   // chunk's own; dw sums over chunks, so only the first chunk may overwrite it.
   void chunk_grads(Tensor dx, Tensor dw, const Buffer& dlogits, Tensor x, Tensor w, int r0, int n, bool acc_dx,

@@ -167,6 +167,12 @@ class SimBackendImpl final : public SimBackend {
     copy(cost_.d2h(B(src)));
   }
   void upload_i32(Tensor dst, const int32_t*) override { copy(cost_.h2d(B(dst))); }
+  DType master_dtype() const override { return cuda() ? DType::i16 : DType::f32; }
+  void upload_master(Tensor lo, Tensor hi, const float*) override { copy(cost_.h2d(B(lo) + B(hi))); }
+  void download_master(float* dst, Tensor lo, Tensor hi) override {
+    std::memset(dst, 0, size_t(lo.numel()) * sizeof(float));
+    copy(cost_.d2h(B(lo) + B(hi)));
+  }
   void zero(Tensor t) override { memset(cost_.memory(B(t))); }
   void fill(Tensor t, float value) override {
     // The tape seeds backward with fill(grad:loss, 1): the phase mark for recompute accounting.
@@ -340,9 +346,7 @@ class SimBackendImpl final : public SimBackend {
   void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor, float, const AdamWParams&,
                   int) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
-    double bytes = 2 * (B(master) + B(m) + B(v)) + B(g);
-    if (param_out.defined() && param_out.dtype != master.dtype) bytes += B(param_out);
-    charge(OpKind::adamw, cost_.memory(bytes), 1, false);
+    charge(OpKind::adamw, cost_.memory(adamw_bytes({master, m, v, g, param_out})), 1, false);
   }
   // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
   void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
@@ -354,14 +358,19 @@ class SimBackendImpl final : public SimBackend {
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor, float, const AdamWParams&, int) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
     double bytes = 0;
-    for (const AdamWSlot& a : slots) {
-      bytes += 2 * (B(a.master) + B(a.m) + B(a.v)) + B(a.g);
-      if (a.param_out.defined() && a.param_out.dtype != a.master.dtype) bytes += B(a.param_out);
-    }
+    for (const AdamWSlot& a : slots) bytes += adamw_bytes(a);
     charge(OpKind::adamw, cost_.memory(bytes), list_launches(slots.size()), false);
   }
 
  private:
+  // HBM bytes of one AdamW step: master, m and v read and written, g read; a whole master's compute
+  // copy is written, a split master's (its high half) read and written.
+  static double adamw_bytes(const AdamWSlot& a) {
+    double bytes = 2 * (B(a.master) + B(a.m) + B(a.v)) + B(a.g);
+    if (a.param_out.defined() && a.master.dtype == DType::i16) return bytes + 2 * B(a.param_out);
+    if (a.param_out.defined() && a.param_out.dtype != a.master.dtype) bytes += B(a.param_out);
+    return bytes;
+  }
   static int list_launches(size_t n) { return int((n + kOptimizerListTensors - 1) / kOptimizerListTensors); }
   bool cuda() const { return opt_.mirror == SimMirror::cuda; }
   AttnWorkspaceParams attn_params() const {

@@ -70,21 +70,22 @@ void ce_dx_from_saved(bf16* dx, const bf16* saved_dx, const float* dloss, float 
 
 // out[0] += sum(g[0..n)^2), fp32 (per-block partials, then one atomic per block).
 void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);
-// One torch.optim.AdamW step (t is 1-based) on fp32 master weights, after global-norm clipping whose
-// scale is computed on device from norm_sq[0]: scale = max_norm / (sqrt(norm_sq) + 1e-6) when
-// max_norm > 0 and sqrt(norm_sq) > max_norm, else 1. param_out [n] (may be null) gets bf16(master).
-void adamw_step(float* master, float* m, float* v, const float* g, bf16* param_out, size_t n, const float* norm_sq,
+// One torch.optim.AdamW step (t is 1-based) on fp32 master weights stored split
+// (engine/master_split.h): hi [n] the bf16 compute weights, lo [n] the low halves; both are read and
+// written. Global-norm clipping's scale is computed on device from norm_sq[0]:
+// scale = max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and sqrt(norm_sq) > max_norm, else 1.
+void adamw_step(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t n, const float* norm_sq,
                 float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                 cudaStream_t stream);
 // List forms: one launch per 48 tensors instead of one per tensor (all buffers 16-byte aligned).
 // sum_squares_list adds every gs[i]'s sum of squares into out[0]; adamw_step_list is adamw_step on
 // each entry, bit for bit.
 struct AdamWTensors {
-  float* master;
+  int16_t* lo;
+  bf16* hi;
   float* m;
   float* v;
   const float* g;
-  bf16* param_out;  // may be null
   size_t n;
 };
 void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream);

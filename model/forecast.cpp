@@ -78,6 +78,7 @@ bool is_workspace(const std::string& tag) {
 // The breakdown category of an arena tag.
 std::string category(const std::string& tag) {
   if (tag == "weights") return "weights (fp32 master)";
+  if (tag == "weights.master_lo") return "weights (master low halves)";
   if (tag == "weights.compute") return "weights.compute";
   if (tag.rfind("weights.page", 0) == 0) return "weights (paged layer slots)";
   if (tag == "grads" || tag == "adam.m" || tag == "adam.v") return tag;

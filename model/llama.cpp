@@ -124,9 +124,14 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     params_.push_back(std::move(p));
     return int(params_.size() - 1);
   }
-  // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists.
+  // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists. A
+  // trainable one there keeps its master split: the compute copy is its high half, `master` the
+  // low half (Backend::master_dtype, engine/master_split.h).
   const bool low_precision = be_.compute_dtype() != DType::f32;
-  if (trainable || !low_precision) p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
+  if (trainable && low_precision)
+    p.master = Buffer(be_.arena(), be_.master_dtype(), shape, "weights.master_lo");
+  else if (!low_precision)
+    p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
   if (low_precision) p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, "weights.compute");
   if (trainable) {
     p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
@@ -142,8 +147,16 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
   if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
+  if (p.master.allocated() && p.compute.allocated() && p.master.view().dtype != DType::f32)
+    return be_.upload_master(p.master.view(), p.compute.view(), host);
   if (p.master.allocated()) be_.upload_f32(p.master.view(), host);
   if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
+}
+
+void LlamaModel::download_master(const Parameter& p, float* host) const {
+  if (p.master.allocated() && p.compute.allocated() && p.master.view().dtype != DType::f32)
+    return be_.download_master(host, p.master.view(), p.compute.view());
+  be_.download_f32(host, p.master.allocated() ? p.master.view() : p.value());
 }
 
 Parameter* LlamaModel::find(const std::string& name) {
@@ -276,7 +289,7 @@ void LlamaModel::save(const std::string& dir) const {
     if (p.page >= 0)
       pager_->read_host(size_t(p.page), host.back().data());
     else
-      be_.download_f32(host.back().data(), p.master.allocated() ? p.master.view() : p.value());
+      download_master(p, host.back().data());
     out.push_back({p.name, DType::f32, dims(p.shape), host.back().data()});
   }
   io::save_safetensors(dir + "/model.safetensors", out);
@@ -294,7 +307,7 @@ void LlamaModel::save_lora(const std::string& dir, const std::string& base_model
   for (auto& p : params_) {
     if (!p.is_lora) continue;
     host.emplace_back(size_t(p.shape.numel()));
-    be_.download_f32(host.back().data(), p.master.view());
+    download_master(p, host.back().data());
     out.push_back({"base_model.model." + p.name, DType::f32, dims(p.shape), host.back().data()});
   }
   io::save_safetensors(dir + "/adapter_model.safetensors", out);

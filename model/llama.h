@@ -40,7 +40,9 @@ struct Parameter {
   Shape shape;
   bool trainable = false;
   bool is_lora = false;
-  Buffer master;   // fp32 weights (also the compute weights on cpu); absent for frozen weights on cuda
+  // fp32 weights (also the compute weights on cpu). On cuda, trainable only, and split: `compute`
+  // holds the high half, this the i16 low half (engine/master_split.h).
+  Buffer master;
   Buffer compute;  // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
   Buffer grad;     // fp32, trainable only
   Buffer m, v;     // AdamW moments, trainable only
@@ -90,6 +92,8 @@ class LlamaModel {
  private:
   int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1);
   void set_weights(Parameter& p, const float* host);
+  // The fp32 weights of an unpaged parameter (joined from a split master) into host [numel].
+  void download_master(const Parameter& p, float* host) const;
   VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight, const std::string& cls);
   VId pid(Tape& t, const std::string& name);
 

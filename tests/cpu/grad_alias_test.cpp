@@ -36,6 +36,9 @@ class CountingBackend final : public Backend {
   void upload_f32(Tensor dst, const float* src) override { in_->upload_f32(dst, src); }
   void download_f32(float* dst, Tensor src) override { in_->download_f32(dst, src); }
   void upload_i32(Tensor dst, const int32_t* src) override { in_->upload_i32(dst, src); }
+  DType master_dtype() const override { return in_->master_dtype(); }
+  void upload_master(Tensor lo, Tensor hi, const float* src) override { in_->upload_master(lo, hi, src); }
+  void download_master(float* dst, Tensor lo, Tensor hi) override { in_->download_master(dst, lo, hi); }
   void zero(Tensor t) override { in_->zero(t); }
   void fill(Tensor t, float value) override { in_->fill(t, value); }
   void synchronize() override { in_->synchronize(); }

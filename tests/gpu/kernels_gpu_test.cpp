@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <string>
 #include <type_traits>
@@ -16,6 +17,8 @@
 #include "gpu_test_util.h"
 
 #ifdef STRATA_HAVE_CUDA
+#include "engine/dtype.h"
+#include "engine/master_split.h"
 #include "kernels/adamw.h"
 #include "kernels/add.h"
 #include "kernels/embedding.h"
@@ -384,7 +387,51 @@ TEST(KernelsGpu, SumSquares) {
   }
 }
 
-// Several AdamW steps against the cpu reference, clipping active, inactive (norm below max) and off.
+// A split fp32 master on the device (engine/master_split.h): hi the bf16 weights, lo the low halves.
+struct Master {
+  DevBuf<uint16_t> hi;
+  DevBuf<int16_t> lo;
+  explicit Master(const Vec& x) : hi(x.size()), lo(x.size()) {
+    std::vector<uint16_t> h(x.size());
+    std::vector<int16_t> l(x.size());
+    strata::master_split(x.data(), h.data(), l.data(), x.size());
+    hi.upload(h);
+    lo.upload(l);
+  }
+  Master(size_t n, uint32_t seed, float scale = 1.0f) : Master(randn(n, seed, scale)) {}
+  bf16* hi_p() { return reinterpret_cast<bf16*>(hi.p); }
+  // The fp32 master, joined on the host.
+  Vec get() const {
+    const std::vector<uint16_t> h = hi.download();
+    const std::vector<int16_t> l = lo.download();
+    Vec x(h.size());
+    strata::master_join(x.data(), h.data(), l.data(), x.size());
+    return x;
+  }
+  Vec weights() const {  // the bf16 compute weights
+    const std::vector<uint16_t> h = hi.download();
+    Vec x(h.size());
+    for (size_t i = 0; i < h.size(); i++) x[i] = strata::bf16_to_f32(h[i]);
+    return x;
+  }
+};
+
+// Bits of the nearest bf16 with ties away from zero (the split's high half) of each value.
+Vec nearest_bf16_ties_away(const Vec& x) {
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    uint16_t h;
+    int16_t l;
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    strata::master_split_bits(u, h, l);
+    y[i] = strata::bf16_to_f32(h);
+  }
+  return y;
+}
+
+// Several AdamW steps against the cpu reference (fp32 master), clipping active, inactive (norm below
+// max) and off. The split master, joined, is the reference's fp32 master (to float noise, as before).
 TEST(KernelsGpu, AdamW) {
   STRATA_REQUIRE_GPU();
   const size_t n = 100003;
@@ -392,17 +439,15 @@ TEST(KernelsGpu, AdamW) {
   hp.lr = 1e-3f, hp.beta1 = 0.9f, hp.beta2 = 0.95f, hp.eps = 1e-8f, hp.weight_decay = 0.1f;
   for (float max_norm : {1.0f, 1e9f, 0.0f}) {
     const std::string tag = " max_norm=" + std::to_string(max_norm);
-    F master(n, 80), m(vec(n, 0.0f)), v(vec(n, 0.0f)), norm_sq(vec(1));
-    B param(vec(n));
-    bf16* param_out = max_norm == 0.0f ? nullptr : param.p();  // null: master only
-    Vec pm = master.h, mm = m.h, vv = v.h;
+    Master master(n, 80);
+    F m(vec(n, 0.0f)), v(vec(n, 0.0f)), norm_sq(vec(1));
+    Vec pm = master.get(), mm = m.h, vv = v.h;
     for (int t = 1; t <= 3; t++) {
       F g(n, 81 + t);
       sc::fill_f32(norm_sq.p(), 0.0f, 1, kStream);
       sc::sum_squares(norm_sq.p(), g.p(), n, kStream);
-      param.poison();
-      sc::adamw_step(master.p(), m.p(), v.p(), g.p(), param_out, n, norm_sq.p(), max_norm, hp.lr, hp.beta1, hp.beta2,
-                     hp.eps, hp.weight_decay, t, kStream);
+      sc::adamw_step(master.lo.p, master.hi_p(), m.p(), v.p(), g.p(), n, norm_sq.p(), max_norm, hp.lr, hp.beta1,
+                     hp.beta2, hp.eps, hp.weight_decay, t, kStream);
       sync();
       // The scale the device formed, from the same norm_sq, in the same float operations.
       const float norm = std::sqrt(norm_sq.get()[0]);
@@ -415,9 +460,7 @@ TEST(KernelsGpu, AdamW) {
       EXPECT_TRUE(close(got, pm, 1e-13, "adamw master t=" + std::to_string(t) + tag));
       EXPECT_TRUE(close(m.get(), mm, 1e-12, "adamw m t=" + std::to_string(t) + tag));
       EXPECT_TRUE(close(v.get(), vv, 1e-12, "adamw v t=" + std::to_string(t) + tag));
-      if (param_out) {
-        EXPECT_TRUE(close(param.get(), round_bf16(got), 0.0, "adamw param_out" + tag));
-      }
+      EXPECT_TRUE(close(master.weights(), nearest_bf16_ties_away(got), 0.0, "adamw bf16 weights" + tag));
     }
   }
 }
@@ -434,8 +477,8 @@ TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
   sizes.resize(61);
   strata::AdamWParams hp;
   hp.lr = 1e-3f, hp.beta1 = 0.9f, hp.beta2 = 0.95f, hp.eps = 1e-8f, hp.weight_decay = 0.1f;
-  std::deque<F> master, m, v, g, master_ref, m_ref, v_ref;  // not movable: deque never moves them
-  std::deque<B> out, out_ref;
+  std::deque<Master> master, master_ref;  // not movable: deque never moves them
+  std::deque<F> m, v, g, m_ref, v_ref;
   double want_sq = 0.25;
   for (size_t i = 0; i < sizes.size(); i++) {
     const uint32_t seed = 200 + uint32_t(i) * 7;
@@ -443,15 +486,13 @@ TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
     m.emplace_back(sizes[i], seed + 1, 0.01f), m_ref.emplace_back(sizes[i], seed + 1, 0.01f);
     v.emplace_back(vec(sizes[i], 1e-4f)), v_ref.emplace_back(vec(sizes[i], 1e-4f));
     g.emplace_back(sizes[i], seed + 2);
-    out.emplace_back(vec(sizes[i])), out_ref.emplace_back(vec(sizes[i]));
     want_sq += cpu::sum_squares(g.back().h.data(), sizes[i]);
   }
   std::vector<const float*> gp;
   std::vector<sc::AdamWTensors> ts;
   for (size_t i = 0; i < sizes.size(); i++) {
     gp.push_back(g[i].p());
-    // Every third tensor has no bf16 copy (param_out null).
-    ts.push_back({master[i].p(), m[i].p(), v[i].p(), g[i].p(), i % 3 == 2 ? nullptr : out[i].p(), sizes[i]});
+    ts.push_back({master[i].lo.p, master[i].hi_p(), m[i].p(), v[i].p(), g[i].p(), sizes[i]});
   }
   F norm_sq(Vec{0.25f});
   sc::sum_squares_list(norm_sq.p(), gp.data(), sizes.data(), int(sizes.size()), kStream);
@@ -461,18 +502,16 @@ TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
     sc::adamw_step_list(ts.data(), int(ts.size()), norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps,
                         hp.weight_decay, t, kStream);
     for (size_t i = 0; i < sizes.size(); i++)
-      sc::adamw_step(master_ref[i].p(), m_ref[i].p(), v_ref[i].p(), g[i].p(), i % 3 == 2 ? nullptr : out_ref[i].p(),
-                     sizes[i], norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t, kStream);
+      sc::adamw_step(master_ref[i].lo.p, master_ref[i].hi_p(), m_ref[i].p(), v_ref[i].p(), g[i].p(), sizes[i],
+                     norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t, kStream);
     sync();
     for (size_t i = 0; i < sizes.size(); i++) {
       const std::string tag =
           " t=" + std::to_string(t) + " tensor " + std::to_string(i) + " n=" + std::to_string(sizes[i]);
       EXPECT_TRUE(close(master[i].get(), master_ref[i].get(), 0.0, "list master" + tag));
+      EXPECT_TRUE(close(master[i].weights(), master_ref[i].weights(), 0.0, "list bf16 weights" + tag));
       EXPECT_TRUE(close(m[i].get(), m_ref[i].get(), 0.0, "list m" + tag));
       EXPECT_TRUE(close(v[i].get(), v_ref[i].get(), 0.0, "list v" + tag));
-      if (i % 3 != 2) {
-        EXPECT_TRUE(close(out[i].get(), out_ref[i].get(), 0.0, "list param_out" + tag));
-      }
     }
   }
 }
