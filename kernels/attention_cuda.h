@@ -60,6 +60,11 @@ class Attention {
 
   // Tests use it to run the fallback where cuDNN would run. Process-wide.
   static void set_force_fallback(bool force);
+  // Tests: run candidate `index` (engine config x graph variant, in heuristic order) of the tuner's
+  // list instead of the tuned pick, so every plan the tuner may choose is checked; -1 = the pick.
+  // Process-wide. candidate_count: the list's length for a shape (0 off the cudnn path).
+  static void set_force_candidate(bool backward, int index);
+  size_t candidate_count(const AttnShape& s, bool backward);
 
  private:
   struct Impl;

@@ -37,6 +37,7 @@ namespace {
 using namespace cudnn_graph;
 
 std::atomic<bool> g_force_fallback{false};
+std::atomic<int> g_force_fwd{-1}, g_force_bwd{-1};  // Attention::set_force_candidate
 
 enum Uid : int64_t {
   kQ = 1,
@@ -58,9 +59,10 @@ static_assert(kdQAccum < kFirstVirtualUid);
 
 struct Plan {
   std::unique_ptr<Graph> graph;
-  bool dq_accum = false;                           // backward: fp32 dQ accumulator in ws
-  bool causal_first = true;                        // backward: mask before subtracting the stats
-  bool k_f32 = false;                              // backward: K enters dQ = dS K as an fp32 view
+  bool dq_accum = false;     // backward: fp32 dQ accumulator in ws
+  bool causal_first = true;  // backward: mask before subtracting the stats
+  bool k_f32 = false;        // backward: K enters dQ = dS K as an fp32 view
+  bool modern = false;       // backward: today's frontend graph (no dP * 1 without dropout, GEN_INDEX in fp32)
   float scale = 1.0f, neg = -FLT_MAX, one = 1.0f;  // by-value scalars read at execute
 };
 
@@ -69,11 +71,12 @@ Dims bshd_stride(int64_t h, int64_t s, int64_t d) {
   return {s * h * d, d, h * d, 1};
 }
 
-// s where row >= col else -FLT_MAX (what cudnn-frontend's causal mask lowers to).
-Desc causal(Graph& g, Desc x, Desc neg, Dims ss, Dims ss_st) {
+// s where row >= col else -FLT_MAX (what cudnn-frontend's causal mask lowers to). The index tensors
+// are INT32; index_prec is GEN_INDEX's compute type (older frontends INT32, today's the graph's fp32).
+Desc causal(Graph& g, Desc x, Desc neg, Dims ss, Dims ss_st, cudnnDataType_t index_prec = CUDNN_DATA_INT32) {
   Desc row = g.virt(CUDNN_DATA_INT32, ss, ss_st), col = g.virt(CUDNN_DATA_INT32, ss, ss_st);
-  g.pw(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
-  g.pw(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+  g.pw(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, row, index_prec, 2);
+  g.pw(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, nullptr, col, index_prec, 3);
   Desc mask = g.virt(CUDNN_DATA_BOOLEAN, ss, ss_st);
   g.pw(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, mask, CUDNN_DATA_BOOLEAN);
   Desc y = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
@@ -118,12 +121,17 @@ std::unique_ptr<Plan> build_fwd(cudnnHandle_t h, const AttnShape& s) {
 // causal_first: mask before subtracting the stats (frontend <= 1.7) or after (later frontends).
 // dq_accum: dQ through an fp32 accumulator in workspace (frontend default on cuDNN 9) or direct.
 // k_f32: K reshaped to an fp32 virtual for dQ = dS K, as cudnn-frontend 1.18 writes it.
-std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal_first, bool dq_accum, bool k_f32) {
+// modern: as the newest frontend lowers it without dropout: dP enters dP - softmax_sum directly (older
+// ones multiply it by a dropout scale of 1 first) and GEN_INDEX computes in fp32.
+std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal_first, bool dq_accum, bool k_f32,
+                                bool modern) {
   auto plan = std::make_unique<Plan>();
   plan->graph = std::make_unique<Graph>(h);
   plan->dq_accum = dq_accum;
   plan->causal_first = causal_first;
   plan->k_f32 = k_f32;
+  plan->modern = modern;
+  const cudnnDataType_t index_prec = modern ? CUDNN_DATA_FLOAT : CUDNN_DATA_INT32;
   Graph& g = *plan->graph;
   const int64_t b = s.B, hq = s.Hq, hk = s.Hkv, t = s.T, d = s.D;
   const Dims ss{b, hq, t, t}, ss_st{hq * t * t, t * t, t, 1}, row{b, hq, t, 1}, row_st{hq * t, t, 1, 1};
@@ -152,10 +160,10 @@ std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal
   Desc s0 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st), s1 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
   g.matmul(Q, KT, s0);
   g.pw(CUDNN_POINTWISE_MUL, s0, scale, nullptr, s1);
-  if (causal_first) s1 = causal(g, s1, neg, ss, ss_st);
+  if (causal_first) s1 = causal(g, s1, neg, ss, ss_st, index_prec);
   Desc s2 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
   g.pw(CUDNN_POINTWISE_SUB, s1, stats, nullptr, s2);
-  if (!causal_first) s2 = causal(g, s2, neg, ss, ss_st);
+  if (!causal_first) s2 = causal(g, s2, neg, ss, ss_st, index_prec);
   Desc e = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
   g.pw(CUDNN_POINTWISE_EXP, s2, nullptr, nullptr, e);
 
@@ -171,11 +179,14 @@ std::unique_ptr<Plan> build_bwd(cudnnHandle_t h, const AttnShape& s, bool causal
   }
 
   // dS = scale * P * (dO V^T - softmax_sum)
-  Desc dp = g.virt(CUDNN_DATA_FLOAT, ss, ss_st), dp1 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
+  Desc dp = g.virt(CUDNN_DATA_FLOAT, ss, ss_st), dp1 = dp;
   Desc dp2 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st), ds0 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
   Desc ds = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
   g.matmul(dO, VT, dp);
-  g.pw(CUDNN_POINTWISE_MUL, dp, one, nullptr, dp1);
+  if (!modern) {
+    dp1 = g.virt(CUDNN_DATA_FLOAT, ss, ss_st);
+    g.pw(CUDNN_POINTWISE_MUL, dp, one, nullptr, dp1);
+  }
   g.pw(CUDNN_POINTWISE_SUB, dp1, ssum, nullptr, dp2);
   g.pw(CUDNN_POINTWISE_MUL, dp2, e, nullptr, ds0);
   g.pw(CUDNN_POINTWISE_MUL, ds0, scale, nullptr, ds);
@@ -321,17 +332,21 @@ struct Attention::Impl {
       if (e.fwd) {
         std::string why;
         // The first variant that finalizes is the default; the others are tuning candidates.
-        constexpr std::array<std::array<bool, 3>, 6> variants{{{true, true, false},
-                                                               {false, true, false},
-                                                               {false, true, true},
-                                                               {true, true, true},
-                                                               {true, false, false},
-                                                               {false, false, false}}};
-        for (auto [causal_first, dq_accum, k_f32] : variants) {
+        // {causal_first, dq_accum, k_f32, modern}
+        constexpr std::array<std::array<bool, 4>, 8> variants{{{true, true, false, false},
+                                                               {false, true, false, false},
+                                                               {false, true, true, false},
+                                                               {true, true, true, false},
+                                                               {false, true, true, true},
+                                                               {true, true, true, true},
+                                                               {true, false, false, false},
+                                                               {false, false, false, false}}};
+        for (auto [causal_first, dq_accum, k_f32, modern] : variants) {
           try {
-            e.bwd.push_back(build_bwd(handle, s, causal_first, dq_accum, k_f32));
+            e.bwd.push_back(build_bwd(handle, s, causal_first, dq_accum, k_f32, modern));
           } catch (const Declined& ex) {
-            why += fmt::format(" [causal_first={} dq_accum={} k_f32={}: {}]", causal_first, dq_accum, k_f32, ex.what());
+            why += fmt::format(" [causal_first={} dq_accum={} k_f32={} modern={}: {}]", causal_first, dq_accum, k_f32,
+                               modern, ex.what());
           }
           if (!tune && !e.bwd.empty()) break;
         }
@@ -411,8 +426,25 @@ struct Attention::Impl {
     return best;
   }
 
+  // The candidate to run: the forced one (tests), else the tuned pick (tuned on the first call).
+  template <class Run>
+  const Choice& pick(const char* what, const AttnShape& s, const std::vector<Choice>& eligible, int forced,
+                     Choice& picked, bool& tuned, size_t region, cudaStream_t st, Run run) {
+    if (forced >= 0) {
+      STRATA_CHECK(size_t(forced) < eligible.size(),
+                   fmt::format("attention {}: forced candidate {} of {}", what, forced, eligible.size()));
+      return eligible[size_t(forced)];
+    }
+    if (!tuned) {
+      picked = tune_choice(what, s, eligible, region, st, run);
+      tuned = true;
+    }
+    return picked;
+  }
+
   static std::string variant_label(const Plan& p) {
-    return fmt::format(" [causal_first={} dq_accum={} k_f32={}]", p.causal_first, p.dq_accum, p.k_f32);
+    return fmt::format(" [causal_first={} dq_accum={} k_f32={} modern={}]", p.causal_first, p.dq_accum, p.k_f32,
+                       p.modern);
   }
   static constexpr int kTuneReps = 3;
   static TunePicks<std::array<int, 6>>& picks() {  // shared by every Attention of the process
@@ -433,6 +465,16 @@ void Attention::set_force_fallback(bool force) {
   g_force_fallback.store(force);
 }
 
+void Attention::set_force_candidate(bool backward, int index) {
+  (backward ? g_force_bwd : g_force_fwd).store(index);
+}
+
+size_t Attention::candidate_count(const AttnShape& s, bool backward) {
+  Impl::Entry* e = impl_->cudnn_entry(s);
+  if (!e) return 0;
+  return backward ? e->bwd_eligible.size() : e->fwd_eligible.size();
+}
+
 const char* Attention::path(const AttnShape& s) const {
   if (g_force_fallback.load()) return "fallback: forced by Attention::set_force_fallback";
   return impl_->entry(s).path.c_str();
@@ -441,8 +483,11 @@ const char* Attention::path(const AttnShape& s) const {
 std::string Attention::plan_label(const AttnShape& s, bool backward) const {
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return path(s);
-  const Impl::Choice& c = backward ? e->bwd_pick : e->fwd_pick;
-  const bool tuned = backward ? e->bwd_tuned : e->fwd_tuned;
+  const int forced = (backward ? g_force_bwd : g_force_fwd).load();
+  const std::vector<Impl::Choice>& list = backward ? e->bwd_eligible : e->fwd_eligible;
+  const bool use_forced = forced >= 0 && size_t(forced) < list.size();
+  const Impl::Choice& c = use_forced ? list[size_t(forced)] : backward ? e->bwd_pick : e->fwd_pick;
+  const bool tuned = use_forced || (backward ? e->bwd_tuned : e->fwd_tuned);
   return c.plan->graph->candidates[c.cand].label + (backward ? Impl::variant_label(*c.plan) : "") +
          (tuned ? "" : " (not yet tuned)");
 }
@@ -464,12 +509,10 @@ void Attention::fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const b
     execute_plan(impl_->handle, p.graph->candidates[c.cand].plan, {kQ, kK, kV, kO, kStats, kScale, kNeg},
                  {cp(q), cp(k), cp(v), out, lse, cp(&p.scale), cp(&p.neg)}, ws, st);
   };
-  if (!e->fwd_tuned) {
-    e->fwd_pick = impl_->tune_choice("forward", s, e->fwd_eligible, e->fwd_region, st, run);
-    e->fwd_tuned = true;
-  }
+  const Impl::Choice& c =
+      impl_->pick("forward", s, e->fwd_eligible, g_force_fwd.load(), e->fwd_pick, e->fwd_tuned, e->fwd_region, st, run);
   try {
-    run(e->fwd_pick);
+    run(c);
   } catch (const Declined& ex) {
     STRATA_THROW(Error, std::string("attention (cudnn): forward execute failed: ") + ex.what());
   }
@@ -502,12 +545,10 @@ void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* 
     }
     execute_plan(impl_->handle, p.graph->candidates[c.cand].plan, uids, std::move(ptrs), ws, st);
   };
-  if (!e->bwd_tuned) {
-    e->bwd_pick = impl_->tune_choice("backward", s, e->bwd_eligible, e->bwd_region, st, run);
-    e->bwd_tuned = true;
-  }
+  const Impl::Choice& c = impl_->pick("backward", s, e->bwd_eligible, g_force_bwd.load(), e->bwd_pick, e->bwd_tuned,
+                                      e->bwd_region, st, run);
   try {
-    run(e->bwd_pick);
+    run(c);
   } catch (const Declined& ex) {
     STRATA_THROW(Error, std::string("attention (cudnn): backward execute failed: ") + ex.what());
   }

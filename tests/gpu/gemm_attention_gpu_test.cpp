@@ -216,6 +216,28 @@ TEST(AttentionGpu, Cudnn) {
   }
 }
 
+// Every candidate the tuner may pick (each engine config and backward graph variant that fits the
+// workspace) against the cpu reference: timing alone chooses among them.
+TEST(AttentionGpu, EveryCudnnCandidate) {
+  STRATA_REQUIRE_GPU();
+  Attention::set_force_fallback(false);
+  Attention attn;
+  for (const AttnShape& s : {AttnShape{2, 100, 8, 2, 64}, AttnShape{1, 256, 8, 2, 128}}) {
+    if (std::string(attn.path(s)) != "cudnn") continue;
+    for (bool backward : {false, true}) {
+      const size_t n = attn.candidate_count(s, backward);
+      EXPECT_GE(n, 1u) << str(s);
+      for (size_t i = 0; i < n; i++) {
+        Attention::set_force_candidate(backward, int(i));
+        std::printf("[attention] %s %s candidate %zu of %zu: %s\n", str(s).c_str(), backward ? "bwd" : "fwd", i, n,
+                    attn.plan_label(s, backward).c_str());
+        check_attention(attn, s);
+      }
+      Attention::set_force_candidate(backward, -1);
+    }
+  }
+}
+
 TEST(AttentionGpu, Fallback) {
   STRATA_REQUIRE_GPU();
   Attention::set_force_fallback(true);

@@ -17,11 +17,24 @@ def timeit(fn, reps):
     e.record(); torch.cuda.synchronize()
     return s.elapsed_time(e) / reps
 
+def profile(fn, label):
+    """GPU time per kernel over one call of fn (after the timed runs), with grid sizes."""
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total, e.count, e.key) for e in prof.key_averages() if e.device_time_total > 0]
+    print(f"# {label}: {sum(r[0] for r in rows) / 1e3:.3f} ms GPU time", flush=True)
+    for t, n, k in sorted(rows, reverse=True):
+        print(f"#   {t / 1e3:8.3f} ms {n:3d}  {k[:140]}", flush=True)
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="4096:32:8:64,16384:32:8:64,8192:32:8:128")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--backends", default="flash,cudnn,efficient")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print each backend's GPU time per kernel over one forward + backward (torch.profiler)")
     ap.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
                     help="bshd: q/k/v/dO are [B, H, T, D] views of [B, T, H, D] memory, like strata's")
     a = ap.parse_args()
@@ -50,6 +63,8 @@ def main():
                         q.grad = k.grad = v.grad = None
                         fwd().backward(do)
                     t_fb = timeit(fb, a.reps)
+                    if a.profile:
+                        profile(fb, f"{name} T={T} H={H} KV={KV} D={D}")
                 rec.update(fwd_ms=round(t_f, 3), bwd_ms=round(t_fb - t_f, 3),
                            fwd_tflops=round(flops_fwd / t_f / 1e9, 1),
                            bwd_tflops=round(2.5 * flops_fwd / (t_fb - t_f) / 1e9, 1))
