@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "engine/master_split.h"
+#include "engine/parallel.h"
 
 namespace strata {
 
@@ -99,7 +100,12 @@ uint16_t f32_to_f16(float f) {
   return sign | uint16_t(r);
 }
 
-void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
+namespace {
+
+// Elements per parallel chunk of the conversions (4 MiB of f32).
+constexpr size_t kConvertGrain = size_t(1) << 20;
+
+void convert_to_f32_serial(float* dst, const void* src, DType from, size_t n) {
   switch (from) {
     case DType::f32:
       std::memcpy(dst, src, n * 4);
@@ -132,7 +138,7 @@ void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
   }
 }
 
-void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
+void convert_from_f32_serial(void* dst, DType to, const float* src, size_t n) {
   switch (to) {
     case DType::f32:
       std::memcpy(dst, src, n * 4);
@@ -152,6 +158,24 @@ void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
   }
 }
 
+}  // namespace
+
+void convert_to_f32(float* dst, const void* src, DType from, size_t n) {
+  const size_t esize = dtype_size(from);
+  parallel_chunks(n, kConvertGrain, [&](size_t b, size_t e) {
+    convert_to_f32_serial(dst + b, static_cast<const std::byte*>(src) + b * esize, from, e - b);
+  });
+}
+
+void convert_from_f32(void* dst, DType to, const float* src, size_t n) {
+  if (to != DType::f32 && to != DType::bf16 && to != DType::f16)  // before any thread starts
+    STRATA_THROW(Error, "convert_from_f32: cannot convert to " + std::string(dtype_name(to)));
+  const size_t esize = dtype_size(to);
+  parallel_chunks(n, kConvertGrain, [&](size_t b, size_t e) {
+    convert_from_f32_serial(static_cast<std::byte*>(dst) + b * esize, to, src + b, e - b);
+  });
+}
+
 }  // namespace strata
 
 namespace strata {
@@ -159,18 +183,22 @@ namespace strata {
 // --- split master weights (engine/master_split.h) -----------------------------------------------
 
 void master_split(const float* master, uint16_t* hi, int16_t* lo, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &master[i], 4);
-    master_split_bits(u, hi[i], lo[i]);
-  }
+  parallel_chunks(n, kConvertGrain, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &master[i], 4);
+      master_split_bits(u, hi[i], lo[i]);
+    }
+  });
 }
 
 void master_join(float* master, const uint16_t* hi, const int16_t* lo, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t u = master_join_bits(hi[i], lo[i]);
-    std::memcpy(&master[i], &u, 4);
-  }
+  parallel_chunks(n, kConvertGrain, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      const uint32_t u = master_join_bits(hi[i], lo[i]);
+      std::memcpy(&master[i], &u, 4);
+    }
+  });
 }
 
 }  // namespace strata

@@ -3,14 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "engine/ops.h"
+#include "engine/parallel.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "kernels/rope.h"
@@ -192,26 +191,16 @@ void LlamaModel::init_random(uint64_t seed) {
   // Each 1M-element chunk of each tensor has its own stream, so threads can fill them in any
   // order and the weights stay the same (an 8B model is 8e9 normals: one core is too slow).
   constexpr size_t kChunk = size_t(1) << 20;
-  const unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::vector<float> h;
   for (size_t pi = 0; pi < params_.size(); ++pi) {
     Parameter& p = params_[pi];
     if (p.is_lora) continue;
     h.resize(size_t(p.shape.numel()));
     const bool norm = p.shape.nd == 1;
-    const size_t chunks = (h.size() + kChunk - 1) / kChunk;
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t c; (c = next.fetch_add(1)) < chunks;) {
-        Rng rng(seed * 0x100000001B3ull + pi * 0x9E3779B1ull + c);
-        for (size_t i = c * kChunk; i < std::min(h.size(), (c + 1) * kChunk); ++i)
-          h[i] = norm ? 1.0f : float(0.02 * rng.normal());
-      }
-    };
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < std::min<size_t>(n_threads, chunks); ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
+    parallel_chunks(h.size(), kChunk, [&](size_t b, size_t e) {
+      Rng rng(seed * 0x100000001B3ull + pi * 0x9E3779B1ull + b / kChunk);
+      for (size_t i = b; i < e; ++i) h[i] = norm ? 1.0f : float(0.02 * rng.normal());
+    });
     set_weights(p, h.data());
   }
 }
