@@ -1,8 +1,8 @@
 // Optimizer kernels: the sum of squares for global-norm clipping, and torch.optim.AdamW on fp32
-// master weights, stored split (engine/master_split.h: the bf16 compute weights and an i16 low half). The clip scale is
-// computed on device from norm_sq (no host sync). Per-element math uses explicit round-to-nearest intrinsics (no FMA
-// contraction) in the cpu reference's order, and the scalars are formed on the host the same way, so results match
-// kernels/adamw_cpu.cpp.
+// master weights stored split (engine/master_split.h: the bf16 compute weights plus an i16 low
+// half). The clip scale is computed on device from norm_sq (no host sync). Per-element math uses
+// explicit round-to-nearest intrinsics (no FMA contraction) in the cpu reference's order, and the
+// scalars are formed on the host the same way, so results match kernels/adamw_cpu.cpp.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
