@@ -6,6 +6,24 @@
 
 namespace strata {
 
+const char* op_kind_name(OpKind k) {
+  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",
+                                "add",       "lm_head_ce", "lm_head_logits", "adamw", "grad_norm"};
+  static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::count_));
+  return names[int(k)];
+}
+
+std::string support_summary(const Backend& be) {
+  std::string s;
+  for (int k = 0; k < int(OpKind::count_); ++k) {
+    std::string types;
+    for (DType t : {DType::f32, DType::bf16, DType::f16})
+      if (be.supports(OpKind(k), t)) types += (types.empty() ? "" : "/") + std::string(dtype_name(t));
+    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", op_kind_name(OpKind(k)), types.empty() ? "none" : types);
+  }
+  return s;
+}
+
 namespace {
 [[noreturn]] void no_tiers(const Backend& b) {
   throw UnsupportedError(fmt::format("the {} backend has no host/disk tier transfers", b.name()));

@@ -29,6 +29,9 @@ enum class OpKind {
   count_
 };
 const char* op_kind_name(OpKind k);
+class Backend;
+// "embedding bf16, rmsnorm bf16, ..., adamw f32, ...": what Backend::supports says, for messages.
+std::string support_summary(const Backend& be);
 
 // Host memory for the host tier and disk staging: pinned on cuda (one allocation sized up front),
 // plain on cpu. `note` says why it is pageable when pinning failed.
@@ -50,7 +53,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   // The device tier. All activations, weights, gradients and optimizer state live here.
   virtual Arena& arena() = 0;
-  // Which ops (and element types) this backend runs: dispatch says it plainly.
+  // Which ops (and element types) this backend runs: dispatch says it plainly. The tape checks
+  // every op it records against it (an unsupported op fails at record time, naming the op, the
+  // value and what the backend runs: support_summary).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // Activation / weight element type this backend computes in (f32 on cpu, bf16 on cuda).
   virtual DType compute_dtype() const = 0;

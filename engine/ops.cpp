@@ -13,6 +13,7 @@ Shape rows_by(const Shape& x, int64_t cols) {
 class EmbeddingOp final : public Op {
  public:
   const char* name() const override { return "embedding"; }
+  OpKind kind() const override { return OpKind::embedding; }
   void forward(Backend& be, const OpArgs& a) override { be.embedding_fwd(a.out[0], a.in[0], a.in[1]); }
   void backward(Backend& be, const OpArgs& a) override {
     if (a.gin[1].defined()) be.embedding_bwd(a.gin[1], a.gout[0], a.in[0], a.acc[1]);
@@ -25,6 +26,7 @@ class RmsNormOp final : public Op {
  public:
   explicit RmsNormOp(float eps) : eps_(eps) {}
   const char* name() const override { return "rmsnorm"; }
+  OpKind kind() const override { return OpKind::rmsnorm; }
   void forward(Backend& be, const OpArgs& a) override { be.rmsnorm_fwd(a.out[0], a.out[1], a.in[0], a.in[1], eps_); }
   void backward(Backend& be, const OpArgs& a) override {
     if (a.gout[0].defined())
@@ -41,6 +43,7 @@ class LinearOp final : public Op {
  public:
   explicit LinearOp(bool weight_trainable) : weight_trainable_(weight_trainable) {}
   const char* name() const override { return "linear"; }
+  OpKind kind() const override { return OpKind::linear; }
   void forward(Backend& be, const OpArgs& a) override { be.linear_fwd(a.out[0], a.in[0], a.in[1]); }
   void backward(Backend& be, const OpArgs& a) override {
     be.linear_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.acc[0], a.acc[1]);
@@ -57,6 +60,7 @@ class RopeOp final : public Op {
  public:
   explicit RopeOp(int heads) : heads_(heads) {}
   const char* name() const override { return "rope"; }
+  OpKind kind() const override { return OpKind::rope; }
   Tensor heads(const Tensor& x) const {
     if (!x.defined()) return x;
     int64_t n = x.shape[0], hd = x.shape[1];
@@ -79,6 +83,7 @@ class AttentionOp final : public Op {
  public:
   AttentionOp(int B, int T, int Hq, int Hkv, int D) : B_(B), T_(T), Hq_(Hq), Hkv_(Hkv), D_(D) {}
   const char* name() const override { return "attention"; }
+  OpKind kind() const override { return OpKind::attention; }
   Tensor q4(const Tensor& x) const { return x.defined() ? x.reshape(Shape{B_, T_, Hq_, D_}) : x; }
   Tensor kv4(const Tensor& x) const { return x.defined() ? x.reshape(Shape{B_, T_, Hkv_, D_}) : x; }
   void forward(Backend& be, const OpArgs& a) override {
@@ -99,6 +104,7 @@ class AttentionOp final : public Op {
 class SwigluOp final : public Op {
  public:
   const char* name() const override { return "swiglu"; }
+  OpKind kind() const override { return OpKind::swiglu; }
   void forward(Backend& be, const OpArgs& a) override { be.swiglu_fwd(a.out[0], a.in[0], a.in[1]); }
   void backward(Backend& be, const OpArgs& a) override {
     be.swiglu_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.acc[0], a.acc[1]);
@@ -111,6 +117,7 @@ class AddOp final : public Op {
  public:
   explicit AddOp(float scale) : scale_(scale) {}
   const char* name() const override { return "add"; }
+  OpKind kind() const override { return OpKind::add; }
   void forward(Backend& be, const OpArgs& a) override { be.add_fwd(a.out[0], a.in[0], a.in[1], scale_); }
   void backward(Backend& be, const OpArgs& a) override {
     be.add_bwd(a.gin[0], a.gin[1], a.gout[0], scale_, a.acc[0], a.acc[1]);
@@ -128,6 +135,7 @@ class LmHeadCeOp final : public Op {
  public:
   explicit LmHeadCeOp(int chunk) : chunk_(chunk) {}
   const char* name() const override { return "lm_head_ce"; }
+  OpKind kind() const override { return OpKind::lm_head_ce; }
   void forward(Backend& be, const OpArgs& a) override {
     be.lm_head_ce_fwd(a.out[0], a.out[1], a.in[0], a.in[1], a.in[2], chunk_);
   }
@@ -149,6 +157,7 @@ class LmHeadCeGradOp final : public Op {
  public:
   explicit LmHeadCeGradOp(int chunk) : chunk_(chunk) {}
   const char* name() const override { return "lm_head_ce"; }
+  OpKind kind() const override { return OpKind::lm_head_ce; }
   void forward(Backend& be, const OpArgs& a) override {
     dw_written_ = a.gin[1].defined();
     be.lm_head_ce_fwd_grad(a.out[0], a.out[1], a.gin[1], a.in[0], a.in[1], a.in[2], chunk_, Tape::kLossSeed, a.acc[1]);

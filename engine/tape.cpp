@@ -61,6 +61,15 @@ std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in
                  fmt::format("{}: input value {} does not exist", n.op->name(), u));
     n.needs_backward = n.needs_backward || values_[size_t(u)].requires_grad;
   }
+  // Dispatch: the op runs in the element type of its first floating-point input.
+  for (VId u : in) {
+    const Value& x = values_[size_t(u)];
+    if (x.dtype != DType::f32 && x.dtype != DType::bf16 && x.dtype != DType::f16) continue;
+    if (!be_.supports(n.op->kind(), x.dtype))
+      throw UnsupportedError(fmt::format("the {} backend has no {} {} (input '{}'); it runs: {}", be_.name(),
+                                         dtype_name(x.dtype), op_kind_name(n.op->kind()), x.cls, support_summary(be_)));
+    break;
+  }
   for (size_t i = 0; i < in.size(); ++i) {
     if (!n.op->grad_in_forward(int(i))) continue;
     n.replayable = false;

@@ -53,6 +53,8 @@ class Op {
  public:
   virtual ~Op() = default;
   virtual const char* name() const = 0;
+  // The backend op family it dispatches to (Backend::supports is asked at record time).
+  virtual OpKind kind() const = 0;
   virtual void forward(Backend& be, const OpArgs& a) = 0;
   virtual void backward(Backend& be, const OpArgs& a) = 0;
   // Whether backward reads input i / output i.

@@ -17,12 +17,6 @@
 
 namespace strata {
 
-const char* op_kind_name(OpKind k) {
-  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",
-                                "add",       "lm_head_ce", "lm_head_logits", "adamw", "grad_norm"};
-  return names[int(k)];
-}
-
 namespace {
 
 float* F(const Tensor& t) {

@@ -212,6 +212,29 @@ TEST(Tape, AValueReadTwiceByOneNodeGetsBothGradients) {
   }
 }
 
+// Dispatch: an op the backend does not run in the input's element type fails when it is recorded,
+// naming the op, the input and what the backend runs.
+TEST(Tape, UnsupportedOpFailsAtRecordNamingItAndWhatTheBackendRuns) {
+  auto be = make_cpu_backend(size_t(16) << 20);
+  EXPECT_TRUE(be->supports(OpKind::linear, DType::f32));
+  EXPECT_FALSE(be->supports(OpKind::linear, DType::bf16));
+  Buffer x(be->arena(), DType::bf16, Shape{4, 8}, "x"), w(be->arena(), DType::f32, Shape{3, 8}, "w");
+  Tape t(*be);
+  TapeGuard guard(t);
+  VId xi = t.input("L0.h", x.view()), wi = t.param("w", w.view(), Tensor());
+  try {
+    ops::linear(t, xi, wi, "L0.y");
+    FAIL() << "a bf16 linear on the cpu backend must be refused";
+  } catch (const UnsupportedError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the cpu backend has no bf16 linear (input 'L0.h')"), std::string::npos) << m;
+    EXPECT_NE(m.find("it runs: embedding f32, rmsnorm f32, linear f32"), std::string::npos) << m;
+  }
+  // The same op in f32 records.
+  Buffer xf(be->arena(), DType::f32, Shape{4, 8}, "xf");
+  EXPECT_GE(ops::linear(t, t.input("L0.hf", xf.view()), wi, "L0.yf"), 0);
+}
+
 TEST(Plans, HostDecisionsNeedASlotStore) {
   // A bare tape (no Trainer, so no slot store) refuses host/disk decisions by name.
   Plan p;
