@@ -146,6 +146,25 @@ TEST(Sim, LayerOffloadingNeedsAFrozenBase) {
   EXPECT_THROW(forecast(full), UnsupportedError);
 }
 
+// What each backend runs, as the record-time dispatch check reports it: the sim says what the
+// backend it mirrors says (cuda: bf16 ops, fp32 optimizer; split masters), the cpu backend f32.
+TEST(Sim, DispatchMirrorsTheBackend) {
+  SimOptions so;
+  so.profile = find_profile("h200");
+  auto cuda = make_sim_backend(so);
+  EXPECT_EQ(support_summary(*cuda),
+            "embedding bf16, rmsnorm bf16, linear bf16, rope bf16, attention bf16, swiglu bf16, add bf16, "
+            "lm_head_ce bf16, lm_head_logits bf16, adamw f32, grad_norm f32");
+  EXPECT_EQ(cuda->master_dtype(), DType::i16);
+  so.mirror = SimMirror::cpu;
+  auto cpu_mirror = make_sim_backend(so);
+  auto cpu = make_cpu_backend(size_t(1) << 20);
+  EXPECT_EQ(support_summary(*cpu_mirror), support_summary(*cpu));
+  EXPECT_EQ(support_summary(*cpu).find("bf16"), std::string::npos) << support_summary(*cpu);
+  EXPECT_EQ(cpu_mirror->master_dtype(), DType::f32);
+  EXPECT_EQ(cpu->master_dtype(), DType::f32);
+}
+
 // The disk queue: serial, starting no earlier than the host issues a request; done once the clock
 // passed its end; a wait moves the clock there. Requests are checked and fail as io::UringFile's do.
 TEST(Sim, DiskFileIsASerialQueueOnTheClock) {
