@@ -144,17 +144,22 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   return int(params_.size() - 1);
 }
 
+namespace {
+// A trainable weight on a bf16 backend: its fp32 master is the compute copy plus an i16 low half.
+bool split_master(const Parameter& p) {
+  return p.master.allocated() && p.compute.allocated() && p.master.view().dtype != DType::f32;
+}
+}  // namespace
+
 void LlamaModel::set_weights(Parameter& p, const float* host) {
   if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
-  if (p.master.allocated() && p.compute.allocated() && p.master.view().dtype != DType::f32)
-    return be_.upload_master(p.master.view(), p.compute.view(), host);
+  if (split_master(p)) return be_.upload_master(p.master.view(), p.compute.view(), host);
   if (p.master.allocated()) be_.upload_f32(p.master.view(), host);
   if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
 }
 
 void LlamaModel::download_master(const Parameter& p, float* host) const {
-  if (p.master.allocated() && p.compute.allocated() && p.master.view().dtype != DType::f32)
-    return be_.download_master(host, p.master.view(), p.compute.view());
+  if (split_master(p)) return be_.download_master(host, p.master.view(), p.compute.view());
   be_.download_f32(host, p.master.allocated() ? p.master.view() : p.value());
 }
 
