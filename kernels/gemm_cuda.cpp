@@ -6,8 +6,10 @@
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -133,48 +135,78 @@ struct Gemm::Impl {
     LT_CHECK(cublasLtMatmul(handle, e.op, &alpha, A, e.a, B, e.b, &beta, C, e.c, C, e.c, &e.algo, ws, ws_bytes, s));
   }
 
-  // Times each candidate algorithm on the call's own operands (one warm-up, kTuneReps timed runs)
-  // and keeps the fastest. An algorithm that fails to launch is skipped.
+  // Times each candidate algorithm on the call's own operands and keeps the fastest; one that
+  // fails to launch is skipped. Default: one warm-up and kTuneReps timed runs each, back to back.
+  // STRATA_GEMM_TUNE_MS=X (sustained): kTuneRounds round-robin rounds, each candidate run for about
+  // X / kTuneRounds ms a round, so every candidate is timed over the same stretch of clocks and
+  // power (long enough to reach the board's power cap, where a training step runs).
   void tune_entry(const Problem& p, Entry& e, const void* A, const void* B, void* C, cudaStream_t s) {
     e.tuned = true;
     cudaEvent_t t0 = nullptr, t1 = nullptr;
     cudaEventCreate(&t0);
     cudaEventCreate(&t1);
     const float alpha = 1.0f, beta = 0.0f;
+    const size_t n = e.algos.size();
+    auto launch = [&](size_t i) {
+      return cublasLtMatmul(handle, e.op, &alpha, A, e.a, B, e.b, &beta, C, e.c, C, e.c, &e.algos[i], ws, ws_bytes,
+                            s) == CUBLAS_STATUS_SUCCESS;
+    };
+    auto timed = [&](size_t i, int reps) {  // ms a run; FLT_MAX when a launch fails
+      float ms = FLT_MAX;
+      cudaEventRecord(t0, s);
+      bool ok = true;
+      for (int r = 0; r < reps && ok; r++) ok = launch(i);
+      cudaEventRecord(t1, s);
+      cudaEventSynchronize(t1);
+      if (ok && cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess) ms /= float(reps);
+      return ok ? ms : FLT_MAX;
+    };
+    std::vector<double> total(n, 0.0);
+    std::vector<int> runs(n, 0), reps(n, kTuneReps);
+    std::vector<bool> dead(n, false);
+    for (size_t i = 0; i < n; i++) {
+      dead[i] = !launch(i);  // warm-up
+      if (!dead[i] && sustained_ms > 0) {
+        const float one = timed(i, 1);
+        dead[i] = one == FLT_MAX;
+        const double per_round = sustained_ms / kTuneRounds;
+        if (!dead[i]) reps[i] = std::max(kTuneReps, int(std::ceil(per_round / std::max(one, 1e-3f))));
+      }
+    }
+    const int rounds = sustained_ms > 0 ? kTuneRounds : 1;
+    for (int r = 0; r < rounds; r++)
+      for (size_t i = 0; i < n; i++) {
+        if (dead[i]) continue;
+        const float ms = timed(i, reps[i]);
+        if (ms == FLT_MAX) {
+          dead[i] = true;
+          continue;
+        }
+        total[i] += double(ms) * reps[i];
+        runs[i] += reps[i];
+      }
     float best = FLT_MAX;
     int best_i = 0;
     std::string log;
-    for (size_t i = 0; i < e.algos.size(); i++) {
-      const cublasLtMatmulAlgo_t& algo = e.algos[i];
-      auto launch = [&] {
-        return cublasLtMatmul(handle, e.op, &alpha, A, e.a, B, e.b, &beta, C, e.c, C, e.c, &algo, ws, ws_bytes, s);
-      };
-      float ms = FLT_MAX;
-      if (launch() == CUBLAS_STATUS_SUCCESS) {
-        cudaEventRecord(t0, s);
-        bool ok = true;
-        for (int r = 0; r < kTuneReps && ok; r++) ok = launch() == CUBLAS_STATUS_SUCCESS;
-        cudaEventRecord(t1, s);
-        cudaEventSynchronize(t1);
-        if (ok && cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess) ms /= kTuneReps;
-      }
+    for (size_t i = 0; i < n; i++) {
+      const float ms = dead[i] ? FLT_MAX : float(total[i] / runs[i]);
       if (verbose) log += fmt::format(" {:.3f}", ms == FLT_MAX ? -1.0f : ms);
       // A later-ranked algorithm must win by kTuneMargin: timing noise should not flip the pick.
       if (ms < best * (best == FLT_MAX ? 1.0f : 1.0f - kTuneMargin)) {
         best = ms;
         best_i = int(i);
-        e.algo = algo;
+        e.algo = e.algos[i];
       }
     }
     picks().put(p.key(), best_i);
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     if (verbose)
-      std::fprintf(stderr, "strata gemm m=%d n=%d k=%d ta=%d tb=%d: %zu algorithms, ms:%s\n", p.m, p.n, p.k, int(p.ta),
-                   int(p.tb), e.algos.size(), log.c_str());
+      std::fprintf(stderr, "strata gemm m=%d n=%d k=%d ta=%d tb=%d: %zu algorithms, ms:%s -> %d%s\n", p.m, p.n, p.k,
+                   int(p.ta), int(p.tb), n, log.c_str(), best_i, sustained_ms > 0 ? " (sustained)" : "");
   }
 
-  static constexpr int kTuneCandidates = 8, kTuneReps = 3;
+  static constexpr int kTuneCandidates = 8, kTuneReps = 3, kTuneRounds = 3;
   using Key = std::array<int64_t, 13>;
   static TunePicks<Key>& picks() {  // shared by every Gemm of the process
     static TunePicks<Key> p;
@@ -182,6 +214,7 @@ struct Gemm::Impl {
   }
   const bool tune = env_flag("STRATA_GEMM_TUNE", true);
   const bool verbose = env_flag("STRATA_GEMM_VERBOSE", false);
+  const double sustained_ms = env_double("STRATA_GEMM_TUNE_MS", 0.0);
 };
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {

@@ -18,6 +18,15 @@ inline bool env_flag(const char* name, bool dflt) {
   return e && *e ? std::string(e) != "0" : dflt;
 }
 
+// NAME unset, empty or not a number: dflt.
+inline double env_double(const char* name, double dflt) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return dflt;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  return end && *end == '\0' ? v : dflt;
+}
+
 // Index of the winning candidate per (current device, Key); -1 when not tuned yet.
 template <class Key>
 class TunePicks {

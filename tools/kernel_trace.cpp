@@ -45,6 +45,64 @@ std::string format_kernel_table(const std::vector<KernelTime>& rows, int steps, 
   return out;
 }
 
+Timeline summarize_timeline(std::vector<KernelSpan> iv) {
+  Timeline t;
+  if (iv.empty()) return t;
+  std::sort(iv.begin(), iv.end(), [](const KernelSpan& a, const KernelSpan& b) {
+    return a.start != b.start ? a.start < b.start : a.end < b.end;
+  });
+  auto name = [](const KernelSpan& k) { return k.name ? *k.name : std::string("?"); };
+  uint64_t busy = 0, cur_b = iv[0].start, cur_e = iv[0].end, last_end = iv[0].end;
+  size_t last_i = 0;  // the span that ends the current busy stretch
+  for (size_t i = 1; i < iv.size(); i++) {
+    if (iv[i].start > cur_e) {
+      busy += cur_e - cur_b;
+      const uint64_t g = iv[i].start - cur_e;
+      const double ms = double(g) * 1e-6;
+      t.idle_ms += ms;
+      t.longest_gap_ms = std::max(t.longest_gap_ms, ms);
+      if (g > 20000) {
+        t.gaps_over_20us++;
+        t.gaps_over_20us_ms += ms;
+      }
+      if (t.longest.size() < Timeline::kLongest || ms > t.longest.back().ms) {
+        if (t.longest.size() == Timeline::kLongest) t.longest.pop_back();
+        Timeline::Gap gap{ms, name(iv[last_i]), name(iv[i])};
+        auto at = std::find_if(t.longest.begin(), t.longest.end(), [&](const Timeline::Gap& x) { return x.ms < ms; });
+        t.longest.insert(at, std::move(gap));
+      }
+      cur_b = iv[i].start;
+      cur_e = iv[i].end;
+      last_i = i;
+    } else if (iv[i].end >= cur_e) {
+      cur_e = iv[i].end;
+      last_i = i;
+    }
+    last_end = std::max(last_end, iv[i].end);
+  }
+  busy += cur_e - cur_b;
+  t.busy_ms = double(busy) * 1e-6;
+  t.span_ms = double(last_end - iv[0].start) * 1e-6;
+  return t;
+}
+
+std::string format_timeline(const Timeline& t, int steps) {
+  const double per = steps > 0 ? 1.0 / steps : 1.0;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "strata kernel timeline: %.2f ms span a step, GPU busy %.2f ms, idle %.2f ms (%.1f%%); "
+                "%.1f gaps over 20 us a step totalling %.2f ms, longest %.3f ms\n",
+                t.span_ms * per, t.busy_ms * per, t.idle_ms * per, t.span_ms > 0 ? 100 * t.idle_ms / t.span_ms : 0.0,
+                double(t.gaps_over_20us) * per, t.gaps_over_20us_ms * per, t.longest_gap_ms);
+  std::string out = line;
+  for (const Timeline::Gap& g : t.longest) {
+    std::snprintf(line, sizeof line, "  gap %8.3f ms after %.60s, before %.60s\n", g.ms, g.before.c_str(),
+                  g.after.c_str());
+    out += line;
+  }
+  return out;
+}
+
 #ifdef STRATA_HAVE_CUPTI
 namespace {
 
@@ -116,6 +174,7 @@ Cupti& cupti() {
 struct Collector {
   std::mutex mu;
   std::map<std::string, std::pair<double, long>> totals;
+  std::vector<KernelSpan> intervals;  // every kernel; names point at totals' keys
   size_t dropped = 0;
   bool active = false;
 };
@@ -142,9 +201,10 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
       // start, end and name sit at the same offsets in every kernel record version since 4.
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      auto& t = c.totals[k->name ? k->name : "(unnamed)"];
-      t.first += double(k->end - k->start) * 1e-6;
-      t.second += 1;
+      auto it = c.totals.try_emplace(k->name ? k->name : "(unnamed)").first;
+      it->second.first += double(k->end - k->start) * 1e-6;
+      it->second.second += 1;
+      c.intervals.push_back({uint64_t(k->start), uint64_t(k->end), &it->first});
     }
     size_t dropped = 0;
     if (cupti().dropped(ctx, stream, &dropped) == CUPTI_SUCCESS) c.dropped += dropped;
@@ -165,6 +225,7 @@ std::unique_ptr<KernelTrace> KernelTrace::start(std::string* why) {
       return nullptr;
     }
     c.totals.clear();
+    c.intervals.clear();
     c.dropped = 0;
     c.active = true;
   }
@@ -192,6 +253,8 @@ std::vector<KernelTime> KernelTrace::stop() {
   std::lock_guard<std::mutex> lock(c.mu);
   c.active = false;
   if (c.dropped > 0) std::fprintf(stderr, "strata kernel trace: CUPTI dropped %zu records\n", c.dropped);
+  timeline_ = summarize_timeline(std::move(c.intervals));
+  c.intervals.clear();
   return summarize_kernels(c.totals);
 }
 

@@ -4,6 +4,7 @@
 // `tools/bench/hf_bench.py --profile`. libcupti is loaded at run time: $STRATA_CUPTI_LIB, else
 // libcupti.so.13 / libcupti.so on the loader's path, else the CUDA toolkit's copy.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,29 @@ std::vector<KernelTime> summarize_kernels(const std::map<std::string, std::pair<
 // header line with the total; names cut at 110 characters.
 std::string format_kernel_table(const std::vector<KernelTime>& rows, int steps, int top);
 
+// When the GPU was busy: the union of the kernels' [start, end) intervals (ns), against the span
+// from the first start to the last end. Idle = span - busy: launch gaps, host work between
+// kernels, and synchronisations (what a denser schedule or CUDA graphs could reclaim).
+struct KernelSpan {
+  uint64_t start = 0, end = 0;        // ns
+  const std::string* name = nullptr;  // may be null
+};
+struct Timeline {
+  struct Gap {
+    double ms = 0;
+    std::string before, after;  // the kernels that end before and start after it
+  };
+  double span_ms = 0, busy_ms = 0, idle_ms = 0;
+  long gaps_over_20us = 0;       // idle stretches longer than 20 us
+  double gaps_over_20us_ms = 0;  // their total
+  double longest_gap_ms = 0;
+  std::vector<Gap> longest;  // the kLongest longest gaps, longest first
+  static constexpr size_t kLongest = 6;
+};
+Timeline summarize_timeline(std::vector<KernelSpan> spans);
+// "span, busy, idle" per step, one line; then one line per gap of `longest` (names cut at 60).
+std::string format_timeline(const Timeline& t, int steps);
+
 class KernelTrace {
  public:
   // Starts recording kernel activity. nullptr, with *why set, when CUPTI cannot be loaded or
@@ -36,11 +60,14 @@ class KernelTrace {
   // Flushes and stops recording; the kernels seen since start().
   std::vector<KernelTime> stop();
   const std::string& library() const { return library_; }
+  // The busy/idle summary of the kernels stop() returned.
+  const Timeline& timeline() const { return timeline_; }
 
  private:
   KernelTrace() = default;
   std::string library_;
   bool running_ = false;
+  Timeline timeline_;
 };
 
 }  // namespace strata::tools

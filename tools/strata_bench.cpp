@@ -136,8 +136,9 @@ int main(int argc, char** argv) {
       loss = st.loss;
     }
     if (trace) {
-      std::fprintf(stderr, "strata-bench: kernel trace through %s (the timed steps include its overhead)\n%s",
-                   trace->library().c_str(), tools::format_kernel_table(trace->stop(), steps, 40).c_str());
+      const std::string table = tools::format_kernel_table(trace->stop(), steps, 40);
+      std::fprintf(stderr, "strata-bench: kernel trace through %s (the timed steps include its overhead)\n%s%s",
+                   trace->library().c_str(), table.c_str(), tools::format_timeline(trace->timeline(), steps).c_str());
       trace.reset();
     }
     offloaded = tr.store().stats().offloaded_bytes / size_t(warmup + steps);

@@ -34,6 +34,35 @@ TEST(KernelTrace, TableIsPerStepAndCut) {
   EXPECT_EQ(all.find(std::string(111, 'k')), std::string::npos);
 }
 
+TEST(KernelTrace, TimelineUnitesOverlapsAndCountsGaps) {
+  // ns: [0,100) and [50,150) overlap (busy 150); gap 150 -> 30,150 (30 us); [30150, 30200);
+  // gap 10 us; [40200, 40300) contains [40210, 40220). Given out of order.
+  const std::string a = "a", b = "b", c = "c", d = "d";
+  const Timeline t =
+      summarize_timeline({{40210, 40220, &d}, {0, 100, &a}, {30150, 30200, &c}, {50, 150, &b}, {40200, 40300, &d}});
+  EXPECT_DOUBLE_EQ(t.span_ms, 40300e-6);
+  EXPECT_DOUBLE_EQ(t.busy_ms, (150 + 50 + 100) * 1e-6);
+  EXPECT_DOUBLE_EQ(t.idle_ms, (30000 + 10000) * 1e-6);
+  EXPECT_EQ(t.gaps_over_20us, 1);
+  EXPECT_DOUBLE_EQ(t.gaps_over_20us_ms, 0.03);
+  EXPECT_DOUBLE_EQ(t.longest_gap_ms, 0.03);
+  const std::string s = format_timeline(t, 2);
+  EXPECT_NE(s.find("0.02 ms span a step, GPU busy 0.00 ms, idle 0.02 ms (99.3%); 0.5 gaps over 20 us"),
+            std::string::npos)
+      << s;
+  ASSERT_EQ(t.longest.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.longest[0].ms, 0.03);
+  EXPECT_EQ(t.longest[0].before, "b") << "b ends the first busy stretch";
+  EXPECT_EQ(t.longest[0].after, "c");
+  EXPECT_DOUBLE_EQ(t.longest[1].ms, 0.01);
+  EXPECT_EQ(t.longest[1].before, "c");
+  EXPECT_EQ(t.longest[1].after, "d");
+  EXPECT_NE(s.find("  gap    0.030 ms after b, before c\n"), std::string::npos) << s;
+  const Timeline none = summarize_timeline({});
+  EXPECT_EQ(none.span_ms, 0.0);
+  EXPECT_EQ(none.gaps_over_20us, 0);
+}
+
 TEST(KernelTrace, StartEitherRunsOrSaysWhy) {
   std::string why;
   auto t = KernelTrace::start(&why);
