@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -103,9 +104,13 @@ int main(int argc, char** argv) {
     to.adam.lr = 1e-5f;
     to.max_grad_norm = float(a.number("max-grad-norm", to.max_grad_norm));
 
+    using Clock = std::chrono::steady_clock;
+    auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    const Clock::time_point t_model = Clock::now();
     LlamaModel model(*be, c, mo);
     model.init_random(0);
     Trainer tr(*be, model, to);
+    const Clock::time_point t_ready = Clock::now();
     Rng rng(1);
     Batch b;
     b.B = batch;
@@ -128,6 +133,9 @@ int main(int argc, char** argv) {
         if (!trace) std::fprintf(stderr, "strata-bench: no kernel trace: %s\n", why.c_str());
       }
       StepStats st = tr.step(b);
+      if (s == 0)  // the first step tunes the GEMM and attention plans of every new shape
+        std::fprintf(stderr, "strata-bench: setup %.1f s (model and random weights %.1f s, first step %.1f s)\n",
+                     secs(t_model, Clock::now()), secs(t_model, t_ready), st.seconds);
       if (s >= warmup) times.push_back(st.seconds);
       peak = std::max(peak, st.peak_device_bytes);
       used = std::max(used, be->device_used_bytes());
