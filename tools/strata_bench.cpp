@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     if (a.has("config")) {
       if (a.has("plan")) throw ConfigError("--plan and --config exclude each other", "command line", "config");
       apply_yaml(tc, a.str("config"));
-      plan_name = "config:" + tc.plan.preset;
+      plan_name = "config:" + a.str("config") + " (" + tc.plan.preset + ")";
     }
     const std::string be_name = resolve_backend_name(a.str("backend", "auto"));
     auto be = make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory")
