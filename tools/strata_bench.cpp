@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "io/hf_config.h"
@@ -156,18 +158,31 @@ int main(int argc, char** argv) {
     const double flops = step_flops(c, tokens, seq, mode == "full");
     const double peak_tflops = a.number("peak-tflops", 989.0);
     const double mfu = med > 0 ? flops / med / (peak_tflops * 1e12) : 0;
-    std::printf(
-        "{\"engine\": \"strata\", \"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"seq\": %d, "
-        "\"batch\": %d, \"mode\": \"%s\", \"plan\": \"%s\", \"layer_offloading\": %s, "
-        "\"loss_grad_in_forward\": %s, \"max_grad_norm\": %g, \"step_s\": %.5f, \"tokens_per_s\": %.1f, "
-        "\"peak_arena_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
-        "\"offloaded_bytes_per_step\": %zu, \"device_used_bytes\": %zu, \"mfu\": %.4f, \"loss\": %.4f, "
-        "\"params\": %zu, \"trainable\": %zu}\n",
-        be_name.c_str(), be->device_name().c_str(),
-        a.has("model") ? a.str("model").c_str() : a.str("shape", "tiny").c_str(), seq, batch, mode.c_str(),
-        plan_name.c_str(), mo.page_frozen_layers ? "true" : "false", mo.loss_grad_in_forward ? "true" : "false",
-        double(to.max_grad_norm), med, med > 0 ? tokens / med : 0.0, peak, host_peak, disk_peak, offloaded, used, mfu,
-        double(loss), model.param_count(), model.trainable_count());
+    auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
+    nlohmann::ordered_json j;  // strings escaped (a --model or --config path may hold anything)
+    j["engine"] = "strata";
+    j["backend"] = be_name;
+    j["device"] = be->device_name();
+    j["shape"] = a.has("model") ? a.str("model") : a.str("shape", "tiny");
+    j["seq"] = seq;
+    j["batch"] = batch;
+    j["mode"] = mode;
+    j["plan"] = plan_name;
+    j["layer_offloading"] = mo.page_frozen_layers;
+    j["loss_grad_in_forward"] = mo.loss_grad_in_forward;
+    j["max_grad_norm"] = double(to.max_grad_norm);
+    j["step_s"] = round_to(med, 1e5);
+    j["tokens_per_s"] = round_to(med > 0 ? tokens / med : 0.0, 10);
+    j["peak_arena_bytes"] = peak;
+    j["peak_host_bytes"] = host_peak;
+    j["peak_disk_bytes"] = disk_peak;
+    j["offloaded_bytes_per_step"] = offloaded;
+    j["device_used_bytes"] = used;
+    j["mfu"] = round_to(mfu, 1e4);
+    j["loss"] = round_to(double(loss), 1e4);
+    j["params"] = model.param_count();
+    j["trainable"] = model.trainable_count();
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     std::fprintf(stderr, "strata-bench: %.0f tok/s, step %.3f s, arena peak %s, device used %s, MFU %.1f%%\n",
                  med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
     return 0;

@@ -143,6 +143,35 @@ TEST_F(tools, train_json_prints_one_object_per_step) {
   EXPECT_EQ(r.err.find("recompute"), std::string::npos) << r.err;
 }
 
+// strata-bench on the cpu backend with a plan config whose path needs escaping: one JSON object
+// on stdout naming the config and its plan, the setup line and the summary on stderr.
+TEST_F(tools, bench_with_a_config_prints_one_json_object_naming_it) {
+  const std::string cfg = path("plan \"gc\" \\ 1.yaml");
+  {
+    std::ofstream f(cfg);
+    f << "gradient_checkpointing: true\nloss_chunk_tokens: 8\n";
+  }
+  Proc r = run(kBench + " --backend cpu --seq 16 --steps 2 --warmup 1 --config " + quote(cfg));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ls = lines(r.out);
+  ASSERT_EQ(ls.size(), 1u) << r.out;
+  json j;
+  ASSERT_NO_THROW(j = json::parse(ls[0])) << ls[0];
+  EXPECT_EQ(j["engine"], "strata");
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["seq"].get<int>(), 16);
+  EXPECT_EQ(j["plan"].get<std::string>(), "config:" + cfg + " (gradient_checkpointing)");
+  EXPECT_GT(j["step_s"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_arena_bytes"].get<double>(), 0.0);
+  EXPECT_TRUE(std::isfinite(j["loss"].get<double>()));
+  EXPECT_NE(r.err.find("strata-bench: setup "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" tok/s, step "), std::string::npos) << r.err;
+  // --plan and --config exclude each other: a usage error naming both.
+  Proc bad = run(kBench + " --backend cpu --seq 16 --plan gc --config " + quote(cfg));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--plan and --config exclude each other"), std::string::npos) << bad.err;
+}
+
 TEST_F(tools, train_with_gradient_checkpointing_config_shows_recompute) {
   const std::string yaml = path("gc.yaml");
   std::ofstream(yaml) << "gradient_checkpointing: true\n";
