@@ -67,6 +67,35 @@ Decision Plan::decide(std::string_view cls) const {
   return Decision::keep;
 }
 
+Decision Plan::decide_state(std::string_view cls) const {
+  for (auto& [pat, d] : state) {
+    if (!glob_match(pat, cls)) continue;
+    if (d != Decision::keep && d != Decision::host)
+      STRATA_THROW(ConfigError,
+                   fmt::format("state_plan: '{}' sends persistent state class '{}' to '{}'; state classes take keep "
+                               "(device) or host",
+                               pat, cls, decision_name(d)),
+                   "state_plan", pat);
+    return d;
+  }
+  return Decision::keep;
+}
+
+void Plan::set_state_offloading(std::string_view level, const std::string& where) {
+  state.clear();
+  state_preset = std::string(level);
+  if (level == "none") return;
+  if (level == "optimizer" || level == "master" || level == "all") {
+    state.emplace_back("*.adam.*", Decision::host);
+    if (level != "optimizer") state.emplace_back("*.w.master", Decision::host);
+    if (level == "all") state.emplace_back("*.grad", Decision::host);
+    return;
+  }
+  STRATA_THROW(ConfigError,
+               fmt::format("{}: state_offloading must be none, optimizer, master or all, got '{}'", where, level),
+               where, "state_offloading");
+}
+
 Plan Plan::keep_everything() {
   return Plan{};
 }

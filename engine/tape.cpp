@@ -38,18 +38,47 @@ VId Tape::input(std::string cls, Tensor t) {
 }
 
 VId Tape::param(std::string cls, Tensor t, Tensor grad_sink) {
+  return param(std::move(cls), t, grad_sink, -1, false);
+}
+
+VId Tape::param(std::string cls, Tensor t, Tensor grad_sink, int owner, bool lazy_grad) {
+  const bool trainable = grad_sink.defined() || lazy_grad;
   if (auto it = params_.find(cls); it != params_.end()) {
     const Value& v = values_[size_t(it->second)];
-    STRATA_CHECK(v.shape == t.shape && v.dtype == t.dtype && v.requires_grad == grad_sink.defined(),
+    STRATA_CHECK(v.shape == t.shape && v.dtype == t.dtype && v.requires_grad == trainable && v.owner == owner,
                  fmt::format("parameter '{}' recorded twice with different shapes or trainability", cls));
     return it->second;
   }
+  STRATA_CHECK(!lazy_grad || !grad_sink.defined(), fmt::format("parameter '{}': a lazy gradient has no sink yet", cls));
   const std::string name = cls;
   VId id = input(std::move(cls), t);
-  values_[size_t(id)].grad_sink = grad_sink;
-  values_[size_t(id)].requires_grad = grad_sink.defined();
+  Value& v = values_[size_t(id)];
+  v.grad_sink = grad_sink;
+  v.lazy_grad = lazy_grad;
+  v.owner = owner;
+  v.requires_grad = trainable;
   params_.emplace(name, id);
   return id;
+}
+
+Tensor Tape::sink(VId u) {
+  Value& v = values_[size_t(u)];
+  if (!v.grad_sink.defined() && v.lazy_grad) {
+    STRATA_CHECK(bool(grad_hooks_.sink), fmt::format("parameter '{}' has a lazy gradient but no sink hook", v.cls));
+    v.grad_sink = grad_hooks_.sink(u);
+    STRATA_CHECK(v.grad_sink.defined() && v.grad_sink.shape.numel() == v.shape.numel(),
+                 fmt::format("parameter '{}': the sink hook returned no gradient of its size", v.cls));
+  }
+  return v.grad_sink;
+}
+
+void Tape::grads_final(int node) {
+  std::vector<VId> ids;
+  // A parameter whose writers wrote nothing this step (no gradient reached them) is zeroed at the
+  // end of backward: it is final only then.
+  for (VId u : node >= 0 ? final_after_[size_t(node)] : final_at_end_)
+    (values_[size_t(u)].grad_written || node < 0 ? ids : final_at_end_).push_back(u);
+  if (!ids.empty() && grad_hooks_.final) grad_hooks_.final(ids);
 }
 
 std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in, std::vector<OutSpec> outs) {
@@ -140,6 +169,22 @@ void Tape::finish_graph() {
   for (int n = 0; n < int(nodes_.size()); ++n)
     for (VId u : nodes_[size_t(n)].in) readers[size_t(u)].push_back(n);
   for (int n = 0; n < int(nodes_.size()); ++n) nodes_[size_t(n)].alias = plan_alias(n, readers);
+  // A trainable parameter's gradient is final after the backward of the lowest node that writes it
+  // (backward runs in reverse); one no node writes is zeroed at the end of backward.
+  final_after_.assign(nodes_.size(), {});
+  final_at_end_.clear();
+  for (size_t u = 0; u < values_.size(); ++u) {
+    Value& v = values_[u];
+    if (!v.external || !v.requires_grad) continue;
+    v.grad_final_node = -1;
+    for (int n : readers[u]) {
+      const Node& node = nodes_[size_t(n)];
+      if (!node.needs_backward) continue;  // writes no gradient of it
+      v.grad_final_node = n;
+      break;
+    }
+    (v.grad_final_node >= 0 ? final_after_[size_t(v.grad_final_node)] : final_at_end_).push_back(VId(u));
+  }
   finished_ = true;
 }
 
@@ -272,7 +317,7 @@ void Tape::forward_grads(const Node& node, OpArgs& a) {
   for (size_t i = 0; i < node.in.size(); ++i) {
     Value& u = values_[size_t(node.in[i])];
     if (!node.op->grad_in_forward(int(i)) || !u.requires_grad) continue;
-    a.gin[i] = u.grad_sink;
+    a.gin[i] = sink(node.in[i]);
     a.acc[i] = u.grad_written;
     u.grad_written = true;
   }
@@ -370,7 +415,7 @@ void Tape::input_grads(const Node& node, OpArgs& a, bool first_moved) {
       continue;
     }
     if (!uv.external && !uv.grad.allocated()) uv.grad = Buffer(be_.arena(), grad_dtype(uv), uv.shape, "grad:" + uv.cls);
-    const Tensor g = uv.external ? uv.grad_sink : uv.grad.view();
+    const Tensor g = uv.external ? sink(u) : uv.grad.view();
     // An input this node reads twice gets two gradients: both add, into a zeroed one.
     if (!uv.grad_written && std::count(node.in.begin(), node.in.end(), u) > 1) {
       be_.zero(g);
@@ -419,11 +464,15 @@ void Tape::backward() {
       if (values_[size_t(u)].first_bwd_reader == n && !retained_[size_t(u)]) release(u);
     for (VId o : node.out)
       if (values_[size_t(o)].first_bwd_reader == n && !retained_[size_t(o)]) release(o);
+    grads_final(n);
   }
   bwd_node_ = -1;
   // A trainable parameter no gradient reached still gets this step's gradient: zero.
-  for (auto& v : values_)
-    if (v.external && v.requires_grad && !v.grad_written) be_.zero(v.grad_sink);
+  for (size_t u = 0; u < values_.size(); ++u) {
+    Value& v = values_[u];
+    if (v.external && v.requires_grad && !v.grad_written) be_.zero(sink(VId(u)));
+  }
+  grads_final(-1);
 }
 
 void Tape::prefetch_ahead(int n) {
@@ -455,6 +504,8 @@ void Tape::clear() {
   nodes_.clear();
   retained_.clear();
   params_.clear();
+  final_after_.clear();
+  final_at_end_.clear();
   loss_ = -1;
   bwd_node_ = -1;
   finished_ = false;

@@ -79,9 +79,12 @@ struct Value {
   std::string cls;
   Shape shape;
   DType dtype = DType::f32;
-  bool external = false;  // a parameter or input: storage owned elsewhere
-  Tensor ext;             // its view, when external
-  Tensor grad_sink;       // external only: where its gradient goes (undefined = frozen)
+  bool external = false;     // a parameter or input: storage owned elsewhere
+  Tensor ext;                // its view, when external
+  Tensor grad_sink;          // external only: where its gradient goes (undefined = frozen, unless lazy_grad)
+  bool lazy_grad = false;    // a parameter whose grad_sink the grad hooks provide at its first write
+  int owner = -1;            // a parameter: the caller's index for it (the grad hooks report it)
+  int grad_final_node = -1;  // a trainable parameter: the node after whose backward its gradient is final (-1: end)
   bool requires_grad = false;
   int producer = -1;                                // node index (-1 for external values)
   int last_fwd_use = -1;                            // last node reading it in forward
@@ -145,6 +148,9 @@ class Tape {
   // frozen), and zeroes grad_sink when no gradient reaches it. One value per name: a weight
   // recorded twice (tied embeddings) gets the same value, so its two gradients add up.
   VId param(std::string cls, Tensor t, Tensor grad_sink);
+  // A trainable parameter with a caller's index; `grad_sink` undefined: the GradHooks' sink()
+  // provides it when its gradient is first written (state whose gradient lives off the device).
+  VId param(std::string cls, Tensor t, Tensor grad_sink, int owner, bool lazy_grad);
   bool has_param(std::string_view cls) const { return params_.find(cls) != params_.end(); }
   std::vector<VId> record(std::unique_ptr<Op> op, const std::vector<VId>& in, std::vector<OutSpec> outs);
   VId record1(std::unique_ptr<Op> op, const std::vector<VId>& in, OutSpec out) {
@@ -159,6 +165,16 @@ class Tape {
   // Called right before a node's forward (phase forward, or replay when backward recomputes it)
   // and right before its backward, after its saved inputs are materialised (the weight pager).
   void set_node_hook(std::function<void(int node, TapePhase)> hook) { hook_ = std::move(hook); }
+  // Parameter gradients: `sink` provides a lazy parameter's gradient tensor at its first write;
+  // `final` runs after the backward of the node that writes a group of parameters' gradients for the
+  // last time (the parameters whose gradient is now final, in a fixed order), and once at the end of
+  // backward for the ones no node writes (zeroed). Used by the trainer for the gradient norm and to
+  // stream gradients off the device while backward goes on.
+  struct GradHooks {
+    std::function<Tensor(VId)> sink;
+    std::function<void(const std::vector<VId>&)> final;
+  };
+  void set_grad_hooks(GradHooks h) { grad_hooks_ = std::move(h); }
   // Gradient aliasing for pass-through backwards (GradAlias). On by default; STRATA_GRAD_ALIAS=0
   // in the environment turns it off for A/B runs. Same bits either way on cpu; elsewhere a -0
   // in an output gradient may stay -0 where the kernel wrote 0 + -0 = +0.
@@ -203,6 +219,8 @@ class Tape {
   void run_forward(int n, bool replay);
   void forward_grads(const Node& node, OpArgs& a);
   void prefetch_ahead(int n);
+  Tensor sink(VId u);
+  void grads_final(int node);
   OpArgs args(const Node& n, bool backward);
 
   Backend& be_;
@@ -215,6 +233,9 @@ class Tape {
   SlotStore* store_ = nullptr;
   int prefetch_cursor_ = -1;
   std::function<void(int, TapePhase)> hook_;
+  GradHooks grad_hooks_;
+  std::vector<std::vector<VId>> final_after_;  // per node: parameters whose gradient is final after its backward
+  std::vector<VId> final_at_end_;
   int bwd_node_ = -1;
   bool grad_aliasing_ = true;
   TapeStats stats_;

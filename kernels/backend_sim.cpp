@@ -339,10 +339,8 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
     fwd(OpKind::lm_head_logits, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits)));
   }
-  void grad_norm_sq(Tensor out, Tensor g) override {
-    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
-    charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false);
-  }
+  // The trainer sums the norm in backward, as gradients become final: backward time.
+  void grad_norm_sq(Tensor out, Tensor g) override { charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false); }
   void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor, float, const AdamWParams&,
                   int) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
@@ -350,7 +348,6 @@ class SimBackendImpl final : public SimBackend {
   }
   // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
   void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
-    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
     double bytes = 0;
     for (const Tensor& g : gs) bytes += B(g);
     charge(OpKind::grad_norm, cost_.memory(bytes), list_launches(gs.size()), false);

@@ -38,6 +38,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.train_base = r.mode == TrainMode::full;
   mo.train_norms = r.mode == TrainMode::frozen;
   mo.page_frozen_layers = r.layer_offloading;
+  mo.state_plan = r.plan;
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
     mo.lora.alpha = r.lora_alpha;
@@ -82,6 +83,8 @@ std::string category(const std::string& tag) {
   if (tag == "weights.compute") return "weights.compute";
   if (tag.rfind("weights.page", 0) == 0) return "weights (paged layer slots)";
   if (tag == "grads" || tag == "adam.m" || tag == "adam.v") return tag;
+  if (tag == "grads.host_tier") return "gradients on their way to the host tier";
+  if (tag == "optimizer.staging") return "optimizer staging (host-tier state)";
   if (is_workspace(tag)) return "workspaces";
   if (tag.rfind("grad:", 0) == 0) return "activation gradients";
   if (tag.rfind("batch.", 0) == 0 || tag == "rope.inv_freq" || tag == "grad_norm" || tag == "eval.logits")
@@ -183,7 +186,9 @@ Forecast forecast(const ForecastRequest& r) {
       f.loaded_bytes = ts.loaded_bytes;
       f.peak_disk_bytes = ts.peak_disk_bytes;
       if (const WeightPager* pager = model.pager()) f.paged_host_bytes = pager->host_bytes();
-      f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes;
+      f.state_host_bytes = model.state_host_bytes();
+      f.state_bytes_moved = st.state_bytes_moved;
+      f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes;
       f.paged_bytes_uploaded = st.paged_bytes_uploaded;
       f.paged_uploads = st.paged_uploads;
       const SimTimes& t = be->times();

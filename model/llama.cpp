@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "engine/master_split.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
 #include "io/atomic_file.h"
@@ -23,6 +25,17 @@ std::vector<int64_t> dims(const Shape& s) {
 }
 std::string layer_name(int i, const std::string& rest) {
   return fmt::format("model.layers.{}.{}", i, rest);
+}
+// The state-class group of a Hugging Face parameter name (LoRA adapters join their layer's).
+std::string state_group(const std::string& name) {
+  const int layer = LlamaModel::layer_of_param(name);
+  if (layer >= 0) return fmt::format("L{}", layer);
+  if (name == "model.embed_tokens.weight") return "embed";
+  if (name == "lm_head.weight") return "head";
+  return "final_norm";
+}
+size_t host_align(size_t b) {
+  return (b + 4095) / 4096 * 4096;
 }
 std::string module_path(const std::string& m) {
   return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp." + m : "self_attn." + m;
@@ -73,7 +86,7 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
     std::vector<PagedWeight> pw;
     for (auto& [name, shape] : shapes)
       if (paged(name, shape)) pw.push_back({name, layer_of_param(name), shape});
-    pager_ = std::make_unique<WeightPager>(be_, cfg_.num_hidden_layers, pw);
+    pager_ = std::make_shared<WeightPager>(be_, cfg_.num_hidden_layers, pw);
   }
   int next_page = 0;
   for (auto& [name, shape] : shapes)
@@ -93,6 +106,18 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
         add_param(layer_name(i, module_path(m) + ".lora_A.weight"), Shape{r, ws[1]}, true, true);
         add_param(layer_name(i, module_path(m) + ".lora_B.weight"), Shape{ws[0], r}, true, true);
       }
+  }
+  // Host-tier state: one reservation for every parameter's host arrays, moments zeroed.
+  size_t host_bytes = 0;
+  for (auto& p : params_) place_state(p, host_bytes);
+  if (host_bytes) {
+    state_host_ = be_.reserve_host(host_bytes);
+    for (auto& p : params_)
+      for (size_t off : {p.host_m, p.host_v})
+        if (off != Parameter::kDevice && host_state(off))
+          std::memset(host_state(off), 0, size_t(p.shape.numel()) * sizeof(float));
+  }
+  if (opt_.lora.enabled()) {
     // PEFT's init: A ~ kaiming-uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
     Rng rng(opt_.lora.seed + 7);
     for (auto& p : params_) {
@@ -123,25 +148,57 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     params_.push_back(std::move(p));
     return int(params_.size() - 1);
   }
+  p.group = state_group(p.name);
+  auto on_host = [&](const char* kind) {
+    return trainable && opt_.state_plan.decide_state(p.group + "." + kind) == Decision::host;
+  };
+  const bool master_host = on_host("w.master"), m_host = on_host("adam.m"), v_host = on_host("adam.v"),
+             grad_host = on_host("grad");
+  if (master_host) p.host_master = 0;  // place_state lays the host arrays out once all are known
+  if (m_host) p.host_m = 0;
+  if (v_host) p.host_v = 0;
+  if (grad_host) p.host_grad = 0;
   // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists. A
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
-  // low half (Backend::master_dtype, engine/master_split.h).
+  // low half (Backend::master_dtype, engine/master_split.h). A master on the host tier leaves only
+  // the compute copy on the device (f32 where that is the compute dtype).
   const bool low_precision = be_.compute_dtype() != DType::f32;
-  if (trainable && low_precision)
+  if (trainable && low_precision && !master_host)
     p.master = Buffer(be_.arena(), be_.master_dtype(), shape, "weights.master_lo");
-  else if (!low_precision)
+  else if (!low_precision && !master_host)
     p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
-  if (low_precision) p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, "weights.compute");
+  if (low_precision || master_host)
+    p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, low_precision ? "weights.compute" : "weights");
   if (trainable) {
-    p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
-    p.m = Buffer(be_.arena(), DType::f32, shape, "adam.m");
-    p.v = Buffer(be_.arena(), DType::f32, shape, "adam.v");
-    be_.zero(p.grad.view());
-    be_.zero(p.m.view());
-    be_.zero(p.v.view());
+    if (!grad_host) {
+      p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
+      be_.zero(p.grad.view());
+    }
+    if (!m_host) {
+      p.m = Buffer(be_.arena(), DType::f32, shape, "adam.m");
+      be_.zero(p.m.view());
+    }
+    if (!v_host) {
+      p.v = Buffer(be_.arena(), DType::f32, shape, "adam.v");
+      be_.zero(p.v.view());
+    }
   }
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
+}
+
+void LlamaModel::place_state(Parameter& p, size_t& host_bytes) {
+  const size_t n = size_t(p.shape.numel());
+  const size_t master_bytes = n * (be_.compute_dtype() == DType::f32 ? sizeof(float) : dtype_size(be_.master_dtype()));
+  auto place = [&](size_t& off, size_t bytes) {
+    if (off == Parameter::kDevice) return;
+    off = host_bytes;
+    host_bytes += host_align(bytes);
+  };
+  place(p.host_master, master_bytes);
+  place(p.host_m, n * sizeof(float));
+  place(p.host_v, n * sizeof(float));
+  place(p.host_grad, n * sizeof(float));
 }
 
 namespace {
@@ -153,12 +210,42 @@ bool split_master(const Parameter& p) {
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
   if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
+  if (p.host_master != Parameter::kDevice) {  // the compute copy on the device, the master on the host
+    const size_t n = size_t(p.shape.numel());
+    std::byte* lo = host_state(p.host_master);
+    if (be_.compute_dtype() == DType::f32) {
+      be_.upload_f32(p.compute.view(), host);
+      if (lo) std::memcpy(lo, host, n * sizeof(float));
+      return;
+    }
+    std::vector<uint16_t> hi(n);
+    std::vector<int16_t> low(n);
+    master_split(host, hi.data(), low.data(), n);
+    be_.copy_wait_host(be_.copy_to_device_async(p.compute.view(), hi.data()));  // the high half's bits as they are
+    if (lo) std::memcpy(lo, low.data(), n * sizeof(int16_t));
+    return;
+  }
   if (split_master(p)) return be_.upload_master(p.master.view(), p.compute.view(), host);
   if (p.master.allocated()) be_.upload_f32(p.master.view(), host);
   if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
 }
 
 void LlamaModel::download_master(const Parameter& p, float* host) const {
+  if (p.host_master != Parameter::kDevice) {
+    const size_t n = size_t(p.shape.numel());
+    const std::byte* lo = host_state(p.host_master);
+    if (be_.compute_dtype() == DType::f32) {
+      if (lo)
+        std::memcpy(host, lo, n * sizeof(float));
+      else
+        std::fill(host, host + n, 0.0f);  // the sim backend: no data
+      return;
+    }
+    std::vector<uint16_t> hi(n);
+    be_.copy_wait_host(be_.copy_to_host_async(hi.data(), p.compute.view()));
+    if (!lo) return std::fill(host, host + n, 0.0f);
+    return master_join(host, hi.data(), reinterpret_cast<const int16_t*>(lo), n);
+  }
   if (split_master(p)) return be_.download_master(host, p.master.view(), p.compute.view());
   be_.download_f32(host, p.master.allocated() ? p.master.view() : p.value());
 }
@@ -213,7 +300,9 @@ void LlamaModel::init_random(uint64_t seed) {
 VId LlamaModel::pid(Tape& t, const std::string& name) {
   Parameter* p = find(name);
   STRATA_CHECK(p != nullptr, "no parameter " + name);
-  return t.param(name, p->value(), p->trainable ? p->grad_view() : Tensor());
+  // A gradient on the host tier has no device block until the step writes it (Tape::GradHooks).
+  const bool lazy = p->trainable && p->host_grad != Parameter::kDevice;
+  return t.param(name, p->value(), p->trainable && !lazy ? p->grad_view() : Tensor(), int(p - params_.data()), lazy);
 }
 
 VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight,

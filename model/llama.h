@@ -33,6 +33,10 @@ struct ModelOptions {
   // `layer_offloading`: the frozen per-layer weights (not norms, not adapters) live in host memory
   // and are paged through two device slots by a WeightPager (needs train_base == false).
   bool page_frozen_layers = false;
+  // Where each trainable parameter's persistent state lives: Plan::decide_state on the classes
+  // "<group>.w.master", "<group>.grad", "<group>.adam.m", "<group>.adam.v" (Parameter::group).
+  // Only the state table is read; the activation plan is the Trainer's.
+  Plan state_plan;
 };
 
 struct Parameter {
@@ -43,11 +47,20 @@ struct Parameter {
   // fp32 weights (also the compute weights on cpu). On cuda, trainable only, and split: `compute`
   // holds the high half, this the i16 low half (engine/master_split.h).
   Buffer master;
-  Buffer compute;  // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
-  Buffer grad;     // fp32, trainable only
-  Buffer m, v;     // AdamW moments, trainable only
-  int page = -1;   // index in the model's WeightPager when the weight is paged
-  Tensor paged;    // then: its fixed view into the pager's device slot (layer % 2); no buffers above
+  Buffer compute;     // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
+  Buffer grad;        // fp32, trainable only
+  Buffer m, v;        // AdamW moments, trainable only
+  int page = -1;      // index in the model's WeightPager when the weight is paged
+  Tensor paged;       // then: its fixed view into the pager's device slot (layer % 2); no buffers above
+  std::string group;  // its state classes' group: "L<layer>", "embed", "head" or "final_norm"
+  // State on the host tier: byte offsets into the model's state reservation (kDevice: on the device,
+  // in the buffer above). The master there is f32 where the compute dtype is f32 (the device then
+  // holds the compute copy in `compute`), else the i16 low half.
+  static constexpr size_t kDevice = SIZE_MAX;
+  size_t host_master = kDevice, host_m = kDevice, host_v = kDevice, host_grad = kDevice;
+  bool state_on_host() const {
+    return host_master != kDevice || host_m != kDevice || host_v != kDevice || host_grad != kDevice;
+  }
   Tensor value() const { return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view(); }
   Tensor grad_view() const { return grad.allocated() ? grad.view() : Tensor(); }
 };
@@ -86,11 +99,22 @@ class LlamaModel {
   size_t param_count() const;
   // The weight pager when options().page_frozen_layers (the Trainer drives it), else null.
   WeightPager* pager() { return pager_.get(); }
+  // The same pager as a weak handle: a Trainer that outlives its model finds it gone, never dangling.
+  std::weak_ptr<WeightPager> pager_handle() const { return pager_; }
+  // Host-tier persistent state (ModelOptions::state_plan): one reservation, pinned where the backend
+  // can. host_state(off) is null on the sim backend (no bytes).
+  size_t state_host_bytes() const { return state_host_ ? state_host_->bytes() : 0; }
+  bool state_host_pinned() const { return state_host_ && state_host_->pinned(); }
+  std::string state_host_note() const { return state_host_ ? state_host_->note : std::string(); }
+  std::byte* host_state(size_t off) const {
+    return state_host_ && state_host_->base() ? state_host_->base() + off : nullptr;
+  }
   // The layer of a Hugging Face name "model.layers.<i>...." or -1.
   static int layer_of_param(const std::string& name);
 
  private:
   int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1);
+  void place_state(Parameter& p, size_t& host_bytes);
   void set_weights(Parameter& p, const float* host);
   // The fp32 weights of an unpaged parameter (joined from a split master) into host [numel].
   void download_master(const Parameter& p, float* host) const;
@@ -102,7 +126,8 @@ class LlamaModel {
   ModelOptions opt_;
   std::vector<Parameter> params_;
   Buffer inv_freq_;  // [head_dim/2] f32
-  std::unique_ptr<WeightPager> pager_;
+  std::shared_ptr<WeightPager> pager_;
+  std::unique_ptr<HostReservation> state_host_;
 };
 
 // Hugging Face names of the base weights for a config, in checkpoint order.

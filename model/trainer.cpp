@@ -6,21 +6,25 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <exception>
 
 namespace strata {
 
 Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
-    : be_(be), model_(model), opt_(std::move(opt)), tape_(be) {
+    : be_(be), model_(model), opt_(std::move(opt)), optimizer_(be, model, opt_.optimizer), tape_(be) {
   if (opt_.plan.sync_transfers) opt_.tiers.synchronous = true;
   store_ = std::make_unique<SlotStore>(be_, opt_.tiers);
   tape_.set_store(store_.get());
-  norm_sq_ = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
+  optimizer_.install(tape_);
   // A model that pages its frozen layers is driven from this tape's node hook.
-  if (WeightPager* pager = model_.pager()) pager->install(tape_);
+  pager_ = model_.pager_handle();
+  if (auto pager = pager_.lock()) pager->install(tape_);
 }
 
 Trainer::~Trainer() {
-  if (WeightPager* pager = model_.pager(); pager && pager->installed_on(tape_)) pager->detach();
+  // Reads nothing of the model, which may be gone already (its pager then detached itself).
+  if (auto pager = pager_.lock(); pager && pager->installed_on(tape_)) pager->detach();
 }
 
 void Trainer::upload(const Batch& b) {
@@ -49,13 +53,16 @@ void Trainer::upload(const Batch& b) {
 float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits) {
   upload(b);
   TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
-  // Nor a paged layer: the pager's slots are EMPTY and nothing is in flight after the step.
-  struct PagerReset {
+  // Nor a paged layer or a host-tier gradient's block: nothing is in flight after the step.
+  struct Reset {
     WeightPager* p;
-    ~PagerReset() {
+    Optimizer& o;
+    int uncaught = std::uncaught_exceptions();
+    ~Reset() {
       if (p) p->reset();
+      if (std::uncaught_exceptions() > uncaught) o.reset();  // a step that completed has nothing left
     }
-  } pager_reset{model_.pager()};
+  } reset{model_.pager(), optimizer_};
   ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward);
   tape_.apply_plan(with_backward ? opt_.plan : Plan::keep_everything());
   const Tape::TierBytes tb = tape_.tier_bytes();
@@ -63,9 +70,16 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   if (logits) tape_.retain(ids.final_hidden);
   // Backward overwrites each recorded parameter's gradient (or zeroes it); only a trainable one
   // this graph does not use needs zeroing here.
-  if (with_backward)
-    for (auto& p : model_.params())
-      if (p.trainable && !tape_.has_param(p.name)) be_.zero(p.grad.view());
+  if (with_backward) {
+    optimizer_.begin_step();
+    for (auto& p : model_.params()) {
+      if (!p.trainable || tape_.has_param(p.name)) continue;
+      if (p.host_grad == Parameter::kDevice)
+        be_.zero(p.grad.view());
+      else if (std::byte* h = model_.host_state(p.host_grad))
+        std::memset(h, 0, size_t(p.shape.numel()) * sizeof(float));  // no copy reads it now: steps end synchronized
+    }
+  }
   tape_.forward();
   if (logits) {
     const int64_t n = int64_t(b.B) * b.T, V = model_.config().vocab_size;
@@ -77,6 +91,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   if (with_backward) {
     last_.saved_bytes = tape_.stats().saved_bytes_at_end_of_forward;
     tape_.backward();
+    optimizer_.end_backward();
     last_.recomputed_nodes = tape_.stats().recomputed_nodes;
   }
   float loss = 0.0f;
@@ -129,21 +144,13 @@ StepStats Trainer::step(const Batch& b) {
   last_ = {};
   const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
   float loss = run(b, true, nullptr);
-  be_.zero(norm_sq_.view());
-  std::vector<Tensor> grads;
-  std::vector<Backend::AdamWSlot> slots;
-  for (auto& p : model_.params())
-    if (p.trainable) {
-      grads.push_back(p.grad.view());
-      slots.push_back({p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value()});
-    }
-  be_.grad_norm_sq_list(norm_sq_.view(), grads);
   ++t_;
   AdamWParams ap = opt_.adam;
   if (opt_.warmup_steps > 0 && t_ <= opt_.warmup_steps) ap.lr = opt_.adam.lr * float(t_) / float(opt_.warmup_steps);
-  be_.adamw_step_list(slots, norm_sq_.view(), opt_.max_grad_norm, ap, t_);
+  // The squared norm was summed in backward as each gradient became final (model/optimizer.h).
+  optimizer_.step(ap, opt_.max_grad_norm, t_);
   float norm_sq = 0.0f;
-  be_.download_f32(&norm_sq, norm_sq_.view());
+  be_.download_f32(&norm_sq, optimizer_.norm_sq());
   be_.synchronize();
   StepStats s = last_;
   s.step = t_;
@@ -154,6 +161,8 @@ StepStats Trainer::step(const Batch& b) {
   s.peak_device_bytes = be_.arena().peak();
   s.peak_host_bytes = store_->stats().peak_host_bytes;
   s.peak_disk_bytes = store_->stats().peak_disk_bytes;
+  s.state_host_bytes = model_.state_host_bytes();
+  s.state_bytes_moved = optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
   if (const WeightPager* pager = model_.pager()) {
     s.paged_bytes_uploaded = pager->stats().bytes_uploaded - paged0.bytes_uploaded;
     s.paged_uploads = pager->stats().uploads - paged0.uploads;

@@ -6,6 +6,7 @@
 
 #include "engine/plan.h"
 #include "model/llama.h"
+#include "model/optimizer.h"
 
 namespace strata {
 
@@ -14,7 +15,8 @@ struct TrainOptions {
   float max_grad_norm = 1.0f;  // <= 0 disables clipping
   int warmup_steps = 0;        // linear warmup of the learning rate
   Plan plan = Plan::keep_everything();
-  TierOptions tiers;  // host/disk tiers: offload directory, in-flight and prefetch bounds
+  TierOptions tiers;           // host/disk tiers: offload directory, in-flight and prefetch bounds
+  OptimizerOptions optimizer;  // streaming of host-tier state (ModelOptions::state_plan)
 };
 
 struct StepStats {
@@ -31,6 +33,8 @@ struct StepStats {
   long recomputed_nodes = 0;
   size_t paged_bytes_uploaded = 0;  // frozen layer weights uploaded by the weight pager this step
   long paged_uploads = 0;           // layer uploads this step
+  size_t state_host_bytes = 0;      // persistent state on the host tier (the model's reservation)
+  size_t state_bytes_moved = 0;     // host-tier state (gradients included) copied both ways this step
 };
 
 // A batch: B rows of T input tokens and their targets (target < 0 is ignored).
@@ -66,6 +70,7 @@ class Trainer {
   std::vector<PlanRow> plan_table(int B, int T);
 
   Tape& tape() { return tape_; }
+  Optimizer& optimizer() { return optimizer_; }
   SlotStore& store() { return *store_; }
   int steps_done() const { return t_; }
   const TrainOptions& options() const { return opt_; }
@@ -78,8 +83,10 @@ class Trainer {
   LlamaModel& model_;
   TrainOptions opt_;
   std::unique_ptr<SlotStore> store_;  // before tape_: the tape's destructor still uses it
+  Optimizer optimizer_;               // before tape_ too: the tape holds its hooks
   Tape tape_;
-  Buffer tokens_, targets_, pos_, norm_sq_;
+  std::weak_ptr<WeightPager> pager_;  // the model's, if it pages; gone when the model is
+  Buffer tokens_, targets_, pos_;
   int t_ = 0;
   StepStats last_;
 };

@@ -105,7 +105,7 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     EXPECT_EQ(f.disk_wait_s > 0, disk) << c.name << ": backward waits for every disk read";
     EXPECT_EQ(f.paged_host_bytes > 0, c.paged) << c.name;
     EXPECT_EQ(f.paged_uploads > 0, c.paged) << c.name;
-    EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes) << c.name;
+    EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes) << c.name;
   }
 }
 

@@ -35,7 +35,7 @@ inline ForecastRequest tiny_request(Plan plan, TrainMode mode = TrainMode::full)
 struct CpuStep {
   bool fits = true;
   size_t peak = 0, high_water = 0, disk_peak = 0;
-  size_t host_peak = 0;  // slot store peak plus the weight pager's host block (Forecast::peak_host_bytes)
+  size_t host_peak = 0;  // slot store peak plus the pager's and the state's host blocks (Forecast::peak_host_bytes)
   std::vector<ArenaEvent> events;
 };
 
@@ -55,7 +55,7 @@ inline CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& pla
     StepStats st = tr.step(data.next());
     out.peak = st.peak_device_bytes;
     out.disk_peak = st.peak_disk_bytes;
-    out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0);
+    out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0) + st.state_host_bytes;
   } catch (const OutOfMemoryError&) {
     out.fits = false;
   }

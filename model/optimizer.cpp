@@ -1,0 +1,248 @@
+#include "model/optimizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace strata {
+
+namespace {
+size_t align_up(size_t b) {
+  return (b + Arena::kAlign - 1) / Arena::kAlign * Arena::kAlign;
+}
+// A flat view of elements [begin, begin + n) of a contiguous tensor.
+Tensor slice(const Tensor& t, size_t begin, size_t n) {
+  std::byte* base = static_cast<std::byte*>(t.data);
+  return Tensor(base ? base + begin * dtype_size(t.dtype) : nullptr, t.dtype, Shape{int64_t(n)});
+}
+Tensor at(const Buffer& staging, size_t off, DType dt, size_t n) {
+  std::byte* base = static_cast<std::byte*>(staging.view().data);
+  return Tensor(base ? base + off : nullptr, dt, Shape{int64_t(n)});
+}
+}  // namespace
+
+Optimizer::Optimizer(Backend& be, LlamaModel& model, OptimizerOptions opt) : be_(be), model_(model), opt_(opt) {
+  STRATA_CHECK(opt_.chunk_bytes >= (size_t(1) << 20), "optimizer: chunk_bytes must be at least 1 MiB");
+  norm_sq_ = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
+  lazy_grads_.resize(model_.params().size());
+}
+
+Optimizer::~Optimizer() {
+  reset();
+}
+
+size_t Optimizer::master_elem_bytes() const {
+  return be_.compute_dtype() == DType::f32 ? sizeof(float) : dtype_size(be_.master_dtype());
+}
+
+void Optimizer::install(Tape& tape) {
+  tape_ = &tape;
+  tape.set_grad_hooks(
+      {[this](VId u) { return grad_sink(u); }, [this](const std::vector<VId>& ids) { grads_final(ids); }});
+}
+
+void Optimizer::begin_step() {
+  be_.zero(norm_sq_.view());
+  stats_ = {};
+}
+
+Tensor Optimizer::grad_sink(VId u) {
+  const Value& v = tape_->value(u);
+  STRATA_CHECK(v.owner >= 0 && size_t(v.owner) < lazy_grads_.size(),
+               fmt::format("optimizer: parameter '{}' carries no parameter index", v.cls));
+  Buffer& b = lazy_grads_[size_t(v.owner)];
+  if (!b.allocated()) b = Buffer(be_.arena(), DType::f32, v.shape, "grads.host_tier");
+  return b.view();
+}
+
+void Optimizer::grads_final(const std::vector<VId>& ids) {
+  std::vector<Tensor> grads;
+  for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
+  be_.grad_norm_sq_list(norm_sq_.view(), grads);
+  for (VId u : ids) {
+    const Value& v = tape_->value(u);
+    if (v.owner < 0) continue;
+    const Parameter& p = model_.params()[size_t(v.owner)];
+    if (p.host_grad == Parameter::kDevice) continue;
+    Buffer& b = lazy_grads_[size_t(v.owner)];
+    STRATA_CHECK(b.allocated(), fmt::format("optimizer: '{}' has no gradient block to copy", p.name));
+    const CopyTicket t = be_.copy_to_host_async(model_.host_state(p.host_grad), b.view());
+    last_copy_ = t;
+    stats_.downloaded_bytes += b.view().bytes();
+    pending_bytes_ += b.view().bytes();
+    pending_.push_back({std::move(b), t});
+  }
+  free_pending(opt_.grad_inflight_bytes);
+}
+
+void Optimizer::free_pending(size_t keep_bytes) {
+  // The compute stream waits on the copy's event before the block can serve a later op. The
+  // bound is in bytes (not "copy landed" polls), so the sim and the device free at the same point.
+  while (!pending_.empty() && pending_bytes_ > keep_bytes) {
+    Pending& f = pending_.front();
+    be_.copy_wait_compute(f.ticket);
+    pending_bytes_ -= f.buf.view().bytes();
+    pending_.pop_front();
+  }
+}
+
+std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
+  std::vector<Chunk> chunks;
+  Chunk cur;
+  const auto& params = model_.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
+    if (!p.trainable || !p.state_on_host()) continue;
+    size_t per_elem = 0;  // staging bytes an element needs (its host arrays)
+    if (p.host_master != Parameter::kDevice) per_elem += master_elem_bytes();
+    for (size_t off : {p.host_m, p.host_v, p.host_grad})
+      if (off != Parameter::kDevice) per_elem += sizeof(float);
+    const size_t n = size_t(p.shape.numel());
+    for (size_t begin = 0; begin < n;) {
+      // Each array of a piece starts 256-byte aligned (4 arrays at most); a piece ends on a multiple
+      // of 64 elements unless it ends the parameter, so device views stay 16-byte aligned for the kernels.
+      const size_t used = cur.bytes + 4 * Arena::kAlign;
+      const size_t room = opt_.chunk_bytes > used ? opt_.chunk_bytes - used : 0;
+      size_t take = std::min(n - begin, room / per_elem);
+      if (take < n - begin) take = take / 64 * 64;
+      if (take == 0) {
+        STRATA_CHECK(!cur.pieces.empty(), "optimizer: a chunk holds no element (chunk_bytes too small)");
+        chunks.push_back(std::move(cur));
+        cur = {};
+        continue;
+      }
+      Piece pc{i, begin, take};
+      auto lay = [&](size_t& off, bool host, size_t elem) {
+        if (!host) return;
+        off = cur.bytes;
+        cur.bytes = align_up(cur.bytes + take * elem);
+      };
+      lay(pc.master, p.host_master != Parameter::kDevice, master_elem_bytes());
+      lay(pc.m, p.host_m != Parameter::kDevice, sizeof(float));
+      lay(pc.v, p.host_v != Parameter::kDevice, sizeof(float));
+      lay(pc.g, p.host_grad != Parameter::kDevice, sizeof(float));
+      cur.pieces.push_back(pc);
+      begin += take;
+    }
+  }
+  if (!cur.pieces.empty()) chunks.push_back(std::move(cur));
+  return chunks;
+}
+
+void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last) {
+  const auto& params = model_.params();
+  for (const Piece& pc : c.pieces) {
+    const Parameter& p = params[pc.param];
+    auto up = [&](size_t host_off, size_t st_off, DType dt, size_t elem) {
+      if (host_off == Parameter::kDevice) return;
+      std::byte* h = model_.host_state(host_off);
+      const Tensor dst = at(staging, st_off, dt, pc.n);
+      last = be_.copy_to_device_async(dst, h ? h + pc.begin * elem : nullptr);
+      stats_.uploaded_bytes += dst.bytes();
+    };
+    const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
+    up(p.host_master, pc.master, mdt, master_elem_bytes());
+    up(p.host_m, pc.m, DType::f32, sizeof(float));
+    up(p.host_v, pc.v, DType::f32, sizeof(float));
+    up(p.host_grad, pc.g, DType::f32, sizeof(float));
+  }
+  last_copy_ = last;
+}
+
+void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams& ap, float max_norm, int t) {
+  const auto& params = model_.params();
+  const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
+  std::vector<Backend::AdamWSlot> slots;
+  for (const Piece& pc : c.pieces) {
+    const Parameter& p = params[pc.param];
+    auto pick = [&](size_t host_off, size_t st_off, DType dt, const Buffer& dev) {
+      return host_off != Parameter::kDevice ? at(staging, st_off, dt, pc.n) : slice(dev.view(), pc.begin, pc.n);
+    };
+    Backend::AdamWSlot s;
+    s.master = pick(p.host_master, pc.master, mdt, p.master);
+    s.m = pick(p.host_m, pc.m, DType::f32, p.m);
+    s.v = pick(p.host_v, pc.v, DType::f32, p.v);
+    s.g = pick(p.host_grad, pc.g, DType::f32, p.grad);
+    s.param_out = slice(p.value(), pc.begin, pc.n);
+    slots.push_back(s);
+  }
+  be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
+}
+
+void Optimizer::download(const Chunk& c, const Buffer& staging) {
+  const auto& params = model_.params();
+  const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
+  for (const Piece& pc : c.pieces) {
+    const Parameter& p = params[pc.param];
+    auto down = [&](size_t host_off, size_t st_off, DType dt, size_t elem) {
+      if (host_off == Parameter::kDevice) return;
+      std::byte* h = model_.host_state(host_off);
+      const Tensor src = at(staging, st_off, dt, pc.n);
+      last_copy_ = be_.copy_to_host_async(h ? h + pc.begin * elem : nullptr, src);
+      stats_.downloaded_bytes += src.bytes();
+    };
+    down(p.host_master, pc.master, mdt, master_elem_bytes());
+    down(p.host_m, pc.m, DType::f32, sizeof(float));
+    down(p.host_v, pc.v, DType::f32, sizeof(float));
+  }
+}
+
+void Optimizer::end_backward() {
+  free_pending(0);  // every host-tier gradient is on its way to the host; the blocks go back
+  for (auto& b : lazy_grads_) b.reset();
+}
+
+void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
+  const std::vector<Chunk> chunks = plan_chunks();
+  size_t staging_bytes = 0;
+  for (const Chunk& c : chunks) staging_bytes = std::max(staging_bytes, c.bytes);
+  Buffer staging[2];
+  for (size_t s = 0; s < std::min<size_t>(2, chunks.size()); ++s)
+    staging[s] = Buffer(be_.arena(), DType::u8, Shape{int64_t(staging_bytes)}, "optimizer.staging");
+  CopyTicket in[2] = {0, 0};
+  for (size_t c = 0; c < std::min<size_t>(2, chunks.size()); ++c) upload(chunks[c], staging[c], in[c]);
+
+  // Parameters whose state is all on the device: one list launch, while the first chunks upload.
+  std::vector<Backend::AdamWSlot> slots;
+  for (auto& p : model_.params())
+    if (p.trainable && !p.state_on_host())
+      slots.push_back({p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value()});
+  if (!slots.empty()) be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
+
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const size_t s = c % 2;
+    be_.copy_wait_compute(in[s]);
+    compute(chunks[c], staging[s], ap, max_norm, t);
+    download(chunks[c], staging[s]);  // ordered after the kernel (the copy stream waits on compute)
+    if (c + 2 < chunks.size()) upload(chunks[c + 2], staging[s], in[s]);  // after the download: one copy stream
+  }
+  stats_.chunks = long(chunks.size());
+  // The host arrays are whole again before anyone reads them (a checkpoint, the next step's uploads
+  // are ordered anyway), and the staging blocks go back only once their last copy landed.
+  if (last_copy_) be_.copy_wait_host(last_copy_);
+}
+
+void Optimizer::download_grad(const Parameter& p, float* dst) {
+  if (p.host_grad == Parameter::kDevice) return be_.download_f32(dst, p.grad.view());
+  if (last_copy_) be_.copy_wait_host(last_copy_);
+  const std::byte* h = model_.host_state(p.host_grad);
+  if (h)
+    std::memcpy(dst, h, size_t(p.shape.numel()) * sizeof(float));
+  else
+    std::fill(dst, dst + p.shape.numel(), 0.0f);
+}
+
+void Optimizer::reset() noexcept {
+  try {
+    if (last_copy_) be_.copy_wait_host(last_copy_);
+  } catch (...) {
+    // Error paths must not throw; a failed transfer has already been reported.
+  }
+  last_copy_ = 0;
+  pending_.clear();
+  pending_bytes_ = 0;
+  for (auto& b : lazy_grads_) b.reset();
+}
+
+}  // namespace strata

@@ -1,0 +1,95 @@
+// The optimizer side of a step, over persistent state on any tier (ModelOptions::state_plan).
+//
+// Gradient norm: each parameter's squared norm is added when the tape reports its gradient final
+// (Tape::GradHooks), in backward's fixed order, whatever the plan: every plan sums the same
+// numbers in the same order, so clipping sees the same norm bit for bit (cpu).
+//
+// Gradients on the host tier: the tape asks for such a gradient's buffer at its first write; it
+// is carved from the arena then, copied to its host array on the copy stream as soon as it is
+// final, and freed once at most TrainOptions::grad_inflight_bytes of such copies are pending (the
+// compute stream waits on the oldest copy's event before its block can be reused).
+//
+// AdamW, after backward (exact global-norm clipping needs every gradient first): parameters whose
+// state is all on the device in one list launch; the others streamed in chunks through two device
+// staging buffers: chunk c+2's state uploads while chunk c+1 computes and chunk c's updated master
+// and moments go back, all on the one copy stream, each hand-off through an event. The compute
+// weights stay on the device and are updated in place.
+#pragma once
+#include <deque>
+#include <vector>
+
+#include "engine/tape.h"
+#include "model/llama.h"
+
+namespace strata {
+
+struct OptimizerOptions {
+  size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
+  size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
+};
+
+struct OptimizerStats {
+  size_t uploaded_bytes = 0, downloaded_bytes = 0;  // host-tier state moved this step (gradients included)
+  long chunks = 0;                                  // streamed chunks this step
+};
+
+class Optimizer {
+ public:
+  Optimizer(Backend& be, LlamaModel& model, OptimizerOptions opt);
+  ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Installs the gradient hooks on `tape` (its graph's parameters carry model.params() indices).
+  void install(Tape& tape);
+  // Before a forward whose backward follows: zeroes the norm and this step's counters.
+  void begin_step();
+  // After backward (also without a step): the host-tier gradients' device blocks go back.
+  void end_backward();
+  // After end_backward: clips by the global norm (max_norm <= 0: no clipping) and updates every
+  // trainable parameter. `norm_sq()` holds the squared gradient norm.
+  void step(const AdamWParams& p, float max_norm, int t);
+  // End of a step or an error: waits for every copy in flight and frees the step's buffers. Never throws.
+  void reset() noexcept;
+
+  Tensor norm_sq() const { return norm_sq_.view(); }
+  const OptimizerStats& stats() const { return stats_; }
+  // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel]).
+  void download_grad(const Parameter& p, float* dst);
+
+ private:
+  struct Pending {
+    Buffer buf;
+    CopyTicket ticket;
+  };
+  // One piece of a parameter: elements [begin, begin + n), and where its host arrays sit in staging.
+  struct Piece {
+    size_t param, begin, n;
+    size_t master = 0, m = 0, v = 0, g = 0;  // staging offsets (bytes) of its host arrays
+  };
+  struct Chunk {
+    std::vector<Piece> pieces;
+    size_t bytes = 0;
+  };
+  Tensor grad_sink(VId u);
+  void grads_final(const std::vector<VId>& ids);
+  void free_pending(size_t keep_bytes);
+  std::vector<Chunk> plan_chunks() const;
+  void upload(const Chunk& c, const Buffer& staging, CopyTicket& last);
+  void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t);
+  void download(const Chunk& c, const Buffer& staging);
+  size_t master_elem_bytes() const;
+
+  Backend& be_;
+  LlamaModel& model_;
+  OptimizerOptions opt_;
+  Tape* tape_ = nullptr;
+  Buffer norm_sq_;
+  std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step
+  std::deque<Pending> pending_;
+  size_t pending_bytes_ = 0;
+  CopyTicket last_copy_ = 0;
+  OptimizerStats stats_;
+};
+
+}  // namespace strata

@@ -1,0 +1,288 @@
+// Persistent state on the host tier (ModelOptions::state_plan, model/optimizer.h) on the cpu
+// backend: every state decision, alone and combined with each other and with the activation
+// plans, gives losses, weights and Adam moments bit-identical to keep-everything over several
+// steps with clipping active; it lowers the device peak by exactly the state it moves; the sim
+// forecasts the device and host peaks byte for byte; the streamed optimizer's chunking (tiny
+// chunks split parameters) changes nothing; saves read the host masters.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "engine/backend.h"
+#include "model/data.h"
+#include "model/forecast.h"
+#include "model/llama.h"
+#include "model/rng.h"
+#include "model/trainer.h"
+#include "tests/cpu/sim_twin.h"
+#include "tests/cpu/tiny_model.h"
+
+using namespace strata;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  std::vector<float> losses, norms;
+  std::vector<std::vector<float>> masters, moments;
+  size_t peak = 0, host_peak = 0, persistent = 0, state_host = 0, moved = 0;
+};
+
+Plan with_state(Plan p, std::vector<std::pair<std::string, Decision>> state) {
+  p.state = std::move(state);
+  return p;
+}
+
+Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20, bool tied = false) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  io::LlamaConfig c = test_util::tiny_config();
+  c.tie_word_embeddings = tied;
+  ModelOptions mo;
+  mo.state_plan = plan;
+  LlamaModel model(*be, c, mo);
+  model.init_random(11);
+  Result r;
+  r.persistent = be->arena().in_use();
+  r.state_host = model.state_host_bytes();
+  TrainOptions to;
+  to.adam.lr = 1e-2f;
+  to.adam.weight_decay = 0.1f;
+  to.max_grad_norm = 0.05f;  // small: clipping is active on every step
+  to.plan = plan;
+  to.tiers.offload_dir = ::testing::TempDir();
+  to.optimizer.chunk_bytes = chunk_bytes;
+  to.optimizer.grad_inflight_bytes = 4096;  // small: the waits and frees run often
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, c.vocab_size, 3), 2, 19);
+  for (int s = 0; s < steps; ++s) {
+    StepStats st = tr.step(data.next());
+    r.losses.push_back(st.loss);
+    r.norms.push_back(st.grad_norm);
+    r.peak = std::max(r.peak, st.peak_device_bytes);
+    r.host_peak = st.peak_host_bytes + st.state_host_bytes;
+    r.moved += st.state_bytes_moved;
+  }
+  for (auto& p : model.params()) {
+    std::vector<float> h(size_t(p.shape.numel()));
+    // The fp32 master, wherever it lives (the save path reads it the same way).
+    if (p.host_master != Parameter::kDevice)
+      std::memcpy(h.data(), model.host_state(p.host_master), h.size() * 4);
+    else
+      std::memcpy(h.data(), p.master.view().data, h.size() * 4);
+    r.masters.push_back(h);
+    for (auto [off, buf] : {std::pair{p.host_m, &p.m}, std::pair{p.host_v, &p.v}}) {
+      std::memcpy(h.data(), off != Parameter::kDevice ? model.host_state(off) : buf->view().data, h.size() * 4);
+      r.moments.push_back(h);
+    }
+  }
+  return r;
+}
+
+void expect_identical(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i;
+    EXPECT_EQ(std::memcmp(&a.norms[i], &b.norms[i], 4), 0) << what << ": gradient norm of step " << i;
+  }
+  ASSERT_EQ(a.masters.size(), b.masters.size());
+  for (size_t i = 0; i < a.masters.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.masters[i].data(), b.masters[i].data(), a.masters[i].size() * 4), 0)
+        << what << ": master " << i;
+  for (size_t i = 0; i < a.moments.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.moments[i].data(), b.moments[i].data(), a.moments[i].size() * 4), 0)
+        << what << ": moment " << i;
+}
+
+const std::vector<std::pair<std::string, Decision>> kEach[] = {
+    {{"*.adam.m", Decision::host}},
+    {{"*.adam.v", Decision::host}},
+    {{"*.w.master", Decision::host}},
+    {{"*.grad", Decision::host}},
+    {{"L1.*", Decision::host}, {"head.grad", Decision::host}},  // one layer's state and one other group's
+    {{"*", Decision::host}},
+};
+
+}  // namespace
+
+TEST(StateTiers, EachStateDecisionAloneIsBitIdenticalWithClipping) {
+  const Result keep = run(Plan::keep_everything());
+  EXPECT_EQ(keep.state_host, 0u);
+  EXPECT_GT(keep.norms[0], 0.05f) << "the test wants clipping active";
+  for (auto& st : kEach) {
+    const Result r = run(with_state(Plan::keep_everything(), st));
+    expect_identical(keep, r, st.front().first);
+    EXPECT_GT(r.state_host, 0u) << st.front().first;
+    // On cpu a host master leaves its f32 compute copy on the device: the same bytes there.
+    if (st.front().first == "*.w.master")
+      EXPECT_EQ(r.persistent, keep.persistent);
+    else
+      EXPECT_LT(r.persistent, keep.persistent) << st.front().first;
+    EXPECT_GT(r.moved, 0u) << st.front().first;
+  }
+}
+
+TEST(StateTiers, PersistentDeviceBytesFallByExactlyTheStateMoved) {
+  const Result keep = run(Plan::keep_everything(), 1);
+  for (const char* level : {"optimizer", "master", "all"}) {
+    Plan p;
+    p.set_state_offloading(level, "test");
+    const Result r = run(p, 1);
+    // The device drops each host-tier array; on cpu a host master leaves its f32 compute copy behind.
+    size_t moved = 0;
+    auto be = make_cpu_backend(size_t(64) << 20);
+    ModelOptions mo;
+    mo.state_plan = p;
+    LlamaModel m(*be, test_util::tiny_config(), mo);
+    for (auto& par : m.params()) {
+      const size_t b = (size_t(par.shape.numel()) * 4 + 255) / 256 * 256;
+      moved += (par.host_m != Parameter::kDevice) * b + (par.host_v != Parameter::kDevice) * b +
+               (par.host_grad != Parameter::kDevice) * b;
+    }
+    EXPECT_EQ(keep.persistent - r.persistent, moved) << level;
+    EXPECT_GT(r.state_host, moved / 2) << level;
+  }
+}
+
+TEST(StateTiers, StateDecisionsCombinedWithActivationPlansAreBitIdentical) {
+  const Result keep = run(Plan::keep_everything(), 3);
+  const Plan activation_plans[] = {Plan::gradient_checkpointing(1), Plan::gradient_checkpointing(2),
+                                   Plan::activation_offloading(Decision::host), Plan::hidden_states(),
+                                   Plan::selective_recompute()};
+  Rng rng(7);
+  const Decision tiers[] = {Decision::keep, Decision::host};
+  for (const Plan& ap : activation_plans) {
+    // A random state table per plan: each kind of each group on the device or the host.
+    std::vector<std::pair<std::string, Decision>> st;
+    for (const char* g : {"L0", "L1", "L2", "L3", "embed", "head", "final_norm"})
+      for (const char* k : kStateKinds) st.emplace_back(std::string(g) + "." + k, tiers[rng.below(2)]);
+    expect_identical(keep, run(with_state(ap, st), 3), ap.preset + " + random state");
+  }
+}
+
+TEST(StateTiers, ChunkingSplitsParametersWithoutChangingABit) {
+  Plan all;
+  all.set_state_offloading("all", "test");
+  const Result whole = run(all, 3);
+  // 1 MiB chunks hold the tiny model at once; 1 MiB is the smallest allowed, so use a wide model
+  // where a layer's matrices are split across chunks.
+  auto wide = [](size_t chunk, const Plan& p) {
+    auto be = make_cpu_backend(size_t(256) << 20);
+    io::LlamaConfig c = test_util::tiny_config();
+    c.hidden_size = 256;
+    c.intermediate_size = 1100;  // a 1100 x 256 matrix with three host arrays is 3.4 MiB
+    c.head_dim = 64;
+    ModelOptions mo;
+    mo.state_plan = p;
+    LlamaModel model(*be, c, mo);
+    model.init_random(3);
+    TrainOptions to;
+    to.plan = p;
+    to.optimizer.chunk_bytes = chunk;
+    Trainer tr(*be, model, to);
+    TokenBatcher data(synthetic_tokens(4000, c.vocab_size, 3), 1, 8);
+    std::vector<float> out;
+    long chunks = 0;
+    for (int s = 0; s < 2; ++s) {
+      out.push_back(tr.step(data.next()).loss);
+      chunks = tr.optimizer().stats().chunks;
+    }
+    for (auto& par : model.params()) {
+      const float* w = par.value().f32();
+      out.insert(out.end(), w, w + par.shape.numel());
+    }
+    return std::pair{out, chunks};
+  };
+  auto [small, n_small] = wide(size_t(1) << 20, all);
+  auto [big, n_big] = wide(size_t(1) << 30, all);
+  auto [dev, n_dev] = wide(size_t(1) << 20, Plan::keep_everything());
+  EXPECT_GT(n_small, n_big);
+  EXPECT_EQ(n_big, 1);
+  EXPECT_EQ(n_dev, 0);
+  ASSERT_EQ(small.size(), dev.size());
+  EXPECT_EQ(std::memcmp(small.data(), dev.data(), small.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(big.data(), dev.data(), big.size() * 4), 0);
+  EXPECT_FALSE(whole.losses.empty());
+}
+
+TEST(StateTiers, TiedEmbeddingsWithHostGradientsAreBitIdentical) {
+  Plan all;
+  all.set_state_offloading("all", "test");
+  expect_identical(run(Plan::keep_everything(), 3, size_t(1) << 20, true), run(all, 3, size_t(1) << 20, true),
+                   "tied, all state on the host");
+}
+
+TEST(StateTiers, SimForecastsDeviceAndHostPeaksByteForByte) {
+  for (const char* level : {"optimizer", "master", "all"})
+    for (const Plan& ap : {Plan::keep_everything(), Plan::gradient_checkpointing(1), Plan::hidden_states()}) {
+      Plan p = ap;
+      p.set_state_offloading(level, "test");
+      const ForecastRequest req = sim_twin::tiny_request(p);
+      const Forecast f = forecast(req);
+      const sim_twin::CpuStep cpu = sim_twin::cpu_step(req, sim_twin::kBudget, p);
+      ASSERT_TRUE(f.fits && cpu.fits) << level << " " << ap.preset;
+      EXPECT_EQ(f.peak_bytes, cpu.peak) << level << " " << ap.preset;
+      EXPECT_EQ(f.high_water_bytes, cpu.high_water) << level << " " << ap.preset;
+      EXPECT_EQ(f.peak_host_bytes, cpu.host_peak) << level << " " << ap.preset;
+      EXPECT_GT(f.state_host_bytes, 0u);
+      EXPECT_GT(f.state_bytes_moved, 0u);
+    }
+}
+
+TEST(StateTiers, SavedCheckpointReadsTheHostMasters) {
+  Plan all;
+  all.set_state_offloading("all", "test");
+  const std::string dir = ::testing::TempDir() + "state_tiers_save";
+  fs::remove_all(dir);
+  std::vector<float> expect;
+  {
+    auto be = make_cpu_backend(size_t(64) << 20);
+    ModelOptions mo;
+    mo.state_plan = all;
+    LlamaModel model(*be, test_util::tiny_config(), mo);
+    model.init_random(2);
+    TrainOptions to;
+    to.plan = all;
+    Trainer tr(*be, model, to);
+    TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+    tr.step(data.next());
+    model.save(dir);
+    const Parameter* q = model.find("model.layers.2.self_attn.q_proj.weight");
+    ASSERT_NE(q->host_master, Parameter::kDevice);
+    const float* h = reinterpret_cast<const float*>(model.host_state(q->host_master));
+    expect.assign(h, h + q->shape.numel());
+  }
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel back(*be, test_util::tiny_config(), {});
+  back.load(dir);
+  const Parameter* q = back.find("model.layers.2.self_attn.q_proj.weight");
+  EXPECT_EQ(std::memcmp(q->master.view().data, expect.data(), expect.size() * 4), 0);
+  fs::remove_all(dir);
+}
+
+TEST(StateTiers, StateDecisionsOtherThanKeepOrHostAreRefusedNamingTheClass) {
+  Plan p;
+  p.state = {{"L*.adam.m", Decision::recompute}};
+  auto be = make_cpu_backend(size_t(64) << 20);
+  ModelOptions mo;
+  mo.state_plan = p;
+  try {
+    LlamaModel m(*be, test_util::tiny_config(), mo);
+    FAIL() << "a recompute decision for optimizer state was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("L0.adam.m"), std::string::npos) << e.what();
+  }
+  Plan q;
+  EXPECT_THROW(q.set_state_offloading("everything", "cfg.yaml"), ConfigError);
+}
+
+TEST(StateTiers, ActivationPresetsNeverMoveState) {
+  // "*" -> host (activation_offloading) and "L*" -> recompute (checkpointing) are activation rules.
+  for (const Plan& p : {Plan::activation_offloading(Decision::host), Plan::gradient_checkpointing(1)}) {
+    auto be = make_cpu_backend(size_t(64) << 20);
+    ModelOptions mo;
+    mo.state_plan = p;
+    LlamaModel m(*be, test_util::tiny_config(), mo);
+    EXPECT_EQ(m.state_host_bytes(), 0u) << p.preset;
+  }
+}
