@@ -1,11 +1,21 @@
 #include "model/train_config.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <limits>
+
+#include "engine/arena.h"
 
 namespace strata {
 
@@ -53,6 +63,79 @@ size_t parse_bytes(const std::string& s, const std::string& where) {
   return size_t(v * mul);
 }
 
+float check_number(double v, NumberRule rule, const Origin& o) {
+  const char* want = rule == NumberRule::positive       ? "a positive finite number"
+                     : rule == NumberRule::non_negative ? "a finite number >= 0"
+                                                        : "a number in [0, 1)";
+  const bool ok = std::isfinite(v) && std::fabs(v) <= double(std::numeric_limits<float>::max()) &&
+                  (rule == NumberRule::positive       ? v > 0
+                   : rule == NumberRule::non_negative ? v >= 0
+                                                      : v >= 0 && v < 1);
+  // The float conversion would round a tiny positive value to 0.
+  if (!ok || (v > 0 && float(v) == 0.0f))
+    throw ConfigError(fmt::format("{} must be {}, got {}", o.where, want, v), o.file, o.field);
+  return float(v);
+}
+
+int check_int(long long v, int lo, const Origin& o) {
+  constexpr long long hi = std::numeric_limits<int>::max();
+  if (v < lo || v > hi)
+    throw ConfigError(fmt::format("{} must be an integer >= {} (at most {}), got {}", o.where, lo, hi, v), o.file,
+                      o.field);
+  return int(v);
+}
+
+void check_lora_targets(const std::vector<std::string>& modules, const Origin& o) {
+  static const std::vector<std::string> known = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  const std::string list = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj or down_proj";
+  if (modules.empty())
+    throw ConfigError(fmt::format("{} is empty: LoRA would train nothing (expected some of {})", o.where, list), o.file,
+                      o.field);
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (std::find(known.begin(), known.end(), modules[i]) == known.end())
+      throw ConfigError(fmt::format("{}: unknown module '{}' (expected {})", o.where, modules[i], list), o.file,
+                        o.field);
+    if (std::find(modules.begin(), modules.begin() + long(i), modules[i]) != modules.begin() + long(i))
+      throw ConfigError(fmt::format("{}: module '{}' is listed twice", o.where, modules[i]), o.file, o.field);
+  }
+}
+
+void check_save_dir(const std::string& dir, size_t bytes) {
+  auto fail = [&](const std::string& why) {
+    throw IoError(fmt::format("{}: cannot save the trained model there: {} (checked before training, so no run "
+                              "is lost; choose another --save / output_dir)",
+                              dir, why),
+                  dir);
+  };
+  if (dir.empty()) fail("the directory name is empty");
+  // The nearest existing ancestor: the directory itself, or where create_directories starts.
+  std::error_code ec;
+  const std::filesystem::path full = std::filesystem::absolute(dir, ec);
+  std::filesystem::path cur = ec ? std::filesystem::path(dir) : full;
+  struct stat st {};
+  while (::stat(cur.c_str(), &st) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR) fail(fmt::format("{}: {}", cur.string(), std::strerror(errno)));
+    if (!cur.has_relative_path()) fail("no part of the path exists");
+    cur = cur.parent_path();
+  }
+  if (!S_ISDIR(st.st_mode))
+    fail(cur == full ? std::string("it is not a directory")
+                     : fmt::format("{} is not a directory, so it cannot be created", cur.string()));
+  const std::string probe = (cur / fmt::format(".strata-save-probe.{}", ::getpid())).string();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail(fmt::format("cannot create a file in {}: {}", cur.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  struct statvfs vfs {};
+  if (::statvfs(cur.c_str(), &vfs) == 0) {
+    const double avail = double(vfs.f_bavail) * double(vfs.f_frsize);
+    if (avail < double(bytes))
+      fail(fmt::format("the checkpoint needs about {} and {} has {} free", format_bytes(bytes), cur.string(),
+                       format_bytes(size_t(avail))));
+  }
+}
+
 namespace {
 
 template <class T>
@@ -63,6 +146,22 @@ T get(const YAML::Node& n, const std::string& path, const std::string& key, cons
     STRATA_THROW(ConfigError, fmt::format("{}: key '{}' has a bad value (expected {})", path, key, expected), path,
                  key);
   }
+}
+
+// A mapping key as a string; a key that is a sequence, a mapping or null (`[a, b]: 1`,
+// `? {a: 1}`, `~: 1`) is a ConfigError naming the file, the line and the key as written.
+std::string key_of(const YAML::Node& k, const std::string& path, const std::string& parent) {
+  if (k.IsScalar()) return k.Scalar();
+  YAML::Emitter e;
+  e << YAML::Flow << k;
+  std::string shown = e.good() ? e.c_str() : "?";
+  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+  const char* kind = k.IsSequence() ? "a sequence" : k.IsMap() ? "a mapping" : "null";
+  const std::string in = parent.empty() ? "" : fmt::format(" in '{}'", parent);
+  STRATA_THROW(ConfigError,
+               fmt::format("{}: line {}: the key {}{} is {}; expected a plain string key", path, k.Mark().line + 1,
+                           shown, in, kind),
+               path, parent.empty() ? shown : parent + "." + shown);
 }
 
 // Runs a value parser that throws ConfigError naming a free-form `where` (parse_bytes,
@@ -77,21 +176,20 @@ auto with_key(const std::string& path, const std::string& key, F&& f) {
 }
 
 void apply_checkpointing(TrainConfig& c, const YAML::Node& v, const std::string& path) {
+  const std::string key = "gradient_checkpointing";
   if (v.IsScalar()) {
-    if (get<bool>(v, path, "gradient_checkpointing", "true, false or {every: N}"))
-      c.plan = Plan::gradient_checkpointing(1);
+    if (get<bool>(v, path, key, "true, false or {every: N}")) c.plan = Plan::gradient_checkpointing(1);
     return;
   }
-  if (v.IsMap() && v["every"]) {
-    int every = get<int>(v["every"], path, "gradient_checkpointing.every", "a positive integer");
-    if (every < 1)
-      STRATA_THROW(ConfigError, fmt::format("{}: gradient_checkpointing.every must be >= 1", path), path,
-                   "gradient_checkpointing.every");
+  if (v.IsMap() && v.size() == 1 && key_of(v.begin()->first, path, key) == "every") {
+    const std::string field = key + ".every";
+    int every =
+        check_int(get<long long>(v.begin()->second, path, field, "a positive integer"), 1, Origin::yaml(path, field));
     c.plan = Plan::gradient_checkpointing(every);
     return;
   }
   STRATA_THROW(ConfigError, fmt::format("{}: gradient_checkpointing expects true, false or {{every: N}}", path), path,
-               "gradient_checkpointing");
+               key);
 }
 
 }  // namespace
@@ -105,105 +203,152 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
   }
   if (root.IsNull()) return;
   if (!root.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: expected a mapping of keys", path), path, "");
-  Plan explicit_plan;
-  bool has_explicit = false;
-  for (auto it : root) {
-    const std::string key = it.first.as<std::string>();
-    const YAML::Node& v = it.second;
-    auto S = [&] { return get<std::string>(v, path, key, "a string"); };
-    auto Int = [&] { return get<int>(v, path, key, "an integer"); };
-    auto Flt = [&] { return get<float>(v, path, key, "a number"); };
-    auto Bool = [&] { return get<bool>(v, path, key, "true or false"); };
-    if (key == "base_model" || key == "model")
-      c.model_dir = S();
-    else if (key == "data" || key == "dataset")
-      c.data_path = S();
-    else if (key == "backend")
-      c.backend = S();
-    else if (key == "sequence_len" || key == "seq")
-      c.seq = Int();
-    else if (key == "micro_batch_size" || key == "batch")
-      c.batch = Int();
-    else if (key == "max_steps" || key == "steps")
-      c.steps = Int();
-    else if (key == "learning_rate" || key == "lr")
-      c.lr = Flt();
-    else if (key == "weight_decay")
-      c.weight_decay = Flt();
-    else if (key == "adam_beta1")
-      c.beta1 = Flt();
-    else if (key == "adam_beta2")
-      c.beta2 = Flt();
-    else if (key == "adam_epsilon")
-      c.adam_eps = Flt();
-    else if (key == "max_grad_norm")
-      c.max_grad_norm = Flt();
-    else if (key == "warmup_steps")
-      c.warmup_steps = Int();
-    else if (key == "seed")
-      c.seed = get<uint64_t>(v, path, key, "a non-negative integer");
-    else if (key == "output_dir")
-      c.output_dir = S();
-    else if (key == "loss_chunk_tokens")
-      c.loss_chunk_tokens = Int();
-    else if (key == "freeze_base")
-      c.freeze_base = Bool();
-    else if (key == "device_memory" || key == "arena_bytes")
-      c.device_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
-    else if (key == "adapter") {
-      if (S() != "lora")
-        STRATA_THROW(ConfigError, fmt::format("{}: adapter '{}' is not supported (expected lora)", path, S()), path,
-                     key);
-      if (c.lora.rank == 0) c.lora.rank = 8;
-    } else if (key == "lora_r")
-      c.lora.rank = Int();
-    else if (key == "lora_alpha")
-      c.lora.alpha = Flt();
-    else if (key == "lora_target_modules")
-      c.lora.target_modules = get<std::vector<std::string>>(v, path, key, "a list of module names");
-    else if (key == "gradient_checkpointing")
-      apply_checkpointing(c, v, path);
-    else if (key == "selective_recompute") {
-      if (Bool()) c.plan = Plan::selective_recompute();
-    } else if (key == "activation_offloading") {
-      const std::string mode = S();
-      if (mode == "true")
-        c.plan = Plan::activation_offloading(Decision::host);
-      else if (mode == "legacy")
-        c.plan = Plan::activation_offloading(Decision::host, true);
-      else if (mode == "disk")
-        c.plan = Plan::activation_offloading(Decision::disk);
-      else if (mode == "hidden_states")
-        c.plan = Plan::hidden_states();
-      else if (mode != "false")
-        STRATA_THROW(ConfigError,
-                     fmt::format("{}: activation_offloading '{}' is unknown (expected true, legacy, disk, "
-                                 "hidden_states or false)",
-                                 path, mode),
-                     path, key);
-    } else if (key == "offload_dir") {
-      c.offload_dir = S();
-    } else if (key == "layer_offloading") {
-      c.layer_offloading = Bool();
-    } else if (key == "memory_budget") {
-      c.memory_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
-    } else if (key == "host_memory_budget") {
-      c.host_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
-    } else if (key == "disk_memory_budget") {
-      c.disk_budget_bytes = with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); });
-    } else if (key == "plan") {
-      if (!v.IsMap())
-        STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
-      for (auto r : v) {
-        std::string pat = r.first.as<std::string>();
-        const std::string field = "plan." + pat;
-        const std::string d = get<std::string>(r.second, path, field, "a decision");
-        explicit_plan.add(pat, with_key(path, field, [&] { return parse_decision(d, path + ": " + field); }));
+  // The state table goes in after the presets (YAML keys come in any order).
+  Plan explicit_plan, state_plan;
+  std::vector<std::pair<std::string, Decision>> explicit_state;
+  bool has_state = false;
+  bool has_explicit = false, adapter_lora = false, rank_given = false;
+  std::string key;  // the key being read, for a YAML error that escapes the checks below
+  try {
+    for (auto it : root) {
+      key = key_of(it.first, path, "");
+      const YAML::Node& v = it.second;
+      const Origin here = Origin::yaml(path, key);
+      auto S = [&] { return get<std::string>(v, path, key, "a string"); };
+      auto Int = [&](int lo) { return check_int(get<long long>(v, path, key, "an integer"), lo, here); };
+      auto Num = [&](NumberRule r) { return check_number(get<double>(v, path, key, "a number"), r, here); };
+      auto Bool = [&] { return get<bool>(v, path, key, "true or false"); };
+      auto Bytes = [&] { return with_key(path, key, [&] { return parse_bytes(S(), path + ": " + key); }); };
+      if (key == "base_model" || key == "model")
+        c.model_dir = S();
+      else if (key == "data" || key == "dataset")
+        c.data_path = S();
+      else if (key == "backend")
+        c.backend = S();
+      else if (key == "sequence_len" || key == "seq")
+        c.seq = Int(1);
+      else if (key == "micro_batch_size" || key == "batch")
+        c.batch = Int(1);
+      else if (key == "max_steps" || key == "steps")
+        c.steps = Int(0);
+      else if (key == "learning_rate" || key == "lr")
+        c.lr = Num(NumberRule::positive);
+      else if (key == "weight_decay")
+        c.weight_decay = Num(NumberRule::non_negative);
+      else if (key == "adam_beta1")
+        c.beta1 = Num(NumberRule::unit_open);
+      else if (key == "adam_beta2")
+        c.beta2 = Num(NumberRule::unit_open);
+      else if (key == "adam_epsilon")
+        c.adam_eps = Num(NumberRule::positive);
+      else if (key == "max_grad_norm")
+        c.max_grad_norm = Num(NumberRule::non_negative);
+      else if (key == "warmup_steps")
+        c.warmup_steps = Int(0);
+      else if (key == "seed")
+        c.seed = get<uint64_t>(v, path, key, "a non-negative integer");
+      else if (key == "output_dir")
+        c.output_dir = S();
+      else if (key == "loss_chunk_tokens")
+        c.loss_chunk_tokens = Int(1);
+      else if (key == "freeze_base")
+        c.freeze_base = Bool();
+      else if (key == "device_memory" || key == "arena_bytes")
+        c.device_budget_bytes = Bytes();
+      else if (key == "adapter") {
+        if (S() != "lora")
+          STRATA_THROW(ConfigError, fmt::format("{}: adapter '{}' is not supported (expected lora)", path, S()), path,
+                       key);
+        adapter_lora = true;
+      } else if (key == "lora_r") {
+        c.lora.rank = Int(1);
+        rank_given = true;
+      } else if (key == "lora_alpha")
+        c.lora.alpha = Num(NumberRule::positive);
+      else if (key == "lora_target_modules") {
+        c.lora.target_modules = get<std::vector<std::string>>(v, path, key, "a list of module names");
+        check_lora_targets(c.lora.target_modules, here);
+      } else if (key == "gradient_checkpointing")
+        apply_checkpointing(c, v, path);
+      else if (key == "selective_recompute") {
+        if (Bool()) c.plan = Plan::selective_recompute();
+      } else if (key == "activation_offloading") {
+        const std::string mode = S();
+        if (mode == "true")
+          c.plan = Plan::activation_offloading(Decision::host);
+        else if (mode == "legacy")
+          c.plan = Plan::activation_offloading(Decision::host, true);
+        else if (mode == "disk")
+          c.plan = Plan::activation_offloading(Decision::disk);
+        else if (mode == "hidden_states")
+          c.plan = Plan::hidden_states();
+        else if (mode != "false")
+          STRATA_THROW(ConfigError,
+                       fmt::format("{}: activation_offloading '{}' is unknown (expected true, legacy, disk, "
+                                   "hidden_states or false)",
+                                   path, mode),
+                       path, key);
+      } else if (key == "offload_dir") {
+        c.offload_dir = S();
+      } else if (key == "layer_offloading") {
+        c.layer_offloading = Bool();
+      } else if (key == "memory_budget") {
+        c.memory_budget_bytes = Bytes();
+        if (!c.memory_budget_bytes)
+          STRATA_THROW(
+              ConfigError,
+              fmt::format("{}: memory_budget must be above 0 (leave it out to run the config's own plan)", path), path,
+              key);
+      } else if (key == "host_memory_budget") {
+        c.host_budget_bytes = Bytes();
+      } else if (key == "disk_memory_budget") {
+        c.disk_budget_bytes = Bytes();
+      } else if (key == "state_offloading") {
+        state_plan.set_state_offloading(S(), path);
+        has_state = true;
+      } else if (key == "state_plan") {
+        if (!v.IsMap())
+          STRATA_THROW(ConfigError, fmt::format("{}: state_plan expects a mapping state class -> keep or host", path),
+                       path, key);
+        for (auto r : v) {
+          std::string pat = key_of(r.first, path, key);
+          const std::string field = "state_plan." + pat;
+          const std::string d = get<std::string>(r.second, path, field, "keep or host");
+          const Decision dec = with_key(path, field, [&] { return parse_decision(d, path + ": " + field); });
+          if (dec != Decision::keep && dec != Decision::host)
+            STRATA_THROW(ConfigError,
+                         fmt::format("{}: {}: state classes take keep (device) or host, got '{}'", path, field, d),
+                         path, field);
+          explicit_state.emplace_back(pat, dec);
+        }
+        has_state = true;
+      } else if (key == "plan") {
+        if (!v.IsMap())
+          STRATA_THROW(ConfigError, fmt::format("{}: plan expects a mapping class -> decision", path), path, key);
+        for (auto r : v) {
+          std::string pat = key_of(r.first, path, key);
+          const std::string field = "plan." + pat;
+          const std::string d = get<std::string>(r.second, path, field, "a decision");
+          explicit_plan.add(pat, with_key(path, field, [&] { return parse_decision(d, path + ": " + field); }));
+        }
+        has_explicit = true;
+      } else {
+        STRATA_THROW(ConfigError, fmt::format("{}: unknown key '{}'", path, key), path, key);
       }
-      has_explicit = true;
-    } else {
-      STRATA_THROW(ConfigError, fmt::format("{}: unknown key '{}'", path, key), path, key);
     }
+  } catch (const YAML::Exception& e) {
+    // Every conversion above is checked; this keeps any other yaml-cpp error a ConfigError too.
+    STRATA_THROW(ConfigError, fmt::format("{}: key '{}': {}", path, key, e.what()), path, key);
+  }
+  // `adapter: lora` alone means rank 8; with lora_r (which must be >= 1) the rank given.
+  if (adapter_lora && !rank_given && c.lora.rank == 0) c.lora.rank = 8;
+  if (has_state) {
+    // An explicit state table goes before the state_offloading level's rules: first match wins.
+    c.plan.state = explicit_state;
+    c.plan.state.insert(c.plan.state.end(), state_plan.state.begin(), state_plan.state.end());
+    c.plan.state_preset = explicit_state.empty()
+                              ? state_plan.state_preset
+                              : (state_plan.state.empty() ? "explicit" : state_plan.state_preset + " + explicit");
   }
   if (has_explicit) {
     // An explicit table goes before the preset's rules: first match wins.
@@ -213,11 +358,22 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
 }
 
 void apply_yaml(TrainConfig& c, const std::string& path) {
-  std::ifstream f(path);
-  if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot open the config file", path), path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  apply_yaml_text(c, ss.str(), path);
+  constexpr size_t kMaxBytes = size_t(16) << 20;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    STRATA_THROW(IoError, fmt::format("{}: is a directory, not a YAML config file", path), path);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot open the config file: {}", path, std::strerror(errno)), path);
+  // Read in pieces up to a limit, so /dev/zero or a runaway pipe cannot fill memory.
+  std::string text;
+  char buf[65536];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    text.append(buf, size_t(f.gcount()));
+    if (text.size() > kMaxBytes)
+      STRATA_THROW(IoError, fmt::format("{}: the config file is larger than 16 MiB", path), path);
+  }
+  if (f.bad()) STRATA_THROW(IoError, fmt::format("{}: cannot read the config file", path), path);
+  apply_yaml_text(c, text, path);
 }
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/plan.h"
 #include "model/llama.h"
@@ -38,7 +39,39 @@ struct TrainConfig {
 // "20GiB", "512MiB", "1e9", "4096" -> bytes. ConfigError naming `where` on a bad value.
 size_t parse_bytes(const std::string& s, const std::string& where);
 
-// Applies the keys of a YAML file on top of `cfg`.
+// Where a setting came from, for its error message and the ConfigError's fields: a YAML key
+// ("run.yaml: weight_decay"; file "run.yaml", field "weight_decay") or a flag ("--weight-decay";
+// file "command line", field "weight-decay").
+struct Origin {
+  std::string where, file, field;
+  static Origin yaml(const std::string& path, const std::string& key) { return {path + ": " + key, path, key}; }
+  static Origin flag(const std::string& name) { return {"--" + name, "command line", name}; }
+};
+
+// The rules a setting's value must meet, the same for a YAML key and its flag. A value that
+// breaks them is a ConfigError naming the origin, the rule and the value; nothing is truncated
+// or clamped, and NaN or an infinity never passes.
+enum class NumberRule {
+  positive,      // (0, inf): learning_rate, adam_epsilon, lora_alpha
+  non_negative,  // [0, inf): weight_decay, max_grad_norm (0 = no clipping)
+  unit_open,     // [0, 1): adam_beta1, adam_beta2
+};
+float check_number(double v, NumberRule rule, const Origin& o);
+// An integer in [lo, 2^31 - 1] (seq, batch, steps, ...): 4294967312 is refused, not read as 16.
+int check_int(long long v, int lo, const Origin& o);
+// lora_target_modules: non-empty, each one of q_proj, k_proj, v_proj, o_proj, gate_proj,
+// up_proj, down_proj, none twice.
+void check_lora_targets(const std::vector<std::string>& modules, const Origin& o);
+
+// Before the first step of a run that will save into `dir`: the directory exists or can be
+// created (its nearest existing ancestor is a directory), a file can be created in it (a probe
+// file, removed again), and its file system has `bytes` free. IoError naming `dir` otherwise.
+// Creates nothing that stays.
+void check_save_dir(const std::string& dir, size_t bytes);
+
+// Applies the keys of a YAML file on top of `cfg`. Every value is checked against the rules above
+// as it is read: errors are ConfigErrors naming `path` and the key (IoError for a file that
+// cannot be read, a directory, or one over 16 MiB).
 void apply_yaml(TrainConfig& cfg, const std::string& path);
 // Same, from YAML text (tests); `path` is used in error messages.
 void apply_yaml_text(TrainConfig& cfg, const std::string& text, const std::string& path);
