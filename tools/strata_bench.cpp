@@ -30,10 +30,13 @@ static const char* kUsage =
     "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n"
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
+    "                    [--state-offloading none|optimizer|master|all]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
     "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
+    "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
+    "strata-train's state_offloading key.\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n";
 
 int main(int argc, char** argv) {
@@ -41,7 +44,7 @@ int main(int argc, char** argv) {
     cli::Args a(
         argc, argv,
         {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank", "device-memory",
-         "loss-chunk", "peak-tflops", "offload-dir", "measure-disk", "config", "max-grad-norm"},
+         "loss-chunk", "peak-tflops", "offload-dir", "measure-disk", "config", "max-grad-norm", "state-offloading"},
         {"help", "layer-offloading", "loss-recompute"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -55,8 +58,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     io::LlamaConfig c = a.has("model") ? io::read_llama_config(a.str("model")) : builtin_shape(a.str("shape", "tiny"));
-    const int seq = int(a.integer("seq", 4096)), batch = int(a.integer("batch", 1));
-    const int steps = int(a.integer("steps", 4)), warmup = int(a.integer("warmup", 2));
+    // Integers are range-checked (4294967312 is refused, not read as 16), as strata-train's are.
+    auto int_flag = [&](const char* k, int def, int lo) { return check_int(a.integer(k, def), lo, Origin::flag(k)); };
+    const int seq = int_flag("seq", 4096, 1), batch = int_flag("batch", 1, 1);
+    const int steps = int_flag("steps", 4, 0), warmup = int_flag("warmup", 2, 0);
+    const double peak_tflops =
+        check_number(a.number("peak-tflops", 989.0), NumberRule::positive, Origin::flag("peak-tflops"));
     const std::string mode = a.str("mode", "full");
     std::string plan_name = a.str("plan", "keep");
     TrainConfig tc;
@@ -71,7 +78,7 @@ int main(int argc, char** argv) {
                                                            : tc.device_budget_bytes);
 
     ModelOptions mo;
-    mo.loss_chunk_tokens = int(a.integer("loss-chunk", tc.loss_chunk_tokens));
+    mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     mo.page_frozen_layers = a.has("layer-offloading") || tc.layer_offloading;
     mo.loss_grad_in_forward = !a.has("loss-recompute");
     if (mode == "frozen") {
@@ -79,7 +86,7 @@ int main(int argc, char** argv) {
       mo.train_norms = true;
     } else if (mode == "lora") {
       mo.train_base = false;
-      mo.lora.rank = int(a.integer("lora-rank", 16));
+      mo.lora.rank = int_flag("lora-rank", 16, 1);
       mo.lora.alpha = 2.0f * float(mo.lora.rank);
     } else if (mode != "full") {
       throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
@@ -103,8 +110,11 @@ int main(int argc, char** argv) {
       throw ConfigError("--plan must be keep, gc, selective, offload, legacy, disk or hidden_states", "command line",
                         "plan");
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
+    if (a.has("state-offloading")) to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
+    mo.state_plan = to.plan;
     to.adam.lr = 1e-5f;
-    to.max_grad_norm = float(a.number("max-grad-norm", to.max_grad_norm));
+    to.max_grad_norm = check_number(a.number("max-grad-norm", to.max_grad_norm), NumberRule::non_negative,
+                                    Origin::flag("max-grad-norm"));
 
     using Clock = std::chrono::steady_clock;
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
@@ -141,7 +151,7 @@ int main(int argc, char** argv) {
       if (s >= warmup) times.push_back(st.seconds);
       peak = std::max(peak, st.peak_device_bytes);
       used = std::max(used, be->device_used_bytes());
-      host_peak = st.peak_host_bytes;
+      host_peak = st.peak_host_bytes + st.state_host_bytes;
       disk_peak = st.peak_disk_bytes;
       loss = st.loss;
     }
@@ -156,7 +166,6 @@ int main(int argc, char** argv) {
     const double med = times.empty() ? 0 : times[times.size() / 2];
     const long tokens = long(batch) * seq;
     const double flops = step_flops(c, tokens, seq, mode == "full");
-    const double peak_tflops = a.number("peak-tflops", 989.0);
     const double mfu = med > 0 ? flops / med / (peak_tflops * 1e12) : 0;
     auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
     nlohmann::ordered_json j;  // strings escaped (a --model or --config path may hold anything)
@@ -176,6 +185,9 @@ int main(int argc, char** argv) {
     j["peak_arena_bytes"] = peak;
     j["peak_host_bytes"] = host_peak;
     j["peak_disk_bytes"] = disk_peak;
+    j["state_offloading"] = to.plan.state_preset;
+    j["state_host_bytes"] = model.state_host_bytes();
+    j["state_host_pinned"] = model.state_host_pinned();
     j["offloaded_bytes_per_step"] = offloaded;
     j["device_used_bytes"] = used;
     j["mfu"] = round_to(mfu, 1e4);

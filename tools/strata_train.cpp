@@ -119,20 +119,32 @@ int main(int argc, char** argv) {
     }
     cfg.backend = "auto";
     if (a.has("config")) apply_yaml(cfg, a.str("config"));
+    // Each flag is checked as it is read, by the rules the YAML keys follow (model/train_config.h):
+    // its error names the flag; a YAML value's error names the file and the key.
+    auto int_flag = [&](const char* k, int& dst, int lo) {
+      if (a.has(k)) dst = check_int(a.integer(k, 0), lo, Origin::flag(k));
+    };
+    auto num_flag = [&](const char* k, float& dst, NumberRule rule) {
+      if (a.has(k)) dst = check_number(a.number(k, 0), rule, Origin::flag(k));
+    };
     cfg.model_dir = a.str("model", cfg.model_dir);
     cfg.data_path = a.str("data", cfg.data_path);
-    cfg.seq = int(a.integer("seq", cfg.seq));
-    cfg.batch = int(a.integer("batch", cfg.batch));
-    cfg.steps = int(a.integer("steps", cfg.steps));
-    cfg.lr = float(a.number("lr", cfg.lr));
+    int_flag("seq", cfg.seq, 1);
+    int_flag("batch", cfg.batch, 1);
+    int_flag("steps", cfg.steps, 0);
+    num_flag("lr", cfg.lr, NumberRule::positive);
     cfg.backend = a.str("backend", cfg.backend);
-    cfg.max_grad_norm = float(a.number("max-grad-norm", cfg.max_grad_norm));
-    cfg.weight_decay = float(a.number("weight-decay", cfg.weight_decay));
-    cfg.warmup_steps = int(a.integer("warmup-steps", cfg.warmup_steps));
-    cfg.seed = uint64_t(a.integer("seed", long(cfg.seed)));
-    cfg.loss_chunk_tokens = int(a.integer("loss-chunk", cfg.loss_chunk_tokens));
-    cfg.lora.rank = int(a.integer("lora-rank", cfg.lora.rank));
-    cfg.lora.alpha = float(a.number("lora-alpha", cfg.lora.alpha));
+    num_flag("max-grad-norm", cfg.max_grad_norm, NumberRule::non_negative);
+    num_flag("weight-decay", cfg.weight_decay, NumberRule::non_negative);
+    int_flag("warmup-steps", cfg.warmup_steps, 0);
+    if (a.has("seed")) {
+      const long seed = a.integer("seed", 0);
+      if (seed < 0) throw ConfigError(fmt::format("--seed must be >= 0, got {}", seed), "command line", "seed");
+      cfg.seed = uint64_t(seed);
+    }
+    int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
+    int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
+    num_flag("lora-alpha", cfg.lora.alpha, NumberRule::positive);
     if (a.has("freeze-base")) cfg.freeze_base = true;
     if (a.has("device-memory")) cfg.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
     if (a.has("save")) cfg.output_dir = a.str("save");
@@ -145,7 +157,8 @@ int main(int argc, char** argv) {
     if (a.has("disk-budget")) cfg.disk_budget_bytes = parse_bytes(a.str("disk-budget"), "--disk-budget");
     if ((cfg.host_budget_bytes || cfg.disk_budget_bytes) && !cfg.memory_budget_bytes)
       throw ConfigError(
-          "--host-budget / --disk-budget are the planner's tier budgets: give --budget (memory_budget) too",
+          "--host-budget / --disk-budget (host_memory_budget / disk_memory_budget) are the planner's tier budgets: "
+          "give --budget (memory_budget) too",
           "command line", "budget");
     if (cfg.memory_budget_bytes) {
       if (cfg.layer_offloading)
@@ -165,14 +178,10 @@ int main(int argc, char** argv) {
                      format_bytes(cfg.device_budget_bytes).c_str(), format_bytes(cfg.memory_budget_bytes).c_str());
     }
     json = a.has("json");
-    if (cfg.model_dir.empty()) throw ConfigError("--model DIR is required", "command line", "model");
-    if (cfg.data_path.empty()) throw ConfigError("--data FILE is required", "command line", "data");
-    if (!(cfg.lr > 0) || !std::isfinite(cfg.lr))
-      throw ConfigError(fmt::format("--lr must be a positive finite number, got {}", cfg.lr), "command line", "lr");
-    if (cfg.seq < 1 || cfg.batch < 1 || cfg.steps < 0)
-      throw ConfigError(
-          fmt::format("--seq ({}) and --batch ({}) must be >= 1 and --steps ({}) >= 0", cfg.seq, cfg.batch, cfg.steps),
-          "command line", "seq");
+    if (cfg.model_dir.empty())
+      throw ConfigError("--model DIR (or base_model in the --config file) is required", "command line", "model");
+    if (cfg.data_path.empty())
+      throw ConfigError("--data FILE (or data in the --config file) is required", "command line", "data");
   } catch (const Error& e) {
     std::fprintf(stderr, "strata-train: %s\n%s", e.what(), kUsage);
     return 2;
@@ -196,7 +205,14 @@ int main(int argc, char** argv) {
     mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
     mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
     mo.page_frozen_layers = cfg.layer_offloading;
+    mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
     LlamaModel model(*be, mc, mo);
+    if (!cfg.output_dir.empty()) {
+      // Before loading and training: a save that cannot succeed must not cost the run. fp32
+      // tensors (the adapters alone with LoRA) plus the header and config.json.
+      const size_t saved = cfg.lora.enabled() ? model.trainable_count() : model.param_count();
+      check_save_dir(cfg.output_dir, saved * sizeof(float) + (size_t(1) << 20));
+    }
     model.load(cfg.model_dir);
 
     TrainOptions to;
@@ -223,6 +239,10 @@ int main(int argc, char** argv) {
                    pg->n_layers(), format_bytes(pg->host_bytes()).c_str(), pg->host_pinned() ? "pinned" : "pageable",
                    pg->host_note().empty() ? "" : " — ", pg->host_note().c_str(), pg->slot_count(),
                    format_bytes(pg->slot_bytes()).c_str());
+    if (model.state_host_bytes())
+      std::fprintf(info, "state on the host tier (%s): %s %s%s%s\n", cfg.plan.state_preset.c_str(),
+                   format_bytes(model.state_host_bytes()).c_str(), model.state_host_pinned() ? "pinned" : "pageable",
+                   model.state_host_note().empty() ? "" : " — ", model.state_host_note().c_str());
     std::fflush(info);
 
     TokenBatcher batches(std::move(tokens), cfg.batch, cfg.seq);
@@ -245,10 +265,10 @@ int main(int argc, char** argv) {
             "{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
             "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
             "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
-            "\"paged_bytes_uploaded\": %zu}\n",
+            "\"paged_bytes_uploaded\": %zu, \"state_host_bytes\": %zu, \"state_bytes_moved\": %zu}\n",
             st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds, st.peak_device_bytes,
             st.peak_host_bytes, st.peak_disk_bytes, be->device_used_bytes(), st.saved_bytes, st.recomputed_nodes,
-            st.paged_bytes_uploaded);
+            st.paged_bytes_uploaded, st.state_host_bytes, st.state_bytes_moved);
         std::fflush(stdout);
       } else {
         std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,

@@ -213,6 +213,95 @@ TEST_F(tools, train_bad_usage_exits_2_naming_the_flag) {
   }
 }
 
+// Issue 15: values that were truncated or silently accepted; each exits 2 naming the flag.
+TEST_F(tools, train_out_of_range_flags_exit_2_naming_the_flag) {
+  struct Case {
+    std::string args, flag;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--seq 4294967312", "--seq"},  // 2^32 + 16: trained with seq 16 before
+           {"--steps 4294967312", "--steps"},
+           {"--batch 4294967312", "--batch"},
+           {"--lora-rank -1", "--lora-rank"},  // a full fine-tune before
+           {"--weight-decay inf", "--weight-decay"},
+           {"--weight-decay -0.5", "--weight-decay"},
+           {"--max-grad-norm nan", "--max-grad-norm"},
+           {"--warmup-steps -3", "--warmup-steps"},
+           {"--loss-chunk 0", "--loss-chunk"},
+           {"--lr inf", "--lr"},
+           {"--lora-alpha nan", "--lora-alpha"},
+           {"--seed -1", "--seed"},
+       }) {
+    Proc r = run(train_cmd("--steps 1 " + c.args));
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.flag), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.out.find("step"), std::string::npos) << c.args << " trained:\n" << r.out;
+  }
+}
+
+// A YAML value's error names the file and the key, not the flag that would override it.
+TEST_F(tools, train_config_errors_name_the_yaml_file_and_key) {
+  struct Case {
+    std::string yaml, key;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"[a, b]: 1\n", "[a, b]"},  // SIGABRT before
+           {"plan: {[a, b]: keep}\n", "plan"},
+           {"? {a: 1}\n: 2\n", "{a: 1}"},
+           {"sequence_len: 0\n", "sequence_len"},
+           {"learning_rate: -1\n", "learning_rate"},
+           {"lora_r: -8\n", "lora_r"},
+           {"lora_target_modules: []\n", "lora_target_modules"},
+           {"memory_budget: 0\n", "memory_budget"},
+           {"loss_chunk_tokens: 0\n", "loss_chunk_tokens"},
+           {"adam_beta2: 1\n", "adam_beta2"},
+       }) {
+    const std::string cfg = path("bad.yaml");
+    std::ofstream(cfg) << c.yaml;
+    Proc r = run(train_cmd("--steps 1 --config " + quote(cfg)));
+    EXPECT_EQ(r.code, 2) << c.yaml << "\n" << r.err;
+    EXPECT_NE(r.err.find("strata-train: " + cfg + ": "), std::string::npos) << c.yaml << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.key), std::string::npos) << c.yaml << "\n" << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    const std::string first = r.err.substr(0, r.err.find('\n'));  // the usage text follows
+    EXPECT_EQ(first.find("--"), std::string::npos) << "names a flag: " << first;
+  }
+}
+
+TEST_F(tools, bench_config_errors_name_the_yaml_file) {
+  const std::string cfg = path("bench_bad.yaml");
+  std::ofstream(cfg) << "[a, b]: 1\n";
+  Proc r = run(kBench + " --shape tiny --seq 8 --steps 1 --warmup 0 --backend cpu --config " + quote(cfg));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(cfg), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("plain string key"), std::string::npos) << r.err;
+  Proc s = run(kBench + " --shape tiny --seq 4294967312 --backend cpu");
+  EXPECT_EQ(s.code, 2) << s.err;
+  EXPECT_NE(s.err.find("--seq must be an integer >= 1 (at most 2147483647), got 4294967312"), std::string::npos)
+      << s.err;
+}
+
+TEST_F(tools, train_config_that_is_a_directory_is_refused) {
+  Proc r = run(train_cmd("--steps 1 --config " + quote(path(""))));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step"), std::string::npos) << r.out;
+}
+
+// Before: the run trained to the end, then failed to save and lost its work.
+TEST_F(tools, train_save_into_an_impossible_dir_fails_before_the_first_step) {
+  const std::string file = path("a_file");
+  std::ofstream(file) << "x";
+  for (const std::string& out : {file + "/out", std::string("/proc/strata_no_such/out")}) {
+    for (const std::string& mode : {std::string(""), std::string("--lora-rank 2 ")}) {
+      Proc r = run(train_cmd(mode + "--steps 3 --seq 8 --save " + quote(out)));
+      EXPECT_EQ(r.code, 1) << out << "\n" << r.err;
+      EXPECT_NE(r.err.find(out + ": cannot save"), std::string::npos) << r.err;
+      EXPECT_EQ(r.out.find("step "), std::string::npos) << "trained before failing:\n" << r.out;
+    }
+  }
+}
+
 TEST_F(tools, train_missing_model_dir_exits_1_naming_the_path) {
   const std::string missing = path("no_such_model");
   Proc r = run(kTrain + " --model " + quote(missing) + " --data " + quote(data()) + " --backend cpu --steps 1");
