@@ -4,17 +4,16 @@
 #include <sys/stat.h>
 
 #include <cmath>
-#include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "engine/error.h"
+#include "io/regular_file.h"
 
 namespace strata::io {
 namespace {
 
 using json = nlohmann::json;
+constexpr size_t kMaxConfigBytes = size_t(16) << 20;  // HF configs are a few KiB
 
 // Field access with errors that name the file and the (dotted) field.
 struct Reader {
@@ -32,7 +31,8 @@ struct Reader {
     return it == obj.end() || it->is_null() ? nullptr : &*it;
   }
 
-  int positive_int(const json& obj, const char* key, const std::string& field, const int* dflt) const {
+  // An integer in [1, max]; a default is used as is (callers bound derived defaults themselves).
+  int positive_int(const json& obj, const char* key, const std::string& field, const int* dflt, int max) const {
     const json* v = get(obj, key);
     if (!v) {
       if (dflt) return *dflt;
@@ -40,8 +40,9 @@ struct Reader {
     }
     if (!v->is_number_integer()) wrong_type(field, *v, "a positive integer");
     // Parsed non-negative integers are unsigned, negative ones signed.
-    bool ok = v->is_number_unsigned() && v->get<uint64_t>() - 1 < uint64_t(std::numeric_limits<int>::max());
-    if (!ok) fail(field, fmt::format("field '{}' is {}, expected a positive integer", field, v->dump()));
+    bool ok = v->is_number_unsigned() && v->get<uint64_t>() - 1 < uint64_t(max);
+    if (!ok)
+      fail(field, fmt::format("field '{}' is {}, expected a positive integer in [1, {}]", field, v->dump(), max));
     return v->get<int>();
   }
 
@@ -49,10 +50,11 @@ struct Reader {
     const json* v = get(obj, key);
     if (!v) return dflt;
     if (!v->is_number()) wrong_type(field, *v, "a positive number");
-    double d = v->get<double>();
-    if (!(d > 0) || !std::isfinite(d))
-      fail(field, fmt::format("field '{}' is {}, expected a positive number", field, v->dump()));
-    return float(d);
+    // Checked as the float it becomes: 1e-50 would round to 0 and 1e300 to inf.
+    float f = float(v->get<double>());
+    if (!(f > 0) || !std::isfinite(f))
+      fail(field, fmt::format("field '{}' is {}, expected a positive number within float range", field, v->dump()));
+    return f;
   }
 
   bool boolean(const json& obj, const char* key, bool dflt) const {
@@ -93,7 +95,8 @@ void parse_rope(const Reader& r, const json& rope, const std::string& block, Lla
   s.low_freq_factor = r.positive_float(rope, "low_freq_factor", block + ".low_freq_factor", 1.0f);
   s.high_freq_factor = r.positive_float(rope, "high_freq_factor", block + ".high_freq_factor", 4.0f);
   s.original_max_position_embeddings =
-      r.positive_int(rope, "original_max_position_embeddings", block + ".original_max_position_embeddings", nullptr);
+      r.positive_int(rope, "original_max_position_embeddings", block + ".original_max_position_embeddings", nullptr,
+                     LlamaConfigLimits::kMaxPositions);
   if (!(s.high_freq_factor > s.low_freq_factor))
     r.fail(block + ".high_freq_factor", fmt::format("{}.high_freq_factor {} must exceed low_freq_factor {}", block,
                                                     s.high_freq_factor, s.low_freq_factor));
@@ -124,13 +127,15 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   for (const char* bias : {"attention_bias", "mlp_bias"})
     if (r.boolean(j, bias, false)) r.fail(bias, fmt::format("{} = true is not supported", bias));
 
+  using L = LlamaConfigLimits;
   LlamaConfig c;
-  c.hidden_size = r.positive_int(j, "hidden_size", "hidden_size", nullptr);
-  c.intermediate_size = r.positive_int(j, "intermediate_size", "intermediate_size", nullptr);
-  c.num_hidden_layers = r.positive_int(j, "num_hidden_layers", "num_hidden_layers", nullptr);
-  c.num_attention_heads = r.positive_int(j, "num_attention_heads", "num_attention_heads", nullptr);
-  c.vocab_size = r.positive_int(j, "vocab_size", "vocab_size", nullptr);
-  c.num_key_value_heads = r.positive_int(j, "num_key_value_heads", "num_key_value_heads", &c.num_attention_heads);
+  c.hidden_size = r.positive_int(j, "hidden_size", "hidden_size", nullptr, L::kMaxHidden);
+  c.intermediate_size = r.positive_int(j, "intermediate_size", "intermediate_size", nullptr, L::kMaxIntermediate);
+  c.num_hidden_layers = r.positive_int(j, "num_hidden_layers", "num_hidden_layers", nullptr, L::kMaxLayers);
+  c.num_attention_heads = r.positive_int(j, "num_attention_heads", "num_attention_heads", nullptr, L::kMaxHeads);
+  c.vocab_size = r.positive_int(j, "vocab_size", "vocab_size", nullptr, L::kMaxVocab);
+  c.num_key_value_heads =
+      r.positive_int(j, "num_key_value_heads", "num_key_value_heads", &c.num_attention_heads, L::kMaxHeads);
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_key_value_heads", fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
                                               c.num_attention_heads, c.num_key_value_heads));
@@ -138,10 +143,14 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
     r.fail("head_dim", fmt::format("head_dim absent and hidden_size {} is not a multiple of num_attention_heads {}",
                                    c.hidden_size, c.num_attention_heads));
   int head_dim = c.hidden_size / c.num_attention_heads;
-  c.head_dim = r.positive_int(j, "head_dim", "head_dim", &head_dim);
+  if (!Reader::get(j, "head_dim") && head_dim > L::kMaxHeadDim)
+    r.fail("head_dim", fmt::format("head_dim absent and hidden_size / num_attention_heads = {} exceeds {}", head_dim,
+                                   L::kMaxHeadDim));
+  c.head_dim = r.positive_int(j, "head_dim", "head_dim", &head_dim, L::kMaxHeadDim);
   if (c.head_dim % 2 != 0) r.fail("head_dim", fmt::format("head_dim {} must be even (rope rotates pairs)", c.head_dim));
   int max_pos = c.max_position_embeddings;
-  c.max_position_embeddings = r.positive_int(j, "max_position_embeddings", "max_position_embeddings", &max_pos);
+  c.max_position_embeddings =
+      r.positive_int(j, "max_position_embeddings", "max_position_embeddings", &max_pos, L::kMaxPositions);
   c.rms_norm_eps = r.positive_float(j, "rms_norm_eps", "rms_norm_eps", c.rms_norm_eps);
   c.tie_word_embeddings = r.boolean(j, "tie_word_embeddings", false);
   const json* dt = r.string(j, "dtype", "dtype");
@@ -156,7 +165,37 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   } else if (const json* rs = Reader::get(j, "rope_scaling")) {  // transformers 4
     parse_rope(r, *rs, "rope_scaling", c);
   }
+  // Every field is bounded, but together they can still describe an absurd model: refuse it here,
+  // before anything (weight shapes, arenas) is sized from it.
+  uint64_t params = llama_parameter_count(c);
+  if (params > L::kMaxParameters)
+    r.fail(
+        "parameters",
+        fmt::format("the config describes {} parameters ({} layers, hidden_size {}, intermediate_size {}, "
+                    "vocab_size {}), over the limit of {}",
+                    params, c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.vocab_size, L::kMaxParameters));
   return c;
+}
+
+uint64_t llama_parameter_count(const LlamaConfig& c) {
+  // Bounded fields keep every product below 2^50; the saturating helpers guard unbounded callers.
+  auto mul = [](uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+  };
+  auto add = [](uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+  };
+  auto u = [](int v) { return v > 0 ? uint64_t(v) : uint64_t(0); };
+  const uint64_t h = u(c.hidden_size), q = mul(u(c.num_attention_heads), u(c.head_dim)),
+                 kv = mul(u(c.num_key_value_heads), u(c.head_dim));
+  uint64_t layer = mul(h, add(add(q, q), add(kv, kv)));        // q, o, k, v projections
+  layer = add(layer, mul(mul(3, h), u(c.intermediate_size)));  // gate, up, down
+  layer = add(layer, mul(2, h));                               // two RMSNorms
+  uint64_t embed = mul(u(c.vocab_size), h);
+  uint64_t total = add(mul(layer, u(c.num_hidden_layers)), add(embed, h));  // + final norm
+  return c.tie_word_embeddings ? total : add(total, embed);
 }
 
 LlamaConfig read_llama_config(const std::string& path) {
@@ -164,12 +203,7 @@ LlamaConfig read_llama_config(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     file = path + (path.ends_with('/') ? "" : "/") + "config.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) STRATA_THROW(IoError, fmt::format("{}: cannot open config", file), file);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) STRATA_THROW(IoError, fmt::format("{}: read failed", file), file);
-  return parse_llama_config(ss.str(), file);
+  return parse_llama_config(read_regular_file(file, "config", kMaxConfigBytes), file);
 }
 
 std::string llama_config_to_json(const LlamaConfig& c) {

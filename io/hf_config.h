@@ -1,6 +1,7 @@
 // Hugging Face Llama config.json: reading (transformers 4 and 5 rope styles), validation and
 // writing back a config that transformers loads.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "kernels/rope.h"
@@ -16,9 +17,30 @@ struct LlamaConfig {
   std::string torch_dtype = "float32";  // from "torch_dtype" or "dtype"
 };
 
-// Throws ConfigError naming `path_for_errors` and the field (missing, wrong type, bad value).
+// Upper bounds on config.json sizes, checked before anything is sized from them (a hostile
+// `num_hidden_layers: 2147483647` must be an error, not an out-of-memory kill). Generous next to
+// the largest public Llamas (405B: 126 layers, hidden 16384, 128 heads, intermediate 53248,
+// vocab 128256; Llama 4 Scout: 10M positions).
+struct LlamaConfigLimits {
+  static constexpr int kMaxLayers = 1024;
+  static constexpr int kMaxHidden = 65536;
+  static constexpr int kMaxHeads = 1024;  // num_attention_heads and num_key_value_heads
+  static constexpr int kMaxHeadDim = 1024;
+  static constexpr int kMaxIntermediate = 1 << 18;
+  static constexpr int kMaxVocab = 1 << 24;
+  static constexpr int kMaxPositions = 1 << 24;  // max_position_embeddings, original_max_position_embeddings
+  static constexpr uint64_t kMaxParameters = 2'000'000'000'000;  // 2e12
+};
+
+// Parameters of the Llama that `c` describes (embeddings, attention, MLP, norms, untied lm_head).
+// Exact in 64 bits for any config within LlamaConfigLimits' per-field bounds.
+uint64_t llama_parameter_count(const LlamaConfig& c);
+
+// Throws ConfigError naming `path_for_errors` and the field (missing, wrong type, bad value, out
+// of LlamaConfigLimits' range, or a total parameter count over kMaxParameters).
 LlamaConfig parse_llama_config(const std::string& json_text, const std::string& path_for_errors);
-// `path` is config.json or a directory containing it. IoError if it cannot be read.
+// `path` is config.json or a directory containing it. IoError if it cannot be read or is not a
+// regular file (a FIFO or device is refused without blocking).
 LlamaConfig read_llama_config(const std::string& path);
 // A HF-compatible config.json (model_type llama, architectures [LlamaForCausalLM], rope_scaling, ...).
 std::string llama_config_to_json(const LlamaConfig& c);

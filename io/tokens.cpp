@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 
 #include "engine/error.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 
 namespace strata::io {
 namespace {
@@ -44,13 +44,8 @@ void read_exact(int fd, const std::string& path, void* dst, size_t bytes, size_t
 
 std::vector<int32_t> read_tokens(const std::string& path, int vocab_size, long min_tokens) {
   STRATA_CHECK(vocab_size > 0, "read_tokens: vocab_size must be positive");
-  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (raw < 0) STRATA_THROW(IoError, fmt::format("{}: cannot open token file: {}", path, std::strerror(errno)), path);
-  Fd fd{raw};
-  struct stat st;
-  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode))
-    STRATA_THROW(IoError, fmt::format("{}: not a regular file", path), path);
-  size_t size = size_t(st.st_size);
+  size_t size = 0;
+  Fd fd{open_regular_file(path, "token file", &size)};  // a FIFO is refused, not waited on
   if (size < kHeaderBytes)
     STRATA_THROW(FormatError, fmt::format("{}: truncated: {} bytes, shorter than the 16-byte header", path, size), path,
                  "header");

@@ -3,11 +3,13 @@
 #include <stdlib.h>
 
 #include <optional>
+#include <string>
 
 #include "engine/error.h"
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "tests/cpu/expect_error.h"
+#include "tests/cpu/fifo_util.h"
 
 namespace strata::io {
 namespace {
@@ -137,6 +139,9 @@ TEST(io_config, BadValues) {
                       "hidden_size", {"positive integer"});
   expect_config_error(minimal_with(R"("max_position_embeddings": -5)"), "max_position_embeddings");
   expect_config_error(minimal_with(R"("head_dim": 15)"), "head_dim", {"even"});
+  // Positive as a double, but 0 or inf as the float it is stored in.
+  expect_config_error(minimal_with(R"("rms_norm_eps": 1e-50)"), "rms_norm_eps", {"float range"});
+  expect_config_error(minimal_with(R"("rope_theta": 1e300)"), "rope_theta", {"float range"});
   expect_config_error(minimal_with(R"("model_type": "mistral")"), "model_type", {"'mistral'", "'llama'"});
   expect_config_error("{not json", "json", {"invalid JSON"});
 }
@@ -212,6 +217,65 @@ TEST(io_config, ReadFromFileOrDirectory) {
   auto io = catch_as<IoError>([&] { read_llama_config(dir + "/missing/config.json"); });
   ASSERT_TRUE(io);
   EXPECT_EQ(io->file, dir + "/missing/config.json");
+}
+
+// Every size is bounded before anything is built from it: `num_hidden_layers: 2147483647` used to
+// reach llama_weight_shapes and get the process killed for memory.
+TEST(io_config, SizesAreBounded) {
+  using L = LlamaConfigLimits;
+  expect_config_error(R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2147483647,
+                          "num_attention_heads": 4, "vocab_size": 100})",
+                      "num_hidden_layers", {"2147483647", "[1, 1024]"});
+  struct Case {
+    const char* field;
+    int max;
+  };
+  for (Case k : {Case{"hidden_size", L::kMaxHidden}, Case{"intermediate_size", L::kMaxIntermediate},
+                 Case{"num_hidden_layers", L::kMaxLayers}, Case{"num_attention_heads", L::kMaxHeads},
+                 Case{"vocab_size", L::kMaxVocab}}) {
+    std::string json = kMinimal;
+    std::string key = std::string("\"") + k.field + "\": ";
+    size_t at = json.find(key) + key.size();
+    json.replace(at, json.find_first_of(",}", at) - at, std::to_string(int64_t(k.max) + 1));
+    expect_config_error(json, k.field, {"[1, " + std::to_string(k.max) + "]"});
+  }
+  expect_config_error(minimal_with(R"("num_key_value_heads": 4294967296)"), "num_key_value_heads", {"[1, 1024]"});
+  expect_config_error(minimal_with(R"("head_dim": 2048)"), "head_dim", {"[1, 1024]"});
+  expect_config_error(minimal_with(R"("max_position_embeddings": 16777217)"), "max_position_embeddings",
+                      {"[1, 16777216]"});
+  expect_config_error(minimal_with(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 99999999999})"),
+                      "rope_scaling.original_max_position_embeddings", {"[1, 16777216]"});
+  // hidden 65536 with 1 head would give an unbounded derived head_dim.
+  expect_config_error(R"({"hidden_size": 65536, "intermediate_size": 128, "num_hidden_layers": 1,
+                          "num_attention_heads": 1, "vocab_size": 100})",
+                      "head_dim", {"65536", "1024"});
+}
+
+TEST(io_config, TotalParameterCountIsBounded) {
+  // Each field within its bound, the whole over 2e12 parameters (1024 layers of 3 x 65536 x 262144).
+  expect_config_error(R"({"hidden_size": 65536, "intermediate_size": 262144, "num_hidden_layers": 1024,
+                          "num_attention_heads": 128, "vocab_size": 100})",
+                      "parameters", {"over the limit of 2000000000000", "1024 layers"});
+  // Llama-3.2-1B has 1,235,814,400 parameters (tied embeddings); untied adds the lm_head.
+  LlamaConfig c = parse_llama_config(kLlama32_1B, "config.json");
+  EXPECT_EQ(llama_parameter_count(c), 1235814400u);
+  c.tie_word_embeddings = false;
+  EXPECT_EQ(llama_parameter_count(c), 1235814400u + 128256u * 2048u);
+  // Llama-3.1-405B's shape is well inside the limits.
+  LlamaConfig big = parse_llama_config(R"({"hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
+      "num_attention_heads": 128, "num_key_value_heads": 8, "vocab_size": 128256})",
+                                       "config.json");
+  EXPECT_GT(llama_parameter_count(big), 400'000'000'000u);
+  EXPECT_LT(llama_parameter_count(big), 410'000'000'000u);
+}
+
+TEST(io_config, FifoIsRefusedWithoutBlocking) {
+  std::string dir = ::testing::TempDir() + "strata_cfg_fifo_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  test_util::expect_refuses_fifo(dir + "/config.json", [&] { read_llama_config(dir); });
+  test_util::expect_refuses_fifo(dir + "/other.json", [&] { read_llama_config(dir + "/other.json"); });
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace
