@@ -1,13 +1,18 @@
 #include "io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "engine/error.h"
 
@@ -25,9 +30,49 @@ std::string parent_dir(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// The pid in a temp name "<target>.tmp.<pid>.<n>", or 0 when `name` does not have that form.
+pid_t temp_owner(std::string_view name) {
+  auto digits_before = [&](size_t end) {  // start of the run of digits ending at `end`
+    size_t b = end;
+    while (b > 0 && name[b - 1] >= '0' && name[b - 1] <= '9') --b;
+    return b;
+  };
+  size_t n_begin = digits_before(name.size());
+  if (n_begin == name.size() || n_begin < 2 || name[n_begin - 1] != '.') return 0;
+  size_t pid_end = n_begin - 1, pid_begin = digits_before(pid_end);
+  if (pid_begin == pid_end || pid_end - pid_begin > 9 || pid_begin < 6) return 0;
+  if (name.substr(pid_begin - 5, 5) != ".tmp.") return 0;
+  long pid = std::strtol(std::string(name.substr(pid_begin, pid_end - pid_begin)).c_str(), nullptr, 10);
+  return pid_t(pid);
+}
+
 }  // namespace
 
+size_t remove_stale_temps(const std::string& dir) noexcept {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  size_t removed = 0;
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = temp_owner(e->d_name);
+    // Only a writer that no longer exists leaves a stale temp; a live pid (ours, or another
+    // process's, or a reused one) is left alone.
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid())
+      continue;
+    if (::unlinkat(::dirfd(d), e->d_name, 0) == 0) {
+      ++removed;
+      fmt::print(stderr, "strata: removed {}/{}, a partial save left by process {} (no longer running)\n", dir,
+                 e->d_name, pid);
+    }
+  }
+  ::closedir(d);
+  return removed;
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  remove_stale_temps(parent_dir(path_));  // a killed save must not leave its temp behind for good
   static std::atomic<unsigned> counter{0};
   // O_EXCL + a pid/counter suffix: concurrent writers never share a temp file. Mode 0666 & ~umask,
   // as a plain open() would give, unlike mkstemp's 0600.
@@ -92,8 +137,9 @@ void AtomicFile::commit() {
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     int e = errno;
+    std::string tmp = tmp_;  // abandon() clears tmp_
     abandon();
-    STRATA_THROW(IoError, fmt::format("{}: rename from {} failed: {}", path_, tmp_, errno_str(e)), path_);
+    STRATA_THROW(IoError, fmt::format("{}: rename from {} failed: {}", path_, tmp, errno_str(e)), path_);
   }
   tmp_.clear();
   // Make the rename itself durable; failure here is not fatal to the data already in place.

@@ -1,6 +1,7 @@
 // Crash-safe file replacement: write a temp file in the target's directory, fsync it, rename it
 // over the target, fsync the directory. A failure at any step leaves the previous file intact and
-// removes the temp file.
+// removes the temp file. A save killed mid-write (SIGKILL) leaves its temp, which the next save
+// into that directory removes.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -10,6 +11,12 @@ namespace strata::io {
 
 // Writes `contents` to `path` atomically (temp + fsync + rename). Throws IoError naming the path.
 void write_file_atomic(const std::string& path, std::string_view contents);
+
+// Removes "<name>.tmp.<pid>.<n>" regular files in `dir` (owned by this user) whose writing
+// process no longer exists: what a save killed mid-write leaves. AtomicFile calls it on every save
+// into a directory. Returns how many it removed. Caveat: a writer in another PID namespace sharing
+// the directory looks dead from here.
+size_t remove_stale_temps(const std::string& dir) noexcept;
 
 // Streaming form for large payloads (checkpoints): write() any number of times, then commit().
 // Destroying it uncommitted (e.g. after an exception) unlinks the temp file. Move-only.

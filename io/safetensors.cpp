@@ -16,14 +16,17 @@
 
 #include "engine/error.h"
 #include "io/atomic_file.h"
+#include "io/regular_file.h"
 
 namespace strata::io {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors and token files are little-endian");
 
+using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 constexpr size_t kMaxHeaderBytes = size_t(100) << 20;  // the reference implementation's limit
+constexpr size_t kMaxIndexBytes = size_t(100) << 20;   // an index lists names only: a 405B model's is ~100 KiB
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
 std::string join(const std::string& dir, const std::string& name) {
@@ -36,8 +39,69 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// Records, in file order, the keys of the top-level object (`member` empty) or of its member
+// `member`; builds no values. (The parser's callback mode cannot do this: it rescans the parent
+// object after every child, quadratic again.)
+struct KeyOrder : nlohmann::json_sax<json> {
+  const std::string& member;
+  std::vector<std::string>& keys;
+  int depth = 0;           // open objects and arrays
+  bool in_member = false;  // inside the top-level value of `member`
+  KeyOrder(const std::string& m, std::vector<std::string>& k) : member(m), keys(k) {}
+
+  bool key(string_t& k) override {
+    if (member.empty() ? depth == 1 : depth == 2 && in_member) keys.push_back(k);
+    if (depth == 1) in_member = !member.empty() && k == member;
+    return true;
+  }
+  bool start_object(std::size_t) override { return ++depth, true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return ++depth, true; }
+  bool end_array() override { return --depth, true; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+// Parses JSON into std::map-backed objects (O(log n) per key: ordered_json's linear key search made
+// a 100k-entry header take minutes), then a second, value-free pass returns in `keys`, in file
+// order, the keys of the top-level object (`member` empty) or of its object member `member`. A key
+// repeated there is a FormatError naming it: the parser would silently keep only the last one.
+// `what` names the text in parse errors ("header JSON", "JSON").
+json parse_keeping_order(const char* begin, const char* end, const std::string& path, const char* what,
+                         const std::string& field, const std::string& member, std::vector<std::string>& keys) {
+  json j;
+  try {
+    j = json::parse(begin, end);
+  } catch (const nlohmann::json::exception& ex) {
+    STRATA_THROW(FormatError, fmt::format("{}: invalid {}: {}", path, what, ex.what()), path, field);
+  }
+  keys.clear();
+  KeyOrder order(member, keys);
+  json::sax_parse(begin, end, &order);  // cannot fail: the same text just parsed
+  const json* obj = &j;
+  if (!member.empty() && j.is_object()) {
+    auto it = j.find(member);
+    obj = it == j.end() ? nullptr : &*it;
+  }
+  if (obj && obj->is_object() && obj->size() != keys.size()) {
+    std::set<std::string_view> seen;
+    for (const auto& k : keys)
+      if (!seen.insert(k).second) {
+        std::string where = member.empty() ? k : member + "." + k;
+        STRATA_THROW(FormatError, fmt::format("{}: key '{}' appears more than once", path, where), path, where);
+      }
+  }
+  return j;
+}
+
 // Validates one header entry and returns its TensorInfo (offsets not yet range-checked).
-TensorInfo parse_entry(const std::string& path, const std::string& name, const ojson& e) {
+TensorInfo parse_entry(const std::string& path, const std::string& name, const json& e) {
   auto fail = [&](const std::string& field, const std::string& msg) {
     STRATA_THROW(FormatError, fmt::format("{}: tensor '{}': {}", path, name, msg), path, field);
   };
@@ -94,14 +158,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) STRATA_THROW(IoError, fmt::format("{}: cannot open: {}", path, std::strerror(errno)), path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    STRATA_THROW(IoError, fmt::format("{}: not a regular file", path), path);
-  }
-  size_t size = size_t(st.st_size);
+  size_t size = 0;
+  int fd = open_regular_file(path, "safetensors file", &size);
   if (size < 8) {
     ::close(fd);
     STRATA_THROW(FormatError, fmt::format("{}: truncated: {} bytes, shorter than the 8-byte header length", path, size),
@@ -125,19 +183,17 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     STRATA_THROW(FormatError, fmt::format("{}: header length {} exceeds the {} byte limit", path, n, kMaxHeaderBytes),
                  path, "header_length");
   const char* hbegin = reinterpret_cast<const char*>(base + 8);
-  ojson header;
-  try {
-    header = ojson::parse(hbegin, hbegin + n);
-  } catch (const nlohmann::json::exception& ex) {
-    STRATA_THROW(FormatError, fmt::format("{}: invalid header JSON: {}", path, ex.what()), path, "header");
-  }
+  std::vector<std::string> keys;  // header order
+  json header = parse_keeping_order(hbegin, hbegin + n, path, "header JSON", "header", "", keys);
   if (!header.is_object())
     STRATA_THROW(FormatError, fmt::format("{}: header JSON is a {}, expected an object", path, header.type_name()),
                  path, "header");
 
   f.data_ = base + 8 + n;
   size_t data_bytes = size - 8 - size_t(n);
-  for (const auto& [key, val] : header.items()) {
+  f.tensors_.reserve(keys.size());
+  for (const auto& key : keys) {
+    const json& val = *header.find(key);
     if (key == "__metadata__") {
       if (!val.is_object())
         STRATA_THROW(FormatError, fmt::format("{}: __metadata__ is a {}, expected an object", path, val.type_name()),
@@ -247,25 +303,10 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   auto bad = [&](const std::string& field, const std::string& msg) {
     STRATA_THROW(FormatError, fmt::format("{}: {}", index_path, msg), index_path, field);
   };
-  int fd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) STRATA_THROW(IoError, fmt::format("{}: cannot open: {}", index_path, std::strerror(errno)), index_path);
-  std::string text;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      STRATA_THROW(IoError, fmt::format("{}: read failed: {}", index_path, std::strerror(errno)), index_path);
-    }
-    text.append(buf, size_t(n));
-  }
-  ::close(fd);
-  ojson index;
-  try {
-    index = ojson::parse(text);
-  } catch (const nlohmann::json::exception& ex) {
-    bad("index", fmt::format("invalid JSON: {}", ex.what()));
-  }
+  std::string text = read_regular_file(index_path, "checkpoint index", kMaxIndexBytes);
+  std::vector<std::string> names;  // weight_map order
+  json index =
+      parse_keeping_order(text.data(), text.data() + text.size(), index_path, "JSON", "index", "weight_map", names);
   if (!index.is_object()) bad("index", "expected a JSON object");
   auto wm = index.find("weight_map");
   if (wm == index.end() || !wm->is_object())
@@ -273,7 +314,8 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   if (wm->empty()) bad("weight_map", "'weight_map' is empty");
 
   std::map<std::string, size_t> shard_index;
-  for (const auto& [name, file] : wm->items()) {
+  for (const auto& name : names) {
+    const json& file = *wm->find(name);
     if (!file.is_string() || file.get<std::string>().empty())
       bad("weight_map." + name,
           fmt::format("weight_map['{}'] is a {}, expected a shard file name", name, file.type_name()));
@@ -337,17 +379,30 @@ void Checkpoint::read_f32(std::string_view name, const std::vector<int64_t>& exp
   } else {
     convert_to_f32(dst, src, t.dtype, n);
   }
+  // A NaN or inf weight would only surface steps later as "training diverged"; name it here. The
+  // exponent test does not depend on -ffinite-math-only.
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, dst + i, 4);
+    if ((bits & 0x7f800000u) == 0x7f800000u)
+      STRATA_THROW(FormatError,
+                   fmt::format("{}: tensor '{}' holds a non-finite value ({}) at index {} of {}: the checkpoint is "
+                               "corrupt",
+                               sf.path(), t.name, dst[i], i, n),
+                   sf.path(), t.name);
+  }
 }
 
 // ---------------------------------------------------------------- writer
 
 void save_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  ojson header = ojson::object();
+  // The header text is built entry by entry: inserting into an ordered_json is a linear search
+  // per key, quadratic over a checkpoint's tensors.
   ojson meta = ojson::object();
   meta["format"] = "pt";
   for (const auto& [k, v] : metadata) meta[k] = v;
-  header["__metadata__"] = meta;
+  std::string text = R"({"__metadata__":)" + meta.dump();
 
   std::set<std::string_view> seen;
   std::vector<size_t> sizes;
@@ -363,13 +418,13 @@ void save_safetensors(const std::string& path, const std::vector<TensorToWrite>&
     }
     size_t bytes = numel * dtype_size(t.dtype);
     if (bytes > 0 && !t.data) STRATA_THROW(Error, fmt::format("{}: tensor '{}' has no data", path, t.name));
-    header[t.name] = {{"dtype", std::string(dtype_safetensors_name(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
+    text += "," + json(t.name).dump() + ":" +
+            fmt::format(R"({{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", dtype_safetensors_name(t.dtype),
+                        fmt::join(t.shape, ","), offset, offset + bytes);
     sizes.push_back(bytes);
     offset += bytes;
   }
-  std::string text = header.dump();
+  text += "}";
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
   uint64_t n = text.size();
 
