@@ -13,7 +13,7 @@ class DiskFile {
   using Ticket = uint64_t;
   static constexpr size_t kAlign = 4096;  // offsets, sizes and buffer addresses must be multiples (O_DIRECT)
 
-  virtual ~DiskFile() = default;  // waits for requests in flight; removes the file if there is one
+  virtual ~DiskFile() = default;  // waits for requests in flight; a real file is nameless, so nothing is left
   DiskFile() = default;
   DiskFile(const DiskFile&) = delete;
   DiskFile& operator=(const DiskFile&) = delete;

@@ -51,19 +51,29 @@ UringFile::UringFile(const std::string& dir_in, size_t capacity_bytes, unsigned 
   std::filesystem::create_directories(dir, ec);
   if (ec) STRATA_THROW(IoError, fmt::format("{}: cannot create offload directory: {}", dir, ec.message()), dir);
 
-  // O_EXCL + pid/counter: two UringFiles (or two runs) never share a file.
+  // The file never has a name a kill could leave behind: O_TMPFILE creates it unnamed; where the
+  // filesystem lacks that, it is created under a unique name (O_EXCL + pid/counter) and unlinked at
+  // once. path_ is a label for messages only.
   static std::atomic<unsigned> counter{0};
-  std::string candidate;
+  std::string candidate = fmt::format("{}/strata-offload-{}-{}.bin", dir, ::getpid(), counter.fetch_add(1));
+  fd_ = ::open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
   for (int attempt = 0; attempt < 1000 && fd_ < 0; ++attempt) {
-    candidate = fmt::format("{}/strata-offload-{}-{}.bin", dir, ::getpid(), counter.fetch_add(1));
+    if (attempt > 0) candidate = fmt::format("{}/strata-offload-{}-{}.bin", dir, ::getpid(), counter.fetch_add(1));
     fd_ = ::open(candidate.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd_ >= 0 && ::unlink(candidate.c_str()) != 0) {
+      int e = errno;
+      ::close(fd_);
+      fd_ = -1;
+      errno = e;
+      break;
+    }
     if (fd_ < 0 && errno != EEXIST) break;
   }
   if (fd_ < 0) {
     int e = errno;
     STRATA_THROW(IoError, fmt::format("{}: cannot create offload file: {}", candidate, errno_str(e)), candidate);
   }
-  path_ = candidate;
+  path_ = candidate + " (unlinked)";
 
   try {
     // Reserve the blocks up front so a full disk fails here, not halfway through a step.
@@ -77,23 +87,24 @@ UringFile::UringFile(const std::string& dir_in, size_t capacity_bytes, unsigned 
       }
     }
 
-    // A second descriptor with O_DIRECT; some filesystems accept the flag at open but fail the I/O with EINVAL,
-    // so one aligned read proves it before we rely on it.
-    int dfd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT);
-    if (dfd < 0) {
+    // O_DIRECT set on the open descriptor (the file has no name to reopen); F_SETFL refuses it with EINVAL where
+    // the filesystem cannot do direct I/O. Some accept the flag but fail the I/O, so one aligned read proves it.
+    int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) {
       note_ = fmt::format("{}: O_DIRECT refused by the filesystem ({}); using buffered I/O", dir, errno_str(errno));
-    } else if (capacity_ >= kAlign) {
-      AlignedBuf probe = aligned_buf(kAlign);
-      if (::pread(dfd, probe.get(), kAlign, 0) < 0) {
-        note_ = fmt::format("{}: O_DIRECT read failed ({}); using buffered I/O", dir, errno_str(errno));
-        ::close(dfd);
-        dfd = -1;
-      }
-    }
-    if (dfd >= 0) {
-      ::close(fd_);
-      fd_ = dfd;
+    } else {
       direct_ = true;
+      if (capacity_ >= kAlign) {
+        AlignedBuf probe = aligned_buf(kAlign);
+        if (::pread(fd_, probe.get(), kAlign, 0) < 0) {
+          note_ = fmt::format("{}: O_DIRECT read failed ({}); using buffered I/O", dir, errno_str(errno));
+          direct_ = false;
+          if (::fcntl(fd_, F_SETFL, flags) != 0) {
+            int e = errno;
+            STRATA_THROW(IoError, fmt::format("{}: cannot clear O_DIRECT: {}", path_, errno_str(e)), path_);
+          }
+        }
+      }
     }
 
     ring_ = new io_uring;
@@ -140,10 +151,8 @@ void UringFile::release() noexcept {
     delete ring_;
     ring_ = nullptr;
   }
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);  // the file has no name: closing its last descriptor frees it
   fd_ = -1;
-  if (!path_.empty() && ::unlink(path_.c_str()) != 0 && errno != ENOENT)
-    fmt::print(stderr, "strata: cannot remove offload file {}: {}\n", path_, errno_str(errno));
 }
 
 void UringFile::check_request(const char* op, size_t offset, const void* buf, size_t bytes) const {

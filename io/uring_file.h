@@ -17,15 +17,16 @@ namespace strata::io {
 
 class UringFile final : public DiskFile {
  public:
-  // Creates a new file (unique name "strata-offload-<pid>-<n>.bin") inside `dir` (created if missing), sized
-  // `capacity_bytes` (fallocate/ftruncate), opened with O_DIRECT when the filesystem allows it (else buffered, and
-  // direct() returns false with note() saying why, e.g. ramfs, or tmpfs before Linux 6.6). queue_depth bounds the
-  // requests in flight.
-  // IoError naming the path on failure.
+  // Creates a new file inside `dir` (created if missing) that never has a name there: O_TMPFILE, or a unique name
+  // unlinked right after open() where the filesystem lacks O_TMPFILE. So no exit, not even SIGKILL, leaves it
+  // behind. Sized `capacity_bytes` (fallocate/ftruncate), O_DIRECT when the filesystem allows it (else buffered,
+  // and direct() returns false with note() saying why, e.g. ramfs, or tmpfs before Linux 6.6). queue_depth bounds
+  // the requests in flight. IoError naming the path on failure.
   UringFile(const std::string& dir, size_t capacity_bytes, unsigned queue_depth = 64);
-  // Waits for in-flight requests, closes, unlinks the file: it never outlives the run, also after errors.
+  // Waits for in-flight requests and closes, which frees the (nameless) file's blocks.
   ~UringFile() override;
 
+  // "<dir>/strata-offload-<pid>-<n>.bin (unlinked)": a label for messages; no file of that name exists.
   const std::string& path() const override { return path_; }
   bool direct() const { return direct_; }
   const std::string& note() const { return note_; }

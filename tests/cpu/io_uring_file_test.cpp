@@ -85,9 +85,9 @@ TEST_F(io_uring_file, RoundTripsSeveralSizesAtSeveralOffsets) {
   const size_t cap = 64 * MiB;
   UringFile f(dir + "/nested/offload", cap, 8);  // directory created on demand
   EXPECT_TRUE(f.direct()) << "ext4 under " << dir << " should take O_DIRECT: " << f.note();
-  EXPECT_TRUE(fs::exists(f.path()));
+  EXPECT_TRUE(fs::is_empty(dir + "/nested/offload")) << "the file has no name a kill could leave behind";
   EXPECT_TRUE(fs::path(f.path()).filename().string().starts_with("strata-offload-" + std::to_string(::getpid()) + "-"));
-  EXPECT_EQ(fs::file_size(f.path()), cap);
+  EXPECT_TRUE(contains(f.path(), "(unlinked)")) << f.path();
   size_t moved = 0;
   uint32_t seed = 1;
   for (size_t bytes : {4 * KiB, MiB + 4 * KiB, 9 * MiB})
@@ -191,9 +191,9 @@ TEST_F(io_uring_file, InjectedFailureNamesFileOffsetAndErrnoThenFileIsRemoved) {
     if (e2) {
       EXPECT_TRUE(contains(e2->what(), std::strerror(ENOSPC))) << e2->what();
     }
-    EXPECT_TRUE(fs::exists(path));
+    EXPECT_TRUE(fs::is_empty(dir));
   }
-  EXPECT_FALSE(fs::exists(path)) << "destructor must remove the file after a failure";
+  EXPECT_TRUE(fs::is_empty(dir)) << "nothing may remain after a failure";
 }
 
 TEST_F(io_uring_file, DestructorRemovesFileEvenWithRequestsInFlight) {
@@ -250,6 +250,41 @@ TEST_F(io_uring_file, WritePastFileSizeLimitIsEfbig) {
   ASSERT_TRUE(WIFEXITED(status)) << "child died from signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "11 no error, 12 not EFBIG, 13 no path, 14 wrong offset, 15 other, 16 file left";
   EXPECT_TRUE(fs::is_empty(dir));
+}
+
+// SIGKILL runs no destructor: the file must never have had a name in the directory to begin with.
+TEST_F(io_uring_file, SigkillLeavesNoFileBehind) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(ready[0]);
+    try {
+      UringFile f(dir + "/offload", 8 * MiB, 4);
+      Buf src = random_buf(4 * MiB, 17);
+      f.wait(f.write_async(0, src.get(), 4 * MiB));
+      char c = 'r';
+      if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+      for (;;) ::pause();  // killed here, file open and written
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      ::_exit(1);
+    }
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ssize_t n = ::read(ready[0], &c, 1);
+  ::close(ready[0]);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(n, 1) << "child failed before it was ready (exit " << WEXITSTATUS(status) << ")";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir + "/offload")) left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << "left behind: " << (left.empty() ? "" : left[0]);
 }
 
 // tmpfs takes O_DIRECT since Linux 6.6; before that (and on other filesystems without it) we fall back.
