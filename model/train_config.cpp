@@ -101,7 +101,7 @@ void check_lora_targets(const std::vector<std::string>& modules, const Origin& o
   }
 }
 
-void check_save_dir(const std::string& dir, size_t bytes) {
+void check_save_dir(const std::string& dir, size_t bytes, const std::vector<std::string>& files) {
   auto fail = [&](const std::string& why) {
     throw IoError(fmt::format("{}: cannot save the trained model there: {} (checked before training, so no run "
                               "is lost; choose another --save / output_dir)",
@@ -133,6 +133,13 @@ void check_save_dir(const std::string& dir, size_t bytes) {
     if (avail < double(bytes))
       fail(fmt::format("the checkpoint needs about {} and {} has {} free", format_bytes(bytes), cur.string(),
                        format_bytes(size_t(avail))));
+  }
+  if (cur != full) return;  // the directory will be created: nothing in it yet
+  for (const std::string& name : files) {
+    struct stat fs {};
+    const std::string p = (cur / name).string();
+    if (::lstat(p.c_str(), &fs) == 0 && !S_ISREG(fs.st_mode))
+      fail(fmt::format("{} is there and is not a regular file, so it cannot be replaced", p));
   }
 }
 

@@ -65,9 +65,10 @@ void check_lora_targets(const std::vector<std::string>& modules, const Origin& o
 
 // Before the first step of a run that will save into `dir`: the directory exists or can be
 // created (its nearest existing ancestor is a directory), a file can be created in it (a probe
-// file, removed again), and its file system has `bytes` free. IoError naming `dir` otherwise.
-// Creates nothing that stays.
-void check_save_dir(const std::string& dir, size_t bytes);
+// file, removed again), its file system has `bytes` free, and none of `files` (the names the
+// save will write) is there as something other than a regular file. IoError naming `dir`
+// otherwise. Creates nothing that stays.
+void check_save_dir(const std::string& dir, size_t bytes, const std::vector<std::string>& files = {});
 
 // Applies the keys of a YAML file on top of `cfg`. Every value is checked against the rules above
 // as it is read: errors are ConfigErrors naming `path` and the key (IoError for a file that

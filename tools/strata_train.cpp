@@ -211,7 +211,10 @@ int main(int argc, char** argv) {
       // Before loading and training: a save that cannot succeed must not cost the run. fp32
       // tensors (the adapters alone with LoRA) plus the header and config.json.
       const size_t saved = cfg.lora.enabled() ? model.trainable_count() : model.param_count();
-      check_save_dir(cfg.output_dir, saved * sizeof(float) + (size_t(1) << 20));
+      const std::vector<std::string> files =
+          cfg.lora.enabled() ? std::vector<std::string>{"adapter_model.safetensors", "adapter_config.json"}
+                             : std::vector<std::string>{"model.safetensors", "config.json"};
+      check_save_dir(cfg.output_dir, saved * sizeof(float) + (size_t(1) << 20), files);
     }
     model.load(cfg.model_dir);
 

@@ -203,6 +203,17 @@ TEST_F(config_files, save_dir_that_cannot_be_written_is_refused) {
   fs::permissions(ro, fs::perms::owner_all);
 }
 
+TEST_F(config_files, save_dir_holding_a_directory_where_the_checkpoint_goes_is_refused) {
+  // The save would fail only at its rename, after training ("rename ...: Is a directory").
+  fs::create_directories(dir_ + "/out/model.safetensors");
+  std::ofstream(dir_ + "/out/config.json") << "{}";  // a regular file is replaced: fine
+  auto e = catch_as<IoError>([&] { check_save_dir(dir_ + "/out", 1024, {"model.safetensors", "config.json"}); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(std::string(e->what()).find("model.safetensors is there and is not a regular file"), std::string::npos)
+      << e->what();
+  EXPECT_NO_THROW(check_save_dir(dir_ + "/out", 1024, {"config.json"}));
+}
+
 TEST_F(config_files, save_dir_without_room_for_the_checkpoint_is_refused) {
   const size_t exabyte = size_t(1) << 60;
   auto e = catch_as<IoError>([&] { check_save_dir(dir_ + "/out", exabyte); });
