@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata needs, only those that are missing.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libyaml-cpp-dev liburing-dev libgtest-dev clang-format)
+pkgs=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libyaml-cpp-dev liburing-dev libgtest-dev clang-format
+  clang libclang-rt-dev)  # clang + libclang-rt-dev: libFuzzer and the sanitizers for scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

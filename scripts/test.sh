@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, build, run every test. Tests labelled `gpu`
-# skip with a visible message where no GPU is present.
+# The whole test suite: install what is missing, build, run every test, then the fuzzers
+# (scripts/fuzz.sh). Tests labelled `gpu` skip with a visible message where no GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -11,5 +11,10 @@ if ! nvidia-smi >/dev/null 2>&1; then
   n=$(ctest --test-dir build -N -L gpu | sed -n 's/^Total Tests: //p')
   echo "NOTE: ${n:-the} gpu-labelled tests were SKIPPED: no GPU on this machine (each printed 'SKIPPED (gpu)')."
   echo "      Run them on the GPU host: scripts/pack_gpu_build.sh here, then scripts/gpu_session.sh .devbuild there."
+fi
+# Fuzzers (tests/fuzz, scripts/fuzz.sh): about a minute per target; any finding fails the run.
+# STRATA_FUZZ=0 skips them (local runs).
+if [ "${STRATA_FUZZ:-1}" != 0 ]; then
+  ./scripts/fuzz.sh || status=1
 fi
 exit $status

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under tests/fuzz/corpus/<target>/ (committed; rerun after changing it).
+
+Besides small valid and malformed inputs, each parser gets one input large enough that a
+super-linear parse exceeds libFuzzer's -timeout (scripts/fuzz.sh): e.g. a safetensors header of
+50k entries took 3 s in Release with the quadratic ordered_json parse, far more under ASan.
+"""
+import json
+import os
+import struct
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors(tensors, metadata=None, header_override=None):
+    """tensors: list of (name, dtype, shape, raw bytes)."""
+    header = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    data = b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = header_override if header_override is not None else json.dumps(header, separators=(",", ":"))
+    text = text.encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def f32(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+def bf16(*v):
+    return b"".join(struct.pack("<f", x)[2:] for x in v)
+
+
+def main():
+    small = [
+        ("w", "F32", [2, 2], f32(1, 2, 3, 4)),
+        ("b", "BF16", [3], bf16(1.0, -0.5, 2.0)),
+        ("h", "F16", [2], struct.pack("<2H", 0x3C00, 0xC000)),
+        ("i", "I32", [2], struct.pack("<2i", 7, -8)),
+        ("u", "U8", [3], b"xyz"),
+        ("s", "I16", [], struct.pack("<h", 5)),
+        ("e", "F32", [0, 4], b""),
+    ]
+    put("safetensors", "dtypes", safetensors(small, {"format": "pt"}))
+    put("safetensors", "scalar", safetensors([("x", "F32", [], f32(42))]))
+    put("safetensors", "nan", safetensors([("x", "F32", [2], f32(1, float("nan")))]))
+    put("safetensors", "overlap", safetensors([], header_override=json.dumps(
+        {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+         "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})) + b"\0" * 8)
+    put("safetensors", "truncated", safetensors(small)[:40])
+    put("safetensors", "escapes", safetensors([("a\"\\\u00e9\u4e2d", "F32", [1], f32(1))], {"k": "v\n"}))
+    big = [("model.layers.%d.self_attn.q_proj.weight" % i, "F32", [0], b"") for i in range(50000)]
+    put("safetensors", "huge_header_50k", safetensors(big))
+
+    shard = safetensors([("a", "F32", [2], f32(1, 2)), ("b", "BF16", [1], bf16(3.0))])
+    shard2 = safetensors([("c", "F32", [], f32(5))])
+    index = {"metadata": {"total_size": 14}, "weight_map": {"a": "s1.safetensors", "b": "s1.safetensors",
+                                                           "c": "s2.safetensors"}}
+    put("checkpoint_index", "two_shards", json.dumps(index).encode() + b"\0" + shard + b"\0" + shard2)
+    put("checkpoint_index", "missing_shard",
+        json.dumps({"weight_map": {"a": "model-00002-of-00002.safetensors"}}).encode() + b"\0" + shard)
+    put("checkpoint_index", "wrong_shard", json.dumps({"weight_map": {"c": "s1.safetensors"}}).encode() + b"\0" + shard)
+    many = {"weight_map": {"t%d" % i: "s1.safetensors" for i in range(50000)}}
+    big_shard = safetensors([("t%d" % i, "F32", [0], b"") for i in range(50000)])
+    put("checkpoint_index", "huge_index_50k", json.dumps(many).encode() + b"\0" + big_shard)
+
+    llama32 = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "head_dim": 64,
+               "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 8192,
+               "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+               "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+               "rms_norm_eps": 1e-05,
+               "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+               "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+               "vocab_size": 128256}
+    put("hf_config", "llama32_1b", json.dumps(llama32, indent=2))
+    t5 = dict(llama32)
+    del t5["rope_scaling"]
+    t5["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}
+    t5["dtype"] = "float32"
+    put("hf_config", "transformers5", json.dumps(t5))
+    put("hf_config", "minimal", '{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, '
+                                '"num_attention_heads": 4, "vocab_size": 100}')
+    put("hf_config", "huge_layers", '{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2147483647, '
+                                    '"num_attention_heads": 4, "vocab_size": 100}')
+    padded = dict(llama32)
+    for i in range(40000):
+        padded["unused_key_%d" % i] = i
+    put("hf_config", "huge_40k_keys", json.dumps(padded))
+
+    def tok(width, ids, magic=b"STRATOK1", reserved=0):
+        fmt = "<%d%s" % (len(ids), "H" if width == 2 else "I")
+        return magic + struct.pack("<II", width, reserved) + struct.pack(fmt, *ids)
+
+    put("tokens", "u16", tok(2, [1, 2, 3, 250, 0]) + b"\x01")
+    put("tokens", "u32", tok(4, [5, 6, 7]) + b"\xff")
+    put("tokens", "bad_magic", tok(4, [1], magic=b"STRATOK2"))
+    put("tokens", "odd_payload", tok(2, [1, 2])[:-1])
+    put("tokens", "big_u16", tok(2, [i % 60000 for i in range(30000)]) + b"\xff")
+
+    put("yaml_config", "readme", """base_model: build/tiny
+data: build/tiny/tokens.bin
+sequence_len: 128
+micro_batch_size: 8
+max_steps: 100
+learning_rate: 3.0e-3
+gradient_checkpointing: true
+plan:
+  "L*.mlp.gate": recompute
+adapter: lora
+lora_r: 8
+lora_alpha: 16
+lora_target_modules: [q_proj, v_proj]
+""")
+    put("yaml_config", "tiers", """memory_budget: 20GiB
+host_memory_budget: 32GiB
+disk_memory_budget: 100GB
+activation_offloading: disk
+offload_dir: /tmp/x
+layer_offloading: true
+gradient_checkpointing: {every: 2}
+weight_decay: 0.1
+adam_epsilon: 1e-8
+max_grad_norm: 1.0
+warmup_steps: 10
+loss_chunk_tokens: 256
+seed: 7
+""")
+    put("yaml_config", "bad_key", "[a, b]: 1\n")
+    put("yaml_config", "plan_many", "plan:\n" + "".join('  "L%d.attn.q": keep\n' % i for i in range(5000)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
