@@ -27,6 +27,7 @@ std::string describe(const PlanSpec& s) {
           s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
     if (out.empty()) out = "keep everything";
   }
+  if (s.state_level != "none") out += " + state on host: " + s.state_level;
   return s.layer_offloading ? out + " + layer_offloading" : out;
 }
 
@@ -166,10 +167,15 @@ struct Search {
 }  // namespace
 
 Plan make_plan(const PlanSpec& s, int layers) {
-  if (s.checkpoint_every > 0) return Plan::gradient_checkpointing(s.checkpoint_every);
+  if (s.checkpoint_every > 0) {
+    Plan p = Plan::gradient_checkpointing(s.checkpoint_every);
+    p.set_state_offloading(s.state_level, "planner");
+    return p;
+  }
   PlanSpec body = s;
   body.layer_offloading = false;  // not part of the plan table (strata-train's layer_offloading key)
   Plan p;
+  p.set_state_offloading(s.state_level, "planner");
   p.preset = "auto: " + describe(body);
   for (int i = 0; i < std::min(s.checkpointed_layers, layers); ++i) {
     p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::keep);
@@ -218,30 +224,36 @@ PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budge
   for (const char* t : {"L*.attn_norm.out", "L*.mlp_norm.out", "L*.mlp.act"})
     if (std::find(types.begin(), types.end(), t) != types.end()) selective.push_back(t);
 
-  for (bool paged : paging) {
-    PlanSpec start;
-    start.layer_offloading = paged;
-    if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
-    // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
-    std::vector<PlanSpec> prefixes;
-    for (auto& ds : decision_sets) {
-      auto p = S.greedy(start, types, ds);
-      prefixes.insert(prefixes.end(), p.begin(), p.end());
+  // Persistent state on the host tier (full and adapter training alike: the trainable state), each
+  // level tried only with a host budget and only while keeping it on the device left something unfit.
+  std::vector<std::string> levels{"none"};
+  if (budgets.host > 0) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
+  for (const std::string& level : levels)
+    for (bool paged : paging) {
+      PlanSpec start;
+      start.layer_offloading = paged;
+      start.state_level = level;
+      if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
+      // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
+      std::vector<PlanSpec> prefixes;
+      for (auto& ds : decision_sets) {
+        auto p = S.greedy(start, types, ds);
+        prefixes.insert(prefixes.end(), p.begin(), p.end());
+      }
+      PlanSpec sel = start;
+      for (auto& t : selective) sel.types.emplace_back(t, Decision::recompute);
+      if (!sel.types.empty()) S.checkpointed(sel);
+      for (auto& p : prefixes) S.checkpointed(p);
+      // 3. Gradient checkpointing every k layers; on each tier with a budget, hidden_states (layer
+      //    inputs there, the rest recomputed) and everything there.
+      for (int k = 1; k <= std::max(1, L); k *= 2) {
+        PlanSpec s = start;
+        s.checkpoint_every = k;
+        S.eval(s);
+      }
+      for (Decision d : all)
+        if (d != Decision::recompute) S.tier_families(start, d);
     }
-    PlanSpec sel = start;
-    for (auto& t : selective) sel.types.emplace_back(t, Decision::recompute);
-    if (!sel.types.empty()) S.checkpointed(sel);
-    for (auto& p : prefixes) S.checkpointed(p);
-    // 3. Gradient checkpointing every k layers; on each tier with a budget, hidden_states (layer
-    //    inputs there, the rest recomputed) and everything there.
-    for (int k = 1; k <= std::max(1, L); k *= 2) {
-      PlanSpec s = start;
-      s.checkpoint_every = k;
-      S.eval(s);
-    }
-    for (Decision d : all)
-      if (d != Decision::recompute) S.tier_families(start, d);
-  }
   // 4. Refine the fastest plan found, one decision at a time.
   S.refine(all);  // keep (dropping a type from the plan) is tried there too
 
@@ -313,6 +325,10 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (r.mode == TrainMode::frozen) y += "freeze_base: true\n";
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
   if (r.layer_offloading) y += "layer_offloading: true\n";
+  if (!plan.state.empty()) {
+    y += "state_plan:  # persistent state on the host tier\n";
+    for (auto& [pat, d] : plan.state) y += fmt::format("  \"{}\": {}\n", pat, decision_name(d));
+  }
   static const std::string kOffload = "activation_offloading: ";
   if (plan.preset.rfind(kOffload, 0) == 0 && plan.overrides.empty()) {  // the preset itself (legacy's sync included)
     y += plan.preset + "\n";

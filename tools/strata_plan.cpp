@@ -25,7 +25,7 @@ static const char* kUsage =
     "                   [--lora-rank R] [--lora-alpha A] [--loss-chunk 512] [--config FILE.yaml]\n"
     "                   [--preset keep|gradient_checkpointing|selective_recompute|offload|legacy|hidden_states|disk\n"
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
-    "                   [--disk-budget BYTES]\n"
+    "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--write-config FILE.yaml] [--json] [--svg FILE.svg]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
@@ -37,7 +37,9 @@ static const char* kUsage =
     "strata-train --config. It chooses keep or recompute for every slot class, and host or disk where\n"
     "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); in\n"
     "frozen and LoRA training it also tries paging the frozen layers (layer_offloading) when the host\n"
-    "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n";
+    "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
+    "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
+    "with --budget and --host-budget the planner chooses that level itself.\n";
 
 namespace {
 
@@ -91,6 +93,9 @@ void print_host(const Forecast& f, size_t host_budget) {
   if (f.paged_host_bytes)
     std::printf(" + weight pager %s (%ld layer uploads, %s this step)", format_bytes(f.paged_host_bytes).c_str(),
                 f.paged_uploads, format_bytes(f.paged_bytes_uploaded).c_str());
+  if (f.state_host_bytes)
+    std::printf(" + persistent state %s (%s copied both ways this step)", format_bytes(f.state_host_bytes).c_str(),
+                format_bytes(f.state_bytes_moved).c_str());
   std::printf("\n");
   if (f.copy_busy_s > 0)
     std::printf("host copies: copy stream busy %.4f s, compute waited %.4f s on them\n", f.copy_busy_s, f.copy_wait_s);
@@ -180,6 +185,8 @@ json forecast_json(const Forecast& f) {
           {"peak_host_slot_bytes", f.peak_host_slot_bytes},
           {"host_reserved_bytes", f.host_reserved_bytes},
           {"paged_host_bytes", f.paged_host_bytes},
+          {"state_host_bytes", f.state_host_bytes},
+          {"state_bytes_moved", f.state_bytes_moved},
           {"offloaded_bytes", f.offloaded_bytes},
           {"loaded_bytes", f.loaded_bytes},
           {"paged_bytes_uploaded", f.paged_bytes_uploaded},
@@ -203,7 +210,8 @@ int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
                 {"model", "seq", "batch", "mode", "lora-rank", "lora-alpha", "loss-chunk", "config", "preset", "every",
-                 "budget", "profile", "mirror", "device-name", "write-config", "svg", "host-budget", "disk-budget"},
+                 "budget", "profile", "mirror", "device-name", "write-config", "svg", "host-budget", "disk-budget",
+                 "state-offloading"},
                 {"json", "help", "layer-offloading"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -232,6 +240,7 @@ int main(int argc, char** argv) {
                         "command line", "seq");
     req.plan = a.has("preset") ? preset_plan(a.str("preset"), int(a.integer("every", 1))) : tc.plan;
     req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
+    if (a.has("state-offloading")) req.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) disk_budget = parse_bytes(a.str("disk-budget"), "--disk-budget");
     req.profile = find_profile(a.str("profile", "h100_80gb"));

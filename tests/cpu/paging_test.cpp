@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "model/llama.h"
 #include "model/rng.h"
 #include "model/trainer.h"
+#include "tests/cpu/tiny_model.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -339,3 +341,24 @@ TEST(Paging, IsRefusedForTrainableWeightsAndOutsideATrainer) {
 }
 
 }  // namespace
+
+// A Trainer may outlive its model (the model's pager then detached itself from the trainer's
+// tape): destroying the trainer reads nothing of the model. Under ASan this was a heap
+// use-after-free in Trainer::~Trainer.
+TEST(Paging, ATrainerOutlivingItsPagedModelIsDestroyedSafely) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  ModelOptions mo;
+  mo.train_base = false;
+  mo.train_norms = true;
+  mo.page_frozen_layers = true;
+  auto model = std::make_unique<LlamaModel>(*be, test_util::tiny_config(), mo);
+  model->init_random(1);
+  auto tr = std::make_unique<Trainer>(*be, *model, TrainOptions{});
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  EXPECT_TRUE(std::isfinite(tr->step(data.next()).loss));
+  std::weak_ptr<WeightPager> pager = model->pager_handle();
+  model.reset();
+  EXPECT_TRUE(pager.expired());
+  tr.reset();  // must not touch the deleted model
+  SUCCEED();
+}

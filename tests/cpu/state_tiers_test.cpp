@@ -13,7 +13,9 @@
 #include "model/data.h"
 #include "model/forecast.h"
 #include "model/llama.h"
+#include "model/planner.h"
 #include "model/rng.h"
+#include "model/train_config.h"
 #include "model/trainer.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
@@ -284,5 +286,56 @@ TEST(StateTiers, ActivationPresetsNeverMoveState) {
     mo.state_plan = p;
     LlamaModel m(*be, test_util::tiny_config(), mo);
     EXPECT_EQ(m.state_host_bytes(), 0u) << p.preset;
+  }
+}
+
+TEST(StateTiers, PlannerMovesStateToTheHostWhenNothingElseFitsAndItsYamlRunsTheSame) {
+  const ForecastRequest base = sim_twin::tiny_request(Plan::keep_everything());
+  const Forecast gc = forecast(sim_twin::tiny_request(Plan::gradient_checkpointing(1)));
+  // Below checkpointing's high-water mark: no activation plan fits with the state on the device.
+  const size_t budget = gc.high_water_bytes - gc.high_water_bytes / 20;
+  const PlanResult without = plan_for_budget(base, TierBudgets{budget, 0, 0});
+  ASSERT_FALSE(without.found);
+  const PlanResult pr = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
+  ASSERT_TRUE(pr.found) << pr.label;
+  EXPECT_FALSE(pr.plan.state.empty()) << pr.label;
+  EXPECT_NE(pr.label.find("state on host"), std::string::npos) << pr.label;
+  EXPECT_LE(pr.forecast.peak_bytes, budget);
+  EXPECT_GT(pr.forecast.state_host_bytes, 0u);
+  const sim_twin::CpuStep cpu = sim_twin::cpu_step(sim_twin::tiny_request(pr.plan), budget, pr.plan);
+  ASSERT_TRUE(cpu.fits) << pr.label;
+  EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes);
+  EXPECT_EQ(cpu.host_peak, pr.forecast.peak_host_bytes);
+  // The written config carries the state table; strata-train reads back the same decisions.
+  TrainConfig tc;
+  apply_yaml_text(tc, plan_yaml(sim_twin::tiny_request(pr.plan), pr.plan, pr.forecast, budget), "plan.yaml");
+  for (const char* g : {"L0", "L3", "embed", "head", "final_norm"})
+    for (const char* k : kStateKinds) {
+      const std::string cls = std::string(g) + "." + k;
+      EXPECT_EQ(tc.plan.decide_state(cls), pr.plan.decide_state(cls)) << cls;
+    }
+}
+
+TEST(StateTiers, YamlKeysSetTheStateTableAfterThePresetsWhateverTheirOrder) {
+  TrainConfig a;
+  apply_yaml_text(a, "state_plan:\n  \"L0.grad\": keep\nstate_offloading: all\ngradient_checkpointing: true\n",
+                  "s.yaml");
+  EXPECT_EQ(a.plan.checkpoint_every, 1);
+  EXPECT_EQ(a.plan.decide_state("L0.grad"), Decision::keep);  // the explicit table comes first
+  EXPECT_EQ(a.plan.decide_state("L1.grad"), Decision::host);
+  EXPECT_EQ(a.plan.decide_state("embed.adam.v"), Decision::host);
+  TrainConfig b;
+  apply_yaml_text(b, "state_offloading: optimizer\n", "s.yaml");
+  EXPECT_EQ(b.plan.decide_state("L2.adam.m"), Decision::host);
+  EXPECT_EQ(b.plan.decide_state("L2.w.master"), Decision::keep);
+  for (const char* bad :
+       {"state_offloading: everything\n", "state_plan:\n  \"L*.adam.m\": recompute\n", "state_plan: [a]\n"}) {
+    TrainConfig c;
+    try {
+      apply_yaml_text(c, bad, "s.yaml");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("s.yaml"), std::string::npos) << e.what();
+    }
   }
 }
