@@ -260,13 +260,18 @@ PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budge
   res.found = S.have_best;
   if (res.found) return res;
   if (budgets.host == 0 || (base.mode != TrainMode::full && paging.size() == 1)) {
-    // Would the host tier have helped? Forecast its families (and paging) unconstrained.
-    for (bool paged : {false, true}) {
-      if (paged && base.mode == TrainMode::full) continue;
-      PlanSpec s;
-      s.layer_offloading = paged;
-      if (paged) S.eval(s);
-      S.tier_families(s, Decision::host);
+    // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
+    // with the state on the device, then with more of it on the host.
+    for (const char* level : kStateOffloadingLevels) {
+      for (bool paged : {false, true}) {
+        if (paged && base.mode == TrainMode::full) continue;
+        PlanSpec s;
+        s.layer_offloading = paged;
+        s.state_level = level;
+        if (paged || s.state_level != "none") S.eval(s);
+        S.tier_families(s, Decision::host);
+      }
+      if (S.have_short) break;  // the least state on the host that lets a plan fit the device
     }
   }
   if (S.have_short) {
