@@ -12,6 +12,11 @@ if ! nvidia-smi >/dev/null 2>&1; then
   echo "NOTE: ${n:-the} gpu-labelled tests were SKIPPED: no GPU on this machine (each printed 'SKIPPED (gpu)')."
   echo "      Run them on the GPU host: scripts/pack_gpu_build.sh here, then scripts/gpu_session.sh .devbuild there."
 fi
+# The cpu suite again under ASan + UBSan (scripts/asan.sh, its own build-asan); a finding fails
+# the run. STRATA_ASAN=0 skips it (local runs).
+if [ "${STRATA_ASAN:-1}" != 0 ]; then
+  ./scripts/asan.sh || status=1
+fi
 # Fuzzers (tests/fuzz, scripts/fuzz.sh): about a minute per target; any finding fails the run.
 # STRATA_FUZZ=0 skips them (local runs).
 if [ "${STRATA_FUZZ:-1}" != 0 ]; then
