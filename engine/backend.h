@@ -138,24 +138,27 @@ class Backend {
   virtual void lm_head_logits(Tensor logits, Tensor x, Tensor w) = 0;
   // out [1] f32 += sum of squares of g.
   virtual void grad_norm_sq(Tensor out, Tensor g) = 0;
-  // One AdamW step on fp32 master weights; `param_out` (may be undefined) receives the updated
-  // weights in the compute dtype. With a split master (`master` of dtype i16, see master_dtype())
-  // param_out is required: it holds the master's high half and is read as well as written. The clip
-  // scale min(1, max_norm / sqrt(norm_sq)) is formed from the device scalar norm_sq, so clipping
-  // never forces a host sync.
-  virtual void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
-                          const AdamWParams& p, int t) = 0;
-  // The list forms the trainer calls, over every trainable parameter at once: the same results as
-  // the per-tensor calls in order (a backend may launch once per many tensors).
+  // One AdamW step of one tensor. `master`: the fp32 master weights; `param_out` (may be undefined)
+  // receives the updated weights in the compute dtype. With a split master (`master` of dtype i16,
+  // see master_dtype()) param_out is required: it holds the master's high half and is read as well
+  // as written. Without a master (master_weights: none, engine/state_recipe.h) param_out is the
+  // weights, read, updated in fp32 and written back rounded. The moments' dtype says their precision:
+  // f32, bf16, or u8 codes with f32 scales m_scale/v_scale [quant_blocks(n)] (kernels/quant8.h).
+  // The clip scale min(1, max_norm / sqrt(norm_sq)) is formed from the device scalar norm_sq, so
+  // clipping never forces a host sync.
   struct AdamWSlot {
     Tensor master, m, v, g, param_out;
+    Tensor m_scale, v_scale;  // 8-bit moments only
   };
+  virtual void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) = 0;
+  // The list forms the trainer calls, over every trainable parameter at once: the same results as
+  // the per-tensor calls in order (a backend may launch once per many tensors).
   virtual void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) {
     for (const Tensor& g : gs) grad_norm_sq(out, g);
   }
   virtual void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm,
                                const AdamWParams& p, int t) {
-    for (const AdamWSlot& s : slots) adamw_step(s.master, s.m, s.v, s.g, s.param_out, norm_sq, max_norm, p, t);
+    for (const AdamWSlot& s : slots) adamw_step(s, norm_sq, max_norm, p, t);
   }
 
   // The accumulating forms of two backward ops (strata-calibrate times these).

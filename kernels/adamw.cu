@@ -11,6 +11,7 @@
 #include "kernels/adamw.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda.h"
+#include "kernels/quant8.h"
 
 namespace strata::cuda {
 namespace {
@@ -48,6 +49,18 @@ __device__ __forceinline__ float clip_scale(const float* norm_sq, float max_norm
   return norm > max_norm ? __fdiv_rn(max_norm, __fadd_rn(norm, 1e-6f)) : 1.0f;
 }
 
+// One element's update, in the cpu reference's order (kernels/adamw_cpu.cpp), explicitly rounded.
+__device__ __forceinline__ void adamw_core(float& p, float& m, float& v, float g, float scale, const AdamWScalars& k) {
+  const float gi = __fmul_rn(g, scale);
+  const float pi = __fmul_rn(p, k.decay);
+  // torch.lerp(m, g, w1): two forms, picked by the weight
+  const float d = __fsub_rn(gi, m);
+  m = k.w1 < 0.5f ? __fadd_rn(m, __fmul_rn(k.w1, d)) : __fsub_rn(gi, __fmul_rn(d, __fsub_rn(1.0f, k.w1)));
+  v = __fadd_rn(__fmul_rn(v, k.b2), __fmul_rn(__fmul_rn(k.w2, gi), gi));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), k.bc2_sqrt), k.eps);
+  p = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(m, denom)));
+}
+
 // V consecutive 16-bit values, loaded and stored as one access.
 template <int V>
 struct alignas(2 * V) Halves {
@@ -70,14 +83,7 @@ __device__ __forceinline__ void adamw_elems(int16_t* lo, bf16* hi, float* m, flo
   Halves<V> ho, lo_out;
 #pragma unroll
   for (int e = 0; e < V; e++) {
-    const float gi = __fmul_rn(gg[e], scale);
-    const float pi = __fmul_rn(p[e], k.decay);
-    // torch.lerp(m, g, w1): two forms, picked by the weight
-    const float d = __fsub_rn(gi, mm[e]);
-    mm[e] = k.w1 < 0.5f ? __fadd_rn(mm[e], __fmul_rn(k.w1, d)) : __fsub_rn(gi, __fmul_rn(d, __fsub_rn(1.0f, k.w1)));
-    vv[e] = __fadd_rn(__fmul_rn(vv[e], k.b2), __fmul_rn(__fmul_rn(k.w2, gi), gi));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv[e]), k.bc2_sqrt), k.eps);
-    p[e] = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(mm[e], denom)));
+    adamw_core(p[e], mm[e], vv[e], gg[e], scale, k);
     int16_t l;
     master_split_bits(__float_as_uint(p[e]), ho.x[e], l);
     lo_out.x[e] = uint16_t(l);
@@ -122,7 +128,8 @@ struct ListTable {
 };
 
 // The tensor holding global chunk c (first_chunk[t] <= c < first_chunk[t + 1]).
-__device__ __forceinline__ int chunk_owner(const ListTable& L, size_t c) {
+template <class Table>
+__device__ __forceinline__ int chunk_owner(const Table& L, size_t c) {
   int lo = 0, hi = L.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -171,6 +178,98 @@ __global__ void __launch_bounds__(kListThreads)
     size_t i = begin + threadIdx.x * 4;
     for (; i + 4 <= end; i += kListThreads * 4) adamw_elems<4>(L.lo[t], L.hi[t], L.m[t], L.v[t], L.g[t], i, scale, k);
     for (; i < end; i++) adamw_elems<1>(L.lo[t], L.hi[t], L.m[t], L.v[t], L.g[t], i, scale, k);
+  }
+}
+
+// ---- any state precision (engine/state_recipe.h) -------------------------------------------------
+// One thread per element, kQuantBlock threads per block: each pass of a block covers one quantisation
+// block, so 8-bit scales come from one block-wide max. Chunk starts are multiples of kChunk, so every
+// pass starts on a quantisation block.
+constexpr int kAnyThreads = int(kQuantBlock);
+static_assert(kChunk % kQuantBlock == 0);
+
+struct AnyTable {
+  int16_t* lo[kListMax];  // split masters' low halves (null: master_weights none)
+  bf16* hi[kListMax];     // the bf16 weights
+  void* m[kListMax];
+  void* v[kListMax];
+  float* ms[kListMax];  // 8-bit scales
+  float* vs[kListMax];
+  const float* g[kListMax];
+  size_t n[kListMax];
+  size_t first_chunk[kListMax + 1];
+  int count = 0;
+};
+static_assert(sizeof(AnyTable) <= 4000, "kernel parameter over the classic 4 KB limit");
+
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float scratch[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  x = warp_max(x);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  x = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_max(x);
+}
+
+template <bool kSplit, OptimizerState S>
+__global__ void __launch_bounds__(kAnyThreads)
+    adamw_any_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
+  const float scale = clip_scale(norm_sq, k.max_norm);
+  for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
+    const int t = chunk_owner(L, c);
+    const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
+    for (size_t base = begin; base < end; base += kQuantBlock) {  // the same passes for every thread
+      const size_t i = base + threadIdx.x;
+      const bool in = i < end;
+      float p = 0.0f, m = 0.0f, v = 0.0f, g = 0.0f;
+      if (in) {
+        const uint16_t h = reinterpret_cast<const uint16_t*>(L.hi[t])[i];
+        p = kSplit ? __uint_as_float(master_join_bits(h, L.lo[t][i])) : __uint_as_float(uint32_t(h) << 16);
+        g = L.g[t][i];
+        if constexpr (S == OptimizerState::fp32) {
+          m = static_cast<const float*>(L.m[t])[i];
+          v = static_cast<const float*>(L.v[t])[i];
+        } else if constexpr (S == OptimizerState::bf16) {
+          m = __uint_as_float(uint32_t(static_cast<const uint16_t*>(L.m[t])[i]) << 16);
+          v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(L.v[t])[i]) << 16);
+        } else {
+          m = q8::decode_signed(static_cast<const uint8_t*>(L.m[t])[i], L.ms[t][base / kQuantBlock]);
+          v = q8::decode_unsigned(static_cast<const uint8_t*>(L.v[t])[i], L.vs[t][base / kQuantBlock]);
+        }
+      }
+      adamw_core(p, m, v, g, scale, k);
+      float m_max = 0.0f, v_max = 0.0f;
+      if constexpr (S == OptimizerState::q8) {
+        m_max = block_max(in ? fabsf(m) : 0.0f);
+        v_max = block_max(in ? v : 0.0f);
+        if (threadIdx.x == 0) {
+          L.ms[t][base / kQuantBlock] = m_max;
+          L.vs[t][base / kQuantBlock] = v_max;
+        }
+      }
+      if (!in) continue;
+      if constexpr (kSplit) {
+        uint16_t h;
+        int16_t l;
+        master_split_bits(__float_as_uint(p), h, l);
+        reinterpret_cast<uint16_t*>(L.hi[t])[i] = h;
+        L.lo[t][i] = l;
+      } else {
+        L.hi[t][i] = __float2bfloat16_rn(p);
+      }
+      if constexpr (S == OptimizerState::fp32) {
+        static_cast<float*>(L.m[t])[i] = m;
+        static_cast<float*>(L.v[t])[i] = v;
+      } else if constexpr (S == OptimizerState::bf16) {
+        static_cast<bf16*>(L.m[t])[i] = __float2bfloat16_rn(m);
+        static_cast<bf16*>(L.v[t])[i] = __float2bfloat16_rn(v);
+      } else {
+        static_cast<uint8_t*>(L.m[t])[i] = q8::encode_signed(m, m_max);
+        static_cast<uint8_t*>(L.v[t])[i] = q8::encode_unsigned(v, v_max);
+      }
+    }
   }
 }
 
@@ -274,6 +373,55 @@ void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, fl
     if (chunks == 0) continue;
     adamw_list_kernel<<<list_grid(chunks), kListThreads, 0, stream>>>(L, norm_sq, k);
     STRATA_LAUNCH_CHECK("adamw_list_kernel");
+  }
+}
+
+void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerState moments, const float* norm_sq,
+                    float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                    cudaStream_t stream) {
+  STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
+  STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
+  const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
+  for (int from = 0; from < count; from += kListMax) {
+    AnyTable L;
+    L.count = std::min(kListMax, count - from);
+    L.first_chunk[0] = 0;
+    for (int i = 0; i < L.count; i++) {
+      const AdamWAnyTensors& a = ts[from + i];
+      STRATA_CHECK(a.n == 0 || (a.hi && a.m && a.v && a.g && (a.lo || !split)),
+                   "adamw_step_any: a tensor lacks a buffer its precision needs");
+      STRATA_CHECK(moments != OptimizerState::q8 || a.n == 0 || (a.m_scale && a.v_scale),
+                   "adamw_step_any: 8-bit moments need their scales");
+      L.lo[i] = a.lo;
+      L.hi[i] = a.hi;
+      L.m[i] = a.m;
+      L.v[i] = a.v;
+      L.ms[i] = a.m_scale;
+      L.vs[i] = a.v_scale;
+      L.g[i] = a.g;
+      L.n[i] = a.n;
+      L.first_chunk[i + 1] = L.first_chunk[i] + ceil_div(a.n, kChunk);
+    }
+    const size_t chunks = L.first_chunk[L.count];
+    if (chunks == 0) continue;
+    const unsigned grid =
+        unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kAnyThreads))));
+    auto launch = [&](auto kernel) { kernel<<<grid, kAnyThreads, 0, stream>>>(L, norm_sq, k); };
+    switch (moments) {
+      case OptimizerState::fp32:
+        split ? launch(adamw_any_kernel<true, OptimizerState::fp32>)
+              : launch(adamw_any_kernel<false, OptimizerState::fp32>);
+        break;
+      case OptimizerState::bf16:
+        split ? launch(adamw_any_kernel<true, OptimizerState::bf16>)
+              : launch(adamw_any_kernel<false, OptimizerState::bf16>);
+        break;
+      case OptimizerState::q8:
+        split ? launch(adamw_any_kernel<true, OptimizerState::q8>)
+              : launch(adamw_any_kernel<false, OptimizerState::q8>);
+        break;
+    }
+    STRATA_LAUNCH_CHECK("adamw_any_kernel");
   }
 }
 

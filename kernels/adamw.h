@@ -3,6 +3,9 @@
 #pragma once
 #include <cstddef>
 
+#include "engine/dtype.h"
+#include "engine/state_recipe.h"
+
 namespace strata {
 // Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu); the sim
 // charges one launch per this many.
@@ -15,6 +18,21 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
 };
+
+// One tensor's state for the precision-generic step (engine/state_recipe.h), host pointers.
+struct AdamWState {
+  float* master = nullptr;  // the fp32 master; null: master_weights none, `weights` updated in place
+  void* weights = nullptr;  // the compute weights (f32 or bf16): written from the master, or the
+                            // master's stand-in when there is none; may be null with a master
+  DType weights_dtype = DType::f32;
+  void* m = nullptr;  // moments: float, bf16 bits or code bytes (kernels/quant8.h)
+  void* v = nullptr;
+  float* m_scale = nullptr;  // 8-bit only: one scale per kQuantBlock elements
+  float* v_scale = nullptr;
+  OptimizerState moments = OptimizerState::fp32;
+  const float* g = nullptr;
+  size_t n = 0;
+};
 }  // namespace strata
 
 namespace strata::cpu {
@@ -23,4 +41,8 @@ double sum_squares(const float* g, size_t n);
 // One step (t is the 1-based step count). grad_scale multiplies g first (clipping: min(1, max_norm/norm)).
 void adamw_step(float* param, float* m, float* v, const float* g, size_t n, const AdamWParams& p, int t,
                 float grad_scale);
+// The same step on any state precision: each element's moments and weight are read as fp32, updated
+// with the arithmetic above, and stored back in their precision (bf16 rounded to nearest even; 8-bit
+// per block of kQuantBlock, scale = the block's largest updated magnitude).
+void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_scale);
 }  // namespace strata::cpu

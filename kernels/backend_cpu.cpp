@@ -175,16 +175,38 @@ class CpuBackend final : public Backend {
   void grad_norm_sq(Tensor out, Tensor g) override {
     out.f32()[0] = float(double(out.f32()[0]) + cpu::sum_squares(F(g), size_t(g.numel())));
   }
-  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
-                  const AdamWParams& p, int t) override {
+  void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
     float scale = 1.0f;
     if (max_norm > 0) {
       float norm = std::sqrt(norm_sq.f32()[0]);
       if (norm > max_norm) scale = max_norm / (norm + 1e-6f);
     }
-    cpu::adamw_step(F(master), F(m), F(v), F(g), size_t(g.numel()), p, t, scale);
-    // On cpu the compute dtype is f32, so the master weights are the parameters.
-    if (param_out.defined() && param_out.data != master.data) std::memcpy(param_out.data, master.data, master.bytes());
+    const size_t n = size_t(s.g.numel());
+    STRATA_CHECK(s.m.dtype == s.v.dtype && size_t(s.m.numel()) == n && size_t(s.v.numel()) == n,
+                 "adamw_step: m and v must match the gradient");
+    AdamWState st;
+    st.master = s.master.defined() ? F(s.master) : nullptr;
+    STRATA_CHECK(!st.master || size_t(s.master.numel()) == n, "adamw_step: the master must match the gradient");
+    if (s.param_out.defined()) {
+      STRATA_CHECK(size_t(s.param_out.numel()) == n, "adamw_step: the weights must match the gradient");
+      st.weights = s.param_out.data;
+      st.weights_dtype = s.param_out.dtype;
+    }
+    st.m = s.m.data;
+    st.v = s.v.data;
+    st.moments = s.m.dtype == DType::f32    ? OptimizerState::fp32
+                 : s.m.dtype == DType::bf16 ? OptimizerState::bf16
+                                            : OptimizerState::q8;
+    if (st.moments == OptimizerState::q8) {
+      STRATA_CHECK(s.m.dtype == DType::u8 && s.m_scale.defined() && s.v_scale.defined() &&
+                       size_t(s.m_scale.numel()) == quant_blocks(n) && size_t(s.v_scale.numel()) == quant_blocks(n),
+                   "adamw_step: 8-bit moments need u8 codes and one f32 scale per block");
+      st.m_scale = F(s.m_scale);
+      st.v_scale = F(s.v_scale);
+    }
+    st.g = F(s.g);
+    st.n = n;
+    cpu::adamw_step(st, p, t, scale);
   }
 
  private:

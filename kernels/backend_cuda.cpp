@@ -522,12 +522,8 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
     cuda::sum_squares(F(out), F(g), size_t(g.numel()), s());
   }
-  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
-                  const AdamWParams& p, int t) override {
-    OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
-    check_split(master, param_out);
-    cuda::adamw_step(static_cast<int16_t*>(master.data), B(param_out), F(m), F(v), F(g), size_t(g.numel()), F(norm_sq),
-                     max_norm, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, t, s());
+  void adamw_step(const AdamWSlot& a, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
+    adamw_step_list({a}, norm_sq, max_norm, p, t);
   }
   void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) override {
     OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
@@ -542,13 +538,39 @@ class CudaBackend final : public Backend {
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm, const AdamWParams& p,
                        int t) override {
     OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
-    std::vector<cuda::AdamWTensors> ts;
+    if (slots.empty()) return;
+    // Every slot of one call shares one precision (the model's recipe): split fp32 masters with f32
+    // moments take the vectorised kernel, any other recipe the generic one.
+    const bool split = slots[0].master.defined();
+    const DType mdt = slots[0].m.dtype;
     for (const AdamWSlot& a : slots) {
-      check_split(a.master, a.param_out);
-      ts.push_back({static_cast<int16_t*>(a.master.data), B(a.param_out), F(a.m), F(a.v), F(a.g), size_t(a.g.numel())});
+      STRATA_CHECK(a.master.defined() == split && a.m.dtype == mdt && a.v.dtype == mdt,
+                   "adamw_step_list: the slots of one call must share one state precision");
+      if (split) check_split(a.master, a.param_out);
+      STRATA_CHECK(a.param_out.defined() && a.param_out.dtype == DType::bf16 && a.param_out.numel() == a.g.numel(),
+                   "adamw_step_list: cuda updates bf16 weights of the gradient's size");
     }
-    cuda::adamw_step_list(ts.data(), int(ts.size()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
-                          p.weight_decay, t, s());
+    if (split && mdt == DType::f32) {
+      std::vector<cuda::AdamWTensors> ts;
+      for (const AdamWSlot& a : slots)
+        ts.push_back(
+            {static_cast<int16_t*>(a.master.data), B(a.param_out), F(a.m), F(a.v), F(a.g), size_t(a.g.numel())});
+      return cuda::adamw_step_list(ts.data(), int(ts.size()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
+                                   p.weight_decay, t, s());
+    }
+    const OptimizerState moments = mdt == DType::f32    ? OptimizerState::fp32
+                                   : mdt == DType::bf16 ? OptimizerState::bf16
+                                                        : OptimizerState::q8;
+    STRATA_CHECK(moments != OptimizerState::q8 || mdt == DType::u8, "adamw_step_list: moments must be f32, bf16 or u8");
+    std::vector<cuda::AdamWAnyTensors> ts;
+    for (const AdamWSlot& a : slots) {
+      const bool q = moments == OptimizerState::q8;
+      STRATA_CHECK(!q || (a.m_scale.defined() && a.v_scale.defined()), "adamw_step_list: 8-bit moments need scales");
+      ts.push_back({split ? static_cast<int16_t*>(a.master.data) : nullptr, B(a.param_out), a.m.data, a.v.data,
+                    q ? F(a.m_scale) : nullptr, q ? F(a.v_scale) : nullptr, F(a.g), size_t(a.g.numel())});
+    }
+    cuda::adamw_step_any(ts.data(), int(ts.size()), split, moments, F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
+                         p.weight_decay, t, s());
   }
 
  private:

@@ -341,10 +341,9 @@ class SimBackendImpl final : public SimBackend {
   }
   // The trainer sums the norm in backward, as gradients become final: backward time.
   void grad_norm_sq(Tensor out, Tensor g) override { charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false); }
-  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor, float, const AdamWParams&,
-                  int) override {
+  void adamw_step(const AdamWSlot& a, Tensor, float, const AdamWParams&, int) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
-    charge(OpKind::adamw, cost_.memory(adamw_bytes({master, m, v, g, param_out})), 1, false);
+    charge(OpKind::adamw, cost_.memory(adamw_bytes(a)), 1, false);
   }
   // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
   void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
@@ -363,8 +362,10 @@ class SimBackendImpl final : public SimBackend {
   // HBM bytes of one AdamW step: master, m and v read and written, g read; a whole master's compute
   // copy is written, a split master's (its high half) read and written.
   static double adamw_bytes(const AdamWSlot& a) {
-    double bytes = 2 * (B(a.master) + B(a.m) + B(a.v)) + B(a.g);
-    if (a.param_out.defined() && a.master.dtype == DType::i16) return bytes + 2 * B(a.param_out);
+    double bytes = 2 * (B(a.master) + B(a.m) + B(a.v) + B(a.m_scale) + B(a.v_scale)) + B(a.g);
+    // A split master's high half, or the weights themselves without a master: read and written.
+    if (a.param_out.defined() && (!a.master.defined() || a.master.dtype == DType::i16))
+      return bytes + 2 * B(a.param_out);
     if (a.param_out.defined() && a.param_out.dtype != a.master.dtype) bytes += B(a.param_out);
     return bytes;
   }

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/state_recipe.h"
+
 namespace strata::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -91,6 +93,24 @@ struct AdamWTensors {
 void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream);
 void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, float max_norm, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int t, cudaStream_t stream);
+
+// adamw_step_list on any state precision (engine/state_recipe.h): `split` masters (lo and hi as
+// above) or none (hi, the bf16 weights, updated in place, rounded to nearest even); moments f32, bf16
+// (rounded to nearest even) or 8-bit codes with one f32 scale per kQuantBlock elements (kernels/quant8.h).
+// Bit for bit the cpu reference (cpu::adamw_step on an AdamWState).
+struct AdamWAnyTensors {
+  int16_t* lo;
+  bf16* hi;
+  void* m;
+  void* v;
+  float* m_scale;
+  float* v_scale;
+  const float* g;
+  size_t n;
+};
+void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerState moments, const float* norm_sq,
+                    float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                    cudaStream_t stream);
 
 // Conversions (round to nearest even) and fills, all [n].
 void f32_to_bf16(bf16* out, const float* in, size_t n, cudaStream_t stream);

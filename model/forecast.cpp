@@ -39,6 +39,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.train_norms = r.mode == TrainMode::frozen;
   mo.page_frozen_layers = r.layer_offloading;
   mo.state_plan = r.plan;
+  mo.recipe = r.recipe;
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
     mo.lora.alpha = r.lora_alpha;

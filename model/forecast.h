@@ -35,6 +35,7 @@ struct ForecastRequest {
   size_t budget = 0;              // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
   bool layer_offloading = false;  // page the frozen layer weights from host (frozen or lora only)
   TierOptions tiers;              // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
+  StateRecipe recipe;             // master_weights, optimizer_state (ModelOptions::recipe)
 };
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).

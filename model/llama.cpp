@@ -115,7 +115,7 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
     for (auto& p : params_)
       for (size_t off : {p.host_m, p.host_v})
         if (off != Parameter::kDevice && host_state(off))
-          std::memset(host_state(off), 0, size_t(p.shape.numel()) * sizeof(float));
+          std::memset(host_state(off), 0, moment_bytes(opt_.recipe.moments, size_t(p.shape.numel())));
   }
   if (opt_.lora.enabled()) {
     // PEFT's init: A ~ kaiming-uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
@@ -152,7 +152,11 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   auto on_host = [&](const char* kind) {
     return trainable && opt_.state_plan.decide_state(p.group + "." + kind) == Decision::host;
   };
-  const bool master_host = on_host("w.master"), m_host = on_host("adam.m"), v_host = on_host("adam.v"),
+  // master_weights: none leaves a bf16 backend no master at all (the compute weights are updated in
+  // place); on an f32 backend the weights are fp32 anyway, so `none` changes nothing there.
+  const bool low_precision = be_.compute_dtype() != DType::f32;
+  const bool no_master = low_precision && opt_.recipe.master == MasterWeights::none;
+  const bool master_host = !no_master && on_host("w.master"), m_host = on_host("adam.m"), v_host = on_host("adam.v"),
              grad_host = on_host("grad");
   if (master_host) p.host_master = 0;  // place_state lays the host arrays out once all are known
   if (m_host) p.host_m = 0;
@@ -162,8 +166,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
   // low half (Backend::master_dtype, engine/master_split.h). A master on the host tier leaves only
   // the compute copy on the device (f32 where that is the compute dtype).
-  const bool low_precision = be_.compute_dtype() != DType::f32;
-  if (trainable && low_precision && !master_host)
+  if (trainable && low_precision && !master_host && !no_master)
     p.master = Buffer(be_.arena(), be_.master_dtype(), shape, "weights.master_lo");
   else if (!low_precision && !master_host)
     p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
@@ -174,14 +177,18 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
       p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
       be_.zero(p.grad.view());
     }
-    if (!m_host) {
-      p.m = Buffer(be_.arena(), DType::f32, shape, "adam.m");
-      be_.zero(p.m.view());
-    }
-    if (!v_host) {
-      p.v = Buffer(be_.arena(), DType::f32, shape, "adam.v");
-      be_.zero(p.v.view());
-    }
+    const DType mdt = opt_.recipe.moments == OptimizerState::fp32   ? DType::f32
+                      : opt_.recipe.moments == OptimizerState::bf16 ? DType::bf16
+                                                                    : DType::u8;
+    auto moment = [&](Buffer& codes, Buffer& scales, const char* tag) {
+      codes = Buffer(be_.arena(), mdt, shape, tag);
+      be_.zero(codes.view());
+      if (mdt != DType::u8) return;
+      scales = Buffer(be_.arena(), DType::f32, Shape{int64_t(quant_blocks(size_t(shape.numel())))}, tag);
+      be_.zero(scales.view());
+    };
+    if (!m_host) moment(p.m, p.m_scale, "adam.m");
+    if (!v_host) moment(p.v, p.v_scale, "adam.v");
   }
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
@@ -196,8 +203,8 @@ void LlamaModel::place_state(Parameter& p, size_t& host_bytes) {
     host_bytes += host_align(bytes);
   };
   place(p.host_master, master_bytes);
-  place(p.host_m, n * sizeof(float));
-  place(p.host_v, n * sizeof(float));
+  place(p.host_m, moment_bytes(opt_.recipe.moments, n));
+  place(p.host_v, moment_bytes(opt_.recipe.moments, n));
   place(p.host_grad, n * sizeof(float));
 }
 

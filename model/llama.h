@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/state_recipe.h"
 #include "engine/tape.h"
 #include "engine/weight_pager.h"
 #include "io/hf_config.h"
@@ -37,6 +38,8 @@ struct ModelOptions {
   // "<group>.w.master", "<group>.grad", "<group>.adam.m", "<group>.adam.v" (Parameter::group).
   // Only the state table is read; the activation plan is the Trainer's.
   Plan state_plan;
+  // The state's precision (master_weights, optimizer_state; engine/state_recipe.h).
+  StateRecipe recipe;
 };
 
 struct Parameter {
@@ -47,15 +50,17 @@ struct Parameter {
   // fp32 weights (also the compute weights on cpu). On cuda, trainable only, and split: `compute`
   // holds the high half, this the i16 low half (engine/master_split.h).
   Buffer master;
-  Buffer compute;     // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
-  Buffer grad;        // fp32, trainable only
-  Buffer m, v;        // AdamW moments, trainable only
-  int page = -1;      // index in the model's WeightPager when the weight is paged
-  Tensor paged;       // then: its fixed view into the pager's device slot (layer % 2); no buffers above
-  std::string group;  // its state classes' group: "L<layer>", "embed", "head" or "final_norm"
+  Buffer compute;           // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
+  Buffer grad;              // fp32, trainable only
+  Buffer m, v;              // AdamW moments, trainable only, in ModelOptions::recipe's precision (f32, bf16, u8)
+  Buffer m_scale, v_scale;  // 8-bit moments: f32 [quant_blocks(numel)]
+  int page = -1;            // index in the model's WeightPager when the weight is paged
+  Tensor paged;             // then: its fixed view into the pager's device slot (layer % 2); no buffers above
+  std::string group;        // its state classes' group: "L<layer>", "embed", "head" or "final_norm"
   // State on the host tier: byte offsets into the model's state reservation (kDevice: on the device,
   // in the buffer above). The master there is f32 where the compute dtype is f32 (the device then
-  // holds the compute copy in `compute`), else the i16 low half.
+  // holds the compute copy in `compute`), else the i16 low half. A moment there takes
+  // moment_bytes(recipe.moments, numel): 8-bit codes, then their scales at moment_scale_offset(numel).
   static constexpr size_t kDevice = SIZE_MAX;
   size_t host_master = kDevice, host_m = kDevice, host_v = kDevice, host_grad = kDevice;
   bool state_on_host() const {

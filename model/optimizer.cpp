@@ -36,6 +36,18 @@ size_t Optimizer::master_elem_bytes() const {
   return be_.compute_dtype() == DType::f32 ? sizeof(float) : dtype_size(be_.master_dtype());
 }
 
+DType Optimizer::moment_dtype() const {
+  switch (model_.options().recipe.moments) {
+    case OptimizerState::fp32:
+      return DType::f32;
+    case OptimizerState::bf16:
+      return DType::bf16;
+    case OptimizerState::q8:
+      return DType::u8;
+  }
+  return DType::f32;
+}
+
 void Optimizer::install(Tape& tape) {
   tape_ = &tape;
   tape.set_grad_hooks(
@@ -94,18 +106,21 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
   for (size_t i = 0; i < params.size(); ++i) {
     const Parameter& p = params[i];
     if (!p.trainable || !p.state_on_host()) continue;
-    size_t per_elem = 0;  // staging bytes an element needs (its host arrays)
-    if (p.host_master != Parameter::kDevice) per_elem += master_elem_bytes();
-    for (size_t off : {p.host_m, p.host_v, p.host_grad})
-      if (off != Parameter::kDevice) per_elem += sizeof(float);
+    // Staging bytes per kQuantBlock elements (its host arrays; 8-bit moments with their scale).
+    const size_t mel = dtype_size(moment_dtype()), scale_bytes = quantised() ? sizeof(float) : 0;
+    size_t per_block = 0;
+    if (p.host_master != Parameter::kDevice) per_block += kQuantBlock * master_elem_bytes();
+    for (size_t off : {p.host_m, p.host_v})
+      if (off != Parameter::kDevice) per_block += kQuantBlock * mel + scale_bytes;
+    if (p.host_grad != Parameter::kDevice) per_block += kQuantBlock * sizeof(float);
     const size_t n = size_t(p.shape.numel());
     for (size_t begin = 0; begin < n;) {
-      // Each array of a piece starts 256-byte aligned (4 arrays at most); a piece ends on a multiple
-      // of 64 elements unless it ends the parameter, so device views stay 16-byte aligned for the kernels.
-      const size_t used = cur.bytes + 4 * Arena::kAlign;
+      // Each array of a piece starts 256-byte aligned (6 arrays at most); a piece ends on a multiple
+      // of kQuantBlock elements unless it ends the parameter, so device views stay 16-byte aligned
+      // for the kernels and 8-bit scales split with their blocks.
+      const size_t used = cur.bytes + 6 * Arena::kAlign;
       const size_t room = opt_.chunk_bytes > used ? opt_.chunk_bytes - used : 0;
-      size_t take = std::min(n - begin, room / per_elem);
-      if (take < n - begin) take = take / 64 * 64;
+      size_t take = std::min(n - begin, room / per_block * kQuantBlock);
       if (take == 0) {
         STRATA_CHECK(!cur.pieces.empty(), "optimizer: a chunk holds no element (chunk_bytes too small)");
         chunks.push_back(std::move(cur));
@@ -118,9 +133,16 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
         off = cur.bytes;
         cur.bytes = align_up(cur.bytes + take * elem);
       };
+      auto lay_scales = [&](size_t& off, bool host) {
+        if (!host || !quantised()) return;
+        off = cur.bytes;
+        cur.bytes = align_up(cur.bytes + quant_blocks(take) * sizeof(float));
+      };
       lay(pc.master, p.host_master != Parameter::kDevice, master_elem_bytes());
-      lay(pc.m, p.host_m != Parameter::kDevice, sizeof(float));
-      lay(pc.v, p.host_v != Parameter::kDevice, sizeof(float));
+      lay(pc.m, p.host_m != Parameter::kDevice, mel);
+      lay_scales(pc.ms, p.host_m != Parameter::kDevice);
+      lay(pc.v, p.host_v != Parameter::kDevice, mel);
+      lay_scales(pc.vs, p.host_v != Parameter::kDevice);
       lay(pc.g, p.host_grad != Parameter::kDevice, sizeof(float));
       cur.pieces.push_back(pc);
       begin += take;
@@ -134,18 +156,27 @@ void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last) 
   const auto& params = model_.params();
   for (const Piece& pc : c.pieces) {
     const Parameter& p = params[pc.param];
-    auto up = [&](size_t host_off, size_t st_off, DType dt, size_t elem) {
+    // Elements [first, first + count) of a host array (default: the piece's).
+    auto up = [&](size_t host_off, size_t st_off, DType dt, size_t elem, size_t first = SIZE_MAX, size_t count = 0) {
       if (host_off == Parameter::kDevice) return;
+      if (first == SIZE_MAX) first = pc.begin, count = pc.n;
       std::byte* h = model_.host_state(host_off);
-      const Tensor dst = at(staging, st_off, dt, pc.n);
-      last = be_.copy_to_device_async(dst, h ? h + pc.begin * elem : nullptr);
+      const Tensor dst = at(staging, st_off, dt, count);
+      last = be_.copy_to_device_async(dst, h ? h + first * elem : nullptr);
       stats_.uploaded_bytes += dst.bytes();
     };
     const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
     up(p.host_master, pc.master, mdt, master_elem_bytes());
-    up(p.host_m, pc.m, DType::f32, sizeof(float));
-    up(p.host_v, pc.v, DType::f32, sizeof(float));
+    up(p.host_m, pc.m, moment_dtype(), dtype_size(moment_dtype()));
+    up(p.host_v, pc.v, moment_dtype(), dtype_size(moment_dtype()));
     up(p.host_grad, pc.g, DType::f32, sizeof(float));
+    if (quantised()) {
+      const size_t n = size_t(p.shape.numel());
+      for (auto [host_off, st_off] : {std::pair{p.host_m, pc.ms}, std::pair{p.host_v, pc.vs}})
+        if (host_off != Parameter::kDevice)
+          up(host_off + moment_scale_offset(n), st_off, DType::f32, sizeof(float), pc.begin / kQuantBlock,
+             quant_blocks(pc.n));
+    }
   }
   last_copy_ = last;
 }
@@ -160,11 +191,20 @@ void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams
       return host_off != Parameter::kDevice ? at(staging, st_off, dt, pc.n) : slice(dev.view(), pc.begin, pc.n);
     };
     Backend::AdamWSlot s;
-    s.master = pick(p.host_master, pc.master, mdt, p.master);
-    s.m = pick(p.host_m, pc.m, DType::f32, p.m);
-    s.v = pick(p.host_v, pc.v, DType::f32, p.v);
+    if (p.host_master != Parameter::kDevice || p.master.allocated())
+      s.master = pick(p.host_master, pc.master, mdt, p.master);
+    s.m = pick(p.host_m, pc.m, moment_dtype(), p.m);
+    s.v = pick(p.host_v, pc.v, moment_dtype(), p.v);
     s.g = pick(p.host_grad, pc.g, DType::f32, p.grad);
     s.param_out = slice(p.value(), pc.begin, pc.n);
+    if (quantised()) {
+      const size_t b0 = pc.begin / kQuantBlock, nb = quant_blocks(pc.n);
+      auto scales = [&](size_t host_off, size_t st_off, const Buffer& dev) {
+        return host_off != Parameter::kDevice ? at(staging, st_off, DType::f32, nb) : slice(dev.view(), b0, nb);
+      };
+      s.m_scale = scales(p.host_m, pc.ms, p.m_scale);
+      s.v_scale = scales(p.host_v, pc.vs, p.v_scale);
+    }
     slots.push_back(s);
   }
   be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
@@ -175,16 +215,24 @@ void Optimizer::download(const Chunk& c, const Buffer& staging) {
   const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
   for (const Piece& pc : c.pieces) {
     const Parameter& p = params[pc.param];
-    auto down = [&](size_t host_off, size_t st_off, DType dt, size_t elem) {
+    auto down = [&](size_t host_off, size_t st_off, DType dt, size_t elem, size_t first = SIZE_MAX, size_t count = 0) {
       if (host_off == Parameter::kDevice) return;
+      if (first == SIZE_MAX) first = pc.begin, count = pc.n;
       std::byte* h = model_.host_state(host_off);
-      const Tensor src = at(staging, st_off, dt, pc.n);
-      last_copy_ = be_.copy_to_host_async(h ? h + pc.begin * elem : nullptr, src);
+      const Tensor src = at(staging, st_off, dt, count);
+      last_copy_ = be_.copy_to_host_async(h ? h + first * elem : nullptr, src);
       stats_.downloaded_bytes += src.bytes();
     };
     down(p.host_master, pc.master, mdt, master_elem_bytes());
-    down(p.host_m, pc.m, DType::f32, sizeof(float));
-    down(p.host_v, pc.v, DType::f32, sizeof(float));
+    down(p.host_m, pc.m, moment_dtype(), dtype_size(moment_dtype()));
+    down(p.host_v, pc.v, moment_dtype(), dtype_size(moment_dtype()));
+    if (quantised()) {
+      const size_t n = size_t(p.shape.numel());
+      for (auto [host_off, st_off] : {std::pair{p.host_m, pc.ms}, std::pair{p.host_v, pc.vs}})
+        if (host_off != Parameter::kDevice)
+          down(host_off + moment_scale_offset(n), st_off, DType::f32, sizeof(float), pc.begin / kQuantBlock,
+               quant_blocks(pc.n));
+    }
   }
 }
 
@@ -207,7 +255,8 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   std::vector<Backend::AdamWSlot> slots;
   for (auto& p : model_.params())
     if (p.trainable && !p.state_on_host())
-      slots.push_back({p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value()});
+      slots.push_back(
+          {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
   if (!slots.empty()) be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
 
   for (size_t c = 0; c < chunks.size(); ++c) {

@@ -13,7 +13,8 @@
 // state is all on the device in one list launch; the others streamed in chunks through two device
 // staging buffers: chunk c+2's state uploads while chunk c+1 computes and chunk c's updated master
 // and moments go back, all on the one copy stream, each hand-off through an event. The compute
-// weights stay on the device and are updated in place.
+// weights stay on the device and are updated in place. Pieces of a parameter start on multiples of
+// kQuantBlock elements, so 8-bit moments' scales split with their codes.
 #pragma once
 #include <deque>
 #include <vector>
@@ -66,6 +67,7 @@ class Optimizer {
   struct Piece {
     size_t param, begin, n;
     size_t master = 0, m = 0, v = 0, g = 0;  // staging offsets (bytes) of its host arrays
+    size_t ms = 0, vs = 0;                   // 8-bit moments: their scales' staging offsets
   };
   struct Chunk {
     std::vector<Piece> pieces;
@@ -79,6 +81,8 @@ class Optimizer {
   void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t);
   void download(const Chunk& c, const Buffer& staging);
   size_t master_elem_bytes() const;
+  DType moment_dtype() const;
+  bool quantised() const { return moment_dtype() == DType::u8; }
 
   Backend& be_;
   LlamaModel& model_;

@@ -330,6 +330,9 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (r.mode == TrainMode::frozen) y += "freeze_base: true\n";
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
   if (r.layer_offloading) y += "layer_offloading: true\n";
+  if (r.recipe != StateRecipe{})
+    y += fmt::format("master_weights: {}\noptimizer_state: {}\n", master_weights_name(r.recipe.master),
+                     optimizer_state_name(r.recipe.moments));
   if (!plan.state.empty()) {
     y += "state_plan:  # persistent state on the host tier\n";
     for (auto& [pat, d] : plan.state) y += fmt::format("  \"{}\": {}\n", pat, decision_name(d));

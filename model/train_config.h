@@ -33,6 +33,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
+  StateRecipe recipe;             // master_weights, optimizer_state (engine/state_recipe.h)
   std::string output_dir;         // where the trained model / adapter is saved (empty: not saved)
 };
 

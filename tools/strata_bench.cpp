@@ -30,22 +30,25 @@ static const char* kUsage =
     "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n"
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
-    "                    [--state-offloading none|optimizer|master|all]\n"
+    "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
+    "                    [--optimizer-state fp32|bf16|8bit]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
     "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
-    "strata-train's state_offloading key.\n"
+    "strata-train's state_offloading key. --master-weights / --optimizer-state: the state's precision, as\n"
+    "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n";
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(
-        argc, argv,
-        {"shape", "model", "seq", "batch", "mode", "plan", "steps", "warmup", "backend", "lora-rank", "device-memory",
-         "loss-chunk", "peak-tflops", "offload-dir", "measure-disk", "config", "max-grad-norm", "state-offloading"},
-        {"help", "layer-offloading", "loss-recompute"});
+    cli::Args a(argc, argv,
+                {"shape",          "model",          "seq",          "batch",     "mode",          "plan",
+                 "steps",          "warmup",         "backend",      "lora-rank", "device-memory", "loss-chunk",
+                 "peak-tflops",    "offload-dir",    "measure-disk", "config",    "max-grad-norm", "state-offloading",
+                 "master-weights", "optimizer-state"},
+                {"help", "layer-offloading", "loss-recompute"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -112,6 +115,10 @@ int main(int argc, char** argv) {
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
     if (a.has("state-offloading")) to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
     mo.state_plan = to.plan;
+    mo.recipe = tc.recipe;
+    if (a.has("master-weights")) mo.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
+    if (a.has("optimizer-state"))
+      mo.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
     to.adam.lr = 1e-5f;
     to.max_grad_norm = check_number(a.number("max-grad-norm", to.max_grad_norm), NumberRule::non_negative,
                                     Origin::flag("max-grad-norm"));
@@ -186,6 +193,8 @@ int main(int argc, char** argv) {
     j["peak_host_bytes"] = host_peak;
     j["peak_disk_bytes"] = disk_peak;
     j["state_offloading"] = to.plan.state_preset;
+    j["master_weights"] = master_weights_name(mo.recipe.master);
+    j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
     j["state_host_bytes"] = model.state_host_bytes();
     j["state_host_pinned"] = model.state_host_pinned();
     j["offloaded_bytes_per_step"] = offloaded;

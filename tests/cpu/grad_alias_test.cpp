@@ -107,9 +107,8 @@ class CountingBackend final : public Backend {
   }
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) override { in_->lm_head_logits(logits, x, w); }
   void grad_norm_sq(Tensor out, Tensor g) override { in_->grad_norm_sq(out, g); }
-  void adamw_step(Tensor master, Tensor m, Tensor v, Tensor g, Tensor param_out, Tensor norm_sq, float max_norm,
-                  const AdamWParams& p, int t) override {
-    in_->adamw_step(master, m, v, g, param_out, norm_sq, max_norm, p, t);
+  void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
+    in_->adamw_step(s, norm_sq, max_norm, p, t);
   }
 
  private:

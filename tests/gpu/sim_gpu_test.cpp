@@ -72,7 +72,13 @@ struct Case {
   TrainMode mode;
   bool init_weights;  // the 1B shape skips the host-side random init (values change neither memory nor time)
   bool loss_grad_in_forward = true;  // false: the LM head's recomputing backward
+  StateRecipe recipe = {};
 };
+
+Plan with_state_level(Plan p, const char* level) {
+  p.set_state_offloading(level, "test");
+  return p;
+}
 
 void compare(const Case& c, size_t budget) {
   ForecastRequest r;
@@ -83,6 +89,7 @@ void compare(const Case& c, size_t budget) {
   r.lora_rank = 8;
   r.plan = c.plan;
   r.loss_grad_in_forward = c.loss_grad_in_forward;
+  r.recipe = c.recipe;
   r.profile = find_profile("h100_80gb");  // its attention workspace model, as shipped
   r.mirror = SimMirror::cuda;
   r.budget = budget;
@@ -141,7 +148,43 @@ TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
            {"tiny lora gc2", tiny(), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora, true},
            {"tiny frozen", tiny(), 2, 37, Plan::keep_everything(), TrainMode::frozen, true},
            {"tiny keep, loss bwd", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true, false},
-           {"tiny gc1, loss bwd", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true, false}})
+           {"tiny gc1, loss bwd", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true, false},
+           {"tiny keep, none+bf16",
+            tiny(),
+            2,
+            37,
+            Plan::keep_everything(),
+            TrainMode::full,
+            true,
+            true,
+            {MasterWeights::none, OptimizerState::bf16}},
+           {"tiny gc1, 8bit",
+            tiny(),
+            2,
+            37,
+            Plan::gradient_checkpointing(1),
+            TrainMode::full,
+            true,
+            true,
+            {MasterWeights::fp32, OptimizerState::q8}},
+           {"tiny gc1, all host 8bit",
+            tiny(),
+            2,
+            37,
+            with_state_level(Plan::gradient_checkpointing(1), "all"),
+            TrainMode::full,
+            true,
+            true,
+            {MasterWeights::none, OptimizerState::q8}},
+           {"tiny keep, optimizer host bf16",
+            tiny(),
+            2,
+            37,
+            with_state_level(Plan::keep_everything(), "optimizer"),
+            TrainMode::full,
+            true,
+            true,
+            {MasterWeights::fp32, OptimizerState::bf16}}})
     compare(c, size_t(1) << 30);
 }
 
