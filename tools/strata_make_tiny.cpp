@@ -12,6 +12,7 @@
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/rng.h"
+#include "model/train_config.h"
 #include "tools/cli.h"
 
 using namespace strata;
@@ -32,18 +33,25 @@ int main(int argc, char** argv) {
     }
     const std::string out = a.positional()[0];
     io::LlamaConfig c;
-    c.num_hidden_layers = int(a.integer("layers", 2));
-    c.hidden_size = int(a.integer("hidden", 64));
-    c.num_attention_heads = int(a.integer("heads", 4));
-    c.num_key_value_heads = int(a.integer("kv-heads", 2));
-    c.intermediate_size = int(a.integer("intermediate", 128));
-    c.vocab_size = int(a.integer("vocab", 256));
-    c.max_position_embeddings = int(a.integer("max-pos", 2048));
+    // Range-checked before the config's own limits apply (--layers 4294967298 is refused, not read
+    // as 2); the error names the flag.
+    auto int_flag = [&](const char* k, int def) { return check_int(a.integer(k, def), 1, Origin::flag(k)); };
+    c.num_hidden_layers = int_flag("layers", 2);
+    c.hidden_size = int_flag("hidden", 64);
+    c.num_attention_heads = int_flag("heads", 4);
+    c.num_key_value_heads = int_flag("kv-heads", 2);
+    c.intermediate_size = int_flag("intermediate", 128);
+    c.vocab_size = int_flag("vocab", 256);
+    c.max_position_embeddings = int_flag("max-pos", 2048);
     c.tie_word_embeddings = a.has("tied");
     c.rms_norm_eps = 1e-5f;
     c.torch_dtype = "float32";
-    const uint64_t seed = uint64_t(a.integer("seed", 0));
-    const long n_tokens = a.integer("tokens", 200000);
+    const long seed_flag = a.integer("seed", 0), n_tokens = a.integer("tokens", 200000);
+    if (seed_flag < 0)  // would wrap to 2^64 - 1
+      throw ConfigError(fmt::format("--seed must be >= 0, got {}", seed_flag), "command line", "seed");
+    if (n_tokens < 1)
+      throw ConfigError(fmt::format("--tokens must be >= 1, got {}", n_tokens), "command line", "tokens");
+    const uint64_t seed = uint64_t(seed_flag);
     if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0)
       throw ConfigError(
           fmt::format("--hidden {} must be a positive multiple of --heads {}", c.hidden_size, c.num_attention_heads),

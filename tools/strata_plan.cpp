@@ -226,19 +226,24 @@ int main(int argc, char** argv) {
     if (a.has("config")) apply_yaml(tc, a.str("config"));
     model_spec = a.str("model");
     req.model = resolve_model(model_spec);
-    req.seq = int(a.integer("seq", tc.seq));
-    req.batch = int(a.integer("batch", tc.batch));
-    req.loss_chunk_tokens = int(a.integer("loss-chunk", tc.loss_chunk_tokens));
-    req.lora_rank = int(a.integer("lora-rank", tc.lora.rank ? tc.lora.rank : 16));
-    req.lora_alpha = float(a.number("lora-alpha", tc.lora.alpha));
+    // Range-checked as strata-train's flags are (4294967312 is refused, not read as 16); the
+    // error names the flag. Values from --config were checked by apply_yaml.
+    auto int_flag = [&](const char* k, int def, int lo) {
+      return a.has(k) ? check_int(a.integer(k, 0), lo, Origin::flag(k)) : def;
+    };
+    req.seq = int_flag("seq", tc.seq, 1);
+    req.batch = int_flag("batch", tc.batch, 1);
+    req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
+    req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
+    req.lora_alpha = a.has("lora-alpha")
+                         ? check_number(a.number("lora-alpha", 0), NumberRule::positive, Origin::flag("lora-alpha"))
+                         : tc.lora.alpha;
     req.mode = tc.lora.enabled() ? TrainMode::lora : tc.freeze_base ? TrainMode::frozen : TrainMode::full;
     if (a.has("lora-rank")) req.mode = TrainMode::lora;
     if (a.has("mode")) req.mode = parse_train_mode(a.str("mode"));
-    if (req.seq < 1 || req.batch < 1 || req.loss_chunk_tokens < 1 || (req.mode == TrainMode::lora && req.lora_rank < 1))
-      throw ConfigError(fmt::format("--seq ({}), --batch ({}), --loss-chunk ({}) and --lora-rank ({}) must be >= 1",
-                                    req.seq, req.batch, req.loss_chunk_tokens, req.lora_rank),
-                        "command line", "seq");
-    req.plan = a.has("preset") ? preset_plan(a.str("preset"), int(a.integer("every", 1))) : tc.plan;
+    if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
+      throw ConfigError("--seq N (or sequence_len in the --config file) is required", "command line", "seq");
+    req.plan = a.has("preset") ? preset_plan(a.str("preset"), int_flag("every", 1, 1)) : tc.plan;
     req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
     if (a.has("state-offloading")) req.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");

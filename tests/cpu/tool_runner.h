@@ -17,6 +17,7 @@ namespace strata::tool_test {
 inline const std::string kMakeTiny = std::string(STRATA_BUILD_DIR) + "/tools/strata-make-tiny";
 inline const std::string kTrain = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
 inline const std::string kBench = std::string(STRATA_BUILD_DIR) + "/tools/strata-bench";
+inline const std::string kPlan = std::string(STRATA_BUILD_DIR) + "/tools/strata-plan";
 
 struct Proc {
   int code = -1;
@@ -77,7 +78,7 @@ class Scratch {
 
 // Fails (never skips) when the tools were not built next to the tests.
 inline ::testing::AssertionResult tools_built() {
-  for (const std::string& bin : {kMakeTiny, kTrain, kBench})
+  for (const std::string& bin : {kMakeTiny, kTrain, kBench, kPlan})
     if (!std::filesystem::exists(bin))
       return ::testing::AssertionFailure() << bin << " is missing: build the whole project first (cmake --build "
                                            << STRATA_BUILD_DIR << ") so the tools exist next to the tests";

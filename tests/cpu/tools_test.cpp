@@ -113,6 +113,60 @@ TEST_F(tools, make_tiny_rejects_bad_usage) {
   EXPECT_FALSE(fs::exists(path("bad2/model.safetensors")));
 }
 
+// Issue 15: sizes that were truncated to int (--layers 4294967298 wrote 2 layers) or a seed that
+// wrapped; each exits 2 naming the flag and writes nothing.
+TEST_F(tools, make_tiny_out_of_range_flags_exit_2_naming_the_flag) {
+  struct Case {
+    std::string args, flag;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--layers 4294967298", "--layers"},  // 2^32 + 2
+           {"--hidden 4294967360", "--hidden"},
+           {"--heads 4294967300", "--heads"},
+           {"--kv-heads 4294967298", "--kv-heads"},
+           {"--intermediate 4294967424", "--intermediate"},
+           {"--vocab 4294967552", "--vocab"},
+           {"--max-pos 4294969344", "--max-pos"},
+           {"--layers 0", "--layers"},
+           {"--seed -1", "--seed"},  // 2^64 - 1 before
+           {"--tokens -5", "--tokens"},
+       }) {
+    const std::string out = path("tiny_bad");
+    Proc r = run(kMakeTiny + " " + quote(out) + " " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.flag + " must be"), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors")) << c.args;
+    fs::remove_all(out);
+  }
+}
+
+// Issue 15: strata-plan read its integers through int(), so --seq 4294967312 forecast seq 16.
+TEST_F(tools, plan_out_of_range_flags_exit_2_naming_the_flag) {
+  struct Case {
+    std::string args, flag;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--seq 4294967312", "--seq"},
+           {"--seq 16 --batch 4294967297", "--batch"},
+           {"--seq 16 --loss-chunk 4294967808", "--loss-chunk"},
+           {"--seq 16 --lora-rank 4294967312", "--lora-rank"},
+           {"--seq 16 --lora-rank -4", "--lora-rank"},
+           {"--seq 16 --lora-alpha nan", "--lora-alpha"},
+           {"--seq 16 --preset gradient_checkpointing --every 4294967297", "--every"},
+           {"--seq 16 --preset gradient_checkpointing --every 0", "--every"},
+       }) {
+    Proc r = run(kPlan + " --model " + quote(model()) + " --mirror cpu --device-name cpu " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find("strata-plan: " + c.flag + " must be"), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.out.find("peak device memory"), std::string::npos) << c.args << " forecast:\n" << r.out;
+  }
+  Proc ok = run(kPlan + " --model " + quote(model()) + " --mirror cpu --device-name cpu --seq 16");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  Proc missing = run(kPlan + " --model " + quote(model()) + " --mirror cpu --device-name cpu");
+  EXPECT_EQ(missing.code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("--seq"), std::string::npos) << missing.err;
+}
+
 TEST_F(tools, train_json_prints_one_object_per_step) {
   Proc r = run(train_cmd("--json --steps 5 --seq 16 --batch 2"));
   ASSERT_EQ(r.code, 0) << r.err;
