@@ -22,6 +22,11 @@ const char* kind_of(mode_t m) {
   return "not a regular file";
 }
 
+// "16 MiB" for a whole number of MiB, else the bytes.
+std::string limit_text(size_t bytes) {
+  return bytes % (size_t(1) << 20) == 0 ? fmt::format("{} MiB", bytes >> 20) : fmt::format("{} bytes", bytes);
+}
+
 }  // namespace
 
 int open_regular_file(const std::string& path, const char* what, size_t* size_bytes) {
@@ -53,7 +58,8 @@ std::string read_regular_file(const std::string& path, const char* what, size_t 
   int fd = open_regular_file(path, what, &size);
   if (size > max_bytes) {
     ::close(fd);
-    STRATA_THROW(IoError, fmt::format("{}: {} is {} bytes, over the {}-byte limit", path, what, size, max_bytes), path);
+    STRATA_THROW(IoError, fmt::format("{}: {} is {} bytes, larger than {}", path, what, size, limit_text(max_bytes)),
+                 path);
   }
   std::string text;
   text.reserve(size);
@@ -67,7 +73,7 @@ std::string read_regular_file(const std::string& path, const char* what, size_t 
     }
     if (text.size() + size_t(n) > max_bytes) {  // grew since fstat
       ::close(fd);
-      STRATA_THROW(IoError, fmt::format("{}: {} is over the {}-byte limit", path, what, max_bytes), path);
+      STRATA_THROW(IoError, fmt::format("{}: {} is larger than {}", path, what, limit_text(max_bytes)), path);
     }
     text.append(buf, size_t(n));
   }

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "engine/arena.h"
+#include "io/regular_file.h"
 
 namespace strata {
 
@@ -365,22 +366,9 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
 }
 
 void apply_yaml(TrainConfig& c, const std::string& path) {
-  constexpr size_t kMaxBytes = size_t(16) << 20;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    STRATA_THROW(IoError, fmt::format("{}: is a directory, not a YAML config file", path), path);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot open the config file: {}", path, std::strerror(errno)), path);
-  // Read in pieces up to a limit, so /dev/zero or a runaway pipe cannot fill memory.
-  std::string text;
-  char buf[65536];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    text.append(buf, size_t(f.gcount()));
-    if (text.size() > kMaxBytes)
-      STRATA_THROW(IoError, fmt::format("{}: the config file is larger than 16 MiB", path), path);
-  }
-  if (f.bad()) STRATA_THROW(IoError, fmt::format("{}: cannot read the config file", path), path);
-  apply_yaml_text(c, text, path);
+  // A directory, FIFO, device or socket is refused at once (a FIFO's open() would wait for a
+  // writer); at most 16 MiB is read.
+  apply_yaml_text(c, io::read_regular_file(path, "the config file", size_t(16) << 20), path);
 }
 
 }  // namespace strata

@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "model/train_config.h"
 #include "tests/cpu/expect_error.h"
+#include "tests/cpu/fifo_util.h"
 
 namespace strata {
 namespace {
@@ -155,6 +156,24 @@ TEST_F(config_files, an_oversized_config_is_refused) {
   auto e = catch_as<IoError>([&] { apply_yaml(c, big); });
   ASSERT_TRUE(e);
   EXPECT_NE(std::string(e->what()).find("16 MiB"), std::string::npos) << e->what();
+}
+
+// Before: open() of a FIFO waited for a writer forever (`--config /some/fifo` hung strata-train).
+TEST_F(config_files, a_fifo_is_refused_without_blocking) {
+  TrainConfig c;
+  const std::string fifo = dir_ + "/run.yaml";
+  test_util::expect_refuses_fifo(fifo, [&] { apply_yaml(c, fifo); });
+}
+
+// Before: /dev/null read as an empty config, every setting silently at its default.
+TEST_F(config_files, a_device_is_not_a_config) {
+  for (const std::string dev : {"/dev/null", "/dev/zero"}) {
+    TrainConfig c;
+    auto e = catch_as<IoError>([&] { apply_yaml(c, dev); });
+    ASSERT_TRUE(e) << dev;
+    EXPECT_EQ(e->file, dev);
+    EXPECT_NE(std::string(e->what()).find("a character device"), std::string::npos) << e->what();
+  }
 }
 
 TEST_F(config_files, a_file_error_names_the_file_and_the_key) {

@@ -3,6 +3,7 @@
 // usages exit 2 (usage) or 1 (runtime) with a message naming the flag or path.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -340,6 +341,16 @@ TEST_F(tools, train_config_that_is_a_directory_is_refused) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("step"), std::string::npos) << r.out;
+}
+
+// Before: open() waited for a writer; `timeout` turns a hang into exit 124.
+TEST_F(tools, train_config_that_is_a_fifo_is_refused_at_once) {
+  const std::string fifo = path("config_fifo.yaml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  Proc r = run("timeout 20 " + train_cmd("--steps 1 --config " + quote(fifo)));
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(fifo + ": the config file is a named pipe (FIFO)"), std::string::npos) << r.err;
+  ::unlink(fifo.c_str());
 }
 
 // Before: the run trained to the end, then failed to save and lost its work.
