@@ -24,6 +24,7 @@ static const char* kUsage =
 
 int main(int argc, char** argv) {
   try {
+    io::remove_temps_on_signals();  // SIGINT/SIGTERM mid-write leave no model.safetensors.tmp.PID.N
     cli::Args a(argc, argv,
                 {"layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "seed", "tokens", "max-pos"},
                 {"tied", "help"});

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
 #include "model/data.h"
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
   TrainConfig cfg;
   bool json = false;
   try {
+    // SIGINT/SIGTERM: a --save in progress removes its temp file, then the signal ends the run
+    // as it would have (the disk tier's offload file has no name to leave behind).
+    io::remove_temps_on_signals();
     cli::Args a(argc, argv,
                 {"model",  "data",      "seq",        "batch",         "steps",         "lr",           "backend",
                  "config", "lora-rank", "lora-alpha", "device-memory", "max-grad-norm", "weight-decay", "warmup-steps",

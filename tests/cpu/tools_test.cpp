@@ -2,10 +2,12 @@
 // strata-train trains it (JSON lines, plan table, saving full models and PEFT adapters), and bad
 // usages exit 2 (usage) or 1 (runtime) with a message naming the flag or path.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +22,7 @@
 #include "io/safetensors.h"
 #include "io/tokens.h"
 #include "model/llama.h"
+#include "tests/cpu/spawn_util.h"
 #include "tests/cpu/tool_runner.h"
 
 namespace strata {
@@ -341,6 +344,34 @@ TEST_F(tools, train_config_that_is_a_directory_is_refused) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("step"), std::string::npos) << r.out;
+}
+
+// A SIGTERM or SIGINT mid-run ends strata-train as the signal does (the exit status says so) and
+// leaves nothing: no checkpoint or save temp in --save's directory, no offload file of the disk
+// tier. (A signal mid-save: io_signals_test, through the same handler.)
+TEST_F(tools, train_killed_mid_run_by_sigterm_or_sigint_leaves_nothing) {
+  const std::string cfg = path("disk_tier.yaml");
+  std::ofstream(cfg) << "activation_offloading: disk\n";
+  for (int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(strsignal(sig));
+    const std::string out = path("killed_out"), offload = path("killed_offload");
+    fs::create_directories(offload);
+    test_util::Child c({kTrain, "--model", model(), "--data", data(), "--backend", "cpu", "--steps", "1000000", "--seq",
+                        "8", "--config", cfg, "--offload-dir", offload, "--save", out});
+    ASSERT_TRUE(c.ok());
+    std::string line;
+    bool stepping = false;
+    while (!stepping && c.read_line(line, std::chrono::seconds(60))) stepping = line.starts_with("step ");
+    ASSERT_TRUE(stepping) << "strata-train did not reach its first step";
+    ASSERT_EQ(::kill(c.pid(), sig), 0);
+    const int status = c.wait(std::chrono::seconds(20));
+    ASSERT_NE(status, -1) << "strata-train did not end on the signal";
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "wait status " << status;
+    if (fs::exists(out)) EXPECT_TRUE(fs::is_empty(out)) << out;
+    EXPECT_TRUE(fs::is_empty(offload)) << offload;
+    fs::remove_all(out);
+    fs::remove_all(offload);
+  }
 }
 
 // Before: open() waited for a writer; `timeout` turns a hang into exit 124.
