@@ -311,6 +311,10 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.host_budget_bytes = Bytes();
       } else if (key == "disk_memory_budget") {
         c.disk_budget_bytes = Bytes();
+      } else if (key == "master_weights") {
+        c.recipe.master = parse_master_weights(S(), path);
+      } else if (key == "optimizer_state") {
+        c.recipe.moments = parse_optimizer_state(S(), path);
       } else if (key == "state_offloading") {
         state_plan.set_state_offloading(S(), path);
         has_state = true;

@@ -27,11 +27,14 @@ static const char* kUsage =
     "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory 16GiB]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
+    "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
-    "those tiers and, in frozen or LoRA training, page the frozen layers.\n";
+    "those tiers and, in frozen or LoRA training, page the frozen layers.\n"
+    "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
+    "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n";
 
 namespace {
 
@@ -67,6 +70,7 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
   req.lora_alpha = cfg.lora.alpha;
   req.lora_targets = cfg.lora.target_modules;
   req.loss_chunk_tokens = cfg.loss_chunk_tokens;
+  req.recipe = cfg.recipe;
   req.mirror = be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu;
   req.profile = profile_for_device(device);
   const size_t budget = cfg.memory_budget_bytes;
@@ -113,9 +117,10 @@ int main(int argc, char** argv) {
     // as it would have (the disk tier's offload file has no name to leave behind).
     io::remove_temps_on_signals();
     cli::Args a(argc, argv,
-                {"model",  "data",      "seq",        "batch",         "steps",         "lr",           "backend",
-                 "config", "lora-rank", "lora-alpha", "device-memory", "max-grad-norm", "weight-decay", "warmup-steps",
-                 "save",   "seed",      "loss-chunk", "offload-dir",   "budget",        "host-budget",  "disk-budget"},
+                {"model",        "data",         "seq",         "batch",          "steps",          "lr",
+                 "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",  "max-grad-norm",
+                 "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",     "offload-dir",
+                 "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -157,6 +162,9 @@ int main(int argc, char** argv) {
       cfg.memory_budget_bytes = parse_bytes(a.str("budget"), "--budget");
       if (!cfg.memory_budget_bytes) throw ConfigError("--budget must be above 0", "command line", "budget");
     }
+    if (a.has("master-weights")) cfg.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
+    if (a.has("optimizer-state"))
+      cfg.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
     if (a.has("host-budget")) cfg.host_budget_bytes = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) cfg.disk_budget_bytes = parse_bytes(a.str("disk-budget"), "--disk-budget");
     if ((cfg.host_budget_bytes || cfg.disk_budget_bytes) && !cfg.memory_budget_bytes)
@@ -210,6 +218,7 @@ int main(int argc, char** argv) {
     mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
     mo.page_frozen_layers = cfg.layer_offloading;
     mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
+    mo.recipe = cfg.recipe;
     LlamaModel model(*be, mc, mo);
     if (!cfg.output_dir.empty()) {
       // Before loading and training: a save that cannot succeed must not cost the run. fp32
@@ -240,6 +249,8 @@ int main(int argc, char** argv) {
                  cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
     std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
                  tokens.size(), cfg.batch, cfg.seq, cfg.steps, double(cfg.lr));
+    std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
+                 master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments));
     print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
     if (const WeightPager* pg = model.pager())
       std::fprintf(info, "weight paging: %d frozen layers in a %s %s host block%s%s, %d device slots of %s\n",
