@@ -185,7 +185,11 @@ Plan make_plan(const PlanSpec& s, int layers) {
   return p;
 }
 
-PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
+namespace {
+
+// diagnose: when nothing fits, also find the tier that would help and the minimum device budget
+// (plan_for_budget's answer); without it an unfit search returns at once (max_seq_for_budget).
+PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
   PlanResult res;
   res.budgets = budgets;
   const int L = base.model.num_hidden_layers;
@@ -258,7 +262,7 @@ PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budge
   S.refine(all);  // keep (dropping a type from the plan) is tried there too
 
   res.found = S.have_best;
-  if (res.found) return res;
+  if (res.found || !diagnose) return res;
   if (budgets.host == 0 || (base.mode != TrainMode::full && paging.size() == 1)) {
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
@@ -310,6 +314,63 @@ PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budge
   }
   res.minimum_bytes = need;
   return res;
+}
+
+}  // namespace
+
+PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
+  return plan_search(base, budgets, true);
+}
+
+int default_max_seq_limit(const io::LlamaConfig& c) {
+  return std::min(c.max_position_embeddings, 1 << 20);
+}
+
+MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple) {
+  if (multiple < 1)
+    throw ConfigError(fmt::format("max-seq search: the multiple must be at least 1, got {}", multiple), "command line",
+                      "seq-multiple");
+  MaxSeqResult out;
+  out.multiple = multiple;
+  const long k_lo = (std::max<long>(lo, multiple) + multiple - 1) / multiple;  // lengths in units of `multiple`
+  const long k_hi = hi / multiple;
+  if (k_hi < k_lo)
+    throw ConfigError(fmt::format("max-seq search: no multiple of {} between {} and {}", multiple, lo, hi),
+                      "command line", "seq-limit");
+  out.lo = int(k_lo * multiple);
+  out.hi = int(k_hi * multiple);
+  // One planner run per length; only the longest fitting one's result is kept.
+  auto fits = [&](long k) {
+    ForecastRequest r = base;
+    r.seq = int(k * multiple);
+    PlanResult pr = plan_search(r, budgets, false);
+    out.sim_runs += pr.sim_runs;
+    out.tried.emplace_back(r.seq, pr.found);
+    if (pr.found && r.seq > out.seq) {
+      out.found = true;
+      out.seq = r.seq;
+      out.plan = std::move(pr);
+    }
+    return out.tried.back().second;
+  };
+  if (!fits(k_lo)) {  // nothing in range: say what the shortest length needs
+    ForecastRequest r = base;
+    r.seq = out.lo;
+    out.plan = plan_for_budget(r, budgets);
+    out.sim_runs += out.plan.sim_runs;
+    return out;
+  }
+  if (k_hi == k_lo || fits(k_hi)) {
+    out.at_limit = true;
+    return out;
+  }
+  long a = k_lo, b = k_hi;  // a fits, b does not
+  while (b - a > 1) {
+    const long mid = a + (b - a) / 2;
+    (fits(mid) ? a : b) = mid;
+  }
+  out.next_seq = int(b * multiple);
+  return out;
 }
 std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast& f, size_t budget) {
   std::string y;

@@ -76,6 +76,26 @@ inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_bud
   return plan_for_budget(base, TierBudgets{device_budget, 0, 0});
 }
 
+// The longest sequence that trains under the budgets: the largest multiple of `multiple` in
+// [lo, hi] at which plan_for_budget finds a plan (lo is raised to `multiple` and rounded up to a
+// multiple, hi rounded down). Fitting is taken as monotone in the sequence length, so the search
+// bisects: it verifies the endpoints, and ends on a length that fits whose next multiple does not
+// (or on hi, when hi fits: longer lengths are not tried). Each length tried is one planner run.
+struct MaxSeqResult {
+  bool found = false;                       // some length in [lo, hi] fits
+  int seq = 0;                              // found: the longest length found to fit
+  int next_seq = 0;                         // found and !at_limit: seq + multiple, verified not to fit
+  bool at_limit = false;                    // seq == hi: the search range, not the budgets, ended it
+  int lo = 0, hi = 0, multiple = 0;         // the range searched, after rounding
+  PlanResult plan;                          // plan_for_budget at seq (found), else at lo (what lo would need)
+  std::vector<std::pair<int, bool>> tried;  // (length, fits) in the order the search tried them
+  int sim_runs = 0;                         // forecasts over the whole search
+};
+MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi,
+                                int multiple = 1024);
+// The default upper end of the search: the model's max_position_embeddings, at most 1 << 20.
+int default_max_seq_limit(const io::LlamaConfig& c);
+
 // A YAML file strata-train --config accepts unchanged: the forecast's shape and mode, the arena
 // budget and the plan as explicit rules; comments carry the forecast.
 std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast& f, size_t budget);

@@ -1,8 +1,8 @@
 // strata-plan: forecasts peak device memory and step time of one training step without a GPU,
 // by running the engine itself on the sim backend; with --budget, chooses keep/recompute/host/disk
 // per slot class (and weight paging) for the fastest forecast step that fits every tier's budget
-// and prints it as a strata-train config. The host and disk tiers (activation offloading presets,
-// layer offloading) are forecast.
+// and prints it as a strata-train config; with --max-seq, the longest sequence that has such a plan.
+// The host and disk tiers (activation offloading presets, layer offloading) are forecast.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "model/forecast.h"
 #include "model/planner.h"
@@ -27,7 +28,10 @@ static const char* kUsage =
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
+    "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit]\n"
     "                   [--write-config FILE.yaml] [--json] [--svg FILE.svg]\n"
+    "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
+    "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
     "host copies on a copy-stream timeline). offload|legacy|hidden_states: activation_offloading true|\n"
     "legacy|hidden_states (host tier); disk: activation_offloading: disk (through host staging to a disk\n"
@@ -39,7 +43,16 @@ static const char* kUsage =
     "frozen and LoRA training it also tries paging the frozen layers (layer_offloading) when the host\n"
     "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
-    "with --budget and --host-budget the planner chooses that level itself.\n";
+    "with --budget and --host-budget the planner chooses that level itself.\n"
+    "--master-weights none: no fp32 master (bf16 weights updated in place); --optimizer-state bf16|8bit:\n"
+    "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32).\n"
+    "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
+    "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
+    "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
+    "not). The search stops at --seq-limit, by default the model's max_position_embeddings (at most\n"
+    "1048576): an answer equal to the limit says so. It prints the plan and forecast at that length\n"
+    "and its strata-train config, as --budget does. Built-in model names: Llama-3.2-1B, Llama-3.2-3B,\n"
+    "Llama-3-8B, Llama-3.1-8B, Llama-3-70B, tiny.\n";
 
 namespace {
 
@@ -152,6 +165,43 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
   std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
 }
 
+json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget) {
+  return {{"found", pr.found},
+          {"budget", budget},
+          {"host_budget", host_budget},
+          {"disk_budget", disk_budget},
+          {"sim_runs", pr.sim_runs},
+          {"label", pr.label},
+          {"layer_offloading", pr.layer_offloading}};
+}
+
+// Why the planner found nothing (stderr), and the same in out["planner"].
+void report_unfit(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget, json& out) {
+  std::fprintf(stderr,
+               "strata-plan: nothing fits a device budget of %s with %s: the lowest-memory plan (%s) needs "
+               "at least %s, %s more (device tier; %d sim runs)\n",
+               format_bytes(budget).c_str(), tiers_used(host_budget, disk_budget).c_str(), pr.label.c_str(),
+               format_bytes(pr.minimum_bytes).c_str(), format_bytes(pr.minimum_bytes - budget).c_str(), pr.sim_runs);
+  if (!pr.short_tier.empty()) {
+    const size_t have = pr.short_tier == "host" ? host_budget : disk_budget;
+    std::fprintf(stderr,
+                 "strata-plan: with more %s memory it would fit: '%s' fits the device budget and needs %s of "
+                 "%s (--%s-budget %s, %s more)\n",
+                 pr.short_tier.c_str(), pr.short_tier_label.c_str(), format_bytes(pr.short_tier_needs).c_str(),
+                 pr.short_tier.c_str(), pr.short_tier.c_str(), format_bytes(pr.short_tier_needs).c_str(),
+                 format_bytes(pr.short_tier_needs - have).c_str());
+    out["planner"]["short_tier"] = pr.short_tier;
+    out["planner"]["short_tier_needs"] = pr.short_tier_needs;
+  }
+  if (pr.persistent_bytes >= budget)
+    std::fprintf(stderr,
+                 "strata-plan: the weights, gradients and optimizer state alone take %s (no activation "
+                 "plan lowers them; frozen or LoRA training does)\n",
+                 format_bytes(pr.persistent_bytes).c_str());
+  out["planner"]["minimum_bytes"] = pr.minimum_bytes;
+  out["planner"]["persistent_bytes"] = pr.persistent_bytes;
+}
+
 json items(const std::vector<MemoryItem>& v) {
   json j = json::array();
   for (auto& it : v) j.push_back({{"name", it.name}, {"bytes", it.bytes}, {"count", it.count}});
@@ -206,13 +256,15 @@ int main(int argc, char** argv) {
   ForecastRequest req;
   std::string model_spec, svg_path, write_config, device;
   size_t budget = 0, host_budget = 0, disk_budget = 0;
-  bool json_out = false, have_budget = false;
+  bool json_out = false, have_budget = false, max_seq = false;
+  int seq_multiple = 1024, seq_limit = 0;
   try {
-    cli::Args a(argc, argv,
-                {"model", "seq", "batch", "mode", "lora-rank", "lora-alpha", "loss-chunk", "config", "preset", "every",
-                 "budget", "profile", "mirror", "device-name", "write-config", "svg", "host-budget", "disk-budget",
-                 "state-offloading"},
-                {"json", "help", "layer-offloading"});
+    std::set<std::string> options = {
+        "model",        "seq",    "batch",       "mode",        "lora-rank",       "lora-alpha", "loss-chunk",
+        "config",       "preset", "every",       "budget",      "profile",         "mirror",     "device-name",
+        "write-config", "svg",    "host-budget", "disk-budget", "state-offloading"};
+    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit"});  // recipe, --max-seq
+    cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -221,6 +273,15 @@ int main(int argc, char** argv) {
     if (a.has("preset") && a.has("budget"))
       throw ConfigError("--preset and --budget exclude each other: --budget chooses the plan", "command line",
                         "budget");
+    max_seq = a.has("max-seq");
+    if (max_seq && a.has("seq"))
+      throw ConfigError("--max-seq and --seq exclude each other: --max-seq searches the sequence length",
+                        "command line", "seq");
+    if (max_seq && !a.has("budget"))
+      throw ConfigError("--max-seq needs --budget BYTES (the device budget the sequence must fit)", "command line",
+                        "budget");
+    for (const char* k : {"seq-multiple", "seq-limit"})
+      if (a.has(k) && !max_seq) throw ConfigError(fmt::format("--{} goes with --max-seq", k), "command line", k);
     TrainConfig tc;  // strata-train's defaults, then --config, then the command line
     tc.seq = 0;
     if (a.has("config")) apply_yaml(tc, a.str("config"));
@@ -231,7 +292,7 @@ int main(int argc, char** argv) {
     auto int_flag = [&](const char* k, int def, int lo) {
       return a.has(k) ? check_int(a.integer(k, 0), lo, Origin::flag(k)) : def;
     };
-    req.seq = int_flag("seq", tc.seq, 1);
+    req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
@@ -241,10 +302,17 @@ int main(int argc, char** argv) {
     req.mode = tc.lora.enabled() ? TrainMode::lora : tc.freeze_base ? TrainMode::frozen : TrainMode::full;
     if (a.has("lora-rank")) req.mode = TrainMode::lora;
     if (a.has("mode")) req.mode = parse_train_mode(a.str("mode"));
-    if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
+    if (max_seq) {
+      seq_multiple = int_flag("seq-multiple", 1024, 1);
+      seq_limit = int_flag("seq-limit", default_max_seq_limit(req.model), seq_multiple);
+    } else if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
       throw ConfigError("--seq N (or sequence_len in the --config file) is required", "command line", "seq");
     req.plan = a.has("preset") ? preset_plan(a.str("preset"), int_flag("every", 1, 1)) : tc.plan;
     req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
+    req.recipe = tc.recipe;
+    if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
+    if (a.has("optimizer-state"))
+      req.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
     if (a.has("state-offloading")) req.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) disk_budget = parse_bytes(a.str("disk-budget"), "--disk-budget");
@@ -279,14 +347,19 @@ int main(int argc, char** argv) {
     const io::LlamaConfig& c = req.model;
     std::fprintf(
         info,
-        "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %d | seq %d x batch %d "
+        "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %d | seq %s x batch %d "
         "| %s training%s\n",
         model_spec.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-        c.head_dim, c.intermediate_size, c.vocab_size, req.seq, req.batch, train_mode_name(req.mode),
+        c.head_dim, c.intermediate_size, c.vocab_size,
+        max_seq ? fmt::format("longest multiple of {} up to {}", seq_multiple, seq_limit).c_str()
+                : std::to_string(req.seq).c_str(),
+        req.batch, train_mode_name(req.mode),
         req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));
+    std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
+                 master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments));
     std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
                  req.layer_offloading ? "frozen layer weights paged from host" : "no weight paging",
                  host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
@@ -302,40 +375,44 @@ int main(int argc, char** argv) {
     std::string budget_what = budget ? "the budget" : "";
     int exit_code = 0;
     json out;
-    if (have_budget) {
+    if (max_seq) {
+      const TierBudgets tb{budget, host_budget, disk_budget};
+      MaxSeqResult ms = max_seq_for_budget(req, tb, seq_multiple, seq_limit, seq_multiple);
+      json tried = json::array();
+      for (auto& [s, fit] : ms.tried) tried.push_back({{"seq", s}, {"fits", fit}});
+      out["max_seq"] = {{"found", ms.found},       {"seq", ms.seq},  {"next_seq", ms.next_seq},
+                        {"at_limit", ms.at_limit}, {"lo", ms.lo},    {"hi", ms.hi},
+                        {"multiple", ms.multiple}, {"tried", tried}, {"sim_runs", ms.sim_runs}};
+      PlanResult& pr = ms.plan;
+      out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
+      if (!ms.found) {
+        std::fprintf(stderr, "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n", ms.lo,
+                     ms.tried.size(), ms.sim_runs);
+        report_unfit(pr, budget, host_budget, disk_budget, out);
+        if (json_out) std::printf("%s\n", out.dump(2).c_str());
+        return 1;
+      }
+      req.seq = ms.seq;
+      f = std::move(pr.forecast);
+      plan = pr.plan;
+      req.layer_offloading = pr.layer_offloading;
+      const std::string why = ms.at_limit
+                                  ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
+                                  : fmt::format("{} tokens do not fit", ms.next_seq);
+      std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, req.batch,
+                   why.c_str(), ms.tried.size(), ms.sim_runs);
+      std::fprintf(info, "planner: %s under %s\n", pr.label.c_str(), format_bytes(budget).c_str());
+      if (!json_out)
+        std::printf(
+            "longest sequence: %d tokens\nchosen plan: %s\n"
+            "forecast: peak device %s (high-water %s), host %s, disk %s; %.0f tokens/s\n",
+            ms.seq, pr.label.c_str(), format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(),
+            format_bytes(f.peak_host_bytes).c_str(), format_bytes(f.peak_disk_bytes).c_str(), f.tokens_per_s);
+    } else if (have_budget) {
       PlanResult pr = plan_for_budget(req, TierBudgets{budget, host_budget, disk_budget});
-      out["planner"] = {{"found", pr.found},
-                        {"budget", budget},
-                        {"host_budget", host_budget},
-                        {"disk_budget", disk_budget},
-                        {"sim_runs", pr.sim_runs},
-                        {"label", pr.label},
-                        {"layer_offloading", pr.layer_offloading}};
+      out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
       if (!pr.found) {
-        std::fprintf(stderr,
-                     "strata-plan: nothing fits a device budget of %s with %s: the lowest-memory plan (%s) needs "
-                     "at least %s, %s more (device tier; %d sim runs)\n",
-                     format_bytes(budget).c_str(), tiers_used(host_budget, disk_budget).c_str(), pr.label.c_str(),
-                     format_bytes(pr.minimum_bytes).c_str(), format_bytes(pr.minimum_bytes - budget).c_str(),
-                     pr.sim_runs);
-        if (!pr.short_tier.empty()) {
-          const size_t have = pr.short_tier == "host" ? host_budget : disk_budget;
-          std::fprintf(stderr,
-                       "strata-plan: with more %s memory it would fit: '%s' fits the device budget and needs %s of "
-                       "%s (--%s-budget %s, %s more)\n",
-                       pr.short_tier.c_str(), pr.short_tier_label.c_str(), format_bytes(pr.short_tier_needs).c_str(),
-                       pr.short_tier.c_str(), pr.short_tier.c_str(), format_bytes(pr.short_tier_needs).c_str(),
-                       format_bytes(pr.short_tier_needs - have).c_str());
-          out["planner"]["short_tier"] = pr.short_tier;
-          out["planner"]["short_tier_needs"] = pr.short_tier_needs;
-        }
-        if (pr.persistent_bytes >= budget)
-          std::fprintf(stderr,
-                       "strata-plan: the weights, gradients and optimizer state alone take %s (no activation "
-                       "plan lowers them; frozen or LoRA training does)\n",
-                       format_bytes(pr.persistent_bytes).c_str());
-        out["planner"]["minimum_bytes"] = pr.minimum_bytes;
-        out["planner"]["persistent_bytes"] = pr.persistent_bytes;
+        report_unfit(pr, budget, host_budget, disk_budget, out);
         if (json_out) std::printf("%s\n", out.dump(2).c_str());
         return 1;
       }
@@ -372,6 +449,8 @@ int main(int argc, char** argv) {
       out["seq"] = req.seq;
       out["batch"] = req.batch;
       out["mode"] = train_mode_name(req.mode);
+      out["master_weights"] = master_weights_name(req.recipe.master);
+      out["optimizer_state"] = optimizer_state_name(req.recipe.moments);
       out["profile"] = {{"name", p.name}, {"source", p.source}, {"calibrated", calibrated}};
       out["mirror"] = sim_mirror_name(req.mirror);
       out["tiers"] = "device, host and disk";

@@ -191,4 +191,71 @@ TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
   EXPECT_TRUE(tc.freeze_base);
 }
 
+// The search's answer, checked with plan_for_budget itself: the plan at `seq` fits every budget and
+// no plan fits the next multiple.
+void expect_longest(const ForecastRequest& base, const TierBudgets& b, const MaxSeqResult& ms) {
+  ASSERT_TRUE(ms.found);
+  ASSERT_FALSE(ms.at_limit) << "the answer is the search limit " << ms.hi;
+  EXPECT_EQ(ms.seq % ms.multiple, 0);
+  EXPECT_EQ(ms.next_seq, ms.seq + ms.multiple);
+  ForecastRequest r = base;
+  r.seq = ms.seq;
+  PlanResult at = plan_for_budget(r, b);
+  ASSERT_TRUE(at.found) << ms.seq;
+  EXPECT_TRUE(at.forecast.fits);
+  EXPECT_LE(at.forecast.high_water_bytes, b.device);
+  EXPECT_LE(at.forecast.peak_host_bytes, b.host);
+  EXPECT_LE(at.forecast.peak_disk_bytes, b.disk);
+  EXPECT_EQ(at.label, ms.plan.label);
+  r.seq = ms.next_seq;
+  EXPECT_FALSE(plan_for_budget(r, b).found) << ms.next_seq << " fits: " << plan_for_budget(r, b).label;
+}
+
+TEST(Planner, MaxSeqFitsAndTheNextMultipleDoesNot) {
+  const ForecastRequest base = tier_request(Plan::keep_everything());
+  ForecastRequest at256 = base;
+  at256.seq = 256;
+  const size_t budget = forecast(at256).high_water_bytes;  // keep everything fits 256 tokens
+  const TierBudgets device_only{budget, 0, 0};
+  MaxSeqResult ms = max_seq_for_budget(base, device_only, 16, 2048, 16);
+  expect_longest(base, device_only, ms);
+  EXPECT_GE(ms.seq, 256);
+  EXPECT_EQ(ms.tried.front(), std::make_pair(16, true));
+  EXPECT_GT(ms.sim_runs, 0);
+
+  // The host tier holds what recompute cannot drop: never shorter.
+  const TierBudgets with_host{budget, size_t(4) << 20, 0};
+  MaxSeqResult host = max_seq_for_budget(base, with_host, 16, 2048, 16);
+  expect_longest(base, with_host, host);
+  EXPECT_GE(host.seq, ms.seq) << ms.plan.label << " vs " << host.plan.label;
+}
+
+TEST(Planner, MaxSeqNeverShorterUnderABiggerBudget) {
+  const ForecastRequest base = tier_request(Plan::keep_everything());
+  ForecastRequest at128 = base;
+  at128.seq = 128;
+  const size_t budget = forecast(at128).high_water_bytes;
+  int prev = 0;
+  for (double scale : {1.0, 1.3, 1.7, 2.5}) {
+    MaxSeqResult ms = max_seq_for_budget(base, TierBudgets{size_t(scale * double(budget)), 0, 0}, 16, 2048, 16);
+    ASSERT_TRUE(ms.found) << scale;
+    EXPECT_GE(ms.seq, prev) << "budget x" << scale;
+    prev = ms.seq;
+  }
+}
+
+TEST(Planner, MaxSeqNothingFitsNamesWhatTheShortestNeeds) {
+  const ForecastRequest base = tier_request(Plan::keep_everything());
+  Forecast keep = forecast(base);
+  const TierBudgets b{keep.persistent_bytes + 1024, 0, 0};
+  MaxSeqResult ms = max_seq_for_budget(base, b, 16, 2048, 16);
+  EXPECT_FALSE(ms.found);
+  EXPECT_EQ(ms.seq, 0);
+  ASSERT_EQ(ms.tried.size(), 1u);
+  EXPECT_GT(ms.plan.minimum_bytes, b.device);  // plan_for_budget's answer at the shortest length
+  // The range is rounded to multiples; none in it is refused.
+  EXPECT_THROW(max_seq_for_budget(base, b, 20, 30, 16), ConfigError);
+  EXPECT_THROW(max_seq_for_budget(base, b, 16, 64, 0), ConfigError);
+}
+
 }  // namespace

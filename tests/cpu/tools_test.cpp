@@ -171,6 +171,57 @@ TEST_F(tools, plan_out_of_range_flags_exit_2_naming_the_flag) {
   EXPECT_NE(missing.err.find("--seq"), std::string::npos) << missing.err;
 }
 
+// Issue 13: --max-seq answers the longest sequence under the budgets; strata-plan --budget agrees
+// that it fits and the next multiple does not.
+TEST_F(tools, plan_max_seq_prints_the_longest_sequence) {
+  const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu --budget 64MiB ";
+  const std::string yaml = path("max_seq.yaml");
+  Proc r = run(plan + "--max-seq --seq-limit 16384 --json --write-config " + quote(yaml));
+  ASSERT_EQ(r.code, 0) << r.err;
+  json j = json::parse(r.out);  // one object on stdout
+  const int seq = j["max_seq"]["seq"];
+  ASSERT_TRUE(j["max_seq"]["found"]) << r.out;
+  EXPECT_FALSE(j["max_seq"]["at_limit"]) << r.out;
+  EXPECT_EQ(seq % 1024, 0);
+  EXPECT_EQ(j["seq"], seq);
+  EXPECT_EQ(j["max_seq"]["next_seq"], seq + 1024);
+  EXPECT_LE(j["forecast"]["high_water_bytes"].get<size_t>(), size_t(64) << 20);
+  EXPECT_NE(slurp(yaml).find("sequence_len: " + std::to_string(seq) + "\n"), std::string::npos) << slurp(yaml);
+  EXPECT_EQ(run(plan + "--seq " + std::to_string(seq)).code, 0);
+  EXPECT_EQ(run(plan + "--seq " + std::to_string(seq + 1024)).code, 1);
+
+  Proc text = run(plan + "--max-seq --seq-limit 16384");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("longest sequence: " + std::to_string(seq) + " tokens\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("chosen plan: "), std::string::npos) << text.out;
+}
+
+TEST_F(tools, plan_max_seq_and_recipe_flag_errors_exit_2_naming_the_flags) {
+  const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu ";
+  Proc both = run(plan + "--max-seq --seq 10 --budget 64MiB");
+  EXPECT_EQ(both.code, 2) << both.err;
+  EXPECT_NE(both.err.find("--max-seq and --seq"), std::string::npos) << both.err;
+  EXPECT_EQ(both.out.find("longest sequence"), std::string::npos) << both.out;
+  Proc no_budget = run(plan + "--max-seq");
+  EXPECT_EQ(no_budget.code, 2) << no_budget.err;
+  EXPECT_NE(no_budget.err.find("--budget"), std::string::npos) << no_budget.err;
+  Proc q = run(plan + "--seq 16 --optimizer-state int4");
+  EXPECT_EQ(q.code, 2) << q.err;
+  EXPECT_NE(q.err.find("--optimizer-state"), std::string::npos) << q.err;
+  Proc m = run(plan + "--seq 16 --master-weights fp16");
+  EXPECT_EQ(m.code, 2) << m.err;
+  EXPECT_NE(m.err.find("--master-weights"), std::string::npos) << m.err;
+  // The recipe reaches the forecast: 8-bit moments take less than fp32 ones.
+  Proc q8 = run(plan + "--seq 16 --json --optimizer-state 8bit --master-weights none");
+  ASSERT_EQ(q8.code, 0) << q8.err;
+  Proc fp32 = run(plan + "--seq 16 --json");
+  ASSERT_EQ(fp32.code, 0) << fp32.err;
+  json a = json::parse(q8.out), b = json::parse(fp32.out);
+  EXPECT_EQ(a["optimizer_state"], "8bit");
+  EXPECT_EQ(a["master_weights"], "none");
+  EXPECT_LT(a["forecast"]["persistent_bytes"].get<size_t>(), b["forecast"]["persistent_bytes"].get<size_t>());
+}
+
 TEST_F(tools, train_json_prints_one_object_per_step) {
   Proc r = run(train_cmd("--json --steps 5 --seq 16 --batch 2"));
   ASSERT_EQ(r.code, 0) << r.err;
