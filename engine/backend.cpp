@@ -33,10 +33,10 @@ namespace {
 std::unique_ptr<HostReservation> Backend::reserve_host(size_t) {
   no_tiers(*this);
 }
-CopyTicket Backend::copy_to_host_async(void*, Tensor) {
+CopyTicket Backend::copy_to_host_async(void*, Tensor, CopyLane) {
   no_tiers(*this);
 }
-CopyTicket Backend::copy_to_device_async(Tensor, const void*) {
+CopyTicket Backend::copy_to_device_async(Tensor, const void*, CopyLane) {
   no_tiers(*this);
 }
 bool Backend::copy_done(CopyTicket) {

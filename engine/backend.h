@@ -46,6 +46,11 @@ class HostReservation {
 
 // One asynchronous copy between the device and the host.
 using CopyTicket = uint64_t;
+// The copy streams ("lanes"). Copies on one lane complete in issue order; the two lanes run
+// concurrently, so a device -> host stream of copies on one overlaps a host -> device stream on the
+// other (the link is full duplex). `main` serves the tiers (slot store, weight pager, optimizer
+// uploads); `second` the persistent state's downloads (model/optimizer.h).
+enum class CopyLane : uint8_t { main, second };
 
 class Backend {
  public:
@@ -86,11 +91,12 @@ class Backend {
   // Backends without tiers keep the defaults, which refuse with UnsupportedError.
   // Reserves `bytes` of host memory (pinned where the backend can; else pageable, with a note).
   virtual std::unique_ptr<HostReservation> reserve_host(size_t bytes);
-  // Device -> host copy of src, ordered after every op queued on the compute stream so far.
-  virtual CopyTicket copy_to_host_async(void* host_dst, Tensor src);
-  // Host -> device copy into dst, ordered after every op queued so far (dst may be a block the
-  // compute stream released a moment ago). Before compute reads dst: copy_wait_compute.
-  virtual CopyTicket copy_to_device_async(Tensor dst, const void* host_src);
+  // Device -> host copy of src on `lane`, ordered after every op queued on the compute stream so far.
+  virtual CopyTicket copy_to_host_async(void* host_dst, Tensor src, CopyLane lane = CopyLane::main);
+  // Host -> device copy into dst on `lane`, ordered after every op queued so far (dst may be a block
+  // the compute stream released a moment ago). Before compute reads dst: copy_wait_compute.
+  virtual CopyTicket copy_to_device_async(Tensor dst, const void* host_src, CopyLane lane = CopyLane::main);
+  // A finished ticket means every earlier ticket of its lane finished (not the other lane's).
   virtual bool copy_done(CopyTicket t);          // polls, never blocks
   virtual void copy_wait_host(CopyTicket t);     // the host blocks until the copy landed
   virtual void copy_wait_compute(CopyTicket t);  // the compute stream waits; the host does not

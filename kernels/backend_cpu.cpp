@@ -77,11 +77,11 @@ class CpuBackend final : public Backend {
   std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
     return std::make_unique<PlainHostMemory>(bytes);
   }
-  CopyTicket copy_to_host_async(void* host_dst, Tensor src) override {
+  CopyTicket copy_to_host_async(void* host_dst, Tensor src, CopyLane) override {
     std::memcpy(host_dst, src.data, src.bytes());
     return ++tickets_;
   }
-  CopyTicket copy_to_device_async(Tensor dst, const void* host_src) override {
+  CopyTicket copy_to_device_async(Tensor dst, const void* host_src, CopyLane) override {
     std::memcpy(dst.data, host_src, dst.bytes());
     return ++tickets_;
   }

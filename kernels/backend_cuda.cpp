@@ -268,7 +268,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_.get());
-    cudaStreamSynchronize(copy_stream_.get());
+    for (const Stream& c : copy_streams_) cudaStreamSynchronize(c.get());
   }
 
   std::string_view name() const override { return "cuda"; }
@@ -334,25 +334,26 @@ class CudaBackend final : public Backend {
 
   // --- tier transfers. Each copy is ordered after everything queued on the compute stream so
   // far (an event recorded there, waited on by the copy stream), so a source still being written
-  // or a destination block still being read by queued ops is safe. One copy stream: copies
-  // complete in issue order, so a finished ticket means every earlier ticket finished too.
+  // or a destination block still being read by queued ops is safe. One copy stream per CopyLane:
+  // a lane's copies complete in issue order, so a finished ticket means every earlier ticket of
+  // its lane finished too.
   std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
     return std::make_unique<CudaHostMemory>(bytes);
   }
-  CopyTicket copy_to_host_async(void* host_dst, Tensor src) override {
+  CopyTicket copy_to_host_async(void* host_dst, Tensor src, CopyLane lane) override {
     STRATA_CHECK(src.defined() && src.contiguous() && (host_dst || src.bytes() == 0),
                  "copy_to_host_async: needs a defined contiguous tensor and a host buffer");
-    return enqueue_copy(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost);
+    return enqueue_copy(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, lane);
   }
-  CopyTicket copy_to_device_async(Tensor dst, const void* host_src) override {
+  CopyTicket copy_to_device_async(Tensor dst, const void* host_src, CopyLane lane) override {
     STRATA_CHECK(dst.defined() && dst.contiguous() && (host_src || dst.bytes() == 0),
                  "copy_to_device_async: needs a defined contiguous tensor and a host buffer");
-    return enqueue_copy(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice);
+    return enqueue_copy(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice, lane);
   }
   bool copy_done(CopyTicket t) override {
     auto it = in_flight_.find(t);
     if (it == in_flight_.end()) return true;  // finished earlier, or never issued
-    cudaError_t e = cudaEventQuery(it->second.get());
+    cudaError_t e = cudaEventQuery(it->second.done.get());
     if (e == cudaErrorNotReady) {
       if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();  // not an error: keep launch checks clean
       return false;
@@ -364,13 +365,13 @@ class CudaBackend final : public Backend {
   void copy_wait_host(CopyTicket t) override {
     auto it = in_flight_.find(t);
     if (it == in_flight_.end()) return;
-    STRATA_CUDA(cudaEventSynchronize(it->second.get()));
+    STRATA_CUDA(cudaEventSynchronize(it->second.done.get()));
     retire_through(t);
   }
   void copy_wait_compute(CopyTicket t) override {
     // The ticket stays in flight: the host has not seen it finish, so copy_done must still poll.
     auto it = in_flight_.find(t);
-    if (it != in_flight_.end()) STRATA_CUDA(cudaStreamWaitEvent(s(), it->second.get(), 0));
+    if (it != in_flight_.end()) STRATA_CUDA(cudaStreamWaitEvent(s(), it->second.done.get(), 0));
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
@@ -593,35 +594,46 @@ class CudaBackend final : public Backend {
     if (dw.defined())
       gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
   }
-  CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, CopyLane lane) {
     reap_finished();
+    const cudaStream_t cs = copy_streams_[size_t(lane)].get();
     STRATA_CUDA(cudaEventRecord(compute_mark_.get(), s()));
-    STRATA_CUDA(cudaStreamWaitEvent(copy_stream_.get(), compute_mark_.get(), 0));
-    STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_.get()));
+    STRATA_CUDA(cudaStreamWaitEvent(cs, compute_mark_.get(), 0));
+    STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, cs));
     Event done = take_event();
-    STRATA_CUDA(cudaEventRecord(done.get(), copy_stream_.get()));
+    STRATA_CUDA(cudaEventRecord(done.get(), cs));
     const CopyTicket t = ++last_ticket_;
-    in_flight_.emplace(t, std::move(done));
+    in_flight_.emplace(t, InFlight{std::move(done), lane});
     return t;
   }
-  // Copies finish in issue order: ticket t done retires every ticket up to t.
+  // Copies of one lane finish in issue order: ticket t done retires every ticket of its lane up to t.
   void retire_through(CopyTicket t) {
-    auto end = in_flight_.upper_bound(t);
-    for (auto it = in_flight_.begin(); it != end; ++it) spare_events_.push_back(std::move(it->second));
-    in_flight_.erase(in_flight_.begin(), end);
-  }
-  // Keeps the in-flight map as small as the copies actually in flight, without blocking.
-  void reap_finished() {
-    while (!in_flight_.empty()) {
-      auto it = in_flight_.begin();
-      cudaError_t e = cudaEventQuery(it->second.get());
-      if (e == cudaErrorNotReady) {
-        if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
-        return;
+    const CopyLane lane = in_flight_.at(t).lane;
+    for (auto it = in_flight_.begin(); it != in_flight_.end() && it->first <= t;) {
+      if (it->second.lane != lane) {
+        ++it;
+        continue;
       }
-      STRATA_CUDA(e);
-      retire_through(it->first);
+      spare_events_.push_back(std::move(it->second.done));
+      it = in_flight_.erase(it);
     }
+  }
+  // Keeps the in-flight map as small as the copies actually in flight, without blocking: each
+  // lane's oldest copies, while they are done.
+  void reap_finished() {
+    for (CopyLane lane : {CopyLane::main, CopyLane::second})
+      for (;;) {
+        auto it = in_flight_.begin();
+        while (it != in_flight_.end() && it->second.lane != lane) ++it;
+        if (it == in_flight_.end()) break;
+        cudaError_t e = cudaEventQuery(it->second.done.get());
+        if (e == cudaErrorNotReady) {
+          if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+          break;
+        }
+        STRATA_CUDA(e);
+        retire_through(it->first);
+      }
   }
   Event take_event() {
     if (spare_events_.empty()) return make_event();
@@ -655,11 +667,15 @@ class CudaBackend final : public Backend {
   size_t budget_;
   DeviceReservation mem_;
   Arena arena_;
-  Stream stream_ = make_stream();          // compute: every op
-  Stream copy_stream_ = make_stream();     // tier transfers only
-  Event compute_mark_ = make_event();      // "everything queued on compute so far", re-recorded per copy
-  std::map<CopyTicket, Event> in_flight_;  // ticket -> completion event on the copy stream
-  std::vector<Event> spare_events_;        // completion events to reuse
+  Stream stream_ = make_stream();                            // compute: every op
+  Stream copy_streams_[2] = {make_stream(), make_stream()};  // tier transfers only, per CopyLane
+  Event compute_mark_ = make_event();  // "everything queued on compute so far", re-recorded per copy
+  struct InFlight {
+    Event done;  // recorded on its lane's stream after the copy
+    CopyLane lane;
+  };
+  std::map<CopyTicket, InFlight> in_flight_;
+  std::vector<Event> spare_events_;  // completion events to reuse
   CopyTicket last_ticket_ = 0;
   Buffer gemm_ws_;
   cuda::Gemm gemm_;

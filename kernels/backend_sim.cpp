@@ -120,20 +120,20 @@ class SimBackendImpl final : public SimBackend {
 
   void synchronize() override {
     settle();
-    wait_until(copy_free_, times_.copy_wait_s);
+    wait_until(std::max(copy_free_[0], copy_free_[1]), times_.copy_wait_s);
   }
 
   // --- host tier and weight pager transfers (no bytes move).
   std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
     return std::make_unique<SimHostReservation>(bytes);
   }
-  CopyTicket copy_to_host_async(void*, Tensor src) override {
+  CopyTicket copy_to_host_async(void*, Tensor src, CopyLane lane) override {
     times_.d2h_bytes += src.bytes();
-    return issue(cost_.d2h(B(src)));
+    return issue(cost_.d2h(B(src)), lane);
   }
-  CopyTicket copy_to_device_async(Tensor dst, const void*) override {
+  CopyTicket copy_to_device_async(Tensor dst, const void*, CopyLane lane) override {
     times_.h2d_bytes += dst.bytes();
-    return issue(cost_.h2d(B(dst)));
+    return issue(cost_.h2d(B(dst)), lane);
   }
   bool copy_done(CopyTicket t) override { return now_ >= copy_end(t); }
   void copy_wait_host(CopyTicket t) override {
@@ -387,17 +387,19 @@ class SimBackendImpl final : public SimBackend {
     stalled_s += t - now_;
     now_ = t;
   }
-  // One copy on the copy stream. mirror = cpu: synchronous, done at issue (cpu semantics).
-  CopyTicket issue(double s) {
+  // One copy on its lane's copy stream (the two lanes run concurrently, each direction at its own
+  // rate). mirror = cpu: synchronous, done at issue (cpu semantics).
+  CopyTicket issue(double s, CopyLane lane) {
     times_.copy_busy_s += s;
     if (!cuda()) {
       now_ += s;
       times_.copy_s += s;
       copy_ends_.push_back(now_);
     } else {
-      const double start = std::max(copy_free_, now_);
-      copy_free_ = start + s;
-      copy_ends_.push_back(copy_free_);
+      double& free = copy_free_[size_t(lane)];
+      const double start = std::max(free, now_);
+      free = start + s;
+      copy_ends_.push_back(free);
     }
     return CopyTicket(copy_ends_.size());
   }
@@ -441,7 +443,7 @@ class SimBackendImpl final : public SimBackend {
   std::string desc_;
   double now_ = 0;                 // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;       // the next compute op starts no earlier (copy_wait_compute)
-  double copy_free_ = 0;           // the copy stream is busy until then
+  double copy_free_[2] = {0, 0};   // each lane's copy stream is busy until then
   double disk_free_ = 0;           // the disk queue is busy until then
   std::vector<double> copy_ends_;  // per ticket (1-based): when the copy lands
   SimTimes times_;

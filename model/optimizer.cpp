@@ -79,8 +79,8 @@ void Optimizer::grads_final(const std::vector<VId>& ids) {
     if (p.host_grad == Parameter::kDevice) continue;
     Buffer& b = lazy_grads_[size_t(v.owner)];
     STRATA_CHECK(b.allocated(), fmt::format("optimizer: '{}' has no gradient block to copy", p.name));
-    const CopyTicket t = be_.copy_to_host_async(model_.host_state(p.host_grad), b.view());
-    last_copy_ = t;
+    const CopyTicket t = be_.copy_to_host_async(model_.host_state(p.host_grad), b.view(), kDown);
+    last_down_ = t;
     stats_.downloaded_bytes += b.view().bytes();
     pending_bytes_ += b.view().bytes();
     pending_.push_back({std::move(b), t});
@@ -178,7 +178,7 @@ void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last) 
              quant_blocks(pc.n));
     }
   }
-  last_copy_ = last;
+  last_up_ = last;
 }
 
 void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams& ap, float max_norm, int t) {
@@ -220,7 +220,7 @@ void Optimizer::download(const Chunk& c, const Buffer& staging) {
       if (first == SIZE_MAX) first = pc.begin, count = pc.n;
       std::byte* h = model_.host_state(host_off);
       const Tensor src = at(staging, st_off, dt, count);
-      last_copy_ = be_.copy_to_host_async(h ? h + first * elem : nullptr, src);
+      last_down_ = be_.copy_to_host_async(h ? h + first * elem : nullptr, src, kDown);
       stats_.downloaded_bytes += src.bytes();
     };
     down(p.host_master, pc.master, mdt, master_elem_bytes());
@@ -245,11 +245,13 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   const std::vector<Chunk> chunks = plan_chunks();
   size_t staging_bytes = 0;
   for (const Chunk& c : chunks) staging_bytes = std::max(staging_bytes, c.bytes);
-  Buffer staging[2];
-  for (size_t s = 0; s < std::min<size_t>(2, chunks.size()); ++s)
+  constexpr size_t kStaging = 3;
+  const size_t n_staging = std::min(kStaging, chunks.size());
+  Buffer staging[kStaging];
+  for (size_t s = 0; s < n_staging; ++s)
     staging[s] = Buffer(be_.arena(), DType::u8, Shape{int64_t(staging_bytes)}, "optimizer.staging");
-  CopyTicket in[2] = {0, 0};
-  for (size_t c = 0; c < std::min<size_t>(2, chunks.size()); ++c) upload(chunks[c], staging[c], in[c]);
+  CopyTicket in[kStaging] = {0, 0, 0};
+  for (size_t c = 0; c < n_staging; ++c) upload(chunks[c], staging[c], in[c]);
 
   // Parameters whose state is all on the device: one list launch, while the first chunks upload.
   std::vector<Backend::AdamWSlot> slots;
@@ -260,21 +262,26 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   if (!slots.empty()) be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
 
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const size_t s = c % 2;
+    const size_t s = c % kStaging;
     be_.copy_wait_compute(in[s]);
     compute(chunks[c], staging[s], ap, max_norm, t);
     download(chunks[c], staging[s]);  // ordered after the kernel (the copy stream waits on compute)
-    if (c + 2 < chunks.size()) upload(chunks[c + 2], staging[s], in[s]);  // after the download: one copy stream
+    if (c + kStaging < chunks.size()) {
+      // The upload overwrites this staging block: it must follow the download out of it, which runs
+      // on the other lane. The compute stream waits for that download (copies wait on compute).
+      be_.copy_wait_compute(last_down_);
+      upload(chunks[c + kStaging], staging[s], in[s]);
+    }
   }
   stats_.chunks = long(chunks.size());
   // The host arrays are whole again before anyone reads them (a checkpoint, the next step's uploads
   // are ordered anyway), and the staging blocks go back only once their last copy landed.
-  if (last_copy_) be_.copy_wait_host(last_copy_);
+  wait_copies();
 }
 
 void Optimizer::download_grad(const Parameter& p, float* dst) {
   if (p.host_grad == Parameter::kDevice) return be_.download_f32(dst, p.grad.view());
-  if (last_copy_) be_.copy_wait_host(last_copy_);
+  wait_copies();
   const std::byte* h = model_.host_state(p.host_grad);
   if (h)
     std::memcpy(dst, h, size_t(p.shape.numel()) * sizeof(float));
@@ -282,13 +289,18 @@ void Optimizer::download_grad(const Parameter& p, float* dst) {
     std::fill(dst, dst + p.shape.numel(), 0.0f);
 }
 
+void Optimizer::wait_copies() {
+  if (last_up_) be_.copy_wait_host(last_up_);
+  if (last_down_) be_.copy_wait_host(last_down_);
+}
+
 void Optimizer::reset() noexcept {
   try {
-    if (last_copy_) be_.copy_wait_host(last_copy_);
+    wait_copies();
   } catch (...) {
     // Error paths must not throw; a failed transfer has already been reported.
   }
-  last_copy_ = 0;
+  last_up_ = last_down_ = 0;
   pending_.clear();
   pending_bytes_ = 0;
   for (auto& b : lazy_grads_) b.reset();

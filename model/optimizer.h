@@ -10,9 +10,9 @@
 // compute stream waits on the oldest copy's event before its block can be reused).
 //
 // AdamW, after backward (exact global-norm clipping needs every gradient first): parameters whose
-// state is all on the device in one list launch; the others streamed in chunks through two device
-// staging buffers: chunk c+2's state uploads while chunk c+1 computes and chunk c's updated master
-// and moments go back, all on the one copy stream, each hand-off through an event. The compute
+// state is all on the device in one list launch; the others streamed in chunks through three device
+// staging buffers: uploads on the main copy lane, downloads on the second, so chunk c+1's and c+2's
+// state comes in while chunk c's updated master and moments go out; each hand-off through an event. The compute
 // weights stay on the device and are updated in place. Pieces of a parameter start on multiples of
 // kQuantBlock elements, so 8-bit moments' scales split with their codes.
 #pragma once
@@ -81,6 +81,7 @@ class Optimizer {
   void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t);
   void download(const Chunk& c, const Buffer& staging);
   size_t master_elem_bytes() const;
+  void wait_copies();
   DType moment_dtype() const;
   bool quantised() const { return moment_dtype() == DType::u8; }
 
@@ -92,7 +93,10 @@ class Optimizer {
   std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step
   std::deque<Pending> pending_;
   size_t pending_bytes_ = 0;
-  CopyTicket last_copy_ = 0;
+  // The last copy of each lane: uploads on the main lane, downloads (gradients, updated state) on
+  // the second, so they overlap (the link is full duplex).
+  static constexpr CopyLane kDown = CopyLane::second;
+  CopyTicket last_up_ = 0, last_down_ = 0;
   OptimizerStats stats_;
 };
 

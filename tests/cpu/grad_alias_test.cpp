@@ -45,8 +45,12 @@ class CountingBackend final : public Backend {
   size_t device_used_bytes() override { return in_->device_used_bytes(); }
   std::string device_name() override { return in_->device_name(); }
   std::unique_ptr<HostReservation> reserve_host(size_t bytes) override { return in_->reserve_host(bytes); }
-  CopyTicket copy_to_host_async(void* dst, Tensor src) override { return in_->copy_to_host_async(dst, src); }
-  CopyTicket copy_to_device_async(Tensor dst, const void* src) override { return in_->copy_to_device_async(dst, src); }
+  CopyTicket copy_to_host_async(void* dst, Tensor src, CopyLane lane) override {
+    return in_->copy_to_host_async(dst, src, lane);
+  }
+  CopyTicket copy_to_device_async(Tensor dst, const void* src, CopyLane lane) override {
+    return in_->copy_to_device_async(dst, src, lane);
+  }
   bool copy_done(CopyTicket t) override { return in_->copy_done(t); }
   void copy_wait_host(CopyTicket t) override { in_->copy_wait_host(t); }
   void copy_wait_compute(CopyTicket t) override { in_->copy_wait_compute(t); }

@@ -525,3 +525,31 @@ TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
 }
 
 }  // namespace
+
+// Copy lanes (engine/backend.h CopyLane): on the cuda mirror, copies on one lane queue behind each
+// other, copies on the two lanes run at once (the link is full duplex); a ticket waits for its own
+// lane only.
+TEST(Sim, CopyLanesOverlapAndEachLaneKeepsItsOrder) {
+  SimOptions so;
+  so.profile = find_profile("h200");
+  auto be = make_sim_backend(so);
+  Buffer a(be->arena(), DType::u8, Shape{int64_t(1) << 30}, "test"),
+      b(be->arena(), DType::u8, Shape{int64_t(1) << 30}, "test");
+  const double one = be->cost().h2d(double(int64_t(1) << 30));
+  ASSERT_GT(one, 0.0);
+  auto elapsed = [&](CopyLane second) {
+    const double t0 = be->now_s();
+    const CopyTicket up = be->copy_to_device_async(a.view(), nullptr, CopyLane::main);
+    const CopyTicket down = be->copy_to_host_async(nullptr, b.view(), second);
+    be->copy_wait_host(up);
+    const double after_up = be->now_s() - t0;
+    be->copy_wait_host(down);
+    return std::pair{after_up, be->now_s() - t0};
+  };
+  const auto [same_up, same] = elapsed(CopyLane::main);
+  EXPECT_NEAR(same_up, one, 1e-12);
+  EXPECT_NEAR(same, one + be->cost().d2h(double(int64_t(1) << 30)), 1e-9);  // in issue order, one after the other
+  const auto [two_up, two] = elapsed(CopyLane::second);
+  EXPECT_NEAR(two_up, one, 1e-12);
+  EXPECT_NEAR(two, std::max(one, be->cost().d2h(double(int64_t(1) << 30))), 1e-9);  // concurrent
+}
