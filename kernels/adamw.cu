@@ -182,11 +182,12 @@ __global__ void __launch_bounds__(kListThreads)
 }
 
 // ---- any state precision (engine/state_recipe.h) -------------------------------------------------
-// One thread per element, kQuantBlock threads per block: each pass of a block covers one quantisation
-// block, so 8-bit scales come from one block-wide max. Chunk starts are multiples of kChunk, so every
-// pass starts on a quantisation block.
-constexpr int kAnyThreads = int(kQuantBlock);
-static_assert(kChunk % kQuantBlock == 0);
+// One warp per quantisation block of kQuantBlock elements: each lane takes 4 consecutive elements in
+// each half of the block (so every load of the warp is contiguous), and 8-bit scales come from a warp
+// max, with no block-wide barrier. Chunk starts are multiples of kChunk, so every warp's block is a
+// quantisation block of its tensor; a tensor's partial last block is read element by element.
+constexpr int kAnyThreads = 256;
+static_assert(kChunk % kQuantBlock == 0 && kQuantBlock == 256, "a warp covers one block as 2 x 32 lanes x 4");
 
 struct AnyTable {
   int16_t* lo[kListMax];  // split masters' low halves (null: master_weights none)
@@ -202,72 +203,149 @@ struct AnyTable {
 };
 static_assert(sizeof(AnyTable) <= 4000, "kernel parameter over the classic 4 KB limit");
 
-__device__ __forceinline__ float block_max(float x) {
-  __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  x = warp_max(x);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = x;
-  __syncthreads();
-  x = lane < n_warps ? scratch[lane] : 0.0f;
-  return warp_max(x);
+// A moment's elements [i, i + 4) (or [i, end) element by element) as floats, and back.
+template <OptimizerState S>
+__device__ __forceinline__ void load_moment(float (&x)[4], const void* base, size_t i, size_t end, float scale,
+                                            bool is_m) {
+  if constexpr (S == OptimizerState::fp32) {
+    const float* p = static_cast<const float*>(base) + i;
+    if (i + 4 <= end) return load_f32(x, p);
+    for (int e = 0; e < 4; e++) x[e] = i + e < end ? p[e] : 0.0f;
+  } else if constexpr (S == OptimizerState::bf16) {
+    const uint16_t* p = static_cast<const uint16_t*>(base) + i;
+    uint16_t h[4] = {0, 0, 0, 0};
+    if (i + 4 <= end) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      h[0] = uint16_t(u.x), h[1] = uint16_t(u.x >> 16), h[2] = uint16_t(u.y), h[3] = uint16_t(u.y >> 16);
+    } else {
+      for (int e = 0; e < 4; e++) h[e] = i + e < end ? p[e] : 0;
+    }
+    for (int e = 0; e < 4; e++) x[e] = __uint_as_float(uint32_t(h[e]) << 16);
+  } else {
+    const uint8_t* p = static_cast<const uint8_t*>(base) + i;
+    uint8_t c[4] = {0, 0, 0, 0};
+    if (i + 4 <= end) {
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
+      for (int e = 0; e < 4; e++) c[e] = uint8_t(u >> (8 * e));
+    } else {
+      for (int e = 0; e < 4; e++) c[e] = i + e < end ? p[e] : 0;
+    }
+    for (int e = 0; e < 4; e++) x[e] = is_m ? q8::decode_signed(c[e], scale) : q8::decode_unsigned(c[e], scale);
+  }
+}
+
+template <OptimizerState S>
+__device__ __forceinline__ void store_moment(void* base, const float (&x)[4], size_t i, size_t end, float absmax,
+                                             bool is_m) {
+  if constexpr (S == OptimizerState::fp32) {
+    float* p = static_cast<float*>(base) + i;
+    if (i + 4 <= end) return store_f32(p, x);
+    for (int e = 0; e < 4; e++)
+      if (i + e < end) p[e] = x[e];
+  } else if constexpr (S == OptimizerState::bf16) {
+    uint16_t h[4];
+    for (int e = 0; e < 4; e++) h[e] = __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
+    uint16_t* p = static_cast<uint16_t*>(base) + i;
+    if (i + 4 <= end) {
+      *reinterpret_cast<uint2*>(p) =
+          make_uint2(uint32_t(h[0]) | (uint32_t(h[1]) << 16), uint32_t(h[2]) | (uint32_t(h[3]) << 16));
+      return;
+    }
+    for (int e = 0; e < 4; e++)
+      if (i + e < end) p[e] = h[e];
+  } else {
+    uint8_t c[4];
+    for (int e = 0; e < 4; e++) c[e] = is_m ? q8::encode_signed(x[e], absmax) : q8::encode_unsigned(x[e], absmax);
+    uint8_t* p = static_cast<uint8_t*>(base) + i;
+    if (i + 4 <= end) {
+      *reinterpret_cast<uint32_t*>(p) =
+          uint32_t(c[0]) | (uint32_t(c[1]) << 8) | (uint32_t(c[2]) << 16) | (uint32_t(c[3]) << 24);
+      return;
+    }
+    for (int e = 0; e < 4; e++)
+      if (i + e < end) p[e] = c[e];
+  }
+}
+
+// Four consecutive 16-bit values (the weights' bits, or the masters' low halves).
+__device__ __forceinline__ void load_u16x4(uint16_t (&h)[4], const uint16_t* p, size_t i, size_t end) {
+  if (i + 4 <= end) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p + i);
+    h[0] = uint16_t(u.x), h[1] = uint16_t(u.x >> 16), h[2] = uint16_t(u.y), h[3] = uint16_t(u.y >> 16);
+    return;
+  }
+  for (int e = 0; e < 4; e++) h[e] = i + e < end ? p[i + e] : 0;
+}
+__device__ __forceinline__ void store_u16x4(uint16_t* p, const uint16_t (&h)[4], size_t i, size_t end) {
+  if (i + 4 <= end) {
+    *reinterpret_cast<uint2*>(p + i) =
+        make_uint2(uint32_t(h[0]) | (uint32_t(h[1]) << 16), uint32_t(h[2]) | (uint32_t(h[3]) << 16));
+    return;
+  }
+  for (int e = 0; e < 4; e++)
+    if (i + e < end) p[i + e] = h[e];
 }
 
 template <bool kSplit, OptimizerState S>
 __global__ void __launch_bounds__(kAnyThreads)
     adamw_any_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
   const float scale = clip_scale(norm_sq, k.max_norm);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
     const int t = chunk_owner(L, c);
     const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
-    for (size_t base = begin; base < end; base += kQuantBlock) {  // the same passes for every thread
-      const size_t i = base + threadIdx.x;
-      const bool in = i < end;
-      float p = 0.0f, m = 0.0f, v = 0.0f, g = 0.0f;
-      if (in) {
-        const uint16_t h = reinterpret_cast<const uint16_t*>(L.hi[t])[i];
-        p = kSplit ? __uint_as_float(master_join_bits(h, L.lo[t][i])) : __uint_as_float(uint32_t(h) << 16);
-        g = L.g[t][i];
-        if constexpr (S == OptimizerState::fp32) {
-          m = static_cast<const float*>(L.m[t])[i];
-          v = static_cast<const float*>(L.v[t])[i];
-        } else if constexpr (S == OptimizerState::bf16) {
-          m = __uint_as_float(uint32_t(static_cast<const uint16_t*>(L.m[t])[i]) << 16);
-          v = __uint_as_float(uint32_t(static_cast<const uint16_t*>(L.v[t])[i]) << 16);
-        } else {
-          m = q8::decode_signed(static_cast<const uint8_t*>(L.m[t])[i], L.ms[t][base / kQuantBlock]);
-          v = q8::decode_unsigned(static_cast<const uint8_t*>(L.v[t])[i], L.vs[t][base / kQuantBlock]);
-        }
-      }
-      adamw_core(p, m, v, g, scale, k);
+    // Warp-uniform loop: each warp one quantisation block at a time.
+    for (size_t base = begin + size_t(warp) * kQuantBlock; base < end; base += size_t(n_warps) * kQuantBlock) {
+      const size_t qb = base / kQuantBlock;
+      const float m_scale = S == OptimizerState::q8 ? L.ms[t][qb] : 0.0f;
+      const float v_scale = S == OptimizerState::q8 ? L.vs[t][qb] : 0.0f;
+      float p[2][4], m[2][4], v[2][4], g[2][4];
       float m_max = 0.0f, v_max = 0.0f;
-      if constexpr (S == OptimizerState::q8) {
-        m_max = block_max(in ? fabsf(m) : 0.0f);
-        v_max = block_max(in ? v : 0.0f);
-        if (threadIdx.x == 0) {
-          L.ms[t][base / kQuantBlock] = m_max;
-          L.vs[t][base / kQuantBlock] = v_max;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const size_t i = base + size_t(h) * 128 + size_t(lane) * 4;
+        uint16_t hi[4], lo[4] = {0, 0, 0, 0};
+        load_u16x4(hi, reinterpret_cast<const uint16_t*>(L.hi[t]), i, end);
+        if constexpr (kSplit) load_u16x4(lo, reinterpret_cast<const uint16_t*>(L.lo[t]), i, end);
+        if (i + 4 <= end) {
+          load_f32(g[h], L.g[t] + i);
+        } else {
+          for (int e = 0; e < 4; e++) g[h][e] = i + e < end ? L.g[t][i + e] : 0.0f;
+        }
+        load_moment<S>(m[h], L.m[t], i, end, m_scale, true);
+        load_moment<S>(v[h], L.v[t], i, end, v_scale, false);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          p[h][e] = kSplit ? __uint_as_float(master_join_bits(hi[e], int16_t(lo[e])))
+                           : __uint_as_float(uint32_t(hi[e]) << 16);
+          adamw_core(p[h][e], m[h][e], v[h][e], g[h][e], scale, k);
+          if (i + e < end) m_max = fmaxf(m_max, fabsf(m[h][e])), v_max = fmaxf(v_max, v[h][e]);
         }
       }
-      if (!in) continue;
-      if constexpr (kSplit) {
-        uint16_t h;
-        int16_t l;
-        master_split_bits(__float_as_uint(p), h, l);
-        reinterpret_cast<uint16_t*>(L.hi[t])[i] = h;
-        L.lo[t][i] = l;
-      } else {
-        L.hi[t][i] = __float2bfloat16_rn(p);
+      if constexpr (S == OptimizerState::q8) {
+        m_max = warp_max(m_max);
+        v_max = warp_max(v_max);
+        if (lane == 0) L.ms[t][qb] = m_max, L.vs[t][qb] = v_max;
       }
-      if constexpr (S == OptimizerState::fp32) {
-        static_cast<float*>(L.m[t])[i] = m;
-        static_cast<float*>(L.v[t])[i] = v;
-      } else if constexpr (S == OptimizerState::bf16) {
-        static_cast<bf16*>(L.m[t])[i] = __float2bfloat16_rn(m);
-        static_cast<bf16*>(L.v[t])[i] = __float2bfloat16_rn(v);
-      } else {
-        static_cast<uint8_t*>(L.m[t])[i] = q8::encode_signed(m, m_max);
-        static_cast<uint8_t*>(L.v[t])[i] = q8::encode_unsigned(v, v_max);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const size_t i = base + size_t(h) * 128 + size_t(lane) * 4;
+        if (i >= end) continue;
+        uint16_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          if constexpr (kSplit) {
+            int16_t l;
+            master_split_bits(__float_as_uint(p[h][e]), hi[e], l);
+            lo[e] = uint16_t(l);
+          } else {
+            hi[e] = __bfloat16_as_ushort(__float2bfloat16_rn(p[h][e]));
+          }
+        }
+        store_u16x4(reinterpret_cast<uint16_t*>(L.hi[t]), hi, i, end);
+        if constexpr (kSplit) store_u16x4(reinterpret_cast<uint16_t*>(L.lo[t]), lo, i, end);
+        store_moment<S>(L.m[t], m[h], i, end, m_max, true);
+        store_moment<S>(L.v[t], v[h], i, end, v_max, false);
       }
     }
   }
@@ -392,6 +470,7 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
                    "adamw_step_any: a tensor lacks a buffer its precision needs");
       STRATA_CHECK(moments != OptimizerState::q8 || a.n == 0 || (a.m_scale && a.v_scale),
                    "adamw_step_any: 8-bit moments need their scales");
+      STRATA_CHECK(all_aligned16(a.lo, a.hi, a.m, a.v, a.g), "adamw_step_any: a buffer is not 16-byte aligned");
       L.lo[i] = a.lo;
       L.hi[i] = a.hi;
       L.m[i] = a.m;
@@ -404,8 +483,7 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
     }
     const size_t chunks = L.first_chunk[L.count];
     if (chunks == 0) continue;
-    const unsigned grid =
-        unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kAnyThreads))));
+    const unsigned grid = list_grid(chunks);
     auto launch = [&](auto kernel) { kernel<<<grid, kAnyThreads, 0, stream>>>(L, norm_sq, k); };
     switch (moments) {
       case OptimizerState::fp32:
