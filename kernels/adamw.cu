@@ -255,7 +255,8 @@ __device__ __forceinline__ void store_moment(void* base, const float (&x)[4], si
       if (i + e < end) p[e] = h[e];
   } else {
     uint8_t c[4];
-    for (int e = 0; e < 4; e++) c[e] = is_m ? q8::encode_signed(x[e], absmax) : q8::encode_unsigned(x[e], absmax);
+    const float inv = q8::inverse_scale(absmax);
+    for (int e = 0; e < 4; e++) c[e] = is_m ? q8::encode_signed(x[e], inv) : q8::encode_unsigned(x[e], inv);
     uint8_t* p = static_cast<uint8_t*>(base) + i;
     if (i + 4 <= end) {
       *reinterpret_cast<uint32_t*>(p) =

@@ -131,8 +131,8 @@ void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_sca
           static_cast<uint16_t*>(s.v)[i] = f32_to_bf16(vb[e]);
           break;
         case OptimizerState::q8:
-          static_cast<uint8_t*>(s.m)[i] = q8::encode_signed(mb[e], m_max);
-          static_cast<uint8_t*>(s.v)[i] = q8::encode_unsigned(vb[e], v_max);
+          static_cast<uint8_t*>(s.m)[i] = q8::encode_signed(mb[e], q8::inverse_scale(m_max));
+          static_cast<uint8_t*>(s.v)[i] = q8::encode_unsigned(vb[e], q8::inverse_scale(v_max));
           break;
       }
     }

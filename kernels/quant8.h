@@ -13,8 +13,9 @@
 // float ulp of an exact midpoint the pick may be the other neighbour). A magnitude nearer to a
 // level below the smallest becomes zero, except that a positive v always keeps at least the smallest code: a
 // second moment rounded to zero would turn AdamW's denominator into eps alone.
-// The arithmetic is exact but for one division (value / s, correctly rounded on both sides): levels
-// are 2^-e times one of 8 float constants (ldexp is exact), midpoints likewise.
+// The arithmetic is exact but for one reciprocal per block (1 / s) and one product per value (value
+// times it), each correctly rounded on both sides: levels are 2^-e times one of 8 float constants
+// (ldexp is exact), midpoints likewise.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -85,17 +86,22 @@ STRATA_Q8 float decode_unsigned(uint8_t c, float scale) {
   return c == 0 ? 0.0f : mul_rn(level(kUnsignedTop - c), scale);
 }
 
-// x relative to the block's largest magnitude `absmax` (>= |x|).
-STRATA_Q8 uint8_t encode_signed(float x, float absmax) {
+// The reciprocal a block's values are scaled by before encoding: 1 / absmax (0 for an all-zero block).
+STRATA_Q8 float inverse_scale(float absmax) {
+  return absmax > 0.0f ? div_rn(1.0f, absmax) : 0.0f;
+}
+
+// x relative to its block's largest magnitude: r = |x| * inv (inv = inverse_scale(absmax)).
+STRATA_Q8 uint8_t encode_signed(float x, float inv) {
   const float a = fabsf(x);
-  if (!(a > 0.0f) || !(absmax > 0.0f)) return 0;
-  const int j = nearest_step(div_rn(a, absmax));
+  if (!(a > 0.0f) || !(inv > 0.0f)) return 0;
+  const int j = nearest_step(mul_rn(a, inv));
   const int k = j >= kSignedTop ? 0 : kSignedTop - j;
   return uint8_t((x < 0.0f && k ? 0x80 : 0) | k);
 }
-STRATA_Q8 uint8_t encode_unsigned(float x, float absmax) {
-  if (!(x > 0.0f) || !(absmax > 0.0f)) return 0;
-  const int j = nearest_step(div_rn(x, absmax));
+STRATA_Q8 uint8_t encode_unsigned(float x, float inv) {
+  if (!(x > 0.0f) || !(inv > 0.0f)) return 0;
+  const int j = nearest_step(mul_rn(x, inv));
   return uint8_t(j >= kUnsignedTop ? 1 : kUnsignedTop - j);  // a positive v never becomes zero
 }
 

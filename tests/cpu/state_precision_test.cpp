@@ -42,16 +42,17 @@ int ref_nearest(float r) {
   return j;
 }
 
+// Values are scaled by the block's reciprocal scale, 1 / absmax rounded to float, then encoded.
 uint8_t ref_encode_signed(float x, float absmax) {
   if (x == 0.0f || absmax == 0.0f) return 0;
-  const int j = ref_nearest(std::fabs(x) / absmax);
+  const int j = ref_nearest(std::fabs(x) * (1.0f / absmax));
   const int k = j >= 127 ? 0 : 127 - j;
   return uint8_t((x < 0 && k ? 0x80 : 0) | k);
 }
 
 uint8_t ref_encode_unsigned(float x, float absmax) {
   if (!(x > 0.0f) || absmax == 0.0f) return 0;
-  const int j = ref_nearest(x / absmax);
+  const int j = ref_nearest(x * (1.0f / absmax));
   return uint8_t(j >= 255 ? 1 : 255 - j);
 }
 
@@ -101,11 +102,14 @@ TEST(StatePrecision, EightBitCodesAreTheNearestLevel) {
   EXPECT_GT(nonzero_signed, xs.size() / 4);  // values span 12 decades; the signed map covers the top 4.7
   // A positive second moment never becomes zero; a block's largest value is stored exactly.
   EXPECT_EQ(q8::encode_unsigned(1e-30f, 1.0f), 1);
-  EXPECT_EQ(q8::decode_unsigned(q8::encode_unsigned(3.5f, 3.5f), 3.5f), 3.5f);
-  EXPECT_EQ(q8::decode_signed(q8::encode_signed(-2.0f, 2.0f), 2.0f), -2.0f);
+  EXPECT_EQ(q8::decode_unsigned(q8::encode_unsigned(3.5f, q8::inverse_scale(3.5f)), 3.5f), 3.5f);
+  EXPECT_EQ(q8::decode_signed(q8::encode_signed(-2.0f, q8::inverse_scale(2.0f)), 2.0f), -2.0f);
   // Scaled blocks: the code of x relative to absmax.
-  for (float x : random_values(2000, 5, -8, 2, true))
-    ASSERT_EQ(q8::encode_signed(x, 100.0f), ref_encode_signed(x, 100.0f)) << x;
+  for (float absmax : {100.0f, 3.0f, 7e-9f})
+    for (float x : random_values(2000, 5, -8, 2, true)) {
+      const float xs = x * absmax / 100.0f;
+      ASSERT_EQ(q8::encode_signed(xs, q8::inverse_scale(absmax)), ref_encode_signed(xs, absmax)) << xs;
+    }
 }
 
 // Several steps of the generic step against its definition: each element's moments (and weight,
