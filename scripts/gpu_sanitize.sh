@@ -32,6 +32,9 @@
 #                    gtest filter of each tool's runs (default '*'; e.g. RACECHECK_FILTER='-*Large*'
 #                    when whole binaries are too slow under racecheck)
 #   MEMCHECK_ARGS    extra memcheck options (e.g. "--leak-check full")
+#   RACECHECK_ARGS, SYNCCHECK_ARGS   the same for racecheck / synccheck (e.g. racecheck
+#                    "--kernel-name-exclude kns=nvjet,kns=sdpa": the cuBLAS / cuDNN Hopper kernels
+#                    whose asynchronous-barrier syncs racecheck reports as hazards)
 #
 # Output: OUT_DIR/<tool>.<binary>.log (the full log of each run) and OUT_DIR/summary.txt: one line
 # per run (tool, binary, status, wall seconds, exit code) and its "ERROR SUMMARY: N errors" line
@@ -177,8 +180,10 @@ run_tool() {
 
 # shellcheck disable=SC2086 # MEMCHECK_ARGS is a list of options
 run_tool memcheck "${MEMCHECK_BINS:-all}" "${MEMCHECK_FILTER:-*}" ${MEMCHECK_ARGS:-}
-run_tool racecheck "${RACECHECK_BINS:-kernels}" "${RACECHECK_FILTER:-*}"
-run_tool synccheck "${SYNCCHECK_BINS:-kernels}" "${SYNCCHECK_FILTER:-*}"
+# shellcheck disable=SC2086 # RACECHECK_ARGS / SYNCCHECK_ARGS are lists of options
+run_tool racecheck "${RACECHECK_BINS:-kernels}" "${RACECHECK_FILTER:-*}" ${RACECHECK_ARGS:-}
+# shellcheck disable=SC2086
+run_tool synccheck "${SYNCCHECK_BINS:-kernels}" "${SYNCCHECK_FILTER:-*}" ${SYNCCHECK_ARGS:-}
 run_tool initcheck "${INITCHECK_BINS:-none}" "${INITCHECK_FILTER:-*}"
 
 {
