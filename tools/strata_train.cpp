@@ -22,12 +22,13 @@
 using namespace strata;
 
 static const char* kUsage =
-    "usage: strata-train --model DIR --data FILE --seq N --batch B --steps S --lr X\n"
+    "usage: strata-train --model DIR --data FILE [--seq 128] [--batch 1] [--steps 10] [--lr 1e-3]\n"
     "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
-    "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory 16GiB]\n"
+    "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory BYTES]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
-    "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit]\n"
+    "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
+    "                    [--loss-chunk 512] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
