@@ -1,5 +1,8 @@
+// strata::version() (strata/strata.h): the project's version, set once in the top-level CMakeLists.txt.
+#include "strata/strata.h"
+
 namespace strata {
 const char* version() {
-  return "0.1.0";
+  return STRATA_VERSION;
 }
 }  // namespace strata

@@ -1,0 +1,23 @@
+// Backend choice by name, for the library (strata/strata.h's make_backend) and the tools: "cpu",
+// "cuda", or "auto" (cuda where this build has it and a GPU is present). Compiled into strata_api,
+// the one library that links the cuda backend where it is built, so callers need no build flags.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+
+namespace strata {
+
+// "auto" -> "cuda" or "cpu"; other names unchanged.
+std::string resolve_backend_name(const std::string& name);
+
+// budget 0 = auto: the cuda backend takes the GPU's free memory less headroom; the cpu backend
+// reserves 16 GiB of address space (pages are only touched as the arena uses them). ConfigError
+// for an unknown name, or "cuda" in a build without the cuda backend.
+std::unique_ptr<Backend> make_backend(const std::string& name, size_t budget);
+
+// Whether this build has the cuda backend.
+bool cuda_backend_built();
+
+}  // namespace strata

@@ -1,0 +1,220 @@
+#include "api/convert.h"
+
+namespace strata::api {
+
+namespace {
+
+std::vector<std::pair<std::string, Decision>> to_rules(const std::vector<PlanRule>& rs, const std::string& where) {
+  std::vector<std::pair<std::string, Decision>> out;
+  for (const PlanRule& r : rs) out.emplace_back(r.pattern, parse_decision(r.decision, where + ": " + r.pattern));
+  return out;
+}
+
+std::vector<PlanRule> from_rules(const std::vector<std::pair<std::string, Decision>>& rs) {
+  std::vector<PlanRule> out;
+  for (const auto& [pattern, d] : rs) out.push_back({pattern, decision_name(d)});
+  return out;
+}
+
+}  // namespace
+
+Plan to_plan(const MemoryPlan& p, const std::string& where) {
+  Plan q;
+  q.overrides = to_rules(p.overrides, where + " overrides");
+  q.rules = to_rules(p.rules, where + " rules");
+  q.preset = p.preset;
+  q.checkpoint_every = p.checkpoint_every;
+  q.sync_transfers = p.sync_transfers;
+  q.state = to_rules(p.state, where + " state");
+  q.state_preset = p.state_preset;
+  return q;
+}
+
+MemoryPlan from_plan(const Plan& p) {
+  MemoryPlan q;
+  q.overrides = from_rules(p.overrides);
+  q.rules = from_rules(p.rules);
+  q.preset = p.preset;
+  q.checkpoint_every = p.checkpoint_every;
+  q.sync_transfers = p.sync_transfers;
+  q.state = from_rules(p.state);
+  q.state_preset = p.state_preset;
+  return q;
+}
+
+TrainConfig to_train_config(const SessionConfig& c) {
+  TrainConfig t;
+  t.model_dir = c.model_dir;
+  t.data_path = c.data_path;
+  t.backend = c.backend;
+  t.seq = c.seq;
+  t.batch = c.batch;
+  t.steps = c.steps;
+  t.lr = c.lr;
+  t.weight_decay = c.weight_decay;
+  t.beta1 = c.beta1;
+  t.beta2 = c.beta2;
+  t.adam_eps = c.adam_eps;
+  t.max_grad_norm = c.max_grad_norm;
+  t.warmup_steps = c.warmup_steps;
+  t.freeze_base = c.freeze_base;
+  t.lora.rank = c.lora_rank;
+  t.lora.alpha = c.lora_alpha;
+  t.lora.target_modules = c.lora_target_modules;
+  t.lora.seed = c.seed;
+  t.plan = to_plan(c.plan, "SessionConfig::plan");
+  t.device_budget_bytes = c.device_budget_bytes;
+  t.memory_budget_bytes = c.memory_budget_bytes;
+  t.host_budget_bytes = c.host_budget_bytes;
+  t.disk_budget_bytes = c.disk_budget_bytes;
+  t.loss_chunk_tokens = c.loss_chunk_tokens;
+  t.seed = c.seed;
+  t.offload_dir = c.offload_dir;
+  t.layer_offloading = c.layer_offloading;
+  t.recipe.master = parse_master_weights(c.master_weights, "SessionConfig::master_weights");
+  t.recipe.moments = parse_optimizer_state(c.optimizer_state, "SessionConfig::optimizer_state");
+  t.output_dir = c.output_dir;
+  return t;
+}
+
+SessionConfig from_train_config(const TrainConfig& t) {
+  SessionConfig c;
+  c.model_dir = t.model_dir;
+  c.data_path = t.data_path;
+  c.backend = t.backend;
+  c.seq = t.seq;
+  c.batch = t.batch;
+  c.steps = t.steps;
+  c.lr = t.lr;
+  c.weight_decay = t.weight_decay;
+  c.beta1 = t.beta1;
+  c.beta2 = t.beta2;
+  c.adam_eps = t.adam_eps;
+  c.max_grad_norm = t.max_grad_norm;
+  c.warmup_steps = t.warmup_steps;
+  c.freeze_base = t.freeze_base;
+  c.lora_rank = t.lora.rank;
+  c.lora_alpha = t.lora.alpha;
+  c.lora_target_modules = t.lora.target_modules;
+  c.plan = from_plan(t.plan);
+  c.device_budget_bytes = t.device_budget_bytes;
+  c.memory_budget_bytes = t.memory_budget_bytes;
+  c.host_budget_bytes = t.host_budget_bytes;
+  c.disk_budget_bytes = t.disk_budget_bytes;
+  c.loss_chunk_tokens = t.loss_chunk_tokens;
+  c.seed = t.seed;
+  c.offload_dir = t.offload_dir;
+  c.layer_offloading = t.layer_offloading;
+  c.master_weights = master_weights_name(t.recipe.master);
+  c.optimizer_state = optimizer_state_name(t.recipe.moments);
+  c.output_dir = t.output_dir;
+  return c;
+}
+
+StepMetrics from_step_stats(const StepStats& s) {
+  StepMetrics m;
+  m.step = s.step;
+  m.loss = s.loss;
+  m.grad_norm = s.grad_norm;
+  m.lr = s.lr;
+  m.seconds = s.seconds;
+  m.tokens = s.tokens;
+  m.tokens_per_s = s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0;
+  m.peak_device_bytes = s.peak_device_bytes;
+  m.saved_bytes = s.saved_bytes;
+  m.peak_host_bytes = s.peak_host_bytes;
+  m.peak_disk_bytes = s.peak_disk_bytes;
+  m.recomputed_nodes = s.recomputed_nodes;
+  m.paged_bytes_uploaded = s.paged_bytes_uploaded;
+  m.state_host_bytes = s.state_host_bytes;
+  m.state_bytes_moved = s.state_bytes_moved;
+  return m;
+}
+
+ModelShape from_llama_config(const io::LlamaConfig& c) {
+  ModelShape s;
+  s.layers = c.num_hidden_layers;
+  s.hidden = c.hidden_size;
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.intermediate = c.intermediate_size;
+  s.vocab = c.vocab_size;
+  s.max_positions = c.max_position_embeddings;
+  s.tied_embeddings = c.tie_word_embeddings;
+  s.rms_norm_eps = c.rms_norm_eps;
+  s.rope_theta = c.rope_theta;
+  s.parameters = io::llama_parameter_count(c);
+  return s;
+}
+
+io::LlamaConfig to_llama_config(const ModelShape& s) {
+  io::LlamaConfig c;
+  c.num_hidden_layers = s.layers;
+  c.hidden_size = s.hidden;
+  c.num_attention_heads = s.heads;
+  c.num_key_value_heads = s.kv_heads;
+  c.intermediate_size = s.intermediate;
+  c.vocab_size = s.vocab;
+  c.max_position_embeddings = s.max_positions;
+  c.tie_word_embeddings = s.tied_embeddings;
+  c.rms_norm_eps = s.rms_norm_eps;
+  c.rope_theta = s.rope_theta;
+  c.torch_dtype = "float32";
+  if (s.heads <= 0 || s.hidden % s.heads != 0)
+    throw ConfigError("ModelShape: hidden " + std::to_string(s.hidden) + " must be a positive multiple of heads " +
+                          std::to_string(s.heads),
+                      "ModelShape", "hidden");
+  c.head_dim = s.hidden / s.heads;
+  // Round-trip through the reader so the same validation applies as for any checkpoint.
+  return io::parse_llama_config(io::llama_config_to_json(c), "ModelShape");
+}
+
+ForecastRequest to_request(const ForecastSpec& s) {
+  ForecastRequest r;
+  r.model = resolve_model(s.model);
+  r.seq = s.seq;
+  r.batch = s.batch;
+  r.mode = parse_train_mode(s.mode);
+  r.lora_rank = s.lora_rank;
+  r.lora_alpha = s.lora_alpha;
+  r.lora_targets = s.lora_target_modules;
+  r.loss_chunk_tokens = s.loss_chunk_tokens;
+  r.plan = to_plan(s.plan, "ForecastSpec::plan");
+  r.profile = find_profile(s.profile);
+  if (s.mirror != "cuda" && s.mirror != "cpu")
+    throw ConfigError("ForecastSpec::mirror must be cuda or cpu, got '" + s.mirror + "'", "ForecastSpec", "mirror");
+  r.mirror = s.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
+  r.budget = s.budget_bytes;
+  r.layer_offloading = s.layer_offloading;
+  r.recipe.master = parse_master_weights(s.master_weights, "ForecastSpec::master_weights");
+  r.recipe.moments = parse_optimizer_state(s.optimizer_state, "ForecastSpec::optimizer_state");
+  return r;
+}
+
+ForecastReport from_forecast(const Forecast& f) {
+  ForecastReport r;
+  r.fits = f.fits;
+  r.oom = f.oom;
+  r.peak_bytes = f.peak_bytes;
+  r.high_water_bytes = f.high_water_bytes;
+  r.persistent_bytes = f.persistent_bytes;
+  r.saved_bytes = f.saved_bytes;
+  r.peak_phase = f.peak_phase;
+  for (const MemoryItem& m : f.breakdown) r.breakdown.push_back({m.name, m.bytes, m.count});
+  for (const MemoryItem& m : f.activations) r.activations.push_back({m.name, m.bytes, m.count});
+  r.peak_host_bytes = f.peak_host_bytes;
+  r.peak_disk_bytes = f.peak_disk_bytes;
+  r.step_s = f.step_s;
+  r.forward_s = f.forward_s;
+  r.backward_s = f.backward_s;
+  r.optimizer_s = f.optimizer_s;
+  r.recompute_s = f.recompute_s;
+  r.tokens_per_s = f.tokens_per_s;
+  r.parameters = f.params;
+  r.trainable = f.trainable;
+  for (const PlanRow& p : f.plan_rows) r.plan_rows.push_back({p.cls, p.decision, p.bytes, p.count});
+  r.device = f.device;
+  return r;
+}
+
+}  // namespace strata::api

@@ -1,0 +1,25 @@
+// The public structs of strata/strata.h to and from the engine's own: field for field, so a
+// config read through the public apply_yaml trains exactly as strata-train's would.
+#pragma once
+#include "model/forecast.h"
+#include "model/planner.h"
+#include "model/train_config.h"
+#include "model/trainer.h"
+#include "strata/strata.h"
+
+namespace strata::api {
+
+Plan to_plan(const MemoryPlan& p, const std::string& where);
+MemoryPlan from_plan(const Plan& p);
+
+TrainConfig to_train_config(const SessionConfig& c);
+SessionConfig from_train_config(const TrainConfig& c);
+
+StepMetrics from_step_stats(const StepStats& s);
+ModelShape from_llama_config(const io::LlamaConfig& c);
+io::LlamaConfig to_llama_config(const ModelShape& s);
+
+ForecastRequest to_request(const ForecastSpec& s);
+ForecastReport from_forecast(const Forecast& f);
+
+}  // namespace strata::api

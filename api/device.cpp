@@ -1,0 +1,54 @@
+// strata/strata.h: backends by name.
+#include "api/device.h"
+
+#include <fmt/format.h>
+
+#include "api/backend_factory.h"
+#include "engine/arena.h"
+#include "engine/cost_model.h"
+#include "kernels/backend_sim.h"
+
+namespace strata {
+
+Device::Device(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Device::~Device() = default;
+
+const std::string& Device::backend() const {
+  return impl_->backend;
+}
+std::string Device::description() const {
+  return impl_->be->device_name();
+}
+size_t Device::arena_budget_bytes() const {
+  return impl_->be->arena().budget();
+}
+size_t Device::arena_peak_bytes() const {
+  return impl_->be->arena().peak();
+}
+
+std::shared_ptr<Device> make_backend(const std::string& name, const DeviceOptions& opt) {
+  auto impl = std::make_unique<Device::Impl>();
+  if (name == "sim") {
+    if (opt.sim_mirror != "cuda" && opt.sim_mirror != "cpu")
+      throw ConfigError(fmt::format("DeviceOptions::sim_mirror must be cuda or cpu, got '{}'", opt.sim_mirror),
+                        "DeviceOptions", "sim_mirror");
+    SimOptions so;
+    so.budget = opt.memory_bytes;
+    so.profile = find_profile(opt.sim_profile);
+    so.mirror = opt.sim_mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
+    impl->backend = "sim";
+    impl->be = make_sim_backend(so);
+  } else {
+    impl->backend = resolve_backend_name(name);
+    impl->be = make_backend(impl->backend, opt.memory_bytes);
+  }
+  return std::make_shared<Device>(std::move(impl));
+}
+
+std::vector<std::string> available_backends() {
+  std::vector<std::string> v = {"cpu", "sim"};
+  if (cuda_backend_built()) v.push_back("cuda");
+  return v;
+}
+
+}  // namespace strata
