@@ -12,6 +12,9 @@ if ! nvidia-smi >/dev/null 2>&1; then
   echo "NOTE: ${n:-the} gpu-labelled tests were SKIPPED: no GPU on this machine (each printed 'SKIPPED (gpu)')."
   echo "      Run them on the GPU host: scripts/pack_gpu_build.sh here, then scripts/gpu_session.sh .devbuild there."
 fi
+# The installed package: cmake --install to a fresh prefix, then each example (examples/*) as an
+# outside project would build it — find_package(strata CONFIG) against that prefix only — and run.
+./scripts/examples.sh || status=1
 # The cpu suite again under ASan + UBSan (scripts/asan.sh, its own build-asan); a finding fails
 # the run. STRATA_ASAN=0 skips it (local runs).
 if [ "${STRATA_ASAN:-1}" != 0 ]; then
