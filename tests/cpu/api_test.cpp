@@ -1,0 +1,112 @@
+// The public API (include/strata/strata.h) against the engine it wraps: configs through the
+// mirror structs train as the engine's own, a session trains the tiny model, and forecasts and
+// plans match the engine's. The installed package itself is tested by scripts/examples.sh.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "api/convert.h"
+#include "model/forecast.h"
+#include "model/train_config.h"
+#include "strata/strata.h"
+
+namespace {
+
+std::string temp_dir(const char* name) {
+  auto d = std::filesystem::temp_directory_path() / (std::string(name) + "." + std::to_string(getpid()));
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+TEST(Api, VersionAndBackends) {
+  EXPECT_STREQ(strata::version(), STRATA_EXPECTED_VERSION);
+  EXPECT_EQ(strata::make_backend("cpu")->backend(), "cpu");
+  auto sim = strata::make_backend("sim", {.memory_bytes = size_t(1) << 30});
+  EXPECT_EQ(sim->backend(), "sim");
+  EXPECT_EQ(sim->arena_budget_bytes(), size_t(1) << 30);
+  EXPECT_THROW(strata::make_backend("tpu"), strata::ConfigError);
+}
+
+TEST(Api, YamlThroughTheMirrorIsTheEnginesConfig) {
+  const std::string yaml =
+      "sequence_len: 256\nmicro_batch_size: 2\nlearning_rate: 0.0002\nlora_r: 8\ngradient_checkpointing: {every: 2}\n"
+      "state_offloading: optimizer\noptimizer_state: 8bit\nplan:\n  \"L*.mlp.act\": host\n";
+  strata::SessionConfig pub;
+  strata::apply_yaml_text(pub, yaml, "run.yaml");
+  strata::TrainConfig eng;
+  strata::apply_yaml_text(eng, yaml, "run.yaml");
+  EXPECT_EQ(pub.seq, 256);
+  EXPECT_EQ(pub.lora_rank, 8);
+  EXPECT_EQ(pub.optimizer_state, "8bit");
+  EXPECT_EQ(pub.plan.checkpoint_every, 2);
+  const strata::Plan back = strata::api::to_plan(pub.plan, "test");
+  for (const char* cls : {"L0.input", "L1.input", "L2.input", "L3.mlp.act", "L3.attn.q", "head.input"})
+    EXPECT_EQ(back.decide(cls), eng.plan.decide(cls)) << cls;
+  EXPECT_EQ(back.decide_state("L3.adam.m"), eng.plan.decide_state("L3.adam.m"));
+  EXPECT_EQ(back.preset, eng.plan.preset);
+  try {
+    strata::apply_yaml_text(pub, "no_such_key: 1\n", "run.yaml");
+    FAIL() << "no ConfigError";
+  } catch (const strata::ConfigError& e) {
+    EXPECT_EQ(e.file, "run.yaml");
+    EXPECT_EQ(e.field, "no_such_key");
+  }
+}
+
+TEST(Api, SessionTrainsTheTinyModel) {
+  const std::string dir = temp_dir("strata_api_test");
+  strata::SessionConfig cfg;
+  cfg.model_dir = dir;
+  cfg.data_path = strata::write_tiny_checkpoint(dir, {}, 0, 5000);
+  cfg.seq = 32;
+  cfg.batch = 2;
+  cfg.lr = 3e-3f;
+  strata::Session s(strata::make_backend("cpu"), cfg);
+  EXPECT_EQ(s.model().layers, 2);
+  EXPECT_EQ(s.parameters(), s.model().parameters);
+  int calls = 0;
+  s.on_step([&](const strata::StepMetrics& m) { EXPECT_EQ(m.step, ++calls); });
+  const strata::StepMetrics first = s.step();
+  strata::StepMetrics last;
+  for (int i = 0; i < 7; ++i) last = s.step();
+  EXPECT_EQ(calls, 8);
+  EXPECT_EQ(s.steps_done(), 8);
+  EXPECT_LT(last.loss, first.loss);
+  EXPECT_GT(last.peak_device_bytes, 0u);
+
+  strata::TokenBatch b{1, 4, {1, 2, 3, 4}, {2, 3, 4, 5}};
+  EXPECT_TRUE(std::isfinite(s.evaluate(b)));
+  b.targets.pop_back();
+  EXPECT_THROW(s.step(b), strata::ConfigError);
+
+  s.save(dir + "/out");
+  EXPECT_EQ(strata::model_shape(dir + "/out").hidden, 64);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Api, ForecastAndPlanAreTheEngines) {
+  strata::ForecastSpec spec;
+  spec.model = "Llama-3.2-1B";
+  spec.seq = 1024;
+  const strata::ForecastReport f = strata::forecast(spec);
+  const strata::Forecast eng = strata::forecast(strata::api::to_request(spec));
+  EXPECT_EQ(f.peak_bytes, eng.peak_bytes);
+  EXPECT_EQ(f.step_s, eng.step_s);
+
+  const size_t budget = f.persistent_bytes + (f.peak_bytes - f.persistent_bytes) / 2;  // half the activations
+  const strata::PlanReport p = strata::plan_for_budget(spec, {budget});
+  ASSERT_TRUE(p.found);
+  EXPECT_LE(p.forecast.peak_bytes, budget);
+  // The plan it found forecasts the same through the mirror.
+  spec.plan = p.plan;
+  spec.layer_offloading = p.layer_offloading;
+  EXPECT_EQ(strata::forecast(spec).peak_bytes, p.forecast.peak_bytes);
+  // Its YAML reads back into a config.
+  strata::SessionConfig c;
+  strata::apply_yaml_text(c, strata::plan_yaml(spec, p), "plan.yaml");
+  EXPECT_EQ(c.seq, 1024);
+}
+
+}  // namespace
