@@ -18,7 +18,11 @@ std::string support_summary(const Backend& be) {
   for (int k = 0; k < int(OpKind::count_); ++k) {
     std::string types;
     for (DType t : {DType::f32, DType::bf16, DType::f16})
-      if (be.supports(OpKind(k), t)) types += (types.empty() ? "" : "/") + std::string(dtype_name(t));
+      if (be.supports(OpKind(k), t)) {
+        // Appended in place: `"" + std::string(...)` trips GCC 12's -Wrestrict (a false positive).
+        if (!types.empty()) types += '/';
+        types += dtype_name(t);
+      }
     s += fmt::format("{}{} {}", s.empty() ? "" : ", ", op_kind_name(OpKind(k)), types.empty() ? "none" : types);
   }
   return s;

@@ -418,9 +418,9 @@ void save_safetensors(const std::string& path, const std::vector<TensorToWrite>&
     }
     size_t bytes = numel * dtype_size(t.dtype);
     if (bytes > 0 && !t.data) STRATA_THROW(Error, fmt::format("{}: tensor '{}' has no data", path, t.name));
-    text += "," + json(t.name).dump() + ":" +
-            fmt::format(R"({{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", dtype_safetensors_name(t.dtype),
-                        fmt::join(t.shape, ","), offset, offset + bytes);
+    // One format call: `"," + std::string` trips GCC 12's -Wrestrict (a false positive).
+    text += fmt::format(R"(,{}:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", json(t.name).dump(),
+                        dtype_safetensors_name(t.dtype), fmt::join(t.shape, ","), offset, offset + bytes);
     sizes.push_back(bytes);
     offset += bytes;
   }

@@ -22,8 +22,10 @@
 
 #if defined(__CUDACC__)
 #define STRATA_Q8 __host__ __device__ __forceinline__
+#define STRATA_Q8_UNROLL _Pragma("unroll")
 #else
 #define STRATA_Q8 inline
+#define STRATA_Q8_UNROLL  // host compilers unroll on their own (GCC warns on `#pragma unroll`)
 #endif
 
 namespace strata::q8 {
@@ -68,7 +70,7 @@ STRATA_Q8 int nearest_step(float r) {
   int ex = 0;
   const float m = frexpf(r, &ex);  // r = m 2^ex, m in [0.5, 1): levels 2^ex ladder(f), f = 0..8
   int f = 0;
-#pragma unroll
+  STRATA_Q8_UNROLL
   for (int i = 0; i < 8; i++) f += ladder_mid(i) >= m ? 1 : 0;
   return 8 * (-ex) + f;
 }

@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
       int step = 0;
       const Tensor out = split ? hi.view() : Tensor();
       const double t = tm.per_call([&] {
-        be->adamw_step({w.view(), m.view(), v.view(), g.view(), out}, nsq.view(), 1e9f, ap, ++step);
+        be->adamw_step({w.view(), m.view(), v.view(), g.view(), out, Tensor(), Tensor()}, nsq.view(), 1e9f, ap, ++step);
       });
       row(split ? "adamw_step split master [128M]" : "adamw_step fp32 [128M]", t, 28.0 * n / t / 1e9, "GB/s");
       hbm_bytes += 28.0 * n, hbm_t += t;

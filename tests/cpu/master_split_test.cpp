@@ -59,7 +59,9 @@ void check(uint32_t u) {
   else
     EXPECT_EQ(hi, up) << std::hex << u;
   // Off ties this is exactly round-to-nearest-even, the engine's bf16 conversion.
-  if ((u & 0xffffu) != 0x8000u) EXPECT_EQ(hi, f32_to_bf16(x)) << std::hex << u;
+  if ((u & 0xffffu) != 0x8000u) {  // braces: EXPECT_EQ is an if/else of its own (-Wdangling-else)
+    EXPECT_EQ(hi, f32_to_bf16(x)) << std::hex << u;
+  }
 }
 
 TEST(MasterSplit, EveryLowHalfOfSeveralHighHalves) {

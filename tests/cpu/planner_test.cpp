@@ -4,6 +4,7 @@
 // and never make the answer slower.
 #include "model/planner.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "engine/backend.h"
@@ -49,7 +50,7 @@ TEST(Planner, ChosenPlanFitsTheBudgetOnSimAndOnCpu) {
     Trainer t(*be, model, {});
     for (auto& row : t.plan_table(2, 19)) {
       for (int l = 0; l < tiny_config().num_hidden_layers; ++l) {
-        std::string cls = row.cls.rfind("L*", 0) == 0 ? "L" + std::to_string(l) + row.cls.substr(2) : row.cls;
+        std::string cls = row.cls.rfind("L*", 0) == 0 ? fmt::format("L{}{}", l, row.cls.substr(2)) : row.cls;
         EXPECT_EQ(tc.plan.decide(cls), pr.plan.decide(cls)) << cls << "\n" << yaml;
       }
     }

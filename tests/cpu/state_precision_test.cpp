@@ -89,7 +89,9 @@ TEST(StatePrecision, EightBitCodesAreTheNearestLevel) {
   for (float x : xs) {
     const uint8_t s = q8::encode_signed(x, 1.0f);
     ASSERT_EQ(s, ref_encode_signed(x, 1.0f)) << "signed " << x;
-    if (x > 0) ASSERT_EQ(q8::encode_unsigned(x, 1.0f), ref_encode_unsigned(x, 1.0f)) << "unsigned " << x;
+    if (x > 0) {  // braces: ASSERT_EQ is an if/else of its own (-Wdangling-else)
+      ASSERT_EQ(q8::encode_unsigned(x, 1.0f), ref_encode_unsigned(x, 1.0f)) << "unsigned " << x;
+    }
     const float back = q8::decode_signed(s, 1.0f);
     if (s & 0x7f) {
       ++nonzero_signed;
@@ -192,7 +194,9 @@ TEST(StatePrecision, GenericStepIsTheFp32StepBetweenThePrecisionsReadsAndWrites)
           ASSERT_EQ(std::memcmp(ms.data(), r_ms.data(), nb * 4), 0) << tag << " m scales, step " << t;
           ASSERT_EQ(std::memcmp(vs.data(), r_vs.data(), nb * 4), 0) << tag << " v scales, step " << t;
           ASSERT_EQ(std::memcmp(wb.data(), r_wb.data(), n * 2), 0) << tag << " weights, step " << t;
-          if (master) ASSERT_EQ(std::memcmp(mst.data(), r_mst.data(), n * 4), 0) << tag << " master, step " << t;
+          if (master) {
+            ASSERT_EQ(std::memcmp(mst.data(), r_mst.data(), n * 4), 0) << tag << " master, step " << t;
+          }
         }
         // The update moved the weights (the test is not comparing untouched arrays).
         std::vector<uint16_t> wb0(n);

@@ -2,6 +2,7 @@
 // all four decisions give losses and gradients bit-identical to keep-everything, lower the
 // device peak, show slots leaving and coming back in the event log, go through real io_uring,
 // and leave nothing behind after a failure, an exception or an evaluation.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -121,7 +122,7 @@ TEST(Tiers, RandomPlansMixingAllFourDecisionsAreBitIdentical) {
     Rng rng(seed);
     Plan p;
     for (int l = 0; l < cfg().num_hidden_layers; ++l)
-      for (const char* c : classes) p.add("L" + std::to_string(l) + "." + c, all[rng.below(4)]);
+      for (const char* c : classes) p.add(fmt::format("L{}.{}", l, c), all[rng.below(4)]);
     expect_identical(keep, run(p, dir, 2), "random plan " + std::to_string(seed));
   }
   fs::remove_all(dir);
