@@ -39,5 +39,8 @@ else()
   string(APPEND STRATA_PC_PRIVATE " -lyaml-cpp")
 endif()
 string(APPEND STRATA_PC_PRIVATE " ${URING_STATIC} -lpthread")
+# Relocatable: the prefix is found from the .pc file's own directory.
+file(RELATIVE_PATH STRATA_PC_UP /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+string(REGEX REPLACE "/$" "" STRATA_PC_UP "${STRATA_PC_UP}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/strata.pc.in ${PROJECT_BINARY_DIR}/strata.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/strata.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
