@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 
 #include "engine/error.h"
 
@@ -52,16 +51,11 @@ bool glob_match(std::string_view p, std::string_view s) {
   return pi == p.size();
 }
 
-Decision Plan::decide(std::string_view cls) const {
+Decision Plan::decide(std::string_view cls, int layer_input) const {
   for (auto& [pat, d] : overrides)
     if (glob_match(pat, cls)) return d;
-  // Segment boundaries of gradient checkpointing: "L<n>.input" kept when n % every == 0.
-  if (checkpoint_every > 0 && cls.size() > 7 && cls[0] == 'L' && cls.ends_with(".input")) {
-    std::string_view num = cls.substr(1, cls.size() - 7);
-    long layer = 0;
-    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), layer);
-    if (ec == std::errc() && end == num.data() + num.size() && layer % checkpoint_every == 0) return Decision::keep;
-  }
+  // Segment boundaries of gradient checkpointing: layer n's input kept when n % every == 0.
+  if (checkpoint_every > 0 && layer_input >= 0 && layer_input % checkpoint_every == 0) return Decision::keep;
   for (auto& [pat, d] : rules)
     if (glob_match(pat, cls)) return d;
   return Decision::keep;
@@ -139,6 +133,50 @@ Plan Plan::selective_recompute() {
   p.add("L*.mlp_norm.out", Decision::recompute);
   p.add("L*.mlp.act", Decision::recompute);
   return p;
+}
+
+const std::vector<PresetInfo>& plan_presets() {
+  static const std::vector<PresetInfo> presets = {
+      {"keep", "keep", "keep-everything", "", "", [](int) { return Plan::keep_everything(); }},
+      {"gradient_checkpointing", "gc", "", "gradient_checkpointing", "true",
+       [](int every) { return Plan::gradient_checkpointing(every); }},
+      {"selective_recompute", "selective", "", "selective_recompute", "true",
+       [](int) { return Plan::selective_recompute(); }},
+      {"offload", "offload", "true", "activation_offloading", "true",
+       [](int) { return Plan::activation_offloading(Decision::host); }},
+      {"legacy", "legacy", "", "activation_offloading", "legacy",
+       [](int) { return Plan::activation_offloading(Decision::host, true); }},
+      {"hidden_states", "hidden_states", "", "activation_offloading", "hidden_states",
+       [](int) { return Plan::hidden_states(); }},
+      {"disk", "disk", "", "activation_offloading", "disk",
+       [](int) { return Plan::activation_offloading(Decision::disk); }},
+  };
+  return presets;
+}
+
+const PresetInfo* find_preset(std::string_view name) {
+  for (const PresetInfo& p : plan_presets())
+    if (name == p.name || name == p.short_name || (!p.alias.empty() && name == p.alias)) return &p;
+  return nullptr;
+}
+
+std::string preset_names(bool short_names) {
+  std::string out;
+  for (const PresetInfo& p : plan_presets()) {
+    const std::string_view n = short_names ? p.short_name : p.name;
+    if (out.find(std::string(n)) != std::string::npos) continue;
+    out += (out.empty() ? "" : ", ") + std::string(n);
+  }
+  return out;
+}
+
+Plan preset_plan(std::string_view name, int every, const std::string& what, const std::string& file,
+                 const std::string& field) {
+  if (const PresetInfo* p = find_preset(name)) return p->make(every);
+  STRATA_THROW(
+      ConfigError,
+      fmt::format("{} must be one of {} (or {}), got '{}'", what, preset_names(false), preset_names(true), name), file,
+      field);
 }
 
 }  // namespace strata

@@ -20,8 +20,8 @@ struct Plan {
   std::vector<std::pair<std::string, Decision>> overrides;  // an explicit table: checked first
   std::vector<std::pair<std::string, Decision>> rules;      // the preset's rules
   std::string preset = "keep-everything";                   // how the plan was made, for printing
-  int checkpoint_every = 0;                                 // >0: "L<n>.input" is kept when n % every == 0
-  bool sync_transfers = false;                              // `activation_offloading: legacy`: copies wait at once
+  int checkpoint_every = 0;     // >0: layer n's input is kept when n % every == 0 (Value::layer_input)
+  bool sync_transfers = false;  // `activation_offloading: legacy`: copies wait at once
   // Persistent state (per trainable parameter group: "L7", "embed", "head", "final_norm"; kinds
   // "w.master", "grad", "adam.m", "adam.v", so classes such as "L7.adam.m"): keep (device) or host.
   // Its own table, so the activation presets' wide patterns ("*", "L*") never move state.
@@ -32,7 +32,9 @@ struct Plan {
   // `host` are the state decisions; anything else is refused (ConfigError naming the class).
   Decision decide_state(std::string_view cls) const;
 
-  Decision decide(std::string_view cls) const;
+  // The decision for a saved slot of class `cls`; `layer_input` >= 0 when the slot is that
+  // layer's input (Value::layer_input, marked by the model): checkpoint_every keeps every k-th.
+  Decision decide(std::string_view cls, int layer_input = -1) const;
   void add(std::string pattern, Decision d) { rules.emplace_back(std::move(pattern), d); }
 
   static Plan keep_everything();
@@ -48,6 +50,27 @@ struct Plan {
   // "master" (moments and fp32 masters), "all" (moments, masters and gradients). ConfigError otherwise.
   void set_state_offloading(std::string_view level, const std::string& where);
 };
+
+// The named activation presets: one table for every place a preset is named (strata-plan --preset,
+// strata-bench --plan, the YAML keys gradient_checkpointing / selective_recompute /
+// activation_offloading) and for writing a plan back as YAML (model/planner.cpp plan_yaml).
+struct PresetInfo {
+  std::string_view name;        // strata-plan --preset: "keep", "gradient_checkpointing", ...
+  std::string_view short_name;  // strata-bench --plan: "keep", "gc", "selective", "offload", ...
+  std::string_view alias;       // an older spelling still accepted ("" if none)
+  std::string_view yaml_key;    // the YAML that selects it ("" for keep: the default)
+  std::string_view yaml_value;
+  Plan (*make)(int every);  // `every`: gradient checkpointing's segment length (others ignore it)
+};
+const std::vector<PresetInfo>& plan_presets();
+// The preset called `name` (its name, short name or alias), or null.
+const PresetInfo* find_preset(std::string_view name);
+// The preset called `name`; otherwise a ConfigError "<what> must be one of ..." listing the names,
+// with the error's file and field set to `file` and `field`.
+Plan preset_plan(std::string_view name, int every, const std::string& what, const std::string& file,
+                 const std::string& field);
+// "keep, gradient_checkpointing, ..." (or the short names), for messages and usage texts.
+std::string preset_names(bool short_names);
 
 // The persistent-state kinds a state class names (its suffix after the group).
 inline constexpr const char* kStateKinds[] = {"w.master", "grad", "adam.m", "adam.v"};

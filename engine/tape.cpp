@@ -116,6 +116,7 @@ std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in
     v.dtype = o.dtype;
     v.producer = int(nodes_.size());
     v.requires_grad = n.needs_backward;
+    v.head = head_scope_;
     values_.push_back(std::move(v));
     retained_.push_back(false);
     ids.push_back(VId(values_.size() - 1));
@@ -129,6 +130,16 @@ std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in
 void Tape::set_loss(VId v) {
   loss_ = v;
   values_[size_t(v)].is_loss = true;
+}
+
+void Tape::mark_layer_input(VId v, int layer) {
+  STRATA_CHECK(v >= 0 && size_t(v) < values_.size() && layer >= 0, "mark_layer_input: no such value or layer");
+  values_[size_t(v)].layer_input = layer;
+}
+
+void Tape::mark_head(VId v) {
+  STRATA_CHECK(v >= 0 && size_t(v) < values_.size(), "mark_head: no such value");
+  values_[size_t(v)].head = true;
 }
 
 void Tape::retain(VId v) {
@@ -214,27 +225,20 @@ GradAlias Tape::plan_alias(int n, const std::vector<std::vector<int>>& readers) 
 
 void Tape::apply_plan(const Plan& plan) {
   finish_graph();
-  // The last layer's input: the highest "L<n>.input" class recorded.
-  std::string last_input;
-  long last_layer = -1;
-  for (auto& v : values_) {
-    if (v.external || v.cls.size() < 8 || v.cls[0] != 'L' || !v.cls.ends_with(".input")) continue;
-    long layer = std::strtol(v.cls.c_str() + 1, nullptr, 10);
-    if (layer > last_layer) {
-      last_layer = layer;
-      last_input = v.cls;
-    }
-  }
+  // The last layer's input: the highest layer input the model marked.
+  int last_layer = -1;
+  for (auto& v : values_)
+    if (!v.external) last_layer = std::max(last_layer, v.layer_input);
   for (auto& v : values_) {
     if (v.external) continue;
-    v.decision = v.saved() ? plan.decide(v.cls) : Decision::keep;
+    v.decision = v.saved() ? plan.decide(v.cls, v.layer_input) : Decision::keep;
     if (v.producer >= 0 && !nodes_[size_t(v.producer)].replayable) {
       v.decision = Decision::keep;  // its producer wrote gradients in forward: it must never be replayed
       continue;
     }
     const bool tier = v.decision == Decision::host || v.decision == Decision::disk;
     if (!tier) continue;
-    if (v.cls == last_input || v.cls.rfind("final_norm.", 0) == 0 || v.cls.rfind("loss", 0) == 0 || v.is_loss) {
+    if ((v.layer_input >= 0 && v.layer_input == last_layer) || v.head || v.is_loss) {
       v.decision = Decision::keep;  // backward reads these first: moving them only adds a round trip
       continue;
     }
@@ -508,6 +512,7 @@ void Tape::clear() {
   final_at_end_.clear();
   loss_ = -1;
   bwd_node_ = -1;
+  head_scope_ = false;
   finished_ = false;
 }
 

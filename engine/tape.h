@@ -90,6 +90,11 @@ struct Value {
   int last_fwd_use = -1;                            // last node reading it in forward
   int first_bwd_reader = -1, last_bwd_reader = -1;  // lowest / highest node index whose backward reads it
   bool is_loss = false;
+  // What the model says the value is (Tape::mark_layer_input, begin_head, mark_head); the engine
+  // reads these, never the class name: the input of layer `layer_input` (gradient checkpointing
+  // keeps every k-th), or a value of the loss head (backward reads it first: no tier moves it).
+  int layer_input = -1;
+  bool head = false;
   Decision decision = Decision::keep;
   // Runtime state.
   SlotState state = SlotState::EMPTY;
@@ -157,6 +162,11 @@ class Tape {
     return record(std::move(op), in, {std::move(out)})[0];
   }
   void set_loss(VId v);
+  // The model's marks (Value::layer_input, Value::head): `v` is the input of layer `layer`; `v` feeds
+  // the loss head; every value recorded after begin_head() belongs to the head (until clear()).
+  void mark_layer_input(VId v, int layer);
+  void mark_head(VId v);
+  void begin_head() { head_scope_ = true; }
   // Keeps `v` resident after forward (e.g. logits for evaluation), whatever the plan says.
   void retain(VId v);
 
@@ -238,6 +248,7 @@ class Tape {
   std::vector<VId> final_at_end_;
   int bwd_node_ = -1;
   bool grad_aliasing_ = true;
+  bool head_scope_ = false;  // begin_head() was called: new values belong to the loss head
   TapeStats stats_;
 };
 

@@ -334,6 +334,7 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
   VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
   VId inv = t.input("rope.inv_freq", inv_freq_.view());
   VId x = ops::embedding(t, tok, pid(t, "model.embed_tokens.weight"), "L0.input");
+  t.mark_layer_input(x, 0);
   const int L = cfg_.num_hidden_layers;
   for (int i = 0; i < L; ++i) {
     std::string P = fmt::format("L{}", i);
@@ -354,7 +355,12 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     VId d = proj(t, s, i, "down_proj", w("mlp.down_proj.weight"), P + ".mlp.down");
     // The last layer's output is the loss path's input: named outside the L* classes.
     x = ops::add(t, h, d, 1.0f, i + 1 < L ? fmt::format("L{}.input", i + 1) : std::string("final_norm.input"));
+    if (i + 1 < L)
+      t.mark_layer_input(x, i + 1);
+    else
+      t.mark_head(x);
   }
+  t.begin_head();  // the final norm and the loss: backward reads them first
   auto [nf, rf] = ops::rmsnorm(t, x, pid(t, "model.norm.weight"), eps, "final_norm");
   VId head = pid(t, cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   ForwardIds ids;

@@ -281,21 +281,22 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       else if (key == "selective_recompute") {
         if (Bool()) c.plan = Plan::selective_recompute();
       } else if (key == "activation_offloading") {
+        // The presets this key selects, from the one preset table (engine/plan.h).
         const std::string mode = S();
-        if (mode == "true")
-          c.plan = Plan::activation_offloading(Decision::host);
-        else if (mode == "legacy")
-          c.plan = Plan::activation_offloading(Decision::host, true);
-        else if (mode == "disk")
-          c.plan = Plan::activation_offloading(Decision::disk);
-        else if (mode == "hidden_states")
-          c.plan = Plan::hidden_states();
+        const PresetInfo* hit = nullptr;
+        std::string expected;
+        for (const PresetInfo& p : plan_presets()) {
+          if (p.yaml_key != key) continue;
+          expected += std::string(p.yaml_value) + ", ";
+          if (p.yaml_value == mode) hit = &p;
+        }
+        if (hit)
+          c.plan = hit->make(1);
         else if (mode != "false")
-          STRATA_THROW(ConfigError,
-                       fmt::format("{}: activation_offloading '{}' is unknown (expected true, legacy, disk, "
-                                   "hidden_states or false)",
-                                   path, mode),
-                       path, key);
+          STRATA_THROW(
+              ConfigError,
+              fmt::format("{}: activation_offloading '{}' is unknown (expected {}or false)", path, mode, expected),
+              path, key);
       } else if (key == "offload_dir") {
         c.offload_dir = S();
       } else if (key == "layer_offloading") {

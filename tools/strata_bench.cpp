@@ -26,7 +26,8 @@ using namespace strata;
 
 static const char* kUsage =
     "usage: strata-bench (--shape NAME | --model DIR) --seq N [--batch 1] [--mode full|frozen|lora]\n"
-    "                    [--plan keep|gc|selective] [--steps 4] [--warmup 2] [--backend auto]\n"
+    "                    [--plan keep|gc|selective|offload|legacy|hidden_states|disk] [--steps 4] [--warmup 2] "
+    "[--backend auto]\n"
     "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n"
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
@@ -97,21 +98,8 @@ int main(int argc, char** argv) {
     TrainOptions to;
     if (a.has("config"))
       to.plan = tc.plan;
-    else if (plan_name == "gc")
-      to.plan = Plan::gradient_checkpointing(1);
-    else if (plan_name == "selective")
-      to.plan = Plan::selective_recompute();
-    else if (plan_name == "offload")
-      to.plan = Plan::activation_offloading(Decision::host);
-    else if (plan_name == "legacy")
-      to.plan = Plan::activation_offloading(Decision::host, true);
-    else if (plan_name == "disk")
-      to.plan = Plan::activation_offloading(Decision::disk);
-    else if (plan_name == "hidden_states")
-      to.plan = Plan::hidden_states();
-    else if (plan_name != "keep")
-      throw ConfigError("--plan must be keep, gc, selective, offload, legacy, disk or hidden_states", "command line",
-                        "plan");
+    else
+      to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
     if (a.has("state-offloading")) to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
     mo.state_plan = to.plan;

@@ -80,20 +80,6 @@ std::string current_device(const cli::Args& a) {
   return name;
 }
 
-Plan preset_plan(const std::string& name, int every) {
-  if (name == "keep" || name == "keep-everything") return Plan::keep_everything();
-  if (name == "gradient_checkpointing" || name == "gc") return Plan::gradient_checkpointing(every);
-  if (name == "selective_recompute" || name == "selective") return Plan::selective_recompute();
-  if (name == "offload" || name == "true") return Plan::activation_offloading(Decision::host);
-  if (name == "legacy") return Plan::activation_offloading(Decision::host, true);
-  if (name == "hidden_states") return Plan::hidden_states();
-  if (name == "disk") return Plan::activation_offloading(Decision::disk);
-  throw ConfigError(fmt::format("--preset must be keep, gradient_checkpointing, selective_recompute, offload, legacy, "
-                                "hidden_states or disk, got '{}'",
-                                name),
-                    "command line", "preset");
-}
-
 double pct(double part, double whole) {
   return whole > 0 ? 100.0 * part / whole : 0.0;
 }
@@ -307,7 +293,9 @@ int main(int argc, char** argv) {
       seq_limit = int_flag("seq-limit", default_max_seq_limit(req.model), seq_multiple);
     } else if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
       throw ConfigError("--seq N (or sequence_len in the --config file) is required", "command line", "seq");
-    req.plan = a.has("preset") ? preset_plan(a.str("preset"), int_flag("every", 1, 1)) : tc.plan;
+    req.plan = a.has("preset")
+                   ? preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset")
+                   : tc.plan;
     req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
     req.recipe = tc.recipe;
     if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");

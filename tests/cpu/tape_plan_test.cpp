@@ -1,5 +1,6 @@
 // Every memory plan must give the same losses and gradients as keep-everything, bit for bit on
 // cpu, while lowering the peak; and no slot may outlive a step, an evaluation or an exception.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "engine/backend.h"
 #include "engine/ops.h"
+#include "engine/slot_store.h"
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/rng.h"
@@ -82,7 +84,7 @@ TEST(Plans, RandomPerClassPlansAreBitIdentical) {
     p.preset = "random";
     for (int l = 0; l < tiny_config().num_hidden_layers; ++l)
       for (auto& r : rows) {
-        std::string cls = r.cls.rfind("L*", 0) == 0 ? "L" + std::to_string(l) + r.cls.substr(2) : r.cls;
+        std::string cls = r.cls.rfind("L*", 0) == 0 ? fmt::format("L{}{}", l, r.cls.substr(2)) : r.cls;
         p.add(cls, rng.below(2) ? Decision::recompute : Decision::keep);
       }
     expect_bit_identical(keep, run(p, {}, 2), "random plan " + std::to_string(seed));
@@ -254,3 +256,43 @@ TEST(Plans, HostDecisionsNeedASlotStore) {
 }
 
 }  // namespace
+
+// The engine reads the model's marks, never the class names: a graph whose layer inputs are named
+// "block<i>.in" (no "L<n>.input" anywhere) and marked with Tape::mark_layer_input gets gradient
+// checkpointing's segment boundaries from the marks; a value named like a layer input but not
+// marked is just another slot; the head's values (begin_head) and the last layer's input are never
+// sent to a tier whatever they are called.
+TEST(Plans, LayerInputsAndTheHeadComeFromTheModelsMarksNotTheirNames) {
+  auto be = make_cpu_backend(size_t(16) << 20);
+  Tape t(*be);
+  SlotStore store(*be, TierOptions{});
+  t.set_store(&store);
+  Buffer w(be->arena(), DType::f32, Shape{8, 8}, "w"), g(be->arena(), DType::f32, Shape{8, 8}, "g");
+  Buffer xin(be->arena(), DType::f32, Shape{4, 8}, "x");
+  be->fill(w.view(), 0.01f), be->fill(xin.view(), 1.0f);
+  VId x = t.input("x", xin.view());
+  VId wp = t.param("w", w.view(), g.view());
+  std::vector<VId> inputs;
+  for (int i = 0; i < 6; ++i) {
+    x = ops::linear(t, x, wp, fmt::format("block{}.in", i));
+    t.mark_layer_input(x, i);
+    inputs.push_back(x);
+  }
+  VId decoy = ops::linear(t, x, wp, "L2.input");  // looks like a layer input; not marked
+  t.begin_head();
+  VId head = ops::linear(t, decoy, wp, "logits");
+  t.set_loss(head);
+  Plan p = Plan::gradient_checkpointing(2);
+  p.add("*", Decision::recompute);
+  t.apply_plan(p);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(t.value(inputs[size_t(i)]).decision, i % 2 == 0 ? Decision::keep : Decision::recompute)
+        << "block" << i << ".in";
+  EXPECT_EQ(t.value(decoy).decision, Decision::recompute) << "a name alone makes no layer input";
+  Plan host = Plan::activation_offloading(Decision::host);
+  t.apply_plan(host);
+  EXPECT_EQ(t.value(inputs[4]).decision, Decision::host);
+  EXPECT_EQ(t.value(inputs[5]).decision, Decision::keep) << "the last layer's input stays";
+  EXPECT_TRUE(t.value(head).head);
+  EXPECT_EQ(t.value(head).decision, Decision::keep) << "the head's values stay";
+}

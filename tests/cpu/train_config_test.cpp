@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -21,9 +22,13 @@ const std::string kPath = "/configs/run.yaml";
 
 using strata::test_util::catch_as;
 
-// The decision as text, so failures print readably.
+// The decision as text, so failures print readably. "L<n>.input" stands for layer n's input, as
+// the Llama model marks it on the tape (Tape::mark_layer_input); the plan itself reads the mark.
 std::string decide(const Plan& p, const char* cls) {
-  return decision_name(p.decide(cls));
+  const std::string_view c = cls;
+  int layer = -1;
+  if (c.size() > 7 && c[0] == 'L' && c.ends_with(".input")) layer = std::atoi(cls + 1);
+  return decision_name(p.decide(cls, layer));
 }
 
 TrainConfig load(const std::string& yaml) {
@@ -301,7 +306,7 @@ TEST(train_config, offloading_presets_and_dir) {
   for (auto& k : cases) {
     TrainConfig c;
     apply_yaml_text(c, k.yaml, kPath);
-    EXPECT_EQ(c.plan.decide("L2.input"), k.input) << k.yaml;
+    EXPECT_EQ(c.plan.decide("L2.input", 2), k.input) << k.yaml;  // layer 2's input, as the model marks it
     EXPECT_EQ(c.plan.decide("L2.mlp.gate"), k.gate) << k.yaml;
     EXPECT_EQ(c.plan.decide("final_norm.out"), Decision::keep) << k.yaml;
     EXPECT_EQ(c.plan.sync_transfers, k.sync) << k.yaml;
