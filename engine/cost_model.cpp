@@ -44,6 +44,7 @@ DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, d
   p.h2d_gbps = 55;
   p.d2h_gbps = 55;
   p.launch_overhead_us = 3;
+  p.adamw_q8_gelems = 64;  // measured on an H100 (1B and 3B steps); the H200 has the same SMs and clocks
   p.disk_write_gbps = 2.43;
   p.disk_read_gbps = 2.14;
   p.disk_source = std::move(disk_source);
@@ -91,6 +92,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["h2d_gbps"] = p.h2d_gbps;
   j["d2h_gbps"] = p.d2h_gbps;
   j["copy_both_gbps"] = p.copy_both_gbps;
+  j["adamw_q8_gelems"] = p.adamw_q8_gelems;
   j["launch_overhead_us"] = p.launch_overhead_us;
   j["disk_write_gbps"] = p.disk_write_gbps;
   j["disk_read_gbps"] = p.disk_read_gbps;
@@ -126,6 +128,7 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.h2d_gbps = field<double>(j, "h2d_gbps", where);
   p.d2h_gbps = field<double>(j, "d2h_gbps", where);
   p.copy_both_gbps = field<double>(j, "copy_both_gbps", where, false, 0.0);
+  p.adamw_q8_gelems = field<double>(j, "adamw_q8_gelems", where, false, 0.0);
   p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
   p.disk_write_gbps = field<double>(j, "disk_write_gbps", where, false, 0.0);
   p.disk_read_gbps = field<double>(j, "disk_read_gbps", where, false, 0.0);
@@ -146,6 +149,7 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   for (auto [key, v] : {std::pair{"disk_write_gbps", p.disk_write_gbps},
                         {"disk_read_gbps", p.disk_read_gbps},
                         {"copy_both_gbps", p.copy_both_gbps},
+                        {"adamw_q8_gelems", p.adamw_q8_gelems},
                         {"attention_half_tokens", p.attention_half_tokens},
                         {"attention_half_dim", p.attention_half_dim}})
     if (!(v >= 0))

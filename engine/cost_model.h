@@ -32,9 +32,13 @@ struct DeviceProfile {
   double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
   double h2d_gbps = 0, d2h_gbps = 0;
   // Both directions at once: a 1 GiB upload and a 1 GiB download issued together, total bytes /
-  // time (0 = not measured). The engine's one copy stream serialises the two, and so does the sim;
-  // strata-calibrate records it so the link's duplex headroom is on file.
+  // time (0 = not measured). The engine's two copy lanes (engine/backend.h CopyLane) run each
+  // direction at h2d_gbps / d2h_gbps at once, and so does the sim; this records the duplex total.
   double copy_both_gbps = 0;
+  // AdamW on 8-bit moments (optimizer_state: 8bit) is bound by its arithmetic, not its bytes: at
+  // most this many billion elements a second (0 = bytes only). Fitted on an H100 from the 1B and 3B
+  // steps (docs/BENCHMARKS.md); strata-calibrate measures it.
+  double adamw_q8_gelems = 0;
   double launch_overhead_us = 0;  // no kernel is shorter than this
 
   // The disk tier (activation_offloading: disk): sequential O_DIRECT bandwidth of the offload directory's disk,

@@ -343,7 +343,7 @@ class SimBackendImpl final : public SimBackend {
   void grad_norm_sq(Tensor out, Tensor g) override { charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false); }
   void adamw_step(const AdamWSlot& a, Tensor, float, const AdamWParams&, int) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
-    charge(OpKind::adamw, cost_.memory(adamw_bytes(a)), 1, false);
+    charge(OpKind::adamw, adamw_time(adamw_bytes(a), q8_elems(a)), 1, false);
   }
   // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
   void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
@@ -353,9 +353,9 @@ class SimBackendImpl final : public SimBackend {
   }
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor, float, const AdamWParams&, int) override {
     if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
-    double bytes = 0;
-    for (const AdamWSlot& a : slots) bytes += adamw_bytes(a);
-    charge(OpKind::adamw, cost_.memory(bytes), list_launches(slots.size()), false);
+    double bytes = 0, q8 = 0;
+    for (const AdamWSlot& a : slots) bytes += adamw_bytes(a), q8 += q8_elems(a);
+    charge(OpKind::adamw, adamw_time(bytes, q8), list_launches(slots.size()), false);
   }
 
  private:
@@ -368,6 +368,13 @@ class SimBackendImpl final : public SimBackend {
       return bytes + 2 * B(a.param_out);
     if (a.param_out.defined() && a.param_out.dtype != a.master.dtype) bytes += B(a.param_out);
     return bytes;
+  }
+  // 8-bit moments: the kernel is bound by its arithmetic (DeviceProfile::adamw_q8_gelems) or its bytes.
+  static double q8_elems(const AdamWSlot& a) { return a.m.dtype == DType::u8 ? double(a.g.numel()) : 0.0; }
+  double adamw_time(double bytes, double q8) const {
+    const double t = cost_.memory(bytes);
+    const double rate = opt_.profile.adamw_q8_gelems;
+    return rate > 0 && q8 > 0 ? std::max(t, q8 / (rate * 1e9)) : t;
   }
   static int list_launches(size_t n) { return int((n + kOptimizerListTensors - 1) / kOptimizerListTensors); }
   bool cuda() const { return opt_.mirror == SimMirror::cuda; }

@@ -230,6 +230,18 @@ int main(int argc, char** argv) {
       });
       row(split ? "adamw_step split master [128M]" : "adamw_step fp32 [128M]", t, 28.0 * n / t / 1e9, "GB/s");
       hbm_bytes += 28.0 * n, hbm_t += t;
+      // 8-bit moments (optimizer_state: 8bit): elements a second, the rate the sim charges when it
+      // is below what the kernel's bytes would allow (DeviceProfile::adamw_q8_gelems).
+      Buffer mq = buf(DType::u8, {n}), vq = buf(DType::u8, {n});
+      Buffer ms = buf(DType::f32, {int64_t(quant_blocks(size_t(n)))}),
+             vs = buf(DType::f32, {int64_t(quant_blocks(size_t(n)))});
+      be->zero(mq.view()), be->zero(vq.view()), be->zero(ms.view()), be->zero(vs.view());
+      const double tq = tm.per_call([&] {
+        be->adamw_step({w.view(), mq.view(), vq.view(), g.view(), out, ms.view(), vs.view()}, nsq.view(), 1e9f, ap,
+                       ++step);
+      });
+      p.adamw_q8_gelems = double(n) / tq / 1e9;
+      row("adamw_step 8-bit moments [128M]", tq, p.adamw_q8_gelems, "Gelem/s");
     }
     p.hbm_gbps = hbm_bytes / hbm_t / 1e9;
 
