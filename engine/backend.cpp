@@ -7,8 +7,8 @@
 namespace strata {
 
 const char* op_kind_name(OpKind k) {
-  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",
-                                "add",       "lm_head_ce", "lm_head_logits", "adamw", "grad_norm"};
+  static const char* names[] = {"embedding", "rmsnorm", "linear",     "rope",           "attention", "swiglu",
+                                "add",       "bias",    "lm_head_ce", "lm_head_logits", "adamw",     "grad_norm"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::count_));
   return names[int(k)];
 }

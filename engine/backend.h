@@ -22,6 +22,7 @@ enum class OpKind {
   attention,
   swiglu,
   add,
+  bias,
   lm_head_ce,
   lm_head_logits,
   adamw,
@@ -125,6 +126,10 @@ class Backend {
                           bool acc_dup) = 0;
   virtual void add_fwd(Tensor out, Tensor a, Tensor b, float scale) = 0;
   virtual void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) = 0;
+  // A projection's bias: y [N, O] += b [O] in place; db [O] (f32, a parameter gradient) (+)= the
+  // column sums of dy [N, O].
+  virtual void bias_fwd(Tensor y, Tensor b) = 0;
+  virtual void bias_bwd(Tensor db, Tensor dy, bool acc_db) = 0;
   // loss [1] f32 (mean over targets >= 0), lse [N] f32.
   virtual void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) = 0;
   // dloss [1] f32 is the incoming gradient of the loss.

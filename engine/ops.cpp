@@ -22,38 +22,52 @@ class EmbeddingOp final : public Op {
   bool saves_output(int) const override { return false; }
 };
 
+// heads > 1: x [N, H*D] with w [D] normalises each head's D values, as rows of an [N*H, D] view.
 class RmsNormOp final : public Op {
  public:
-  explicit RmsNormOp(float eps) : eps_(eps) {}
+  RmsNormOp(float eps, int heads) : eps_(eps), heads_(heads) {}
   const char* name() const override { return "rmsnorm"; }
   OpKind kind() const override { return OpKind::rmsnorm; }
-  void forward(Backend& be, const OpArgs& a) override { be.rmsnorm_fwd(a.out[0], a.out[1], a.in[0], a.in[1], eps_); }
+  void forward(Backend& be, const OpArgs& a) override {
+    be.rmsnorm_fwd(rows(a.out[0]), a.out[1], rows(a.in[0]), a.in[1], eps_);
+  }
   void backward(Backend& be, const OpArgs& a) override {
     if (a.gout[0].defined())
-      be.rmsnorm_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.out[1], a.acc[0], a.acc[1]);
+      be.rmsnorm_bwd(rows(a.gin[0]), a.gin[1], rows(a.gout[0]), rows(a.in[0]), a.in[1], a.out[1], a.acc[0], a.acc[1]);
   }
   bool saves_input(int) const override { return true; }
   bool saves_output(int i) const override { return i == 1; }
 
  private:
+  Tensor rows(Tensor x) const {
+    if (heads_ == 1 || !x.defined()) return x;
+    const int64_t cols = x.shape[x.shape.nd - 1] / heads_;
+    return x.reshape(Shape{x.numel() / cols, cols});
+  }
   float eps_;
+  int heads_;
 };
 
+// Inputs x, w and, with a bias, b.
 class LinearOp final : public Op {
  public:
-  explicit LinearOp(bool weight_trainable) : weight_trainable_(weight_trainable) {}
+  LinearOp(bool weight_trainable, bool bias) : weight_trainable_(weight_trainable), bias_(bias) {}
   const char* name() const override { return "linear"; }
   OpKind kind() const override { return OpKind::linear; }
-  void forward(Backend& be, const OpArgs& a) override { be.linear_fwd(a.out[0], a.in[0], a.in[1]); }
+  void forward(Backend& be, const OpArgs& a) override {
+    be.linear_fwd(a.out[0], a.in[0], a.in[1]);
+    if (bias_) be.bias_fwd(a.out[0], a.in[2]);
+  }
   void backward(Backend& be, const OpArgs& a) override {
+    if (bias_ && a.gin[2].defined()) be.bias_bwd(a.gin[2], a.gout[0], a.acc[2]);
     be.linear_bwd(a.gin[0], a.gin[1], a.gout[0], a.in[0], a.in[1], a.acc[0], a.acc[1]);
   }
-  // x is needed only for the weight gradient: a frozen linear saves nothing but its weight.
-  bool saves_input(int i) const override { return i == 1 || weight_trainable_; }
+  // x is needed only for the weight gradient: a frozen linear saves nothing but its weight (and bias).
+  bool saves_input(int i) const override { return i >= 1 || weight_trainable_; }
   bool saves_output(int) const override { return false; }
 
  private:
-  bool weight_trainable_;
+  bool weight_trainable_, bias_;
 };
 
 class RopeOp final : public Op {
@@ -185,14 +199,32 @@ VId embedding(Tape& t, VId tokens, VId wte, std::string cls) {
 
 std::pair<VId, VId> rmsnorm(Tape& t, VId x, VId w, float eps, const std::string& prefix) {
   const Shape& s = t.value(x).shape;
-  auto ids = t.record(std::make_unique<RmsNormOp>(eps), {x, w},
+  auto ids = t.record(std::make_unique<RmsNormOp>(eps, 1), {x, w},
                       {{prefix + ".out", s, act(t)}, {prefix + ".rstd", Shape{s.numel() / s[s.nd - 1]}, DType::f32}});
   return {ids[0], ids[1]};
 }
 
+std::pair<VId, VId> rmsnorm_heads(Tape& t, VId x, VId w, int heads, float eps, const std::string& prefix) {
+  const Shape& s = t.value(x).shape;
+  const int64_t D = t.value(w).shape.numel();
+  STRATA_CHECK(heads > 0 && s[s.nd - 1] == heads * D,
+               "rmsnorm_heads: the last dimension is not heads x the weight's length");
+  auto ids = t.record(std::make_unique<RmsNormOp>(eps, heads), {x, w},
+                      {{prefix + ".out", s, act(t)}, {prefix + ".rstd", Shape{s.numel() / D}, DType::f32}});
+  return {ids[0], ids[1]};
+}
+
 VId linear(Tape& t, VId x, VId w, std::string cls) {
+  return linear(t, x, w, -1, std::move(cls));
+}
+
+VId linear(Tape& t, VId x, VId w, VId b, std::string cls) {
   Shape out = rows_by(t.value(x).shape, t.value(w).shape[0]);
-  return t.record1(std::make_unique<LinearOp>(t.value(w).requires_grad), {x, w}, {std::move(cls), out, act(t)});
+  const bool bias = b >= 0;
+  if (bias) STRATA_CHECK(t.value(b).shape.numel() == out[1], "linear: the bias length is not the output width");
+  std::vector<VId> in = {x, w};
+  if (bias) in.push_back(b);
+  return t.record1(std::make_unique<LinearOp>(t.value(w).requires_grad, bias), in, {std::move(cls), out, act(t)});
 }
 
 VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls) {

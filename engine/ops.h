@@ -12,8 +12,14 @@ namespace strata::ops {
 VId embedding(Tape& t, VId tokens, VId wte, std::string cls);
 // x [N, C], w [C] -> (out [N, C] as prefix.out, rstd [N] f32 as prefix.rstd)
 std::pair<VId, VId> rmsnorm(Tape& t, VId x, VId w, float eps, const std::string& prefix);
+// Per-head RMSNorm (Qwen3's q_norm/k_norm): x [N, H*D], w [D], each head's D values normalised on
+// their own -> (out [N, H*D] as prefix.out, rstd [N*H] f32 as prefix.rstd)
+std::pair<VId, VId> rmsnorm_heads(Tape& t, VId x, VId w, int heads, float eps, const std::string& prefix);
 // x [N, I], w [O, I] -> [N, O]
 VId linear(Tape& t, VId x, VId w, std::string cls);
+// x [N, I], w [O, I], b [O] -> x w^T + b [N, O]; the bias is added in place after the GEMM and
+// needs nothing saved for its gradient. b < 0: no bias (as linear above).
+VId linear(Tape& t, VId x, VId w, VId b, std::string cls);
 // x [N, H*D] with H heads; pos [N] i32; inv_freq [D/2] f32 -> [N, H*D]
 VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
 // q [B*T, Hq*D], k/v [B*T, Hkv*D] -> (out [B*T, Hq*D] as prefix.out, lse [B, Hq, T] f32 as prefix.lse)

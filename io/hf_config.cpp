@@ -108,7 +108,109 @@ double clean(float f) {
   return std::stod(fmt::format("{}", f));
 }
 
+// The fields llama_config_to_json always writes itself; the rest pass through (the sliding-window
+// fields too: layer_types and max_window_layers say more than sliding_window alone).
+bool interpreted_field(const std::string& k) {
+  static const char* const kFields[] = {"architectures",
+                                        "model_type",
+                                        "hidden_act",
+                                        "hidden_size",
+                                        "intermediate_size",
+                                        "num_hidden_layers",
+                                        "num_attention_heads",
+                                        "num_key_value_heads",
+                                        "head_dim",
+                                        "vocab_size",
+                                        "max_position_embeddings",
+                                        "rms_norm_eps",
+                                        "rope_theta",
+                                        "rope_scaling",
+                                        "rope_parameters",
+                                        "attention_bias",
+                                        "mlp_bias",
+                                        "tie_word_embeddings",
+                                        "torch_dtype",
+                                        "dtype"};
+  for (const char* f : kFields)
+    if (k == f) return true;
+  return false;
+}
+
+// Biases, q/k norms and the sliding window, by architecture (as transformers' modeling files use
+// them: Qwen2Attention has q/k/v biases always; Qwen3Attention and LlamaAttention take
+// attention_bias for q, k, v and o; MistralAttention has none).
+void parse_arch_fields(const Reader& r, const json& j, LlamaConfig& c) {
+  const bool attention_bias = r.boolean(j, "attention_bias", false);
+  switch (c.arch) {
+    case Arch::llama:
+      c.qkv_bias = c.o_bias = attention_bias;
+      c.mlp_bias = r.boolean(j, "mlp_bias", false);
+      break;
+    case Arch::mistral:
+      break;
+    case Arch::qwen2:
+      c.qkv_bias = true;
+      break;
+    case Arch::qwen3:
+      c.qkv_bias = c.o_bias = attention_bias;
+      c.qk_norm = true;
+      break;
+  }
+  if (c.arch == Arch::llama) return;  // LlamaAttention has no window
+  int window = 0;
+  if (const json* w = Reader::get(j, "sliding_window")) {
+    if (!w->is_number_integer() || !w->is_number_unsigned() || w->get<uint64_t>() == 0 ||
+        w->get<uint64_t>() > uint64_t(LlamaConfigLimits::kMaxPositions))
+      r.fail("sliding_window",
+             fmt::format("field 'sliding_window' is {}, expected null or a positive integer in [1, {}]", w->dump(),
+                         LlamaConfigLimits::kMaxPositions));
+    window = w->get<int>();
+  }
+  if (!window) return;
+  bool windowed = c.arch == Arch::mistral;  // Mistral windows every layer; Qwen only where enabled
+  if (c.arch != Arch::mistral) {
+    if (const json* lt = Reader::get(j, "layer_types")) {
+      if (!lt->is_array()) r.wrong_type("layer_types", *lt, "an array of strings");
+      for (const json& t : *lt) {
+        if (!t.is_string()) r.wrong_type("layer_types", t, "an array of strings");
+        windowed |= t.get<std::string>() == "sliding_attention";
+      }
+    } else {
+      windowed = r.boolean(j, "use_sliding_window", false);
+    }
+  }
+  if (windowed) c.sliding_window = window;
+}
+
 }  // namespace
+
+const char* arch_model_type(Arch a) {
+  switch (a) {
+    case Arch::llama:
+      return "llama";
+    case Arch::mistral:
+      return "mistral";
+    case Arch::qwen2:
+      return "qwen2";
+    case Arch::qwen3:
+      return "qwen3";
+  }
+  return "llama";
+}
+
+const char* arch_architecture(Arch a) {
+  switch (a) {
+    case Arch::llama:
+      return "LlamaForCausalLM";
+    case Arch::mistral:
+      return "MistralForCausalLM";
+    case Arch::qwen2:
+      return "Qwen2ForCausalLM";
+    case Arch::qwen3:
+      return "Qwen3ForCausalLM";
+  }
+  return "LlamaForCausalLM";
+}
 
 LlamaConfig parse_llama_config(const std::string& json_text, const std::string& path_for_errors) {
   Reader r{path_for_errors};
@@ -120,15 +222,20 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   }
   if (!j.is_object()) r.fail("json", fmt::format("expected a JSON object, found {}", j.type_name()));
 
-  if (const json* mt = r.string(j, "model_type", "model_type"); mt && mt->get<std::string>() != "llama")
-    r.fail("model_type", fmt::format("model_type is '{}', expected 'llama'", mt->get<std::string>()));
+  LlamaConfig c;
+  if (const json* mt = r.string(j, "model_type", "model_type")) {
+    const std::string t = mt->get<std::string>();
+    bool known = false;
+    for (Arch a : {Arch::llama, Arch::mistral, Arch::qwen2, Arch::qwen3})
+      if (t == arch_model_type(a)) c.arch = a, known = true;
+    if (!known)
+      r.fail("model_type", fmt::format("model_type is '{}', expected one of 'llama', 'mistral', 'qwen2', 'qwen3'", t));
+  }
   if (const json* act = r.string(j, "hidden_act", "hidden_act"); act && act->get<std::string>() != "silu")
     r.fail("hidden_act", fmt::format("hidden_act '{}' is not supported (only 'silu')", act->get<std::string>()));
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (r.boolean(j, bias, false)) r.fail(bias, fmt::format("{} = true is not supported", bias));
+  parse_arch_fields(r, j, c);
 
   using L = LlamaConfigLimits;
-  LlamaConfig c;
   c.hidden_size = r.positive_int(j, "hidden_size", "hidden_size", nullptr, L::kMaxHidden);
   c.intermediate_size = r.positive_int(j, "intermediate_size", "intermediate_size", nullptr, L::kMaxIntermediate);
   c.num_hidden_layers = r.positive_int(j, "num_hidden_layers", "num_hidden_layers", nullptr, L::kMaxLayers);
@@ -139,10 +246,12 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_key_value_heads", fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
                                               c.num_attention_heads, c.num_key_value_heads));
-  if (!Reader::get(j, "head_dim") && c.hidden_size % c.num_attention_heads != 0)
+  // Qwen3Config's head_dim defaults to 128 whatever the width; the others derive it.
+  const bool derived_head_dim = c.arch != Arch::qwen3;
+  if (!Reader::get(j, "head_dim") && derived_head_dim && c.hidden_size % c.num_attention_heads != 0)
     r.fail("head_dim", fmt::format("head_dim absent and hidden_size {} is not a multiple of num_attention_heads {}",
                                    c.hidden_size, c.num_attention_heads));
-  int head_dim = c.hidden_size / c.num_attention_heads;
+  int head_dim = derived_head_dim ? c.hidden_size / c.num_attention_heads : 128;
   if (!Reader::get(j, "head_dim") && head_dim > L::kMaxHeadDim)
     r.fail("head_dim", fmt::format("head_dim absent and hidden_size / num_attention_heads = {} exceeds {}", head_dim,
                                    L::kMaxHeadDim));
@@ -165,6 +274,10 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   } else if (const json* rs = Reader::get(j, "rope_scaling")) {  // transformers 4
     parse_rope(r, *rs, "rope_scaling", c);
   }
+  json rest = json::object();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!interpreted_field(it.key())) rest[it.key()] = it.value();
+  c.passthrough_json = rest.dump();
   // Every field is bounded, but together they can still describe an absurd model: refuse it here,
   // before anything (weight shapes, arenas) is sized from it.
   uint64_t params = llama_parameter_count(c);
@@ -193,6 +306,10 @@ uint64_t llama_parameter_count(const LlamaConfig& c) {
   uint64_t layer = mul(h, add(add(q, q), add(kv, kv)));        // q, o, k, v projections
   layer = add(layer, mul(mul(3, h), u(c.intermediate_size)));  // gate, up, down
   layer = add(layer, mul(2, h));                               // two RMSNorms
+  if (c.qkv_bias) layer = add(layer, add(q, add(kv, kv)));
+  if (c.o_bias) layer = add(layer, h);
+  if (c.mlp_bias) layer = add(layer, add(mul(2, u(c.intermediate_size)), h));
+  if (c.qk_norm) layer = add(layer, mul(2, u(c.head_dim)));
   uint64_t embed = mul(u(c.vocab_size), h);
   uint64_t total = add(mul(layer, u(c.num_hidden_layers)), add(embed, h));  // + final norm
   return c.tie_word_embeddings ? total : add(total, embed);
@@ -208,8 +325,8 @@ LlamaConfig read_llama_config(const std::string& path) {
 
 std::string llama_config_to_json(const LlamaConfig& c) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {arch_architecture(c.arch)};
+  j["model_type"] = arch_model_type(c.arch);
   j["hidden_act"] = "silu";
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -231,13 +348,40 @@ std::string llama_config_to_json(const LlamaConfig& c) {
   } else {
     j["rope_scaling"] = nullptr;
   }
-  j["attention_bias"] = false;
-  j["attention_dropout"] = 0.0;
-  j["mlp_bias"] = false;
-  j["initializer_range"] = 0.02;
+  switch (c.arch) {
+    case Arch::llama:
+      j["attention_bias"] = c.qkv_bias;
+      j["mlp_bias"] = c.mlp_bias;
+      break;
+    case Arch::qwen3:
+      j["attention_bias"] = c.qkv_bias;
+      break;
+    case Arch::mistral:
+    case Arch::qwen2:
+      break;
+  }
+  // The window's own fields pass through from the source (layer_types, max_window_layers, ...);
+  // a config made here states the window it runs with.
+  if (c.arch != Arch::llama && c.sliding_window > 0) {
+    j["sliding_window"] = c.sliding_window;
+    if (c.arch != Arch::mistral && c.passthrough_json.empty()) j["use_sliding_window"] = true;
+  }
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
-  j["use_cache"] = true;
+  // Everything else the source config said (token ids, ...), or transformers' defaults for a new one.
+  nlohmann::ordered_json rest = nlohmann::ordered_json::object();
+  if (!c.passthrough_json.empty()) {
+    try {
+      rest = nlohmann::ordered_json::parse(c.passthrough_json);
+    } catch (const nlohmann::ordered_json::exception&) {
+      rest = nlohmann::ordered_json::object();
+    }
+  } else {
+    rest = {{"attention_dropout", 0.0}, {"initializer_range", 0.02}, {"use_cache", true}};
+  }
+  if (rest.is_object())
+    for (auto it = rest.begin(); it != rest.end(); ++it)
+      if (!j.contains(it.key()) && !interpreted_field(it.key())) j[it.key()] = it.value();
   return j.dump(2) + "\n";
 }
 

@@ -1,5 +1,5 @@
-// Hugging Face Llama config.json: reading (transformers 4 and 5 rope styles), validation and
-// writing back a config that transformers loads.
+// Hugging Face config.json of the Llama family (model_type llama, mistral, qwen2, qwen3): reading
+// (transformers 4 and 5 rope styles), validation and writing back a config that transformers loads.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,13 +8,32 @@
 
 namespace strata::io {
 
+// The architectures strata trains. They share Llama's layer (RMSNorm, GQA attention with rope,
+// SwiGLU MLP) and differ only in the pieces LlamaConfig's flags below describe.
+enum class Arch { llama, mistral, qwen2, qwen3 };
+const char* arch_model_type(Arch a);    // "llama", "mistral", "qwen2", "qwen3"
+const char* arch_architecture(Arch a);  // "LlamaForCausalLM", ...
+
 struct LlamaConfig {
+  Arch arch = Arch::llama;
   int hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0, num_attention_heads = 0, num_key_value_heads = 0,
       head_dim = 0, vocab_size = 0, max_position_embeddings = 2048;
   float rms_norm_eps = 1e-6f, rope_theta = 10000.0f;
   RopeScaling rope_scaling;  // llama3 or none
   bool tie_word_embeddings = false;
   std::string torch_dtype = "float32";  // from "torch_dtype" or "dtype"
+  // Per-architecture pieces (from model_type and its fields):
+  bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj (qwen2; attention_bias in llama and qwen3)
+  bool o_bias = false;    // a bias on o_proj (attention_bias in llama and qwen3)
+  bool mlp_bias = false;  // biases on gate_proj, up_proj, down_proj (llama's mlp_bias)
+  bool qk_norm = false;   // qwen3: an RMSNorm over each head of q and of k ([head_dim] weights) before rope
+  // Tokens a query may look back in a sliding-window layer (mistral's sliding_window; qwen's where
+  // use_sliding_window or layer_types enables it); 0: every layer attends to the whole causal prefix.
+  // strata runs full causal attention, so a sequence longer than the window is refused.
+  int sliding_window = 0;
+  // The source config's fields that strata does not interpret (token ids, layer_types, ...), as a
+  // JSON object's text, written back unchanged by llama_config_to_json.
+  std::string passthrough_json;
 };
 
 // Upper bounds on config.json sizes, checked before anything is sized from them (a hostile

@@ -8,6 +8,7 @@
 #include "kernels/adamw.h"
 #include "kernels/add.h"
 #include "kernels/attention.h"
+#include "kernels/bias.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/lm_head_ce.h"
@@ -150,6 +151,10 @@ class CpuBackend final : public Backend {
   }
   void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
     cpu::add_bwd(F(da), F(db), F(dout), scale, long(dout.numel()), acc_da, acc_db);
+  }
+  void bias_fwd(Tensor y, Tensor b) override { cpu::bias_fwd(F(y), F(b), long(rows(y)), long(cols(y))); }
+  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
+    if (db.defined()) cpu::bias_bwd(F(db), F(dy), long(rows(dy)), long(cols(dy)), acc_db);
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
     loss.f32()[0] =

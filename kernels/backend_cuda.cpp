@@ -455,6 +455,15 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "add_bwd", s());
     cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), acc_da, acc_db, s());
   }
+  void bias_fwd(Tensor y, Tensor b) override {
+    OpProfiler::Scope prof_(&prof_data_, "bias_fwd", s());
+    cuda::bias_fwd(B(y), B(b), long(rows(y)), long(cols(y)), s());
+  }
+  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
+    if (!db.defined()) return;
+    OpProfiler::Scope prof_(&prof_data_, "bias_bwd", s());
+    cuda::bias_bwd(F(db), B(dy), long(rows(dy)), long(cols(dy)), acc_db, s());
+  }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);

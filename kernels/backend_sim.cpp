@@ -256,6 +256,10 @@ class SimBackendImpl final : public SimBackend {
     bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + rw(dgate, acc_dgate) + rw(dup, acc_dup)));
   }
   void add_fwd(Tensor out, Tensor a, Tensor b, float) override { fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out))); }
+  void bias_fwd(Tensor y, Tensor b) override { fwd(OpKind::bias, cost_.memory(2 * B(y) + B(b))); }
+  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
+    if (db.defined()) bwd(OpKind::bias, cost_.memory(B(dy) + rw(db, acc_db)));
+  }
   void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
     bwd(OpKind::add, cost_.memory(B(dout) + rw(da, acc_da) + rw(db, acc_db)));
   }

@@ -43,6 +43,11 @@ void swiglu_fwd(bf16* out, const bf16* gate, const bf16* up, long n, cudaStream_
 void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, const bf16* up, long n, bool acc_dgate,
                 bool acc_dup, cudaStream_t stream);  // (+)=
 
+// A projection's bias: y [N, O] += b [O] (in place).
+void bias_fwd(bf16* y, const bf16* b, long N, long O, cudaStream_t stream);
+// db [O] fp32 (+)= column sums of dy [N, O] (block partial sums, then atomics; an overwrite zeroes db first).
+void bias_bwd(float* db, const bf16* dy, long N, long O, bool acc, cudaStream_t stream);
+
 // out = a + s * b, all [n].
 void add_fwd(bf16* out, const bf16* a, const bf16* b, float s, long n, cudaStream_t stream);
 // da (+)= dout, db (+)= s * dout.

@@ -40,6 +40,10 @@ size_t host_align(size_t b) {
 std::string module_path(const std::string& m) {
   return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp." + m : "self_attn." + m;
 }
+// RMSNorm weights by their Hugging Face names: "...layernorm.weight", "model.norm.weight", "...q_norm.weight".
+bool is_norm(const std::string& name) {
+  return name.find("norm.weight") != std::string::npos;
+}
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaConfig& c) {
@@ -48,15 +52,24 @@ std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaCo
   std::vector<std::pair<std::string, Shape>> w;
   w.push_back({"model.embed_tokens.weight", Shape{V, C}});
   for (int i = 0; i < c.num_hidden_layers; ++i) {
+    // A projection's weight [out, in], then its bias [out] where the architecture has one.
+    auto proj = [&](const std::string& m, int64_t out, int64_t in, bool bias) {
+      w.push_back({layer_name(i, m + ".weight"), Shape{out, in}});
+      if (bias) w.push_back({layer_name(i, m + ".bias"), Shape{out}});
+    };
     w.push_back({layer_name(i, "input_layernorm.weight"), Shape{C}});
-    w.push_back({layer_name(i, "self_attn.q_proj.weight"), Shape{Q, C}});
-    w.push_back({layer_name(i, "self_attn.k_proj.weight"), Shape{KV, C}});
-    w.push_back({layer_name(i, "self_attn.v_proj.weight"), Shape{KV, C}});
-    w.push_back({layer_name(i, "self_attn.o_proj.weight"), Shape{C, Q}});
+    proj("self_attn.q_proj", Q, C, c.qkv_bias);
+    proj("self_attn.k_proj", KV, C, c.qkv_bias);
+    proj("self_attn.v_proj", KV, C, c.qkv_bias);
+    proj("self_attn.o_proj", C, Q, c.o_bias);
+    if (c.qk_norm) {
+      w.push_back({layer_name(i, "self_attn.q_norm.weight"), Shape{D}});
+      w.push_back({layer_name(i, "self_attn.k_norm.weight"), Shape{D}});
+    }
     w.push_back({layer_name(i, "post_attention_layernorm.weight"), Shape{C}});
-    w.push_back({layer_name(i, "mlp.gate_proj.weight"), Shape{F, C}});
-    w.push_back({layer_name(i, "mlp.up_proj.weight"), Shape{F, C}});
-    w.push_back({layer_name(i, "mlp.down_proj.weight"), Shape{C, F}});
+    proj("mlp.gate_proj", F, C, c.mlp_bias);
+    proj("mlp.up_proj", F, C, c.mlp_bias);
+    proj("mlp.down_proj", C, F, c.mlp_bias);
   }
   w.push_back({"model.norm.weight", Shape{C}});
   if (!c.tie_word_embeddings) w.push_back({"lm_head.weight", Shape{V, C}});
@@ -73,10 +86,11 @@ int LlamaModel::layer_of_param(const std::string& name) {
 
 LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt) : be_(be), cfg_(cfg), opt_(opt) {
   const auto shapes = llama_weight_shapes(cfg_);
-  auto trainable = [&](const Shape& s) { return opt_.train_base || (opt_.train_norms && s.nd == 1); };
-  // Paged: the frozen matrices of the layers. Norms, adapters, embeddings and the head stay resident.
+  // train_norms trains the RMSNorm weights (q_norm/k_norm included), not biases: PEFT's bias "none".
+  auto trainable = [&](const std::string& name) { return opt_.train_base || (opt_.train_norms && is_norm(name)); };
+  // Paged: the frozen matrices of the layers. Norms, biases, adapters, embeddings and the head stay resident.
   auto paged = [&](const std::string& name, const Shape& s) {
-    return opt_.page_frozen_layers && !trainable(s) && s.nd == 2 && layer_of_param(name) >= 0;
+    return opt_.page_frozen_layers && !trainable(name) && s.nd == 2 && layer_of_param(name) >= 0;
   };
   if (opt_.page_frozen_layers) {
     if (opt_.train_base)
@@ -90,7 +104,7 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
   }
   int next_page = 0;
   for (auto& [name, shape] : shapes)
-    add_param(name, shape, trainable(shape), false, paged(name, shape) ? next_page++ : -1);
+    add_param(name, shape, trainable(name), false, paged(name, shape) ? next_page++ : -1);
   if (opt_.lora.enabled()) {
     const int64_t r = opt_.lora.rank;
     for (int i = 0; i < cfg_.num_hidden_layers; ++i)
@@ -295,10 +309,10 @@ void LlamaModel::init_random(uint64_t seed) {
     Parameter& p = params_[pi];
     if (p.is_lora) continue;
     h.resize(size_t(p.shape.numel()));
-    const bool norm = p.shape.nd == 1;
+    const bool norm = is_norm(p.name), bias = p.name.ends_with(".bias");
     parallel_chunks(h.size(), kChunk, [&](size_t b, size_t e) {
       Rng rng(seed * 0x100000001B3ull + pi * 0x9E3779B1ull + b / kChunk);
-      for (size_t i = b; i < e; ++i) h[i] = norm ? 1.0f : float(0.02 * rng.normal());
+      for (size_t i = b; i < e; ++i) h[i] = norm ? 1.0f : bias ? 0.0f : float(0.02 * rng.normal());
     });
     set_weights(p, h.data());
   }
@@ -312,13 +326,14 @@ VId LlamaModel::pid(Tape& t, const std::string& name) {
   return t.param(name, p->value(), p->trainable && !lazy ? p->grad_view() : Tensor(), int(p - params_.data()), lazy);
 }
 
-VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight,
-                     const std::string& cls) {
+VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const std::string& cls) {
   bool lora = opt_.lora.enabled() && std::find(opt_.lora.target_modules.begin(), opt_.lora.target_modules.end(),
                                                module) != opt_.lora.target_modules.end();
-  if (!lora) return ops::linear(t, x, pid(t, weight), cls);
-  std::string base = layer_name(layer, module_path(module));
-  VId y = ops::linear(t, x, pid(t, weight), cls + ".base");
+  const std::string base = layer_name(layer, module_path(module));
+  const std::string bias_name = base + ".bias";
+  const VId bias = find(bias_name) ? pid(t, bias_name) : VId(-1);
+  if (!lora) return ops::linear(t, x, pid(t, base + ".weight"), bias, cls);
+  VId y = ops::linear(t, x, pid(t, base + ".weight"), bias, cls + ".base");
   VId a = ops::linear(t, x, pid(t, base + ".lora_A.weight"), cls + ".lora_a");
   VId b = ops::linear(t, a, pid(t, base + ".lora_B.weight"), cls + ".lora_b");
   return ops::add(t, y, b, opt_.lora.scale(), cls);
@@ -327,6 +342,12 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
 ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training) {
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const float eps = cfg_.rms_norm_eps;
+  if (cfg_.sliding_window > 0 && T > cfg_.sliding_window)
+    STRATA_THROW(UnsupportedError,
+                 fmt::format("config.json: sliding_window is {} and the sequence is {} tokens: strata runs full "
+                             "causal attention, which differs from {}'s windowed attention beyond the window; "
+                             "train at sequence_len <= {}",
+                             cfg_.sliding_window, T, io::arch_model_type(cfg_.arch), cfg_.sliding_window));
   if (pager_ && !pager_->installed_on(t))
     STRATA_THROW(UnsupportedError,
                  "this model pages its frozen layers (layer_offloading): record it on a tape the "
@@ -340,19 +361,23 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     std::string P = fmt::format("L{}", i);
     auto w = [&](const std::string& rest) { return layer_name(i, rest); };
     auto [n1, r1] = ops::rmsnorm(t, x, pid(t, w("input_layernorm.weight")), eps, P + ".attn_norm");
-    VId q = proj(t, n1, i, "q_proj", w("self_attn.q_proj.weight"), P + ".attn.q_proj");
-    VId k = proj(t, n1, i, "k_proj", w("self_attn.k_proj.weight"), P + ".attn.k_proj");
-    VId v = proj(t, n1, i, "v_proj", w("self_attn.v_proj.weight"), P + ".attn.v");
+    VId q = proj(t, n1, i, "q_proj", P + ".attn.q_proj");
+    VId k = proj(t, n1, i, "k_proj", P + ".attn.k_proj");
+    VId v = proj(t, n1, i, "v_proj", P + ".attn.v");
+    if (cfg_.qk_norm) {  // Qwen3: each head of q and k normalised on its own, before rope
+      q = ops::rmsnorm_heads(t, q, pid(t, w("self_attn.q_norm.weight")), Hq, eps, P + ".attn.q_norm").first;
+      k = ops::rmsnorm_heads(t, k, pid(t, w("self_attn.k_norm.weight")), Hkv, eps, P + ".attn.k_norm").first;
+    }
     q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q");
     k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k");
     auto [o, lse] = ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn");
-    VId a = proj(t, o, i, "o_proj", w("self_attn.o_proj.weight"), P + ".attn.o_proj");
+    VId a = proj(t, o, i, "o_proj", P + ".attn.o_proj");
     VId h = ops::add(t, x, a, 1.0f, P + ".mid");
     auto [n2, r2] = ops::rmsnorm(t, h, pid(t, w("post_attention_layernorm.weight")), eps, P + ".mlp_norm");
-    VId g = proj(t, n2, i, "gate_proj", w("mlp.gate_proj.weight"), P + ".mlp.gate");
-    VId u = proj(t, n2, i, "up_proj", w("mlp.up_proj.weight"), P + ".mlp.up");
+    VId g = proj(t, n2, i, "gate_proj", P + ".mlp.gate");
+    VId u = proj(t, n2, i, "up_proj", P + ".mlp.up");
     VId s = ops::swiglu(t, g, u, P + ".mlp.act");
-    VId d = proj(t, s, i, "down_proj", w("mlp.down_proj.weight"), P + ".mlp.down");
+    VId d = proj(t, s, i, "down_proj", P + ".mlp.down");
     // The last layer's output is the loss path's input: named outside the L* classes.
     x = ops::add(t, h, d, 1.0f, i + 1 < L ? fmt::format("L{}.input", i + 1) : std::string("final_norm.input"));
     if (i + 1 < L)

@@ -1,6 +1,6 @@
-// The Llama family on the tape: parameters in the device arena (fp32 master weights, gradients
-// and Adam moments for trainable ones), weights from Hugging Face checkpoints, LoRA adapters
-// with the base frozen, and the forward graph recorded per batch.
+// The Llama family (Llama, Mistral, Qwen2, Qwen3: io::Arch) on the tape: parameters in the device arena (fp32 master
+// weights, gradients and Adam moments for trainable ones), weights from Hugging Face checkpoints, LoRA adapters with
+// the base frozen, and the forward graph recorded per batch.
 #pragma once
 #include <memory>
 #include <string>
@@ -123,7 +123,8 @@ class LlamaModel {
   void set_weights(Parameter& p, const float* host);
   // The fp32 weights of an unpaged parameter (joined from a split master) into host [numel].
   void download_master(const Parameter& p, float* host) const;
-  VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& weight, const std::string& cls);
+  // The projection `module` ("q_proj", ...) of `layer`, with its bias and LoRA adapter where they exist.
+  VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& cls);
   VId pid(Tape& t, const std::string& name);
 
   Backend& be_;

@@ -31,6 +31,18 @@ io::LlamaConfig make(int hidden, int layers, int heads, int kv, int mlp, int voc
   c.torch_dtype = "bfloat16";
   return c;
 }
+// Qwen and Mistral shapes from their config.json files: explicit head_dim, eps 1e-6 (Qwen) or 1e-5.
+io::LlamaConfig make_arch(io::Arch arch, int hidden, int layers, int heads, int kv, int head_dim, int mlp, int vocab,
+                          bool tied, float theta, int max_pos) {
+  io::LlamaConfig c = make(hidden, layers, heads, kv, mlp, vocab, tied, theta, false, 1.0f);
+  c.arch = arch;
+  c.head_dim = head_dim;
+  c.max_position_embeddings = max_pos;
+  c.rms_norm_eps = arch == io::Arch::mistral ? 1e-5f : 1e-6f;
+  c.qk_norm = arch == io::Arch::qwen3;
+  c.qkv_bias = arch == io::Arch::qwen2;
+  return c;
+}
 }  // namespace
 
 const std::vector<NamedShape>& builtin_shapes() {
@@ -40,6 +52,11 @@ const std::vector<NamedShape>& builtin_shapes() {
       {"Llama-3-8B", make(4096, 32, 32, 8, 14336, 128256, false, 500000.0f, false, 1.0f)},
       {"Llama-3.1-8B", make(4096, 32, 32, 8, 14336, 128256, false, 500000.0f, true, 8.0f)},
       {"Llama-3-70B", make(8192, 80, 64, 8, 28672, 128256, false, 500000.0f, false, 1.0f)},
+      {"Qwen3-1.7B", make_arch(io::Arch::qwen3, 2048, 28, 16, 8, 128, 6144, 151936, true, 1e6f, 40960)},
+      {"Qwen3-8B", make_arch(io::Arch::qwen3, 4096, 36, 32, 8, 128, 12288, 151936, false, 1e6f, 40960)},
+      {"Qwen2.5-7B", make_arch(io::Arch::qwen2, 3584, 28, 28, 4, 128, 18944, 152064, false, 1e6f, 32768)},
+      // v0.3: no sliding window, 32768 tokens of vocabulary (v0.1 windows at 4096; give its config.json).
+      {"Mistral-7B", make_arch(io::Arch::mistral, 4096, 32, 32, 8, 128, 14336, 32768, false, 1e6f, 32768)},
       {"tiny", make(64, 2, 4, 2, 128, 256, false, 10000.0f, false, 1.0f)},
   };
   return shapes;

@@ -52,7 +52,7 @@ static const char* kUsage =
     "not). The search stops at --seq-limit, by default the model's max_position_embeddings (at most\n"
     "1048576): an answer equal to the limit says so. It prints the plan and forecast at that length\n"
     "and its strata-train config, as --budget does. Built-in model names: Llama-3.2-1B, Llama-3.2-3B,\n"
-    "Llama-3-8B, Llama-3.1-8B, Llama-3-70B, tiny.\n";
+    "Llama-3-8B, Llama-3.1-8B, Llama-3-70B, Qwen3-1.7B, Qwen3-8B, Qwen2.5-7B, Mistral-7B, tiny.\n";
 
 namespace {
 

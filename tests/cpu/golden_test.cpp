@@ -80,6 +80,8 @@ TEST_P(Golden, LogitsLossAndGradientsMatchHuggingFace) {
               GetParam().c_str(), max_diff, max_ref, loss, ref_loss, worst_grad);
 }
 
-INSTANTIATE_TEST_SUITE_P(Hf, Golden, ::testing::Values("gqa_untied", "tied_llama3", "mha_headdim"));
+INSTANTIATE_TEST_SUITE_P(Hf, Golden,
+                         ::testing::Values("gqa_untied", "tied_llama3", "mha_headdim", "qwen3_tied", "qwen3_bias",
+                                           "qwen2_bias", "mistral_gqa"));
 
 }  // namespace

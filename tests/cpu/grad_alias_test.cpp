@@ -72,6 +72,8 @@ class CountingBackend final : public Backend {
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
     in_->linear_bwd(dx, dw, dy, x, w, acc_dx, acc_dw);
   }
+  void bias_fwd(Tensor y, Tensor b) override { in_->bias_fwd(y, b); }
+  void bias_bwd(Tensor db, Tensor dy, bool acc) override { in_->bias_bwd(db, dy, acc); }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override { in_->rope_fwd(out, x, pos, inv_freq); }
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc) override {
     in_->rope_bwd(dx, dout, pos, inv_freq, acc);

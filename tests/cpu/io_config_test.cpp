@@ -1,4 +1,5 @@
 // config.json parsing: both rope styles, llama3 values, HF defaults, and errors naming the field.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -142,8 +143,88 @@ TEST(io_config, BadValues) {
   // Positive as a double, but 0 or inf as the float it is stored in.
   expect_config_error(minimal_with(R"("rms_norm_eps": 1e-50)"), "rms_norm_eps", {"float range"});
   expect_config_error(minimal_with(R"("rope_theta": 1e300)"), "rope_theta", {"float range"});
-  expect_config_error(minimal_with(R"("model_type": "mistral")"), "model_type", {"'mistral'", "'llama'"});
+  expect_config_error(minimal_with(R"("model_type": "gemma")"), "model_type", {"'gemma'", "'llama'", "'qwen3'"});
+  expect_config_error(minimal_with(R"("model_type": "mistral", "sliding_window": -1)"), "sliding_window");
+  expect_config_error(minimal_with(R"("model_type": "qwen2", "sliding_window": 64, "layer_types": "full")"),
+                      "layer_types", {"array"});
   expect_config_error("{not json", "json", {"invalid JSON"});
+}
+
+// Qwen3-8B's config.json as transformers 5 writes it (abridged to the fields it has).
+const char* kQwen3_8B = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+  "initializer_range": 0.02, "intermediate_size": 12288, "layer_types": ["full_attention", "full_attention"],
+  "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3", "num_attention_heads": 32,
+  "num_hidden_layers": 2, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": null,
+  "tie_word_embeddings": false, "dtype": "bfloat16", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
+TEST(io_config, ArchitecturesAndTheirPieces) {
+  LlamaConfig q3 = parse_llama_config(kQwen3_8B, "config.json");
+  EXPECT_EQ(q3.arch, Arch::qwen3);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_FALSE(q3.qkv_bias || q3.o_bias || q3.mlp_bias);
+  EXPECT_EQ(q3.sliding_window, 0);
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_EQ(q3.rope_theta, 1e6f);
+  // Qwen3's head_dim defaults to 128 whatever hidden / heads is; the others derive it.
+  EXPECT_EQ(parse_llama_config(minimal_with(R"("model_type": "qwen3")"), "c").head_dim, 128);
+  EXPECT_EQ(parse_llama_config(minimal_with(R"("model_type": "qwen2")"), "c").head_dim, 16);
+  LlamaConfig q3b = parse_llama_config(minimal_with(R"("model_type": "qwen3", "attention_bias": true)"), "c");
+  EXPECT_TRUE(q3b.qkv_bias && q3b.o_bias && q3b.qk_norm);
+  LlamaConfig q2 = parse_llama_config(minimal_with(R"("model_type": "qwen2", "sliding_window": 4096)"), "c");
+  EXPECT_TRUE(q2.qkv_bias);  // Qwen2Attention: q, k, v biases always, none on o
+  EXPECT_FALSE(q2.o_bias || q2.qk_norm);
+  EXPECT_EQ(q2.sliding_window, 0);  // use_sliding_window absent: false
+  LlamaConfig q2w = parse_llama_config(
+      minimal_with(R"("model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": true)"), "c");
+  EXPECT_EQ(q2w.sliding_window, 4096);
+  LlamaConfig q2l =
+      parse_llama_config(minimal_with(R"("model_type": "qwen2", "sliding_window": 512, "use_sliding_window": true,
+                      "layer_types": ["full_attention", "full_attention"])"),
+                         "c");
+  EXPECT_EQ(q2l.sliding_window, 0);  // layer_types says which layers window, and none does
+  LlamaConfig mi = parse_llama_config(minimal_with(R"("model_type": "mistral", "sliding_window": 4096)"), "c");
+  EXPECT_EQ(mi.arch, Arch::mistral);
+  EXPECT_EQ(mi.sliding_window, 4096);
+  EXPECT_FALSE(mi.qkv_bias || mi.o_bias || mi.qk_norm);
+  EXPECT_EQ(parse_llama_config(minimal_with(R"("model_type": "mistral", "sliding_window": null)"), "c").sliding_window,
+            0);
+  LlamaConfig ll = parse_llama_config(minimal_with(R"("attention_bias": true, "mlp_bias": true)"), "c");
+  EXPECT_TRUE(ll.qkv_bias && ll.o_bias && ll.mlp_bias);
+  EXPECT_FALSE(ll.qk_norm);
+  // Biases and q/k norms count: Qwen3's two [head_dim] norms per layer.
+  LlamaConfig plain = q3;
+  plain.qk_norm = false;
+  EXPECT_EQ(llama_parameter_count(q3) - llama_parameter_count(plain), uint64_t(2 * 2 * 128));
+}
+
+TEST(io_config, ArchitecturesRoundTripWithTheirOwnFields) {
+  for (const std::string& text :
+       {std::string(kQwen3_8B), minimal_with(R"("model_type": "qwen2", "bos_token_id": 7, "sliding_window": 4096,
+                                                 "use_sliding_window": true, "max_window_layers": 1)"),
+        minimal_with(R"("model_type": "mistral", "sliding_window": 4096, "eos_token_id": 2)"),
+        minimal_with(R"("model_type": "qwen3", "attention_bias": true)")}) {
+    LlamaConfig c = parse_llama_config(text, "config.json");
+    const std::string out = llama_config_to_json(c);
+    LlamaConfig r = parse_llama_config(out, "out/config.json");
+    EXPECT_EQ(r.arch, c.arch) << out;
+    EXPECT_EQ(r.qkv_bias, c.qkv_bias);
+    EXPECT_EQ(r.o_bias, c.o_bias);
+    EXPECT_EQ(r.qk_norm, c.qk_norm);
+    EXPECT_EQ(r.sliding_window, c.sliding_window) << out;
+    EXPECT_EQ(r.head_dim, c.head_dim);
+    EXPECT_EQ(r.passthrough_json, c.passthrough_json) << out;
+    EXPECT_NE(out.find(fmt::format(R"("model_type": "{}")", arch_model_type(c.arch))), std::string::npos) << out;
+    EXPECT_NE(out.find(arch_architecture(c.arch)), std::string::npos) << out;
+  }
+  // The source's other fields survive: token ids, max_window_layers, layer_types.
+  const std::string out = llama_config_to_json(parse_llama_config(kQwen3_8B, "config.json"));
+  for (const char* f :
+       {R"("bos_token_id": 151643)", R"("eos_token_id": 151645)", R"("max_window_layers": 36)", R"("layer_types")"})
+    EXPECT_NE(out.find(f), std::string::npos) << f << " not in " << out;
 }
 
 TEST(io_config, GqaDivisibility) {

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the golden reference for strata's cpu backend: tiny Llama checkpoints saved by
-transformers' LlamaForCausalLM.save_pretrained, with the fp32 logits, loss and every parameter
-gradient for a fixed batch (eager attention, cpu, float32).
+"""Writes the golden reference for strata's cpu backend: tiny checkpoints saved by transformers'
+LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and MistralForCausalLM save_pretrained, with
+the fp32 logits, loss and every parameter gradient for a fixed batch (eager attention, cpu, float32).
 
-Run on a machine with torch + transformers:  python3 make_golden.py OUT_DIR
+Run on a machine with torch + transformers:  python3 make_golden.py OUT_DIR [CASE ...]
 Each case lands in OUT_DIR/<case>/{config.json, model.safetensors, reference.safetensors}.
 reference.safetensors holds: input_ids [B,T] (I32), logits [B,T,V], loss [1], grad.<param> for
 every trainable parameter (tied embeddings appear once, as model.embed_tokens.weight).
@@ -16,7 +16,7 @@ import sys
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+import transformers as tf
 
 CASES = {
     # GQA (4 query heads over 2 kv heads), untied embeddings, default rope.
@@ -34,39 +34,71 @@ CASES = {
                         num_key_value_heads=4, head_dim=16, vocab_size=67, rms_norm_eps=1e-5, rope_theta=10000.0,
                         tie_word_embeddings=False, max_position_embeddings=64, rope_scaling=None),
 }
+# Architectures beside Llama (model_type qwen3, qwen2, mistral). Each case: (arch, config kwargs).
+ARCH_CASES = {
+    # Qwen3: q_norm/k_norm per head, explicit head_dim unlike hidden/heads, tied, GQA 3:1.
+    "qwen3_tied": ("qwen3", dict(hidden_size=40, intermediate_size=72, num_hidden_layers=2, num_attention_heads=6,
+                                 num_key_value_heads=2, head_dim=12, vocab_size=97, rms_norm_eps=1e-6,
+                                 rope_theta=1000000.0, tie_word_embeddings=True, max_position_embeddings=64,
+                                 rope_scaling=None, attention_bias=False)),
+    # Qwen3 with attention_bias (q, k, v and o biases) and untied embeddings.
+    "qwen3_bias": ("qwen3", dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=4, head_dim=8, vocab_size=61, rms_norm_eps=1e-6,
+                                 rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=64,
+                                 rope_scaling=None, attention_bias=True)),
+    # Qwen2: biases on q, k and v (not o), untied, GQA 3:1.
+    "qwen2_bias": ("qwen2", dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
+                                 num_key_value_heads=2, vocab_size=83, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                                 tie_word_embeddings=False, max_position_embeddings=64, rope_scaling=None)),
+    # Mistral: Llama's layout with a sliding window longer than the batch (so it does not bite).
+    "mistral_gqa": ("mistral", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
+                                    num_key_value_heads=2, head_dim=8, vocab_size=71, rms_norm_eps=1e-5,
+                                    rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=64,
+                                    rope_scaling=None, sliding_window=32)),
+}
+ARCHS = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
+         "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM)}
 B, T = 2, 13
 
 
-def make_config(kw):
+def make_config(arch, kw):
     kw = dict(kw)
     scaling = kw.pop("rope_scaling")
     theta = kw.pop("rope_theta")
+    Config = ARCHS[arch][0]
+    if arch == "llama":
+        kw.update(attention_bias=False, mlp_bias=False)
     try:  # transformers 5: rope_parameters
         params = {"rope_type": "default", "rope_theta": theta}
         if scaling:
             params.update(scaling)
             params["rope_theta"] = theta
-        return LlamaConfig(**kw, rope_parameters=params, initializer_range=0.1, attention_bias=False,
-                           mlp_bias=False)
+        return Config(**kw, rope_parameters=params, initializer_range=0.1)
     except TypeError:
-        return LlamaConfig(**kw, rope_theta=theta, rope_scaling=scaling, initializer_range=0.1)
+        return Config(**kw, rope_theta=theta, rope_scaling=scaling, initializer_range=0.1)
 
 
-def main(out_dir):
+def main(out_dir, only):
     print("torch", torch.__version__, "transformers", transformers.__version__)
-    for i, (name, kw) in enumerate(CASES.items()):
+    cases = [(n, ("llama", kw)) for n, kw in CASES.items()] + list(ARCH_CASES.items())
+    for i, (name, (arch, kw)) in enumerate(cases):
+        if only and name not in only:
+            continue
         torch.manual_seed(1234 + i)
-        cfg = make_config(kw)
+        cfg = make_config(arch, kw)
         cfg._attn_implementation = "eager"
-        model = LlamaForCausalLM(cfg).float()
-        # Norm weights start at 1 in HF; perturb them so their gradients and scaling are exercised.
+        model = ARCHS[arch][1](cfg).float()
+        # Norm weights start at 1 and biases at 0 in HF; perturb them so their gradients and scaling
+        # are exercised.
         with torch.no_grad():
             for n, p in model.named_parameters():
-                if "norm" in n:
+                if "norm" in n or n.endswith(".bias"):
                     p.add_(0.1 * torch.randn_like(p))
         d = os.path.join(out_dir, name)
         model.save_pretrained(d, safe_serialization=True)
         g = torch.Generator().manual_seed(99 + i)
+        if hasattr(cfg, "sliding_window") and cfg.sliding_window is not None:
+            assert cfg.sliding_window >= T, "the golden batch must fit the window"
         ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
         model.zero_grad()
         out = model(input_ids=ids, labels=ids)
@@ -81,4 +113,4 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
