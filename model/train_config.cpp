@@ -86,6 +86,20 @@ int check_int(long long v, int lo, const Origin& o) {
   return int(v);
 }
 
+LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o) {
+  if (s == "constant") return LrScheduler::constant;
+  if (s == "linear") return LrScheduler::linear;
+  if (s == "cosine") return LrScheduler::cosine;
+  throw ConfigError(fmt::format("{}: unknown scheduler '{}' (expected constant, linear or cosine)", o.where, s), o.file,
+                    o.field);
+}
+
+std::string parse_resume(const std::string& s) {
+  if (s == "true" || s == "True" || s == "auto") return "auto";
+  if (s == "false" || s == "False") return "";
+  return s;
+}
+
 void check_lora_targets(const std::vector<std::string>& modules, const Origin& o) {
   static const std::vector<std::string> known = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
@@ -237,8 +251,31 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.seq = Int(1);
       else if (key == "micro_batch_size" || key == "batch")
         c.batch = Int(1);
-      else if (key == "max_steps" || key == "steps")
+      else if (key == "max_steps" || key == "steps") {
         c.steps = Int(0);
+        c.steps_given = true;
+      } else if (key == "num_epochs")
+        c.num_epochs = Num(NumberRule::positive);
+      else if (key == "gradient_accumulation_steps")
+        c.grad_accum = Int(1);
+      else if (key == "lr_scheduler")
+        c.lr_scheduler = parse_lr_scheduler(S(), here);
+      else if (key == "warmup_ratio")
+        c.warmup_ratio = Num(NumberRule::unit_open);
+      else if (key == "val_set_size")
+        c.val_set_size = Num(NumberRule::non_negative);
+      else if (key == "eval_steps")
+        c.eval_steps = Int(0);
+      else if (key == "logging_steps")
+        c.logging_steps = Int(1);
+      else if (key == "metrics_file")
+        c.metrics_file = S();
+      else if (key == "save_steps")
+        c.save_steps = Int(0);
+      else if (key == "save_total_limit")
+        c.save_total_limit = Int(0);
+      else if (key == "resume_from_checkpoint")
+        c.resume_from_checkpoint = v.IsNull() ? std::string() : parse_resume(S());
       else if (key == "learning_rate" || key == "lr")
         c.lr = Num(NumberRule::positive);
       else if (key == "weight_decay")

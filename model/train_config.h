@@ -7,6 +7,7 @@
 
 #include "engine/plan.h"
 #include "model/llama.h"
+#include "model/lr_schedule.h"
 
 namespace strata {
 
@@ -35,6 +36,19 @@ struct TrainConfig {
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
   StateRecipe recipe;             // master_weights, optimizer_state (engine/state_recipe.h)
   std::string output_dir;         // where the trained model / adapter is saved (empty: not saved)
+  // The loop (model/train_loop.h). `steps` counts when given (steps_given), else num_epochs does.
+  bool steps_given = false;                          // max_steps / --steps was set
+  float num_epochs = 0;                              // passes over the training rows; 0: not given
+  int grad_accum = 1;                                // gradient_accumulation_steps: micro-batches a step
+  LrScheduler lr_scheduler = LrScheduler::constant;  // after the warmup
+  float warmup_ratio = 0;                            // warmup as a fraction of the steps (warmup_steps wins)
+  float val_set_size = 0;                            // held-out rows: a fraction below 1, else a count
+  int eval_steps = 0;                                // held-out loss every N steps (and at the end); 0: at the end
+  int logging_steps = 1;                             // a progress line (and a metrics line) every N steps
+  std::string metrics_file;                          // JSON lines; "" = output_dir/metrics.jsonl when saving
+  int save_steps = 0;                                // a checkpoint every N steps; 0: none (but on a signal)
+  int save_total_limit = 0;                          // checkpoints kept; 0: all
+  std::string resume_from_checkpoint;                // a checkpoint directory, "auto" (newest in output_dir) or ""
 };
 
 // "20GiB", "512MiB", "1e9", "4096" -> bytes. ConfigError naming `where` on a bad value.
@@ -60,6 +74,11 @@ enum class NumberRule {
 float check_number(double v, NumberRule rule, const Origin& o);
 // An integer in [lo, 2^31 - 1] (seq, batch, steps, ...): 4294967312 is refused, not read as 16.
 int check_int(long long v, int lo, const Origin& o);
+// lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.
+LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o);
+// resume_from_checkpoint: "true" or "auto" -> "auto" (the newest checkpoint in output_dir), "false"
+// or "" -> "" (none), anything else a checkpoint directory.
+std::string parse_resume(const std::string& s);
 // lora_target_modules: non-empty, each one of q_proj, k_proj, v_proj, o_proj, gate_proj,
 // up_proj, down_proj, none twice.
 void check_lora_targets(const std::vector<std::string>& modules, const Origin& o);

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <exception>
 
+#include "model/grad_accum.h"
+
 namespace strata {
 
 Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
@@ -139,14 +141,42 @@ float Trainer::evaluate(const Batch& b) {
 }
 
 StepStats Trainer::step(const Batch& b) {
+  const int t = t_ + 1;
+  float lr = opt_.adam.lr;
+  if (opt_.warmup_steps > 0 && t <= opt_.warmup_steps) lr = opt_.adam.lr * float(t) / float(opt_.warmup_steps);
+  return step(std::span<const Batch>(&b, 1), lr);
+}
+
+StepStats Trainer::step(std::span<const Batch> micro, float lr) {
+  STRATA_CHECK(!micro.empty(), "a step needs at least one batch");
   auto t0 = std::chrono::steady_clock::now();
   be_.arena().reset_peak();
   last_ = {};
   const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
-  float loss = run(b, true, nullptr);
+  float loss = 0.0f;
+  size_t tokens = 0;
+  if (micro.size() == 1) {
+    loss = run(micro[0], true, nullptr);
+  } else {
+    if (!accum_) accum_ = std::make_unique<GradAccumulator>(be_, model_, optimizer_);
+    auto counted = [](const Batch& b) {
+      return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
+    };
+    long total = 0;
+    for (const Batch& b : micro) total += counted(b);
+    double loss_sum = 0;
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : 1.0f / float(micro.size());
+      const float li = run(micro[i], true, nullptr);
+      accum_->add(i, micro.size(), w);
+      loss_sum += double(w) * double(li);
+    }
+    loss = float(loss_sum);
+  }
+  for (const Batch& b : micro) tokens += size_t(b.B) * size_t(b.T);
   ++t_;
   AdamWParams ap = opt_.adam;
-  if (opt_.warmup_steps > 0 && t_ <= opt_.warmup_steps) ap.lr = opt_.adam.lr * float(t_) / float(opt_.warmup_steps);
+  ap.lr = lr;
   // The squared norm was summed in backward as each gradient became final (model/optimizer.h).
   optimizer_.step(ap, opt_.max_grad_norm, t_);
   float norm_sq = 0.0f;
@@ -157,7 +187,7 @@ StepStats Trainer::step(const Batch& b) {
   s.loss = loss;
   s.grad_norm = std::sqrt(norm_sq);
   s.lr = ap.lr;
-  s.tokens = size_t(b.B) * size_t(b.T);
+  s.tokens = tokens;
   s.peak_device_bytes = be_.arena().peak();
   s.peak_host_bytes = store_->stats().peak_host_bytes;
   s.peak_disk_bytes = store_->stats().peak_disk_bytes;

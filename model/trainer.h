@@ -2,6 +2,8 @@
 // forward, backward, clip, AdamW. The tape is cleared after every step, also when it throws.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/plan.h"
@@ -51,6 +53,8 @@ struct PlanRow {
   int count = 0;         // instances (layers)
 };
 
+class GradAccumulator;
+
 class Trainer {
  public:
   Trainer(Backend& be, LlamaModel& model, TrainOptions opt);
@@ -61,8 +65,13 @@ class Trainer {
   // Forward + backward only: parameter gradients are left in each Parameter::grad. Returns the loss.
   // With `logits`, also returns the [B*T, V] logits (small shapes only: evaluation and tests).
   float compute_gradients(const Batch& b, std::vector<float>* logits = nullptr);
-  // A whole optimizer step.
+  // A whole optimizer step (warmup as TrainOptions::warmup_steps says).
   StepStats step(const Batch& b);
+  // One optimizer step at learning rate `lr` over one batch or several micro-batches (gradient
+  // accumulation, model/grad_accum.h): each micro-batch's gradients are weighted by its share of
+  // the step's loss tokens and summed, clipping sees the sum's norm, and the loss is the
+  // token-weighted mean: one batch of all the rows, to float rounding.
+  StepStats step(std::span<const Batch> micro, float lr);
   // Mean loss without gradients or optimizer state changes.
   float evaluate(const Batch& b);
 
@@ -73,6 +82,8 @@ class Trainer {
   Optimizer& optimizer() { return optimizer_; }
   SlotStore& store() { return *store_; }
   int steps_done() const { return t_; }
+  // Resuming from a checkpoint: AdamW's step counter (its bias correction) continues from `t`.
+  void set_steps_done(int t) { t_ = t; }
   const TrainOptions& options() const { return opt_; }
 
  private:
@@ -87,6 +98,7 @@ class Trainer {
   Tape tape_;
   std::weak_ptr<WeightPager> pager_;  // the model's, if it pages; gone when the model is
   Buffer tokens_, targets_, pos_;
+  std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
   int t_ = 0;
   StepStats last_;
 };

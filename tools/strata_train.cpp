@@ -10,11 +10,13 @@
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
+#include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/forecast.h"
 #include "model/llama.h"
 #include "model/planner.h"
 #include "model/train_config.h"
+#include "model/train_loop.h"
 #include "model/trainer.h"
 #include "tools/backend_select.h"
 #include "tools/cli.h"
@@ -28,8 +30,13 @@ static const char* kUsage =
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
-    "                    [--loss-chunk 512] [--help]\n"
+    "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
+    "                    [--save-steps 0] [--resume auto|DIR] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
+    "--steps counts optimizer steps; without it --epochs (num_epochs) sets them. --grad-accum K sums K\n"
+    "micro-batches of --batch rows into each step. --save-steps N writes DIR/checkpoint-<step>/ every N\n"
+    "steps into the --save DIR; SIGINT/SIGTERM save one and stop; --resume auto continues the newest one\n"
+    "exactly (YAML resume_from_checkpoint: true).\n"
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
@@ -118,10 +125,11 @@ int main(int argc, char** argv) {
     // as it would have (the disk tier's offload file has no name to leave behind).
     io::remove_temps_on_signals();
     cli::Args a(argc, argv,
-                {"model",        "data",         "seq",         "batch",          "steps",          "lr",
-                 "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",  "max-grad-norm",
-                 "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",     "offload-dir",
-                 "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state"},
+                {"model",        "data",         "seq",         "batch",          "steps",           "lr",
+                 "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",   "max-grad-norm",
+                 "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
+                 "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
+                 "grad-accum",   "lr-scheduler", "save-steps",  "resume"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -142,6 +150,13 @@ int main(int argc, char** argv) {
     int_flag("seq", cfg.seq, 1);
     int_flag("batch", cfg.batch, 1);
     int_flag("steps", cfg.steps, 0);
+    if (a.has("steps")) cfg.steps_given = true;
+    num_flag("epochs", cfg.num_epochs, NumberRule::positive);
+    int_flag("grad-accum", cfg.grad_accum, 1);
+    if (a.has("lr-scheduler"))
+      cfg.lr_scheduler = parse_lr_scheduler(a.str("lr-scheduler"), Origin::flag("lr-scheduler"));
+    int_flag("save-steps", cfg.save_steps, 0);
+    if (a.has("resume")) cfg.resume_from_checkpoint = parse_resume(a.str("resume"));
     num_flag("lr", cfg.lr, NumberRule::positive);
     cfg.backend = a.str("backend", cfg.backend);
     num_flag("max-grad-norm", cfg.max_grad_norm, NumberRule::non_negative);
@@ -201,139 +216,138 @@ int main(int argc, char** argv) {
   }
 
   std::FILE* info = json ? stderr : stdout;  // with --json, stdout carries only the JSON lines
-  try {
-    io::LlamaConfig mc = io::read_llama_config(cfg.model_dir);
-    if (cfg.seq > mc.max_position_embeddings)
-      std::fprintf(stderr, "strata-train: warning: --seq %d exceeds max_position_embeddings %d of %s/config.json\n",
-                   cfg.seq, mc.max_position_embeddings, cfg.model_dir.c_str());
-    std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
-    const std::string be_name = resolve_backend_name(cfg.backend);
-    auto be = make_backend(be_name, cfg.device_budget_bytes);
-    if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
+  int stopped_by = 0;  // a signal that stopped the run: the process ends by it once everything is closed
+  const int rc = [&]() -> int {
+    try {
+      io::LlamaConfig mc = io::read_llama_config(cfg.model_dir);
+      if (cfg.seq > mc.max_position_embeddings)
+        std::fprintf(stderr, "strata-train: warning: --seq %d exceeds max_position_embeddings %d of %s/config.json\n",
+                     cfg.seq, mc.max_position_embeddings, cfg.model_dir.c_str());
+      std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
+      const std::string be_name = resolve_backend_name(cfg.backend);
+      auto be = make_backend(be_name, cfg.device_budget_bytes);
+      if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
 
-    ModelOptions mo;
-    mo.lora = cfg.lora;
-    mo.lora.seed = cfg.seed;
-    mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
-    mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
-    mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
-    mo.page_frozen_layers = cfg.layer_offloading;
-    mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
-    mo.recipe = cfg.recipe;
-    LlamaModel model(*be, mc, mo);
-    if (!cfg.output_dir.empty()) {
-      // Before loading and training: a save that cannot succeed must not cost the run. fp32
-      // tensors (the adapters alone with LoRA) plus the header and config.json.
-      const size_t saved = cfg.lora.enabled() ? model.trainable_count() : model.param_count();
-      const std::vector<std::string> files =
-          cfg.lora.enabled() ? std::vector<std::string>{"adapter_model.safetensors", "adapter_config.json"}
-                             : std::vector<std::string>{"model.safetensors", "config.json"};
-      check_save_dir(cfg.output_dir, saved * sizeof(float) + (size_t(1) << 20), files);
-    }
-    model.load(cfg.model_dir);
-
-    TrainOptions to;
-    to.adam = {cfg.lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
-    to.max_grad_norm = cfg.max_grad_norm;
-    to.warmup_steps = cfg.warmup_steps;
-    to.plan = cfg.plan;
-    to.tiers.offload_dir = cfg.offload_dir;
-    Trainer trainer(*be, model, to);
-
-    std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
-                 format_bytes(be->arena().budget()).c_str());
-    std::fprintf(info,
-                 "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
-                 "%.2fM trainable%s\n",
-                 cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads,
-                 mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6, model.trainable_count() / 1e6,
-                 cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
-    std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
-                 tokens.size(), cfg.batch, cfg.seq, cfg.steps, double(cfg.lr));
-    std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
-                 master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments));
-    print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
-    if (const WeightPager* pg = model.pager())
-      std::fprintf(info, "weight paging: %d frozen layers in a %s %s host block%s%s, %d device slots of %s\n",
-                   pg->n_layers(), format_bytes(pg->host_bytes()).c_str(), pg->host_pinned() ? "pinned" : "pageable",
-                   pg->host_note().empty() ? "" : " — ", pg->host_note().c_str(), pg->slot_count(),
-                   format_bytes(pg->slot_bytes()).c_str());
-    if (model.state_host_bytes())
-      std::fprintf(info, "state on the host tier (%s): %s %s%s%s\n", cfg.plan.state_preset.c_str(),
-                   format_bytes(model.state_host_bytes()).c_str(), model.state_host_pinned() ? "pinned" : "pageable",
-                   model.state_host_note().empty() ? "" : " — ", model.state_host_note().c_str());
-    std::fflush(info);
-
-    TokenBatcher batches(std::move(tokens), cfg.batch, cfg.seq);
-    double total_s = 0;
-    size_t total_tokens = 0, peak = 0;
-    float first_loss = 0, last_loss = 0;
-    for (int s = 0; s < cfg.steps; ++s) {
-      StepStats st = trainer.step(batches.next());
-      total_s += st.seconds;
-      total_tokens += st.tokens;
-      peak = std::max(peak, st.peak_device_bytes);
-      if (s == 0) first_loss = st.loss;
-      last_loss = st.loss;
-      double tps = st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0;
-      const bool diverged = !std::isfinite(st.loss) || !std::isfinite(st.grad_norm);
-      if (json && diverged) {
-        std::printf("{\"step\": %d, \"loss\": null, \"grad_norm\": null, \"diverged\": true}\n", st.step);
-      } else if (json) {
-        std::printf(
-            "{\"step\": %d, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f, "
-            "\"step_s\": %.6f, \"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
-            "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
-            "\"paged_bytes_uploaded\": %zu, \"state_host_bytes\": %zu, \"state_bytes_moved\": %zu}\n",
-            st.step, double(st.loss), double(st.grad_norm), double(st.lr), tps, st.seconds, st.peak_device_bytes,
-            st.peak_host_bytes, st.peak_disk_bytes, be->device_used_bytes(), st.saved_bytes, st.recomputed_nodes,
-            st.paged_bytes_uploaded, st.state_host_bytes, st.state_bytes_moved);
-        std::fflush(stdout);
-      } else {
-        std::printf("step %4d/%d | loss %.4f | grad norm %.3f | lr %.2e | %9.0f tok/s | peak %s | %.3f s\n", st.step,
-                    cfg.steps, double(st.loss), double(st.grad_norm), double(st.lr), tps,
-                    format_bytes(st.peak_device_bytes).c_str(), st.seconds);
-        std::fflush(stdout);
+      ModelOptions mo;
+      mo.lora = cfg.lora;
+      mo.lora.seed = cfg.seed;
+      mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
+      mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
+      mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
+      mo.page_frozen_layers = cfg.layer_offloading;
+      mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
+      mo.recipe = cfg.recipe;
+      LlamaModel model(*be, mc, mo);
+      if (!cfg.output_dir.empty()) {
+        // Before loading and training: a save that cannot succeed must not cost the run. fp32
+        // tensors (the adapters alone with LoRA) plus the header and config.json.
+        const size_t saved = cfg.lora.enabled() ? model.trainable_count() : model.param_count();
+        const std::vector<std::string> files =
+            cfg.lora.enabled() ? std::vector<std::string>{"adapter_model.safetensors", "adapter_config.json"}
+                               : std::vector<std::string>{"model.safetensors", "config.json"};
+        check_save_dir(cfg.output_dir, saved * sizeof(float) + (size_t(1) << 20), files);
       }
-      if (diverged) {
+      model.load(cfg.model_dir);
+
+      Trainer trainer(*be, model, train_options(cfg));
+      LoopOptions lo;
+      lo.info = info;
+      lo.text = json ? nullptr : stdout;
+      lo.json = json;
+      lo.stop_requested = [] { return StopSignals::requested(); };
+      const size_t n_tokens = tokens.size();
+      TrainLoop loop(cfg, *be, model, trainer, std::move(tokens), lo);
+
+      std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
+                   format_bytes(be->arena().budget()).c_str());
+      std::fprintf(info,
+                   "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
+                   "%.2fM trainable%s\n",
+                   cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads,
+                   mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6, model.trainable_count() / 1e6,
+                   cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
+      std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
+                   n_tokens, cfg.batch, cfg.seq, loop.total_steps(), double(cfg.lr));
+      std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
+                   master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments));
+      print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
+      if (const WeightPager* pg = model.pager())
+        std::fprintf(info, "weight paging: %d frozen layers in a %s %s host block%s%s, %d device slots of %s\n",
+                     pg->n_layers(), format_bytes(pg->host_bytes()).c_str(), pg->host_pinned() ? "pinned" : "pageable",
+                     pg->host_note().empty() ? "" : " — ", pg->host_note().c_str(), pg->slot_count(),
+                     format_bytes(pg->slot_bytes()).c_str());
+      if (model.state_host_bytes())
+        std::fprintf(info, "state on the host tier (%s): %s %s%s%s\n", cfg.plan.state_preset.c_str(),
+                     format_bytes(model.state_host_bytes()).c_str(), model.state_host_pinned() ? "pinned" : "pageable",
+                     model.state_host_note().empty() ? "" : " — ", model.state_host_note().c_str());
+      std::fflush(info);
+
+      LoopResult res;
+      {
+        // SIGINT/SIGTERM: the step in progress finishes, a checkpoint is saved, then the run stops; a
+        // second signal ends it at once (model/train_loop.h).
+        StopSignals signals;
+        res = loop.run();
+      }
+      if (res.diverged) {
         std::fprintf(stderr,
-                     "strata-train: error: training diverged at step %d (loss %g, grad norm %g); lower --lr "
-                     "(%g) or keep --max-grad-norm on\n",
-                     st.step, double(st.loss), double(st.grad_norm), double(cfg.lr));
+                     "strata-train: error: training diverged at step %d (loss %g); lower --lr (%g) or keep "
+                     "--max-grad-norm on\n",
+                     res.steps_done, res.losses.empty() ? 0.0 : double(res.losses.back()), double(cfg.lr));
         return 1;
       }
-    }
-    const Arena& ar = be->arena();
-    std::fprintf(info,
-                 "done: %d steps, loss %.4f -> %.4f | %.0f tok/s | device arena peak %s (high-water %s, "
-                 "fragmentation %.1f%%, budget %s)\n",
-                 cfg.steps, double(first_loss), double(last_loss), total_s > 0 ? total_tokens / total_s : 0.0,
-                 format_bytes(peak).c_str(), format_bytes(ar.high_water()).c_str(), 100.0 * ar.fragmentation(),
-                 format_bytes(ar.budget()).c_str());
-    const TierStats& ts = trainer.store().stats();
-    if (ts.host_reserved_bytes)
-      std::fprintf(info, "host tier: peak %s of a %s %s pool%s%s | disk tier: peak %s\n",
-                   format_bytes(ts.peak_host_bytes).c_str(), format_bytes(ts.host_reserved_bytes).c_str(),
-                   ts.host_pinned ? "pinned" : "pageable", ts.host_note.empty() ? "" : " — ", ts.host_note.c_str(),
-                   format_bytes(ts.peak_disk_bytes).c_str());
-    if (size_t used = be->device_used_bytes())
-      std::fprintf(info, "device memory in use (cudaMemGetInfo, whole process incl. the arena reservation): %s\n",
-                   format_bytes(used).c_str());
-    if (!cfg.output_dir.empty()) {
-      if (cfg.lora.enabled()) {
-        model.save_lora(cfg.output_dir, cfg.model_dir);
-        std::fprintf(info, "saved LoRA adapter (PEFT layout) to %s\n", cfg.output_dir.c_str());
-      } else {
-        model.save(cfg.output_dir);
-        std::fprintf(info, "saved model to %s\n", cfg.output_dir.c_str());
+      if (res.stopped_by) {
+        std::fprintf(stderr, "strata-train: stopped by %s after step %d of %d; %s\n", strsignal(res.stopped_by),
+                     res.steps_done, res.total_steps,
+                     res.last_checkpoint.empty()
+                         ? "no output_dir (--save), so nothing was saved"
+                         : fmt::format("checkpoint saved to {}; continue with --resume auto (resume_from_checkpoint: "
+                                       "true)",
+                                       res.last_checkpoint)
+                               .c_str());
+        stopped_by = res.stopped_by;
+        return 130;
       }
+      const double total_s = res.seconds;
+      const size_t total_tokens = res.tokens, peak = res.peak_device_bytes;
+      const float first_loss = res.losses.empty() ? 0.0f : res.losses.front();
+      const float last_loss = res.losses.empty() ? 0.0f : res.losses.back();
+      const Arena& ar = be->arena();
+      std::fprintf(info,
+                   "done: %d steps, loss %.4f -> %.4f | %.0f tok/s | device arena peak %s (high-water %s, "
+                   "fragmentation %.1f%%, budget %s)\n",
+                   res.steps_done, double(first_loss), double(last_loss), total_s > 0 ? total_tokens / total_s : 0.0,
+                   format_bytes(peak).c_str(), format_bytes(ar.high_water()).c_str(), 100.0 * ar.fragmentation(),
+                   format_bytes(ar.budget()).c_str());
+      const TierStats& ts = trainer.store().stats();
+      if (ts.host_reserved_bytes)
+        std::fprintf(info, "host tier: peak %s of a %s %s pool%s%s | disk tier: peak %s\n",
+                     format_bytes(ts.peak_host_bytes).c_str(), format_bytes(ts.host_reserved_bytes).c_str(),
+                     ts.host_pinned ? "pinned" : "pageable", ts.host_note.empty() ? "" : " — ", ts.host_note.c_str(),
+                     format_bytes(ts.peak_disk_bytes).c_str());
+      if (size_t used = be->device_used_bytes())
+        std::fprintf(info, "device memory in use (cudaMemGetInfo, whole process incl. the arena reservation): %s\n",
+                     format_bytes(used).c_str());
+      if (!cfg.output_dir.empty()) {
+        if (cfg.lora.enabled()) {
+          model.save_lora(cfg.output_dir, cfg.model_dir);
+          std::fprintf(info, "saved LoRA adapter (PEFT layout) to %s\n", cfg.output_dir.c_str());
+        } else {
+          model.save(cfg.output_dir);
+          std::fprintf(info, "saved model to %s\n", cfg.output_dir.c_str());
+        }
+        if (int n = copy_tokenizer_files(cfg.model_dir, cfg.output_dir))
+          std::fprintf(info, "copied %d tokenizer file%s from %s\n", n, n == 1 ? "" : "s", cfg.model_dir.c_str());
+      }
+      return 0;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "strata-train: error: %s\n", e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata-train: unexpected error: %s\n", e.what());
+      return 1;
     }
-    return 0;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "strata-train: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata-train: unexpected error: %s\n", e.what());
-    return 1;
-  }
+  }();
+  if (stopped_by) StopSignals::reraise(stopped_by);
+  return rc;
 }

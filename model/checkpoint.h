@@ -1,0 +1,75 @@
+// Training checkpoints: output_dir/checkpoint-<step>/ holds
+//   model.safetensors + config.json (full or frozen-base training, Hugging Face layout), or
+//   adapter_model.safetensors + adapter_config.json (LoRA, PEFT's layout);
+//   the base model's tokenizer files, where it has them;
+//   optimizer.safetensors: each trainable parameter's exact state as it lives in memory, whatever
+//     its tier: `<name>` (the compute weights), `<name>.master` (an fp32 master or a split
+//     master's i16 low half, where the weights are not the master), `<name>.m`, `<name>.v` (f32,
+//     bf16 or 8-bit codes) and, for 8-bit moments, `<name>.m_scale`, `<name>.v_scale`;
+//   train_config.json: the resolved config, and the fields a resume must match;
+//   trainer_state.json (written last): the step, the data position, the RNG states.
+// The directory is written under a hidden temp name (.checkpoint-<step>.tmp.<pid>) and renamed
+// only when every file in it is complete, so an interrupted save never leaves a partial
+// checkpoint-<step>; the next save removes such a temp once its writer is gone.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+#include "model/row_data.h"
+#include "model/train_config.h"
+
+namespace strata {
+
+struct CheckpointState {
+  int step = 0;  // optimizer steps done (AdamW's t)
+  DataPosition data;
+  uint64_t trainer_rng = 0;  // the loop's generator (model/train_loop.h)
+  int total_steps = 0;
+  float loss = 0;  // the last step's
+};
+
+struct CheckpointWrite {
+  std::string base_model_dir;  // tokenizer files come from here; the adapter config names it
+  std::string config_json;     // train_config.json (checkpoint_config_json)
+  // Tests: called after each file of the checkpoint is complete (its name), before the next.
+  std::function<void(const std::string&)> after_file;
+};
+
+// The resolved config as train_config.json; `data_rows` is the row count of the data file.
+std::string checkpoint_config_json(const TrainConfig& cfg, const io::LlamaConfig& model, long data_rows);
+
+// Writes output_dir/checkpoint-<st.step>/ (replacing one of that step); returns its path.
+// Reads the optimizer state from the model (call between steps). IoError naming the file.
+std::string save_checkpoint(const std::string& output_dir, Backend& be, const LlamaModel& model,
+                            const CheckpointState& st, const CheckpointWrite& w);
+
+// The complete checkpoints in output_dir (checkpoint-<n> directories), by step, oldest first.
+struct CheckpointEntry {
+  int step;
+  std::string path;
+};
+std::vector<CheckpointEntry> list_checkpoints(const std::string& output_dir);
+// Removes all but the newest `keep` (0 keeps all); returns the paths removed.
+std::vector<std::string> prune_checkpoints(const std::string& output_dir, int keep);
+// Removes hidden temp directories of saves whose process is gone; returns how many.
+size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept;
+
+// resume_from_checkpoint: "auto" is the newest checkpoint in output_dir, anything else a directory
+// that must hold trainer_state.json. ConfigError naming the key when there is none.
+std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
+
+// Loads a checkpoint into a model built as the run that saved it (its base weights loaded):
+// checks train_config.json against `config_json` (a field that must match and differs is a
+// FormatError naming the file and the field), then restores every trainable parameter's weights
+// and optimizer state bit for bit (FormatError naming optimizer.safetensors and the tensor on a
+// missing tensor or another dtype or shape). Returns trainer_state.json's state.
+CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json);
+
+// Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model from
+// `from` into `to` where they exist (atomically each). Returns how many were copied.
+int copy_tokenizer_files(const std::string& from, const std::string& to);
+
+}  // namespace strata
