@@ -1,4 +1,4 @@
-// cpu reference kernels: embedding, rmsnorm, linear, swiglu, add, adamw.
+// cpu reference kernels: embedding, rmsnorm, linear, swiglu, add, bias, adamw.
 // Each op: forward against a formula, finite-difference gradients on odd shapes, "+=" semantics
 // (two backward calls give twice the gradient), overwrite semantics (the same bits as zeroing
 // first, never reading the old contents) and null gradient pointers.
@@ -9,6 +9,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/add.h"
+#include "kernels/bias.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
@@ -191,6 +192,28 @@ TEST(KernelsCpu, AddScaledAndGradients) {
   cpu::add_bwd(da.data(), nullptr, R.data(), s, n, true, false);
   for (long i = 0; i < n; i++) ASSERT_FLOAT_EQ(da[i], 2.0f * R[i]);
   for (long i = 0; i < n; i++) ASSERT_FLOAT_EQ(db[i], s * R[i]);
+}
+
+TEST(KernelsCpu, BiasBroadcastsAndItsGradientSumsColumns) {
+  const long N = 7, O = 5;
+  Vec y0 = randn(N * O, 17), b = randn(O, 18), y = y0;
+  cpu::bias_fwd(y.data(), b.data(), N, O);
+  for (long n = 0; n < N; n++)
+    for (long o = 0; o < O; o++) ASSERT_FLOAT_EQ(y[n * O + o], y0[n * O + o] + b[o]);
+  const Vec R = randn(N * O, 19);
+  auto loss = [&] {
+    Vec out = y0;
+    cpu::bias_fwd(out.data(), b.data(), N, O);
+    return dotd(out, R);
+  };
+  Vec db(O, 0.0f);
+  cpu::bias_bwd(db.data(), R.data(), N, O, true);
+  expect_grad_near(db, fd_grad(b, loss), "db", 1e-4);
+  Vec dbo = poisoned(O);
+  cpu::bias_bwd(dbo.data(), R.data(), N, O, false);
+  expect_same_bits(dbo, db, "overwritten db");
+  cpu::bias_bwd(db.data(), R.data(), N, O, true);  // "+=": twice the gradient
+  for (long o = 0; o < O; o++) ASSERT_FLOAT_EQ(db[o], 2.0f * dbo[o]);
 }
 
 TEST(KernelsCpu, AdamwFirstStepByHand) {

@@ -22,6 +22,7 @@
 #include "engine/master_split.h"
 #include "kernels/adamw.h"
 #include "kernels/add.h"
+#include "kernels/bias.h"
 #include "kernels/embedding.h"
 #include "kernels/lm_head_ce.h"
 #include "kernels/ops_cuda.h"
@@ -128,8 +129,18 @@ TEST(KernelsGpu, RmsNorm) {
   STRATA_REQUIRE_GPU();
   const float eps = 1e-5f;
   // N = 3000 at C = 2048: blocks walk several row groups (the 1B's width).
-  for (auto [N, C] :
-       {std::pair{37, 129}, {37, 130}, {37, 136}, {37, 4096}, {37, 5001}, {37, 8200}, {37, 16384}, {3000, 2048}}) {
+  for (auto [N, C] : {std::pair{37, 129},
+                      {37, 130},
+                      {37, 136},
+                      {37, 4096},
+                      {37, 5001},
+                      {37, 8200},
+                      {37, 16384},
+                      {3000, 2048},
+                      // Qwen3's q_norm/k_norm: rows are heads, C the head_dim.
+                      {222, 12},
+                      {4000, 128},
+                      {37, 64}}) {
     const std::string tag = " N=" + std::to_string(N) + " C=" + std::to_string(C);
     const size_t NC = size_t(N) * C;
     Vec wv = randn(C, 11, 0.1f);
@@ -274,6 +285,32 @@ TEST(KernelsGpu, Add) {
     sc::add_fwd(a.p(off), a.p(off), b.p(off), s, n, kStream);  // in place (residual stream)
     sync();
     EXPECT_TRUE(close(sub(a.get(), off), round_bf16(ref), kBf16Tol, "add_fwd in place" + tag));
+  }
+}
+
+TEST(KernelsGpu, Bias) {
+  STRATA_REQUIRE_GPU();
+  // O % 8 == 0 takes the 16-byte path; N = 3000 spreads rows over many row lanes and blocks.
+  for (auto [N, O] : {std::pair{37, 129}, {37, 136}, {3000, 1024}, {1, 8}, {5, 3}, {2048, 4104}}) {
+    const std::string tag = " N=" + std::to_string(N) + " O=" + std::to_string(O);
+    const size_t NO = size_t(N) * O;
+    B y(NO, 60), b(size_t(O), 61), dy(NO, 62);
+    F db(size_t(O), 63);
+    Vec ref = y.h;
+    sc::bias_fwd(y.p(), b.p(), N, O, kStream);
+    cpu::bias_fwd(ref.data(), b.h.data(), N, O);
+    sync();
+    EXPECT_TRUE(close(y.get(), round_bf16(ref), kBf16Tol, "bias_fwd" + tag));
+    Vec db_ref = db.h;
+    for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
+      const bool acc = rep < 2;
+      if (!acc) db.poison();
+      sc::bias_bwd(db.p(), dy.p(), N, O, acc, kStream);
+      cpu::bias_bwd(db_ref.data(), dy.h.data(), N, O, acc);
+      sync();
+      EXPECT_TRUE(close(db.get(), db_ref, kF32Tol, "bias_bwd" + tag));
+      db_ref = db.get();
+    }
   }
 }
 

@@ -58,7 +58,9 @@ TEST_P(GoldenGpu, Bf16ModelMatchesHuggingFaceFp32) {
   (void)worst;
 }
 
-INSTANTIATE_TEST_SUITE_P(Hf, GoldenGpu, ::testing::Values("gqa_untied", "tied_llama3", "mha_headdim"));
+INSTANTIATE_TEST_SUITE_P(Hf, GoldenGpu,
+                         ::testing::Values("gqa_untied", "tied_llama3", "mha_headdim", "qwen3_tied", "qwen3_bias",
+                                           "qwen2_bias", "mistral_gqa"));
 
 io::LlamaConfig small_config(int head_dim) {
   io::LlamaConfig c;
