@@ -2,7 +2,7 @@
 # tools, and the CMake package (find_package(strata CONFIG): strata::strata) with a strata.pc.
 include(CMakePackageConfigHelpers)
 
-set(STRATA_INSTALL_LIBS strata_api strata_model strata_kernels strata_engine strata_io)
+set(STRATA_INSTALL_LIBS strata_api strata_model strata_kernels strata_text strata_engine strata_io)
 if(STRATA_HAVE_CUDA)
   list(APPEND STRATA_INSTALL_LIBS strata_kernels_cuda)
 endif()
@@ -32,7 +32,7 @@ if(STRATA_HAVE_CUDA)
   string(APPEND STRATA_PC_LIBS " -lstrata_kernels_cuda")
   string(APPEND STRATA_PC_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublasLt ${CUDNN_LIB}")
 endif()
-string(APPEND STRATA_PC_LIBS " -lstrata_engine -lstrata_io -Wl,--end-group")
+string(APPEND STRATA_PC_LIBS " -lstrata_text -lstrata_engine -lstrata_io -Wl,--end-group")
 if(YAML_CPP_STATIC)
   string(APPEND STRATA_PC_PRIVATE " ${YAML_CPP_STATIC}")
 else()

@@ -1,0 +1,252 @@
+// The C++ tokenizer against Hugging Face tokenizers: the ids of every corpus line, with and
+// without special tokens, and the decoded text, for the three test tokenizers that
+// tests/tokenizer/make_tokenizers.py trains (Llama 3 byte-level, Llama 2 and Mistral
+// SentencePiece-style); then the files it must refuse, with the file and field named.
+#include "text/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "expect_error.h"
+#include "strata/error.h"
+
+namespace strata::text {
+namespace {
+
+using json = nlohmann::json;
+const std::string kDir = std::string(STRATA_TEST_DATA) + "/tokenizer";
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::vector<json> rows;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) rows.push_back(json::parse(line));
+  return rows;
+}
+
+std::vector<std::string> corpus() {
+  std::vector<std::string> texts;
+  for (const json& r : read_jsonl(kDir + "/corpus.jsonl")) texts.push_back(r["text"]);
+  return texts;
+}
+
+std::string shown(const std::vector<int32_t>& v) {
+  std::string s;
+  for (int32_t x : v) s += std::to_string(x) + " ";
+  return s;
+}
+
+// Every corpus line gives tokenizers' ids and decoded text; returns the number of lines checked.
+void expect_matches_reference(const Tokenizer& tok, const std::string& name) {
+  std::vector<std::string> texts = corpus();
+  std::vector<json> expected = read_jsonl(kDir + "/expected_" + name + ".jsonl");
+  ASSERT_EQ(texts.size(), expected.size());
+  ASSERT_GT(texts.size(), 80u);
+  int round_trips = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    auto ids = expected[i]["ids"].get<std::vector<int32_t>>();
+    auto plain = expected[i]["ids_plain"].get<std::vector<int32_t>>();
+    std::string decoded = expected[i]["decoded"], decoded_all = expected[i]["decoded_all"];
+    EXPECT_EQ(shown(tok.encode(texts[i])), shown(ids)) << name << " line " << i + 1 << ": " << texts[i];
+    EXPECT_EQ(shown(tok.encode(texts[i], false)), shown(plain)) << name << " line " << i + 1;
+    EXPECT_EQ(tok.decode(plain, true), decoded) << name << " line " << i + 1;
+    EXPECT_EQ(tok.decode(plain, false), decoded_all) << name << " line " << i + 1;
+    if (decoded_all == texts[i]) {
+      ++round_trips;
+      EXPECT_EQ(tok.decode(tok.encode(texts[i], false)), texts[i]);
+    }
+  }
+  // Most lines round-trip (not those with unknown characters, or a leading space for Llama 2).
+  EXPECT_GT(round_trips, int(texts.size()) / 2) << name;
+}
+
+TEST(Tokenizer, Llama3MatchesHuggingFace) {
+  Tokenizer tok = Tokenizer::load(kDir + "/llama3");
+  EXPECT_TRUE(tok.byte_level());
+  EXPECT_EQ(tok.vocab_size(), 3008);
+  EXPECT_EQ(tok.bos_id(), *tok.token_to_id("<|begin_of_text|>"));
+  EXPECT_EQ(tok.eos_id(), *tok.token_to_id("<|eot_id|>"));
+  expect_matches_reference(tok, "llama3");
+}
+
+TEST(Tokenizer, Llama2MatchesHuggingFace) {
+  Tokenizer tok = Tokenizer::load(kDir + "/llama2");
+  EXPECT_FALSE(tok.byte_level());
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_EQ(tok.id_to_token(3), "<0x00>");
+  expect_matches_reference(tok, "llama2");
+}
+
+TEST(Tokenizer, MistralMetaspaceMatchesHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/mistral"), "mistral");
+}
+
+// Older tokenizer.json files write merges as "a b" strings.
+TEST(Tokenizer, LegacyMergeStrings) {
+  for (const char* name : {"llama3", "llama2"}) {
+    json j = json::parse(read_file(kDir + "/" + name + "/tokenizer.json"));
+    json merges = json::array({"#version: 0.2"});
+    for (const json& m : j["model"]["merges"])
+      merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    j["model"]["merges"] = merges;
+    std::string config = read_file(kDir + "/" + name + "/tokenizer_config.json");
+    Tokenizer tok = Tokenizer::parse(j.dump(), "legacy/tokenizer.json", &config, "legacy/tokenizer_config.json");
+    expect_matches_reference(tok, name);
+  }
+}
+
+TEST(Tokenizer, ConfigDecidesBosAndEos) {
+  std::string text = read_file(kDir + "/llama2/tokenizer.json");
+  std::string both = R"({"add_bos_token": true, "add_eos_token": true, "bos_token": "<s>", "eos_token": "</s>"})";
+  Tokenizer t1 = Tokenizer::parse(text, "tokenizer.json", &both, "tokenizer_config.json");
+  std::vector<int32_t> ids = t1.encode("Hello world");
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+  std::string none = R"({"add_bos_token": false, "bos_token": "<s>"})";
+  Tokenizer t2 = Tokenizer::parse(text, "tokenizer.json", &none, "tokenizer_config.json");
+  EXPECT_EQ(t2.encode("Hello world"), t2.encode("Hello world", false));
+  // No tokenizer_config.json: the post_processor's template alone, no bos/eos ids.
+  Tokenizer t3 = Tokenizer::parse(text, "tokenizer.json", nullptr, "");
+  EXPECT_EQ(t3.encode("Hello world").front(), 1);
+  EXPECT_EQ(t3.bos_id(), -1);
+}
+
+TEST(Tokenizer, InvalidUtf8IsRepairedLikeFromUtf8Lossy) {
+  Tokenizer tok = Tokenizer::load(kDir + "/llama3");
+  EXPECT_EQ(tok.encode("a\xff"
+                       "b"),
+            tok.encode("a\xEF\xBF\xBD"
+                       "b"));
+  EXPECT_EQ(tok.encode("\xE2\x82"), tok.encode("\xEF\xBF\xBD"));  // a truncated sequence is one U+FFFD
+  Tokenizer spm = Tokenizer::load(kDir + "/llama2");
+  EXPECT_EQ(spm.encode("x\xC0\x80y"), spm.encode("x\xEF\xBF\xBD\xEF\xBF\xBDy"));
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{-1, 1 << 30}), "");  // ids without a token are skipped
+}
+
+// ---- files strata must refuse: ConfigError naming the file, the field and the value ----
+
+json llama3_json() {
+  return json::parse(read_file(kDir + "/llama3/tokenizer.json"));
+}
+
+void expect_refused(const json& j, const std::string& field, const std::string& value) {
+  auto e = test_util::catch_as<ConfigError>(
+      [&] { Tokenizer::parse(j.dump(), "ckpt/tokenizer.json", nullptr, "ckpt/tokenizer_config.json"); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->field, field) << e->what();
+  EXPECT_EQ(e->file, "ckpt/tokenizer.json");
+  EXPECT_NE(std::string(e->what()).find("ckpt/tokenizer.json"), std::string::npos) << e->what();
+  EXPECT_NE(std::string(e->what()).find(field), std::string::npos) << e->what();
+  EXPECT_NE(std::string(e->what()).find(value), std::string::npos) << e->what();
+}
+
+TEST(TokenizerRefuses, OtherModelsAndSteps) {
+  json j = llama3_json();
+  j["model"]["type"] = "WordPiece";
+  expect_refused(j, "model.type", "\"WordPiece\"");
+  j["model"]["type"] = "Unigram";
+  expect_refused(j, "model.type", "\"Unigram\"");
+  j = llama3_json();
+  j["normalizer"] = {{"type", "NFKC"}};
+  expect_refused(j, "normalizer.type", "\"NFKC\"");
+  j = llama3_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+";
+  expect_refused(j, "pre_tokenizer.pretokenizers[0].pattern", "\\\\w+");
+  j = llama3_json();
+  j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true;
+  expect_refused(j, "pre_tokenizer.pretokenizers[1].use_regex", "true");
+  j = llama3_json();
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  expect_refused(j, "pre_tokenizer.type", "\"Whitespace\"");
+  j = llama3_json();
+  j["decoder"] = {{"type", "WordPiece"}};
+  expect_refused(j, "decoder.type", "\"WordPiece\"");
+  j = llama3_json();
+  j["post_processor"]["processors"][1] = {{"type", "BertProcessing"}};
+  expect_refused(j, "post_processor.processors[1].type", "\"BertProcessing\"");
+  j = llama3_json();
+  j["model"]["dropout"] = 0.1;
+  expect_refused(j, "model.dropout", "0.1");
+}
+
+TEST(TokenizerRefuses, HostileFiles) {
+  json j = llama3_json();
+  j["model"]["merges"][5] = json::array({"Ġ", "no-such-token"});
+  expect_refused(j, "model.merges[5]", "no-such-token");
+  j = llama3_json();
+  j["model"]["merges"][7] = "a b c";
+  expect_refused(j, "model.merges[7]", "\"a b c\"");
+  j = llama3_json();
+  j["model"]["vocab"]["huge"] = 4000000000LL;
+  expect_refused(j, "model.vocab[\"huge\"]", "4000000000");
+  j = llama3_json();
+  j["model"]["vocab"]["neg"] = -1;
+  expect_refused(j, "model.vocab[\"neg\"]", "-1");
+  j = llama3_json();
+  j["added_tokens"][0]["id"] = "seven";
+  expect_refused(j, "added_tokens[0].id", "\"seven\"");
+  j = llama3_json();
+  j["model"]["unk_token"] = "<not-there>";
+  expect_refused(j, "model.unk_token", "<not-there>");
+  j = llama3_json();
+  j.erase("model");
+  expect_refused(j, "model", "missing");
+
+  std::string text = read_file(kDir + "/llama3/tokenizer.json");
+  auto e = test_util::catch_as<ConfigError>(
+      [&] { Tokenizer::parse(text.substr(0, text.size() / 2), "cut/tokenizer.json", nullptr, ""); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->field, "json");
+  EXPECT_NE(std::string(e->what()).find("cut/tokenizer.json: invalid JSON"), std::string::npos) << e->what();
+
+  std::string config = R"({"bos_token": "<|nope|>"})";
+  auto c = test_util::catch_as<ConfigError>(
+      [&] { Tokenizer::parse(text, "t/tokenizer.json", &config, "t/tokenizer_config.json"); });
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->file, "t/tokenizer_config.json");
+  EXPECT_EQ(c->field, "bos_token");
+  EXPECT_NE(std::string(c->what()).find("<|nope|>"), std::string::npos) << c->what();
+
+  auto io = test_util::catch_as<IoError>([&] { Tokenizer::load(kDir + "/no-such-dir"); });
+  ASSERT_TRUE(io);
+  EXPECT_NE(io->file.find("tokenizer.json"), std::string::npos);
+}
+
+// Prints the encode speed (not a timed test: nothing is asserted about it).
+TEST(Tokenizer, PrintsEncodeSpeed) {
+  std::string text;
+  for (const std::string& line : corpus()) text += line + "\n";
+  std::string doc = read_file(std::string(STRATA_TEST_DATA) + "/../README.md");
+  for (const char* name : {"llama3", "llama2"}) {
+    Tokenizer tok = Tokenizer::load(kDir + "/" + name);
+    for (const std::string* t : {&text, &doc}) {
+      std::vector<int32_t> ids;
+      size_t bytes = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int rep = 0; rep < 20; ++rep) {
+        ids.clear();
+        // Documents of a few KiB, as a dataset's rows are.
+        for (size_t off = 0; off < t->size(); off += 4096) tok.encode_append(t->substr(off, 4096), true, ids);
+        bytes += t->size();
+      }
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%s on %s: %.2f MB/s (%zu bytes -> %zu tokens)\n", name, t == &text ? "corpus" : "README",
+                  double(bytes) / s / 1e6, t->size(), ids.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::text

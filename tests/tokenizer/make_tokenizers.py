@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Builds the test tokenizers and the expected ids of tests/cpu/tokenizer_test.cpp.
+
+Writes, under tests/tokenizer/:
+  corpus.jsonl             one {"text": ...} per line: the test corpus (multilingual, code, emoji,
+                           whitespace, numbers, added tokens, bytes outside the vocabulary);
+  <name>/tokenizer.json    trained here with Hugging Face `tokenizers`, of the Llama kinds:
+                           llama3  byte-level BPE: Llama 3's Split regex + ByteLevel, ignore_merges;
+                           llama2  SentencePiece-style BPE: Prepend+Replace normalizer, byte fallback;
+                           mistral the llama2 model with a Metaspace pre-tokenizer (prepend first);
+  <name>/tokenizer_config.json   bos/eos as a checkpoint writes them;
+  expected_<name>.jsonl    per corpus line: ids (with special tokens), ids_plain (without) and
+                           decoded / decoded_all (tokenizers' decode of ids_plain without / with
+                           the special tokens).
+No machine here reaches the model hub, so the tokenizers are trained on the corpus itself plus a
+few standard-library modules (for code). Rebuild: pip install tokenizers==0.23.3, run with
+python 3.11 (other versions train on other stdlib text: new merges, same checks).
+"""
+import inspect
+import json
+import argparse as _argparse_mod
+import textwrap as _textwrap_mod
+import json.decoder as _json_decoder_mod
+from pathlib import Path
+
+import tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+HERE = Path(__file__).resolve().parent
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+CODE = '''def fib(n: int) -> int:
+    """Return the n-th Fibonacci number."""
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+'''
+CPP = "#include <vector>\r\nint main() {\r\n\tstd::vector<int> v{1, 2, 3};\r\n\treturn v.size() == 3 ? 0 : 1;\r\n}\r\n"
+DOC = """# strata
+
+A training engine for Llama-family models.
+
+Usage:
+    strata-train --config run.yaml   # trains
+    strata-plan --model 8b           # plans
+
+It's fast; it'S tested; IT'LL be fine.\n\n\n"""
+
+LINES = [
+    "Hello world",
+    "Hello, world! How are you today?",
+    " leading space",
+    "trailing space ",
+    "  two leading spaces",
+    "a    b     c",
+    "tabs\tand\t\tmore\ttabs",
+    "\t\tindented with tabs",
+    "line one\nline two\n\nline four",
+    "windows\r\nline\r\nendings\r\n",
+    "\r\n\r\n",
+    "\n\n\n",
+    " \n \n ",
+    "   ",
+    "",
+    "I'M SURE WE'LL BE FINE; YOU'VE SEEN IT'S THERE, HE'D SAY THEY'RE RIGHT",
+    "don't won't can't shouldn't I'll we're they've she's it'd",
+    "'s 'S 't 'T 're 'RE 'Re 've 'VE 'm 'M 'll 'LL 'Ll 'd 'D",
+    "'ſ 'ﬆ 'K 'x '' ''s",
+    "rock'n'roll o'clock y'all",
+    "1234567890",
+    "3.14159265358979323846",
+    "1,000,000 and 12 345 678",
+    "phone: +1 (555) 010-9999",
+    "٠١٢٣٤٥٦٧٨٩ and ١٢٣٤",
+    "１２３４５ fullwidth digits",
+    "x² + y³ = z⁴ and ½ ¾ Ⅻ ⅷ",
+    "version 2.0.1-rc3 built 2026-11-26T14:46:27Z",
+    "Les élèves français étudient à l'école. Où est la bibliothèque?",
+    "Größe, Straße, Übung, ẞ",
+    "Tiếng Việt có nhiều dấu thanh: ả ã ạ ấ ầ ẩ ẫ ậ",
+    "Ελληνικά: Καλημέρα κόσμε",
+    "Русский текст: Привет, мир! Съешь же ещё этих мягких французских булок.",
+    "Українська: Ґанок, їжак, єнот",
+    "中文：你好，世界！我们正在测试分词器。",
+    "日本語：こんにちは世界。カタカナとひらがな、漢字。",
+    "한국어: 안녕하세요 세계",
+    "العربية: مرحبا بالعالم، هذا اختبار.",
+    "עברית: שלום עולם",
+    "हिन्दी: नमस्ते दुनिया, यह एक परीक्षण है।",
+    "ไทย: สวัสดีชาวโลก",
+    "Türkçe: İstanbul, ılık, IŞIK",
+    "e\u0301 vs \u00e9 (combining acute)",
+    "emoji: 👍 👍🏽 ❤️ 🇫🇷 1️⃣ 🎉🎉🎉",
+    "family: 👨‍👩‍👧‍👦 and 🏳️‍🌈 and 👩🏾‍💻",
+    "rare: 𠀀𠀁 𐀀 \ue000 \U0010fffd",
+    "controls: \x00\x01\x1f\x7f and bom \ufeff",
+    "spaces: a\u00a0b\u3000c\u2028d\u2029e\u200bf\u0085g\u1680h\u180ei",
+    "new letters: \u1c89\u1c8a \U00031350 \U0001e4d0 \U00011f04",
+    "separators \x1c\x1d\x1e\x1f end",
+    "punctuation!!! ??? ... --- *** ### @@@ $$$ %%% ^^^ &&& ((( )))",
+    "mixed123abc456def7890ghi",
+    "under_score snake_case CamelCase kebab-case",
+    "https://example.com/path?query=1&other=two#frag",
+    "email: someone@example.org",
+    "<|begin_of_text|>Hello<|eot_id|>",
+    "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n4<|eot_id|>",
+    "<|eot_id|><|eot_id|>",
+    "partial <|eot_id and <|eot_id| and <eot_id|>",
+    "text<|pad|>more text",
+    "<s> hello </s>",
+    "<s>[INST] hi [/INST]",
+    "<unk> and <s> and </s>",
+    "mask: a <mask> b  <mask>  c<mask>d",
+    "foo food foo_bar (foo) xfoo foo",
+    "New York is in New York State; newyork is not",
+    "hello world and hello worlds",
+    "<0x41> literally",
+    "▁already▁has▁metaspace",
+    "ends with newline\n",
+    "x" * 300,
+    "ab" * 200,
+    "word " * 80,
+    "9" * 50,
+    "\u4e00" * 40,
+    CODE,
+    CPP,
+    '{"key": "value", "list": [1, 2, 3], "nested": {"a": null}}',
+    "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }",
+    "    return x  # comment\n\n\n    pass",
+    DOC,
+]
+# Whole documents: every line above joined, special tokens and all.
+LINES += ["\n".join(LINES[:45]), "\n".join(LINES[45:]), "\r\n".join(LINES)]
+
+
+def training_text():
+    mods = [_argparse_mod, _textwrap_mod, _json_decoder_mod]
+    return LINES * 3 + [inspect.getsource(m) for m in mods]
+
+
+def llama3():
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_text(), trainer)
+    tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                            "<|eot_id|>", "<|pad|>"])
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True, normalized=False)])
+    tok.add_tokens([AddedToken("foo", single_word=True, normalized=False, special=False),
+                    AddedToken("New York", normalized=True, special=False)])
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                      special_tokens=[("<|begin_of_text|>", bos)]),
+    ])
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "model_max_length": 131072,
+              "clean_up_tokenization_spaces": True, "tokenizer_class": "PreTrainedTokenizerFast"}
+    return tok, config
+
+
+def spm_base():
+    """Llama 2's layout: <unk> <s> </s>, then <0x00>..<0xFF>, then the merged pieces."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # Trained on words as SentencePiece does (merges never cross a ▁ boundary inside a word)...
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=2700, min_frequency=2, show_progress=False, limit_alphabet=200,
+                                  special_tokens=["<unk>", "<s>", "</s>"])
+    tok.train_from_iterator(training_text(), trainer)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    ordered = sorted(vocab.items(), key=lambda kv: kv[1])
+    new_vocab = {}
+    for t, i in ordered[:3]:
+        new_vocab[t] = i
+    for b in range(256):
+        new_vocab[f"<0x{b:02X}>"] = len(new_vocab)
+    for t, i in ordered[3:]:
+        if t not in new_vocab:
+            new_vocab[t] = len(new_vocab)
+    j["model"]["vocab"] = new_vocab
+    # ...but encoded as Llama 2's tokenizer.json does it: Prepend + Replace, no pre-tokenizer.
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "▁"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+    j["pre_tokenizer"] = None
+    j["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.add_special_tokens(["<pad>", "<|im_start|>", "<|im_end|>"])
+    tok.add_tokens([AddedToken("hello world", normalized=True, special=False)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 1)])
+    return tok
+
+
+def llama2(base):
+    config = {"add_bos_token": True, "add_eos_token": False,
+              "bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": False, "normalized": False,
+                            "rstrip": False, "single_word": False},
+              "eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": False, "normalized": False,
+                            "rstrip": False, "single_word": False},
+              "unk_token": "<unk>", "pad_token": None, "legacy": True, "tokenizer_class": "LlamaTokenizer"}
+    return base, config
+
+
+def mistral(base):
+    j = json.loads(base.to_str())
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+    j["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False},
+        {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    config = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>",
+              "unk_token": "<unk>", "legacy": False, "tokenizer_class": "LlamaTokenizer"}
+    return Tokenizer.from_str(json.dumps(j)), config
+
+
+def main():
+    with open(HERE / "corpus.jsonl", "w", encoding="utf-8") as f:
+        for line in LINES:
+            f.write(json.dumps({"text": line}, ensure_ascii=False) + "\n")
+    base = spm_base()
+    for name, (tok, config) in (("llama3", llama3()), ("llama2", llama2(base)), ("mistral", mistral(base))):
+        d = HERE / name
+        d.mkdir(exist_ok=True)
+        tok.save(str(d / "tokenizer.json"), pretty=True)
+        (d / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        tok = Tokenizer.from_file(str(d / "tokenizer.json"))  # what the C++ side reads
+        with open(HERE / f"expected_{name}.jsonl", "w", encoding="utf-8") as f:
+            for line in LINES:
+                ids = tok.encode(line).ids
+                plain = tok.encode(line, add_special_tokens=False).ids
+                f.write(json.dumps({"ids": ids, "ids_plain": plain,
+                                    "decoded": tok.decode(plain, skip_special_tokens=True),
+                                    "decoded_all": tok.decode(plain, skip_special_tokens=False)},
+                                   ensure_ascii=False) + "\n")
+        print(f"{name}: {tok.get_vocab_size()} tokens, tokenizers {tokenizers.__version__}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+// Encoding and decoding, in the order Hugging Face tokenizers runs its pipeline: added tokens that
+// are not normalized are cut out of the raw text; each remaining piece is normalized, then cut at
+// the normalized added tokens; each remaining piece is pre-tokenized into words and each word goes
+// through BPE; the post-processor template adds BOS/EOS.
+#include "text/tokenizer.h"
+
+#include <algorithm>
+
+#include "text/tokenizer_model.h"
+#include "text/unicode.h"
+
+namespace strata::text {
+namespace {
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  for (size_t p; (p = s.find(from, i)) != std::string_view::npos; i = p + from.size()) {
+    out.append(s.substr(i, p - i));
+    out.append(to);
+  }
+  out.append(s.substr(i));
+  return out;
+}
+
+// Rust's char::is_alphanumeric (Alphabetic or Numeric), approximated by \p{L} and \p{N}: it
+// decides only single_word added tokens, which the Llama family does not use.
+bool word_char(uint32_t cp) {
+  CharClass c = char_class(cp);
+  return cp == '_' || c == CharClass::kLetter || c == CharClass::kNumber;
+}
+
+uint32_t last_cp(std::string_view s) {
+  size_t i = s.size() - 1;
+  while (i > 0 && (uint8_t(s[i]) & 0xC0) == 0x80) --i;
+  uint32_t cp;
+  utf8_decode(s, i, &cp);
+  return cp;
+}
+
+struct Piece {
+  size_t begin, end;
+  const AddedToken* token;  // null: text to tokenize
+};
+
+// tokenizers' AddedVocabulary::find_matches: the pieces of s, with lstrip/rstrip/single_word.
+void find_matches(const AddedTokenMatcher& matcher, std::string_view s, std::vector<Piece>& out) {
+  out.clear();
+  size_t start_offset = 0;
+  size_t from = 0, mb, me;
+  while (const AddedToken* t = matcher.find(s, from, &mb, &me)) {
+    from = me;
+    size_t start = mb, stop = me;
+    if (t->single_word) {
+      bool start_space = start == 0 || !word_char(last_cp(s.substr(0, start)));
+      uint32_t next = 0;
+      if (stop < s.size()) utf8_decode(s, stop, &next);
+      bool stop_space = stop == s.size() || !word_char(next);
+      if (!start_space || !stop_space) continue;
+    }
+    if (t->lstrip) {
+      size_t b = start;
+      while (b > 0) {
+        size_t k = b - 1;
+        while (k > 0 && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+        uint32_t cp;
+        utf8_decode(s, k, &cp);
+        if (char_class(cp) != CharClass::kSpace) break;
+        b = k;
+      }
+      start = std::max(b, start_offset);
+    }
+    if (t->rstrip) {
+      while (stop < s.size()) {
+        uint32_t cp;
+        int len = utf8_decode(s, stop, &cp);
+        if (char_class(cp) != CharClass::kSpace) break;
+        stop += size_t(len);
+      }
+    }
+    if (start_offset < start) out.push_back({start_offset, start, nullptr});
+    out.push_back({start, stop, t});
+    start_offset = stop;
+  }
+  if (start_offset < s.size()) out.push_back({start_offset, s.size(), nullptr});
+}
+
+// Runs pre-tokenizer steps [step, end) on one piece, then BPE on each word.
+void pre_tokenize(const TokenizerModel& m, size_t step, std::string_view piece, bool at_start,
+                  std::vector<int32_t>& out) {
+  if (piece.empty()) return;
+  if (step == m.pre_tokenizer.size()) {
+    m.bpe->encode_word(piece, out);
+    return;
+  }
+  const PreTokenizerStep& p = m.pre_tokenizer[step];
+  switch (p.kind) {
+    case PreTokenizerStep::kSplit: {
+      std::vector<Span> spans;
+      split_regex(piece, p.regex, spans);
+      for (const Span& s : spans)
+        pre_tokenize(m, step + 1, piece.substr(s.begin, s.end - s.begin), at_start && s.begin == 0, out);
+      return;
+    }
+    case PreTokenizerStep::kByteLevel: {
+      std::string mapped;
+      mapped.reserve(piece.size() + 8);
+      if (p.add_prefix_space && piece[0] != ' ') byte_level_append(mapped, " ");
+      byte_level_append(mapped, piece);
+      pre_tokenize(m, step + 1, mapped, at_start, out);
+      return;
+    }
+    case PreTokenizerStep::kMetaspace: {
+      std::string r = replace_all(piece, " ", p.replacement);
+      bool prepend = p.prepend == PreTokenizerStep::kAlways || (p.prepend == PreTokenizerStep::kFirst && at_start);
+      if (prepend && !std::string_view(r).starts_with(p.replacement)) r.insert(0, p.replacement);
+      if (!p.split) {
+        pre_tokenize(m, step + 1, r, at_start, out);
+        return;
+      }
+      std::vector<Span> spans;
+      split_before(r, p.replacement, spans);
+      for (const Span& s : spans)
+        pre_tokenize(m, step + 1, std::string_view(r).substr(s.begin, s.end - s.begin), at_start && s.begin == 0, out);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void AddedTokenMatcher::build(std::vector<std::string> patterns, std::vector<const AddedToken*> tokens) {
+  patterns_ = std::move(patterns);
+  tokens_ = std::move(tokens);
+  for (auto& v : by_first_byte_) v.clear();
+  for (uint32_t k = 0; k < patterns_.size(); ++k)
+    if (!patterns_[k].empty()) by_first_byte_[uint8_t(patterns_[k][0])].push_back(k);
+  // Longest first; among equal patterns the first listed wins (aho-corasick reports the lowest).
+  for (auto& v : by_first_byte_)
+    std::stable_sort(v.begin(), v.end(),
+                     [&](uint32_t a, uint32_t b) { return patterns_[a].size() > patterns_[b].size(); });
+}
+
+const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_t* begin, size_t* end) const {
+  if (patterns_.empty()) return nullptr;
+  for (size_t i = from; i < s.size(); ++i) {
+    const auto& cands = by_first_byte_[uint8_t(s[i])];
+    for (uint32_t k : cands) {
+      if (s.substr(i).starts_with(patterns_[k])) {
+        *begin = i;
+        *end = i + patterns_[k].size();
+        return tokens_[k];
+      }
+    }
+  }
+  return nullptr;
+}
+
+std::string TokenizerModel::normalize(std::string_view s) const {
+  std::string out(s);
+  for (const NormalizerStep& n : normalizer) {
+    if (n.kind == NormalizerStep::kPrepend) {
+      if (!out.empty()) out.insert(0, n.a);
+    } else {
+      out = replace_all(out, n.a, n.b);
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  std::vector<int32_t> ids;
+  encode_append(text, add_special_tokens, ids);
+  return ids;
+}
+
+void Tokenizer::encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
+  const TokenizerModel& m = *m_;
+  std::string repaired;
+  if (utf8_valid_prefix(text) != text.size()) {
+    repaired = utf8_lossy(text);
+    text = repaired;
+  }
+  if (add_special_tokens) out.insert(out.end(), m.template_prefix.begin(), m.template_prefix.end());
+  std::vector<Piece> pieces, inner;
+  find_matches(m.raw_tokens, text, pieces);
+  for (const Piece& p : pieces) {
+    if (p.token) {
+      out.push_back(p.token->id);
+      continue;
+    }
+    std::string_view raw = text.substr(p.begin, p.end - p.begin);
+    std::string normalized;
+    if (!m.normalizer.empty()) normalized = m.normalize(raw);
+    std::string_view s = m.normalizer.empty() ? raw : std::string_view(normalized);
+    find_matches(m.normalized_tokens, s, inner);
+    for (const Piece& q : inner) {
+      if (q.token)
+        out.push_back(q.token->id);
+      else
+        pre_tokenize(m, 0, s.substr(q.begin, q.end - q.begin), p.begin == 0 && q.begin == 0, out);
+    }
+  }
+  if (add_special_tokens) out.insert(out.end(), m.template_suffix.begin(), m.template_suffix.end());
+}
+
+int32_t Tokenizer::vocab_size() const {
+  return int32_t(m_->tokens.size());
+}
+int32_t Tokenizer::bos_id() const {
+  return m_->bos_id;
+}
+int32_t Tokenizer::eos_id() const {
+  return m_->eos_id;
+}
+bool Tokenizer::byte_level() const {
+  return m_->byte_level;
+}
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  for (const AddedToken& t : m_->added)
+    if (t.content == token) return t.id;
+  auto it = m_->bpe->vocab().find(token);
+  if (it != m_->bpe->vocab().end()) return it->second;
+  return std::nullopt;
+}
+
+std::string_view Tokenizer::id_to_token(int32_t id) const {
+  if (id < 0 || size_t(id) >= m_->tokens.size()) return {};
+  return m_->tokens[size_t(id)];
+}
+
+}  // namespace strata::text
