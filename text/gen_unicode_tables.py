@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes text/unicode_tables.cpp: the code points the Llama 3 pre-tokenizer regex treats as \\p{L},
-\\p{N} and \\s, as sorted disjoint ranges.
+\\p{N} and \\s, as sorted disjoint ranges; and the \\w of the Rust regex crate, which tokenizers
+uses to decide single_word added tokens (Alphabetic, marks, Nd, Pc, Join_Control: not \u00b2).
 
 The ground truth is the regex engine Hugging Face `tokenizers` runs (Oniguruma, through
 `tokenizers.Regex`): its Unicode version (16.0 in tokenizers 0.23) is newer than any Python's
@@ -11,12 +12,14 @@ points; not Python's str.isspace, which adds 0x1C-0x1F).
 
 Usage: pip install tokenizers && python3 text/gen_unicode_tables.py [out.cpp]
 """
+import shutil
+import subprocess
 import sys
 import unicodedata
 from pathlib import Path
 
 import tokenizers
-from tokenizers import Regex
+from tokenizers import AddedToken, Regex, Tokenizer, models
 from tokenizers import pre_tokenizers as pt
 
 SCALARS = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
@@ -28,6 +31,15 @@ def onig_class(pattern):
     kept = pt.Split(Regex(pattern), "removed").pre_tokenize_str(text)
     unmatched = {ord(ch) for piece, _ in kept for ch in piece}
     return set(SCALARS) - unmatched
+
+
+def rust_word_chars():
+    """Code points before which a single_word added token does not match (Rust regex \\w)."""
+    tok = Tokenizer(models.BPE())
+    tok.add_tokens([AddedToken("\u00a7\u00a7", single_word=True, normalized=False)])
+    cps = [c for c in SCALARS if c != 0xA7]
+    encs = tok.encode_batch([chr(c) + "\u00a7\u00a7" for c in cps], add_special_tokens=False)
+    return {c for c, e in zip(cps, encs) if not e.ids}
 
 
 def ranges(points):
@@ -63,8 +75,14 @@ def main():
     ]
     for lo, hi, cls in rows:
         lines.append(f"    {{0x{lo:X}, 0x{hi:X}, CharClass::{cls}}},")
-    lines += ["};", f"const size_t kCharRangeCount = {len(rows)};", "", "}  // namespace strata::text", ""]
+    lines += ["};", f"const size_t kCharRangeCount = {len(rows)};", ""]
+    word = ranges(rust_word_chars())
+    lines.append(f"const WordRange kWordRanges[{len(word)}] = {{")
+    lines += [f"    {{0x{lo:X}, 0x{hi:X}}}," for lo, hi in word]
+    lines += ["};", f"const size_t kWordRangeCount = {len(word)};", "", "}  // namespace strata::text", ""]
     out_path.write_text("\n".join(lines))
+    if shutil.which("clang-format"):  # the repo's format check covers generated sources too
+        subprocess.run(["clang-format", "-i", str(out_path)], check=True)
     print(f"wrote {out_path}: {len(rows)} ranges")
 
 

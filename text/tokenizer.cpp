@@ -24,11 +24,8 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
   return out;
 }
 
-// Rust's char::is_alphanumeric (Alphabetic or Numeric), approximated by \p{L} and \p{N}: it
-// decides only single_word added tokens, which the Llama family does not use.
 bool word_char(uint32_t cp) {
-  CharClass c = char_class(cp);
-  return cp == '_' || c == CharClass::kLetter || c == CharClass::kNumber;
+  return is_word_char(cp);
 }
 
 uint32_t last_cp(std::string_view s) {

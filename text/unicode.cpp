@@ -22,6 +22,12 @@ CharClass char_class(uint32_t cp) {
   return cp <= it->hi ? it->cls : CharClass::kOther;
 }
 
+bool is_word_char(uint32_t cp) {
+  const WordRange* end = kWordRanges + kWordRangeCount;
+  const WordRange* it = std::upper_bound(kWordRanges, end, cp, [](uint32_t v, const WordRange& r) { return v < r.lo; });
+  return it != kWordRanges && cp <= (it - 1)->hi;
+}
+
 void utf8_append(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += char(cp);

@@ -20,4 +20,12 @@ extern const size_t kCharRangeCount;
 // The class of a code point (any value; out of range is kOther).
 CharClass char_class(uint32_t cp);
 
+// The Rust regex crate's \w, which tokenizers uses for single_word added tokens.
+struct WordRange {
+  uint32_t lo, hi;  // inclusive
+};
+extern const WordRange kWordRanges[];
+extern const size_t kWordRangeCount;
+bool is_word_char(uint32_t cp);
+
 }  // namespace strata::text

@@ -114,6 +114,7 @@ LINES = [
     "<unk> and <s> and </s>",
     "mask: a <mask> b  <mask>  c<mask>d",
     "foo food foo_bar (foo) xfoo foo",
+    "foo² foo٣ foo\u0301 foo\u200d foo§ ²foo Ⅻfoo",
     "New York is in New York State; newyork is not",
     "hello world and hello worlds",
     "<0x41> literally",

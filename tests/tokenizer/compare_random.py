@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Differential check: random strings through Hugging Face tokenizers and strata-tokenize must give
+the same ids (with special tokens) and the same decoded text. Not a ctest (needs `tokenizers`):
+    python3 tests/tokenizer/compare_random.py BUILD/tools/strata-tokenize [count] [seed]
+"""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+HERE = Path(__file__).resolve().parent
+PIECES = (list("abcXYZ'sStTdDmMlLrReEvV ") + [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2028",
+          "\x1c", "\x85", "\u200b", "1", "22", "4567", "٣", "²", "Ⅻ", "é", "e\u0301", "ß", "ſ", "K", "İ", "中文",
+          "日本", "한", "مرحبا", "Привет", "नमस्ते", "👍", "👨‍👩‍👧", "🇫🇷", "\U00031350", "\u1c89", "\U00020000",
+          "\ue000", "\x00", "\x7f", "!", "?!", "...", "(", ")", "_", "-", "<", ">", "|", "▁", "▁▁", "<s>", "</s>",
+          "<unk>", "<|eot_id|>", "<|begin_of_text|>", "<|pad|>", "<mask>", " <mask> ", "foo", "New York",
+          "hello world", "<0x41>", "<|im_start|>", "'ll", "'S", "'Re", "\ufeff", "\U0010fffd"])
+
+
+def random_char(rng):
+    """Any scalar value, weighted toward the planes with letters and numbers."""
+    while True:
+        c = rng.choice([rng.randrange(0x80, 0x3000), rng.randrange(0x3000, 0x10000), rng.randrange(0x10000, 0x110000)])
+        if not 0xD800 <= c <= 0xDFFF:
+            return chr(c)
+
+
+def random_text(rng):
+    return "".join(rng.choice(PIECES) if rng.random() < 0.8 else random_char(rng) for _ in range(rng.randint(0, 40)))
+
+
+def main():
+    tool = sys.argv[1]
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+    rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+    texts = [random_text(rng) for _ in range(count)]
+    failures = 0
+    for name in ("llama3", "llama2", "mistral"):
+        tok = Tokenizer.from_file(str(HERE / name / "tokenizer.json"))
+        stdin = "".join(json.dumps(t) + "\n" for t in texts)
+        out = subprocess.run([tool, "--tokenizer", str(HERE / name), "--jsonl"], input=stdin.encode(),
+                             capture_output=True, check=True).stdout.decode().split("\n")
+        for t, line in zip(texts, out):
+            want = tok.encode(t).ids
+            got = [int(x) for x in line.split()]
+            if got != want:
+                failures += 1
+                if failures <= 10:
+                    print(f"{name}: {t!r}\n  want {want}\n  got  {got}")
+        # decode of the reference ids, with the special tokens kept
+        for t in texts[:300]:
+            ids = tok.encode(t, add_special_tokens=False).ids
+            got = subprocess.run([tool, "--tokenizer", str(HERE / name), "--decode"],
+                                 input=" ".join(map(str, ids)).encode(), capture_output=True, check=True).stdout
+            want = tok.decode(ids, skip_special_tokens=False)
+            if got.decode() != want:
+                failures += 1
+                if failures <= 10:
+                    print(f"{name} decode: {t!r}\n  want {want!r}\n  got  {got.decode()!r}")
+        print(f"{name}: {count} texts compared")
+    print("failures:", failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

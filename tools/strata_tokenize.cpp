@@ -1,0 +1,107 @@
+// strata-tokenize --tokenizer DIR: text on stdin to token ids on stdout (or ids to text with
+// --decode), with the tokenizer of a Hugging Face checkpoint directory (text/tokenizer.h).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "text/tokenizer.h"
+#include "tools/cli.h"
+
+using namespace strata;
+
+static const char* kUsage =
+    "usage: strata-tokenize --tokenizer DIR [--decode] [--jsonl] [--no-special] [--stats] < input\n"
+    "  DIR holds tokenizer.json (and tokenizer_config.json for BOS/EOS).\n"
+    "  default   all of stdin is one text; prints its ids, space separated\n"
+    "  --decode  stdin is ids (whitespace separated); prints their text\n"
+    "  --jsonl   each stdin line is a JSON string or an object with \"text\"; prints one line of ids each\n"
+    "  --no-special  no BOS/EOS from the template (encode); keep special tokens out of the text (decode)\n"
+    "  --stats   prints bytes, tokens and MB/s to stderr\n";
+
+namespace {
+
+void print_ids(const std::vector<int32_t>& ids) {
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) line += ' ';
+    line += std::to_string(ids[i]);
+  }
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    cli::Args a(argc, argv, {"tokenizer"}, {"decode", "jsonl", "no-special", "stats", "help"});
+    if (a.has("help") || !a.has("tokenizer") || !a.positional().empty()) {
+      std::fputs(kUsage, a.has("help") ? stdout : stderr);
+      return a.has("help") ? 0 : 2;
+    }
+    text::Tokenizer tok = text::Tokenizer::load(a.str("tokenizer"));
+    const bool special = !a.has("no-special");
+    std::ios::sync_with_stdio(false);
+    if (a.has("decode")) {
+      std::vector<int32_t> ids;
+      for (long v; std::cin >> v;) {
+        if (v < 0 || v >= tok.vocab_size())
+          throw ConfigError(fmt::format("stdin: id {} is outside the vocabulary [0, {})", v, tok.vocab_size()), "stdin",
+                            "ids");
+        ids.push_back(int32_t(v));
+      }
+      if (!std::cin.eof()) throw ConfigError("stdin: expected whitespace-separated integer ids", "stdin", "ids");
+      std::string s = tok.decode(ids, !special);
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      return 0;
+    }
+    size_t bytes = 0, tokens = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> ids;
+    if (a.has("jsonl")) {
+      long n = 0;
+      for (std::string line; std::getline(std::cin, line);) {
+        ++n;
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+          throw ConfigError(fmt::format("stdin line {}: invalid JSON: {}", n, e.what()), "stdin", "line");
+        }
+        const nlohmann::json* t = j.is_object() && j.contains("text") ? &j["text"] : &j;
+        if (!t->is_string())
+          throw ConfigError(fmt::format("stdin line {}: expected a JSON string or {{\"text\": string}}", n), "stdin",
+                            "text");
+        const std::string& s = t->get_ref<const std::string&>();
+        ids.clear();
+        tok.encode_append(s, special, ids);
+        bytes += s.size();
+        tokens += ids.size();
+        print_ids(ids);
+      }
+    } else {
+      std::string s((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+      tok.encode_append(s, special, ids);
+      bytes = s.size();
+      tokens = ids.size();
+      print_ids(ids);
+    }
+    if (a.has("stats")) {
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "%zu bytes -> %zu tokens in %.3f s: %.2f MB/s\n", bytes, tokens, sec,
+                   sec > 0 ? double(bytes) / sec / 1e6 : 0.0);
+    }
+    return 0;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "strata-tokenize: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-tokenize: error: %s\n", e.what());
+    return 1;
+  }
+}
