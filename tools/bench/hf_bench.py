@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face transformers + PyTorch baseline for strata-bench, same shapes, same GPU, same run.
 
-Method (as in shared/ANCHORS.md): random-init LlamaForCausalLM in bf16, sdpa attention, fused
+Method (as in shared/ANCHORS.md): random-init LlamaForCausalLM (Qwen3ForCausalLM for Qwen3 shapes) in bf16, sdpa attention, fused
 AdamW, gradient clipping at --max-grad-norm (1.0, the default of both Hugging Face's Trainer and
 strata; 0 turns it off), batch 1, random tokens; median step time of --steps after --warmup; peak is
 torch.cuda.max_memory_allocated over the timed steps. Prints one JSON line.
@@ -12,6 +12,7 @@ import json
 import time
 
 import torch
+import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 SHAPES = {
@@ -21,6 +22,13 @@ SHAPES = {
                          intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True),
     "Llama-3-8B": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                        intermediate_size=14336, vocab_size=128256, tie_word_embeddings=False),
+    # Qwen3: per-head q/k norms, head_dim 128 (not hidden / heads), rope theta 1e6, eps 1e-6.
+    "Qwen3-8B": dict(_arch="qwen3", hidden_size=4096, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, intermediate_size=12288, vocab_size=151936,
+                     tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "Qwen3-1.7B": dict(_arch="qwen3", hidden_size=2048, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, intermediate_size=6144, vocab_size=151936,
+                       tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6),
     "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=512, vocab_size=1000, tie_word_embeddings=False),
 }
@@ -67,10 +75,24 @@ def main():
                     help="after the timed steps, profile one more step and print its GPU time per kernel to stderr")
     a = ap.parse_args()
     torch.manual_seed(0)
-    cfg = LlamaConfig(**SHAPES[a.shape], max_position_embeddings=max(a.seq, 8192), rms_norm_eps=1e-5,
-                      attn_implementation="sdpa")
+    shape = dict(SHAPES[a.shape])
+    arch = shape.pop("_arch", "llama")
+    shape.setdefault("rms_norm_eps", 1e-5)
+    if arch == "qwen3":
+        Config, Model = transformers.Qwen3Config, transformers.Qwen3ForCausalLM
+    else:
+        Config, Model = LlamaConfig, LlamaForCausalLM
+    kw = dict(shape, max_position_embeddings=max(a.seq, 8192), attn_implementation="sdpa")
+    theta = kw.pop("rope_theta", None)
+    if theta is None:
+        cfg = Config(**kw)
+    else:
+        try:  # transformers 5: rope_parameters
+            cfg = Config(**kw, rope_parameters={"rope_type": "default", "rope_theta": theta})
+        except TypeError:
+            cfg = Config(**kw, rope_theta=theta)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        model = Model(cfg).to(torch.bfloat16)
     if a.mode == "frozen":
         for n, p in model.named_parameters():
             p.requires_grad_("norm" in n)
