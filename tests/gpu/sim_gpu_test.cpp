@@ -138,6 +138,15 @@ io::LlamaConfig tiny() {
   c.rms_norm_eps = 1e-5f;
   return c;
 }
+// The tiny shape as Qwen3 with attention_bias (q/k norms, four biased projections) and as Qwen2.
+io::LlamaConfig tiny_arch(io::Arch a) {
+  io::LlamaConfig c = tiny();
+  c.arch = a;
+  c.qk_norm = a == io::Arch::qwen3;
+  c.qkv_bias = true;
+  c.o_bias = a == io::Arch::qwen3;
+  return c;
+}
 
 TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
   STRATA_REQUIRE_GPU();
@@ -176,6 +185,11 @@ TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
             true,
             true,
             {MasterWeights::none, OptimizerState::q8}},
+           {"tiny qwen3 keep", tiny_arch(io::Arch::qwen3), 2, 37, Plan::keep_everything(), TrainMode::full, true},
+           {"tiny qwen3 gc1", tiny_arch(io::Arch::qwen3), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full,
+            true},
+           {"tiny qwen2 lora gc2", tiny_arch(io::Arch::qwen2), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora,
+            true},
            {"tiny keep, optimizer host bf16",
             tiny(),
             2,
@@ -197,7 +211,9 @@ TEST(SimVsCuda, Llama1BScheduleAndPeakAreEqual) {
                          {"1B lora sel 4096", m, 1, 4096, Plan::selective_recompute(), TrainMode::lora, false},
                          {"1B gc1 16384", m, 1, 16384, Plan::gradient_checkpointing(1), TrainMode::full, false},
                          {"1B keep 4096, loss bwd", m, 1, 4096, Plan::keep_everything(), TrainMode::full, false, false},
-                         {"1B keep 4096", m, 1, 4096, Plan::keep_everything(), TrainMode::full, false}})
+                         {"1B keep 4096", m, 1, 4096, Plan::keep_everything(), TrainMode::full, false},
+                         {"Qwen3-1.7B gc1 4096", builtin_shape("Qwen3-1.7B"), 1, 4096, Plan::gradient_checkpointing(1),
+                          TrainMode::full, false}})
     compare(c, size_t(48) << 30);
 }
 
