@@ -34,6 +34,10 @@ struct Piece {
   std::vector<int64_t> shape;
   Tensor dev;
   std::byte* host = nullptr;
+  // A second copy of the weights (an fp32 master on the host tier beside its fp32 compute copy on
+  // an f32 backend): not saved, filled from the weights' tensor, so a checkpoint does not depend
+  // on the tier its state lived in.
+  bool mirror = false;
   size_t bytes() const {
     size_t n = 1;
     for (int64_t d : shape) n *= size_t(d);
@@ -51,14 +55,14 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
     const std::vector<int64_t> shape(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd);
     const std::vector<int64_t> blocks = {int64_t(quant_blocks(n))};
     out.push_back({p.name, p.value().dtype, shape, p.value(), nullptr});
+    // A split master's low half (bf16 compute weights) is state of its own; an fp32 master beside
+    // fp32 compute weights holds the same bits.
+    const bool f32 = p.value().dtype == DType::f32;
+    const std::string master_name = f32 ? p.name : p.name + ".master";
     if (p.host_master != Parameter::kDevice)
-      out.push_back({p.name + ".master",
-                     be.compute_dtype() == DType::f32 ? DType::f32 : be.master_dtype(),
-                     shape,
-                     {},
-                     m.host_state(p.host_master)});
+      out.push_back({master_name, f32 ? DType::f32 : be.master_dtype(), shape, {}, m.host_state(p.host_master), f32});
     else if (p.master.allocated() && p.compute.allocated())
-      out.push_back({p.name + ".master", p.master.view().dtype, shape, p.master.view(), nullptr});
+      out.push_back({master_name, p.master.view().dtype, shape, p.master.view(), nullptr, f32});
     for (auto [off, codes, scales, tag] :
          {std::tuple{p.host_m, &p.m, &p.m_scale, ".m"}, std::tuple{p.host_v, &p.v, &p.v_scale, ".v"}}) {
       const std::string nm = p.name + tag;
@@ -106,49 +110,53 @@ pid_t temp_owner(const std::string& name) {
 }  // namespace
 
 std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& mc, long data_rows) {
-  json must = {{"model.hidden_size", mc.hidden_size},
-               {"model.intermediate_size", mc.intermediate_size},
-               {"model.num_hidden_layers", mc.num_hidden_layers},
-               {"model.num_attention_heads", mc.num_attention_heads},
-               {"model.num_key_value_heads", mc.num_key_value_heads},
-               {"model.head_dim", mc.head_dim},
-               {"model.vocab_size", mc.vocab_size},
-               {"model.tie_word_embeddings", mc.tie_word_embeddings},
-               {"lora_r", c.lora.enabled() ? c.lora.rank : 0},
-               {"lora_alpha", c.lora.enabled() ? c.lora.alpha : 0.0f},
-               {"lora_target_modules", c.lora.enabled() ? c.lora.target_modules : std::vector<std::string>{}},
-               {"freeze_base", c.freeze_base},
-               {"master_weights", master_weights_name(c.recipe.master)},
-               {"optimizer_state", optimizer_state_name(c.recipe.moments)},
-               {"sequence_len", c.seq},
-               {"micro_batch_size", c.batch},
-               {"gradient_accumulation_steps", c.grad_accum},
-               {"val_set_size", c.val_set_size},
-               {"seed", c.seed},
-               {"data_rows", data_rows}};
-  json all = {{"base_model", c.model_dir},
-              {"data", c.data_path},
-              {"backend", c.backend},
-              {"learning_rate", c.lr},
-              {"max_steps", c.steps_given ? json(c.steps) : json(nullptr)},
-              {"num_epochs", c.num_epochs},
-              {"lr_scheduler", lr_scheduler_name(c.lr_scheduler)},
-              {"warmup_steps", c.warmup_steps},
-              {"warmup_ratio", c.warmup_ratio},
-              {"weight_decay", c.weight_decay},
-              {"adam_beta1", c.beta1},
-              {"adam_beta2", c.beta2},
-              {"adam_epsilon", c.adam_eps},
-              {"max_grad_norm", c.max_grad_norm},
-              {"loss_chunk_tokens", c.loss_chunk_tokens},
-              {"eval_steps", c.eval_steps},
-              {"logging_steps", c.logging_steps},
-              {"save_steps", c.save_steps},
-              {"save_total_limit", c.save_total_limit},
-              {"output_dir", c.output_dir},
-              {"plan", c.plan.preset},
-              {"state_plan", c.plan.state_preset}};
-  return json{{"format", "strata-train-config"}, {"version", 1}, {"must_match", must}, {"config", all}}.dump(2) + "\n";
+  nlohmann::ordered_json must = {
+      {"model.hidden_size", mc.hidden_size},
+      {"model.intermediate_size", mc.intermediate_size},
+      {"model.num_hidden_layers", mc.num_hidden_layers},
+      {"model.num_attention_heads", mc.num_attention_heads},
+      {"model.num_key_value_heads", mc.num_key_value_heads},
+      {"model.head_dim", mc.head_dim},
+      {"model.vocab_size", mc.vocab_size},
+      {"model.tie_word_embeddings", mc.tie_word_embeddings},
+      {"lora_r", c.lora.enabled() ? c.lora.rank : 0},
+      {"lora_alpha", c.lora.enabled() ? c.lora.alpha : 0.0f},
+      {"lora_target_modules", c.lora.enabled() ? c.lora.target_modules : std::vector<std::string>{}},
+      {"freeze_base", c.freeze_base},
+      {"master_weights", master_weights_name(c.recipe.master)},
+      {"optimizer_state", optimizer_state_name(c.recipe.moments)},
+      {"sequence_len", c.seq},
+      {"micro_batch_size", c.batch},
+      {"gradient_accumulation_steps", c.grad_accum},
+      {"val_set_size", c.val_set_size},
+      {"seed", c.seed},
+      {"data_rows", data_rows}};
+  nlohmann::ordered_json all = {{"base_model", c.model_dir},
+                                {"data", c.data_path},
+                                {"backend", c.backend},
+                                {"learning_rate", c.lr},
+                                {"max_steps", c.steps_given ? json(c.steps) : json(nullptr)},
+                                {"num_epochs", c.num_epochs},
+                                {"lr_scheduler", lr_scheduler_name(c.lr_scheduler)},
+                                {"warmup_steps", c.warmup_steps},
+                                {"warmup_ratio", c.warmup_ratio},
+                                {"weight_decay", c.weight_decay},
+                                {"adam_beta1", c.beta1},
+                                {"adam_beta2", c.beta2},
+                                {"adam_epsilon", c.adam_eps},
+                                {"max_grad_norm", c.max_grad_norm},
+                                {"loss_chunk_tokens", c.loss_chunk_tokens},
+                                {"eval_steps", c.eval_steps},
+                                {"logging_steps", c.logging_steps},
+                                {"save_steps", c.save_steps},
+                                {"save_total_limit", c.save_total_limit},
+                                {"output_dir", c.output_dir},
+                                {"plan", c.plan.preset},
+                                {"state_plan", c.plan.state_preset}};
+  return nlohmann::ordered_json{
+             {"format", "strata-train-config"}, {"version", 1}, {"must_match", must}, {"config", all}}
+             .dump(2) +
+         "\n";
 }
 
 int copy_tokenizer_files(const std::string& from, const std::string& to) {
@@ -201,6 +209,7 @@ std::string save_checkpoint(const std::string& output_dir, Backend& be, const Ll
     std::vector<io::TensorToWrite> out;
     for (size_t i = 0; i < pieces.size(); ++i) {
       const Piece& pc = pieces[i];
+      if (pc.mirror) continue;
       const void* data = pc.host;
       if (pc.dev.defined()) {
         host[i].resize(pc.bytes());
@@ -310,7 +319,7 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   // depends on; the learning rate, the step count and the schedule may change.
   const std::string cfg_path = dir + "/" + kConfig;
   const json saved = read_json(cfg_path);
-  const json now = json::parse(config_json);
+  const nlohmann::ordered_json now = nlohmann::ordered_json::parse(config_json);  // fields in the order written
   if (!saved.contains("must_match") || !saved["must_match"].is_object())
     throw FormatError(fmt::format("{}: no must_match object: not a strata checkpoint config", cfg_path), cfg_path,
                       "must_match");
@@ -354,9 +363,11 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
                       dtype_name(t->dtype), io::shape_str(t->shape), dtype_name(pc.dtype), io::shape_str(pc.shape)),
           opt_path, pc.name);
   }
-  if (f.tensors().size() != pieces.size())
+  const size_t saved_pieces =
+      size_t(std::count_if(pieces.begin(), pieces.end(), [](const Piece& pc) { return !pc.mirror; }));
+  if (f.tensors().size() != saved_pieces)
     throw FormatError(fmt::format("{}: {} tensors, this run's state has {} (another model or recipe?)", opt_path,
-                                  f.tensors().size(), pieces.size()),
+                                  f.tensors().size(), saved_pieces),
                       opt_path, "tensors");
   be.synchronize();
   for (const Piece& pc : pieces) {

@@ -25,6 +25,19 @@ TrainOptions train_options(const TrainConfig& cfg) {
   return to;
 }
 
+ModelOptions model_options(const TrainConfig& cfg) {
+  ModelOptions mo;
+  mo.lora = cfg.lora;
+  mo.lora.seed = cfg.seed;
+  mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
+  mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
+  mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
+  mo.page_frozen_layers = cfg.layer_offloading;
+  mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
+  mo.recipe = cfg.recipe;
+  return mo;
+}
+
 namespace {
 
 std::string clock_str(double s) {

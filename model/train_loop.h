@@ -17,6 +17,8 @@ namespace strata {
 
 // The Trainer's options a config asks for (the schedule is the loop's, so no warmup here).
 TrainOptions train_options(const TrainConfig& cfg);
+// The model's options a config asks for: full, frozen base or LoRA, the state's tiers and precision.
+ModelOptions model_options(const TrainConfig& cfg);
 
 struct LoopOptions {
   std::FILE* info = stdout;  // the setup and summary lines

@@ -228,15 +228,7 @@ int main(int argc, char** argv) {
       auto be = make_backend(be_name, cfg.device_budget_bytes);
       if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
 
-      ModelOptions mo;
-      mo.lora = cfg.lora;
-      mo.lora.seed = cfg.seed;
-      mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
-      mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
-      mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
-      mo.page_frozen_layers = cfg.layer_offloading;
-      mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
-      mo.recipe = cfg.recipe;
+      const ModelOptions mo = model_options(cfg);
       LlamaModel model(*be, mc, mo);
       if (!cfg.output_dir.empty()) {
         // Before loading and training: a save that cannot succeed must not cost the run. fp32

@@ -1,0 +1,333 @@
+// Checkpoints and exact resume on the cpu backend (model/checkpoint.h, model/train_loop.h): a run
+// stopped after step k and resumed gives the same losses, held-out losses and every weight, master
+// and moment byte as the run that never stopped, with the state on the device, on the host tier and
+// in 8-bit; save_total_limit keeps the newest; a checkpoint of another shape or config, or a
+// damaged one, is refused naming the file and field; a save killed between files leaves the
+// previous checkpoints intact and no partial checkpoint; strata-train saves on SIGTERM and
+// --resume auto continues to the same losses.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/checkpoint.h"
+#include "tests/cpu/expect_error.h"
+#include "tests/cpu/spawn_util.h"
+#include "tests/cpu/tool_runner.h"
+#include "tests/cpu/train_loop_util.h"
+
+using namespace strata;
+using namespace strata::test_util;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "strata_resume_" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+// 400 tokens of rows of 16: 24 rows, 4 held out, 20 trained on: 5 steps of 2 x 2 rows an epoch,
+// so 10 steps are two epochs and a stop after step 7 lands inside the second.
+TrainConfig config(const std::string& out) {
+  TrainConfig c;
+  c.seq = 16;
+  c.batch = 2;
+  c.grad_accum = 2;
+  c.steps = 10;
+  c.steps_given = true;
+  c.lr = 1e-2f;
+  c.lr_scheduler = LrScheduler::cosine;
+  c.warmup_steps = 2;
+  c.weight_decay = 0.1f;
+  c.max_grad_norm = 0.5f;  // clipping active
+  c.val_set_size = 0.15f;
+  c.eval_steps = 3;
+  c.output_dir = out;
+  return c;
+}
+
+struct Outcome {
+  LoopResult res;
+  std::vector<std::vector<std::byte>> state;
+};
+
+// Trains; stops (as SIGTERM would) after `stop_after` steps of this run when non-zero.
+Outcome go(const TrainConfig& cfg, int stop_after = 0, CheckpointWrite w = {}) {
+  LoopOptions lo = quiet();
+  int steps = 0;
+  lo.on_step = [&](const StepStats&) { ++steps; };
+  lo.stop_requested = [&] { return stop_after && steps == stop_after ? SIGTERM : 0; };
+  lo.checkpoint = std::move(w);
+  Rig r = make_rig(cfg, lo);
+  Outcome out;
+  out.res = r.loop->run();
+  out.state = state_bytes(*r.model);
+  return out;
+}
+
+struct Variant {
+  const char* name;
+  const char* state_offloading;
+  OptimizerState moments;
+  int lora_rank;
+};
+
+}  // namespace
+
+TEST(Resume, StoppedAndResumedRunMatchesTheUninterruptedOneBitForBit) {
+  for (const Variant& v : {Variant{"keep-everything", "none", OptimizerState::fp32, 0},
+                           Variant{"host-tier state", "all", OptimizerState::fp32, 0},
+                           Variant{"8-bit moments", "none", OptimizerState::q8, 0},
+                           Variant{"8-bit moments on the host tier", "optimizer", OptimizerState::q8, 0},
+                           Variant{"LoRA", "none", OptimizerState::fp32, 4}}) {
+    SCOPED_TRACE(v.name);
+    TrainConfig cfg = config(fresh_dir("whole"));
+    cfg.plan.set_state_offloading(v.state_offloading, "test");
+    cfg.recipe.moments = v.moments;
+    cfg.lora.rank = v.lora_rank;
+    const Outcome whole = go(cfg);
+    ASSERT_EQ(whole.res.losses.size(), 10u);
+    ASSERT_EQ(whole.res.eval_loss.size(), 4u);  // steps 3, 6, 9 and the end
+
+    cfg.output_dir = fresh_dir("stopped");
+    const Outcome stopped = go(cfg, 7);
+    EXPECT_EQ(stopped.res.stopped_by, SIGTERM);
+    EXPECT_EQ(stopped.res.steps_done, 7);
+    EXPECT_EQ(stopped.res.last_checkpoint, cfg.output_dir + "/checkpoint-7");
+    cfg.resume_from_checkpoint = "auto";
+    const Outcome resumed = go(cfg);
+    EXPECT_EQ(resumed.res.resumed_from, cfg.output_dir + "/checkpoint-7");
+    EXPECT_EQ(resumed.res.first_step, 8);
+    ASSERT_EQ(resumed.res.losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.res.losses[i], whole.res.losses[7 + i]) << "step " << 8 + i;
+    for (size_t i = 0; i < 7; ++i) EXPECT_EQ(stopped.res.losses[i], whole.res.losses[i]) << "step " << 1 + i;
+    ASSERT_EQ(resumed.res.eval_loss.size(), 2u);
+    EXPECT_EQ(resumed.res.eval_loss[0], whole.res.eval_loss[2]);
+    EXPECT_EQ(resumed.res.eval_loss[1], whole.res.eval_loss[3]);
+    ASSERT_EQ(resumed.state.size(), whole.state.size());
+    for (size_t i = 0; i < whole.state.size(); ++i)
+      EXPECT_TRUE(resumed.state[i] == whole.state[i]) << "state array " << i;
+    // The metrics file holds each step once: the resumed run dropped nothing and repeated nothing.
+    std::ifstream m(cfg.output_dir + "/metrics.jsonl");
+    std::vector<int> steps;
+    for (std::string line; std::getline(m, line);) {
+      const json j = json::parse(line);
+      if (j.contains("loss")) steps.push_back(j["step"].get<int>());
+    }
+    EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  }
+}
+
+// The checkpoint holds the state's bytes, not where they lived: saved from the device, resumed
+// into the host tier, the run still ends bit-identical.
+TEST(Resume, ACheckpointResumesUnderAnotherStateTier) {
+  TrainConfig host = config(fresh_dir("tier_whole"));
+  host.plan.set_state_offloading("all", "test");
+  const Outcome whole = go(host);
+  TrainConfig cfg = config(fresh_dir("tier_stopped"));
+  go(cfg, 4);
+  host.output_dir = cfg.output_dir;
+  host.resume_from_checkpoint = cfg.output_dir + "/checkpoint-4";
+  const Outcome resumed = go(host);
+  ASSERT_EQ(resumed.res.losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(resumed.res.losses[i], whole.res.losses[4 + i]);
+  EXPECT_TRUE(resumed.state == whole.state);
+}
+
+TEST(Resume, SaveTotalLimitKeepsTheNewestCheckpoints) {
+  TrainConfig cfg = config(fresh_dir("limit"));
+  cfg.save_steps = 2;
+  cfg.save_total_limit = 2;
+  go(cfg);
+  std::vector<int> steps;
+  for (const CheckpointEntry& e : list_checkpoints(cfg.output_dir)) steps.push_back(e.step);
+  EXPECT_EQ(steps, (std::vector<int>{8, 10}));
+  EXPECT_EQ(resolve_checkpoint("auto", cfg.output_dir), cfg.output_dir + "/checkpoint-10");
+  for (const char* f :
+       {"model.safetensors", "config.json", "optimizer.safetensors", "train_config.json", "trainer_state.json"})
+    EXPECT_TRUE(fs::is_regular_file(cfg.output_dir + "/checkpoint-10/" + f)) << f;
+  cfg.save_total_limit = 0;  // 0 keeps every one
+  cfg.output_dir = fresh_dir("nolimit");
+  go(cfg);
+  EXPECT_EQ(list_checkpoints(cfg.output_dir).size(), 5u);
+}
+
+TEST(Resume, AnotherShapeOrConfigOrADamagedCheckpointIsRefusedNamingTheFile) {
+  TrainConfig cfg = config(fresh_dir("refused"));
+  go(cfg, 3);
+  const std::string ck = cfg.output_dir + "/checkpoint-3";
+  const std::string tc = ck + "/train_config.json", opt = ck + "/optimizer.safetensors";
+  cfg.resume_from_checkpoint = ck;
+  auto refused = [&](const TrainConfig& c, io::LlamaConfig mc = tiny_config()) {
+    return catch_as<FormatError>([&] {
+      LoopOptions lo = quiet();
+      Rig r = make_rig(c, lo, 400, mc);
+      r.loop->run();
+    });
+  };
+  {
+    TrainConfig c = cfg;
+    c.seq = 8;
+    auto e = refused(c);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->file, tc);
+    EXPECT_EQ(e->field, "sequence_len");
+    EXPECT_NE(std::string(e->what()).find(tc), std::string::npos) << e->what();
+  }
+  {
+    io::LlamaConfig other = tiny_config();
+    other.intermediate_size = 64;
+    auto e = refused(cfg, other);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->field, "model.intermediate_size") << e->what();
+  }
+  {
+    TrainConfig c = cfg;
+    c.recipe.moments = OptimizerState::q8;
+    auto e = refused(c);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->field, "optimizer_state") << e->what();
+  }
+  {
+    // A config that claims 8-bit moments over fp32 ones: the tensors' dtypes give it away.
+    json j = json::parse(std::ifstream(tc));
+    j["must_match"]["optimizer_state"] = "8bit";
+    std::ofstream(tc) << j.dump(2);
+    TrainConfig c = cfg;
+    c.recipe.moments = OptimizerState::q8;
+    auto e = refused(c);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->file, opt);
+    EXPECT_TRUE(e->field.ends_with(".m")) << e->field;
+    j["must_match"]["optimizer_state"] = "fp32";
+    std::ofstream(tc) << j.dump(2);
+  }
+  {
+    // A truncated optimizer.safetensors.
+    const auto full = fs::file_size(opt);
+    fs::resize_file(opt, full / 2);
+    try {
+      LoopOptions lo = quiet();
+      Rig r = make_rig(cfg, lo);
+      r.loop->run();
+      ADD_FAILURE() << "a truncated optimizer.safetensors was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(opt), std::string::npos) << e.what();
+    }
+  }
+  {
+    TrainConfig c = cfg;
+    c.resume_from_checkpoint = cfg.output_dir;  // the output dir, not a checkpoint
+    auto e = catch_as<ConfigError>([&] {
+      Rig r = make_rig(c);
+      r.loop->run();
+    });
+    ASSERT_TRUE(e);
+    EXPECT_NE(std::string(e->what()).find("trainer_state.json"), std::string::npos) << e->what();
+  }
+  EXPECT_TRUE(fs::is_regular_file(ck + "/trainer_state.json")) << "a refused resume must not touch the checkpoint";
+}
+
+// A save killed (SIGKILL) between two files of checkpoint-4: checkpoint-2 stays whole and is the
+// one `auto` finds; no checkpoint-4 appears; the hidden temp is removed by the next save.
+TEST(Resume, ASaveKilledBetweenFilesLeavesThePreviousCheckpointsAndNoPartialOne) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child re-runs this test alone
+  const std::string out = ::testing::TempDir() + "strata_resume_killed";
+  TrainConfig cfg = config(out);
+  cfg.save_steps = 2;
+  if (!::testing::internal::InDeathTestChild()) fs::remove_all(out);
+  EXPECT_EXIT(
+      {
+        int files = 0;
+        CheckpointWrite w;
+        w.after_file = [&](const std::string&) {
+          if (++files == 6) ::raise(SIGKILL);  // checkpoint-2 has 4 files; this is checkpoint-4's second
+        };
+        go(cfg, 0, w);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+  std::vector<int> steps;
+  for (const CheckpointEntry& e : list_checkpoints(out)) steps.push_back(e.step);
+  EXPECT_EQ(steps, (std::vector<int>{2}));
+  int temps = 0;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().filename().string().starts_with(".checkpoint-4.tmp.")) ++temps;
+  EXPECT_EQ(temps, 1) << "the killed save's temp directory";
+  EXPECT_EQ(resolve_checkpoint("auto", out), out + "/checkpoint-2");
+  // It resumes, and its first save removes the dead writer's temp.
+  cfg.resume_from_checkpoint = "auto";
+  const Outcome resumed = go(cfg);
+  EXPECT_EQ(resumed.res.first_step, 3);
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_FALSE(e.path().filename().string().starts_with(".checkpoint-")) << e.path();
+  EXPECT_EQ(list_checkpoints(out).size(), 5u);
+}
+
+// strata-train end to end: SIGTERM mid-run finishes the step, saves a checkpoint and ends by the
+// signal; --resume auto continues to the losses of a run that was never stopped.
+TEST(Resume, StrataTrainSavesOnSigtermAndResumesToTheSameLosses) {
+  using namespace strata::tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch s;
+  s.create("strata_resume_tool");
+  ASSERT_TRUE(s.ok());
+  const std::string model = s.path("tiny"), data = model + "/tokens.bin";
+  Proc mk = s.run(kMakeTiny + " " + quote(model) +
+                  " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 20000");
+  ASSERT_EQ(mk.code, 0) << mk.err;
+  std::ofstream(model + "/tokenizer.json") << "{\"model\": {}}\n";  // copied into every saved directory
+  const std::vector<std::string> args = {
+      kTrain,    "--model", model,     "--data", data,     "--backend",    "cpu", "--seq",          "16",
+      "--batch", "2",       "--steps", "400",    "--json", "--grad-accum", "2",   "--lr-scheduler", "linear"};
+  auto losses = [](const std::string& out) {
+    std::map<int, double> m;
+    for (const std::string& l : lines(out)) {
+      const json j = json::parse(l);
+      if (j.contains("loss")) m[j["step"].get<int>()] = j["loss"].get<double>();
+    }
+    return m;
+  };
+  std::string cmd;
+  for (const std::string& a : args) cmd += quote(a) + " ";
+  Proc whole = s.run(cmd);
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  const std::map<int, double> want = losses(whole.out);
+  ASSERT_EQ(want.size(), 400u);
+
+  const std::string out = s.path("out");
+  std::vector<std::string> stop_args = args;
+  stop_args.insert(stop_args.end(), {"--save", out});
+  Child c(stop_args);
+  ASSERT_TRUE(c.ok());
+  std::string line;
+  int seen = 0;
+  while (seen < 3 && c.read_line(line, std::chrono::seconds(60))) seen = json::parse(line)["step"].get<int>();
+  ASSERT_GE(seen, 3) << "strata-train did not reach step 3";
+  ASSERT_EQ(::kill(c.pid(), SIGTERM), 0);
+  const int status = c.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "wait status " << status;
+  const std::vector<CheckpointEntry> cks = list_checkpoints(out);
+  ASSERT_EQ(cks.size(), 1u);
+  EXPECT_GE(cks[0].step, 3);
+  EXPECT_LT(cks[0].step, 400) << "the run should have stopped early";
+  EXPECT_TRUE(fs::is_regular_file(cks[0].path + "/tokenizer.json"));
+  for (const auto& e : fs::directory_iterator(out)) EXPECT_FALSE(e.path().filename().string().starts_with("."));
+
+  Proc resumed = s.run(cmd + "--save " + quote(out) + " --resume auto");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  const std::map<int, double> got = losses(resumed.out);
+  ASSERT_EQ(got.size(), size_t(400 - cks[0].step));
+  EXPECT_EQ(got.begin()->first, cks[0].step + 1);
+  for (const auto& [step, loss] : got) EXPECT_EQ(loss, want.at(step)) << "step " << step;
+  EXPECT_NE(resumed.err.find("resumed from " + cks[0].path), std::string::npos) << resumed.err;
+  EXPECT_TRUE(fs::is_regular_file(out + "/model.safetensors"));
+  EXPECT_TRUE(fs::is_regular_file(out + "/tokenizer.json"));
+  s.remove();
+}
