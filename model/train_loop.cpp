@@ -133,11 +133,9 @@ std::string TrainLoop::save(int step, float loss) {
   st.loss = loss;
   const std::string dir = save_checkpoint(cfg_.output_dir, be_, model_, st, opt_.checkpoint);
   const std::vector<std::string> pruned = prune_checkpoints(cfg_.output_dir, cfg_.save_total_limit);
-  if (opt_.text) {
-    std::fprintf(opt_.info, "checkpoint: %s%s\n", dir.c_str(),
-                 pruned.empty() ? "" : fmt::format(" (removed {} older)", pruned.size()).c_str());
-    std::fflush(opt_.info);
-  }
+  std::fprintf(opt_.info, "checkpoint: %s%s\n", dir.c_str(),
+               pruned.empty() ? "" : fmt::format(" (removed {} older)", pruned.size()).c_str());
+  std::fflush(opt_.info);
   return dir;
 }
 
@@ -166,9 +164,9 @@ LoopResult TrainLoop::run() {
   } close_metrics{metrics_};
   const int k = cfg_.grad_accum;
   std::fprintf(opt_.info,
-               "loop: %d steps (%ld training rows, %d a step: %d x %d accumulated; %.2f epochs) | lr %g %s, warmup "
+               "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated; %.2f epochs) | lr %g %s, warmup "
                "%d | held out %ld rows%s\n",
-               total_, long(split_.train.size()), cfg_.batch * k, cfg_.batch, k,
+               total_, long(split_.train.size()), long(cfg_.batch) * k, cfg_.batch, k,
                double(total_) * cfg_.batch * k / double(split_.train.size()), double(cfg_.lr),
                lr_scheduler_name(cfg_.lr_scheduler), warmup_, long(split_.val.size()),
                split_.val.empty()    ? ""

@@ -301,7 +301,7 @@ TEST(Resume, StrataTrainSavesOnSigtermAndResumesToTheSameLosses) {
   const std::map<int, double> want = losses(whole.out);
   ASSERT_EQ(want.size(), 400u);
 
-  const std::string out = s.path("out");
+  const std::string out = s.path("ck_stopped");
   std::vector<std::string> stop_args = args;
   stop_args.insert(stop_args.end(), {"--save", out});
   Child c(stop_args);
@@ -329,5 +329,22 @@ TEST(Resume, StrataTrainSavesOnSigtermAndResumesToTheSameLosses) {
   EXPECT_NE(resumed.err.find("resumed from " + cks[0].path), std::string::npos) << resumed.err;
   EXPECT_TRUE(fs::is_regular_file(out + "/model.safetensors"));
   EXPECT_TRUE(fs::is_regular_file(out + "/tokenizer.json"));
+
+  // Two signals at once: the second ends the run by the signal without waiting for a save, and
+  // whatever checkpoint is there is complete.
+  const std::string out2 = s.path("ck_twice");
+  std::vector<std::string> twice = args;
+  twice.insert(twice.end(), {"--save", out2, "--save-steps", "1"});
+  Child c2(twice);
+  ASSERT_TRUE(c2.ok());
+  seen = 0;
+  while (seen < 2 && c2.read_line(line, std::chrono::seconds(60))) seen = json::parse(line)["step"].get<int>();
+  ASSERT_GE(seen, 2);
+  ASSERT_EQ(::kill(c2.pid(), SIGTERM), 0);
+  ASSERT_EQ(::kill(c2.pid(), SIGTERM), 0);
+  const int status2 = c2.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(WIFSIGNALED(status2) && WTERMSIG(status2) == SIGTERM) << "wait status " << status2;
+  for (const CheckpointEntry& e : list_checkpoints(out2))
+    EXPECT_TRUE(fs::is_regular_file(e.path + "/trainer_state.json")) << e.path;
   s.remove();
 }
