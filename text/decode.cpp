@@ -36,17 +36,18 @@ std::vector<uint32_t> code_points(const std::string& s) {
 void decode_byte_level(std::vector<std::string>& tokens) {
   std::string bytes;
   for (const std::string& t : tokens) {
-    std::string mapped;
-    bool all = true;
-    for (uint32_t cp : code_points(t)) {
+    const size_t mark = bytes.size();
+    for (size_t i = 0; i < t.size();) {
+      uint32_t cp;
+      i += size_t(utf8_decode(t, i, &cp));
       int b = byte_level_byte(cp);
       if (b < 0) {
-        all = false;
+        bytes.resize(mark);
+        bytes += t;
         break;
       }
-      mapped += char(b);
+      bytes += char(b);
     }
-    bytes += all ? mapped : t;
   }
   tokens.assign(1, utf8_lossy(bytes));
 }

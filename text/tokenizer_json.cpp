@@ -18,7 +18,7 @@ namespace {
 using json = nlohmann::json;
 constexpr size_t kMaxTokenizerBytes = size_t(1) << 30;  // Llama 3's is 9 MB, Gemma's 33 MB
 constexpr size_t kMaxConfigBytes = size_t(64) << 20;
-constexpr int64_t kMaxId = int64_t(1) << 24;  // ids index a table; the largest vocabularies are ~256k
+constexpr int64_t kMaxId = int64_t(1) << 22;  // ids index a table; the largest vocabularies are ~256k
 
 const char* const kSupported =
     "strata reads BPE tokenizers of two kinds: byte-level as Llama 3 (Split on its regex + ByteLevel) and "
@@ -40,6 +40,12 @@ struct Reader {
   }
   [[noreturn]] void unsupported(const std::string& field, const json& v) const {
     bad(field, v, fmt::format("not supported ({})", kSupported));
+  }
+  // The value at key, or null (a const json's operator[] must not be given a missing key).
+  static const json& value(const json& obj, const char* key) {
+    static const json null;
+    auto it = obj.find(key);
+    return it == obj.end() ? null : *it;
   }
   static const json* get(const json& obj, const char* key) {
     auto it = obj.find(key);
@@ -108,10 +114,10 @@ void read_normalizer(const Reader& r, const json& n, const std::string& field, s
     out.push_back({NormalizerStep::kPrepend, r.string(n, "prepend", field + ".prepend"), {}});
   } else if (t == "Replace") {
     std::string from = string_pattern(r, n, field);
-    if (from.empty()) r.bad(field + ".pattern", n["pattern"], "an empty pattern");
+    if (from.empty()) r.bad(field + ".pattern", Reader::value(n, "pattern"), "an empty pattern");
     out.push_back({NormalizerStep::kReplace, from, r.string(n, "content", field + ".content")});
   } else {
-    r.unsupported(field + ".type", n["type"]);
+    r.unsupported(field + ".type", Reader::value(n, "type"));
   }
 }
 
@@ -121,7 +127,7 @@ void read_metaspace(const Reader& r, const json& p, const std::string& field, st
   uint32_t cp;
   if (replacement->empty() || utf8_valid_prefix(*replacement) != replacement->size() ||
       size_t(utf8_decode(*replacement, 0, &cp)) != replacement->size())
-    r.bad(field + ".replacement", p["replacement"], "expected one character");
+    r.bad(field + ".replacement", Reader::value(p, "replacement"), "expected one character");
   if (const json* s = Reader::get(p, "prepend_scheme")) {
     std::string v = s->is_string() ? s->get<std::string>() : "";
     if (v == "always")
@@ -160,20 +166,22 @@ void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field
       r.bad(field + ".pattern", pat,
             "strata implements only Llama 3's split regex (and Qwen2's one-digit variant), by hand");
     std::string behavior = r.string(p, "behavior", field + ".behavior");
-    if (behavior != "Isolated") r.bad(field + ".behavior", p["behavior"], "only \"Isolated\" is supported");
-    if (r.boolean(p, "invert", field + ".invert", false)) r.bad(field + ".invert", p["invert"], "must be false");
+    if (behavior != "Isolated")
+      r.bad(field + ".behavior", Reader::value(p, "behavior"), "only \"Isolated\" is supported");
+    if (r.boolean(p, "invert", field + ".invert", false))
+      r.bad(field + ".invert", Reader::value(p, "invert"), "must be false");
   } else if (t == "ByteLevel") {
     s.kind = PreTokenizerStep::kByteLevel;
     s.add_prefix_space = r.boolean(p, "add_prefix_space", field + ".add_prefix_space", true);
     if (r.boolean(p, "use_regex", field + ".use_regex", true))
-      r.bad(field + ".use_regex", p.contains("use_regex") ? p["use_regex"] : json(true),
+      r.bad(field + ".use_regex", Reader::value(p, "use_regex"),
             "only use_regex false is supported (Llama 3 splits with a Split step before ByteLevel)");
   } else if (t == "Metaspace") {
     s.kind = PreTokenizerStep::kMetaspace;
     read_metaspace(r, p, field, &s.replacement, &s.prepend);
     s.split = r.boolean(p, "split", field + ".split", true);
   } else {
-    r.unsupported(field + ".type", p["type"]);
+    r.unsupported(field + ".type", Reader::value(p, "type"));
   }
   out.push_back(std::move(s));
 }
@@ -190,7 +198,7 @@ void read_decoder(const Reader& r, const json& d, const std::string& field, std:
   } else if (t == "Replace") {
     s.kind = DecoderStep::kReplace;
     s.a = string_pattern(r, d, field);
-    if (s.a.empty()) r.bad(field + ".pattern", d["pattern"], "an empty pattern");
+    if (s.a.empty()) r.bad(field + ".pattern", Reader::value(d, "pattern"), "an empty pattern");
     s.b = r.string(d, "content", field + ".content");
   } else if (t == "ByteFallback") {
     s.kind = DecoderStep::kByteFallback;
@@ -201,7 +209,7 @@ void read_decoder(const Reader& r, const json& d, const std::string& field, std:
     s.a = r.string(d, "content", field + ".content");
     uint32_t cp;
     if (s.a.empty() || utf8_valid_prefix(s.a) != s.a.size() || size_t(utf8_decode(s.a, 0, &cp)) != s.a.size())
-      r.bad(field + ".content", d["content"], "expected one character");
+      r.bad(field + ".content", Reader::value(d, "content"), "expected one character");
     s.start = size_t(r.integer(r.need(d, "start", field + ".start"), field + ".start", 0, 1 << 20));
     s.stop = size_t(r.integer(r.need(d, "stop", field + ".stop"), field + ".stop", 0, 1 << 20));
   } else if (t == "Metaspace") {
@@ -210,7 +218,7 @@ void read_decoder(const Reader& r, const json& d, const std::string& field, std:
     read_metaspace(r, d, field, &s.a, &p);
     s.prepend = p != PreTokenizerStep::kNever;
   } else {
-    r.unsupported(field + ".type", d["type"]);
+    r.unsupported(field + ".type", Reader::value(d, "type"));
   }
   out.push_back(std::move(s));
 }
@@ -225,8 +233,8 @@ void read_post_processor(const Reader& r, const json& p, const std::string& fiel
     return;
   }
   if (t == "ByteLevel") return;
-  if (t != "TemplateProcessing") r.unsupported(field + ".type", p["type"]);
-  if (*seen) r.bad(field, p["type"], "a second TemplateProcessing");
+  if (t != "TemplateProcessing") r.unsupported(field + ".type", Reader::value(p, "type"));
+  if (*seen) r.bad(field, Reader::value(p, "type"), "a second TemplateProcessing");
   *seen = true;
   const json& single = r.array(p, "single", field + ".single");
   const json* specials = Reader::get(p, "special_tokens");
@@ -259,7 +267,7 @@ void read_post_processor(const Reader& r, const json& p, const std::string& fiel
 
 void read_model(const Reader& r, const json& model, TokenizerModel& m, int64_t* max_id) {
   std::string t = r.type(model, "model");
-  if (t != "BPE") r.unsupported("model.type", model["type"]);
+  if (t != "BPE") r.unsupported("model.type", Reader::value(model, "type"));
   if (const json* d = Reader::get(model, "dropout"); d && !(d->is_number() && d->get<double>() == 0.0))
     r.bad("model.dropout", *d, "BPE dropout is random; only null or 0 is supported");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -330,7 +338,8 @@ void read_added_tokens(const Reader& r, const json& j, TokenizerModel& m, int64_
     AddedToken t;
     t.id = int32_t(r.integer(r.need(e, "id", f + ".id"), f + ".id", 0, kMaxId - 1));
     t.content = r.string(e, "content", f + ".content");
-    if (utf8_valid_prefix(t.content) != t.content.size()) r.bad(f + ".content", e["content"], "not valid UTF-8");
+    if (utf8_valid_prefix(t.content) != t.content.size())
+      r.bad(f + ".content", Reader::value(e, "content"), "not valid UTF-8");
     t.special = r.boolean(e, "special", f + ".special", false);
     t.lstrip = r.boolean(e, "lstrip", f + ".lstrip", false);
     t.rstrip = r.boolean(e, "rstrip", f + ".rstrip", false);
@@ -411,13 +420,15 @@ Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& j
     // post-processor from them); where absent, tokenizer.json's template stands.
     if (Reader::get(c, "add_bos_token")) {
       bool add = cr.boolean(c, "add_bos_token", "add_bos_token", false);
-      if (add && m->bos_id < 0) cr.bad("add_bos_token", c["add_bos_token"], "set, but there is no bos_token");
+      if (add && m->bos_id < 0)
+        cr.bad("add_bos_token", Reader::value(c, "add_bos_token"), "set, but there is no bos_token");
       m->template_prefix.clear();
       if (add) m->template_prefix.push_back(m->bos_id);
     }
     if (Reader::get(c, "add_eos_token")) {
       bool add = cr.boolean(c, "add_eos_token", "add_eos_token", false);
-      if (add && m->eos_id < 0) cr.bad("add_eos_token", c["add_eos_token"], "set, but there is no eos_token");
+      if (add && m->eos_id < 0)
+        cr.bad("add_eos_token", Reader::value(c, "add_eos_token"), "set, but there is no eos_token");
       m->template_suffix.clear();
       if (add) m->template_suffix.push_back(m->eos_id);
     }

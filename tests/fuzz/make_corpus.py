@@ -141,6 +141,27 @@ loss_chunk_tokens: 256
 seed: 7
 """)
     put("yaml_config", "bad_key", "[a, b]: 1\n")
+
+    # tokenizer: byte 0 picks the mode (0-2 text for llama3/llama2/mistral, 3 a tokenizer.json).
+    tok_dir = os.path.join(os.path.dirname(ROOT), "..", "tokenizer")
+    sample = "Hello <|eot_id|> w\u00f6rld \u4e2d\u6587 1234567 \U0001f468\u200d\U0001f469 \r\n\t  <s> it'S"
+    for mode in range(3):
+        put("tokenizer", f"text{mode}", bytes([mode]) + sample.encode())
+    put("tokenizer", "text_long", b"\0" + ("The quick brown fox; " * 3000 + " " * 5000 + "9" * 5000).encode())
+    put("tokenizer", "text_spm_long", b"\1" + ("x" * 20000 + "ab" * 10000).encode())
+    for name in ("llama3", "llama2", "mistral"):
+        with open(os.path.join(tok_dir, name, "tokenizer.json"), "rb") as f:
+            put("tokenizer", f"json_{name}", b"\3" + f.read())
+    put("tokenizer", "json_truncated", b"\3" + b'{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b"')
+    put("tokenizer", "json_wordpiece", b"\3" + json.dumps({"model": {"type": "WordPiece", "vocab": {}}}).encode())
+    put("tokenizer", "json_tiny", b"\3" + json.dumps({
+        "added_tokens": [{"id": 3, "content": "<s>", "special": True, "lstrip": True, "rstrip": True}],
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                           {"type": "Replace", "pattern": {"String": " "},
+                                                            "content": "\u2581"}]},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "unk_token": "u", "fuse_unk": True, "byte_fallback": True,
+                  "vocab": {"a": 0, "b": 1, "ab": 2, "u": 4, "<0x41>": 5}, "merges": ["a b"]}}).encode())
     put("yaml_config", "plan_many", "plan:\n" + "".join('  "L%d.attn.q": keep\n' % i for i in range(5000)))
     return 0
 
