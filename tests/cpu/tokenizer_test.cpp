@@ -92,6 +92,16 @@ TEST(Tokenizer, MistralMetaspaceMatchesHuggingFace) {
   expect_matches_reference(Tokenizer::load(kDir + "/mistral"), "mistral");
 }
 
+// Metaspace that splits at each ▁ (prepend always) with the Metaspace decoder.
+TEST(Tokenizer, MetaspaceSplitMatchesHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/metaspace_split"), "metaspace_split");
+}
+
+// Qwen2's regex: numbers split into single digits.
+TEST(Tokenizer, Qwen2RegexMatchesHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/qwen2"), "qwen2");
+}
+
 // Older tokenizer.json files write merges as "a b" strings.
 TEST(Tokenizer, LegacyMergeStrings) {
   for (const char* name : {"llama3", "llama2"}) {

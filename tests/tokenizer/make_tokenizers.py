@@ -8,6 +8,8 @@ Writes, under tests/tokenizer/:
                            llama3  byte-level BPE: Llama 3's Split regex + ByteLevel, ignore_merges;
                            llama2  SentencePiece-style BPE: Prepend+Replace normalizer, byte fallback;
                            mistral the llama2 model with a Metaspace pre-tokenizer (prepend first);
+                           metaspace_split  the same with prepend always, split on ▁, Metaspace decoder;
+                           qwen2   the llama3 model with Qwen2's split regex (\p{N} one digit);
   <name>/tokenizer_config.json   bos/eos as a checkpoint writes them;
   expected_<name>.jsonl    per corpus line: ids (with special tokens), ids_plain (without) and
                            decoded / decoded_all (tokenizers' decode of ids_plain without / with
@@ -226,12 +228,29 @@ def mistral(base):
     return Tokenizer.from_str(json.dumps(j)), config
 
 
+def metaspace_split(base):
+    j = json.loads(base.to_str())
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+    j["decoder"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def qwen2(llama3_tok):
+    j = json.loads(llama3_tok.to_str())
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+
+
 def main():
     with open(HERE / "corpus.jsonl", "w", encoding="utf-8") as f:
         for line in LINES:
             f.write(json.dumps({"text": line}, ensure_ascii=False) + "\n")
     base = spm_base()
-    for name, (tok, config) in (("llama3", llama3()), ("llama2", llama2(base)), ("mistral", mistral(base))):
+    l3 = llama3()
+    kinds = (("llama3", l3), ("llama2", llama2(base)), ("mistral", mistral(base)),
+             ("metaspace_split", metaspace_split(base)), ("qwen2", qwen2(l3[0])))
+    for name, (tok, config) in kinds:
         d = HERE / name
         d.mkdir(exist_ok=True)
         tok.save(str(d / "tokenizer.json"), pretty=True)
