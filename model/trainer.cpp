@@ -154,7 +154,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   last_ = {};
   const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
   float loss = 0.0f;
-  size_t tokens = 0;
+  size_t tokens = 0, moved_before = 0;  // host-tier bytes moved by the micro-batches before the last
   if (micro.size() == 1) {
     loss = run(micro[0], true, nullptr);
   } else {
@@ -169,6 +169,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
       const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : 1.0f / float(micro.size());
       const float li = run(micro[i], true, nullptr);
       accum_->add(i, micro.size(), w);
+      if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
       loss_sum += double(w) * double(li);
     }
     loss = float(loss_sum);
@@ -192,7 +193,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   s.peak_host_bytes = store_->stats().peak_host_bytes;
   s.peak_disk_bytes = store_->stats().peak_disk_bytes;
   s.state_host_bytes = model_.state_host_bytes();
-  s.state_bytes_moved = optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
+  s.state_bytes_moved = moved_before + optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
   if (const WeightPager* pager = model_.pager()) {
     s.paged_bytes_uploaded = pager->stats().bytes_uploaded - paged0.bytes_uploaded;
     s.paged_uploads = pager->stats().uploads - paged0.uploads;

@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
                      format_bytes(cfg.device_budget_bytes).c_str(), format_bytes(cfg.memory_budget_bytes).c_str());
     }
     json = a.has("json");
+    if (cfg.output_dir.empty() && cfg.save_steps > 0)
+      std::fprintf(stderr,
+                   "strata-train: warning: save_steps (--save-steps) without output_dir (--save): no "
+                   "checkpoint will be written\n");
     if (cfg.model_dir.empty())
       throw ConfigError("--model DIR (or base_model in the --config file) is required", "command line", "model");
     if (cfg.data_path.empty())
