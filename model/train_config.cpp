@@ -223,6 +223,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
   } catch (const YAML::Exception& e) {
     STRATA_THROW(ConfigError, fmt::format("{}: not valid YAML: {}", path, e.what()), path, "");
   }
+  c.config_file = path;
   if (root.IsNull()) return;
   if (!root.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: expected a mapping of keys", path), path, "");
   // The state table goes in after the presets (YAML keys come in any order).

@@ -49,6 +49,7 @@ struct TrainConfig {
   int save_steps = 0;                                // a checkpoint every N steps; 0: none (but on a signal)
   int save_total_limit = 0;                          // checkpoints kept; 0: all
   std::string resume_from_checkpoint;                // a checkpoint directory, "auto" (newest in output_dir) or ""
+  std::string config_file;                           // the YAML file applied last (named by later errors)
 };
 
 // "20GiB", "512MiB", "1e9", "4096" -> bytes. ConfigError naming `where` on a bad value.

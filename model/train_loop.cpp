@@ -61,7 +61,8 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
       trainer_(trainer),
       opt_(std::move(opt)),
       rows_(std::move(tokens), cfg.seq),
-      split_(split_rows(rows_.rows(), cfg.val_set_size, cfg.seed)),
+      split_(
+          split_rows(rows_.rows(), cfg.val_set_size, cfg.seed, cfg.config_file.empty() ? "config" : cfg.config_file)),
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
   const long per_step = long(cfg.batch) * cfg.grad_accum;

@@ -2,10 +2,13 @@
 // steps, gradient accumulation against one batch of all the rows, the held-out rows kept out of
 // training and evaluated without changing it, the step count from num_epochs, and the loop's YAML
 // keys with their errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <numbers>
 #include <set>
 
@@ -335,4 +338,44 @@ TEST(TrainLoopConfig, AxolotlKeysAreReadAndCheckedByName) {
     EXPECT_EQ(e->file, "run.yaml") << b.yaml;
     EXPECT_EQ(e->field, b.field) << b.yaml << ": " << e->what();
   }
+}
+
+// logging_steps: the progress line and the metrics line on the first step, every N-th and the last;
+// the held-out loss in both; each progress line has the step of the total, the rate and the ETA.
+TEST(TrainLoop, LogsEveryLoggingStepsToTheProgressLineAndTheMetricsFile) {
+  const std::string metrics = ::testing::TempDir() + "strata_loop_metrics.jsonl";
+  std::remove(metrics.c_str());
+  TrainConfig cfg;
+  cfg.seq = 16;
+  cfg.batch = 2;
+  cfg.steps = 10;
+  cfg.steps_given = true;
+  cfg.logging_steps = 4;
+  cfg.val_set_size = 2;
+  cfg.eval_steps = 5;
+  cfg.metrics_file = metrics;
+  std::FILE* text = std::tmpfile();
+  LoopOptions lo = quiet();
+  lo.text = text;
+  Rig r = make_rig(cfg, lo);
+  r.loop->run();
+  std::rewind(text);
+  std::vector<std::string> lines;
+  for (char buf[512]; std::fgets(buf, sizeof buf, text);) lines.emplace_back(buf);
+  std::fclose(text);
+  std::vector<std::string> heads;
+  for (const std::string& l : lines) heads.push_back(l.substr(0, l.find(" |")));
+  EXPECT_EQ(heads, (std::vector<std::string>{"step    1/10", "step    4/10", "eval step 5/10", "step    8/10",
+                                             "step   10/10", "eval step 10/10"}));
+  for (const std::string& l : lines)
+    if (l.starts_with("step")) {
+      for (const char* part : {"| loss ", "| lr ", "| grad norm ", " tok/s", "| elapsed ", "| eta "})
+        EXPECT_NE(l.find(part), std::string::npos) << part << " in " << l;
+    }
+  std::ifstream in(metrics);
+  std::vector<std::string> kinds;
+  for (std::string l; std::getline(in, l);)
+    kinds.push_back(fmt::format("{}:{}", l.find("eval_loss") != std::string::npos ? "eval" : "step",
+                                std::atoi(l.c_str() + l.find("\"step\": ") + 8)));
+  EXPECT_EQ(kinds, (std::vector<std::string>{"step:1", "step:4", "eval:5", "step:8", "step:10", "eval:10"}));
 }
