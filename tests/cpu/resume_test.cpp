@@ -5,9 +5,11 @@
 // damaged one, is refused naming the file and field; a save killed between files leaves the
 // previous checkpoints intact and no partial checkpoint; strata-train saves on SIGTERM and
 // --resume auto continues to the same losses.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -26,9 +28,19 @@ using nlohmann::json;
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "strata_resume_" + name;
+// A directory of this process's own (two test runs may share TempDir), removed first and at exit.
+std::string fresh_dir(const std::string& name, pid_t pid = ::getpid()) {
+  const std::string d = fmt::format("{}strata_resume_{}_{}", ::testing::TempDir(), name, pid);
   fs::remove_all(d);
+  struct Cleanup {
+    std::vector<std::string> dirs;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const std::string& x : dirs) fs::remove_all(x, ec);
+    }
+  };
+  static Cleanup cleanup;
+  cleanup.dirs.push_back(d);
   return d;
 }
 
@@ -238,10 +250,11 @@ TEST(Resume, AnotherShapeOrConfigOrADamagedCheckpointIsRefusedNamingTheFile) {
 // one `auto` finds; no checkpoint-4 appears; the hidden temp is removed by the next save.
 TEST(Resume, ASaveKilledBetweenFilesLeavesThePreviousCheckpointsAndNoPartialOne) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child re-runs this test alone
-  const std::string out = ::testing::TempDir() + "strata_resume_killed";
+  // The child (re-executed) writes where its parent looks: the parent's pid names the directory.
+  const bool child = ::testing::internal::InDeathTestChild();
+  const std::string out = fresh_dir("killed", child ? ::getppid() : ::getpid());
   TrainConfig cfg = config(out);
   cfg.save_steps = 2;
-  if (!::testing::internal::InDeathTestChild()) fs::remove_all(out);
   EXPECT_EXIT(
       {
         int files = 0;

@@ -343,7 +343,7 @@ TEST(TrainLoopConfig, AxolotlKeysAreReadAndCheckedByName) {
 // logging_steps: the progress line and the metrics line on the first step, every N-th and the last;
 // the held-out loss in both; each progress line has the step of the total, the rate and the ETA.
 TEST(TrainLoop, LogsEveryLoggingStepsToTheProgressLineAndTheMetricsFile) {
-  const std::string metrics = ::testing::TempDir() + "strata_loop_metrics.jsonl";
+  const std::string metrics = fmt::format("{}strata_loop_metrics_{}.jsonl", ::testing::TempDir(), ::getpid());
   std::remove(metrics.c_str());
   TrainConfig cfg;
   cfg.seq = 16;
@@ -378,4 +378,5 @@ TEST(TrainLoop, LogsEveryLoggingStepsToTheProgressLineAndTheMetricsFile) {
     kinds.push_back(fmt::format("{}:{}", l.find("eval_loss") != std::string::npos ? "eval" : "step",
                                 std::atoi(l.c_str() + l.find("\"step\": ") + 8)));
   EXPECT_EQ(kinds, (std::vector<std::string>{"step:1", "step:4", "eval:5", "step:8", "step:10", "eval:10"}));
+  std::remove(metrics.c_str());
 }
