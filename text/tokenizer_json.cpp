@@ -25,6 +25,7 @@ const char* const kSupported =
     "SentencePiece-style with byte fallback as Llama 2 / Mistral (Prepend+Replace or Metaspace)";
 
 std::string shown(const json& v) {
+  if (v.is_structured() && v.size() > 8) return fmt::format("{} of {} entries", v.type_name(), v.size());
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   return s.size() > 120 ? s.substr(0, 117) + "..." : s;
 }
@@ -97,6 +98,11 @@ struct Reader {
   }
 };
 
+// Sequences nest; a hostile file could nest them until the stack runs out.
+void check_depth(const Reader& r, const std::string& field, const json& v) {
+  if (std::count(field.begin(), field.end(), '.') > 8) r.bad(field, v, "Sequence nested more than 8 deep");
+}
+
 // A {"String": s} pattern (Replace); a regex one is refused.
 std::string string_pattern(const Reader& r, const json& obj, const std::string& field) {
   const json& p = r.object(obj, "pattern", field + ".pattern");
@@ -107,6 +113,7 @@ std::string string_pattern(const Reader& r, const json& obj, const std::string& 
 void read_normalizer(const Reader& r, const json& n, const std::string& field, std::vector<NormalizerStep>& out) {
   std::string t = r.type(n, field);
   if (t == "Sequence") {
+    check_depth(r, field, Reader::value(n, "type"));
     const json& list = r.array(n, "normalizers", field + ".normalizers");
     for (size_t i = 0; i < list.size(); ++i)
       read_normalizer(r, list[i], fmt::format("{}.normalizers[{}]", field, i), out);
@@ -148,6 +155,7 @@ void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field
   std::string t = r.type(p, field);
   PreTokenizerStep s{};
   if (t == "Sequence") {
+    check_depth(r, field, Reader::value(p, "type"));
     const json& list = r.array(p, "pretokenizers", field + ".pretokenizers");
     for (size_t i = 0; i < list.size(); ++i)
       read_pre_tokenizer(r, list[i], fmt::format("{}.pretokenizers[{}]", field, i), out);
@@ -190,6 +198,7 @@ void read_decoder(const Reader& r, const json& d, const std::string& field, std:
   std::string t = r.type(d, field);
   DecoderStep s{};
   if (t == "Sequence") {
+    check_depth(r, field, Reader::value(d, "type"));
     const json& list = r.array(d, "decoders", field + ".decoders");
     for (size_t i = 0; i < list.size(); ++i) read_decoder(r, list[i], fmt::format("{}.decoders[{}]", field, i), out);
     return;
@@ -227,6 +236,7 @@ void read_decoder(const Reader& r, const json& d, const std::string& field, std:
 void read_post_processor(const Reader& r, const json& p, const std::string& field, TokenizerModel& m, bool* seen) {
   std::string t = r.type(p, field);
   if (t == "Sequence") {
+    check_depth(r, field, Reader::value(p, "type"));
     const json& list = r.array(p, "processors", field + ".processors");
     for (size_t i = 0; i < list.size(); ++i)
       read_post_processor(r, list[i], fmt::format("{}.processors[{}]", field, i), m, seen);

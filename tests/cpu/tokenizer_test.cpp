@@ -213,6 +213,16 @@ TEST(TokenizerRefuses, HostileFiles) {
   j = llama3_json();
   j.erase("model");
   expect_refused(j, "model", "missing");
+  j = llama3_json();
+  j["model"]["vocab"] = json::array();
+  expect_refused(j, "model.vocab", "[]: expected an object");
+  j = llama3_json();
+  json nested = {{"type", "Fuse"}};
+  for (int i = 0; i < 100; ++i) nested = {{"type", "Sequence"}, {"decoders", json::array({nested})}};
+  j["decoder"] = nested;
+  std::string deep = "decoder";
+  for (int i = 0; i < 9; ++i) deep += ".decoders[0]";
+  expect_refused(j, deep, "nested more than 8 deep");
 
   std::string text = read_file(kDir + "/llama3/tokenizer.json");
   auto e = test_util::catch_as<ConfigError>(
