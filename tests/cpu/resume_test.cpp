@@ -361,3 +361,36 @@ TEST(Resume, StrataTrainSavesOnSigtermAndResumesToTheSameLosses) {
     EXPECT_TRUE(fs::is_regular_file(e.path + "/trainer_state.json")) << e.path;
   s.remove();
 }
+
+// A checkpoint directory is a Hugging Face model directory: its config.json and model.safetensors
+// load into a model whose weights are the run's at that step, bit for bit (fp32 on cpu); with LoRA
+// it holds the adapter in PEFT's layout.
+TEST(Resume, ACheckpointLoadsAsAHuggingFaceModelOrAPeftAdapter) {
+  TrainConfig cfg = config(fresh_dir("hf"));
+  const Outcome stopped = go(cfg, 5);
+  const std::string ck = cfg.output_dir + "/checkpoint-5";
+  const io::LlamaConfig mc = io::read_llama_config(ck);
+  EXPECT_EQ(mc.hidden_size, tiny_config().hidden_size);
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel loaded(*be, mc, model_options(cfg));
+  loaded.load(ck);
+  const std::vector<std::vector<std::byte>> state = state_bytes(loaded);
+  // The weights are each parameter's first array (the rest are moments, zero in a fresh model).
+  size_t i = 0, checked = 0;
+  for (const Parameter& p : loaded.params()) {
+    if (!p.trainable) continue;
+    EXPECT_TRUE(state[i] == stopped.state[i]) << p.name;
+    ++checked;
+    i += 3;  // weights, m, v (fp32 moments on the device)
+  }
+  EXPECT_GT(checked, 0u);
+
+  TrainConfig lora = config(fresh_dir("hf_lora"));
+  lora.lora.rank = 4;
+  go(lora, 2);
+  EXPECT_TRUE(fs::is_regular_file(lora.output_dir + "/checkpoint-2/adapter_model.safetensors"));
+  const json ac = json::parse(std::ifstream(lora.output_dir + "/checkpoint-2/adapter_config.json"));
+  EXPECT_EQ(ac["peft_type"], "LORA");
+  EXPECT_EQ(ac["r"].get<int>(), 4);
+  EXPECT_FALSE(fs::exists(lora.output_dir + "/checkpoint-2/model.safetensors"));
+}
