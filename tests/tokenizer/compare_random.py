@@ -38,7 +38,7 @@ def main():
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     texts = [random_text(rng) for _ in range(count)]
     failures = 0
-    for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2"):
+    for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk"):
         tok = Tokenizer.from_file(str(HERE / name / "tokenizer.json"))
         stdin = "".join(json.dumps(t) + "\n" for t in texts)
         out = subprocess.run([tool, "--tokenizer", str(HERE / name), "--jsonl"], input=stdin.encode(),

@@ -10,6 +10,8 @@ Writes, under tests/tokenizer/:
                            mistral the llama2 model with a Metaspace pre-tokenizer (prepend first);
                            metaspace_split  the same with prepend always, split on ▁, Metaspace decoder;
                            qwen2   the llama3 model with Qwen2's split regex (\p{N} one digit);
+                           llama3_prefix    llama3 with ByteLevel add_prefix_space;
+                           spm_unk the llama2 model without byte fallback: <unk>, fused;
   <name>/tokenizer_config.json   bos/eos as a checkpoint writes them;
   expected_<name>.jsonl    per corpus line: ids (with special tokens), ids_plain (without) and
                            decoded / decoded_all (tokenizers' decode of ids_plain without / with
@@ -242,6 +244,18 @@ def qwen2(llama3_tok):
     return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
 
 
+def llama3_prefix(llama3_tok):
+    j = json.loads(llama3_tok.to_str())
+    j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = True
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+
+
+def spm_unk(base):
+    j = json.loads(base.to_str())
+    j["model"]["byte_fallback"] = False
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<s>", "eos_token": "</s>", "add_eos_token": True}
+
+
 def main():
     with open(HERE / "corpus.jsonl", "w", encoding="utf-8") as f:
         for line in LINES:
@@ -249,13 +263,17 @@ def main():
     base = spm_base()
     l3 = llama3()
     kinds = (("llama3", l3), ("llama2", llama2(base)), ("mistral", mistral(base)),
-             ("metaspace_split", metaspace_split(base)), ("qwen2", qwen2(l3[0])))
+             ("metaspace_split", metaspace_split(base)), ("qwen2", qwen2(l3[0])),
+             ("llama3_prefix", llama3_prefix(l3[0])), ("spm_unk", spm_unk(base)))
     for name, (tok, config) in kinds:
         d = HERE / name
         d.mkdir(exist_ok=True)
         tok.save(str(d / "tokenizer.json"), pretty=True)
         (d / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         tok = Tokenizer.from_file(str(d / "tokenizer.json"))  # what the C++ side reads
+        if config.get("add_eos_token"):  # as transformers' LlamaTokenizerFast rebuilds the template
+            tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
+                                                               special_tokens=[("<s>", 1), ("</s>", 2)])
         with open(HERE / f"expected_{name}.jsonl", "w", encoding="utf-8") as f:
             for line in LINES:
                 ids = tok.encode(line).ids
