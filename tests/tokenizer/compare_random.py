@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, processors
 
 HERE = Path(__file__).resolve().parent
 PIECES = (list("abcXYZ'sStTdDmMlLrReEvV ") + [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2028",
@@ -40,6 +40,10 @@ def main():
     failures = 0
     for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk"):
         tok = Tokenizer.from_file(str(HERE / name / "tokenizer.json"))
+        config = json.loads((HERE / name / "tokenizer_config.json").read_text())
+        if config.get("add_eos_token"):  # the template transformers' LlamaTokenizerFast builds
+            tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
+                                                               special_tokens=[("<s>", 1), ("</s>", 2)])
         stdin = "".join(json.dumps(t) + "\n" for t in texts)
         out = subprocess.run([tool, "--tokenizer", str(HERE / name), "--jsonl"], input=stdin.encode(),
                              capture_output=True, check=True).stdout.decode().split("\n")
