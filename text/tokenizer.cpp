@@ -128,27 +128,53 @@ void pre_tokenize(const TokenizerModel& m, size_t step, std::string_view piece, 
 }  // namespace
 
 void AddedTokenMatcher::build(std::vector<std::string> patterns, std::vector<const AddedToken*> tokens) {
-  patterns_ = std::move(patterns);
-  tokens_ = std::move(tokens);
-  for (auto& v : by_first_byte_) v.clear();
-  for (uint32_t k = 0; k < patterns_.size(); ++k)
-    if (!patterns_[k].empty()) by_first_byte_[uint8_t(patterns_[k][0])].push_back(k);
-  // Longest first; among equal patterns the first listed wins (aho-corasick reports the lowest).
-  for (auto& v : by_first_byte_)
-    std::stable_sort(v.begin(), v.end(),
-                     [&](uint32_t a, uint32_t b) { return patterns_[a].size() > patterns_[b].size(); });
+  nodes_.assign(1, Node{});
+  root_.fill(-1);
+  for (size_t k = 0; k < patterns.size(); ++k) {
+    if (patterns[k].empty()) continue;
+    int32_t n = 0;
+    for (char ch : patterns[k]) {
+      uint8_t b = uint8_t(ch);
+      int32_t c = child(n, b);
+      if (c < 0) {
+        c = int32_t(nodes_.size());
+        nodes_.emplace_back();
+        if (n == 0)
+          root_[b] = c;
+        else
+          nodes_[size_t(n)].next.push_back({b, c});
+      }
+      n = c;
+    }
+    // Among equal patterns the first listed wins (aho-corasick reports the lowest pattern).
+    if (!nodes_[size_t(n)].token) nodes_[size_t(n)].token = tokens[k];
+  }
 }
 
+int32_t AddedTokenMatcher::child(int32_t n, uint8_t b) const {
+  if (n == 0) return root_[b];
+  for (const auto& [byte, c] : nodes_[size_t(n)].next)
+    if (byte == b) return c;
+  return -1;
+}
+
+// Leftmost, then longest at that position (aho-corasick's MatchKind::LeftmostLongest).
 const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_t* begin, size_t* end) const {
-  if (patterns_.empty()) return nullptr;
+  if (empty()) return nullptr;
   for (size_t i = from; i < s.size(); ++i) {
-    const auto& cands = by_first_byte_[uint8_t(s[i])];
-    for (uint32_t k : cands) {
-      if (s.substr(i).starts_with(patterns_[k])) {
-        *begin = i;
-        *end = i + patterns_[k].size();
-        return tokens_[k];
+    int32_t n = root_[uint8_t(s[i])];
+    const AddedToken* best = nullptr;
+    for (size_t j = i + 1; n >= 0; ++j) {
+      if (nodes_[size_t(n)].token) {
+        best = nodes_[size_t(n)].token;
+        *end = j;
       }
+      if (j == s.size()) break;
+      n = child(n, uint8_t(s[j]));
+    }
+    if (best) {
+      *begin = i;
+      return best;
     }
   }
   return nullptr;

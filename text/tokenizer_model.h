@@ -23,16 +23,23 @@ struct AddedToken {
 // LeftmostLongest, as tokenizers' AddedVocabulary uses it).
 class AddedTokenMatcher {
  public:
+  AddedTokenMatcher() { root_.fill(-1); }
   // `patterns[k]` is what token `tokens[k]` matches (its content, normalized where it is).
   void build(std::vector<std::string> patterns, std::vector<const AddedToken*> tokens);
-  bool empty() const { return patterns_.empty(); }
+  bool empty() const { return nodes_.size() <= 1; }
   // The first match at or after `from`: sets begin/end (bytes) and returns its token, or null.
   const AddedToken* find(std::string_view s, size_t from, size_t* begin, size_t* end) const;
 
  private:
-  std::vector<std::string> patterns_;
-  std::vector<const AddedToken*> tokens_;
-  std::array<std::vector<uint32_t>, 256> by_first_byte_;  // pattern indices, longest first
+  // A byte trie: Llama 3's 256 special tokens all start with "<|", so trying each in turn at
+  // every '<' of a code or HTML text would cost 256 comparisons there.
+  struct Node {
+    const AddedToken* token = nullptr;              // a pattern ends here
+    std::vector<std::pair<uint8_t, int32_t>> next;  // child by byte
+  };
+  int32_t child(int32_t n, uint8_t b) const;
+  std::vector<Node> nodes_{1};       // nodes_[0] is the root
+  std::array<int32_t, 256> root_{};  // the root's children, -1 where none
 };
 
 struct NormalizerStep {

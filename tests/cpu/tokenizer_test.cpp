@@ -148,6 +148,25 @@ TEST(Tokenizer, ConfigDecidesBosAndEos) {
   EXPECT_EQ(t3.bos_id(), -1);
 }
 
+// Added tokens that overlap: the leftmost match, the longest there (what tokenizers gives, by hand).
+TEST(Tokenizer, OverlappingAddedTokensLeftmostLongest) {
+  json j = json::parse(read_file(kDir + "/llama3/tokenizer.json"));
+  int id = 3008;
+  for (const char* t : {"qab", "qabcd", "bcd", "abc"})
+    j["added_tokens"].push_back({{"id", id++}, {"content", t}, {"special", false}, {"normalized", false}});
+  Tokenizer tok = Tokenizer::parse(j.dump(), "tokenizer.json", nullptr, "");
+  auto pieces = [&](const std::string& text) {
+    std::string out;
+    for (int32_t i : tok.encode(text, false)) out += std::string(tok.id_to_token(i)) + "|";
+    return out;
+  };
+  EXPECT_EQ(pieces("xqabcde"), "x|qabcd|e|");
+  EXPECT_EQ(pieces("xqabce"), "x|qab|ce|");
+  EXPECT_EQ(pieces("xabcde"), "x|abc|de|");
+  EXPECT_EQ(pieces("qabcdqab"), "qabcd|qab|");
+  EXPECT_EQ(pieces("qqabcd"), "q|qabcd|");
+}
+
 TEST(Tokenizer, InvalidUtf8IsRepairedLikeFromUtf8Lossy) {
   Tokenizer tok = Tokenizer::load(kDir + "/llama3");
   EXPECT_EQ(tok.encode("a\xff"
