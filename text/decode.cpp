@@ -11,6 +11,7 @@ namespace strata::text {
 namespace {
 
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;  // the loader refuses empty patterns; never loop
   std::string out;
   size_t i = 0;
   for (size_t p; (p = s.find(from, i)) != std::string::npos; i = p + from.size()) {

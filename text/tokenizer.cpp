@@ -13,6 +13,7 @@ namespace strata::text {
 namespace {
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(s);  // the loader refuses empty patterns; never loop
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
@@ -22,10 +23,6 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
   }
   out.append(s.substr(i));
   return out;
-}
-
-bool word_char(uint32_t cp) {
-  return is_word_char(cp);
 }
 
 uint32_t last_cp(std::string_view s) {
@@ -50,10 +47,10 @@ void find_matches(const AddedTokenMatcher& matcher, std::string_view s, std::vec
     from = me;
     size_t start = mb, stop = me;
     if (t->single_word) {
-      bool start_space = start == 0 || !word_char(last_cp(s.substr(0, start)));
+      bool start_space = start == 0 || !is_word_char(last_cp(s.substr(0, start)));
       uint32_t next = 0;
       if (stop < s.size()) utf8_decode(s, stop, &next);
-      bool stop_space = stop == s.size() || !word_char(next);
+      bool stop_space = stop == s.size() || !is_word_char(next);
       if (!start_space || !stop_space) continue;
     }
     if (t->lstrip) {

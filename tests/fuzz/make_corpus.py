@@ -147,8 +147,8 @@ seed: 7
     sample = "Hello <|eot_id|> w\u00f6rld \u4e2d\u6587 1234567 \U0001f468\u200d\U0001f469 \r\n\t  <s> it'S"
     for mode in range(3):
         put("tokenizer", f"text{mode}", bytes([mode]) + sample.encode())
-    put("tokenizer", "text_long", b"\0" + ("The quick brown fox; " * 3000 + " " * 5000 + "9" * 5000).encode())
-    put("tokenizer", "text_spm_long", b"\1" + ("x" * 20000 + "ab" * 10000).encode())
+    put("tokenizer", "text_long", b"\0" + ("The quick brown fox; " * 300 + " " * 5000 + "9" * 5000).encode())
+    put("tokenizer", "text_spm_long", b"\1" + ("x" * 8000 + "ab" * 4000).encode())
     for name in ("llama3", "llama2", "mistral"):
         with open(os.path.join(tok_dir, name, "tokenizer.json"), "rb") as f:
             put("tokenizer", f"json_{name}", b"\3" + f.read())
