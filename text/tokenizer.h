@@ -19,6 +19,8 @@ namespace strata::text {
 
 struct TokenizerModel;  // tokenizer_model.h
 
+// Copies share the loaded model. encode/decode may run on several threads at once (the word
+// cache is per thread).
 class Tokenizer {
  public:
   // DIR/tokenizer.json, and DIR/tokenizer_config.json where it exists. ConfigError (file, field)
