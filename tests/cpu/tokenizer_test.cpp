@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "expect_error.h"
 #include "strata/error.h"
@@ -276,6 +277,23 @@ TEST(TokenizerRefuses, HostileFiles) {
   auto io = test_util::catch_as<IoError>([&] { Tokenizer::load(kDir + "/no-such-dir"); });
   ASSERT_TRUE(io);
   EXPECT_NE(io->file.find("tokenizer.json"), std::string::npos);
+}
+
+// Threads share one Tokenizer (the caches are per thread) and get the ids one thread gets.
+TEST(Tokenizer, ThreadsShareOneTokenizer) {
+  Tokenizer tok = Tokenizer::load(kDir + "/llama3");
+  std::vector<std::string> texts = corpus();
+  std::vector<std::vector<int32_t>> want;
+  for (const std::string& t : texts) want.push_back(tok.encode(t));
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (size_t i = 0; i < texts.size(); ++i) wrong[size_t(k)] += tok.encode(texts[i]) != want[i];
+    });
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(wrong[size_t(k)], 0) << "thread " << k;
 }
 
 // Prints the encode speed (not a timed test: nothing is asserted about it).
