@@ -37,9 +37,20 @@ struct QueuedMerge {
 
 Bpe::Bpe(Vocab vocab, const std::vector<BpeMerge>& merges, BpeOptions options)
     : vocab_(std::move(vocab)), opt_(options), serial_(next_serial++) {
-  merges_.reserve(merges.size());
-  for (size_t r = 0; r < merges.size(); ++r)
-    merges_[(uint64_t(uint32_t(merges[r].left)) << 32) | uint32_t(merges[r].right)] = {int32_t(r), merges[r].merged};
+  size_t capacity = 2;
+  int bits = 1;
+  while (capacity < 2 * merges.size()) {
+    capacity *= 2;
+    ++bits;
+  }
+  merges_.assign(capacity, Slot{});
+  shift_ = 64 - bits;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const uint64_t key = pair_key(merges[r].left, merges[r].right);
+    size_t i = slot_of(key);
+    while (merges_[i].key != kEmpty && merges_[i].key != key) i = (i + 1) & (capacity - 1);
+    merges_[i] = {key, {int32_t(r), merges[r].merged}};  // a repeated pair keeps its last rank
+  }
   for (int b = 0; b < 256; ++b) {
     auto it = vocab_.find(std::string_view(fmt::format("<0x{:02X}>", b)));
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;

@@ -43,13 +43,25 @@ class Bpe {
     int32_t rank, merged;
   };
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Open addressing (linear probing, load <= 1/2): the pair lookup is most of BPE's time.
+  struct Slot {
+    uint64_t key = kEmpty;  // left << 32 | right
+    Rank value;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t(0);  // ids are < 2^31: no pair has this key
+  static uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t(uint32_t(left)) << 32) | uint32_t(right); }
+  size_t slot_of(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
   const Rank* find_merge(int32_t left, int32_t right) const {
-    auto it = merges_.find((uint64_t(uint32_t(left)) << 32) | uint32_t(right));
-    return it == merges_.end() ? nullptr : &it->second;
+    const uint64_t key = pair_key(left, right);
+    for (size_t i = slot_of(key);; i = (i + 1) & (merges_.size() - 1)) {
+      if (merges_[i].key == key) return &merges_[i].value;
+      if (merges_[i].key == kEmpty) return nullptr;
+    }
   }
 
   Vocab vocab_;
-  std::unordered_map<uint64_t, Rank> merges_;
+  std::vector<Slot> merges_;  // a power of two in size
+  int shift_ = 64;
   BpeOptions opt_;
   int32_t byte_ids_[256];  // <0xNN> ids for byte fallback, -1 where absent
   uint64_t serial_;        // names this model's entries in the per-thread word cache
