@@ -3,7 +3,8 @@
 # recipe, at 16384, 32768 and 65536 tokens with checkpointing, with hidden-state offloading, and
 # with strata-plan --budget 76GiB --host-budget 100GiB's own plan (docs/bench/*qwen3-8b-plan-*.yaml),
 # beside Hugging Face's bf16 recipe with checkpointing.
-#   scripts/gpu_bench_qwen3.sh DIR PART     PART: check | 16k | long
+#   scripts/gpu_bench_qwen3.sh DIR PART     PART: check | 16k | long | long2 | hf8k
+# (long runs past the device tool's 10 minutes on an H100: long2 is its 65536 tail.)
 # Appends JSON lines to $OUT/qwen3.jsonl (strata-bench and hf_bench.py), stderr to $OUT/qwen3.err.
 set -uo pipefail
 dir=$1; part=$2
@@ -32,4 +33,12 @@ case $part in
     bench "${q[@]}" --seq 65536 --plan gc --steps 1 --warmup 1 --state-offloading master
     bench "${q[@]}" --seq 65536 --plan hidden_states --steps 1 --warmup 1 --state-offloading optimizer
     bench "${q[@]}" --seq 65536 --steps 1 --warmup 1 --config "$(plan 65536)" ;;
+  long2)
+    bench "${q[@]}" --seq 65536 --plan hidden_states --steps 1 --warmup 1 --state-offloading optimizer
+    bench "${q[@]}" --seq 65536 --steps 1 --warmup 1 --config "$(plan 65536)" ;;
+  hf8k)  # where Hugging Face's bf16 recipe still fits the H100 (it runs out of memory at 12288)
+    hf --shape Qwen3-8B --seq 8192 --mode full --plan gc --steps 3 --warmup 1
+    bench "${q[@]}" --seq 8192 --plan gc --steps 3 --warmup 1 --state-offloading optimizer
+    bench "${q[@]}" --seq 8192 --plan gc --steps 3 --warmup 1 --master-weights none --optimizer-state 8bit \
+      --state-offloading none ;;
 esac

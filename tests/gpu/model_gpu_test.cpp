@@ -51,7 +51,15 @@ TEST_P(GoldenGpu, Bf16ModelMatchesHuggingFaceFp32) {
   for (auto& p : model.params()) {
     std::vector<float> g(size_t(p.shape.numel()));
     be->download_f32(g.data(), p.grad_view());
-    auto r = gpu_test::close(g, golden::tensor(ref, "grad." + p.name), 2e-3, p.name);
+    // A bias gradient is a column sum of the bf16 output gradient over all B*T rows. For k_proj the
+    // rows nearly cancel (softmax ignores a shift common to all keys; only rope's rotation breaks
+    // that), so its bf16 error is large next to its own small size: qwen2_bias's layer-1 k bias
+    // measured NMSE 8.1e-3 on the H100 (its fp32 rms 1.1e-3 against 4e-2 for the v bias).
+    // Qwen3's per-head q/k norm weights sum dq/dk's bf16 rounding over B*T*heads rows the same
+    // way: NMSE 2.3e-3 and 3.3e-3 on qwen3_tied (H100), where whole-width norms stay under 1e-3.
+    const bool head_norm = p.name.find("q_norm") != std::string::npos || p.name.find("k_norm") != std::string::npos;
+    const double tol = p.name.ends_with(".bias") ? 2e-2 : head_norm ? 1e-2 : 2e-3;
+    auto r = gpu_test::close(g, golden::tensor(ref, "grad." + p.name), tol, p.name);
     EXPECT_TRUE(r);
   }
   std::printf("[ golden gpu ] %s: loss %.6f vs HF fp32 %.6f\n", GetParam().c_str(), loss, ref_loss);
