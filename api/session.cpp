@@ -5,11 +5,13 @@
 #include <cmath>
 #include <optional>
 
+#include "api/backend_factory.h"
 #include "api/convert.h"
 #include "api/device.h"
 #include "engine/arena.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
+#include "model/arena_sizing.h"
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/planner.h"
@@ -75,10 +77,22 @@ struct Session::Impl {
   }
 };
 
+namespace {
+// The device memory a Session's own device reserves: the config's, else on cuda what the plan's
+// forecast needs (model/arena_sizing.h), so an embedded engine leaves the rest of the GPU free.
+size_t session_device_bytes(const SessionConfig& config) {
+  if (config.device_budget_bytes) return config.device_budget_bytes;
+  if (config.memory_budget_bytes) return config.memory_budget_bytes;
+  if (config.model_dir.empty() || resolve_backend_name(config.backend) != "cuda") return 0;
+  const TrainConfig cfg = api::to_train_config(config);
+  return arena_for_plan(train_forecast_request(cfg, io::read_llama_config(cfg.model_dir), SimMirror::cuda,
+                                               find_profile("h100_80gb")))
+      .bytes;
+}
+}  // namespace
+
 Session::Session(const SessionConfig& config)
-    : Session(make_backend(config.backend, DeviceOptions{config.device_budget_bytes ? config.device_budget_bytes
-                                                                                    : config.memory_budget_bytes}),
-              config) {}
+    : Session(make_backend(config.backend, DeviceOptions{session_device_bytes(config)}), config) {}
 
 Session::Session(std::shared_ptr<Device> device, const SessionConfig& config) : impl_(std::make_unique<Impl>()) {
   if (!device) throw ConfigError("Session: no device", "Session", "device");

@@ -1,0 +1,39 @@
+#include "model/arena_sizing.h"
+
+#include <algorithm>
+
+namespace strata {
+
+ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaConfig& mc, SimMirror mirror,
+                                       const DeviceProfile& profile) {
+  ForecastRequest req;
+  req.model = mc;
+  req.seq = cfg.seq;
+  req.batch = cfg.batch;
+  req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
+  req.lora_rank = cfg.lora.rank;
+  req.lora_alpha = cfg.lora.alpha;
+  req.lora_targets = cfg.lora.target_modules;
+  req.loss_chunk_tokens = cfg.loss_chunk_tokens;
+  req.recipe = cfg.recipe;
+  req.plan = cfg.plan;
+  req.layer_offloading = cfg.layer_offloading;
+  req.tiers.offload_dir = cfg.offload_dir;
+  req.mirror = mirror;
+  req.profile = profile;
+  return req;
+}
+
+ArenaSizing arena_for_plan(const ForecastRequest& r) {
+  ForecastRequest req = r;
+  req.budget = 0;  // unbounded: the high-water offset is what the step needs
+  const Forecast f = forecast(req);
+  ArenaSizing a;
+  a.high_water = f.high_water_bytes;
+  a.headroom = std::max(kArenaHeadroomMin, size_t(double(a.high_water) * kArenaHeadroomFraction));
+  constexpr size_t kAlign = size_t(2) << 20;
+  a.bytes = (a.high_water + a.headroom + kAlign - 1) / kAlign * kAlign;
+  return a;
+}
+
+}  // namespace strata
