@@ -177,16 +177,33 @@ const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_
   return nullptr;
 }
 
-std::string TokenizerModel::normalize(std::string_view s) const {
-  std::string out(s);
+std::string_view TokenizerModel::normalize(std::string_view s, std::string& out) const {
+  std::string next;
   for (const NormalizerStep& n : normalizer) {
-    if (n.kind == NormalizerStep::kPrepend) {
-      if (!out.empty()) out.insert(0, n.a);
-    } else {
-      out = replace_all(out, n.a, n.b);
+    next.clear();
+    switch (n.kind) {
+      case NormalizerStep::kPrepend:
+        if (s.empty()) continue;
+        next.reserve(n.a.size() + s.size());
+        next.append(n.a).append(s);
+        break;
+      case NormalizerStep::kReplace:
+        if (s.find(n.a) == std::string_view::npos) continue;
+        next = replace_all(s, n.a, n.b);
+        break;
+      case NormalizerStep::kUnicode:
+        if (!normalize_unicode(s, n.form, next)) continue;
+        break;
     }
+    out.swap(next);  // s may have viewed the old `out`: it is in `next` until the next step
+    s = out;
   }
-  return out;
+  return s;
+}
+
+std::string TokenizerModel::normalize(std::string_view s) const {
+  std::string out;
+  return std::string(normalize(s, out));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
@@ -212,8 +229,7 @@ void Tokenizer::encode_append(std::string_view text, bool add_special_tokens, st
     }
     std::string_view raw = text.substr(p.begin, p.end - p.begin);
     std::string normalized;
-    if (!m.normalizer.empty()) normalized = m.normalize(raw);
-    std::string_view s = m.normalizer.empty() ? raw : std::string_view(normalized);
+    std::string_view s = m.normalize(raw, normalized);
     find_matches(m.normalized_tokens, s, inner);
     for (const Piece& q : inner) {
       if (q.token)

@@ -1,11 +1,12 @@
 // A tokenizer read from a Hugging Face checkpoint's tokenizer.json (+ tokenizer_config.json) that
 // gives the ids Hugging Face `tokenizers` gives. Two kinds, both BPE:
-//  - byte-level BPE as Llama 3 (Split on its regex, ByteLevel, ignore_merges, ByteLevel decoder);
+//  - byte-level BPE as Llama 3 (Split on its regex, ByteLevel, ignore_merges, ByteLevel decoder)
+//    and Qwen2 / Qwen2.5 / Qwen3 (NFC normalizer, Split on Qwen's one-digit regex, ByteLevel);
 //  - SentencePiece-style BPE with byte fallback as Llama 2, TinyLlama, Mistral (Prepend/Replace
 //    normalizer or a Metaspace pre-tokenizer, <0xNN> tokens, fused <unk>).
 // Added tokens are matched first (special, lstrip, rstrip, single_word, normalized); the
-// post-processor template adds BOS/EOS. Anything else (WordPiece, Unigram, another regex, NFC...)
-// is refused with a ConfigError naming the file, the field and the value found.
+// post-processor template adds BOS/EOS. Normalizers: Prepend, Replace, NFC, NFD, NFKC, NFKD (in a
+// Sequence or alone). Anything else (WordPiece, Unigram, another regex, Lowercase...) is refused with a ConfigError naming the file, the field and the value found.
 #pragma once
 #include <cstdint>
 #include <memory>

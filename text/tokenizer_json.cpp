@@ -22,7 +22,8 @@ constexpr int64_t kMaxId = int64_t(1) << 22;  // ids index a table; the largest 
 
 const char* const kSupported =
     "strata reads BPE tokenizers of two kinds: byte-level as Llama 3 (Split on its regex + ByteLevel) and "
-    "SentencePiece-style with byte fallback as Llama 2 / Mistral (Prepend+Replace or Metaspace)";
+    "SentencePiece-style with byte fallback as Llama 2 / Mistral (Prepend+Replace or Metaspace); normalizers "
+    "Prepend, Replace, NFC, NFD, NFKC, NFKD and a Sequence of them";
 
 std::string shown(const json& v) {
   if (v.is_structured() && v.size() > 8) return fmt::format("{} of {} entries", v.type_name(), v.size());
@@ -123,6 +124,12 @@ void read_normalizer(const Reader& r, const json& n, const std::string& field, s
     std::string from = string_pattern(r, n, field);
     if (from.empty()) r.bad(field + ".pattern", Reader::value(n, "pattern"), "an empty pattern");
     out.push_back({NormalizerStep::kReplace, from, r.string(n, "content", field + ".content")});
+  } else if (t == "NFC" || t == "NFD" || t == "NFKC" || t == "NFKD") {
+    NormForm f = t == "NFC"    ? NormForm::kNFC
+                 : t == "NFD"  ? NormForm::kNFD
+                 : t == "NFKC" ? NormForm::kNFKC
+                               : NormForm::kNFKD;
+    out.push_back({NormalizerStep::kUnicode, {}, {}, f});
   } else {
     r.unsupported(field + ".type", Reader::value(n, "type"));
   }

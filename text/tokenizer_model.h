@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "text/bpe.h"
+#include "text/normalize.h"
 #include "text/pretokenize.h"
 
 namespace strata::text {
@@ -43,8 +44,9 @@ class AddedTokenMatcher {
 };
 
 struct NormalizerStep {
-  enum Kind : uint8_t { kPrepend, kReplace } kind;
-  std::string a, b;  // Prepend: a; Replace: a -> b
+  enum Kind : uint8_t { kPrepend, kReplace, kUnicode } kind;
+  std::string a, b;                // Prepend: a; Replace: a -> b
+  NormForm form = NormForm::kNFC;  // kUnicode: NFC, NFD, NFKC or NFKD
 };
 
 struct PreTokenizerStep {
@@ -81,6 +83,8 @@ struct TokenizerModel {
 
   // The normalizer applied to s (tokenizers skips empty strings: Prepend adds nothing to "").
   std::string normalize(std::string_view s) const;
+  // The same without a copy where no step changes s: returns s itself, or a view of `out`.
+  std::string_view normalize(std::string_view s, std::string& out) const;
 };
 
 }  // namespace strata::text

@@ -1,7 +1,8 @@
 // The C++ tokenizer against Hugging Face tokenizers: the ids of every corpus line, with and
-// without special tokens, and the decoded text, for the three test tokenizers that
+// without special tokens, and the decoded text, for the test tokenizers that
 // tests/tokenizer/make_tokenizers.py trains (Llama 3 byte-level, Llama 2 and Mistral
-// SentencePiece-style); then the files it must refuse, with the file and field named.
+// SentencePiece-style, Qwen2.5 with NFC); the Unicode normalizers against tokenizers' on tricky
+// strings; then the files it must refuse, with the file and field named.
 #include "text/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "expect_error.h"
 #include "strata/error.h"
+#include "text/normalize.h"
 
 namespace strata::text {
 namespace {
@@ -68,9 +70,10 @@ void expect_matches_reference(const Tokenizer& tok, const std::string& name, boo
       EXPECT_EQ(tok.decode(tok.encode(texts[i], false)), texts[i]);
     }
   }
-  // Most lines round-trip (not those with unknown characters, or a leading space for Llama 2).
+  // Many lines round-trip (not those with unknown characters, a leading space for Llama 2, or
+  // text the NFC normalizer changes).
   if (mostly_round_trips) {
-    EXPECT_GT(round_trips, int(texts.size()) / 2) << name;
+    EXPECT_GT(round_trips, int(texts.size()) * 2 / 5) << name;
   }
 }
 
@@ -116,6 +119,70 @@ TEST(Tokenizer, UnknownCharactersMatchHuggingFace) {
 // Qwen2's regex: numbers split into single digits.
 TEST(Tokenizer, Qwen2RegexMatchesHuggingFace) {
   expect_matches_reference(Tokenizer::load(kDir + "/qwen2"), "qwen2");
+}
+
+// Qwen2.5 / Qwen3's layout: the NFC normalizer before Qwen's split regex and ByteLevel; no BOS.
+TEST(Tokenizer, Qwen25NfcMatchesHuggingFace) {
+  Tokenizer tok = Tokenizer::load(kDir + "/qwen25");
+  EXPECT_TRUE(tok.byte_level());
+  EXPECT_EQ(tok.bos_id(), -1);
+  EXPECT_EQ(tok.eos_id(), *tok.token_to_id("<|im_end|>"));
+  expect_matches_reference(tok, "qwen25");
+  // Decomposed and precomposed text are the same ids.
+  EXPECT_EQ(tok.encode("Cafe\u0301 \u1112\u1161\u11ab"), tok.encode("Caf\u00e9 \ud55c"));
+}
+
+// A Unicode normalizer inside a Sequence, before Prepend and Replace: the same ids as the plain
+// Llama 2 tokenizer given the NFKC text.
+TEST(Tokenizer, NormalizerSequenceWithNfkc) {
+  json j = json::parse(read_file(kDir + "/llama2/tokenizer.json"));
+  json steps = json::array({{{"type", "NFKC"}}});
+  for (const json& n : j["normalizer"]["normalizers"]) steps.push_back(n);
+  j["normalizer"]["normalizers"] = steps;
+  std::string config = read_file(kDir + "/llama2/tokenizer_config.json");
+  Tokenizer nfkc = Tokenizer::parse(j.dump(), "nfkc/tokenizer.json", &config, "nfkc/tokenizer_config.json");
+  Tokenizer plain = Tokenizer::load(kDir + "/llama2");
+  int changed = 0;
+  for (const std::string& t : corpus()) {
+    std::string n = normalized(t, NormForm::kNFKC);
+    changed += n != t;
+    EXPECT_EQ(shown(nfkc.encode(t)), shown(plain.encode(n))) << t;
+  }
+  EXPECT_GT(changed, 10);
+}
+
+// The normalizers alone against tokenizers' NFC/NFD/NFKC/NFKD().normalize_str over the tricky
+// strings of tests/tokenizer/normalization.jsonl (every code point of the tables, marks to reorder,
+// jamo, composites, random runs).
+TEST(Normalizer, MatchesHuggingFaceOnTrickyStrings) {
+  std::vector<json> cases = read_jsonl(kDir + "/normalization.jsonl");
+  ASSERT_GT(cases.size(), 500u);
+  const std::pair<const char*, NormForm> forms[] = {
+      {"NFC", NormForm::kNFC}, {"NFD", NormForm::kNFD}, {"NFKC", NormForm::kNFKC}, {"NFKD", NormForm::kNFKD}};
+  int unchanged = 0;
+  for (const json& c : cases) {
+    std::string text = c["text"];
+    for (const auto& [name, form] : forms) {
+      std::string want = c[name];
+      std::string out = "untouched";
+      bool changed = normalize_unicode(text, form, out);
+      EXPECT_EQ(changed ? out : text, want) << name << ": " << text;
+      if (!changed) {
+        EXPECT_EQ(out, "untouched");
+        ++unchanged;
+      }
+    }
+  }
+  EXPECT_GT(unchanged, 0);
+  // ASCII and text already in the form is left alone (no copy).
+  std::string out;
+  for (const auto& [name, form] : forms) {
+    EXPECT_FALSE(normalize_unicode("plain ASCII text\n", form, out)) << name;
+    EXPECT_FALSE(normalize_unicode("", form, out)) << name;
+  }
+  EXPECT_FALSE(normalize_unicode("Caf\u00e9 \ud55c\uad6d\uc5b4 \u4e2d\u6587", NormForm::kNFC, out));
+  EXPECT_TRUE(normalize_unicode("Caf\u00e9", NormForm::kNFD, out));
+  EXPECT_EQ(out, "Cafe\u0301");
 }
 
 // Older tokenizer.json files write merges as "a b" strings.
@@ -204,8 +271,8 @@ TEST(TokenizerRefuses, OtherModelsAndSteps) {
   j["model"]["type"] = "Unigram";
   expect_refused(j, "model.type", "\"Unigram\"");
   j = llama3_json();
-  j["normalizer"] = {{"type", "NFKC"}};
-  expect_refused(j, "normalizer.type", "\"NFKC\"");
+  j["normalizer"] = {{"type", "Lowercase"}};
+  expect_refused(j, "normalizer.type", "\"Lowercase\"");
   j = llama3_json();
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+";
   expect_refused(j, "pre_tokenizer.pretokenizers[0].pattern", "\\\\w+");
@@ -301,7 +368,7 @@ TEST(Tokenizer, PrintsEncodeSpeed) {
   std::string text;
   for (const std::string& line : corpus()) text += line + "\n";
   std::string doc = read_file(std::string(STRATA_TEST_DATA) + "/../README.md");
-  for (const char* name : {"llama3", "llama2"}) {
+  for (const char* name : {"llama3", "llama2", "qwen25"}) {
     Tokenizer tok = Tokenizer::load(kDir + "/" + name);
     for (const std::string* t : {&text, &doc}) {
       std::vector<int32_t> ids;
@@ -318,6 +385,30 @@ TEST(Tokenizer, PrintsEncodeSpeed) {
                   double(bytes) / s / 1e6, t->size(), ids.size());
     }
   }
+}
+
+// Prints the normalizers' speed on text already in the form (the quick check alone) and on text
+// that is not (every accent decomposed).
+TEST(Normalizer, PrintsSpeed) {
+  std::string corpus_text;
+  for (const std::string& line : corpus()) corpus_text += line + "\n";
+  std::string doc = read_file(std::string(STRATA_TEST_DATA) + "/../README.md");
+  std::string nfc = normalized(corpus_text, NormForm::kNFC), nfd = normalized(corpus_text, NormForm::kNFD);
+  const std::pair<const char*, const std::string*> texts[] = {
+      {"README", &doc}, {"corpus NFC", &nfc}, {"corpus NFD", &nfd}};
+  for (const auto& [tname, t] : texts)
+    for (NormForm f : {NormForm::kNFC, NormForm::kNFKC, NormForm::kNFD}) {
+      std::string out;
+      size_t bytes = 0;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int rep = 0; rep < 50; ++rep) {
+        for (size_t off = 0; off < t->size(); off += 4096) normalize_unicode(t->substr(off, 4096), f, out);
+        bytes += t->size();
+      }
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const char* fname = f == NormForm::kNFC ? "NFC" : f == NormForm::kNFKC ? "NFKC" : "NFD";
+      std::printf("%s of %s: %.0f MB/s\n", fname, tname, double(bytes) / s / 1e6);
+    }
 }
 
 }  // namespace

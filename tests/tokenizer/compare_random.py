@@ -17,7 +17,11 @@ PIECES = (list("abcXYZ'sStTdDmMlLrReEvV ") + [" ", "  ", "\t", "\n", "\r\n", "\r
           "日本", "한", "مرحبا", "Привет", "नमस्ते", "👍", "👨‍👩‍👧", "🇫🇷", "\U00031350", "\u1c89", "\U00020000",
           "\ue000", "\x00", "\x7f", "!", "?!", "...", "(", ")", "_", "-", "<", ">", "|", "▁", "▁▁", "<s>", "</s>",
           "<unk>", "<|eot_id|>", "<|begin_of_text|>", "<|pad|>", "<mask>", " <mask> ", "foo", "New York",
-          "hello world", "<0x41>", "<|im_start|>", "'ll", "'S", "'Re", "\ufeff", "\U0010fffd"])
+          "hello world", "<0x41>", "<|im_start|>", "'ll", "'S", "'Re", "\ufeff", "\U0010fffd",
+          # for the normalizers: marks to compose and reorder, jamo, compatibility characters
+          "\u0301", "\u0323", "\u0308", "\u0345", "\u0313", "\u05ae", "\u0315", "\u1dfa", "\u093c", "\u09be",
+          "\u1100", "\u1161", "\u11a8", "\uac00", "ﬁ", "①", "Ａ", "ﾊ", "\u309a", "\u212b", "\u0958", "\u0344",
+          "<|endoftext|>", "<|im_end|>", "<think>"])
 
 
 def random_char(rng):
@@ -38,7 +42,7 @@ def main():
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     texts = [random_text(rng) for _ in range(count)]
     failures = 0
-    for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk"):
+    for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk", "qwen25"):
         tok = Tokenizer.from_file(str(HERE / name / "tokenizer.json"))
         config = json.loads((HERE / name / "tokenizer_config.json").read_text())
         if config.get("add_eos_token"):  # the template transformers' LlamaTokenizerFast builds

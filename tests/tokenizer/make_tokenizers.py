@@ -12,16 +12,27 @@ Writes, under tests/tokenizer/:
                            qwen2   the llama3 model with Qwen2's split regex (\p{N} one digit);
                            llama3_prefix    llama3 with ByteLevel add_prefix_space;
                            spm_unk the llama2 model without byte fallback: <unk>, fused;
+                           qwen25  a Qwen2.5 / Qwen3 tokenizer.json's layout: NFC normalizer, Split
+                                   on Qwen's regex + ByteLevel, ByteLevel decoder and post-processor,
+                                   <|endoftext|> <|im_start|> <|im_end|> and <think> </think>;
   <name>/tokenizer_config.json   bos/eos as a checkpoint writes them;
+  normalization.jsonl      tricky strings (NORM_LINES, every code point of the normalization tables,
+                           random runs of marks, jamo and composites) with tokenizers' NFC, NFD,
+                           NFKC and NFKD of each;
   expected_<name>.jsonl    per corpus line: ids (with special tokens), ids_plain (without) and
                            decoded / decoded_all (tokenizers' decode of ids_plain without / with
                            the special tokens).
 No machine here reaches the model hub, so the tokenizers are trained on the corpus itself plus a
 few standard-library modules (for code). Rebuild: pip install tokenizers==0.23.3, run with
-python 3.11 (other versions train on other stdlib text: new merges, same checks).
+python 3.11 (other versions train on other stdlib text: new merges, same checks). A tokenizer.json
+already there is kept (the expected ids are recomputed from it) unless --retrain is given: training
+the SentencePiece-style ones is not deterministic (ties among the alphabet's characters).
 """
 import inspect
 import json
+import random
+import sys
+import unicodedata
 import argparse as _argparse_mod
 import textwrap as _textwrap_mod
 import json.decoder as _json_decoder_mod
@@ -33,6 +44,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 HERE = Path(__file__).resolve().parent
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 
 CODE = '''def fib(n: int) -> int:
     """Return the n-th Fibonacci number."""
@@ -139,6 +151,47 @@ LINES = [
 # Whole documents: every line above joined, special tokens and all.
 LINES += ["\n".join(LINES[:45]), "\n".join(LINES[45:]), "\r\n".join(LINES)]
 
+# Lines for the Unicode normalizers (in the corpus, not in the training text of the tokenizers
+# above, whose files stay as they were).
+NORM_LINES = [
+    "Cafe\u0301 de\u0301ja\u0300 vu, re\u0301sume\u0301, nai\u0308ve, Zoe\u0308, n\u0303",
+    unicodedata.normalize("NFD", "Tiếng Việt có nhiều dấu thanh: ả ã ạ ấ ầ ẩ ẫ ậ"),
+    unicodedata.normalize("NFD", "한국어: 안녕하세요 세계"),
+    "jamo: \u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u1173\u11af \uac00\u11a8 \u1100\u1100\u1161 \u1161\u11a8 "
+    "\u115f\u1160 \u11a7",
+    "ligatures: ﬁnance ﬂow ﬀ ﬃ ﬄ ﬅ ﬆ Ĳ ǆ",
+    "circled: ① ② ⑩ ⑳ ⑴ ⒜ ⓐ Ⓐ ㉑ ㊿",
+    "Ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ ａｂｃ ０１２ ！？",
+    "units: ㎏ ㎞ ㏄ ℡ ™ ㍻ ㌀ ℃ ° ½ ⅓ x² H₂O µ Å",
+    "halfwidth: ｶﾀｶﾅ ﾊﾟ ｶﾞ ﾊﾞﾊﾟ ｡｢｣",
+    "reorder: a\u0301\u0323 a\u0323\u0301 q\u0307\u0323 u\u031b\u0323 x\u0315\u0300\u05ae\u0300b \u1e9b\u0323",
+    "blocked: a\u0328\u0301 e\u0301\u0301 o\u0302\u0301\u0300 A\u030a\u212b \u0301leading mark",
+    "singletons: \u2126 \u212a \u212b \u0958 \u0344 \u0f73 \u0340\u0341 \u2000\u2001 \u037e \u0387",
+    "greek: \u03b9\u0308\u0301 \u0390 \u03c9\u0345\u0313 \u1fb3 \u1f00\u0345",
+    "indic: \u0928\u093c \u0915\u093c \u09c7\u09be \u0b47\u0b3e \u0bc6\u0bbe \u0d46\u0d3e \u1025\u102e "
+    "\U00011099\U000110ba \U00011935\U00011930",
+    "newer marks: a\u0300\u07fd\u0316 a\u1dfa\u0316 \u0898\u0300 \U00010781 \u32ff \ua7f2",
+    "mixed: ﬁ\u0301 ①\u0301 Ａ\u0301 ﾊ\u309a \u3131\u314f \uff21\u030a",
+]
+
+
+def normalization_cases():
+    """The tricky strings of normalization.jsonl."""
+    forms = [getattr(normalizers, f)().normalize_str for f in ("NFD", "NFKD")]
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and
+              (unicodedata.combining(chr(c)) or any(f(chr(c)) != chr(c) for f in forms))]
+    cases = list(NORM_LINES)
+    for i in range(0, len(points), 64):  # each code point alone, after a space
+        cases.append("".join(" " + chr(c) for c in points[i:i + 64]))
+    rng = random.Random(15)
+    marks = [c for c in points if unicodedata.combining(chr(c))]
+    jamo = list(range(0x1100, 0x1113)) + list(range(0x1161, 0x1176)) + list(range(0x11A7, 0x11C3)) + [0xAC00, 0xAC1C]
+    letters = [ord(x) for x in "aeiouAEOUnsyzK "] + [0x3B1, 0x3C9, 0x915, 0x9C7, 0xB47, 0x1025, 0x11099, 0x11935]
+    for _ in range(500):
+        pools = [marks, points, jamo, letters]
+        cases.append("".join(chr(rng.choice(rng.choices(pools, [4, 3, 2, 3])[0])) for _ in range(rng.randint(1, 10))))
+    return cases
+
 
 def training_text():
     mods = [_argparse_mod, _textwrap_mod, _json_decoder_mod]
@@ -240,7 +293,7 @@ def metaspace_split(base):
 
 def qwen2(llama3_tok):
     j = json.loads(llama3_tok.to_str())
-    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN2_REGEX
     return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
 
 
@@ -256,26 +309,59 @@ def spm_unk(base):
     return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<s>", "eos_token": "</s>", "add_eos_token": True}
 
 
+def qwen25():
+    """Qwen2.5's tokenizer.json layout (Qwen3's is the same, with more added tokens)."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_text() + NORM_LINES * 3, trainer)
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok.add_tokens([AddedToken("<think>", normalized=False, special=False),
+                    AddedToken("</think>", normalized=False, special=False)])
+    j = json.loads(tok.to_str())  # as Qwen's file writes these (the Python decoder takes no options)
+    j["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    j["model"]["continuing_subword_prefix"] = ""
+    j["model"]["end_of_word_suffix"] = ""
+    tok = Tokenizer.from_str(json.dumps(j))
+    config = {"add_prefix_space": False, "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+              "errors": "replace", "model_max_length": 131072, "split_special_tokens": False,
+              "tokenizer_class": "Qwen2Tokenizer", "clean_up_tokenization_spaces": False}
+    return tok, config
+
+
 def main():
+    retrain = "--retrain" in sys.argv[1:]
+    with open(HERE / "normalization.jsonl", "w", encoding="utf-8") as f:
+        norms = [(f, getattr(normalizers, f)().normalize_str) for f in ("NFC", "NFD", "NFKC", "NFKD")]
+        for text in normalization_cases():
+            f.write(json.dumps({"text": text, **{name: n(text) for name, n in norms}}, ensure_ascii=False) + "\n")
     with open(HERE / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for line in LINES:
+        for line in LINES + NORM_LINES:
             f.write(json.dumps({"text": line}, ensure_ascii=False) + "\n")
     base = spm_base()
     l3 = llama3()
     kinds = (("llama3", l3), ("llama2", llama2(base)), ("mistral", mistral(base)),
              ("metaspace_split", metaspace_split(base)), ("qwen2", qwen2(l3[0])),
-             ("llama3_prefix", llama3_prefix(l3[0])), ("spm_unk", spm_unk(base)))
+             ("llama3_prefix", llama3_prefix(l3[0])), ("spm_unk", spm_unk(base)), ("qwen25", qwen25()))
     for name, (tok, config) in kinds:
         d = HERE / name
         d.mkdir(exist_ok=True)
-        tok.save(str(d / "tokenizer.json"), pretty=True)
+        if retrain or not (d / "tokenizer.json").exists():
+            tok.save(str(d / "tokenizer.json"), pretty=True)
         (d / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         tok = Tokenizer.from_file(str(d / "tokenizer.json"))  # what the C++ side reads
         if config.get("add_eos_token"):  # as transformers' LlamaTokenizerFast rebuilds the template
             tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
                                                                special_tokens=[("<s>", 1), ("</s>", 2)])
         with open(HERE / f"expected_{name}.jsonl", "w", encoding="utf-8") as f:
-            for line in LINES:
+            for line in LINES + NORM_LINES:
                 ids = tok.encode(line).ids
                 plain = tok.encode(line, add_special_tokens=False).ids
                 f.write(json.dumps({"ids": ids, "ids_plain": plain,
