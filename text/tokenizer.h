@@ -6,7 +6,8 @@
 //    normalizer or a Metaspace pre-tokenizer, <0xNN> tokens, fused <unk>).
 // Added tokens are matched first (special, lstrip, rstrip, single_word, normalized); the
 // post-processor template adds BOS/EOS. Normalizers: Prepend, Replace, NFC, NFD, NFKC, NFKD (in a
-// Sequence or alone). Anything else (WordPiece, Unigram, another regex, Lowercase...) is refused with a ConfigError naming the file, the field and the value found.
+// Sequence or alone). Anything else (WordPiece, Unigram, another regex, Lowercase...) is refused
+// with a ConfigError naming the file, the field and the value found.
 #pragma once
 #include <cstdint>
 #include <memory>
