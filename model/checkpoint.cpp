@@ -131,8 +131,14 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
       {"val_set_size", c.val_set_size},
       {"seed", c.seed},
       {"data_rows", data_rows}};
+  nlohmann::ordered_json datasets = nlohmann::ordered_json::array();
+  for (const DatasetSpec& d : c.datasets) datasets.push_back({{"path", d.path}, {"type", d.type}, {"field", d.field}});
   nlohmann::ordered_json all = {{"base_model", c.model_dir},
                                 {"data", c.data_path},
+                                {"datasets", datasets},
+                                {"tokenizer", c.tokenizer_dir},
+                                {"train_on_inputs", c.train_on_inputs},
+                                {"excess_length_strategy", c.drop_excess ? "drop" : "truncate"},
                                 {"backend", c.backend},
                                 {"learning_rate", c.lr},
                                 {"max_steps", c.steps_given ? json(c.steps) : json(nullptr)},

@@ -15,8 +15,21 @@ TokenRows::TokenRows(std::vector<int32_t> tokens, int seq) : tokens_(std::move(t
   rows_ = (long(tokens_.size()) - 1) / seq_;
 }
 
+TokenRows::TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, int seq)
+    : tokens_(std::move(inputs)), targets_(std::move(targets)), seq_(seq) {
+  STRATA_CHECK(seq_ >= 1 && !tokens_.empty() && tokens_.size() == targets_.size() && tokens_.size() % size_t(seq_) == 0,
+               "rows: inputs and targets must hold the same whole number of rows");
+  rows_ = long(tokens_.size() / size_t(seq_));
+}
+
 void TokenRows::row(long r, int32_t* inputs, int32_t* targets) const {
   STRATA_CHECK(r >= 0 && r < rows_, fmt::format("row {} outside [0, {})", r, rows_));
+  if (!targets_.empty()) {
+    const size_t at = size_t(r) * size_t(seq_);
+    std::copy(tokens_.begin() + long(at), tokens_.begin() + long(at + size_t(seq_)), inputs);
+    std::copy(targets_.begin() + long(at), targets_.begin() + long(at + size_t(seq_)), targets);
+    return;
+  }
   const int32_t* t = tokens_.data() + size_t(r) * size_t(seq_);
   std::copy(t, t + seq_, inputs);
   std::copy(t + 1, t + 1 + seq_, targets);

@@ -2,8 +2,9 @@
 // training rows visited epoch by epoch in a shuffled order whose position is saved in a checkpoint
 // and restored exactly.
 //
-// Row r is the seq + 1 tokens starting at token r * seq: inputs are its first seq tokens, targets
-// the next seq (so consecutive rows share one token, and every token is a target once).
+// From a token stream, row r is the seq + 1 tokens starting at token r * seq: inputs are its first
+// seq tokens, targets the next seq (so consecutive rows share one token, and every token is a
+// target once). From a dataset (model/datasets.h), each row's inputs and targets are given.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +18,8 @@ namespace strata {
 class TokenRows {
  public:
   TokenRows(std::vector<int32_t> tokens, int seq);
+  // Rows given whole: inputs and targets hold rows * seq ids each (a target < 0 is ignored).
+  TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, int seq);
   long rows() const { return rows_; }
   int seq() const { return seq_; }
   // Row r's inputs and targets, seq each.
@@ -24,6 +27,7 @@ class TokenRows {
 
  private:
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> targets_;  // rows given whole: tokens_ holds the inputs
   int seq_;
   long rows_;
 };

@@ -214,6 +214,50 @@ void apply_checkpointing(TrainConfig& c, const YAML::Node& v, const std::string&
                key);
 }
 
+// datasets: a list of {path, type, field}; each entry's keys checked as the top-level ones are.
+std::vector<DatasetSpec> parse_datasets(const YAML::Node& v, const std::string& path) {
+  if (!v.IsSequence() || v.size() == 0)
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("{}: datasets expects a non-empty list of {{path: FILE, type: completion|alpaca|chat}}", path),
+        path, "datasets");
+  std::vector<DatasetSpec> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const YAML::Node& e = v[i];
+    const std::string at = fmt::format("datasets[{}]", i);
+    if (!e.IsMap())
+      STRATA_THROW(ConfigError, fmt::format("{}: {} must be a mapping {{path: FILE, type: ...}}", path, at), path, at);
+    DatasetSpec d;
+    d.type.clear();
+    for (auto kv : e) {
+      const std::string dk = key_of(kv.first, path, at);
+      const std::string field = at + "." + dk;
+      const std::string val = get<std::string>(kv.second, path, field, "a string");
+      if (dk == "path")
+        d.path = val;
+      else if (dk == "type")
+        d.type = val;
+      else if (dk == "field")
+        d.field = val;
+      else
+        STRATA_THROW(ConfigError, fmt::format("{}: {}: unknown key '{}' (expected path, type, field)", path, at, dk),
+                     path, field);
+    }
+    if (d.path.empty()) STRATA_THROW(ConfigError, fmt::format("{}: {} has no path", path, at), path, at + ".path");
+    if (d.type.empty()) d.type = "completion";
+    if (d.type != "completion" && d.type != "alpaca" && d.type != "chat")
+      STRATA_THROW(
+          ConfigError,
+          fmt::format("{}: {}.type '{}' is not supported (expected completion, alpaca or chat)", path, at, d.type),
+          path, at + ".type");
+    if (!d.field.empty() && d.type != "completion")
+      STRATA_THROW(ConfigError, fmt::format("{}: {}.field applies to type completion only", path, at), path,
+                   at + ".field");
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 }  // namespace
 
 void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string& path) {
@@ -246,7 +290,27 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.model_dir = S();
       else if (key == "data" || key == "dataset")
         c.data_path = S();
-      else if (key == "backend")
+      else if (key == "datasets")
+        c.datasets = parse_datasets(v, path);
+      else if (key == "tokenizer")
+        c.tokenizer_dir = S();
+      else if (key == "train_on_inputs")
+        c.train_on_inputs = Bool();
+      else if (key == "excess_length_strategy") {
+        const std::string s = S();
+        if (s != "truncate" && s != "drop")
+          STRATA_THROW(ConfigError,
+                       fmt::format("{}: excess_length_strategy '{}' is unknown (expected truncate or drop)", path, s),
+                       path, key);
+        c.drop_excess = s == "drop";
+      } else if (key == "sample_packing") {
+        if (Bool())
+          STRATA_THROW(ConfigError,
+                       fmt::format("{}: sample_packing: true is not supported yet (one example per row, padded; "
+                                   "leave the key out or set it to false)",
+                                   path),
+                       path, key);
+      } else if (key == "backend")
         c.backend = S();
       else if (key == "sequence_len" || key == "seq")
         c.seq = Int(1);

@@ -11,9 +11,21 @@
 
 namespace strata {
 
+// One entry of `datasets:` (model/datasets.h): a file, its format and, for `completion` jsonl, the
+// text field.
+struct DatasetSpec {
+  std::string path;
+  std::string type = "completion";  // completion, alpaca or chat
+  std::string field;                // completion jsonl: the text field ("" = "text")
+};
+
 struct TrainConfig {
   std::string model_dir;
   std::string data_path;
+  std::vector<DatasetSpec> datasets;  // text/jsonl datasets, tokenised here (instead of data_path)
+  std::string tokenizer_dir;          // "" = model_dir
+  bool train_on_inputs = false;       // false: prompt tokens are masked out of the loss (axolotl's default)
+  bool drop_excess = false;           // excess_length_strategy: drop (else truncate) examples over seq
   std::string backend = "cpu";
   int seq = 128;
   int batch = 1;

@@ -55,16 +55,21 @@ std::string jnum(double v, const char* f = "{:.6g}") {
 
 TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Trainer& trainer,
                      std::vector<int32_t> tokens, LoopOptions opt)
+    : TrainLoop(cfg, be, model, trainer, TokenRows(std::move(tokens), cfg.seq), std::move(opt)) {}
+
+TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Trainer& trainer, TokenRows rows,
+                     LoopOptions opt)
     : cfg_(cfg),
       be_(be),
       model_(model),
       trainer_(trainer),
       opt_(std::move(opt)),
-      rows_(std::move(tokens), cfg.seq),
+      rows_(std::move(rows)),
       split_(
           split_rows(rows_.rows(), cfg.val_set_size, cfg.seed, cfg.config_file.empty() ? "config" : cfg.config_file)),
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
+  STRATA_CHECK(rows_.seq() == cfg.seq, "rows of another sequence_len than the config's");
   const long per_step = long(cfg.batch) * cfg.grad_accum;
   if (!cfg.steps_given && cfg.num_epochs > 0) {
     const double steps = std::ceil(double(cfg.num_epochs) * double(split_.train.size()) / double(per_step));

@@ -49,6 +49,8 @@ class TrainLoop {
   // `tokens`: the token file's ids (rows of cfg.seq + 1, model/row_data.h).
   TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Trainer& trainer, std::vector<int32_t> tokens,
             LoopOptions opt);
+  // `rows`: rows with their own targets (a dataset's, model/datasets.h), seq = cfg.seq.
+  TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Trainer& trainer, TokenRows rows, LoopOptions opt);
   int total_steps() const { return total_; }
   int warmup_steps() const { return warmup_; }
   long train_rows() const { return long(split_.train.size()); }

@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
 #include "model/checkpoint.h"
 #include "model/data.h"
+#include "model/datasets.h"
 #include "model/forecast.h"
 #include "model/llama.h"
 #include "model/planner.h"
@@ -33,6 +35,8 @@ static const char* kUsage =
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
     "                    [--save-steps 0] [--resume auto|DIR] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
+    "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
+    "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
     "--steps counts optimizer steps; without it --epochs (num_epochs) sets them. --grad-accum K sums K\n"
     "micro-batches of --batch rows into each step. --save-steps N writes DIR/checkpoint-<step>/ every N\n"
     "steps into the --save DIR; SIGINT/SIGTERM save one and stop; --resume auto continues the newest one\n"
@@ -212,8 +216,12 @@ int main(int argc, char** argv) {
                    "checkpoint will be written\n");
     if (cfg.model_dir.empty())
       throw ConfigError("--model DIR (or base_model in the --config file) is required", "command line", "model");
-    if (cfg.data_path.empty())
-      throw ConfigError("--data FILE (or data in the --config file) is required", "command line", "data");
+    if (!cfg.datasets.empty() && !cfg.data_path.empty())
+      throw ConfigError(fmt::format("--data / data ({}) and datasets in {} both give the training data: keep one",
+                                    cfg.data_path, cfg.config_file),
+                        "command line", "data");
+    if (cfg.data_path.empty() && cfg.datasets.empty())
+      throw ConfigError("--data FILE (or data or datasets in the --config file) is required", "command line", "data");
   } catch (const Error& e) {
     std::fprintf(stderr, "strata-train: %s\n%s", e.what(), kUsage);
     return 2;
@@ -227,7 +235,24 @@ int main(int argc, char** argv) {
       if (cfg.seq > mc.max_position_embeddings)
         std::fprintf(stderr, "strata-train: warning: --seq %d exceeds max_position_embeddings %d of %s/config.json\n",
                      cfg.seq, mc.max_position_embeddings, cfg.model_dir.c_str());
-      std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
+      // The training rows: a token file's stream, or the datasets rendered, tokenised and masked.
+      const std::string tokenizer_dir = cfg.tokenizer_dir.empty() ? cfg.model_dir : cfg.tokenizer_dir;
+      std::optional<TokenRows> rows;
+      size_t n_tokens = 0;
+      if (cfg.datasets.empty()) {
+        std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
+        n_tokens = tokens.size();
+        rows.emplace(std::move(tokens), cfg.seq);
+      } else {
+        DatasetRows dr = build_dataset_rows(cfg, tokenizer_dir, info);
+        if (dr.max_id >= mc.vocab_size)
+          throw ConfigError(
+              fmt::format("{}: the tokenizer gives id {}, outside the model's vocab_size {} ({}/config.json)",
+                          tokenizer_dir, dr.max_id, mc.vocab_size, cfg.model_dir),
+              tokenizer_dir, "vocab_size");
+        n_tokens = dr.inputs.size();
+        rows.emplace(std::move(dr.inputs), std::move(dr.targets), cfg.seq);
+      }
       const std::string be_name = resolve_backend_name(cfg.backend);
       auto be = make_backend(be_name, cfg.device_budget_bytes);
       if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
@@ -251,8 +276,7 @@ int main(int argc, char** argv) {
       lo.text = json ? nullptr : stdout;
       lo.json = json;
       lo.stop_requested = [] { return StopSignals::requested(); };
-      const size_t n_tokens = tokens.size();
-      TrainLoop loop(cfg, *be, model, trainer, std::move(tokens), lo);
+      TrainLoop loop(cfg, *be, model, trainer, std::move(*rows), lo);
 
       std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
                    format_bytes(be->arena().budget()).c_str());
@@ -262,7 +286,10 @@ int main(int argc, char** argv) {
                    cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads,
                    mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6, model.trainable_count() / 1e6,
                    cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
-      std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n", cfg.data_path.c_str(),
+      std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n",
+                   cfg.datasets.empty()
+                       ? cfg.data_path.c_str()
+                       : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
                    n_tokens, cfg.batch, cfg.seq, loop.total_steps(), double(cfg.lr));
       std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
                    master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments));
@@ -332,8 +359,8 @@ int main(int argc, char** argv) {
           model.save(cfg.output_dir);
           std::fprintf(info, "saved model to %s\n", cfg.output_dir.c_str());
         }
-        if (int n = copy_tokenizer_files(cfg.model_dir, cfg.output_dir))
-          std::fprintf(info, "copied %d tokenizer file%s from %s\n", n, n == 1 ? "" : "s", cfg.model_dir.c_str());
+        if (int n = copy_tokenizer_files(tokenizer_dir, cfg.output_dir))
+          std::fprintf(info, "copied %d tokenizer file%s from %s\n", n, n == 1 ? "" : "s", tokenizer_dir.c_str());
       }
       return 0;
     } catch (const Error& e) {
