@@ -2,6 +2,10 @@
 //   0, 1, 2: the rest (up to 16 KiB) is text for the committed llama3 / llama2 / mistral tokenizers
 //            (tests/tokenizer/): every id must be in the vocabulary, decode must give valid UTF-8,
 //            and llama3 (byte-level) must give the text back (valid UTF-8, without '<').
+//   4:       text for the committed qwen25 tokenizer (NFC normalizer); on valid UTF-8 the
+//            normalizers must be idempotent, NFC(NFD(x)) == NFC(x), NFKC(NFKD(x)) == NFKC(x), and
+//            x and NFC(x) must give the same ids where x has no '<' (an added token is matched
+//            before normalization: NFC composes "<|im_end|>" + U+0338 into "<|im_end|≯").
 //   other:   the rest is a tokenizer.json; one that loads must encode and decode a sample.
 // Only a strata::Error counts as a clean rejection.
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include <string_view>
 
 #include "engine/error.h"
+#include "text/normalize.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -19,8 +24,8 @@ namespace {
 using strata::text::Tokenizer;
 
 const Tokenizer& committed(int which) {
-  static const Tokenizer* toks[3] = {};
-  static const char* names[3] = {"llama3", "llama2", "mistral"};
+  static const Tokenizer* toks[4] = {};
+  static const char* names[4] = {"llama3", "llama2", "mistral", "qwen25"};
   if (!toks[which])
     toks[which] = new Tokenizer(Tokenizer::load(std::string(STRATA_SOURCE_DIR) + "/tests/tokenizer/" + names[which]));
   return *toks[which];
@@ -46,17 +51,34 @@ void exercise(const Tokenizer& tok, std::string_view text, bool expect_round_tri
   }
 }
 
+void check_normalizers(const Tokenizer& tok, std::string_view text) {
+  using strata::text::normalized;
+  using strata::text::NormForm;
+  std::string nfc = normalized(text, NormForm::kNFC), nfkc = normalized(text, NormForm::kNFKC);
+  for (NormForm f : {NormForm::kNFC, NormForm::kNFD, NormForm::kNFKC, NormForm::kNFKD}) {
+    std::string once = normalized(text, f);
+    check(strata::text::utf8_valid_prefix(once) == once.size(), "normalizer gave invalid UTF-8");
+    check(normalized(once, f) == once, "normalizer not idempotent");
+  }
+  check(normalized(normalized(text, NormForm::kNFD), NormForm::kNFC) == nfc, "NFC(NFD(x)) != NFC(x)");
+  check(normalized(normalized(text, NormForm::kNFKD), NormForm::kNFKC) == nfkc, "NFKC(NFKD(x)) != NFKC(x)");
+  if (text.find('<') == std::string_view::npos)
+    check(tok.encode(text) == tok.encode(nfc), "NFC tokenizer: x and NFC(x) differ");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  int mode = data[0] % 4;
-  if (mode < 3) {
+  int mode = data[0] % 5;
+  if (mode < 3 || mode == 4) {
     // Longer texts only repeat what 16 KiB shows, at a tenth of the runs per second.
     rest = rest.substr(0, 16384);
     bool valid = strata::text::utf8_valid_prefix(rest) == rest.size();
-    exercise(committed(mode), rest, mode == 0 && valid && rest.find('<') == std::string_view::npos);
+    const Tokenizer& tok = committed(mode == 4 ? 3 : mode);
+    exercise(tok, rest, mode == 0 && valid && rest.find('<') == std::string_view::npos);
+    if (mode == 4 && valid) check_normalizers(tok, rest);
     return 0;
   }
   try {

@@ -142,14 +142,17 @@ seed: 7
 """)
     put("yaml_config", "bad_key", "[a, b]: 1\n")
 
-    # tokenizer: byte 0 picks the mode (0-2 text for llama3/llama2/mistral, 3 a tokenizer.json).
+    # tokenizer: byte 0 picks the mode (0-2 text for llama3/llama2/mistral, 3 a tokenizer.json,
+    # 4 text for qwen25 and the normalizers).
     tok_dir = os.path.join(os.path.dirname(ROOT), "..", "tokenizer")
     sample = "Hello <|eot_id|> w\u00f6rld \u4e2d\u6587 1234567 \U0001f468\u200d\U0001f469 \r\n\t  <s> it'S"
     for mode in range(3):
         put("tokenizer", f"text{mode}", bytes([mode]) + sample.encode())
     put("tokenizer", "text_long", b"\0" + ("The quick brown fox; " * 300 + " " * 5000 + "9" * 5000).encode())
     put("tokenizer", "text_spm_long", b"\1" + ("x" * 8000 + "ab" * 4000).encode())
-    for name in ("llama3", "llama2", "mistral"):
+    put("tokenizer", "text_nfc", b"\4" + ("Cafe\u0301 \u1112\u1161\u11ab\uac00\u11a8 \ufb01 \u2460 \uff21 a\u0301\u0323 "
+                                          "\u1e9b\u0323 \u0958 \u212b \u0344 \uff8a\uff9f <|im_end|> " * 20).encode())
+    for name in ("llama3", "llama2", "mistral", "qwen25"):
         with open(os.path.join(tok_dir, name, "tokenizer.json"), "rb") as f:
             put("tokenizer", f"json_{name}", b"\3" + f.read())
     put("tokenizer", "json_truncated", b"\3" + b'{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b"')
