@@ -3,9 +3,11 @@
 (text/normalize.cpp runs the algorithm), as Hugging Face `tokenizers` has it.
 
 The ground truth is `tokenizers` itself (its Rust unicode-normalization-alignments crate), probed
-one code point at a time: its tables are OLDER than Python 3.11's `unicodedata` (14.0): U+32FF
+one code point at a time: its tables are Unicode 9.0 (the marks of 9.0, e.g. U+1DFB, U+08D4,
+have their classes; those of 10.0 on, e.g. U+1DF6, U+0D3B, U+07FD, are starters), OLDER than
+Python 3.11's `unicodedata` (14.0) and than its own regex classes (Oniguruma, 16.0): U+32FF
 (12.1), U+11938 (13.0) and the Unicode 14 letters U+A7F2.., U+10780.. have no decomposition there,
-and marks added after its version are starters (combining class 0). So:
+and the 98 marks of 10.0-14.0 are starters (combining class 0). So:
   - full decompositions: tokenizers' NFD / NFKD of each code point alone (Hangul syllables are
     decomposed by the algorithm, not by the table);
   - canonical combining classes: unicodedata's, checked (and corrected) by how tokenizers' NFD
