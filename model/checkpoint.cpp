@@ -236,7 +236,8 @@ std::string save_checkpoint(const std::string& output_dir, Backend& be, const Ll
       model.save(tmp);
       done("model.safetensors");
     }
-    if (!w.base_model_dir.empty() && copy_tokenizer_files(w.base_model_dir, tmp)) done("tokenizer files");
+    const std::string& tok_dir = w.tokenizer_dir.empty() ? w.base_model_dir : w.tokenizer_dir;
+    if (!tok_dir.empty() && copy_tokenizer_files(tok_dir, tmp)) done("tokenizer files");
     io::write_file_atomic(tmp + "/" + kConfig, w.config_json);
     done(kConfig);
     const json state = {

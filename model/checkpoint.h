@@ -33,6 +33,7 @@ struct CheckpointState {
 
 struct CheckpointWrite {
   std::string base_model_dir;  // tokenizer files come from here; the adapter config names it
+  std::string tokenizer_dir;   // where they come from instead (the config's `tokenizer`), if not ""
   std::string config_json;     // train_config.json (checkpoint_config_json)
   // Tests: called after each file of the checkpoint is complete (its name), before the next.
   std::function<void(const std::string&)> after_file;

@@ -317,7 +317,7 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
       std::fprintf(
           info,
           "dataset: %s (%s%s) | %ld examples -> %ld rows of %d | %ld truncated, %ld dropped (longer than "
-          "sequence_len), %ld with nothing to train | %ld trained targets | cache %s %s\n",
+          "sequence_len), %ld with no response token in the row | %ld trained targets | cache %s %s\n",
           d.path.c_str(), d.type.c_str(),
           d.type == "chat" ? fmt::format(", {} template", chat_template_name(chat_template_for(tok))).c_str() : "",
           st.examples, st.rows, cfg.seq, st.truncated, st.dropped, st.untrained, st.trained_targets,
@@ -325,8 +325,9 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
     if (st.rows == 0)
       throw ConfigError(
           fmt::format("{}: the dataset is empty after filtering: {} examples, {} longer than sequence_len {} and "
-                      "dropped, {} with nothing to train on",
-                      d.path, st.examples, st.dropped, cfg.seq, st.untrained),
+                      "dropped (excess_length_strategy: drop), {} with no response token within the first {} tokens "
+                      "(a longer sequence_len keeps them)",
+                      d.path, st.examples, st.dropped, cfg.seq, st.untrained, cfg.seq),
           d.path, "datasets");
     out.rows += st.rows;
   }

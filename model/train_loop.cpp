@@ -84,6 +84,7 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
   if (!split_.val.empty()) val_batches_ = eval_batches(rows_, split_.val, cfg.batch);
   config_json_ = checkpoint_config_json(cfg, model.config(), rows_.rows());
   if (opt_.checkpoint.base_model_dir.empty()) opt_.checkpoint.base_model_dir = cfg.model_dir;
+  if (opt_.checkpoint.tokenizer_dir.empty()) opt_.checkpoint.tokenizer_dir = cfg.tokenizer_dir;
   opt_.checkpoint.config_json = config_json_;
   metrics_path_ = !cfg.metrics_file.empty() ? cfg.metrics_file
                   : !cfg.output_dir.empty() ? cfg.output_dir + "/metrics.jsonl"

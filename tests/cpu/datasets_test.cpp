@@ -485,3 +485,37 @@ TEST_F(Datasets, StrataTrainEndToEnd) {
   EXPECT_EQ(both.code, 2);
   EXPECT_NE(both.err.find("both give the training data"), std::string::npos) << both.err;
 }
+
+// `tokenizer: DIR` for a model directory without one: the checkpoints and the saved model get its
+// files; a tokenizer whose ids the model's vocabulary cannot hold is refused before training.
+TEST_F(Datasets, StrataTrainTokenizerDirAndVocabCheck) {
+  using namespace strata::tool_test;
+  for (const std::string& bin : {kMakeTiny, kTrain})
+    ASSERT_TRUE(fs::exists(bin)) << bin << " is missing: build the tools next to the tests";
+  const std::string data = write("tokdir.jsonl", R"({"text": "The quick brown fox jumps over the lazy dog."}
+{"text": "A second, shorter line."}
+)");
+  auto run = [&](const std::string& vocab, const std::string& name) {
+    const std::string model = path(name);
+    Proc mk = s_.run(kMakeTiny + " " + quote(model) + " --layers 1 --hidden 32 --heads 4 --kv-heads 2 --vocab " +
+                     vocab + " --tokens 100");
+    EXPECT_EQ(mk.code, 0) << mk.err;
+    const std::string y = path(name + ".yaml");
+    std::ofstream(y) << fmt::format(
+        "base_model: {}\ntokenizer: {}\ndatasets:\n  - path: {}\noutput_dir: {}/out\nsequence_len: 32\n"
+        "max_steps: 2\nsave_steps: 2\nbackend: cpu\n",
+        model, kTokDir + "/llama3", data, model);
+    return std::pair{model, s_.run(kTrain + " --config " + quote(y))};
+  };
+  const auto [model, ok] = run("3008", "tokdir_model");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_FALSE(fs::exists(model + "/tokenizer.json"));
+  EXPECT_TRUE(fs::is_regular_file(model + "/out/tokenizer.json"));
+  EXPECT_TRUE(fs::is_regular_file(model + "/out/tokenizer_config.json"));
+  EXPECT_TRUE(fs::is_regular_file(model + "/out/checkpoint-2/tokenizer.json"));
+
+  const auto [small, bad] = run("256", "tokdir_small");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("outside the model's vocab_size 256"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(small + "/out/model.safetensors"));
+}
