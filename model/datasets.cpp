@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <thread>
 
 #include "engine/error.h"
 #include "io/atomic_file.h"
@@ -176,13 +178,17 @@ std::string read_if_exists(const std::string& path) {
 
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok) {
   const Encoder enc(tok);
-  std::vector<Example> out;
-  if (d.type == "completion" && is_text_file(d.path)) {
-    out.push_back(enc.encode({{contents, true}}));
-    return out;
-  }
+  if (d.type == "completion" && is_text_file(d.path)) return {enc.encode({{contents, true}})};
+  if (d.type != "completion" && d.type != "alpaca" && d.type != "chat")
+    throw ConfigError(fmt::format("{}: dataset type '{}' is not supported", d.path, d.type), d.path, "type");
   const ChatTemplate chat = chat_template_for(tok);
   const std::string text_field = d.field.empty() ? "text" : d.field;
+  // The non-blank lines (blank ones are skipped), numbered from 1 as an editor shows them.
+  struct Line {
+    std::string_view text;
+    long no;
+  };
+  std::vector<Line> lines;
   long line_no = 0;
   for (size_t pos = 0; pos < contents.size();) {
     size_t end = contents.find('\n', pos);
@@ -190,31 +196,50 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
     const std::string_view line(contents.data() + pos, end - pos);
     pos = end + 1;
     ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines are skipped
+    if (line.find_first_not_of(" \t\r") != std::string_view::npos) lines.push_back({line, line_no});
+  }
+  auto one = [&](const Line& l) -> Example {
     json j;
     try {
-      j = json::parse(line);
+      j = json::parse(l.text);
     } catch (const json::exception& e) {
-      throw FormatError(fmt::format("{}: line {}: not valid JSON: {}", d.path, line_no, e.what()), d.path,
-                        fmt::format("line {}", line_no));
+      throw FormatError(fmt::format("{}: line {}: not valid JSON: {}", d.path, l.no, e.what()), d.path,
+                        fmt::format("line {}", l.no));
     }
     if (!j.is_object())
-      throw FormatError(fmt::format("{}: line {}: expected a JSON object, got {}", d.path, line_no, j.type_name()),
-                        d.path, fmt::format("line {}", line_no));
-    const Row r{d.path, line_no, j};
-    if (d.type == "completion") {
-      out.push_back(enc.encode({{r.required(text_field), true}}));
-    } else if (d.type == "alpaca") {
+      throw FormatError(fmt::format("{}: line {}: expected a JSON object, got {}", d.path, l.no, j.type_name()), d.path,
+                        fmt::format("line {}", l.no));
+    const Row r{d.path, l.no, j};
+    if (d.type == "completion") return enc.encode({{r.required(text_field), true}});
+    if (d.type == "alpaca") {
       const std::string instruction = r.required("instruction");
       const std::string input = r.optional("input");
       const std::string output = r.required("output");
-      out.push_back(enc.encode({{alpaca_prompt(instruction, input), false}, {output, true}}));
-    } else if (d.type == "chat") {
-      out.push_back(enc.encode(render_chat(chat_messages(r), chat)));
-    } else {
-      throw ConfigError(fmt::format("{}: dataset type '{}' is not supported", d.path, d.type), d.path, "type");
+      return enc.encode({{alpaca_prompt(instruction, input), false}, {output, true}});
     }
-  }
+    return enc.encode(render_chat(chat_messages(r), chat));
+  };
+  // Contiguous ranges of lines on several threads (the Tokenizer is thread-safe); the first bad
+  // line in file order is the one reported, whichever thread met it.
+  std::vector<Example> out(lines.size());
+  const size_t n_threads =
+      std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), lines.size() / 256), 1, 16);
+  std::vector<std::exception_ptr> errors(n_threads);
+  auto work = [&](size_t t) {
+    const size_t lo = lines.size() * t / n_threads, hi = lines.size() * (t + 1) / n_threads;
+    for (size_t i = lo; i < hi; ++i) try {
+        out[i] = one(lines[i]);
+      } catch (...) {
+        errors[t] = std::current_exception();
+        return;
+      }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  for (size_t t = 0; t < n_threads; ++t)
+    if (errors[t]) std::rethrow_exception(errors[t]);  // ranges are in file order
   return out;
 }
 

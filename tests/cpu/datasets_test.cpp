@@ -519,3 +519,26 @@ TEST_F(Datasets, StrataTrainTokenizerDirAndVocabCheck) {
   EXPECT_NE(bad.err.find("outside the model's vocab_size 256"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(small + "/out/model.safetensors"));
 }
+
+// A file of many lines is tokenised on several threads: the same examples in file order, and the
+// first bad line in file order is the one named.
+TEST_F(Datasets, ManyLinesInOrderAndFirstBadLineNamed) {
+  const text::Tokenizer tok = text::Tokenizer::load(kTokDir + "/llama3");
+  std::string text;
+  for (int i = 0; i < 3000; ++i)
+    text += nlohmann::json{{"text", fmt::format("line number {} of many", i)}}.dump() + "\n";
+  const std::string f = write("many.jsonl", text);
+  const auto ex = tokenize_dataset({f, "completion", ""}, text, tok);
+  ASSERT_EQ(ex.size(), 3000u);
+  for (int i = 0; i < 3000; i += 97)
+    EXPECT_EQ(ex[size_t(i)], expected(tok, {}, ids(tok, fmt::format("line number {} of many", i))));
+  EXPECT_EQ(ex[2999], expected(tok, {}, ids(tok, "line number 2999 of many")));
+  std::string bad;
+  for (int i = 1; i <= 3000; ++i) bad += i == 1700 || i == 2900 ? "{\"txt\": 1}\n" : "{\"text\": \"x\"}\n";
+  try {
+    tokenize_dataset({f, "completion", ""}, bad, tok);
+    ADD_FAILURE() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 1700: field 'text' is missing"), std::string::npos) << e.what();
+  }
+}
