@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "text/normalization_tables.h"
@@ -137,8 +138,16 @@ bool normalize_unicode(std::string_view s, NormForm f, std::string& out) {
   bool changed = false;
   for (size_t i = 0; i < s.size();) {
     if (uint8_t(s[i]) < 0x80) {
-      boundary = i++;  // ASCII: starters that compose with nothing before them
+      // ASCII: starters that compose with nothing before them; a run of it, 8 bytes at a time.
+      size_t j = i + 1;
+      for (uint64_t w; j + 8 <= s.size(); j += 8) {
+        std::memcpy(&w, s.data() + j, 8);
+        if (w & 0x8080808080808080ull) break;
+      }
+      while (j < s.size() && uint8_t(s[j]) < 0x80) ++j;
+      boundary = j - 1;
       last_ccc = 0;
+      i = j;
       continue;
     }
     uint32_t cp;
