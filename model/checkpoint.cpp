@@ -133,6 +133,12 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
       {"data_rows", data_rows}};
   nlohmann::ordered_json datasets = nlohmann::ordered_json::array();
   for (const DatasetSpec& d : c.datasets) datasets.push_back({{"path", d.path}, {"type", d.type}, {"field", d.field}});
+  if (!c.datasets.empty()) {
+    // The rows' targets depend on these (a token file's run has none of them, as before).
+    must["datasets"] = datasets;
+    must["train_on_inputs"] = c.train_on_inputs;
+    must["excess_length_strategy"] = c.drop_excess ? "drop" : "truncate";
+  }
   nlohmann::ordered_json all = {{"base_model", c.model_dir},
                                 {"data", c.data_path},
                                 {"datasets", datasets},

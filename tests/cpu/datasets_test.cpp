@@ -418,6 +418,17 @@ TEST_F(Datasets, LoopResumesExactlyOnDatasetRows) {
   EXPECT_EQ(test_util::state_bytes(*b.model), test_util::state_bytes(*whole.model));
   ASSERT_EQ(got.eval_loss.size(), 1u);
   EXPECT_EQ(std::memcmp(&got.eval_loss[0].second, &want.eval_loss[0].second, 4), 0);
+
+  // Resuming with other targets (the prompt trained too) is refused, naming the field.
+  TrainConfig other = second;
+  other.train_on_inputs = true;
+  test_util::Rig c = rig(other);
+  try {
+    c.loop->run();
+    ADD_FAILURE() << "resumed with train_on_inputs changed";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.field, "train_on_inputs") << e.what();
+  }
 }
 
 // strata-train from a tokenizer and a jsonl file: the loss falls, the saved model has the
