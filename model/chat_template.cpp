@@ -27,6 +27,18 @@ const char* chat_template_name(ChatTemplate t) {
   return t == ChatTemplate::llama3 ? "llama3" : "simple";
 }
 
+namespace {
+
+// Jinja's trim: whitespace off both ends.
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t a = s.find_first_not_of(ws);
+  if (a == std::string::npos) return {};
+  return s.substr(a, s.find_last_not_of(ws) - a + 1);
+}
+
+}  // namespace
+
 std::vector<Segment> render_chat(const std::vector<ChatMessage>& messages, ChatTemplate t) {
   std::vector<Segment> out;
   auto add = [&](std::string text, bool trained) {
@@ -40,7 +52,7 @@ std::vector<Segment> render_chat(const std::vector<ChatMessage>& messages, ChatT
     const bool trained = m.role == "assistant";
     if (t == ChatTemplate::llama3) {
       add(fmt::format("<|start_header_id|>{}<|end_header_id|>\n\n", m.role), false);
-      add(m.content + "<|eot_id|>", trained);
+      add(trim(m.content) + "<|eot_id|>", trained);  // as the checkpoint's template: content | trim
     } else {
       add(fmt::format("<|{}|>\n", m.role), false);
       add(m.content + "\n", trained);

@@ -10,7 +10,7 @@
 namespace strata {
 
 // Bumped whenever a template's text changes: it is part of the dataset cache's key.
-inline constexpr int kTemplateVersion = 1;
+inline constexpr int kTemplateVersion = 2;
 
 // A run of text, trained (its tokens count in the loss with train_on_inputs: false) or not.
 struct Segment {
@@ -34,7 +34,8 @@ const char* chat_template_name(ChatTemplate t);
 
 // The messages as segments (adjacent ones of the same kind merged):
 //   llama3: "<|start_header_id|>ROLE<|end_header_id|>\n\n" (prompt) + "CONTENT<|eot_id|>"
-//           (trained for assistant turns, prompt otherwise);
+//           (trained for assistant turns, prompt otherwise), CONTENT trimmed as Llama 3's
+//           template trims it;
 //   simple: "<|ROLE|>\n" (prompt) + "CONTENT\n" (trained for assistant turns).
 // BOS and the final EOS are added by the caller (as ids).
 std::vector<Segment> render_chat(const std::vector<ChatMessage>& messages, ChatTemplate t);

@@ -115,7 +115,7 @@ TEST_F(Datasets, ChatLlama3Template) {
   ASSERT_EQ(chat_template_for(tok), ChatTemplate::llama3);
   const std::string f = write(
       "chat3.jsonl",
-      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye."}]}
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": " Bye\n"}, {"role": "assistant", "content": "Goodbye.  "}]}
 )");
   const auto ex = tokenize_dataset({f, "chat", ""}, tool_test::slurp(f), tok);
   ASSERT_EQ(ex.size(), 1u);
