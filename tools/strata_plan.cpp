@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -29,7 +30,7 @@ static const char* kUsage =
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit]\n"
-    "                   [--write-config FILE.yaml] [--json] [--svg FILE.svg]\n"
+    "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
@@ -37,6 +38,8 @@ static const char* kUsage =
     "legacy|hidden_states (host tier); disk: activation_offloading: disk (through host staging to a disk\n"
     "queue at the profile's disk_write_gbps / disk_read_gbps; no file is written); --layer-offloading\n"
     "pages frozen layer weights (frozen or lora).\n"
+    "--write-config: the YAML strata-train --config runs alone: the plan, shape and recipe, plus\n"
+    "base_model when --model is a checkpoint directory and data from --data (or --config's data).\n"
     "--budget: the fastest plan whose step fits an arena of BYTES (e.g. 40GiB), printed as YAML for\n"
     "strata-train --config. It chooses keep or recompute for every slot class, and host or disk where\n"
     "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); in\n"
@@ -241,14 +244,15 @@ json forecast_json(const Forecast& f) {
 int main(int argc, char** argv) {
   ForecastRequest req;
   std::string model_spec, svg_path, write_config, device;
+  std::string run_keys;  // base_model and data for --write-config's YAML, where known
   size_t budget = 0, host_budget = 0, disk_budget = 0;
   bool json_out = false, have_budget = false, max_seq = false;
   int seq_multiple = 1024, seq_limit = 0;
   try {
     std::set<std::string> options = {
-        "model",        "seq",    "batch",       "mode",        "lora-rank",       "lora-alpha", "loss-chunk",
-        "config",       "preset", "every",       "budget",      "profile",         "mirror",     "device-name",
-        "write-config", "svg",    "host-budget", "disk-budget", "state-offloading"};
+        "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
+        "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
+        "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit"});  // recipe, --max-seq
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
@@ -273,6 +277,17 @@ int main(int argc, char** argv) {
     if (a.has("config")) apply_yaml(tc, a.str("config"));
     model_spec = a.str("model");
     req.model = resolve_model(model_spec);
+    // What strata-train also needs to run the written config alone: the checkpoint directory
+    // (not a built-in name or a bare config.json) and the data (--data, or --config's data).
+    {
+      std::error_code ec;
+      const std::string model_dir =
+          std::filesystem::is_directory(model_spec, ec) ? std::filesystem::absolute(model_spec, ec).string() : "";
+      const std::string data = a.has("data") ? a.str("data") : tc.data_path;
+      if (!model_dir.empty()) run_keys += fmt::format("base_model: {}\n", nlohmann::json(model_dir).dump());
+      if (!data.empty())
+        run_keys += fmt::format("data: {}\n", nlohmann::json(std::filesystem::absolute(data, ec).string()).dump());
+    }
     // Range-checked as strata-train's flags are (4294967312 is refused, not read as 16); the
     // error names the flag. Values from --config were checked by apply_yaml.
     auto int_flag = [&](const char* k, int def, int lo) {
@@ -426,7 +441,7 @@ int main(int argc, char** argv) {
           f.fits = false, f.oom = fb.oom;
       }
     }
-    std::string yaml = plan_yaml(req, plan, f, have_budget ? budget : 0);
+    std::string yaml = plan_yaml(req, plan, f, have_budget ? budget : 0) + run_keys;
     if (!json_out) {
       std::printf("plan: %s\n", plan.preset.c_str());
       print_forecast(f, budget, budget_what);

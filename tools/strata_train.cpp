@@ -11,6 +11,7 @@
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
+#include "model/arena_sizing.h"
 #include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/datasets.h"
@@ -254,6 +255,17 @@ int main(int argc, char** argv) {
         rows.emplace(std::move(dr.inputs), std::move(dr.targets), cfg.seq);
       }
       const std::string be_name = resolve_backend_name(cfg.backend);
+      if (be_name == "cuda" && !cfg.device_budget_bytes && !cfg.memory_budget_bytes) {
+        // The arena takes what the plan needs, not the card: other processes can share the GPU.
+        const ArenaSizing a =
+            arena_for_plan(train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb")));
+        cfg.device_budget_bytes = a.bytes;
+        std::fprintf(info,
+                     "arena: %s from the plan's forecast (high-water %s + headroom %s); --device-memory / "
+                     "device_memory sets it\n",
+                     format_bytes(a.bytes).c_str(), format_bytes(a.high_water).c_str(),
+                     format_bytes(a.headroom).c_str());
+      }
       auto be = make_backend(be_name, cfg.device_budget_bytes);
       if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
 

@@ -174,6 +174,24 @@ TEST_F(tools, plan_out_of_range_flags_exit_2_naming_the_flag) {
 
 // Issue 13: --max-seq answers the longest sequence under the budgets; strata-plan --budget agrees
 // that it fits and the next multiple does not.
+// strata-plan --write-config gives strata-train everything it needs: the plan and the shape, and
+// base_model and data; the config then trains alone. A built-in name writes no base_model.
+TEST_F(tools, plan_write_config_runs_alone_in_strata_train) {
+  const std::string yaml = path("alone.yaml");
+  Proc r = run(kPlan + " --model " + quote(model()) + " --mirror cpu --device-name cpu --seq 16 --batch 2 " +
+               "--budget 64MiB --data " + quote(data()) + " --write-config " + quote(yaml));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = slurp(yaml);
+  EXPECT_NE(text.find("base_model: "), std::string::npos) << text;
+  EXPECT_NE(text.find("data: "), std::string::npos) << text;
+  Proc t = run(kTrain + " --config " + quote(yaml) + " --backend cpu --steps 2 --json");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(lines(t.out).size(), 2u) << t.out;
+  const std::string named = path("named.yaml");
+  ASSERT_EQ(run(kPlan + " --model tiny --seq 16 --write-config " + quote(named)).code, 0);
+  EXPECT_EQ(slurp(named).find("base_model"), std::string::npos) << slurp(named);
+}
+
 TEST_F(tools, plan_max_seq_prints_the_longest_sequence) {
   const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu --budget 64MiB ";
   const std::string yaml = path("max_seq.yaml");
