@@ -15,6 +15,7 @@
 #include "model/data.h"
 #include "model/llama.h"
 #include "model/planner.h"
+#include "model/train_loop.h"
 #include "model/trainer.h"
 
 namespace strata {
@@ -35,18 +36,10 @@ DeviceProfile profile_for_device(const std::string& device) {
 // memory_budget_bytes: the budget planner on the sim backend mirroring this session's backend sets
 // the plan (as strata-train --budget does). ConfigError naming the minimum when nothing fits.
 void plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend, Backend& be) {
-  ForecastRequest req;
-  req.model = mc;
-  req.seq = cfg.seq;
-  req.batch = cfg.batch;
-  req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
-  req.lora_rank = cfg.lora.rank;
-  req.lora_alpha = cfg.lora.alpha;
-  req.lora_targets = cfg.lora.target_modules;
-  req.loss_chunk_tokens = cfg.loss_chunk_tokens;
-  req.recipe = cfg.recipe;
-  req.mirror = backend == "cuda" ? SimMirror::cuda : SimMirror::cpu;
-  req.profile = profile_for_device(be.device_name());
+  ForecastRequest req = train_forecast_request(cfg, mc, backend == "cuda" ? SimMirror::cuda : SimMirror::cpu,
+                                               profile_for_device(be.device_name()));
+  req.plan = Plan::keep_everything();  // the planner chooses the plan and the paging
+  req.layer_offloading = false;
   const size_t budget = cfg.memory_budget_bytes;
   PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found)
@@ -111,24 +104,11 @@ Session::Session(std::shared_ptr<Device> device, const SessionConfig& config) : 
   if (!cfg.data_path.empty()) tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
   if (cfg.memory_budget_bytes) plan_to_budget(cfg, mc, s.device->backend(), be);
 
-  ModelOptions mo;
-  mo.lora = cfg.lora;
-  mo.lora.seed = cfg.seed;
-  mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
-  mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
-  mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
-  mo.page_frozen_layers = cfg.layer_offloading;
-  mo.state_plan = cfg.plan;
-  mo.recipe = cfg.recipe;
-  s.model = std::make_unique<LlamaModel>(be, mc, mo);
+  s.model = std::make_unique<LlamaModel>(be, mc, model_options(cfg));
   s.model->load(cfg.model_dir);
 
-  TrainOptions to;
-  to.adam = {cfg.lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
-  to.max_grad_norm = cfg.max_grad_norm;
-  to.warmup_steps = cfg.warmup_steps;
-  to.plan = cfg.plan;
-  to.tiers.offload_dir = cfg.offload_dir;
+  TrainOptions to = train_options(cfg);
+  to.warmup_steps = cfg.warmup_steps;  // Session::step: the Trainer's own linear warmup (no schedule loop)
   s.trainer = std::make_unique<Trainer>(be, *s.model, to);
   if (!tokens.empty()) s.batches.emplace(std::move(tokens), cfg.batch, cfg.seq);
   s.pub = api::from_train_config(cfg);

@@ -74,18 +74,10 @@ DeviceProfile profile_for_device(const std::string& device) {
 // that fits. False (the reason printed) when nothing fits.
 bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& be_name, const std::string& device,
                     std::FILE* info) {
-  ForecastRequest req;
-  req.model = mc;
-  req.seq = cfg.seq;
-  req.batch = cfg.batch;
-  req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
-  req.lora_rank = cfg.lora.rank;
-  req.lora_alpha = cfg.lora.alpha;
-  req.lora_targets = cfg.lora.target_modules;
-  req.loss_chunk_tokens = cfg.loss_chunk_tokens;
-  req.recipe = cfg.recipe;
-  req.mirror = be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu;
-  req.profile = profile_for_device(device);
+  ForecastRequest req =
+      train_forecast_request(cfg, mc, be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu, profile_for_device(device));
+  req.plan = Plan::keep_everything();  // the planner chooses the plan and the paging
+  req.layer_offloading = false;
   const size_t budget = cfg.memory_budget_bytes;
   PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found) {
