@@ -295,6 +295,13 @@ int main(int argc, char** argv) {
                        ? cfg.data_path.c_str()
                        : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
                    n_tokens, cfg.batch, cfg.seq, loop.total_steps(), double(cfg.lr));
+      if (cfg.grad_accum > 1 && be_name == "cuda")
+        std::fprintf(stderr,
+                     "strata-train: note: gradient_accumulation_steps %d sums the gradients in host memory (%s) and "
+                     "moves %s of gradients each way per micro-batch; a larger micro_batch_size under a memory plan "
+                     "(--budget) avoids that traffic\n",
+                     cfg.grad_accum, format_bytes(model.trainable_count() * sizeof(float)).c_str(),
+                     format_bytes(model.trainable_count() * sizeof(float)).c_str());
       std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
                    master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments));
       print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
