@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -361,54 +360,6 @@ TEST(Tokenizer, ThreadsShareOneTokenizer) {
     });
   for (std::thread& t : threads) t.join();
   for (int k = 0; k < 4; ++k) EXPECT_EQ(wrong[size_t(k)], 0) << "thread " << k;
-}
-
-// Prints the encode speed (not a timed test: nothing is asserted about it).
-TEST(Tokenizer, PrintsEncodeSpeed) {
-  std::string text;
-  for (const std::string& line : corpus()) text += line + "\n";
-  std::string doc = read_file(std::string(STRATA_TEST_DATA) + "/../README.md");
-  for (const char* name : {"llama3", "llama2", "qwen25"}) {
-    Tokenizer tok = Tokenizer::load(kDir + "/" + name);
-    for (const std::string* t : {&text, &doc}) {
-      std::vector<int32_t> ids;
-      size_t bytes = 0;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int rep = 0; rep < 20; ++rep) {
-        ids.clear();
-        // Documents of a few KiB, as a dataset's rows are.
-        for (size_t off = 0; off < t->size(); off += 4096) tok.encode_append(t->substr(off, 4096), true, ids);
-        bytes += t->size();
-      }
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("%s on %s: %.2f MB/s (%zu bytes -> %zu tokens)\n", name, t == &text ? "corpus" : "README",
-                  double(bytes) / s / 1e6, t->size(), ids.size());
-    }
-  }
-}
-
-// Prints the normalizers' speed on text already in the form (the quick check alone) and on text
-// that is not (every accent decomposed).
-TEST(Normalizer, PrintsSpeed) {
-  std::string corpus_text;
-  for (const std::string& line : corpus()) corpus_text += line + "\n";
-  std::string doc = read_file(std::string(STRATA_TEST_DATA) + "/../README.md");
-  std::string nfc = normalized(corpus_text, NormForm::kNFC), nfd = normalized(corpus_text, NormForm::kNFD);
-  const std::pair<const char*, const std::string*> texts[] = {
-      {"README", &doc}, {"corpus NFC", &nfc}, {"corpus NFD", &nfd}};
-  for (const auto& [tname, t] : texts)
-    for (NormForm f : {NormForm::kNFC, NormForm::kNFKC, NormForm::kNFD}) {
-      std::string out;
-      size_t bytes = 0;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int rep = 0; rep < 50; ++rep) {
-        for (size_t off = 0; off < t->size(); off += 4096) normalize_unicode(t->substr(off, 4096), f, out);
-        bytes += t->size();
-      }
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const char* fname = f == NormForm::kNFC ? "NFC" : f == NormForm::kNFKC ? "NFKC" : "NFD";
-      std::printf("%s of %s: %.0f MB/s\n", fname, tname, double(bytes) / s / 1e6);
-    }
 }
 
 }  // namespace
