@@ -339,7 +339,7 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   for (const auto& [k, v] : now["must_match"].items()) {
     const json& s = saved["must_match"];
     if (!s.contains(k)) throw FormatError(fmt::format("{}: field must_match.{} is missing", cfg_path, k), cfg_path, k);
-    if (s[k] != v)
+    if (s[k] != json::parse(v.dump()))  // compared as plain JSON: key order inside a value does not matter
       throw FormatError(fmt::format("{}: field {} is {} in the checkpoint but {} in this run; resume with the "
                                     "checkpoint's setting (or start a new run)",
                                     cfg_path, k, s[k].dump(), v.dump()),
