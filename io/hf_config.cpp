@@ -369,20 +369,27 @@ std::string llama_config_to_json(const LlamaConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
   // Everything else the source config said (token ids, ...), or transformers' defaults for a new one.
-  nlohmann::ordered_json rest = nlohmann::ordered_json::object();
-  if (!c.passthrough_json.empty()) {
-    try {
-      rest = nlohmann::ordered_json::parse(c.passthrough_json);
-    } catch (const nlohmann::ordered_json::exception&) {
-      rest = nlohmann::ordered_json::object();
-    }
-  } else {
-    rest = {{"attention_dropout", 0.0}, {"initializer_range", 0.02}, {"use_cache", true}};
+  // Spliced into the text rather than inserted into `j`: an ordered_json object finds keys by a
+  // linear search, so a config with tens of thousands of fields would take quadratic time.
+  if (c.passthrough_json.empty()) {
+    j["attention_dropout"] = 0.0;
+    j["initializer_range"] = 0.02;
+    j["use_cache"] = true;
+    return j.dump(2) + "\n";
   }
-  if (rest.is_object())
-    for (auto it = rest.begin(); it != rest.end(); ++it)
-      if (!j.contains(it.key()) && !interpreted_field(it.key())) j[it.key()] = it.value();
-  return j.dump(2) + "\n";
+  std::string out = j.dump(2);  // "{\n  ...\n}"
+  const json rest = json::parse(c.passthrough_json, nullptr, /*allow_exceptions=*/false);
+  if (rest.is_object()) {
+    std::string extra;
+    for (auto it = rest.begin(); it != rest.end(); ++it) {
+      if (interpreted_field(it.key()) || j.contains(it.key())) continue;  // j holds a few dozen keys
+      std::string value = it.value().dump(2);
+      for (size_t p = value.find('\n'); p != std::string::npos; p = value.find('\n', p + 3)) value.insert(p + 1, "  ");
+      extra += fmt::format(",\n  {}: {}", json(it.key()).dump(), value);
+    }
+    out.insert(out.size() - 2, extra);  // before the closing "\n}"
+  }
+  return out + "\n";
 }
 
 }  // namespace strata::io
