@@ -47,11 +47,15 @@ struct KeyOrder : nlohmann::json_sax<json> {
   std::vector<std::string>& keys;
   int depth = 0;           // open objects and arrays
   bool in_member = false;  // inside the top-level value of `member`
+  int member_seen = 0;     // times `member` appears as a top-level key
   KeyOrder(const std::string& m, std::vector<std::string>& k) : member(m), keys(k) {}
 
   bool key(string_t& k) override {
     if (member.empty() ? depth == 1 : depth == 2 && in_member) keys.push_back(k);
-    if (depth == 1) in_member = !member.empty() && k == member;
+    if (depth == 1) {
+      in_member = !member.empty() && k == member;
+      member_seen += in_member;
+    }
     return true;
   }
   bool start_object(std::size_t) override { return ++depth, true; }
@@ -84,6 +88,9 @@ json parse_keeping_order(const char* begin, const char* end, const std::string& 
   keys.clear();
   KeyOrder order(member, keys);
   json::sax_parse(begin, end, &order);  // cannot fail: the same text just parsed
+  // A repeated member would mix the keys of every copy while the parser keeps only the last one.
+  if (order.member_seen > 1)
+    STRATA_THROW(FormatError, fmt::format("{}: key '{}' appears more than once", path, member), path, member);
   const json* obj = &j;
   if (!member.empty() && j.is_object()) {
     auto it = j.find(member);
@@ -315,7 +322,9 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
 
   std::map<std::string, size_t> shard_index;
   for (const auto& name : names) {
-    const json& file = *wm->find(name);
+    auto found = wm->find(name);
+    if (found == wm->end()) bad("weight_map." + name, fmt::format("weight_map lost key '{}' while parsing", name));
+    const json& file = *found;
     if (!file.is_string() || file.get<std::string>().empty())
       bad("weight_map." + name,
           fmt::format("weight_map['{}'] is a {}, expected a shard file name", name, file.type_name()));

@@ -126,6 +126,16 @@ TEST_F(io_hardening, DuplicateKeysAreRejected) {
   ASSERT_TRUE(ie);
   EXPECT_EQ(ie->file, p("model.safetensors.index.json"));
   EXPECT_EQ(ie->field, "weight_map.a");
+
+  // The weight_map itself twice: the parser keeps the last copy, so the first copy's names would
+  // point at nothing (the fuzzer found this reading freed memory).
+  write_file_atomic(p("model.safetensors.index.json"),
+                    R"({"weight_map": {"a": "s.safetensors"}, "weight_map": {"b": "s.safetensors"}})");
+  auto we = catch_as<FormatError>([&] { Checkpoint::open_dir(dir); });
+  ASSERT_TRUE(we);
+  EXPECT_EQ(we->file, p("model.safetensors.index.json"));
+  EXPECT_EQ(we->field, "weight_map");
+  EXPECT_TRUE(contains(we->what(), "'weight_map' appears more than once")) << we->what();
 }
 
 // ------------------------------------------------------------------ named pipes
