@@ -214,6 +214,7 @@ std::string save_checkpoint(const std::string& output_dir, Backend& be, const Ll
     if (w.after_file) w.after_file(f);
   };
   try {
+    model.sync_state();  // updates the optimizer left for the next forward land first
     be.synchronize();
     // The optimizer state first: the largest file, and nothing else reads the model meanwhile.
     std::vector<Piece> pieces = state_pieces(be, model);
@@ -330,6 +331,7 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
                                 const std::string& config_json) {
   // The run must be the one that saved it, in every field the state's layout or the data order
   // depends on; the learning rate, the step count and the schedule may change.
+  model.sync_state();  // a pending update must not land on the restored state
   const std::string cfg_path = dir + "/" + kConfig;
   const json saved = read_json(cfg_path);
   const nlohmann::ordered_json now = nlohmann::ordered_json::parse(config_json);  // fields in the order written

@@ -290,6 +290,7 @@ size_t LlamaModel::param_count() const {
 }
 
 void LlamaModel::load(const std::string& dir) {
+  sync_state();  // a pending update must not land on the loaded weights
   io::Checkpoint ck = io::Checkpoint::open_dir(dir);
   std::vector<float> h;
   for (auto& p : params_) {
@@ -400,6 +401,7 @@ void LlamaModel::logits(Tape& t, VId final_hidden, Tensor out) {
 }
 
 void LlamaModel::save(const std::string& dir) const {
+  sync_state();
   std::filesystem::create_directories(dir);
   std::vector<std::vector<float>> host;
   std::vector<io::TensorToWrite> out;
@@ -421,6 +423,7 @@ void LlamaModel::save(const std::string& dir) const {
 
 void LlamaModel::save_lora(const std::string& dir, const std::string& base_model_path) const {
   STRATA_CHECK(opt_.lora.enabled(), "save_lora without adapters");
+  sync_state();
   std::filesystem::create_directories(dir);
   std::vector<std::vector<float>> host;
   std::vector<io::TensorToWrite> out;

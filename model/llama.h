@@ -2,6 +2,7 @@
 // weights, gradients and Adam moments for trainable ones), weights from Hugging Face checkpoints, LoRA adapters with
 // the base frozen, and the forward graph recorded per batch.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,6 +117,14 @@ class LlamaModel {
   }
   // The layer of a Hugging Face name "model.layers.<i>...." or -1.
   static int layer_of_param(const std::string& name);
+  // Updates the trainer left pending (the optimizer defers host-tier updates to the next forward,
+  // model/optimizer.h) are applied before the weights or the state are read or replaced: save,
+  // save_lora, load and checkpoints call this; so must any other reader of Parameter values.
+  void sync_state() const {
+    if (state_sync_) state_sync_();
+  }
+  // The optimizer registers its flush here (null to unregister).
+  void set_state_sync(std::function<void()> f) { state_sync_ = std::move(f); }
 
  private:
   int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1);
@@ -134,6 +143,7 @@ class LlamaModel {
   Buffer inv_freq_;  // [head_dim/2] f32
   std::shared_ptr<WeightPager> pager_;
   std::unique_ptr<HostReservation> state_host_;
+  std::function<void()> state_sync_;
 };
 
 // Hugging Face names of the base weights for a config, in checkpoint order.
