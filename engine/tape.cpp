@@ -294,6 +294,7 @@ OpArgs Tape::args(const Node& n, bool backward) {
 }
 
 void Tape::run_forward(int n, bool replay) {
+  if (state_hook_ && !replay) state_hook_(n);
   Node& node = nodes_[size_t(n)];
   for (VId o : node.out) {
     Value& v = values_[size_t(o)];

@@ -175,6 +175,9 @@ class Tape {
   // Called right before a node's forward (phase forward, or replay when backward recomputes it)
   // and right before its backward, after its saved inputs are materialised (the weight pager).
   void set_node_hook(std::function<void(int node, TapePhase)> hook) { hook_ = std::move(hook); }
+  // Called first thing in a node's forward (not its replays), before its outputs are allocated: the
+  // optimizer applies the pending updates of the parameters that node reads (model/optimizer.h).
+  void set_state_hook(std::function<void(int node)> hook) { state_hook_ = std::move(hook); }
   // Parameter gradients: `sink` provides a lazy parameter's gradient tensor at its first write;
   // `final` runs after the backward of the node that writes a group of parameters' gradients for the
   // last time (the parameters whose gradient is now final, in a fixed order), and once at the end of
@@ -243,6 +246,7 @@ class Tape {
   SlotStore* store_ = nullptr;
   int prefetch_cursor_ = -1;
   std::function<void(int, TapePhase)> hook_;
+  std::function<void(int)> state_hook_;
   GradHooks grad_hooks_;
   std::vector<std::vector<VId>> final_after_;  // per node: parameters whose gradient is final after its backward
   std::vector<VId> final_at_end_;

@@ -346,7 +346,7 @@ class SimBackendImpl final : public SimBackend {
   // The trainer sums the norm in backward, as gradients become final: backward time.
   void grad_norm_sq(Tensor out, Tensor g) override { charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false); }
   void adamw_step(const AdamWSlot& a, Tensor, float, const AdamWParams&, int) override {
-    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    mark_optimizer();
     charge(OpKind::adamw, adamw_time(adamw_bytes(a), q8_elems(a)), 1, false);
   }
   // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
@@ -356,7 +356,7 @@ class SimBackendImpl final : public SimBackend {
     charge(OpKind::grad_norm, cost_.memory(bytes), list_launches(gs.size()), false);
   }
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor, float, const AdamWParams&, int) override {
-    if (times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    mark_optimizer();
     double bytes = 0, q8 = 0;
     for (const AdamWSlot& a : slots) bytes += adamw_bytes(a), q8 += q8_elems(a);
     charge(OpKind::adamw, adamw_time(bytes, q8), list_launches(slots.size()), false);
@@ -395,6 +395,11 @@ class SimBackendImpl final : public SimBackend {
   // The clock stalls until t; `stalled_s` (copy or disk wait) counts the stall.
   void wait_until(double t, double& stalled_s) {
     if (t <= now_) return;
+  // The optimizer phase starts at the first update after backward: a deferred update applied in
+  // forward (model/optimizer.h) is forward time.
+  void mark_optimizer() {
+    if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+  }
     stalled_s += t - now_;
     now_ = t;
   }

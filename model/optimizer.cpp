@@ -24,11 +24,14 @@ Tensor at(const Buffer& staging, size_t off, DType dt, size_t n) {
 
 Optimizer::Optimizer(Backend& be, LlamaModel& model, OptimizerOptions opt) : be_(be), model_(model), opt_(opt) {
   STRATA_CHECK(opt_.chunk_bytes >= (size_t(1) << 20), "optimizer: chunk_bytes must be at least 1 MiB");
-  norm_sq_ = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
+  norms_[0] = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
+  if (opt_.defer_update) norms_[1] = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
   lazy_grads_.resize(model_.params().size());
+  model_.set_state_sync([this] { flush(); });
 }
 
 Optimizer::~Optimizer() {
+  model_.set_state_sync(nullptr);
   reset();
 }
 
@@ -52,11 +55,34 @@ void Optimizer::install(Tape& tape) {
   tape_ = &tape;
   tape.set_grad_hooks(
       {[this](VId u) { return grad_sink(u); }, [this](const std::vector<VId>& ids) { grads_final(ids); }});
+  tape.set_state_hook([this](int node) { before_node(node); });
 }
 
 void Optimizer::begin_step() {
-  be_.zero(norm_sq_.view());
+  if (pending() && upd_.norm == cur_) cur_ ^= 1;  // the pending update still reads its norm
+  be_.zero(norms_[cur_].view());
   stats_ = {};
+}
+
+void Optimizer::before_forward() {
+  if (!pending()) return;
+  for (size_t i = 0; i < upd_.end_of.size(); ++i)
+    if (upd_.end_of[i] > upd_.computed && !tape_->has_param(model_.params()[i].name)) return flush();
+}
+
+void Optimizer::before_node(int node) {
+  if (!pending()) return;
+  size_t upto = upd_.computed;
+  for (VId u : tape_->nodes()[size_t(node)].in) {
+    const int o = tape_->value(u).owner;
+    if (o >= 0 && size_t(o) < upd_.end_of.size()) upto = std::max(upto, upd_.end_of[size_t(o)]);
+  }
+  if (upto > upd_.computed) advance(upto);
+}
+
+void Optimizer::flush() {
+  if (pending()) advance(upd_.chunks.size());
+  wait_copies();
 }
 
 Tensor Optimizer::grad_sink(VId u) {
@@ -71,7 +97,7 @@ Tensor Optimizer::grad_sink(VId u) {
 void Optimizer::grads_final(const std::vector<VId>& ids) {
   std::vector<Tensor> grads;
   for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
-  be_.grad_norm_sq_list(norm_sq_.view(), grads);
+  be_.grad_norm_sq_list(norm_sq(), grads);
   for (VId u : ids) {
     const Value& v = tape_->value(u);
     if (v.owner < 0) continue;
@@ -181,7 +207,8 @@ void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last) 
   last_up_ = last;
 }
 
-void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams& ap, float max_norm, int t) {
+void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams& ap, float max_norm, int t,
+                        Tensor norm_sq) {
   const auto& params = model_.params();
   const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
   std::vector<Backend::AdamWSlot> slots;
@@ -207,7 +234,7 @@ void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams
     }
     slots.push_back(s);
   }
-  be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
+  be_.adamw_step_list(slots, norm_sq, max_norm, ap, t);
 }
 
 void Optimizer::download(const Chunk& c, const Buffer& staging) {
@@ -241,41 +268,74 @@ void Optimizer::end_backward() {
   for (auto& b : lazy_grads_) b.reset();
 }
 
-void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
-  const std::vector<Chunk> chunks = plan_chunks();
-  size_t staging_bytes = 0;
-  for (const Chunk& c : chunks) staging_bytes = std::max(staging_bytes, c.bytes);
-  constexpr size_t kStaging = 3;
-  const size_t n_staging = std::min(kStaging, chunks.size());
-  Buffer staging[kStaging];
-  for (size_t s = 0; s < n_staging; ++s)
-    staging[s] = Buffer(be_.arena(), DType::u8, Shape{int64_t(staging_bytes)}, "optimizer.staging");
-  CopyTicket in[kStaging] = {0, 0, 0};
-  for (size_t c = 0; c < n_staging; ++c) upload(chunks[c], staging[c], in[c]);
+void Optimizer::advance(size_t upto) {
+  Update& u = upd_;
+  const size_t ns = std::min(kStaging, u.chunks.size());
+  if (!u.staging[0].allocated()) {
+    size_t staging_bytes = 0;
+    for (size_t c = u.computed; c < u.chunks.size(); ++c) staging_bytes = std::max(staging_bytes, u.chunks[c].bytes);
+    for (size_t s = 0; s < ns; ++s)
+      u.staging[s] = Buffer(be_.arena(), DType::u8, Shape{int64_t(staging_bytes)}, "optimizer.staging");
+    u.uploaded = u.computed;
+    std::fill(std::begin(u.out), std::end(u.out), CopyTicket(0));
+  }
+  // Uploads run up to ns chunks ahead of the compute. An upload into a block must follow the
+  // download out of it, which runs on the other lane: the compute stream waits for that download
+  // (copies wait on compute).
+  auto upload_ahead = [&] {
+    for (; u.uploaded < u.chunks.size() && u.uploaded < u.computed + ns; ++u.uploaded) {
+      const size_t s = u.uploaded % kStaging;
+      if (u.out[s]) be_.copy_wait_compute(u.out[s]);
+      upload(u.chunks[u.uploaded], u.staging[s], u.in[s]);
+    }
+  };
+  upload_ahead();
+  const Tensor norm = norms_[u.norm].view();
+  while (u.computed < upto) {
+    const size_t s = u.computed % kStaging;
+    be_.copy_wait_compute(u.in[s]);
+    compute(u.chunks[u.computed], u.staging[s], u.ap, u.max_norm, u.t, norm);
+    download(u.chunks[u.computed], u.staging[s]);  // ordered after the kernel (the copy stream waits on compute)
+    u.out[s] = last_down_;
+    ++u.computed;
+    upload_ahead();  // the next chunk for block s, once its download is out
+  }
+  if (u.computed < u.chunks.size()) return;
+  // The last chunk is computed: its staging goes back once the downloads out of it landed (the
+  // compute stream waits for them; the host does not: flush() and reset() wait for the host arrays).
+  if (last_down_) be_.copy_wait_compute(last_down_);
+  for (auto& b : u.staging) b.reset();
+}
 
-  // Parameters whose state is all on the device: one list launch, while the first chunks upload.
+void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
+  if (pending()) flush();  // an update still pending (a forward that did not reach it) comes first
+  upd_ = Update{};
+  upd_.chunks = plan_chunks();
+  upd_.ap = ap;
+  upd_.max_norm = max_norm;
+  upd_.t = t;
+  upd_.norm = cur_;
+  upd_.end_of.assign(model_.params().size(), 0);
+  for (size_t c = 0; c < upd_.chunks.size(); ++c)
+    for (const Piece& pc : upd_.chunks[c].pieces) upd_.end_of[pc.param] = c + 1;
+  stats_.chunks = long(upd_.chunks.size());
+  const bool defer = opt_.defer_update && !upd_.chunks.empty();
+  // Undeferred, the first chunks upload while the device-state list runs.
+  if (!defer && !upd_.chunks.empty()) advance(0);
+
+  // Parameters whose state is all on the device: one list launch.
   std::vector<Backend::AdamWSlot> slots;
   for (auto& p : model_.params())
     if (p.trainable && !p.state_on_host())
       slots.push_back(
           {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
-  if (!slots.empty()) be_.adamw_step_list(slots, norm_sq_.view(), max_norm, ap, t);
+  if (!slots.empty()) be_.adamw_step_list(slots, norm_sq(), max_norm, ap, t);
+  if (defer) return;  // the next forward applies the chunks (before_node)
 
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const size_t s = c % kStaging;
-    be_.copy_wait_compute(in[s]);
-    compute(chunks[c], staging[s], ap, max_norm, t);
-    download(chunks[c], staging[s]);  // ordered after the kernel (the copy stream waits on compute)
-    if (c + kStaging < chunks.size()) {
-      // The upload overwrites this staging block: it must follow the download out of it, which runs
-      // on the other lane. The compute stream waits for that download (copies wait on compute).
-      be_.copy_wait_compute(last_down_);
-      upload(chunks[c + kStaging], staging[s], in[s]);
-    }
-  }
-  stats_.chunks = long(chunks.size());
+  if (upd_.chunks.empty()) return;
+  advance(upd_.chunks.size());
   // The host arrays are whole again before anyone reads them (a checkpoint, the next step's uploads
-  // are ordered anyway), and the staging blocks go back only once their last copy landed.
+  // are ordered anyway).
   wait_copies();
 }
 
@@ -301,6 +361,8 @@ void Optimizer::reset() noexcept {
     // Error paths must not throw; a failed transfer has already been reported.
   }
   last_up_ = last_down_ = 0;
+  // A pending update keeps its progress: its computed chunks are applied, the rest upload again.
+  for (auto& b : upd_.staging) b.reset();
   pending_.clear();
   pending_bytes_ = 0;
   for (auto& b : lazy_grads_) b.reset();

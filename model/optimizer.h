@@ -15,6 +15,16 @@
 // state comes in while chunk c's updated master and moments go out; each hand-off through an event. The compute
 // weights stay on the device and are updated in place. Pieces of a parameter start on multiples of
 // kQuantBlock elements, so 8-bit moments' scales split with their codes.
+//
+// Deferred update (OptimizerOptions::defer_update, the default): step() launches the device-state
+// list and leaves the streamed chunks pending, with this step's learning rate, step count and norm
+// (kept in a second norm buffer). The next forward applies them in parameter order: before a node
+// runs, the tape's state hook computes every chunk up to the last one of each parameter the node
+// reads, and uploads run up to three chunks ahead. So the state's transfers overlap forward compute
+// instead of following backward, and every parameter is updated before anything reads it. The
+// arithmetic is the same (same gradients, norm, lr and t; AdamW is elementwise, so the order of
+// parameters changes nothing): bit-identical to the undeferred update on cpu. Anything else that
+// reads weights or state between steps calls LlamaModel::sync_state() (flush) first.
 #pragma once
 #include <deque>
 #include <vector>
@@ -27,6 +37,7 @@ namespace strata {
 struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
+  bool defer_update = true;                       // streamed updates wait for the next forward (above)
 };
 
 struct OptimizerStats {
@@ -48,12 +59,20 @@ class Optimizer {
   // After backward (also without a step): the host-tier gradients' device blocks go back.
   void end_backward();
   // After end_backward: clips by the global norm (max_norm <= 0: no clipping) and updates every
-  // trainable parameter. `norm_sq()` holds the squared gradient norm.
+  // trainable parameter (the streamed ones possibly deferred: see above). `norm_sq()` holds the
+  // squared gradient norm until the next begin_step.
   void step(const AdamWParams& p, float max_norm, int t);
-  // End of a step or an error: waits for every copy in flight and frees the step's buffers. Never throws.
+  // Applies every pending (deferred) update now and waits until the host arrays hold the result.
+  void flush();
+  bool pending() const { return upd_.computed < upd_.chunks.size(); }
+  // After recording a graph, before its forward: a pending update of a parameter the graph does not
+  // read is applied now (no node of it would).
+  void before_forward();
+  // End of a step or an error: waits for every copy in flight and frees the step's buffers; a pending
+  // update stays pending (its applied chunks stay applied). Never throws.
   void reset() noexcept;
 
-  Tensor norm_sq() const { return norm_sq_.view(); }
+  Tensor norm_sq() const { return norms_[cur_].view(); }
   const OptimizerStats& stats() const { return stats_; }
   // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel]).
   void download_grad(const Parameter& p, float* dst);
@@ -73,12 +92,27 @@ class Optimizer {
     std::vector<Piece> pieces;
     size_t bytes = 0;
   };
+  static constexpr size_t kStaging = 3;
+  // One step's streamed update: its chunks, the step's hyperparameters and norm, and how far the
+  // upload and compute pipeline through the staging blocks has got.
+  struct Update {
+    std::vector<Chunk> chunks;
+    std::vector<size_t> end_of;  // per parameter: one past its last chunk (0: none)
+    AdamWParams ap;
+    float max_norm = 0;
+    int t = 0, norm = 0;  // norm: index into norms_
+    Buffer staging[kStaging];
+    CopyTicket in[kStaging] = {0, 0, 0}, out[kStaging] = {0, 0, 0};
+    size_t uploaded = 0, computed = 0;
+  };
+  void advance(size_t upto);  // computes upd_'s chunks [computed, upto), uploads ahead; frees staging at the end
+  void before_node(int node);
   Tensor grad_sink(VId u);
   void grads_final(const std::vector<VId>& ids);
   void free_pending(size_t keep_bytes);
   std::vector<Chunk> plan_chunks() const;
   void upload(const Chunk& c, const Buffer& staging, CopyTicket& last);
-  void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t);
+  void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t, Tensor norm_sq);
   void download(const Chunk& c, const Buffer& staging);
   size_t master_elem_bytes() const;
   void wait_copies();
@@ -89,7 +123,9 @@ class Optimizer {
   LlamaModel& model_;
   OptimizerOptions opt_;
   Tape* tape_ = nullptr;
-  Buffer norm_sq_;
+  Buffer norms_[2];  // this step's squared norm, and a pending update's (the previous step's)
+  int cur_ = 0;
+  Update upd_;
   std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step
   std::deque<Pending> pending_;
   size_t pending_bytes_ = 0;

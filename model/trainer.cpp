@@ -66,6 +66,9 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
     }
   } reset{model_.pager(), optimizer_};
   ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward);
+  // The previous step's deferred updates land as forward reaches each parameter (model/optimizer.h);
+  // one of a parameter this graph does not read lands now, before its gradient is zeroed below.
+  optimizer_.before_forward();
   tape_.apply_plan(with_backward ? opt_.plan : Plan::keep_everything());
   const Tape::TierBytes tb = tape_.tier_bytes();
   if (tb.host || tb.disk) store_->prepare(tb.host, tb.disk, tb.largest_disk);

@@ -53,7 +53,12 @@ inline CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& pla
   CpuStep out;
   try {
     StepStats st = tr.step(data.next());
-    out.peak = st.peak_device_bytes;
+    size_t first_peak = 0;
+    if (tr.optimizer().pending()) {  // as the forecast does: a second step applies the first's deferred update
+      first_peak = st.peak_device_bytes;
+      st = tr.step(data.next());
+    }
+    out.peak = std::max(st.peak_device_bytes, first_peak);
     out.disk_peak = st.peak_disk_bytes;
     out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0) + st.state_host_bytes;
   } catch (const OutOfMemoryError&) {

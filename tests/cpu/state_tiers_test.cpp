@@ -29,7 +29,9 @@ struct Result {
   std::vector<float> losses, norms;
   std::vector<std::vector<float>> masters;
   std::vector<std::vector<std::byte>> moments;  // each moment's bytes in its precision (8-bit: codes, then scales)
+  std::vector<float> eval_losses;
   size_t peak = 0, host_peak = 0, persistent = 0, state_host = 0, moved = 0;
+  bool pending_after_last_step = false;
 };
 
 Plan with_state(Plan p, std::vector<std::pair<std::string, Decision>> state) {
@@ -38,7 +40,8 @@ Plan with_state(Plan p, std::vector<std::pair<std::string, Decision>> state) {
 }
 
 Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20, bool tied = false,
-           StateRecipe recipe = {}, io::LlamaConfig c = test_util::tiny_config()) {
+           StateRecipe recipe = {}, io::LlamaConfig c = test_util::tiny_config(), bool defer = true,
+           bool evaluate_between = false) {
   auto be = make_cpu_backend(size_t(64) << 20);
   c.tie_word_embeddings = tied;
   ModelOptions mo;
@@ -57,9 +60,14 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
   to.tiers.offload_dir = ::testing::TempDir();
   to.optimizer.chunk_bytes = chunk_bytes;
   to.optimizer.grad_inflight_bytes = 4096;  // small: the waits and frees run often
+  to.optimizer.defer_update = defer;
   Trainer tr(*be, model, to);
   TokenBatcher data(synthetic_tokens(4000, c.vocab_size, 3), 2, 19);
+  TokenBatcher eval_data(synthetic_tokens(4000, c.vocab_size, 5), 2, 19);
   for (int s = 0; s < steps; ++s) {
+    // An evaluation's forward applies a deferred update as a step's would; its losses are checked
+    // through the next steps' (the same numbers, or the weights it saw were wrong).
+    if (evaluate_between && s > 0) r.eval_losses.push_back(tr.evaluate(eval_data.next()));
     StepStats st = tr.step(data.next());
     r.losses.push_back(st.loss);
     r.norms.push_back(st.grad_norm);
@@ -67,6 +75,8 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
     r.host_peak = st.peak_host_bytes + st.state_host_bytes;
     r.moved += st.state_bytes_moved;
   }
+  r.pending_after_last_step = tr.optimizer().pending();
+  model.sync_state();  // the last step's deferred update (model/optimizer.h)
   for (auto& p : model.params()) {
     std::vector<float> h(size_t(p.shape.numel()));
     // The fp32 master, wherever it lives (the save path reads it the same way).
@@ -134,6 +144,34 @@ TEST(StateTiers, EachStateDecisionAloneIsBitIdenticalWithClipping) {
     else
       EXPECT_LT(r.persistent, keep.persistent) << st.front().first;
     EXPECT_GT(r.moved, 0u) << st.front().first;
+  }
+}
+
+// The streamed update deferred to the next forward (model/optimizer.h) against the one right after
+// backward: the same bits, with an evaluation between steps, for every state decision and precision.
+TEST(StateTiers, DeferredUpdateIsBitIdenticalToTheUndeferredOne) {
+  const Result keep = run(Plan::keep_everything(), 4, size_t(1) << 20, false, {}, test_util::tiny_config(), true, true);
+  EXPECT_FALSE(keep.pending_after_last_step) << "device state is never deferred";
+  for (auto& st : kEach) {
+    for (OptimizerState os : {OptimizerState::fp32, OptimizerState::q8}) {
+      StateRecipe rc;
+      rc.moments = os;
+      const std::string what = st.front().first + (os == OptimizerState::q8 ? " 8bit" : " fp32");
+      const Plan plan = with_state(Plan::keep_everything(), st);
+      const Result now = run(plan, 4, size_t(1) << 20, false, rc, test_util::tiny_config(), false, true);
+      const Result later = run(plan, 4, size_t(1) << 20, false, rc, test_util::tiny_config(), true, true);
+      EXPECT_FALSE(now.pending_after_last_step) << what;
+      EXPECT_TRUE(later.pending_after_last_step) << what;
+      expect_identical(now, later, what);
+      ASSERT_EQ(now.eval_losses.size(), 3u);
+      EXPECT_EQ(std::memcmp(now.eval_losses.data(), later.eval_losses.data(), 3 * sizeof(float)), 0) << what;
+      // The deferred run moved its last step's state at sync_state, after the count: less.
+      EXPECT_LT(later.moved, now.moved) << what;
+      if (os == OptimizerState::fp32) {
+        EXPECT_EQ(std::memcmp(now.eval_losses.data(), keep.eval_losses.data(), 3 * sizeof(float)), 0) << what;
+        expect_identical(keep, later, what + " against keep-everything");
+      }
+    }
   }
 }
 
@@ -246,6 +284,7 @@ TEST(StateTiers, ChunkingSplitsParametersWithoutChangingABit) {
       out.push_back(tr.step(data.next()).loss);
       chunks = tr.optimizer().stats().chunks;
     }
+    model.sync_state();  // the last step's deferred update
     for (auto& par : model.params()) {
       const float* w = par.value().f32();
       out.insert(out.end(), w, w + par.shape.numel());
