@@ -27,6 +27,18 @@ std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq
                               const std::string& prefix);
 // gate, up [N, F] -> [N, F]
 VId swiglu(Tape& t, VId gate, VId up, std::string cls);
+// The SwiGLU MLP down(swiglu(gate(x), up(x))) over row tiles of x [N, C] (mlp_tiles): wg, wu [F, C],
+// wd [C, F]; biases bg, bu [F], bd [C] (all three or none: bg < 0) -> [N, C] as `cls`. One fused op,
+// so only one tile's gate, up and activation ([rows, F] each, arena blocks tagged prefix + ".gate.tile",
+// ...) exist at once, in forward and in backward, which recomputes them per tile from the saved x; the
+// weight gradients add up across tiles. It saves x and the weights, never an [N, F] tensor.
+VId mlp_tiled(Tape& t, VId x, VId wg, VId wu, VId wd, VId bg, VId bu, VId bd, int tiles, const std::string& prefix,
+              std::string cls);
+// Rows per tile of mlp_tiled over n rows in `tiles` tiles: ceil(n / tiles), rounded up to a multiple of
+// 64 above 64 rows (GEMM-friendly shapes); the last tile takes the rest, so fewer tiles may run.
+int64_t mlp_tile_rows(int64_t n, int tiles);
+// The number of tiles mlp_tiled runs: ceil(n / mlp_tile_rows(n, tiles)).
+int mlp_tile_count(int64_t n, int tiles);
 // a + scale * b
 VId add(Tape& t, VId a, VId b, float scale, std::string cls);
 // x [N, C], w [V, C], targets [N] i32 -> loss [1] f32 ("loss"), saving lse [N] ("loss.lse"); backward

@@ -34,6 +34,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   ModelOptions mo;
   mo.loss_chunk_tokens = r.loss_chunk_tokens;
   mo.loss_grad_in_forward = r.loss_grad_in_forward;
+  mo.mlp_tiles = std::max(1, r.mlp_tiles);
   // As strata-train builds them: --freeze-base trains the norms only; LoRA freezes the base.
   mo.train_base = r.mode == TrainMode::full;
   mo.train_norms = r.mode == TrainMode::frozen;

@@ -29,6 +29,8 @@ struct ForecastRequest {
   std::vector<std::string> lora_targets = LoraConfig{}.target_modules;
   int loss_chunk_tokens = 512;       // strata-train's default
   bool loss_grad_in_forward = true;  // ModelOptions::loss_grad_in_forward
+  // ModelOptions::mlp_tiles; 0 = auto: plan_for_budget chooses (a forecast runs it untiled).
+  int mlp_tiles = 0;
   Plan plan = Plan::keep_everything();
   DeviceProfile profile;
   SimMirror mirror = SimMirror::cuda;

@@ -102,6 +102,17 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
       if (paged(name, shape)) pw.push_back({name, layer_of_param(name), shape});
     pager_ = std::make_shared<WeightPager>(be_, cfg_.num_hidden_layers, pw);
   }
+  if (opt_.mlp_tiles < 1)
+    STRATA_THROW(ConfigError, fmt::format("mlp_tiles must be 1 (untiled) or more, got {}", opt_.mlp_tiles),
+                 "model options", "mlp_tiles");
+  if (opt_.mlp_tiles > 1 && opt_.lora.enabled())
+    for (const std::string& m : opt_.lora.target_modules)
+      if (m == "gate_proj" || m == "up_proj" || m == "down_proj")
+        STRATA_THROW(ConfigError,
+                     fmt::format("mlp_tiles {} runs the MLP as one tiled op, which has no LoRA adapters: lora "
+                                 "target_modules has '{}'; use mlp_tiles: 1, or attention targets only",
+                                 opt_.mlp_tiles, m),
+                     "model options", "mlp_tiles");
   int next_page = 0;
   for (auto& [name, shape] : shapes)
     add_param(name, shape, trainable(name), false, paged(name, shape) ? next_page++ : -1);
@@ -375,10 +386,21 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     VId a = proj(t, o, i, "o_proj", P + ".attn.o_proj");
     VId h = ops::add(t, x, a, 1.0f, P + ".mid");
     auto [n2, r2] = ops::rmsnorm(t, h, pid(t, w("post_attention_layernorm.weight")), eps, P + ".mlp_norm");
-    VId g = proj(t, n2, i, "gate_proj", P + ".mlp.gate");
-    VId u = proj(t, n2, i, "up_proj", P + ".mlp.up");
-    VId s = ops::swiglu(t, g, u, P + ".mlp.act");
-    VId d = proj(t, s, i, "down_proj", P + ".mlp.down");
+    VId d;
+    if (opt_.mlp_tiles > 1) {  // one fused op over row tiles: no [B*T, F] tensor exists whole
+      auto bias = [&](const char* m) {
+        const std::string name = w(std::string("mlp.") + m + ".bias");
+        return find(name) ? pid(t, name) : VId(-1);
+      };
+      d = ops::mlp_tiled(t, n2, pid(t, w("mlp.gate_proj.weight")), pid(t, w("mlp.up_proj.weight")),
+                         pid(t, w("mlp.down_proj.weight")), bias("gate_proj"), bias("up_proj"), bias("down_proj"),
+                         opt_.mlp_tiles, P + ".mlp", P + ".mlp.down");
+    } else {
+      VId g = proj(t, n2, i, "gate_proj", P + ".mlp.gate");
+      VId u = proj(t, n2, i, "up_proj", P + ".mlp.up");
+      VId s = ops::swiglu(t, g, u, P + ".mlp.act");
+      d = proj(t, s, i, "down_proj", P + ".mlp.down");
+    }
     // The last layer's output is the loss path's input: named outside the L* classes.
     x = ops::add(t, h, d, 1.0f, i + 1 < L ? fmt::format("L{}.input", i + 1) : std::string("final_norm.input"));
     if (i + 1 < L)

@@ -32,6 +32,10 @@ struct ModelOptions {
   // Training steps form the LM head's gradients in its forward, from the logits it computes anyway
   // (ops::lm_head_ce's grad_in_forward): backward recomputes no logits. false: the recomputing path.
   bool loss_grad_in_forward = true;
+  // `mlp_tiles`: > 1 runs each layer's MLP over that many row tiles of its [B*T, C] input
+  // (ops::mlp_tiled), so only one tile's gate, up and activation exist at once, in forward and in
+  // backward (which recomputes them per tile). 1: the untiled graph (gate, up, act are slot classes).
+  int mlp_tiles = 1;
   // `layer_offloading`: the frozen per-layer weights (not norms, not adapters) live in host memory
   // and are paged through two device slots by a WeightPager (needs train_base == false).
   bool page_frozen_layers = false;

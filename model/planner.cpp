@@ -316,10 +316,65 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   return res;
 }
 
+// plan_search at one tile count; the labels say the tile count.
+PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets, int tiles, bool diagnose) {
+  ForecastRequest r = base;
+  r.mlp_tiles = tiles;
+  PlanResult pr = plan_search(r, budgets, diagnose);
+  pr.mlp_tiles = tiles;
+  if (tiles > 1) {
+    const std::string tail = fmt::format(" + MLP in {} tiles", tiles);
+    if (!pr.label.empty()) pr.label += tail;
+    if (!pr.short_tier_label.empty()) pr.short_tier_label += tail;
+    for (auto& t : pr.tried) t.label += tail;
+  }
+  return pr;
+}
+
+// The tile count too (plan_for_budget's comment): untiled first, tiles only when needed to fit.
+PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
+  if (base.mlp_tiles > 0) return plan_at_tiles(base, budgets, base.mlp_tiles, diagnose);
+  const std::vector<int> cands = mlp_tile_candidates(base);
+  PlanResult res = plan_at_tiles(base, budgets, 1, diagnose && cands.empty());
+  if (res.found || cands.empty()) return res;
+  int runs = res.sim_runs;
+  std::vector<PlanTried> tried = std::move(res.tried);
+  auto absorb = [&](PlanResult& pr) {
+    runs += pr.sim_runs;
+    tried.insert(tried.end(), pr.tried.begin(), pr.tried.end());
+  };
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const bool last = i + 1 == cands.size();
+    PlanResult pr = plan_at_tiles(base, budgets, cands[i], diagnose && last);
+    absorb(pr);
+    if (pr.found && !last) {  // twice the tiles leave more room for keeping: faster, sometimes
+      PlanResult more = plan_at_tiles(base, budgets, cands[i + 1], false);
+      absorb(more);
+      if (more.found && more.forecast.step_s < pr.forecast.step_s) pr = std::move(more);
+    }
+    if (pr.found || last) {
+      pr.sim_runs = runs;
+      pr.tried = std::move(tried);
+      return pr;
+    }
+  }
+  return res;  // not reached: the last candidate returns
+}
+
 }  // namespace
 
+std::vector<int> mlp_tile_candidates(const ForecastRequest& base) {
+  std::vector<int> v;
+  if (base.mode == TrainMode::lora)
+    for (const std::string& m : base.lora_targets)
+      if (m == "gate_proj" || m == "up_proj" || m == "down_proj") return v;  // the tiled op has no adapters
+  const int64_t n = int64_t(base.batch) * base.seq;
+  for (int k = 2; k <= 64 && n / k >= 64; k *= 2) v.push_back(k);
+  return v;
+}
+
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
-  return plan_search(base, budgets, true);
+  return plan_with_tiles(base, budgets, true);
 }
 
 int default_max_seq_limit(const io::LlamaConfig& c) {
@@ -343,7 +398,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   auto fits = [&](long k) {
     ForecastRequest r = base;
     r.seq = int(k * multiple);
-    PlanResult pr = plan_search(r, budgets, false);
+    PlanResult pr = plan_with_tiles(r, budgets, false);
     out.sim_runs += pr.sim_runs;
     out.tried.emplace_back(r.seq, pr.found);
     if (pr.found && r.seq > out.seq) {
@@ -391,6 +446,7 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (r.mode == TrainMode::frozen) y += "freeze_base: true\n";
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
   if (r.layer_offloading) y += "layer_offloading: true\n";
+  if (r.mlp_tiles > 1) y += fmt::format("mlp_tiles: {}\n", r.mlp_tiles);
   if (r.recipe != StateRecipe{})
     y += fmt::format("master_weights: {}\noptimizer_state: {}\n", master_weights_name(r.recipe.master),
                      optimizer_state_name(r.recipe.moments));

@@ -69,9 +69,16 @@ struct PlanResult {
   std::string short_tier_label;
   std::vector<PlanTried> tried;
   int sim_runs = 0;
+  int mlp_tiles = 1;  // the MLP's row tiles the plan runs with (ModelOptions::mlp_tiles)
 };
 
+// The MLP's tile count: base.mlp_tiles when set (> 0); when 0 (auto) the search runs untiled first,
+// and only when nothing fits untiled tries 2, 4, ... 64 tiles (while a tile keeps at least 64 rows;
+// never with LoRA adapters on the MLP), taking the fewest tiles that fit, or twice that many when
+// that is faster. Nothing fitting is diagnosed at the most tiles (the least memory).
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets);
+// The tile counts plan_for_budget tries for an auto base (empty: tiling is not possible).
+std::vector<int> mlp_tile_candidates(const ForecastRequest& base);
 inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_budget) {
   return plan_for_budget(base, TierBudgets{device_budget, 0, 0});
 }

@@ -86,6 +86,22 @@ int check_int(long long v, int lo, const Origin& o) {
   return int(v);
 }
 
+int parse_mlp_tiles(const std::string& s, const Origin& o) {
+  if (s == "auto") return 0;
+  long long v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || v < 1 || v > (1 << 20))
+    throw ConfigError(
+        fmt::format("{} must be auto or a whole number of tiles from 1 (untiled) to {}, got '{}'", o.where, 1 << 20, s),
+        o.file, o.field);
+  return int(v);
+}
+
 LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o) {
   if (s == "constant") return LrScheduler::constant;
   if (s == "linear") return LrScheduler::linear;
@@ -361,6 +377,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.output_dir = S();
       else if (key == "loss_chunk_tokens")
         c.loss_chunk_tokens = Int(1);
+      else if (key == "mlp_tiles")
+        c.mlp_tiles = parse_mlp_tiles(S(), here);
       else if (key == "freeze_base")
         c.freeze_base = Bool();
       else if (key == "device_memory" || key == "arena_bytes")

@@ -43,6 +43,9 @@ struct TrainConfig {
   size_t host_budget_bytes = 0;    // the planner's host-tier budget (host_memory_budget; 0 = no host tier)
   size_t disk_budget_bytes = 0;    // the planner's disk-tier budget (disk_memory_budget; 0 = no disk tier)
   int loss_chunk_tokens = 512;
+  // mlp_tiles (ModelOptions::mlp_tiles): N >= 1 row tiles per layer's MLP; 0 = auto: the budget
+  // planner chooses when it plans (memory_budget), else 1 (untiled).
+  int mlp_tiles = 0;
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
@@ -87,6 +90,8 @@ enum class NumberRule {
 float check_number(double v, NumberRule rule, const Origin& o);
 // An integer in [lo, 2^31 - 1] (seq, batch, steps, ...): 4294967312 is refused, not read as 16.
 int check_int(long long v, int lo, const Origin& o);
+// mlp_tiles: "auto" -> 0, or a whole number of tiles >= 1; ConfigError naming `o` otherwise.
+int parse_mlp_tiles(const std::string& s, const Origin& o);
 // lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.
 LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o);
 // resume_from_checkpoint: "true" or "auto" -> "auto" (the newest checkpoint in output_dir), "false"

@@ -32,7 +32,7 @@ static const char* kUsage =
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
-    "                    [--optimizer-state fp32|bf16|8bit]\n"
+    "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
@@ -40,15 +40,17 @@ static const char* kUsage =
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
     "strata-train's state_offloading key. --master-weights / --optimizer-state: the state's precision, as\n"
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
+    "--mlp-tiles N: each layer's MLP over N row tiles (strata-train's mlp_tiles; --config's applies unless given;\n"
+    "auto or absent: untiled).\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n";
 
 int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
-                {"shape",          "model",          "seq",          "batch",     "mode",          "plan",
-                 "steps",          "warmup",         "backend",      "lora-rank", "device-memory", "loss-chunk",
-                 "peak-tflops",    "offload-dir",    "measure-disk", "config",    "max-grad-norm", "state-offloading",
-                 "master-weights", "optimizer-state"},
+                {"shape",          "model",           "seq",          "batch",     "mode",          "plan",
+                 "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
+                 "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
+                 "master-weights", "optimizer-state", "mlp-tiles"},
                 {"help", "layer-offloading", "loss-recompute"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -85,6 +87,8 @@ int main(int argc, char** argv) {
     mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     mo.page_frozen_layers = a.has("layer-offloading") || tc.layer_offloading;
     mo.loss_grad_in_forward = !a.has("loss-recompute");
+    mo.mlp_tiles =
+        std::max(1, a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles);
     if (mode == "frozen") {
       mo.train_base = false;
       mo.train_norms = true;
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
     j["plan"] = plan_name;
     j["layer_offloading"] = mo.page_frozen_layers;
     j["loss_grad_in_forward"] = mo.loss_grad_in_forward;
+    j["mlp_tiles"] = mo.mlp_tiles;
     j["max_grad_norm"] = double(to.max_grad_norm);
     j["step_s"] = round_to(med, 1e5);
     j["tokens_per_s"] = round_to(med > 0 ? tokens / med : 0.0, 10);

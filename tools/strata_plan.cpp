@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "engine/ops.h"
 #include "model/forecast.h"
 #include "model/planner.h"
 #include "model/timeline_svg.h"
@@ -29,7 +30,7 @@ static const char* kUsage =
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
-    "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit]\n"
+    "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
     "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
@@ -49,6 +50,9 @@ static const char* kUsage =
     "with --budget and --host-budget the planner chooses that level itself.\n"
     "--master-weights none: no fp32 master (bf16 weights updated in place); --optimizer-state bf16|8bit:\n"
     "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32).\n"
+    "--mlp-tiles N: each layer's MLP runs over N row tiles, so its [tokens x intermediate] tensors never\n"
+    "exist whole (YAML mlp_tiles); auto (the default): untiled, but with --budget the planner tiles when\n"
+    "nothing fits untiled (2, 4, ... 64 tiles).\n"
     "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
     "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
     "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
@@ -161,7 +165,8 @@ json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_
           {"disk_budget", disk_budget},
           {"sim_runs", pr.sim_runs},
           {"label", pr.label},
-          {"layer_offloading", pr.layer_offloading}};
+          {"layer_offloading", pr.layer_offloading},
+          {"mlp_tiles", pr.mlp_tiles}};
 }
 
 // Why the planner found nothing (stderr), and the same in out["planner"].
@@ -253,7 +258,7 @@ int main(int argc, char** argv) {
         "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
-    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit"});  // recipe, --max-seq
+    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -296,6 +301,7 @@ int main(int argc, char** argv) {
     req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
+    req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
     req.lora_alpha = a.has("lora-alpha")
                          ? check_number(a.number("lora-alpha", 0), NumberRule::positive, Origin::flag("lora-alpha"))
@@ -399,6 +405,7 @@ int main(int argc, char** argv) {
       f = std::move(pr.forecast);
       plan = pr.plan;
       req.layer_offloading = pr.layer_offloading;
+      req.mlp_tiles = pr.mlp_tiles;
       const std::string why = ms.at_limit
                                   ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
                                   : fmt::format("{} tokens do not fit", ms.next_seq);
@@ -422,6 +429,7 @@ int main(int argc, char** argv) {
       f = std::move(pr.forecast);
       plan = pr.plan;
       req.layer_offloading = pr.layer_offloading;
+      req.mlp_tiles = pr.mlp_tiles;
       std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
                    format_bytes(budget).c_str(), pr.sim_runs, pr.tried.size());
     } else {
@@ -444,6 +452,10 @@ int main(int argc, char** argv) {
     std::string yaml = plan_yaml(req, plan, f, have_budget ? budget : 0) + run_keys;
     if (!json_out) {
       std::printf("plan: %s\n", plan.preset.c_str());
+      if (req.mlp_tiles > 1)
+        std::printf(
+            "mlp tiles: %d (%lld rows each; the MLP's [tokens x intermediate] tensors exist one tile at a time)\n",
+            req.mlp_tiles, (long long)ops::mlp_tile_rows(int64_t(req.seq) * req.batch, req.mlp_tiles));
       print_forecast(f, budget, budget_what);
       print_host(f, host_budget);
       if (have_budget) std::printf("\n# ---- strata-train --config (accepted unchanged) ----\n%s", yaml.c_str());
@@ -460,6 +472,7 @@ int main(int argc, char** argv) {
       out["disk_budget"] = disk_budget;
       if (have_budget) out["planner_decisions"] = tiers_used(host_budget, disk_budget);
       out["layer_offloading"] = req.layer_offloading;
+      out["mlp_tiles"] = std::max(1, req.mlp_tiles);
       out["host_budget"] = host_budget;
       if (host_budget) out["fits_host_budget"] = f.peak_host_bytes <= host_budget;
       out["plan"] = plan.preset;

@@ -34,7 +34,7 @@ static const char* kUsage =
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
-    "                    [--save-steps 0] [--resume auto|DIR] [--help]\n"
+    "                    [--save-steps 0] [--resume auto|DIR] [--mlp-tiles auto|N] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
     "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
@@ -47,7 +47,9 @@ static const char* kUsage =
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
     "those tiers and, in frozen or LoRA training, page the frozen layers.\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
-    "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n";
+    "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
+    "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"
+    "chooses under --budget.\n";
 
 namespace {
 
@@ -109,6 +111,7 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
                f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, req.profile.name.c_str());
   cfg.plan = pr.plan;
   cfg.layer_offloading = pr.layer_offloading;
+  cfg.mlp_tiles = pr.mlp_tiles;
   return true;
 }
 
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
                  "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",   "max-grad-norm",
                  "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
                  "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
-                 "grad-accum",   "lr-scheduler", "save-steps",  "resume"},
+                 "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -165,6 +168,7 @@ int main(int argc, char** argv) {
       cfg.seed = uint64_t(seed);
     }
     int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
+    if (a.has("mlp-tiles")) cfg.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
     int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
     num_flag("lora-alpha", cfg.lora.alpha, NumberRule::positive);
     if (a.has("freeze-base")) cfg.freeze_base = true;

@@ -180,15 +180,19 @@ TEST_P(ArchPlans, SimForecastsThePeaksAndScheduleByteForByte) {
     Plan plan;
     TrainMode mode;
     bool paged;
+    int mlp_tiles = 1;  // the MLP over row tiles: biases included (llama_biases)
   } cases[] = {{Plan::keep_everything(), TrainMode::full, false},
+               {Plan::gradient_checkpointing(1), TrainMode::full, false, 3},
+               {Plan::activation_offloading(Decision::host), TrainMode::full, false, 4},
                {Plan::gradient_checkpointing(1), TrainMode::full, false},
                {Plan::hidden_states(), TrainMode::full, false},
                {Plan::activation_offloading(Decision::host), TrainMode::full, false},
                {Plan::gradient_checkpointing(1), TrainMode::lora, true}};  // biases and norms stay resident
-  for (const auto& [plan, mode, paged] : cases) {
+  for (const auto& [plan, mode, paged, tiles] : cases) {
     ForecastRequest r = sim_twin::tiny_request(plan, mode);
     r.model = GetParam().cfg;
     r.layer_offloading = paged;
+    r.mlp_tiles = tiles;
     Forecast f = forecast(r);
     ASSERT_TRUE(f.fits) << plan.preset << ": " << f.oom;
     sim_twin::CpuStep cpu = sim_twin::cpu_step(r, sim_twin::kBudget, plan);

@@ -87,6 +87,7 @@ void expect_fits_on_cpu(const ForecastRequest& base, const PlanResult& pr) {
   ForecastRequest r = base;
   r.plan = pr.plan;
   r.layer_offloading = pr.layer_offloading;
+  r.mlp_tiles = pr.mlp_tiles;
   CpuStep cpu = cpu_step(r, pr.budgets.device, pr.plan);
   ASSERT_TRUE(cpu.fits) << pr.label;
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes) << pr.label;

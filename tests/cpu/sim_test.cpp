@@ -50,6 +50,7 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     TrainMode mode;
     bool paged = false;          // layer_offloading: the weight pager's host block and two device slots
     bool small_staging = false;  // one slot of disk staging: every disk write is waited for before the next
+    int mlp_tiles = 1;           // the MLP over row tiles (ops::mlp_tiled): its scratch blocks in the schedule
   };
   std::vector<Case> cases = {
       {"keep", Plan::keep_everything(), TrainMode::full},
@@ -67,10 +68,13 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
       {"lora paged offload", Plan::activation_offloading(Decision::host), TrainMode::lora, true},
       {"disk", Plan::activation_offloading(Decision::disk), TrainMode::full},
       {"disk small staging", Plan::activation_offloading(Decision::disk), TrainMode::full, false, true},
-      {"lora paged disk", Plan::activation_offloading(Decision::disk), TrainMode::lora, true}};
+      {"lora paged disk", Plan::activation_offloading(Decision::disk), TrainMode::lora, true},
+      {"gc1 mlp tiles", Plan::gradient_checkpointing(1), TrainMode::full, false, false, 3},
+      {"selective mlp tiles", Plan::selective_recompute(), TrainMode::full, false, false, 5}};
   for (auto& c : cases) {
     ForecastRequest r = tiny_request(c.plan, c.mode);
     r.layer_offloading = c.paged;
+    r.mlp_tiles = c.mlp_tiles;
     if (c.small_staging) r.tiers.max_inflight_bytes = 8192, r.tiers.prefetch_bytes = 16384;
     Forecast f = forecast(r);
     ASSERT_TRUE(f.fits) << c.name << ": " << f.oom;
