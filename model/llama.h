@@ -127,8 +127,17 @@ class LlamaModel {
   void sync_state() const {
     if (state_sync_) state_sync_();
   }
-  // The optimizer registers its flush here (null to unregister).
-  void set_state_sync(std::function<void()> f) { state_sync_ = std::move(f); }
+  // The optimizer registers its flush here, and what to call if the model goes first (nulls to
+  // unregister): a Trainer may outlive its model.
+  void set_state_sync(std::function<void()> flush, std::function<void()> on_model_gone) {
+    state_sync_ = std::move(flush);
+    on_gone_ = std::move(on_model_gone);
+  }
+  ~LlamaModel() {
+    if (on_gone_) on_gone_();
+  }
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
 
  private:
   int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1);
@@ -147,7 +156,7 @@ class LlamaModel {
   Buffer inv_freq_;  // [head_dim/2] f32
   std::shared_ptr<WeightPager> pager_;
   std::unique_ptr<HostReservation> state_host_;
-  std::function<void()> state_sync_;
+  std::function<void()> state_sync_, on_gone_;
 };
 
 // Hugging Face names of the base weights for a config, in checkpoint order.

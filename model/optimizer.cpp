@@ -27,11 +27,19 @@ Optimizer::Optimizer(Backend& be, LlamaModel& model, OptimizerOptions opt) : be_
   norms_[0] = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
   if (opt_.defer_update) norms_[1] = Buffer(be_.arena(), DType::f32, Shape{1}, "grad_norm");
   lazy_grads_.resize(model_.params().size());
-  model_.set_state_sync([this] { flush(); });
+  model_.set_state_sync([this] { flush(); }, [this] { model_alive_ = false; });
 }
 
 Optimizer::~Optimizer() {
-  model_.set_state_sync(nullptr);
+  if (model_alive_) {
+    // The model stays: its weights get the last step's deferred update.
+    try {
+      if (pending()) flush();
+    } catch (...) {
+      // Never throws; a failed transfer has already been reported.
+    }
+    model_.set_state_sync(nullptr, nullptr);
+  }
   reset();
 }
 

@@ -126,6 +126,7 @@ class Optimizer {
   Buffer norms_[2];  // this step's squared norm, and a pending update's (the previous step's)
   int cur_ = 0;
   Update upd_;
+  bool model_alive_ = true;  // cleared by the model's destructor (a Trainer may outlive its model)
   std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step
   std::deque<Pending> pending_;
   size_t pending_bytes_ = 0;
