@@ -280,8 +280,55 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
   return r;
 }
 
+bool chunks_rows(const DatasetSpec& d) {
+  return d.type == "completion" && is_text_file(d.path);
+}
+
 RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs, bool drop_excess,
                   std::vector<int32_t>& inputs, std::vector<int32_t>& targets) {
+  return lay_rows(examples, seq, pad_id, train_on_inputs, drop_excess, inputs, targets, false);
+}
+
+RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs, bool drop_excess,
+                  std::vector<int32_t>& inputs, std::vector<int32_t>& targets, bool chunk) {
+  if (chunk) {
+    // Consecutive windows: row k's inputs are tokens [k*seq, k*seq + seq), its targets the next
+    // token of each; the windows share one token at each boundary, as input and as target.
+    std::vector<Example> pieces;
+    for (const Example& e : examples) {
+      if (e.ids.size() <= size_t(seq)) {
+        pieces.push_back(e);
+        continue;
+      }
+      for (size_t b = 0; b + 1 < e.ids.size(); b += size_t(seq)) {
+        const size_t end = std::min(e.ids.size(), b + size_t(seq) + 1);
+        Example p;
+        p.ids.assign(e.ids.begin() + long(b), e.ids.begin() + long(end));
+        p.trained.assign(e.trained.begin() + long(b), e.trained.begin() + long(end));
+        pieces.push_back(std::move(p));
+      }
+    }
+    RowStats st;
+    for (const Example& p : pieces) {
+      // A window of seq + 1 tokens fills one row (its last token is only a target).
+      const Example& row = p;
+      const size_t n = std::min(row.ids.size(), size_t(seq) + 1);
+      long trained = 0;
+      for (size_t i = 1; i < n; ++i) trained += train_on_inputs || row.trained[i];
+      if (trained == 0) {
+        ++st.untrained;
+        continue;
+      }
+      st.trained_targets += trained;
+      for (size_t i = 0; i < size_t(seq); ++i) {
+        inputs.push_back(i < n ? row.ids[i] : pad_id);
+        targets.push_back(i + 1 < n && (train_on_inputs || row.trained[i + 1]) ? row.ids[i + 1] : -1);
+      }
+      ++st.rows;
+    }
+    st.examples = long(examples.size());
+    return st;
+  }
   RowStats st;
   st.examples = long(examples.size());
   for (const Example& e : examples) {
@@ -337,7 +384,7 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
   for (const DatasetSpec& d : cfg.datasets) {
     const DatasetLoad ld = load_dataset(d, tok, tokenizer_dir, stderr);
     const RowStats st =
-        lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs, out.targets);
+        lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs, out.targets, chunks_rows(d));
     if (info)
       std::fprintf(
           info,

@@ -54,7 +54,14 @@ struct RowStats {
   long trained_targets = 0;
 };
 
-// Appends one row of seq inputs and seq targets per example to `inputs` / `targets`.
+// Appends one row of seq inputs and seq targets per example to `inputs` / `targets`. With `chunk`
+// (a plain-text file: one long example) an example longer than seq is cut into consecutive rows
+// instead of truncated or dropped: row k reads tokens [k*seq, k*seq + seq) and predicts the next
+// token of each, so every token after the first is predicted exactly once; the last row is padded.
+RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs, bool drop_excess,
+                  std::vector<int32_t>& inputs, std::vector<int32_t>& targets, bool chunk);
+// The plain-text files (.txt) a completion dataset reads whole: laid out in chunks (lay_rows).
+bool chunks_rows(const DatasetSpec& d);
 RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs, bool drop_excess,
                   std::vector<int32_t>& inputs, std::vector<int32_t>& targets);
 

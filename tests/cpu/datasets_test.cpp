@@ -172,6 +172,45 @@ TEST_F(Datasets, PromptMaskingAndPadding) {
   EXPECT_EQ(tg, (std::vector<int32_t>{10, 11, 12, 20, 21, 2, -1, -1, -1, -1}));
 }
 
+TEST_F(Datasets, PlainTextIsCutIntoConsecutiveRowsNotTruncated) {
+  // One 25-token document, rows of 10: windows [0, 11), [10, 21), [20, 25); every token after the
+  // first is a target exactly once, whatever the truncation or drop setting.
+  Example e;
+  for (int i = 0; i < 25; ++i) {
+    e.ids.push_back(100 + i);
+    e.trained.push_back(1);
+  }
+  for (bool drop : {false, true}) {
+    std::vector<int32_t> in, tg;
+    const RowStats st = lay_rows({e}, 10, 7, false, drop, in, tg, true);
+    EXPECT_EQ(st.rows, 3);
+    EXPECT_EQ(st.truncated, 0);
+    EXPECT_EQ(st.dropped, 0);
+    EXPECT_EQ(st.trained_targets, 24);
+    ASSERT_EQ(in.size(), 30u);
+    ASSERT_EQ(tg.size(), 30u);
+    for (int i = 0; i < 24; ++i) {
+      EXPECT_EQ(in[size_t(i)], 100 + i) << i;
+      EXPECT_EQ(tg[size_t(i)], 101 + i) << i;
+    }
+    EXPECT_EQ(in[24], 124);
+    for (size_t i = 25; i < 30; ++i) EXPECT_EQ(in[i], 7) << "padding";
+    for (size_t i = 24; i < 30; ++i) EXPECT_EQ(tg[i], -1) << "nothing after the last token";
+  }
+  // A document no longer than a row is laid out as before.
+  Example shortdoc;
+  shortdoc.ids = {1, 2, 3};
+  shortdoc.trained = {1, 1, 1};
+  std::vector<int32_t> a_in, a_tg, b_in, b_tg;
+  lay_rows({shortdoc}, 10, 7, false, false, a_in, a_tg, true);
+  lay_rows({shortdoc}, 10, 7, false, false, b_in, b_tg);
+  EXPECT_EQ(a_in, b_in);
+  EXPECT_EQ(a_tg, b_tg);
+  EXPECT_TRUE(chunks_rows({"x/c.txt", "completion", ""}));
+  EXPECT_FALSE(chunks_rows({"x/c.jsonl", "completion", ""}));
+  EXPECT_FALSE(chunks_rows({"x/c.txt", "chat", ""}));
+}
+
 TEST_F(Datasets, TruncateOrDropCounts) {
   auto ex = [](int n, int prompt) {
     Example e;
