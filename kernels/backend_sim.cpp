@@ -387,6 +387,11 @@ class SimBackendImpl final : public SimBackend {
             opt_.profile.attention_plan_ws_bwd_gqa_copies, opt_.profile.attention_dq_accum};
   }
   bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
+  // The optimizer phase starts at the first update after backward: a deferred update applied in
+  // forward (model/optimizer.h) is forward time.
+  void mark_optimizer() {
+    if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+  }
   // A compute-stream op starts no earlier than the copies it was told to wait for.
   void settle() {
     if (compute_after_ > now_) wait_until(compute_after_, times_.copy_wait_s);
@@ -395,11 +400,6 @@ class SimBackendImpl final : public SimBackend {
   // The clock stalls until t; `stalled_s` (copy or disk wait) counts the stall.
   void wait_until(double t, double& stalled_s) {
     if (t <= now_) return;
-  // The optimizer phase starts at the first update after backward: a deferred update applied in
-  // forward (model/optimizer.h) is forward time.
-  void mark_optimizer() {
-    if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
-  }
     stalled_s += t - now_;
     now_ = t;
   }

@@ -167,7 +167,6 @@ Forecast forecast(const ForecastRequest& r) {
     f.step_first_event = arena.events().size();
     f.persistent_bytes = arena.in_use();
     f.step_start_s = be->now_s();
-    StepStats st;
     size_t first_peak = 0;  // a first step's peak, where a second is the one reported
     auto steps = [&] {
       StepStats one = trainer.step(batch);
@@ -181,6 +180,7 @@ Forecast forecast(const ForecastRequest& r) {
       f.step_start_s = be->now_s();
       return trainer.step(batch);
     };
+    StepStats st;
     try {
       st = steps();
     } catch (const OutOfMemoryError& e) {
