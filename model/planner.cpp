@@ -332,6 +332,9 @@ PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets
 }
 
 // The tile count too (plan_for_budget's comment): untiled first, tiles only when needed to fit.
+// The most tiles (the least memory) are searched next, so a length nothing fits at (max-seq's
+// bisection meets many) costs two searches; then the fewest tiles that fit, by bisection (fitting
+// taken as monotone in the tile count), and twice that many when faster.
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
   if (base.mlp_tiles > 0) return plan_at_tiles(base, budgets, base.mlp_tiles, diagnose);
   const std::vector<int> cands = mlp_tile_candidates(base);
@@ -339,26 +342,33 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
   if (res.found || cands.empty()) return res;
   int runs = res.sim_runs;
   std::vector<PlanTried> tried = std::move(res.tried);
-  auto absorb = [&](PlanResult& pr) {
+  std::map<size_t, PlanResult> at;  // by index into cands
+  auto search = [&](size_t i, bool diag) -> const PlanResult& {
+    if (auto it = at.find(i); it != at.end()) return it->second;
+    PlanResult pr = plan_at_tiles(base, budgets, cands[i], diag);
     runs += pr.sim_runs;
     tried.insert(tried.end(), pr.tried.begin(), pr.tried.end());
+    return at.emplace(i, std::move(pr)).first->second;
   };
-  for (size_t i = 0; i < cands.size(); ++i) {
-    const bool last = i + 1 == cands.size();
-    PlanResult pr = plan_at_tiles(base, budgets, cands[i], diagnose && last);
-    absorb(pr);
-    if (pr.found && !last) {  // twice the tiles leave more room for keeping: faster, sometimes
-      PlanResult more = plan_at_tiles(base, budgets, cands[i + 1], false);
-      absorb(more);
-      if (more.found && more.forecast.step_s < pr.forecast.step_s) pr = std::move(more);
-    }
-    if (pr.found || last) {
-      pr.sim_runs = runs;
-      pr.tried = std::move(tried);
-      return pr;
-    }
+  auto finish = [&](size_t i) {
+    PlanResult pr = std::move(at.at(i));
+    pr.sim_runs = runs;
+    pr.tried = std::move(tried);
+    return pr;
+  };
+  const size_t last = cands.size() - 1;
+  if (!search(last, diagnose).found) return finish(last);  // nothing fits at any tile count
+  size_t lo = 0, hi = last;                                // cands[hi] fits
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (search(mid, false).found)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
-  return res;  // not reached: the last candidate returns
+  if (hi < last && search(hi + 1, false).found && at.at(hi + 1).forecast.step_s < at.at(hi).forecast.step_s)
+    return finish(hi + 1);
+  return finish(hi);
 }
 
 }  // namespace

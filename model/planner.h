@@ -74,8 +74,8 @@ struct PlanResult {
 
 // The MLP's tile count: base.mlp_tiles when set (> 0); when 0 (auto) the search runs untiled first,
 // and only when nothing fits untiled tries 2, 4, ... 64 tiles (while a tile keeps at least 64 rows;
-// never with LoRA adapters on the MLP), taking the fewest tiles that fit, or twice that many when
-// that is faster. Nothing fitting is diagnosed at the most tiles (the least memory).
+// never with LoRA adapters on the MLP): the most tiles first (nothing fitting is diagnosed there,
+// the least memory), then the fewest tiles that fit by bisection, or twice that many when faster.
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets);
 // The tile counts plan_for_budget tries for an auto base (empty: tiling is not possible).
 std::vector<int> mlp_tile_candidates(const ForecastRequest& base);
