@@ -94,6 +94,8 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["copy_both_gbps"] = p.copy_both_gbps;
   j["adamw_q8_gelems"] = p.adamw_q8_gelems;
   j["launch_overhead_us"] = p.launch_overhead_us;
+  j["nccl_busbw_gbps"] = p.nccl_busbw_gbps;
+  j["nccl_latency_us"] = p.nccl_latency_us;
   j["disk_write_gbps"] = p.disk_write_gbps;
   j["disk_read_gbps"] = p.disk_read_gbps;
   j["disk_source"] = p.disk_source;
@@ -130,6 +132,8 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.copy_both_gbps = field<double>(j, "copy_both_gbps", where, false, 0.0);
   p.adamw_q8_gelems = field<double>(j, "adamw_q8_gelems", where, false, 0.0);
   p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
+  p.nccl_busbw_gbps = field<double>(j, "nccl_busbw_gbps", where, false, DeviceProfile{}.nccl_busbw_gbps);
+  p.nccl_latency_us = field<double>(j, "nccl_latency_us", where, false, DeviceProfile{}.nccl_latency_us);
   p.disk_write_gbps = field<double>(j, "disk_write_gbps", where, false, 0.0);
   p.disk_read_gbps = field<double>(j, "disk_read_gbps", where, false, 0.0);
   p.disk_source = field<std::string>(j, "disk_source", where, false, "");
@@ -141,7 +145,8 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
                         {"attention_tflops", p.attention_tflops},
                         {"hbm_gbps", p.hbm_gbps},
                         {"h2d_gbps", p.h2d_gbps},
-                        {"d2h_gbps", p.d2h_gbps}})
+                        {"d2h_gbps", p.d2h_gbps},
+                        {"nccl_busbw_gbps", p.nccl_busbw_gbps}})
     if (!(v > 0))
       STRATA_THROW(ConfigError, fmt::format("{}: device profile field '{}' must be > 0, got {}", where, key, v), where,
                    key);
@@ -151,7 +156,8 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
                         {"copy_both_gbps", p.copy_both_gbps},
                         {"adamw_q8_gelems", p.adamw_q8_gelems},
                         {"attention_half_tokens", p.attention_half_tokens},
-                        {"attention_half_dim", p.attention_half_dim}})
+                        {"attention_half_dim", p.attention_half_dim},
+                        {"nccl_latency_us", p.nccl_latency_us}})
     if (!(v >= 0))
       STRATA_THROW(ConfigError,
                    fmt::format("{}: device profile field '{}' must be >= 0 (0 = not measured), got {}", where, key, v),

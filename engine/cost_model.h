@@ -41,6 +41,14 @@ struct DeviceProfile {
   double adamw_q8_gelems = 0;
   double launch_overhead_us = 0;  // no kernel is shorter than this
 
+  // Collectives between ranks (kernels/comm_sim.h): NCCL's bus bandwidth as nccl-tests defines it (a ring
+  // all_reduce moves 2(N-1)/N of the buffer through each rank at this rate) and a fixed latency per
+  // collective. Missing from a JSON file: these defaults, an all-reduce of 1 GiB through NCCL on H100s
+  // (329 GB/s bus bandwidth on 2 GPUs, 355 on 4, 361 on 8, measured through PyTorch on this project's
+  // hosts, 2026-11-13) and an assumed latency; strata-comm-bench --gpus N measures both.
+  double nccl_busbw_gbps = 330;
+  double nccl_latency_us = 20;
+
   // The disk tier (activation_offloading: disk): sequential O_DIRECT bandwidth of the offload directory's disk,
   // as io::measure_direct_bandwidth measures it (strata-calibrate --disk DIR). 0 = not measured: forecasting a plan
   // with disk decisions is then a ConfigError. `disk_source` says where the numbers come from.

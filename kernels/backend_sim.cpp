@@ -101,6 +101,14 @@ class SimBackendImpl final : public SimBackend {
   void reset_times() override { times_ = {}; }
   SimMirror mirror() const override { return opt_.mirror; }
   const CostModel& cost() const override { return cost_; }
+  void wait_for_event(double t_s, bool host) override {
+    if (!host) {
+      compute_after_ = std::max(compute_after_, t_s);
+      return;
+    }
+    settle();
+    wait_until(t_s, times_.comm_wait_s);
+  }
 
   // --- Backend
   std::string_view name() const override { return "sim"; }

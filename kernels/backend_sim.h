@@ -53,6 +53,7 @@ struct SimTimes {
   double disk_busy_s = 0;               // the disk queue busy
   size_t disk_write_bytes = 0, disk_read_bytes = 0;
   double recompute_s = 0;
+  double comm_wait_s = 0;  // the host blocked on collectives (kernels/comm_sim.h; compute waits count as copy_wait_s)
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached
 };
@@ -64,6 +65,9 @@ class SimBackend : public Backend {
   virtual void reset_times() = 0;  // zeroes the per-op sums and phase marks (not the clock)
   virtual SimMirror mirror() const = 0;
   virtual const CostModel& cost() const = 0;
+  // A collective's timeline (kernels/comm_sim.h) meets this one: host false, the next compute op
+  // starts no earlier than t_s (as copy_wait_compute); host true, the clock waits until t_s.
+  virtual void wait_for_event(double t_s, bool host) = 0;
 };
 
 std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& opt);

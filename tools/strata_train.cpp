@@ -16,6 +16,7 @@
 #include "model/data.h"
 #include "model/datasets.h"
 #include "model/forecast.h"
+#include "model/launch.h"
 #include "model/llama.h"
 #include "model/planner.h"
 #include "model/train_config.h"
@@ -34,7 +35,7 @@ static const char* kUsage =
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
-    "                    [--save-steps 0] [--resume auto|DIR] [--mlp-tiles auto|N] [--help]\n"
+    "                    [--gpus N] [--save-steps 0] [--resume auto|DIR] [--mlp-tiles auto|N] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
     "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
@@ -46,6 +47,8 @@ static const char* kUsage =
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
     "those tiers and, in frozen or LoRA training, page the frozen layers.\n"
+    "--gpus N: N ranks on this node, one per GPU (under torchrun or srun: one rank per process); several\n"
+    "ranks are refused until data-parallel training lands (issue 18).\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"
@@ -118,6 +121,9 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --gpus N, torchrun, srun (model/launch.h): several ranks are refused until the trainer's data-parallel
+  // integration lands; the launcher, rendezvous and communicators are ready for it.
+  if (std::optional<int> rc = launch_hook(argc, argv, "strata-train", false)) return *rc;
   TrainConfig cfg;
   bool json = false;
   try {

@@ -1,0 +1,51 @@
+// The TCP rendezvous of a multi-process job: rank 0 listens on MASTER_ADDR:MASTER_PORT, every other
+// rank connects to it (retrying until it answers), and the ranks then exchange small messages
+// through rank 0 (a star). It carries the NCCL unique id from rank 0 to the others, serves the cpu
+// communicator's processes mode (engine/comm.h) and host barriers.
+//
+// Every wait is bounded by `timeout_s`. Rank 0 names the ranks that never arrived ("ranks 2, 3 of 4
+// did not connect to 127.0.0.1:29500 within 300 s") and tells every connected rank why it gives up
+// (an abort message), so all ranks end with the same clear error instead of hanging. A rank whose
+// connection closes (it died) is named too.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";  // a host name or IPv4 address where rank 0 runs
+  int master_port = 29500;                // rank 0 listens on it (all interfaces)
+  int rank = 0, world = 1;
+  double timeout_s = 300;  // every wait: connecting, every rank arriving, every message
+};
+
+// Errors: ConfigError (field MASTER_ADDR) when the address does not resolve; IoError when rank 0
+// cannot listen (the port is in use) or a peer's connection fails; Error naming the missing ranks
+// on a timeout, and the reason when rank 0 aborted.
+class Rendezvous {
+ public:
+  // Rank 0: listens and waits for world - 1 ranks to connect; the others connect with retries. Returns
+  // once every rank has joined (rank 0 checks the ranks are distinct and agree on the world size).
+  static std::unique_ptr<Rendezvous> join(const RendezvousOptions& o);
+  virtual ~Rendezvous() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual const RendezvousOptions& options() const = 0;
+  // Rank 0's bytes, on every rank (others pass anything, it is ignored).
+  virtual std::vector<std::byte> broadcast(std::span<const std::byte> from_root) = 0;
+  // Every rank's bytes, in rank order, on every rank (sizes may differ between ranks).
+  virtual std::vector<std::vector<std::byte>> all_gather(std::span<const std::byte> mine) = 0;
+  // Returns once every rank has called it.
+  virtual void barrier() = 0;
+  // Rank 0 tells every rank to stop with `reason`; another rank tells rank 0. Never throws.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+// A TCP port on `addr` that nobody listens on now (the kernel's choice), for a self-launched job.
+int pick_free_port(const std::string& addr = "127.0.0.1");
+
+}  // namespace strata

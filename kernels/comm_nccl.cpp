@@ -1,0 +1,345 @@
+// The nccl communicator (kernels/comm_nccl.h): NCCL in non-blocking mode on its own stream, with a
+// watchdog that aborts the communicator when a collective outlives the timeout.
+#include "kernels/comm_nccl.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+namespace strata {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#define COMM_CUDA(x) check_cuda((x), #x, __FILE__, __LINE__)
+void check_cuda(cudaError_t e, const char* stmt, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  int dev = -1;
+  cudaGetDevice(&dev);
+  throw Error(fmt::format("{} failed: {} ({}) on cuda device {} [{}]", stmt, cudaGetErrorString(e), int(e), dev,
+                          detail::where(file, line)));
+}
+
+std::string nccl_message(ncclResult_t r, ncclComm_t c) {
+  std::string s = fmt::format("{} (ncclResult_t {})", ncclGetErrorString(r), int(r));
+  if (const char* last = ncclGetLastError(c); last && *last) s += fmt::format(": {}", last);
+  if (r == ncclRemoteError) s += "; a remote rank failed or went away";
+  if (r == ncclSystemError)
+    s += "; a system call, socket or shared-memory operation failed (NCCL_DEBUG=INFO says which)";
+  return s;
+}
+
+ncclDataType_t nccl_type(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::u8:
+      return ncclUint8;
+    default:
+      STRATA_THROW(UnsupportedError, fmt::format("nccl communicator: no NCCL type for {}", dtype_name(dt)));
+  }
+}
+
+struct InFlight {
+  CommTicket ticket;
+  cudaEvent_t done;
+  Clock::time_point issued;
+  const char* what;
+  size_t bytes;
+};
+
+class NcclComm final : public Communicator {
+ public:
+  NcclComm(Rendezvous& rdv, const NcclOptions& o)
+      : rdv_(rdv), device_(o.device), rank_(rdv.rank()), world_(rdv.world()), timeout_s_(o.timeout_s) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || o.device < 0 || o.device >= n) {
+      cudaGetLastError();
+      STRATA_THROW(UnsupportedError,
+                   fmt::format("nccl communicator: rank {} wants GPU {} (LOCAL_RANK), but {} GPU{} visible; start at "
+                               "most one rank per GPU (CUDA_VISIBLE_DEVICES={})",
+                               rank_, o.device, n, n == 1 ? " is" : "s are",
+                               std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset"));
+    }
+    COMM_CUDA(cudaSetDevice(device_));
+    compute_ = o.compute_stream ? static_cast<cudaStream_t>(o.compute_stream) : cudaStreamLegacy;
+    // The highest priority: a collective's kernels start as soon as its inputs are ready, between the
+    // backward kernels queued on the compute stream.
+    int lo = 0, hi = 0;
+    COMM_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    COMM_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, hi));
+    COMM_CUDA(cudaEventCreateWithFlags(&mark_, cudaEventDisableTiming));
+
+    ncclUniqueId id{};
+    try {
+      if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId", false);
+    } catch (const Error& e) {
+      rdv.abort(e.what());
+      throw;
+    }
+    std::vector<std::byte> got = rdv.broadcast(std::as_bytes(std::span(id.internal)));
+    if (got.size() != sizeof(id.internal))
+      STRATA_THROW(Error, fmt::format("nccl communicator: rank {} received a {}-byte unique id (expected {})", rank_,
+                                      got.size(), sizeof(id.internal)));
+    std::memcpy(id.internal, got.data(), sizeof(id.internal));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;  // every call returns; we poll against the timeout instead of hanging
+    check(ncclCommInitRankConfig(&comm_, world_, id, rank_, &cfg), "ncclCommInitRankConfig", true);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclComm() override {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    if (comm_ && aborted_.empty()) {
+      // Drain, then finalize; anything past the timeout is aborted (a destructor never throws).
+      const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+      bool drained = true;
+      for (const InFlight& f : inflight_)
+        while (cudaEventQuery(f.done) == cudaErrorNotReady)
+          if (Clock::now() > deadline) {
+            drained = false;
+            break;
+          } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+      ncclResult_t st = drained ? ncclCommFinalize(comm_) : ncclInternalError;
+      while (st == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ncclCommGetAsyncError(comm_, &st);
+      }
+      if (st == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        std::fprintf(stderr, "strata: nccl communicator (rank %d): finalize did not complete; aborting it\n", rank_);
+        ncclCommAbort(comm_);
+      }
+    } else if (comm_) {
+      // Already aborted by the watchdog or an error: nothing more to release in NCCL.
+    }
+    for (const InFlight& f : inflight_) cudaEventDestroy(f.done);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    if (mark_) cudaEventDestroy(mark_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  bool supports(DType dt) const override {
+    return dt == DType::f32 || dt == DType::bf16 || dt == DType::f16 || dt == DType::i32 || dt == DType::u8;
+  }
+
+  CommTicket all_reduce(Tensor t) override {
+    return enqueue(Collective::all_reduce, t, t, 0, t.bytes(), [&] {
+      return ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_);
+    });
+  }
+  CommTicket reduce_scatter(Tensor out, Tensor in) override {
+    return enqueue(Collective::reduce_scatter, out, in, 0, in.bytes(), [&] {
+      return ncclReduceScatter(in.data, out.data, size_t(out.numel()), nccl_type(out.dtype), ncclSum, comm_, stream_);
+    });
+  }
+  CommTicket all_gather(Tensor out, Tensor in) override {
+    return enqueue(Collective::all_gather, out, in, 0, out.bytes(), [&] {
+      return ncclAllGather(in.data, out.data, size_t(in.numel()), nccl_type(in.dtype), comm_, stream_);
+    });
+  }
+  CommTicket all_to_all(Tensor out, Tensor in) override {
+    return enqueue(Collective::all_to_all, out, in, 0, in.bytes(), [&] {
+      // Grouped point-to-point (ncclAlltoAll is only in NCCL >= 2.28).
+      const size_t chunk = size_t(in.numel() / world_), step = chunk * dtype_size(in.dtype);
+      const ncclDataType_t dt = nccl_type(in.dtype);
+      ncclResult_t first = ncclGroupStart();
+      for (int r = 0; r < world_ && first == ncclSuccess; ++r) {
+        ncclResult_t a = ncclSend(static_cast<const char*>(in.data) + r * step, chunk, dt, r, comm_, stream_);
+        ncclResult_t b = ncclRecv(static_cast<char*>(out.data) + r * step, chunk, dt, r, comm_, stream_);
+        if (a != ncclSuccess) first = a;
+        if (b != ncclSuccess && first == ncclSuccess) first = b;
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return first != ncclSuccess ? first : end;
+    });
+  }
+  CommTicket broadcast(Tensor t, int root) override {
+    return enqueue(Collective::broadcast, t, t, root, t.bytes(), [&] {
+      return ncclBroadcast(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), root, comm_, stream_);
+    });
+  }
+  void barrier() override {
+    CommTicket last;
+    {
+      std::lock_guard lk(mu_);
+      last = issued_;
+    }
+    wait_host(last);
+    rdv_.barrier();
+  }
+
+  bool done(CommTicket t) override {
+    std::lock_guard lk(mu_);
+    throw_if_aborted();
+    retire();
+    return t <= completed_;
+  }
+  void wait_host(CommTicket t) override {
+    for (;;) {
+      {
+        std::lock_guard lk(mu_);
+        throw_if_aborted();  // the watchdog aborts a collective past the timeout
+        retire();
+        if (t <= completed_) return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  void wait_compute(CommTicket t) override {
+    std::lock_guard lk(mu_);
+    throw_if_aborted();
+    retire();
+    if (t <= completed_ || inflight_.empty()) return;
+    const size_t i = size_t(t - inflight_.front().ticket);
+    if (i >= inflight_.size()) STRATA_THROW(Error, fmt::format("nccl communicator: unknown ticket {}", t));
+    COMM_CUDA(cudaStreamWaitEvent(compute_, inflight_[i].done, 0));
+  }
+
+ private:
+  template <class F>
+  CommTicket enqueue(Collective op, const Tensor& out, const Tensor& in, int root, size_t bytes, F&& call) {
+    check_collective(*this, op, out, in, root);
+    std::lock_guard lk(mu_);
+    throw_if_aborted();
+    COMM_CUDA(cudaSetDevice(device_));
+    // After everything queued on compute so far: the collective reads finished data.
+    COMM_CUDA(cudaEventRecord(mark_, compute_));
+    COMM_CUDA(cudaStreamWaitEvent(stream_, mark_, 0));
+    check(call(), collective_name(op), true);
+    cudaEvent_t ev = nullptr;
+    if (!free_events_.empty()) {
+      ev = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      COMM_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    }
+    COMM_CUDA(cudaEventRecord(ev, stream_));
+    inflight_.push_back(InFlight{++issued_, ev, Clock::now(), collective_name(op), bytes});
+    return issued_;
+  }
+
+  // An NCCL call's result: ncclInProgress is polled until it settles or the timeout passes (then the
+  // communicator is aborted). Failures throw; those that leave the communicator broken abort it first.
+  void check(ncclResult_t r, const char* what, bool has_comm) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+    while (r == ncclInProgress && has_comm) {
+      if (Clock::now() > deadline) {
+        abort_locked(
+            fmt::format("{} on rank {} (GPU {}) did not complete within {} s: a rank did not join or stopped "
+                        "(is every rank running? NCCL_DEBUG=INFO shows the transports)",
+                        what, rank_, device_, timeout_s_));
+        throw_if_aborted();
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      ncclCommGetAsyncError(comm_, &r);
+    }
+    if (r == ncclSuccess) return;
+    const std::string msg = fmt::format("nccl communicator: {} failed on rank {} of {} (GPU {}): {}", what, rank_,
+                                        world_, device_, nccl_message(r, has_comm ? comm_ : nullptr));
+    if (has_comm && r != ncclInvalidArgument && r != ncclInvalidUsage) {
+      abort_locked(msg);
+      throw_if_aborted();
+    }
+    STRATA_THROW(Error, msg);
+  }
+
+  void abort_locked(const std::string& why) {
+    if (!aborted_.empty()) return;
+    aborted_ = why;
+    if (comm_) ncclCommAbort(comm_);  // also ends kernels stuck waiting for a peer
+  }
+  void throw_if_aborted() const {
+    if (!aborted_.empty())
+      STRATA_THROW(Error, fmt::format("nccl communicator (rank {} of {}, GPU {}) was aborted: {}", rank_, world_,
+                                      device_, aborted_));
+  }
+  // Moves finished collectives out of flight (in issue order: one stream).
+  void retire() {
+    while (!inflight_.empty() && cudaEventQuery(inflight_.front().done) == cudaSuccess) {
+      completed_ = inflight_.front().ticket;
+      free_events_.push_back(inflight_.front().done);
+      inflight_.pop_front();
+    }
+  }
+
+  void watch() {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+      cv_.wait_for(lk, std::chrono::milliseconds(100));
+      if (stop_ || !aborted_.empty() || !comm_) continue;
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st != ncclSuccess && st != ncclInProgress) {
+        abort_locked(fmt::format("an asynchronous NCCL error on rank {}: {}", rank_, nccl_message(st, comm_)));
+        continue;
+      }
+      retire();
+      if (inflight_.empty()) continue;
+      const InFlight& f = inflight_.front();
+      const double age = std::chrono::duration<double>(Clock::now() - f.issued).count();
+      if (age > timeout_s_)
+        abort_locked(
+            fmt::format("{} #{} ({} bytes) has not finished {:.0f} s after it was issued (timeout {} s): a "
+                        "peer rank died, hangs, or called a different collective",
+                        f.what, f.ticket, f.bytes, age, timeout_s_));
+    }
+  }
+
+  Rendezvous& rdv_;
+  int device_, rank_, world_;
+  double timeout_s_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr, compute_ = nullptr;
+  cudaEvent_t mark_ = nullptr;
+  std::mutex mu_;  // every NCCL call and the in-flight list (the watchdog runs beside the caller)
+  std::condition_variable cv_;
+  std::deque<InFlight> inflight_;
+  std::vector<cudaEvent_t> free_events_;
+  CommTicket issued_ = 0, completed_ = 0;
+  std::string aborted_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Rendezvous& rdv, const NcclOptions& o) {
+  return std::make_unique<NcclComm>(rdv, o);
+}
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+}
+
+}  // namespace strata

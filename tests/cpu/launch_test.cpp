@@ -1,0 +1,358 @@
+// Launching several ranks: the torchrun and SLURM environments (and bad values), --gpus parsing, the
+// TCP rendezvous (unique id delivered, a rank that never arrives or dies named within the timeout, a
+// port in use, a bad MASTER_ADDR), and the self-launcher (a failing rank stops the others).
+#include "model/launch.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "engine/error.h"
+#include "engine/rendezvous.h"
+#include "tests/cpu/expect_error.h"
+
+using namespace strata;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+LaunchEnv parse(const Env& env) {
+  return read_launch_env([&](const char* k) -> const char* {
+    auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+// The ConfigError of parsing `env`: its field and message.
+std::pair<std::string, std::string> bad(const Env& env) {
+  auto e = test_util::catch_as<ConfigError>([&] { parse(env); });
+  if (!e) return {"", ""};
+  return {e->field, e->what()};
+}
+bool has(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+const std::string kChild = std::string(STRATA_BUILD_DIR) + "/tests/strata-launch-child";
+
+}  // namespace
+
+TEST(LaunchEnv, NoLauncherIsOneRank) {
+  LaunchEnv e = parse({});
+  EXPECT_EQ(e.launcher, "none");
+  EXPECT_EQ(e.world, 1);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.timeout_s, 300);
+}
+
+TEST(LaunchEnv, Torchrun) {
+  LaunchEnv e = parse({{"RANK", "5"},
+                       {"WORLD_SIZE", "8"},
+                       {"LOCAL_RANK", "1"},
+                       {"LOCAL_WORLD_SIZE", "4"},
+                       {"MASTER_ADDR", "node0"},
+                       {"MASTER_PORT", "29501"},
+                       {"STRATA_COMM_TIMEOUT", "12.5"}});
+  EXPECT_EQ(e.launcher, "torchrun");
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world, 8);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world, 4);
+  EXPECT_EQ(e.master_addr, "node0");
+  EXPECT_EQ(e.master_port, 29501);
+  EXPECT_EQ(e.timeout_s, 12.5);
+  RendezvousOptions o = e.rendezvous();
+  EXPECT_EQ(o.rank, 5);
+  EXPECT_EQ(o.world, 8);
+  EXPECT_EQ(o.master_port, 29501);
+  // One rank needs no master.
+  LaunchEnv one = parse({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(one.world, 1);
+  EXPECT_EQ(one.local_rank, 0);
+}
+
+TEST(LaunchEnv, Slurm) {
+  Env env{{"SLURM_PROCID", "3"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_LOCALID", "1"},
+          {"SLURM_NTASKS_PER_NODE", "2"},
+          {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"}};
+  LaunchEnv e = parse(env);
+  EXPECT_EQ(e.launcher, "slurm");
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world, 2);
+  EXPECT_EQ(e.master_addr, "10.0.0.7");
+  EXPECT_EQ(e.master_port, 29500);
+  env["MASTER_ADDR"] = "head";
+  env["MASTER_PORT"] = "4000";
+  env["SLURM_NTASKS_PER_NODE"] = "2(x2)";  // not one number: every task may be local
+  e = parse(env);
+  EXPECT_EQ(e.master_addr, "head");
+  EXPECT_EQ(e.master_port, 4000);
+  EXPECT_EQ(e.local_world, 4);
+  // torchrun's variables win over SLURM's (torchrun inside an allocation).
+  env["RANK"] = "0", env["WORLD_SIZE"] = "1";
+  EXPECT_EQ(parse(env).launcher, "torchrun");
+}
+
+TEST(LaunchEnv, BadValuesNameTheVariableAndTheExpectedValue) {
+  const Env ok{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}};
+  auto with = [&](const std::string& k, const char* v) {
+    Env e = ok;
+    if (v)
+      e[k] = v;
+    else
+      e.erase(k);
+    return bad(e);
+  };
+  auto [f1, m1] = with("RANK", "abc");
+  EXPECT_EQ(f1, "RANK");
+  EXPECT_TRUE(has(m1, "RANK='abc': expected 0 <= RANK < WORLD_SIZE (4)")) << m1;
+  auto [f2, m2] = with("RANK", "4");
+  EXPECT_EQ(f2, "RANK");
+  EXPECT_TRUE(has(m2, "RANK='4'")) << m2;
+  auto [f3, m3] = with("WORLD_SIZE", "0");
+  EXPECT_EQ(f3, "WORLD_SIZE");
+  EXPECT_TRUE(has(m3, "integer >= 1")) << m3;
+  auto [f4, m4] = with("MASTER_PORT", "70000");
+  EXPECT_EQ(f4, "MASTER_PORT");
+  EXPECT_TRUE(has(m4, "1-65535")) << m4;
+  auto [f5, m5] = with("LOCAL_RANK", nullptr);
+  EXPECT_EQ(f5, "LOCAL_RANK");
+  EXPECT_TRUE(has(m5, "LOCAL_RANK is not set")) << m5;
+  auto [f6, m6] = with("MASTER_ADDR", nullptr);
+  EXPECT_EQ(f6, "MASTER_ADDR");
+  auto [f7, m7] = with("WORLD_SIZE", nullptr);
+  EXPECT_EQ(f7, "WORLD_SIZE");
+  auto [f8, m8] = with("LOCAL_RANK", "-1");
+  EXPECT_EQ(f8, "LOCAL_RANK");
+  auto [f9, m9] = with("STRATA_COMM_TIMEOUT", "0");
+  EXPECT_EQ(f9, "STRATA_COMM_TIMEOUT");
+  auto [fa, ma] = bad({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}});
+  EXPECT_EQ(fa, "MASTER_ADDR");
+  EXPECT_TRUE(has(ma, "SLURM_LAUNCH_NODE_IPADDR")) << ma;
+  auto [fb, mb] = bad({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_EQ(fb, "SLURM_PROCID");
+  EXPECT_TRUE(has(mb, "0 <= SLURM_PROCID < SLURM_NTASKS (2)")) << mb;
+}
+
+TEST(LaunchEnv, GpusFlag) {
+  auto take = [](std::vector<std::string> args, std::vector<std::string>& rest) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int argc = int(args.size());
+    auto n = take_gpus_flag(argc, argv.data());
+    rest.assign(argv.begin(), argv.begin() + argc);
+    return n;
+  };
+  std::vector<std::string> rest;
+  EXPECT_EQ(take({"t", "--model", "m", "--gpus", "4", "--json"}, rest), 4);
+  EXPECT_EQ(rest, (std::vector<std::string>{"t", "--model", "m", "--json"}));
+  EXPECT_EQ(take({"t", "--gpus=2"}, rest), 2);
+  EXPECT_EQ(rest, std::vector<std::string>{"t"});
+  EXPECT_EQ(take({"t", "--steps", "3"}, rest), std::nullopt);
+  EXPECT_EQ(rest.size(), 3u);
+  EXPECT_THROW(take({"t", "--gpus", "0"}, rest), ConfigError);
+  EXPECT_THROW(take({"t", "--gpus", "two"}, rest), ConfigError);
+  EXPECT_THROW(take({"t", "--gpus"}, rest), ConfigError);
+}
+
+// --- the TCP rendezvous, ranks as threads.
+namespace {
+// Joins `world` ranks (those in `present`) and runs fn on each; returns each rank's error message.
+std::vector<std::string> rendezvous_ranks(int world, const std::vector<int>& present, double timeout_s,
+                                          const std::function<void(Rendezvous&)>& fn, int port = 0) {
+  if (!port) port = pick_free_port();
+  std::vector<std::string> err(static_cast<size_t>(world));
+  std::vector<std::thread> ts;
+  for (int r : present)
+    ts.emplace_back([&, r] {
+      try {
+        auto rdv = Rendezvous::join(RendezvousOptions{"localhost", port, r, world, timeout_s});
+        fn(*rdv);
+      } catch (const std::exception& e) {
+        err[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return err;
+}
+}  // namespace
+
+TEST(Rendezvous, DeliversTheUniqueIdAndGathers) {
+  std::vector<std::vector<std::byte>> ids(4);
+  std::vector<std::vector<std::vector<std::byte>>> gathered(4);
+  auto err = rendezvous_ranks(4, {3, 1, 0, 2}, 20, [&](Rendezvous& r) {
+    std::vector<std::byte> id(128);
+    if (r.rank() == 0)
+      for (size_t i = 0; i < id.size(); ++i) id[i] = std::byte(i * 7 + 3);
+    ids[size_t(r.rank())] = r.broadcast(id);
+    std::vector<std::byte> mine(size_t(r.rank()) * 3, std::byte(r.rank()));  // sizes differ by rank
+    gathered[size_t(r.rank())] = r.all_gather(mine);
+    r.barrier();
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(err[size_t(r)], "") << r;
+    ASSERT_EQ(ids[size_t(r)].size(), 128u);
+    EXPECT_EQ(ids[size_t(r)], ids[0]);
+    EXPECT_EQ(ids[size_t(r)][5], std::byte(38));
+    ASSERT_EQ(gathered[size_t(r)].size(), 4u);
+    for (int q = 0; q < 4; ++q)
+      EXPECT_EQ(gathered[size_t(r)][size_t(q)], std::vector<std::byte>(size_t(q) * 3, std::byte(q)));
+  }
+}
+
+TEST(Rendezvous, ARankThatNeverArrivesIsNamedWithinTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto err = rendezvous_ranks(4, {0, 1, 3}, 0.5, [](Rendezvous&) {});
+  EXPECT_LT(since(t0), 5.0);
+  EXPECT_TRUE(has(err[0], "rank 2 of 4 did not connect to rank 0 at localhost:")) << err[0];
+  EXPECT_TRUE(has(err[0], "within 0.5 s")) << err[0];
+  // The others hear it from rank 0.
+  for (int r : {1, 3}) EXPECT_TRUE(has(err[size_t(r)], "rank 2 of 4 did not connect")) << err[size_t(r)];
+}
+
+TEST(Rendezvous, RankZeroThatNeverComesIsNamed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto err = rendezvous_ranks(2, {1}, 0.4, [](Rendezvous&) {});
+  EXPECT_LT(since(t0), 5.0);
+  EXPECT_TRUE(has(err[1], "rank 1 could not reach rank 0 at localhost:")) << err[1];
+  EXPECT_TRUE(has(err[1], "Connection refused")) << err[1];
+}
+
+TEST(Rendezvous, ARankThatDiesOrStallsLaterIsNamed) {
+  // Rank 2 leaves after joining (its process died): rank 0's next all_gather names it.
+  auto err = rendezvous_ranks(3, {0, 1, 2}, 5, [](Rendezvous& r) {
+    if (r.rank() == 2) return;
+    r.barrier();
+  });
+  EXPECT_TRUE(has(err[0], "rank 2 closed its connection")) << err[0];
+  EXPECT_TRUE(has(err[1], "rank 2 closed its connection")) << err[1];
+  EXPECT_EQ(err[2], "");
+  // Rank 1 stays connected but never calls the barrier: a timeout naming rank 1.
+  std::atomic<bool> release{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  err = rendezvous_ranks(3, {0, 1, 2}, 0.5, [&](Rendezvous& r) {
+    if (r.rank() == 1) {
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    try {
+      r.barrier();
+    } catch (...) {
+      release = true;
+      throw;
+    }
+  });
+  EXPECT_LT(since(t0), 5.0);
+  EXPECT_TRUE(has(err[0], "barrier on rank 0: rank 1 of 3 did not arrive within 0.5 s")) << err[0];
+  EXPECT_TRUE(has(err[2], "rank 1 of 3 did not arrive")) << err[2];
+}
+
+TEST(Rendezvous, PortInUseAndBadAddressAreClearErrors) {
+  // Somebody else listens on the port.
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = 0;
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(s, 1), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  auto e = test_util::catch_as<IoError>([&] { Rendezvous::join(RendezvousOptions{"127.0.0.1", port, 0, 2, 1}); });
+  ::close(s);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(has(e->what(), fmt::format("cannot listen on port {} (MASTER_PORT)", port))) << e->what();
+  EXPECT_TRUE(has(e->what(), "Address already in use")) << e->what();
+  auto b = test_util::catch_as<ConfigError>([&] {
+    Rendezvous::join(RendezvousOptions{"no-such-host.invalid", 29500, 1, 2, 1});
+  });
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->field, "MASTER_ADDR");
+  EXPECT_TRUE(has(b->what(), "cannot resolve MASTER_ADDR 'no-such-host.invalid'")) << b->what();
+  // Ranks that disagree on the world size.
+  auto err = rendezvous_ranks(2, {0, 1}, 3, [](Rendezvous&) {});
+  EXPECT_EQ(err[0], "");
+  const int p2 = pick_free_port();
+  std::string e0, e1;
+  std::thread t0([&] {
+    try {
+      Rendezvous::join(RendezvousOptions{"127.0.0.1", p2, 0, 2, 3});
+    } catch (const std::exception& x) {
+      e0 = x.what();
+    }
+  });
+  std::thread t1([&] {
+    try {
+      Rendezvous::join(RendezvousOptions{"127.0.0.1", p2, 1, 3, 3});
+    } catch (const std::exception& x) {
+      e1 = x.what();
+    }
+  });
+  t0.join(), t1.join();
+  EXPECT_TRUE(has(e0, "rank 1 says the world size is 3, rank 0 says 2")) << e0;
+  EXPECT_TRUE(has(e1, "world size is 3, rank 0 says 2")) << e1;
+}
+
+// --- the self-launcher, ranks as processes (tests/cpu/launch_child.cpp).
+TEST(Launcher, ProcessesRendezvousAndReduce) {
+  LocalLaunch l;
+  l.nprocs = 3;
+  l.exe = kChild;
+  l.args = {"allreduce"};
+  l.tool = "launch_test";
+  EXPECT_EQ(run_local_ranks(l), 0);
+}
+
+TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
+  LocalLaunch l;
+  l.nprocs = 4;
+  l.exe = kChild;
+  l.args = {"fail", "2", "3"};
+  l.tool = "launch_test";
+  char* buf = nullptr;
+  size_t n = 0;
+  std::FILE* log = ::open_memstream(&buf, &n);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_local_ranks(l, log);
+  std::fclose(log);
+  const std::string text(buf, n);
+  std::free(buf);
+  EXPECT_EQ(rc, 3);
+  EXPECT_LT(since(t0), 20.0);  // the others sleep 60 s unless stopped
+  EXPECT_TRUE(has(text, "rank 2 (pid ")) << text;
+  EXPECT_TRUE(has(text, "exited with status 3; stopping the other 3 ranks")) << text;
+  EXPECT_TRUE(has(text, "the job failed: rank 2 exited with status 3 first")) << text;
+}
+
+TEST(Launcher, StrataTrainRefusesSeveralRanksUntilTheTrainerSupportsThem) {
+  const std::string train = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
+  for (const std::string& cmd : {train + " --gpus 2 --model x --data y 2>&1",
+                                "env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " + train +
+                                    " --model x --data y 2>&1"}) {
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char b[512];
+    while (std::fgets(b, sizeof(b), p)) out += b;
+    const int st = ::pclose(p);
+    EXPECT_EQ(WEXITSTATUS(st), 2) << out;
+    EXPECT_TRUE(has(out, "is not supported yet")) << out;
+  }
+}

@@ -1,0 +1,203 @@
+// The nccl communicator on >= 2 GPUs: the test re-executes itself as one rank per GPU (run_local_ranks,
+// the --gpus launcher), and each rank runs every collective through NCCL on GPU buffers and through
+// the cpu communicator (processes mode, over the same rendezvous) on the same inputs, and compares.
+// Fewer than 2 GPUs, or a build without NCCL: every case skips, saying why.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "engine/comm.h"
+#include "engine/rendezvous.h"
+#include "model/launch.h"
+#ifdef STRATA_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "kernels/backend_cuda.h"
+#include "kernels/comm_nccl.h"
+#endif
+
+using namespace strata;
+
+namespace {
+
+int gpu_count() {
+#ifdef STRATA_HAVE_NCCL
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+bool is_child() {
+  return std::getenv("STRATA_COMM_GPU_CHILD") != nullptr;
+}
+
+// Starts one rank per GPU (at most 4) running `filter` in this binary; true when all passed.
+int run_children(const char* filter) {
+  LocalLaunch l;
+  l.nprocs = std::min(gpu_count(), 4);
+  l.args = {fmt::format("--gtest_filter={}", filter)};
+  l.tool = "comm_gpu_test";
+  ::setenv("STRATA_COMM_GPU_CHILD", "1", 1);
+  const int rc = run_local_ranks(l);
+  ::unsetenv("STRATA_COMM_GPU_CHILD");
+  return rc;
+}
+
+#define SKIP_UNLESS_TWO_GPUS()                                                                      \
+  do {                                                                                              \
+    const int n = gpu_count();                                                                      \
+    if (n < 2)                                                                                      \
+      GTEST_SKIP() << "needs >= 2 GPUs and a build with NCCL; this host has " << n                  \
+                   << " visible GPU(s) (NCCL built: " << (STRATA_NCCL_BUILT ? "yes" : "no") << ")"; \
+  } while (0)
+#ifdef STRATA_HAVE_NCCL
+constexpr bool STRATA_NCCL_BUILT = true;
+#else
+constexpr bool STRATA_NCCL_BUILT = false;
+#endif
+
+float value(int rank, int64_t i, int seed) {
+  uint32_t s = uint32_t(i * 2654435761u + uint32_t(rank) * 40503u + uint32_t(seed) * 977u);
+  s ^= s >> 13, s *= 0x5bd1e995u, s ^= s >> 15;
+  return (float(s & 0xffff) / 65536.0f - 0.5f) * 4.0f;
+}
+
+}  // namespace
+
+// --- what the parent runs.
+TEST(CommGpu, EveryCollectiveMatchesTheCpuCommunicator) {
+  if (is_child()) GTEST_SKIP() << "child rank: runs CommGpuChild.*";
+  SKIP_UNLESS_TWO_GPUS();
+  EXPECT_EQ(run_children("CommGpuChild.Collectives"), 0);
+}
+
+TEST(CommGpu, APeerThatStopsCallingIsAnErrorWithinTheTimeout) {
+  if (is_child()) GTEST_SKIP() << "child rank: runs CommGpuChild.*";
+  SKIP_UNLESS_TWO_GPUS();
+  EXPECT_EQ(run_children("CommGpuChild.Timeout"), 0);
+}
+
+// --- what each rank runs (skipped unless started by the tests above).
+#ifdef STRATA_HAVE_NCCL
+namespace {
+
+struct Rank {
+  LaunchEnv env = read_launch_env();
+  std::unique_ptr<Rendezvous> rdv;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Communicator> nccl, cpu;
+  explicit Rank(double timeout_s) {
+    env.timeout_s = 60;
+    rdv = Rendezvous::join(env.rendezvous());
+    EXPECT_EQ(cudaSetDevice(env.local_rank), cudaSuccess);
+    be = make_cuda_backend(size_t(2) << 30);
+    nccl = make_nccl_communicator(*rdv, NcclOptions{env.local_rank, nullptr, timeout_s});
+    cpu = make_cpu_communicator(*rdv);
+  }
+};
+
+// Runs `op` through NCCL on device buffers and through the cpu communicator on host copies of the
+// same inputs; compares (f32: 1e-5 relative to the sum of magnitudes; bf16: NCCL rounds each hop, so
+// N bf16 ulps of that sum).
+void compare(Rank& k, Collective op, DType dt, int64_t chunk, int seed) {
+  const int w = k.nccl->world(), r = k.nccl->rank();
+  const int root = w - 1;
+  const bool chunked_in = op == Collective::reduce_scatter || op == Collective::all_to_all;
+  const int64_t n_in = chunked_in ? chunk * w : chunk;
+  const int64_t n_out = op == Collective::all_gather ? chunk * w : op == Collective::reduce_scatter ? chunk : n_in;
+  std::vector<float> in_f(static_cast<size_t>(n_in));
+  for (int64_t i = 0; i < n_in; ++i) in_f[size_t(i)] = value(r, i, seed);
+  // The host reference in dt (the device rounds its upload the same way).
+  std::vector<std::byte> in_h(size_t(n_in) * dtype_size(dt)), out_h(size_t(n_out) * dtype_size(dt));
+  convert_from_f32(in_h.data(), dt, in_f.data(), size_t(n_in));
+  Buffer in_d(k.be->arena(), dt, Shape{n_in}, "comm.in"), out_d(k.be->arena(), dt, Shape{n_out}, "comm.out");
+  k.be->upload_f32(in_d.view(), in_f.data());
+  k.be->synchronize();
+  Tensor in_t(in_h.data(), dt, Shape{n_in}), out_t(out_h.data(), dt, Shape{n_out});
+  CommTicket t = 0;
+  switch (op) {
+    case Collective::all_reduce:
+      t = k.nccl->all_reduce(in_d.view()), k.cpu->all_reduce(in_t);
+      break;
+    case Collective::broadcast:
+      t = k.nccl->broadcast(in_d.view(), root), k.cpu->broadcast(in_t, root);
+      break;
+    case Collective::reduce_scatter:
+      t = k.nccl->reduce_scatter(out_d.view(), in_d.view()), k.cpu->reduce_scatter(out_t, in_t);
+      break;
+    case Collective::all_gather:
+      t = k.nccl->all_gather(out_d.view(), in_d.view()), k.cpu->all_gather(out_t, in_t);
+      break;
+    case Collective::all_to_all:
+      t = k.nccl->all_to_all(out_d.view(), in_d.view()), k.cpu->all_to_all(out_t, in_t);
+      break;
+    default:
+      break;
+  }
+  k.nccl->wait_host(t);
+  const bool in_place = op == Collective::all_reduce || op == Collective::broadcast;
+  const Tensor got_d = in_place ? in_d.view() : out_d.view();
+  const std::vector<std::byte>& want_h = in_place ? in_h : out_h;
+  std::vector<float> got(size_t(got_d.numel())), want(size_t(got_d.numel()));
+  k.be->download_f32(got.data(), got_d);
+  convert_to_f32(want.data(), want_h.data(), dt, want.size());
+  const bool sums = op == Collective::all_reduce || op == Collective::reduce_scatter;
+  const double ulp = dt == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = sums ? 2.0 * w * ulp * 2.0 * w : 0.0;  // |x| < 2: the sum of magnitudes is < 2N
+    if (!(std::fabs(double(got[i]) - double(want[i])) <= tol) && bad++ < 5)
+      ADD_FAILURE() << collective_name(op) << " " << dtype_name(dt) << " rank " << r << " element " << i << ": nccl "
+                    << got[i] << ", cpu " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << collective_name(op) << " " << dtype_name(dt) << " chunk " << chunk;
+}
+
+}  // namespace
+
+TEST(CommGpuChild, Collectives) {
+  if (!is_child()) GTEST_SKIP() << "runs as a rank of CommGpu.EveryCollectiveMatchesTheCpuCommunicator";
+  Rank k(60);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t chunk : {int64_t(1), int64_t(4097), int64_t(1) << 20})
+      for (Collective op : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+                            Collective::all_to_all, Collective::broadcast})
+        compare(k, op, dt, chunk, int(chunk % 97));
+  k.nccl->barrier();
+  // Sizes that do not split: the same clear error as the cpu communicator, before NCCL sees them.
+  Buffer b(k.be->arena(), DType::f32, Shape{int64_t(k.nccl->world()) * 3 + 1}, "comm.odd");
+  Buffer o(k.be->arena(), DType::f32, Shape{3}, "comm.odd_out");
+  EXPECT_THROW(k.nccl->reduce_scatter(o.view(), b.view()), UnsupportedError);
+}
+
+TEST(CommGpuChild, Timeout) {
+  if (!is_child()) GTEST_SKIP() << "runs as a rank of CommGpu.APeerThatStopsCallingIsAnErrorWithinTheTimeout";
+  Rank k(3);
+  Buffer b(k.be->arena(), DType::f32, Shape{1024}, "comm.t");
+  k.be->zero(b.view());
+  k.be->synchronize();
+  k.nccl->wait_host(k.nccl->all_reduce(b.view()));  // all ranks: the communicator works
+  if (k.nccl->rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(6));  // never calls the second all_reduce
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    k.nccl->wait_host(k.nccl->all_reduce(b.view()));
+    ADD_FAILURE() << "the all_reduce without peers finished";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has not finished"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("was aborted"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_THROW(k.nccl->all_reduce(b.view()), Error);  // stays aborted
+}
+#endif
