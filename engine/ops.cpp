@@ -271,21 +271,21 @@ class LmHeadCeOp final : public Op {
 };
 
 // The training variant: forward computes each chunk's logits once and from them the loss and the
-// gradients for the tape's loss seed: dx into its saved output "loss.dx", dw straight into the
-// weight's gradient (grad_in_forward, so the tape never replays it). Backward only scales loss.dx
-// into x's gradient: no logits recompute, and neither x nor lse is saved.
+// gradients for the tape's loss seed (Tape::loss_seed() when recorded): dx into its saved output
+// "loss.dx", dw straight into the weight's gradient (grad_in_forward, so the tape never replays it).
+// Backward only scales loss.dx into x's gradient: no logits recompute, and neither x nor lse is saved.
 class LmHeadCeGradOp final : public Op {
  public:
-  explicit LmHeadCeGradOp(int chunk) : chunk_(chunk) {}
+  LmHeadCeGradOp(int chunk, float seed) : chunk_(chunk), seed_(seed) {}
   const char* name() const override { return "lm_head_ce"; }
   OpKind kind() const override { return OpKind::lm_head_ce; }
   void forward(Backend& be, const OpArgs& a) override {
     dw_written_ = a.gin[1].defined();
-    be.lm_head_ce_fwd_grad(a.out[0], a.out[1], a.gin[1], a.in[0], a.in[1], a.in[2], chunk_, Tape::kLossSeed, a.acc[1]);
+    be.lm_head_ce_fwd_grad(a.out[0], a.out[1], a.gin[1], a.in[0], a.in[1], a.in[2], chunk_, seed_, a.acc[1]);
   }
   void backward(Backend& be, const OpArgs& a) override {
     if (a.gin[0].defined())
-      be.lm_head_ce_bwd_saved(a.gin[0], a.gout[0], a.out[1], Tape::kLossSeed, dw_written_, a.acc[0]);
+      be.lm_head_ce_bwd_saved(a.gin[0], a.gout[0], a.out[1], seed_, dw_written_, a.acc[0]);
   }
   bool saves_input(int) const override { return false; }
   bool saves_output(int i) const override { return i == 1; }
@@ -293,7 +293,8 @@ class LmHeadCeGradOp final : public Op {
 
  private:
   int chunk_;
-  bool dw_written_ = false;  // this step's forward wrote dw (for Tape::kLossSeed)
+  float seed_;               // the gradient of the loss backward will start from
+  bool dw_written_ = false;  // this step's forward wrote dw (for seed_)
 };
 
 }  // namespace
@@ -391,7 +392,7 @@ VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens, bool grad_i
   if (grad_in_forward && xv.requires_grad && x != w && (wv.external || !wv.requires_grad)) {
     const Shape xs = xv.shape;
     const DType xd = xv.dtype;
-    auto ids = t.record(std::make_unique<LmHeadCeGradOp>(chunk_tokens), {x, w, targets},
+    auto ids = t.record(std::make_unique<LmHeadCeGradOp>(chunk_tokens, t.loss_seed()), {x, w, targets},
                         {{"loss", Shape{1}, DType::f32}, {"loss.dx", xs, xd}});
     t.set_loss(ids[0]);
     return ids[0];

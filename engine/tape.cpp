@@ -336,6 +336,13 @@ void Tape::forward() {
   finish_graph();
   stats_ = {};
   for (auto& v : values_) v.grad_written = false;  // the step's first gradient writes may come in forward
+  if (accumulate_params_)
+    for (auto& v : values_) {
+      if (!v.external) continue;
+      STRATA_CHECK(!v.lazy_grad, fmt::format("parameter '{}': a host-tier gradient cannot accumulate on the device",
+                                             v.cls));
+      v.grad_written = v.grad_sink.defined();  // the first write adds to the buffer's gradient
+    }
   auto after_last_use = [&](VId id) {
     Value& v = values_[size_t(id)];
     if (v.external || retained_[size_t(id)] || v.is_loss) return;
@@ -437,7 +444,7 @@ void Tape::backward() {
   finish_graph();
   Value& lv = values_[size_t(loss_)];
   lv.grad = Buffer(be_.arena(), DType::f32, lv.shape, "grad:" + lv.cls);
-  be_.fill(lv.grad.view(), kLossSeed);
+  be_.fill(lv.grad.view(), loss_seed_);
   lv.grad_written = true;
   prefetch_cursor_ = int(nodes_.size()) - 1;
   for (int n = int(nodes_.size()) - 1; n >= 0; --n) {

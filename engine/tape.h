@@ -139,7 +139,8 @@ struct TapeStats {
 
 class Tape {
  public:
-  // The gradient backward seeds the loss with; an op that writes gradients in forward assumes it.
+  // The gradient backward seeds the loss with by default; an op that writes gradients in forward
+  // takes the tape's seed when it is recorded.
   static constexpr float kLossSeed = 1.0f;
 
   explicit Tape(Backend& be);
@@ -162,6 +163,16 @@ class Tape {
     return record(std::move(op), in, {std::move(out)})[0];
   }
   void set_loss(VId v);
+  // The loss's gradient backward starts from (set before recording: ops that write gradients in
+  // forward read it then). A micro-batch's share of the step's loss tokens, so that gradients
+  // summed over micro-batches (or ranks) are the gradient of the step's mean loss.
+  void set_loss_seed(float s) { loss_seed_ = s; }
+  float loss_seed() const { return loss_seed_; }
+  // On: every parameter gradient this graph writes is added to what its buffer holds (gradient
+  // accumulation on the device); parameters it does not reach keep theirs. Lazy (host-tier)
+  // gradients cannot accumulate: their blocks are fresh each step (refused).
+  void set_accumulate_param_grads(bool on) { accumulate_params_ = on; }
+  bool accumulate_param_grads() const { return accumulate_params_; }
   // The model's marks (Value::layer_input, Value::head): `v` is the input of layer `layer`; `v` feeds
   // the loss head; every value recorded after begin_head() belongs to the head (until clear()).
   void mark_layer_input(VId v, int layer);
@@ -253,6 +264,8 @@ class Tape {
   int bwd_node_ = -1;
   bool grad_aliasing_ = true;
   bool head_scope_ = false;  // begin_head() was called: new values belong to the loss head
+  float loss_seed_ = kLossSeed;
+  bool accumulate_params_ = false;
   TapeStats stats_;
 };
 

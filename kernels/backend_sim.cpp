@@ -183,8 +183,8 @@ class SimBackendImpl final : public SimBackend {
   }
   void zero(Tensor t) override { memset(cost_.memory(B(t))); }
   void fill(Tensor t, float value) override {
-    // The tape seeds backward with fill(grad:loss, 1): the phase mark for recompute accounting.
-    if (t.numel() == 1 && value == 1.0f && times_.backward_start_s < 0) times_.backward_start_s = now_;
+    // The tape seeds backward with fill(grad:loss, seed): the phase mark for recompute accounting.
+    if (t.numel() == 1 && times_.backward_start_s < 0) times_.backward_start_s = now_;
     memset(cost_.memory(B(t)));
   }
 

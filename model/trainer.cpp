@@ -158,13 +158,39 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
   float loss = 0.0f;
   size_t tokens = 0, moved_before = 0;  // host-tier bytes moved by the micro-batches before the last
+  // Gradient accumulation on the device: each micro-batch's backward starts from its share of the
+  // step's loss tokens and adds into the parameters' gradient buffers, so the buffers end holding
+  // the gradient of the step's mean loss. Host-tier gradients (fresh device blocks each backward)
+  // are summed on the host instead (GradAccumulator).
+  const bool host_grads = std::any_of(model_.params().begin(), model_.params().end(),
+                                      [](const Parameter& p) { return p.trainable && p.host_grad != Parameter::kDevice; });
+  auto counted = [](const Batch& b) {
+    return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
+  };
   if (micro.size() == 1) {
     loss = run(micro[0], true, nullptr);
+  } else if (!host_grads) {
+    struct Restore {
+      Tape& t;
+      ~Restore() {
+        t.set_loss_seed(Tape::kLossSeed);
+        t.set_accumulate_param_grads(false);
+      }
+    } restore{tape_};
+    long total = 0;
+    for (const Batch& b : micro) total += counted(b);
+    double loss_sum = 0;
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : 1.0f / float(micro.size());
+      tape_.set_loss_seed(w);
+      tape_.set_accumulate_param_grads(i > 0);
+      const float li = run(micro[i], true, nullptr);
+      if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
+      loss_sum += double(w) * double(li);
+    }
+    loss = float(loss_sum);
   } else {
     if (!accum_) accum_ = std::make_unique<GradAccumulator>(be_, model_, optimizer_);
-    auto counted = [](const Batch& b) {
-      return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
-    };
     long total = 0;
     for (const Batch& b : micro) total += counted(b);
     double loss_sum = 0;

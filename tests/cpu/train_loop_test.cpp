@@ -174,6 +174,60 @@ TEST(GradAccumulation, GradientMatchesOneBatchOfAllTheRows) {
   EXPECT_LT(worst, 5e-6) << "largest difference relative to the parameter's largest gradient";
 }
 
+// Accumulation on the device (what Trainer::step does when no gradient lives on the host tier):
+// each micro-batch's backward starts from its token share and adds into the gradient buffers.
+TEST(GradAccumulation, OnTheDeviceMatchesOneBatchOfAllTheRows) {
+  TrainConfig cfg;
+  Rig r = make_rig(cfg);
+  TokenRows rows(synthetic_tokens(400, tiny_config().vocab_size, 5), 16);
+  Batch all{4, 16, {}, {}};
+  std::vector<Batch> micro(4);
+  long counted[4] = {0, 0, 0, 0}, total = 0;
+  for (int i = 0; i < 4; ++i) {
+    micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
+    rows.row(i, micro[size_t(i)].inputs.data(), micro[size_t(i)].targets.data());
+    for (int t = 0; t < 2 * i; ++t) micro[size_t(i)].targets[size_t(t)] = -1;  // unequal token counts
+    for (int32_t x : micro[size_t(i)].targets) counted[i] += x >= 0;
+    total += counted[i];
+    all.inputs.insert(all.inputs.end(), micro[size_t(i)].inputs.begin(), micro[size_t(i)].inputs.end());
+    all.targets.insert(all.targets.end(), micro[size_t(i)].targets.begin(), micro[size_t(i)].targets.end());
+  }
+  Optimizer& opt = r.trainer->optimizer();
+  r.trainer->compute_gradients(all);
+  std::vector<std::vector<float>> want;
+  for (const Parameter& p : r.model->params()) {
+    want.emplace_back(size_t(p.shape.numel()));
+    if (p.trainable) opt.download_grad(p, want.back().data());
+  }
+  Tape& tape = r.trainer->tape();
+  for (int i = 0; i < 4; ++i) {
+    tape.set_loss_seed(float(double(counted[i]) / double(total)));
+    tape.set_accumulate_param_grads(i > 0);
+    r.trainer->compute_gradients(micro[size_t(i)]);
+  }
+  tape.set_loss_seed(Tape::kLossSeed);
+  tape.set_accumulate_param_grads(false);
+  double worst = 0;
+  for (size_t j = 0; j < r.model->params().size(); ++j) {
+    const Parameter& p = r.model->params()[j];
+    if (!p.trainable) continue;
+    std::vector<float> got(size_t(p.shape.numel()));
+    opt.download_grad(p, got.data());
+    float scale = 0;
+    for (float x : want[j]) scale = std::max(scale, std::fabs(x));
+    ASSERT_GT(scale, 0.0f) << p.name;
+    for (size_t e = 0; e < got.size(); ++e)
+      worst = std::max(worst, std::fabs(double(got[e]) - want[j][e]) / double(scale));
+  }
+  EXPECT_LT(worst, 5e-6) << "largest difference relative to the parameter's largest gradient";
+  // A host-tier gradient has a fresh block each backward: it cannot accumulate there.
+  TrainConfig host;
+  host.plan.set_state_offloading("all", "test");
+  Rig h = make_rig(host);
+  h.trainer->tape().set_accumulate_param_grads(true);
+  EXPECT_THROW(h.trainer->compute_gradients(micro[0]), Error);
+}
+
 // The accumulator's own arithmetic, bit for bit: after micro-batches with weights w_i the gradient
 // is ((w_1 g_1 + w_2 g_2) + w_3 g_3), each g_i the gradient of that micro-batch alone; the same on
 // the host tier (gradients and moments there) as on the device.
