@@ -35,6 +35,7 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.page_frozen_layers = cfg.layer_offloading;
   mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
   mo.recipe = cfg.recipe;
+  mo.mlp_tiles = std::max(1, cfg.mlp_tiles);  // auto (0) is untiled unless the planner wrote a count
   return mo;
 }
 

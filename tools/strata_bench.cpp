@@ -32,7 +32,7 @@ static const char* kUsage =
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
-    "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N]\n"
+    "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N] [--eager-update]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
@@ -42,7 +42,8 @@ static const char* kUsage =
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (strata-train's mlp_tiles; --config's applies unless given;\n"
     "auto or absent: untiled).\n"
-    "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n";
+    "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n"
+    "--eager-update: host-tier state is updated right after backward instead of in the next forward, for A/B runs.\n";
 
 int main(int argc, char** argv) {
   try {
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
                  "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
                  "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
                  "master-weights", "optimizer-state", "mlp-tiles"},
-                {"help", "layer-offloading", "loss-recompute"});
+                {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
       to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
     if (a.has("state-offloading")) to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
+    to.optimizer.defer_update = !a.has("eager-update");
     mo.state_plan = to.plan;
     mo.recipe = tc.recipe;
     if (a.has("master-weights")) mo.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");

@@ -61,6 +61,13 @@ TEST(LrSchedule, ValuesAtKnownSteps) {
   EXPECT_EQ(resolve_warmup(0, 0.0, 100), 0);
 }
 
+TEST(TrainLoop, TheModelGetsTheConfigsMlpTiles) {
+  TrainConfig cfg;
+  EXPECT_EQ(model_options(cfg).mlp_tiles, 1) << "auto: untiled";
+  cfg.mlp_tiles = 4;
+  EXPECT_EQ(model_options(cfg).mlp_tiles, 4);
+}
+
 TEST(TrainLoop, UsesTheScheduleItResolves) {
   TrainConfig cfg;
   cfg.seq = 16;
