@@ -284,8 +284,7 @@ class LmHeadCeGradOp final : public Op {
     be.lm_head_ce_fwd_grad(a.out[0], a.out[1], a.gin[1], a.in[0], a.in[1], a.in[2], chunk_, seed_, a.acc[1]);
   }
   void backward(Backend& be, const OpArgs& a) override {
-    if (a.gin[0].defined())
-      be.lm_head_ce_bwd_saved(a.gin[0], a.gout[0], a.out[1], seed_, dw_written_, a.acc[0]);
+    if (a.gin[0].defined()) be.lm_head_ce_bwd_saved(a.gin[0], a.gout[0], a.out[1], seed_, dw_written_, a.acc[0]);
   }
   bool saves_input(int) const override { return false; }
   bool saves_output(int i) const override { return i == 1; }

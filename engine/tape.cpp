@@ -339,8 +339,8 @@ void Tape::forward() {
   if (accumulate_params_)
     for (auto& v : values_) {
       if (!v.external) continue;
-      STRATA_CHECK(!v.lazy_grad, fmt::format("parameter '{}': a host-tier gradient cannot accumulate on the device",
-                                             v.cls));
+      STRATA_CHECK(!v.lazy_grad,
+                   fmt::format("parameter '{}': a host-tier gradient cannot accumulate on the device", v.cls));
       v.grad_written = v.grad_sink.defined();  // the first write adds to the buffer's gradient
     }
   auto after_last_use = [&](VId id) {

@@ -383,8 +383,8 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
   DatasetRows out;
   for (const DatasetSpec& d : cfg.datasets) {
     const DatasetLoad ld = load_dataset(d, tok, tokenizer_dir, stderr);
-    const RowStats st =
-        lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs, out.targets, chunks_rows(d));
+    const RowStats st = lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs,
+                                 out.targets, chunks_rows(d));
     if (info)
       std::fprintf(
           info,

@@ -103,6 +103,26 @@ Tensor Optimizer::grad_sink(VId u) {
 }
 
 void Optimizer::grads_final(const std::vector<VId>& ids) {
+  if (comm_ && reduce_ && comm_->world() > 1) {
+    CommTicket t = 0;
+    for (VId u : ids) t = comm_->all_reduce(tape_->value(u).grad_sink);
+    reducing_.push_back({ids, t});
+    drain_reducing(1);
+    return;
+  }
+  finish_group(ids);
+}
+
+void Optimizer::drain_reducing(size_t keep) {
+  while (reducing_.size() > keep) {
+    // The last collective of the group: a communicator's collectives complete in call order.
+    comm_->wait_compute(reducing_.front().ticket);
+    finish_group(reducing_.front().ids);
+    reducing_.pop_front();
+  }
+}
+
+void Optimizer::finish_group(const std::vector<VId>& ids) {
   std::vector<Tensor> grads;
   for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
   be_.grad_norm_sq_list(norm_sq(), grads);
@@ -272,6 +292,7 @@ void Optimizer::download(const Chunk& c, const Buffer& staging) {
 }
 
 void Optimizer::end_backward() {
+  drain_reducing(0);
   free_pending(0);  // every host-tier gradient is on its way to the host; the blocks go back
   for (auto& b : lazy_grads_) b.reset();
 }
@@ -369,6 +390,12 @@ void Optimizer::reset() noexcept {
     // Error paths must not throw; a failed transfer has already been reported.
   }
   last_up_ = last_down_ = 0;
+  try {
+    if (comm_ && !reducing_.empty()) comm_->wait_host(reducing_.back().ticket);
+  } catch (...) {
+    // A failed collective has already been reported.
+  }
+  reducing_.clear();
   // A pending update keeps its progress: its computed chunks are applied, the rest upload again.
   for (auto& b : upd_.staging) b.reset();
   pending_.clear();

@@ -29,6 +29,7 @@
 #include <deque>
 #include <vector>
 
+#include "engine/comm.h"
 #include "engine/tape.h"
 #include "model/llama.h"
 
@@ -37,7 +38,7 @@ namespace strata {
 struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
-  bool defer_update = true;                       // streamed updates wait for the next forward (above)
+  bool defer_update = true;                      // streamed updates wait for the next forward (above)
 };
 
 struct OptimizerStats {
@@ -74,6 +75,14 @@ class Optimizer {
 
   Tensor norm_sq() const { return norms_[cur_].view(); }
   const OptimizerStats& stats() const { return stats_; }
+  // Data parallel: with a communicator of several ranks, a backward that set_reduce(true) marked
+  // sums each gradient over the ranks (all_reduce, on the communicator's stream) as it becomes final,
+  // one collective per parameter, grouped as the tape reports them. A group's norm and host copies
+  // wait for its collective one group later (so it overlaps the next group's backward compute) and
+  // end_backward waits for the rest: the norm is the global gradient's, summed in the same order on
+  // every rank, so every rank clips and updates the same.
+  void set_comm(Communicator* c) { comm_ = c; }
+  void set_reduce(bool on) { reduce_ = on; }
   // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel]).
   void download_grad(const Parameter& p, float* dst);
 
@@ -109,6 +118,8 @@ class Optimizer {
   void before_node(int node);
   Tensor grad_sink(VId u);
   void grads_final(const std::vector<VId>& ids);
+  void finish_group(const std::vector<VId>& ids);  // the norm and host copies of final gradients
+  void drain_reducing(size_t keep);                // finishes reduced groups until `keep` are left
   void free_pending(size_t keep_bytes);
   std::vector<Chunk> plan_chunks() const;
   void upload(const Chunk& c, const Buffer& staging, CopyTicket& last);
@@ -126,7 +137,14 @@ class Optimizer {
   Buffer norms_[2];  // this step's squared norm, and a pending update's (the previous step's)
   int cur_ = 0;
   Update upd_;
-  bool model_alive_ = true;  // cleared by the model's destructor (a Trainer may outlive its model)
+  bool model_alive_ = true;
+  Communicator* comm_ = nullptr;
+  bool reduce_ = false;
+  struct Reducing {
+    std::vector<VId> ids;
+    CommTicket ticket;
+  };
+  std::deque<Reducing> reducing_;   // cleared by the model's destructor (a Trainer may outlive its model)
   std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step
   std::deque<Pending> pending_;
   size_t pending_bytes_ = 0;

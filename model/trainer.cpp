@@ -19,6 +19,7 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
   store_ = std::make_unique<SlotStore>(be_, opt_.tiers);
   tape_.set_store(store_.get());
   optimizer_.install(tape_);
+  optimizer_.set_comm(opt_.comm);
   // A model that pages its frozen layers is driven from this tape's node hook.
   pager_ = model_.pager_handle();
   if (auto pager = pager_.lock()) pager->install(tape_);
@@ -135,6 +136,15 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   return rows;
 }
 
+std::array<float, 2> Trainer::all_reduce_host(const float (&v)[2]) {
+  Buffer b(be_.arena(), DType::f32, Shape{2}, "comm.scalars");
+  be_.upload_f32(b.view(), v);
+  opt_.comm->wait_host(opt_.comm->all_reduce(b.view()));
+  std::array<float, 2> out{};
+  be_.download_f32(out.data(), b.view());
+  return out;
+}
+
 float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) {
   return run(b, true, logits);
 }
@@ -162,33 +172,56 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   // step's loss tokens and adds into the parameters' gradient buffers, so the buffers end holding
   // the gradient of the step's mean loss. Host-tier gradients (fresh device blocks each backward)
   // are summed on the host instead (GradAccumulator).
-  const bool host_grads = std::any_of(model_.params().begin(), model_.params().end(),
-                                      [](const Parameter& p) { return p.trainable && p.host_grad != Parameter::kDevice; });
+  const bool host_grads = std::any_of(model_.params().begin(), model_.params().end(), [](const Parameter& p) {
+    return p.trainable && p.host_grad != Parameter::kDevice;
+  });
   auto counted = [](const Batch& b) {
     return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
   };
-  if (micro.size() == 1) {
+  // Data parallel: each rank brings its own micro-batches of the step; the token shares are of the
+  // step's tokens over every rank, and the last backward sums the gradients over the ranks.
+  const int world = opt_.comm ? opt_.comm->world() : 1;
+  long total = 0;
+  for (const Batch& b : micro) total += counted(b);
+  if (world > 1) {
+    if (host_grads && micro.size() > 1)
+      STRATA_THROW(UnsupportedError,
+                   "data parallel with gradient accumulation needs the gradients on the device: "
+                   "state_offloading 'all' (or a state_plan moving '*.grad' to the host) sums micro-batches on "
+                   "the host, which is not reduced across ranks; use state_offloading: master or fewer");
+    // Counts are exact in f32 up to 2^24; split in two so sums stay exact up to 2^36 tokens.
+    const float parts[2] = {float(total >> 12), float(total & 4095)};
+    const std::array<float, 2> sum = all_reduce_host(parts);
+    total = (long(sum[0]) << 12) + long(sum[1]);
+  }
+  if (micro.size() == 1 && world == 1) {
     loss = run(micro[0], true, nullptr);
-  } else if (!host_grads) {
+  } else if (!host_grads || micro.size() == 1) {
     struct Restore {
       Tape& t;
+      Optimizer& o;
       ~Restore() {
         t.set_loss_seed(Tape::kLossSeed);
         t.set_accumulate_param_grads(false);
+        o.set_reduce(false);
       }
-    } restore{tape_};
-    long total = 0;
-    for (const Batch& b : micro) total += counted(b);
+    } restore{tape_, optimizer_};
+    const double all_micro = double(micro.size()) * world;
     double loss_sum = 0;
     for (size_t i = 0; i < micro.size(); ++i) {
-      const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : 1.0f / float(micro.size());
+      const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : float(1.0 / all_micro);
       tape_.set_loss_seed(w);
       tape_.set_accumulate_param_grads(i > 0);
+      optimizer_.set_reduce(i + 1 == micro.size());
       const float li = run(micro[i], true, nullptr);
       if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
       loss_sum += double(w) * double(li);
     }
     loss = float(loss_sum);
+    if (world > 1) {
+      const float parts[2] = {loss, 0.0f};
+      loss = all_reduce_host(parts)[0];  // the step's mean loss over every rank's tokens
+    }
   } else {
     if (!accum_) accum_ = std::make_unique<GradAccumulator>(be_, model_, optimizer_);
     long total = 0;

@@ -1,6 +1,7 @@
 // One training step on the tape: upload the batch, record the graph, apply the memory plan,
 // forward, backward, clip, AdamW. The tape is cleared after every step, also when it throws.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,6 +20,10 @@ struct TrainOptions {
   Plan plan = Plan::keep_everything();
   TierOptions tiers;           // host/disk tiers: offload directory, in-flight and prefetch bounds
   OptimizerOptions optimizer;  // streaming of host-tier state (ModelOptions::state_plan)
+  // Data parallel: the ranks' communicator (null or one rank: none). Every rank builds the same
+  // model and calls step() with its own micro-batches; gradients are summed over the ranks before
+  // the norm, so every rank clips and updates alike (model/optimizer.h).
+  Communicator* comm = nullptr;
 };
 
 struct StepStats {
@@ -88,6 +93,7 @@ class Trainer {
 
  private:
   void upload(const Batch& b);
+  std::array<float, 2> all_reduce_host(const float (&v)[2]);  // summed over the ranks (comm)
   float run(const Batch& b, bool with_backward, std::vector<float>* logits);
 
   Backend& be_;

@@ -1,0 +1,166 @@
+// Data parallel on the cpu communicator (ranks as threads, engine/comm.h): N ranks, each with its own
+// backend and model and its slice of every global batch, against one rank training on the whole
+// global batch. Same losses and weights to float rounding (the ranks' sums of the gradient are
+// another summation order than one GEMM over all the rows), every rank bit-identical to the others,
+// with clipping active on every step, gradient accumulation, unequal token counts and the state on
+// the host tier.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "engine/comm.h"
+#include "model/data.h"
+#include "model/row_data.h"
+#include "model/trainer.h"
+#include "tests/cpu/tiny_model.h"
+
+using namespace strata;
+
+namespace {
+
+constexpr int kSteps = 3, kRows = 4, kSeq = 16;
+
+struct RankRun {
+  std::vector<float> losses, norms;
+  std::vector<std::vector<float>> weights;
+};
+
+// Global batch of step s: rows s*kRows .. s*kRows + kRows - 1, row r with its first 2r targets
+// ignored (unequal token counts between ranks and micro-batches).
+Batch rows_of(const TokenRows& rows, int step, int first, int n) {
+  Batch b{n, kSeq, std::vector<int32_t>(size_t(n) * kSeq), std::vector<int32_t>(size_t(n) * kSeq)};
+  for (int i = 0; i < n; ++i) {
+    const int r = first + i;
+    rows.row(step * kRows + r, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
+    for (int t = 0; t < 2 * r; ++t) b.targets[size_t(i * kSeq + t)] = -1;
+  }
+  return b;
+}
+
+// One rank of `world` (comm null: alone, the whole batch): rows [rank * per, (rank + 1) * per) of each
+// global batch, in `accum` micro-batches.
+RankRun train(Communicator* comm, int world, int rank, int accum, const char* state) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  Plan plan = Plan::keep_everything();
+  plan.set_state_offloading(state, "test");
+  ModelOptions mo;
+  mo.state_plan = plan;
+  LlamaModel model(*be, test_util::tiny_config(), mo);
+  model.init_random(7);
+  TrainOptions to;
+  to.adam.lr = 1e-2f;
+  to.adam.weight_decay = 0.1f;
+  to.max_grad_norm = 0.05f;  // clipping on every step
+  to.plan = plan;
+  to.comm = comm;
+  Trainer tr(*be, model, to);
+  TokenRows rows(synthetic_tokens(2000, test_util::tiny_config().vocab_size, 5), kSeq);
+  const int per = kRows / world, per_micro = per / accum;
+  RankRun out;
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<Batch> micro;
+    for (int m = 0; m < accum; ++m) micro.push_back(rows_of(rows, s, rank * per + m * per_micro, per_micro));
+    const StepStats st = tr.step(micro, 1e-2f);
+    out.losses.push_back(st.loss);
+    out.norms.push_back(st.grad_norm);
+  }
+  model.sync_state();
+  for (const Parameter& p : model.params()) {
+    std::vector<float> h(size_t(p.shape.numel()));
+    be->download_f32(h.data(), p.value());
+    out.weights.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<RankRun> train_ranks(int world, int accum, const char* state) {
+  CpuGroup group(world, 60);
+  std::vector<RankRun> runs(static_cast<size_t>(world));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = make_cpu_communicator(group, r);
+        runs[size_t(r)] = train(comm.get(), world, r, accum, state);
+      } catch (...) {
+        errors[size_t(r)] = std::current_exception();
+        group.abort("rank failed");
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return runs;
+}
+
+void expect_close(const RankRun& one, const RankRun& dp, const std::string& what) {
+  ASSERT_EQ(one.losses.size(), dp.losses.size());
+  for (size_t s = 0; s < one.losses.size(); ++s) {
+    EXPECT_NEAR(one.losses[s], dp.losses[s], 2e-6f * std::fabs(one.losses[s])) << what << " loss, step " << s;
+    EXPECT_NEAR(one.norms[s], dp.norms[s], 1e-5f * one.norms[s]) << what << " norm, step " << s;
+  }
+  double worst = 0, sum_sq = 0;
+  long n = 0;
+  for (size_t i = 0; i < one.weights.size(); ++i)
+    for (size_t e = 0; e < one.weights[i].size(); ++e) {
+      const double d = std::fabs(double(one.weights[i][e]) - dp.weights[i][e]);
+      worst = std::max(worst, d);
+      sum_sq += d * d;
+      ++n;
+    }
+  // As gradient accumulation's test: Adam moves an element whose gradient is near 0 by up to lr
+  // whatever its rounding, so the worst element is bounded loosely and the mean tightly.
+  EXPECT_LT(worst, 2e-4) << what;
+  EXPECT_LT(std::sqrt(sum_sq / double(n)), 2e-6) << what;
+}
+
+void expect_ranks_identical(const std::vector<RankRun>& runs, const std::string& what) {
+  for (size_t r = 1; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].weights.size(), runs[0].weights.size());
+    EXPECT_EQ(std::memcmp(runs[r].losses.data(), runs[0].losses.data(), runs[0].losses.size() * 4), 0)
+        << what << ": rank " << r << "'s losses";
+    for (size_t i = 0; i < runs[0].weights.size(); ++i)
+      EXPECT_EQ(std::memcmp(runs[r].weights[i].data(), runs[0].weights[i].data(), runs[0].weights[i].size() * 4), 0)
+          << what << ": rank " << r << ", parameter " << i;
+  }
+}
+
+}  // namespace
+
+TEST(DataParallel, RanksMatchOneRankOnTheGlobalBatch) {
+  const RankRun one = train(nullptr, 1, 0, 1, "none");
+  struct Case {
+    int world, accum;
+    const char* state;
+  };
+  for (const Case c : {Case{2, 1, "none"}, Case{4, 1, "none"}, Case{2, 2, "none"}, Case{2, 1, "optimizer"},
+                       Case{2, 2, "master"}, Case{2, 1, "all"}}) {
+    const std::string what = fmt::format("{} ranks, {} micro-batches, state on host: {}", c.world, c.accum, c.state);
+    const std::vector<RankRun> runs = train_ranks(c.world, c.accum, c.state);
+    expect_ranks_identical(runs, what);
+    expect_close(one, runs[0], what);
+  }
+}
+
+TEST(DataParallel, AccumulationWithHostGradientsIsRefusedNamingTheSetting) {
+  try {
+    train_ranks(2, 2, "all");
+    FAIL() << "expected an UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("state_offloading"), std::string::npos) << e.what();
+  }
+}
+
+// One rank with a communicator of one is the single-process path, bit for bit.
+TEST(DataParallel, AWorldOfOneIsBitIdenticalToNoCommunicator) {
+  CpuGroup group(1, 10);
+  auto comm = make_cpu_communicator(group, 0);
+  const RankRun a = train(nullptr, 1, 0, 1, "none");
+  const RankRun b = train(comm.get(), 1, 0, 1, "none");
+  expect_ranks_identical({a, b}, "world of one");
+}
