@@ -52,6 +52,9 @@ void Backend::copy_wait_host(CopyTicket) {
 void Backend::copy_wait_compute(CopyTicket) {
   no_tiers(*this);
 }
+void Backend::copy_wait_lane(CopyLane, CopyTicket t) {
+  copy_wait_compute(t);
+}
 void Backend::upload_master(Tensor, Tensor, const float*) {
   throw UnsupportedError(fmt::format("the {} backend keeps whole f32 masters (no split masters)", name()));
 }

@@ -101,6 +101,9 @@ class Backend {
   virtual bool copy_done(CopyTicket t);          // polls, never blocks
   virtual void copy_wait_host(CopyTicket t);     // the host blocks until the copy landed
   virtual void copy_wait_compute(CopyTicket t);  // the compute stream waits; the host does not
+  // Copies issued on `lane` from now on start after copy t (of the other lane) landed; neither the
+  // compute stream nor the host waits. (Default: copy_wait_compute, correct but it stalls compute.)
+  virtual void copy_wait_lane(CopyLane lane, CopyTicket t);
   // The disk tier's file of `bytes` inside `dir`: by default a real io::UringFile (io_uring, O_DIRECT); the sim
   // backend returns one that moves no bytes and only costs time. IoError naming the path on failure.
   virtual std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes);

@@ -373,6 +373,11 @@ class CudaBackend final : public Backend {
     auto it = in_flight_.find(t);
     if (it != in_flight_.end()) STRATA_CUDA(cudaStreamWaitEvent(s(), it->second.done.get(), 0));
   }
+  void copy_wait_lane(CopyLane lane, CopyTicket t) override {
+    auto it = in_flight_.find(t);
+    if (it != in_flight_.end())
+      STRATA_CUDA(cudaStreamWaitEvent(copy_streams_[size_t(lane)].get(), it->second.done.get(), 0));
+  }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
     OpProfiler::Scope prof_(&prof_data_, "embedding_fwd", s());

@@ -149,6 +149,9 @@ class SimBackendImpl final : public SimBackend {
     wait_until(copy_end(t), times_.copy_wait_s);
   }
   void copy_wait_compute(CopyTicket t) override { compute_after_ = std::max(compute_after_, copy_end(t)); }
+  void copy_wait_lane(CopyLane lane, CopyTicket t) override {
+    if (cuda()) copy_free_[size_t(lane)] = std::max(copy_free_[size_t(lane)], copy_end(t));
+  }
 
   // --- the disk tier (SimDiskFile over one serial disk queue).
   std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes) override {

@@ -309,12 +309,12 @@ void Optimizer::advance(size_t upto) {
     std::fill(std::begin(u.out), std::end(u.out), CopyTicket(0));
   }
   // Uploads run up to ns chunks ahead of the compute. An upload into a block must follow the
-  // download out of it, which runs on the other lane: the compute stream waits for that download
-  // (copies wait on compute).
+  // download out of it, which runs on the other lane: the upload lane waits for that download (the
+  // compute stream does not, so forward goes on meanwhile).
   auto upload_ahead = [&] {
     for (; u.uploaded < u.chunks.size() && u.uploaded < u.computed + ns; ++u.uploaded) {
       const size_t s = u.uploaded % kStaging;
-      if (u.out[s]) be_.copy_wait_compute(u.out[s]);
+      if (u.out[s]) be_.copy_wait_lane(CopyLane::main, u.out[s]);
       upload(u.chunks[u.uploaded], u.staging[s], u.in[s]);
     }
   };
