@@ -38,7 +38,7 @@ namespace strata {
 struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
-  bool defer_update = true;                      // streamed updates wait for the next forward (above)
+  bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients
 };
 
 struct OptimizerStats {

@@ -32,6 +32,7 @@ struct Result {
   std::vector<float> eval_losses;
   size_t peak = 0, host_peak = 0, persistent = 0, state_host = 0, moved = 0;
   bool pending_after_last_step = false;
+  bool host_grads = false;  // some gradient lives on the host tier (no deferral then)
 };
 
 Plan with_state(Plan p, std::vector<std::pair<std::string, Decision>> state) {
@@ -76,6 +77,7 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
     r.moved += st.state_bytes_moved;
   }
   r.pending_after_last_step = tr.optimizer().pending();
+  for (const Parameter& p : model.params()) r.host_grads = r.host_grads || p.host_grad != Parameter::kDevice;
   model.sync_state();  // the last step's deferred update (model/optimizer.h)
   for (auto& p : model.params()) {
     std::vector<float> h(size_t(p.shape.numel()));
@@ -161,12 +163,12 @@ TEST(StateTiers, DeferredUpdateIsBitIdenticalToTheUndeferredOne) {
       const Result now = run(plan, 4, size_t(1) << 20, false, rc, test_util::tiny_config(), false, true);
       const Result later = run(plan, 4, size_t(1) << 20, false, rc, test_util::tiny_config(), true, true);
       EXPECT_FALSE(now.pending_after_last_step) << what;
-      EXPECT_TRUE(later.pending_after_last_step) << what;
+      EXPECT_EQ(later.pending_after_last_step, !later.host_grads) << what;
       expect_identical(now, later, what);
       ASSERT_EQ(now.eval_losses.size(), 3u);
       EXPECT_EQ(std::memcmp(now.eval_losses.data(), later.eval_losses.data(), 3 * sizeof(float)), 0) << what;
       // The deferred run moved its last step's state at sync_state, after the count: less.
-      EXPECT_LT(later.moved, now.moved) << what;
+      if (!later.host_grads) EXPECT_LT(later.moved, now.moved) << what;
       if (os == OptimizerState::fp32) {
         EXPECT_EQ(std::memcmp(now.eval_losses.data(), keep.eval_losses.data(), 3 * sizeof(float)), 0) << what;
         expect_identical(keep, later, what + " against keep-everything");
