@@ -64,7 +64,7 @@ constexpr bool STRATA_NCCL_BUILT = true;
 constexpr bool STRATA_NCCL_BUILT = false;
 #endif
 
-float value(int rank, int64_t i, int seed) {
+[[maybe_unused]] float value(int rank, int64_t i, int seed) {
   uint32_t s = uint32_t(i * 2654435761u + uint32_t(rank) * 40503u + uint32_t(seed) * 977u);
   s ^= s >> 13, s *= 0x5bd1e995u, s ^= s >> 15;
   return (float(s & 0xffff) / 65536.0f - 0.5f) * 4.0f;
