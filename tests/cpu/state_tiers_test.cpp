@@ -168,7 +168,9 @@ TEST(StateTiers, DeferredUpdateIsBitIdenticalToTheUndeferredOne) {
       ASSERT_EQ(now.eval_losses.size(), 3u);
       EXPECT_EQ(std::memcmp(now.eval_losses.data(), later.eval_losses.data(), 3 * sizeof(float)), 0) << what;
       // The deferred run moved its last step's state at sync_state, after the count: less.
-      if (!later.host_grads) EXPECT_LT(later.moved, now.moved) << what;
+      if (!later.host_grads) {
+        EXPECT_LT(later.moved, now.moved) << what;
+      }
       if (os == OptimizerState::fp32) {
         EXPECT_EQ(std::memcmp(now.eval_losses.data(), keep.eval_losses.data(), 3 * sizeof(float)), 0) << what;
         expect_identical(keep, later, what + " against keep-everything");
