@@ -81,6 +81,9 @@ class Backend {
   virtual void fill(Tensor t, float value) = 0;
   // Blocks until all queued work finished (a step boundary; never inside a step).
   virtual void synchronize() {}
+  // The compute stream as the device API knows it (cudaStream_t on cuda; null elsewhere), for a
+  // communicator that orders its collectives after compute (engine/comm.h).
+  virtual void* native_stream() { return nullptr; }
   // Device memory in use by the whole process as the driver sees it (cudaMemGetInfo: total -
   // free), beside the arena's own accounting; 0 where there is no such device.
   virtual size_t device_used_bytes() { return 0; }

@@ -373,6 +373,7 @@ class CudaBackend final : public Backend {
     auto it = in_flight_.find(t);
     if (it != in_flight_.end()) STRATA_CUDA(cudaStreamWaitEvent(s(), it->second.done.get(), 0));
   }
+  void* native_stream() override { return s(); }
   void copy_wait_lane(CopyLane lane, CopyTicket t) override {
     auto it = in_flight_.find(t);
     if (it != in_flight_.end())

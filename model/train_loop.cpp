@@ -71,7 +71,7 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
   STRATA_CHECK(rows_.seq() == cfg.seq, "rows of another sequence_len than the config's");
-  const long per_step = long(cfg.batch) * cfg.grad_accum;
+  const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.world();  // rows over every rank
   if (!cfg.steps_given && cfg.num_epochs > 0) {
     const double steps = std::ceil(double(cfg.num_epochs) * double(split_.train.size()) / double(per_step));
     if (steps > 2147483647.0)
@@ -90,7 +90,20 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
   metrics_path_ = !cfg.metrics_file.empty() ? cfg.metrics_file
                   : !cfg.output_dir.empty() ? cfg.output_dir + "/metrics.jsonl"
                                             : std::string();
+  if (trainer.rank() != 0) metrics_path_.clear();  // rank 0 writes the run's files
 }
+
+namespace {
+// Rows [rank * n, (rank + 1) * n) of a batch of several ranks' rows.
+Batch rank_rows(Batch all, int rank, int n) {
+  if (all.B == n) return all;
+  Batch b{n, all.T, {}, {}};
+  const auto first = long(rank) * n * all.T, count = long(n) * all.T;
+  b.inputs.assign(all.inputs.begin() + first, all.inputs.begin() + first + count);
+  b.targets.assign(all.targets.begin() + first, all.targets.begin() + first + count);
+  return b;
+}
+}  // namespace
 
 float TrainLoop::evaluate() {
   double sum = 0;
@@ -133,6 +146,7 @@ void TrainLoop::metrics_line(const std::string& line) {
 }
 
 std::string TrainLoop::save(int step, float loss) {
+  if (trainer_.rank() != 0) return {};  // every rank holds the same weights and state: rank 0 writes them
   CheckpointState st;
   st.step = step;
   st.data = sampler_.position();
@@ -187,8 +201,10 @@ LoopResult TrainLoop::run() {
   double window_sum = 0;
   int window_n = 0;
   std::vector<Batch> micro(static_cast<size_t>(k));
+  const int world = trainer_.world(), rank = trainer_.rank();
   for (int step = start + 1; step <= total_; ++step) {
-    for (Batch& b : micro) b = sampler_.next(rows_, cfg_.batch);
+    // Every rank draws the same global micro-batches (the same sampler and seed) and keeps its rows.
+    for (Batch& b : micro) b = rank_rows(sampler_.next(rows_, cfg_.batch * world), rank, cfg_.batch);
     const float lr = scheduled_lr(cfg_.lr_scheduler, cfg_.lr, step, total_, warmup_);
     const StepStats s = trainer_.step(micro, lr);
     r.steps_done = step;
@@ -256,7 +272,9 @@ LoopResult TrainLoop::run() {
         std::fflush(opt_.text);
       }
     }
-    const int stop = opt_.stop_requested ? opt_.stop_requested() : 0;
+    int stop = opt_.stop_requested ? opt_.stop_requested() : 0;
+    // The ranks stop together: a stop any rank saw stops every rank after this step.
+    if (world > 1 && trainer_.sum_over_ranks(stop ? 1.0f : 0.0f) > 0 && !stop) stop = SIGTERM;
     const bool periodic = cfg_.save_steps > 0 && step % cfg_.save_steps == 0;
     if (!cfg_.output_dir.empty() && (periodic || (stop && step < total_))) r.last_checkpoint = save(step, s.loss);
     if (stop && step < total_) {

@@ -145,6 +145,12 @@ std::array<float, 2> Trainer::all_reduce_host(const float (&v)[2]) {
   return out;
 }
 
+float Trainer::sum_over_ranks(float v) {
+  if (world() == 1) return v;
+  const float parts[2] = {v, 0.0f};
+  return all_reduce_host(parts)[0];
+}
+
 float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) {
   return run(b, true, logits);
 }
@@ -237,6 +243,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
     loss = float(loss_sum);
   }
   for (const Batch& b : micro) tokens += size_t(b.B) * size_t(b.T);
+  tokens *= size_t(world);  // every rank's micro-batches have the same shapes
   ++t_;
   AdamWParams ap = opt_.adam;
   ap.lr = lr;

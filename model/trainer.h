@@ -90,6 +90,11 @@ class Trainer {
   // Resuming from a checkpoint: AdamW's step counter (its bias correction) continues from `t`.
   void set_steps_done(int t) { t_ = t; }
   const TrainOptions& options() const { return opt_; }
+  // Data parallel: this rank and the number of ranks (1 without a communicator), and a value summed
+  // over the ranks (every rank must call it at the same point).
+  int rank() const { return opt_.comm ? opt_.comm->rank() : 0; }
+  int world() const { return opt_.comm ? opt_.comm->world() : 1; }
+  float sum_over_ranks(float v);
 
  private:
   void upload(const Batch& b);

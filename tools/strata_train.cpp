@@ -2,12 +2,15 @@
 // token file through the tape, with the memory plan from the YAML config.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
 
+#include "engine/comm.h"
+#include "engine/rendezvous.h"
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
@@ -24,6 +27,11 @@
 #include "model/trainer.h"
 #include "tools/backend_select.h"
 #include "tools/cli.h"
+#ifdef STRATA_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "kernels/comm_nccl.h"
+#endif
 
 using namespace strata;
 
@@ -121,9 +129,8 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --gpus N, torchrun, srun (model/launch.h): several ranks are refused until the trainer's data-parallel
-  // integration lands; the launcher, rendezvous and communicators are ready for it.
-  if (std::optional<int> rc = launch_hook(argc, argv, "strata-train", false)) return *rc;
+  // --gpus N, torchrun, srun (model/launch.h): one process per rank, data parallel (Trainer's comm).
+  if (std::optional<int> rc = launch_hook(argc, argv, "strata-train", true)) return *rc;
   TrainConfig cfg;
   bool json = false;
   try {
@@ -231,6 +238,25 @@ int main(int argc, char** argv) {
   }
 
   std::FILE* info = json ? stderr : stdout;  // with --json, stdout carries only the JSON lines
+  LaunchEnv env;
+  try {
+    env = read_launch_env();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata-train: %s\n", e.what());
+    return 2;
+  }
+  // Ranks other than 0 train silently (errors still reach stderr); rank 0 prints and writes files.
+  std::FILE* quiet = env.rank > 0 ? std::fopen("/dev/null", "w") : nullptr;
+  if (quiet) {
+    info = quiet;
+    json = false;
+  }
+  struct CloseQuiet {
+    std::FILE* f;
+    ~CloseQuiet() {
+      if (f) std::fclose(f);
+    }
+  } close_quiet{quiet};
   int stopped_by = 0;  // a signal that stopped the run: the process ends by it once everything is closed
   const int rc = [&]() -> int {
     try {
@@ -268,12 +294,36 @@ int main(int argc, char** argv) {
                      format_bytes(a.bytes).c_str(), format_bytes(a.high_water).c_str(),
                      format_bytes(a.headroom).c_str());
       }
+      std::unique_ptr<Rendezvous> rdv;  // before the backend and the communicator: they outlive neither
+      if (env.world > 1) {
+        rdv = Rendezvous::join(env.rendezvous());
+        std::fprintf(info, "data parallel: %d ranks (%s), %d on this node; rank 0 of %s:%d\n", env.world,
+                     env.launcher.c_str(), env.local_world, env.master_addr.c_str(), env.master_port);
+        if (be_name == "cuda") {
+#ifdef STRATA_HAVE_NCCL
+          if (cudaSetDevice(env.local_rank) != cudaSuccess)
+            throw UnsupportedError(fmt::format("rank {} cannot use GPU {} (LOCAL_RANK): {}", env.rank, env.local_rank,
+                                               cudaGetErrorString(cudaGetLastError())));
+#else
+          throw UnsupportedError(
+              "several ranks on the cuda backend need NCCL, which this build does not have (built without nccl.h)");
+#endif
+        }
+      }
       auto be = make_backend(be_name, cfg.device_budget_bytes);
+      std::unique_ptr<Communicator> comm;
+      if (env.world > 1) {
+#ifdef STRATA_HAVE_NCCL
+        if (be_name == "cuda")
+          comm = make_nccl_communicator(*rdv, NcclOptions{env.local_rank, be->native_stream(), env.timeout_s});
+#endif
+        if (!comm) comm = make_cpu_communicator(*rdv);
+      }
       if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
 
       const ModelOptions mo = model_options(cfg);
       LlamaModel model(*be, mc, mo);
-      if (!cfg.output_dir.empty()) {
+      if (!cfg.output_dir.empty() && env.rank == 0) {
         // Before loading and training: a save that cannot succeed must not cost the run. fp32
         // tensors (the adapters alone with LoRA) plus the header and config.json.
         const size_t saved = cfg.lora.enabled() ? model.trainable_count() : model.param_count();
@@ -284,7 +334,9 @@ int main(int argc, char** argv) {
       }
       model.load(cfg.model_dir);
 
-      Trainer trainer(*be, model, train_options(cfg));
+      TrainOptions to = train_options(cfg);
+      to.comm = comm.get();
+      Trainer trainer(*be, model, to);
       LoopOptions lo;
       lo.info = info;
       lo.text = json ? nullptr : stdout;
@@ -305,11 +357,13 @@ int main(int argc, char** argv) {
                        ? cfg.data_path.c_str()
                        : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
                    n_tokens, cfg.batch, cfg.seq, loop.total_steps(), double(cfg.lr));
-      if (cfg.grad_accum > 1 && be_name == "cuda")
+      const bool host_grads = std::any_of(model.params().begin(), model.params().end(), [](const Parameter& p) {
+        return p.trainable && p.host_grad != Parameter::kDevice;
+      });
+      if (cfg.grad_accum > 1 && be_name == "cuda" && host_grads)
         std::fprintf(stderr,
-                     "strata-train: note: gradient_accumulation_steps %d sums the gradients in host memory (%s) and "
-                     "moves %s of gradients each way per micro-batch; a larger micro_batch_size under a memory plan "
-                     "(--budget) avoids that traffic\n",
+                     "strata-train: note: gradient_accumulation_steps %d with the gradients on the host tier sums "
+                     "them in host memory (%s) and moves %s of gradients each way per micro-batch\n",
                      cfg.grad_accum, format_bytes(model.trainable_count() * sizeof(float)).c_str(),
                      format_bytes(model.trainable_count() * sizeof(float)).c_str());
       std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
@@ -372,7 +426,7 @@ int main(int argc, char** argv) {
       if (size_t used = be->device_used_bytes())
         std::fprintf(info, "device memory in use (cudaMemGetInfo, whole process incl. the arena reservation): %s\n",
                      format_bytes(used).c_str());
-      if (!cfg.output_dir.empty()) {
+      if (!cfg.output_dir.empty() && env.rank == 0) {  // every rank holds the same weights
         if (cfg.lora.enabled()) {
           model.save_lora(cfg.output_dir, cfg.model_dir);
           std::fprintf(info, "saved LoRA adapter (PEFT layout) to %s\n", cfg.output_dir.c_str());
