@@ -193,7 +193,8 @@ TEST_F(tools, plan_write_config_runs_alone_in_strata_train) {
 }
 
 TEST_F(tools, plan_max_seq_prints_the_longest_sequence) {
-  const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu --budget 64MiB ";
+  // Untiled: with MLP tiling the tiny model reaches the 16384 limit under this budget.
+  const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu --budget 64MiB --mlp-tiles 1 ";
   const std::string yaml = path("max_seq.yaml");
   Proc r = run(plan + "--max-seq --seq-limit 16384 --json --write-config " + quote(yaml));
   ASSERT_EQ(r.code, 0) << r.err;
