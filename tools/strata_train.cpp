@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
       Trainer trainer(*be, model, to);
       LoopOptions lo;
       lo.info = info;
-      lo.text = json ? nullptr : stdout;
+      lo.text = json || env.rank > 0 ? nullptr : stdout;  // rank 0 alone reports progress
       lo.json = json;
       lo.stop_requested = [] { return StopSignals::requested(); };
       TrainLoop loop(cfg, *be, model, trainer, std::move(*rows), lo);

@@ -379,6 +379,9 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
   const std::vector<double> a = json_losses(one), b = json_losses(two);
   ASSERT_EQ(a.size(), 4u) << one;
   ASSERT_EQ(b.size(), 4u) << "rank 0 alone prints its steps:\n" << two;
+  size_t stdout_lines = 0;
+  for (char c : two) stdout_lines += c == '\n';
+  EXPECT_EQ(stdout_lines, 4u) << "nothing but rank 0's four JSON lines on stdout:\n" << two;
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i + 1;
   EXPECT_EQ(::access((dir + "/out/model.safetensors").c_str(), R_OK), 0) << "rank 0 saves the model";
 }
