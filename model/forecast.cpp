@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "kernels/comm_sim.h"
 #include "model/shapes.h"
 
 namespace strata {
@@ -161,13 +162,18 @@ Forecast forecast(const ForecastRequest& r) {
     TrainOptions to;
     to.plan = r.plan;
     to.tiers = r.tiers;
+    if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
+    std::unique_ptr<SimCommunicator> comm;
+    if (r.gpus > 1) comm = make_sim_communicator(*be, 0, r.gpus);
+    to.comm = comm.get();
     Trainer trainer(*be, model, to);
     Batch batch = forecast_batch(r);
     be->reset_times();
     f.step_first_event = arena.events().size();
     f.persistent_bytes = arena.in_use();
     f.step_start_s = be->now_s();
-    size_t first_peak = 0;  // a first step's peak, where a second is the one reported
+    size_t first_peak = 0;     // a first step's peak, where a second is the one reported
+    double comm_before = 0.0;  // the collectives' busy time before the reported step
     auto steps = [&] {
       StepStats one = trainer.step(batch);
       if (!trainer.optimizer().pending()) return one;
@@ -175,6 +181,7 @@ Forecast forecast(const ForecastRequest& r) {
       // carries the previous one's, as every step of a run after the first does. It is the one
       // reported; the peak is the larger of the two.
       first_peak = one.peak_device_bytes;
+      comm_before = comm ? comm->times().busy_s : 0.0;
       be->reset_times();
       f.step_first_event = arena.events().size();
       f.step_start_s = be->now_s();
@@ -221,7 +228,8 @@ Forecast forecast(const ForecastRequest& r) {
       f.optimizer_s = end_s - opt0;
       f.recompute_s = t.recompute_s;
       f.kernels = t.kernels;
-      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq / f.step_s : 0.0;
+      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * r.gpus / f.step_s : 0.0;
+      if (comm) f.comm_busy_s = comm->times().busy_s - comm_before;
       for (int k = 0; k < int(OpKind::count_); ++k)
         if (t.op_s[size_t(k)] > 0) f.time_by_op.emplace_back(op_kind_name(OpKind(k)), t.op_s[size_t(k)]);
       if (t.memset_s > 0) f.time_by_op.emplace_back("memset", t.memset_s);

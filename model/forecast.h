@@ -38,6 +38,9 @@ struct ForecastRequest {
   bool layer_offloading = false;  // page the frozen layer weights from host (frozen or lora only)
   TierOptions tiers;              // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
   StateRecipe recipe;             // master_weights, optimizer_state (ModelOptions::recipe)
+  // Data-parallel ranks: the forecast is one rank's (each runs the same schedule on its batch rows),
+  // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
+  int gpus = 1;
 };
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
@@ -91,7 +94,8 @@ struct Forecast {
 
   // Time (model clock of the cost model).
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, recompute_s = 0;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0;  // every rank's tokens
+  double comm_busy_s = 0;   // data parallel: the collectives' timeline busy (overlapping compute)
   std::vector<std::pair<std::string, double>> time_by_op;  // seconds, largest first
   long kernels = 0;
 

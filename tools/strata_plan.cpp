@@ -31,7 +31,7 @@ static const char* kUsage =
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
-    "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
+    "                   [--gpus N] [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
@@ -53,6 +53,8 @@ static const char* kUsage =
     "--mlp-tiles N: each layer's MLP runs over N row tiles, so its [tokens x intermediate] tensors never\n"
     "exist whole (YAML mlp_tiles); auto (the default): untiled, but with --budget the planner tiles when\n"
     "nothing fits untiled (2, 4, ... 64 tiles).\n"
+    "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
+    "each, its gradients all-reduced at the profile's nccl_busbw_gbps; tokens/s counts every rank's.\n"
     "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
     "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
     "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
@@ -153,6 +155,8 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
   std::printf(
       "\nstep time %.4f s: forward %.4f s, backward %.4f s (recompute %.4f s), optimizer %.4f s | %.0f tokens/s\n",
       f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, f.tokens_per_s);
+  if (f.comm_busy_s > 0)
+    std::printf("  data parallel: gradient all-reduces busy %.4f s a step beside compute (per rank)\n", f.comm_busy_s);
   std::printf("  time by op:");
   for (auto& [op, s] : f.time_by_op) std::printf(" %s %.1f%%", op.c_str(), pct(s, f.step_s));
   std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
@@ -222,6 +226,7 @@ json forecast_json(const Forecast& f) {
           {"recompute_s", f.recompute_s},
           {"optimizer_s", f.optimizer_s},
           {"tokens_per_s", f.tokens_per_s},
+          {"comm_busy_s", f.comm_busy_s},
           {"time_by_op_s", t},
           {"kernels", f.kernels},
           {"recomputed_nodes", f.recomputed_nodes},
@@ -258,7 +263,7 @@ int main(int argc, char** argv) {
         "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
-    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles"});
+    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -300,6 +305,7 @@ int main(int argc, char** argv) {
     };
     req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
+    req.gpus = int_flag("gpus", 1, 1);
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);

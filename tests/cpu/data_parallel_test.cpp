@@ -14,6 +14,7 @@
 
 #include "engine/comm.h"
 #include "model/data.h"
+#include "model/forecast.h"
 #include "model/row_data.h"
 #include "model/trainer.h"
 #include "tests/cpu/tiny_model.h"
@@ -27,6 +28,7 @@ constexpr int kSteps = 3, kRows = 4, kSeq = 16;
 struct RankRun {
   std::vector<float> losses, norms;
   std::vector<std::vector<float>> weights;
+  size_t peak = 0;  // the arena's peak over the steps
 };
 
 // Global batch of step s: rows s*kRows .. s*kRows + kRows - 1, row r with its first 2r targets
@@ -67,6 +69,7 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
     const StepStats st = tr.step(micro, 1e-2f);
     out.losses.push_back(st.loss);
     out.norms.push_back(st.grad_norm);
+    out.peak = std::max(out.peak, st.peak_device_bytes);
   }
   model.sync_state();
   for (const Parameter& p : model.params()) {
@@ -163,4 +166,36 @@ TEST(DataParallel, AWorldOfOneIsBitIdenticalToNoCommunicator) {
   const RankRun a = train(nullptr, 1, 0, 1, "none");
   const RankRun b = train(comm.get(), 1, 0, 1, "none");
   expect_ranks_identical({a, b}, "world of one");
+}
+
+// strata-plan --gpus: one rank's forecast. Its peak is the rank's on the cpu backend, byte for byte
+// (collectives allocate nothing), and mirroring cuda the all-reduces take time on their own timeline.
+TEST(DataParallel, TheForecastIsOneRanksPeakAndTheCollectivesTakeTime) {
+  ForecastRequest r;
+  r.model = test_util::tiny_config();
+  r.seq = kSeq;
+  r.batch = kRows / 2;
+  r.loss_chunk_tokens = 512;
+  r.profile = find_profile("h100_80gb");
+  r.mirror = SimMirror::cpu;
+  r.gpus = 2;
+  Plan plan = Plan::keep_everything();
+  plan.set_state_offloading("none", "test");
+  r.plan = plan;
+  const Forecast two = forecast(r);
+  ASSERT_TRUE(two.fits) << two.oom;
+  const std::vector<RankRun> runs = train_ranks(2, 1, "none");
+  EXPECT_EQ(two.peak_bytes, runs[0].peak);
+  r.gpus = 1;
+  EXPECT_EQ(forecast(r).peak_bytes, two.peak_bytes);
+  r.mirror = SimMirror::cuda;
+  const Forecast one_cuda = forecast(r);
+  r.gpus = 4;
+  const Forecast four_cuda = forecast(r);
+  EXPECT_EQ(one_cuda.comm_busy_s, 0.0);
+  EXPECT_GT(four_cuda.comm_busy_s, 0.0);
+  EXPECT_GE(four_cuda.step_s, one_cuda.step_s);
+  EXPECT_NEAR(four_cuda.tokens_per_s, 4.0 * double(r.batch) * r.seq / four_cuda.step_s, 1e-6 * four_cuda.tokens_per_s);
+  r.gpus = 0;
+  EXPECT_THROW(forecast(r), ConfigError);
 }
