@@ -195,6 +195,9 @@ struct CpuGroup::State {
                             n > 1 ? "s" : "", missing, world, timeout.count());
       cv.notify_all();
     }
+    // The barrier completed before an abort came: this rank goes on (it sees the same mismatch or
+    // result as the others; an abort raised after completion is for the next call).
+    if (gen != my) return;
     if (!aborted.empty()) throw Error(aborted);
   }
 };
