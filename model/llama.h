@@ -116,6 +116,12 @@ class LlamaModel {
   size_t state_host_bytes() const { return state_host_ ? state_host_->bytes() : 0; }
   bool state_host_pinned() const { return state_host_ && state_host_->pinned(); }
   std::string state_host_note() const { return state_host_ ? state_host_->note : std::string(); }
+  // Some trainable parameter's gradient lives on the host tier (a fresh device block each backward).
+  bool grads_on_host() const {
+    for (const Parameter& p : params_)
+      if (p.trainable && p.host_grad != Parameter::kDevice) return true;
+    return false;
+  }
   std::byte* host_state(size_t off) const {
     return state_host_ && state_host_->base() ? state_host_->base() + off : nullptr;
   }

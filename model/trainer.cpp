@@ -178,9 +178,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   // step's loss tokens and adds into the parameters' gradient buffers, so the buffers end holding
   // the gradient of the step's mean loss. Host-tier gradients (fresh device blocks each backward)
   // are summed on the host instead (GradAccumulator).
-  const bool host_grads = std::any_of(model_.params().begin(), model_.params().end(), [](const Parameter& p) {
-    return p.trainable && p.host_grad != Parameter::kDevice;
-  });
+  const bool host_grads = model_.grads_on_host();
   auto counted = [](const Batch& b) {
     return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
   };

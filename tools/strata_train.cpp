@@ -357,10 +357,7 @@ int main(int argc, char** argv) {
                        ? cfg.data_path.c_str()
                        : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
                    n_tokens, cfg.batch, cfg.seq, loop.total_steps(), double(cfg.lr));
-      const bool host_grads = std::any_of(model.params().begin(), model.params().end(), [](const Parameter& p) {
-        return p.trainable && p.host_grad != Parameter::kDevice;
-      });
-      if (cfg.grad_accum > 1 && be_name == "cuda" && host_grads)
+      if (cfg.grad_accum > 1 && be_name == "cuda" && model.grads_on_host())
         std::fprintf(stderr,
                      "strata-train: note: gradient_accumulation_steps %d with the gradients on the host tier sums "
                      "them in host memory (%s) and moves %s of gradients each way per micro-batch\n",

@@ -77,7 +77,7 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
     r.moved += st.state_bytes_moved;
   }
   r.pending_after_last_step = tr.optimizer().pending();
-  for (const Parameter& p : model.params()) r.host_grads = r.host_grads || p.host_grad != Parameter::kDevice;
+  r.host_grads = model.grads_on_host();
   model.sync_state();  // the last step's deferred update (model/optimizer.h)
   for (auto& p : model.params()) {
     std::vector<float> h(size_t(p.shape.numel()));
