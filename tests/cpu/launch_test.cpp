@@ -20,6 +20,7 @@
 #include "engine/error.h"
 #include "engine/rendezvous.h"
 #include "tests/cpu/expect_error.h"
+#include "tests/cpu/tool_runner.h"
 
 using namespace strata;
 
@@ -341,16 +342,11 @@ TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_TRUE(has(text, "the job failed: rank 2 exited with status 3 first")) << text;
 }
 
+// strata-train --gpus 2 on the cpu backend (ranks as processes, the cpu communicator over the TCP
+// rendezvous) against one rank with the two ranks' rows in one batch: the same losses to float
+// rounding; rank 0 alone prints the steps and writes the model.
 namespace {
-std::string run_cmd(const std::string& cmd, int& status) {
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {};
-  std::string out;
-  char b[512];
-  while (std::fgets(b, sizeof(b), p)) out += b;
-  status = WEXITSTATUS(::pclose(p));
-  return out;
-}
+// The "loss" values of strata-train's --json lines, in order.
 std::vector<double> json_losses(const std::string& out) {
   std::vector<double> v;
   for (size_t at = out.find("\"loss\": "); at != std::string::npos; at = out.find("\"loss\": ", at + 1))
@@ -359,47 +355,43 @@ std::vector<double> json_losses(const std::string& out) {
 }
 }  // namespace
 
-// strata-train --gpus 2 on the cpu backend (ranks as processes, the cpu communicator over the TCP
-// rendezvous) against one rank with the two ranks' rows in one batch: the same losses to float
-// rounding; rank 0 alone prints the steps and writes the model.
 TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
-  const std::string dir = ::testing::TempDir() + "/strata_dp_train";
-  const std::string bin = std::string(STRATA_BUILD_DIR) + "/tools/";
-  int st = 0;
-  run_cmd("rm -rf " + dir + " && " + bin + "strata-make-tiny " + dir + "/tiny 2>&1", st);
-  ASSERT_EQ(st, 0);
-  const std::string common = " --model " + dir + "/tiny --data " + dir +
-                             "/tiny/tokens.bin --seq 32 --steps 4 --lr 3e-3 "
-                             "--backend cpu --json";
-  const std::string one = run_cmd(bin + "strata-train --batch 4" + common + " 2>/dev/null", st);
-  ASSERT_EQ(st, 0) << one;
-  const std::string two =
-      run_cmd(bin + "strata-train --gpus 2 --batch 2 --save " + dir + "/out" + common + " 2>/dev/null", st);
-  ASSERT_EQ(st, 0) << two;
-  const std::vector<double> a = json_losses(one), b = json_losses(two);
-  ASSERT_EQ(a.size(), 4u) << one;
-  ASSERT_EQ(b.size(), 4u) << "rank 0 alone prints its steps:\n" << two;
-  size_t stdout_lines = 0;
-  for (char c : two) stdout_lines += c == '\n';
-  EXPECT_EQ(stdout_lines, 4u) << "nothing but rank 0's four JSON lines on stdout:\n" << two;
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch dir;
+  dir.create("strata_dp_train");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  const std::string common = " --model " + quote(dir.path("tiny")) + " --data " + quote(dir.path("tiny/tokens.bin")) +
+                             " --seq 32 --steps 4 --lr 3e-3 --backend cpu --json";
+  const Proc one = dir.run(kTrain + " --batch 4" + common);
+  ASSERT_EQ(one.code, 0) << one.err;
+  const Proc two = dir.run(kTrain + " --gpus 2 --batch 2 --save " + quote(dir.path("out")) + common);
+  ASSERT_EQ(two.code, 0) << two.err;
+  const std::vector<double> a = json_losses(one.out), b = json_losses(two.out);
+  ASSERT_EQ(a.size(), 4u) << one.out;
+  ASSERT_EQ(b.size(), 4u) << "rank 0 alone prints its steps:\n" << two.out;
+  EXPECT_EQ(lines(two.out).size(), 4u) << "nothing but rank 0's four JSON lines on stdout:\n" << two.out;
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i + 1;
-  EXPECT_EQ(::access((dir + "/out/model.safetensors").c_str(), R_OK), 0) << "rank 0 saves the model";
+  EXPECT_EQ(::access(dir.path("out/model.safetensors").c_str(), R_OK), 0) << "rank 0 saves the model";
+  dir.remove();
 }
 
 // A rank whose peers never arrive ends with an error naming them, within the timeout.
 TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
-  const std::string train = std::string(STRATA_BUILD_DIR) + "/tools/strata-train";
-  const std::string dir = ::testing::TempDir() + "/strata_dp_alone";
-  int st = 0;
-  run_cmd("rm -rf " + dir + " && " + std::string(STRATA_BUILD_DIR) + "/tools/strata-make-tiny " + dir + " 2>&1", st);
-  ASSERT_EQ(st, 0);
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch dir;
+  dir.create("strata_dp_alone");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string out = run_cmd(fmt::format("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 "
-                                              "MASTER_PORT={} STRATA_COMM_TIMEOUT=2 {} --model {} --data {}/tokens.bin "
-                                              "--seq 32 --steps 2 --backend cpu 2>&1",
-                                              pick_free_port(), train, dir, dir),
-                                  st);
-  EXPECT_NE(st, 0) << out;
+  const Proc p =
+      dir.run(fmt::format("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+                          "STRATA_COMM_TIMEOUT=2 {} --model {} --data {} --seq 32 --steps 2 --backend cpu",
+                          pick_free_port(), kTrain, quote(dir.path("tiny")), quote(dir.path("tiny/tokens.bin"))));
+  EXPECT_NE(p.code, 0) << p.err;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
-  EXPECT_TRUE(has(out, "rank 1 of 2 did not connect")) << out;
+  EXPECT_TRUE(has(p.err, "rank 1 of 2 did not connect")) << p.err;
+  dir.remove();
 }

@@ -34,6 +34,28 @@ double hf_cosine(int step, int warmup, int total) {
   return std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * p)));
 }
 
+// Every trainable parameter's gradient of the last backward (others: zeros).
+std::vector<std::vector<float>> grads(Optimizer& opt, const LlamaModel& m) {
+  std::vector<std::vector<float>> g;
+  for (const Parameter& p : m.params()) {
+    g.emplace_back(size_t(p.shape.numel()));
+    if (p.trainable) opt.download_grad(p, g.back().data());
+  }
+  return g;
+}
+
+// The largest difference between two such sets, relative to each parameter's largest gradient.
+double worst_relative(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  double worst = 0;
+  for (size_t j = 0; j < want.size(); ++j) {
+    float scale = 0;
+    for (float x : want[j]) scale = std::max(scale, std::fabs(x));
+    for (size_t e = 0; e < want[j].size(); ++e)
+      worst = std::max(worst, std::fabs(double(got[j][e]) - want[j][e]) / std::max(1e-30, double(scale)));
+  }
+  return worst;
+}
+
 }  // namespace
 
 TEST(LrSchedule, ValuesAtKnownSteps) {
@@ -157,28 +179,14 @@ TEST(GradAccumulation, GradientMatchesOneBatchOfAllTheRows) {
   }
   Optimizer& opt = r.trainer->optimizer();
   r.trainer->compute_gradients(all);
-  std::vector<std::vector<float>> want;
-  for (const Parameter& p : r.model->params()) {
-    want.emplace_back(size_t(p.shape.numel()));
-    if (p.trainable) opt.download_grad(p, want.back().data());
-  }
+  const std::vector<std::vector<float>> want = grads(opt, *r.model);
   GradAccumulator acc(*r.be, *r.model, opt);
   for (int i = 0; i < 4; ++i) {
     r.trainer->compute_gradients(micro[size_t(i)]);
     acc.add(size_t(i), 4, 0.25f);
   }
-  double worst = 0;
-  for (size_t j = 0; j < r.model->params().size(); ++j) {
-    const Parameter& p = r.model->params()[j];
-    if (!p.trainable) continue;
-    std::vector<float> got(size_t(p.shape.numel()));
-    opt.download_grad(p, got.data());
-    float scale = 0;
-    for (float x : want[j]) scale = std::max(scale, std::fabs(x));
-    for (size_t e = 0; e < got.size(); ++e)
-      worst = std::max(worst, std::fabs(double(got[e]) - want[j][e]) / std::max(1e-30, double(scale)));
-  }
-  EXPECT_LT(worst, 5e-6) << "largest difference relative to the parameter's largest gradient";
+  EXPECT_LT(worst_relative(grads(opt, *r.model), want), 5e-6)
+      << "largest difference relative to the parameter's largest gradient";
 }
 
 // Accumulation on the device (what Trainer::step does when no gradient lives on the host tier):
@@ -201,10 +209,12 @@ TEST(GradAccumulation, OnTheDeviceMatchesOneBatchOfAllTheRows) {
   }
   Optimizer& opt = r.trainer->optimizer();
   r.trainer->compute_gradients(all);
-  std::vector<std::vector<float>> want;
-  for (const Parameter& p : r.model->params()) {
-    want.emplace_back(size_t(p.shape.numel()));
-    if (p.trainable) opt.download_grad(p, want.back().data());
+  const std::vector<std::vector<float>> want = grads(opt, *r.model);
+  for (size_t j = 0; j < want.size(); ++j) {
+    if (!r.model->params()[j].trainable) continue;
+    float scale = 0;
+    for (float x : want[j]) scale = std::max(scale, std::fabs(x));
+    ASSERT_GT(scale, 0.0f) << r.model->params()[j].name << ": a gradient to compare against";
   }
   Tape& tape = r.trainer->tape();
   for (int i = 0; i < 4; ++i) {
@@ -214,19 +224,8 @@ TEST(GradAccumulation, OnTheDeviceMatchesOneBatchOfAllTheRows) {
   }
   tape.set_loss_seed(Tape::kLossSeed);
   tape.set_accumulate_param_grads(false);
-  double worst = 0;
-  for (size_t j = 0; j < r.model->params().size(); ++j) {
-    const Parameter& p = r.model->params()[j];
-    if (!p.trainable) continue;
-    std::vector<float> got(size_t(p.shape.numel()));
-    opt.download_grad(p, got.data());
-    float scale = 0;
-    for (float x : want[j]) scale = std::max(scale, std::fabs(x));
-    ASSERT_GT(scale, 0.0f) << p.name;
-    for (size_t e = 0; e < got.size(); ++e)
-      worst = std::max(worst, std::fabs(double(got[e]) - want[j][e]) / double(scale));
-  }
-  EXPECT_LT(worst, 5e-6) << "largest difference relative to the parameter's largest gradient";
+  EXPECT_LT(worst_relative(grads(opt, *r.model), want), 5e-6)
+      << "largest difference relative to the parameter's largest gradient";
   // A host-tier gradient has a fresh block each backward: it cannot accumulate there.
   TrainConfig host;
   host.plan.set_state_offloading("all", "test");
