@@ -185,15 +185,16 @@ LoopResult TrainLoop::run() {
     }
   } close_metrics{metrics_};
   const int k = cfg_.grad_accum;
-  std::fprintf(opt_.info,
-               "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated; %.2f epochs) | lr %g %s, warmup "
-               "%d | held out %ld rows%s\n",
-               total_, long(split_.train.size()), long(cfg_.batch) * k, cfg_.batch, k,
-               double(total_) * cfg_.batch * k / double(split_.train.size()), double(cfg_.lr),
-               lr_scheduler_name(cfg_.lr_scheduler), warmup_, long(split_.val.size()),
-               split_.val.empty()    ? ""
-               : cfg_.eval_steps > 0 ? fmt::format(", evaluated every {} steps", cfg_.eval_steps).c_str()
-                                     : ", evaluated at the end");
+  std::fprintf(
+      opt_.info,
+      "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated x %d ranks; %.2f epochs) | lr %g %s, "
+      "warmup %d | held out %ld rows%s\n",
+      total_, long(split_.train.size()), long(cfg_.batch) * k * trainer_.world(), cfg_.batch, k, trainer_.world(),
+      double(total_) * cfg_.batch * k * trainer_.world() / double(split_.train.size()), double(cfg_.lr),
+      lr_scheduler_name(cfg_.lr_scheduler), warmup_, long(split_.val.size()),
+      split_.val.empty()    ? ""
+      : cfg_.eval_steps > 0 ? fmt::format(", evaluated every {} steps", cfg_.eval_steps).c_str()
+                            : ", evaluated at the end");
   std::fflush(opt_.info);
   r.first_step = start + 1;
   r.steps_done = start;

@@ -6,7 +6,12 @@ AdamW, gradient clipping at --max-grad-norm (1.0, the default of both Hugging Fa
 strata; 0 turns it off), batch 1, random tokens; median step time of --steps after --warmup; peak is
 torch.cuda.max_memory_allocated over the timed steps. Prints one JSON line.
   python3 hf_bench.py --shape Llama-3.2-1B --seq 4096 --mode full --plan keep|gc|gc+offload
+Data parallel (issue 18's baseline), one process per GPU under torchrun, --seq tokens a rank:
+  torchrun --nproc-per-node 4 hf_bench.py --dp ddp|fsdp2 ...   (tokens_per_s counts every rank's; rank 0 prints)
+ddp: DistributedDataParallel (bucketed all-reduce overlapped with backward, in the bf16 parameter dtype);
+fsdp2: fully_shard per decoder layer and the root (parameters, gradients and AdamW state sharded).
 """
+import os
 import argparse
 import json
 import time
@@ -71,9 +76,17 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
+    ap.add_argument("--dp", default="none", choices=["none", "ddp", "fsdp2"])
     ap.add_argument("--profile", action="store_true",
                     help="after the timed steps, profile one more step and print its GPU time per kernel to stderr")
     a = ap.parse_args()
+    rank, world = 0, 1
+    if a.dp != "none":
+        import torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     shape = dict(SHAPES[a.shape])
     arch = shape.pop("_arch", "llama")
@@ -99,8 +112,17 @@ def main():
     if a.plan != "keep":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    if a.dp == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()], gradient_as_bucket_view=True)
+    elif a.dp == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
+    torch.manual_seed(rank + 1)  # each rank its own rows
     ids = torch.randint(0, cfg.vocab_size, (1, a.seq), device="cuda")
     times, loss = [], None
     for s in range(a.warmup + a.steps):
@@ -117,8 +139,18 @@ def main():
         profile_step(lambda: train_step(model, ids, params, opt, a))
     times.sort()
     med = times[len(times) // 2]
+    if a.dp != "none":
+        import torch.distributed as dist
+        t = torch.tensor([med], device="cuda")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's median sets the pace
+        med = float(t)
+        dist.destroy_process_group()
+        if rank:
+            return
     print(json.dumps({"engine": "hf", "device": torch.cuda.get_device_name(), "shape": a.shape, "seq": a.seq,
-                      "mode": a.mode, "plan": a.plan, "max_grad_norm": a.max_grad_norm, "step_s": med, "tokens_per_s": a.seq / med,
+                      "dp": a.dp, "gpus": world,
+                      "mode": a.mode, "plan": a.plan, "max_grad_norm": a.max_grad_norm, "step_s": med,
+                      "tokens_per_s": a.seq * world / med,
                       "peak_allocated_bytes": torch.cuda.max_memory_allocated(), "loss": loss,
                       "torch": torch.__version__}), flush=True)
 
