@@ -55,6 +55,20 @@ void Backend::copy_wait_compute(CopyTicket) {
 void Backend::copy_wait_lane(CopyLane, CopyTicket t) {
   copy_wait_compute(t);
 }
+void Backend::cast(Tensor dst, Tensor src) {
+  throw UnsupportedError(
+      fmt::format("the {} backend has no cast {} -> {}", name(), dtype_name(src.dtype), dtype_name(dst.dtype)));
+}
+
+void Backend::check_cast(const Tensor& dst, const Tensor& src) {
+  const bool ok =
+      (src.dtype == DType::f32 && dst.dtype == DType::bf16) || (src.dtype == DType::bf16 && dst.dtype == DType::f32);
+  if (!ok || dst.numel() != src.numel() || (dst.data && dst.data == src.data))  // the sim's tensors have no data
+    STRATA_THROW(Error, fmt::format("cast: {} [{} elements] -> {} [{} elements]: expected f32 <-> bf16, equal "
+                                    "element counts, distinct buffers",
+                                    dtype_name(src.dtype), src.numel(), dtype_name(dst.dtype), dst.numel()));
+}
+
 void Backend::upload_master(Tensor, Tensor, const float*) {
   throw UnsupportedError(fmt::format("the {} backend keeps whole f32 masters (no split masters)", name()));
 }

@@ -79,6 +79,11 @@ class Backend {
   virtual void download_master(float* dst, Tensor lo, Tensor hi);
   virtual void zero(Tensor t) = 0;
   virtual void fill(Tensor t, float value) = 0;
+  // dst = src converted (f32 <-> bf16, round to nearest even), same element count; may not alias.
+  // Default: UnsupportedError (the cpu, cuda and sim backends implement it).
+  virtual void cast(Tensor dst, Tensor src);
+  // The argument checks of cast (Error naming both dtypes and sizes).
+  static void check_cast(const Tensor& dst, const Tensor& src);
   // Blocks until all queued work finished (a step boundary; never inside a step).
   virtual void synchronize() {}
   // The compute stream as the device API knows it (cudaStream_t on cuda; null elsewhere), for a

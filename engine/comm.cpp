@@ -22,6 +22,13 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
+CommTicket Communicator::all_reduce_many(const std::vector<Tensor>& ts) {
+  if (ts.empty()) STRATA_THROW(Error, "all_reduce_many: no tensors");
+  CommTicket t = 0;
+  for (const Tensor& x : ts) t = all_reduce(x);
+  return t;
+}
+
 namespace {
 
 void check_tensor(const Communicator& c, Collective op, const Tensor& t, const char* which) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -53,6 +54,10 @@ class Communicator {
   //
   // t (+)= every rank's t: the element-wise sum, in place, the same on every rank.
   virtual CommTicket all_reduce(Tensor t) = 0;
+  // all_reduce of each tensor (they may differ in size and dtype) as one collective where the
+  // implementation can fuse them (nccl: one group, one launch); the ticket of the last. Results
+  // are those of all_reduce on each in turn.
+  virtual CommTicket all_reduce_many(const std::vector<Tensor>& ts);
   // in [world * n] -> out [n]: out = the sum over ranks of their in's chunk `rank()`.
   virtual CommTicket reduce_scatter(Tensor out, Tensor in) = 0;
   // in [n] -> out [world * n]: chunk r of out is rank r's in.

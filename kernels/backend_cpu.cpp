@@ -99,6 +99,14 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
   }
 
+  void cast(Tensor dst, Tensor src) override {
+    check_cast(dst, src);
+    if (src.dtype == DType::f32)
+      convert_from_f32(dst.data, dst.dtype, src.f32(), size_t(src.numel()));
+    else
+      convert_to_f32(dst.f32(), src.data, src.dtype, size_t(src.numel()));
+  }
+
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
     cpu::embedding_fwd(F(out), tokens.i32(), F(wte), I(tokens.numel()), cols(wte));
   }

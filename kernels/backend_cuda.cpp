@@ -332,6 +332,15 @@ class CudaBackend final : public Backend {
       cuda::fill_bf16(B(t), v, size_t(t.numel()), s());
   }
 
+  void cast(Tensor dst, Tensor src) override {
+    check_cast(dst, src);
+    OpProfiler::Scope prof_(&prof_data_, "cast", s());
+    if (src.dtype == DType::f32)
+      cuda::f32_to_bf16(B(dst), F(src), size_t(src.numel()), s());
+    else
+      cuda::bf16_to_f32(F(dst), B(src), size_t(src.numel()), s());
+  }
+
   // --- tier transfers. Each copy is ordered after everything queued on the compute stream so
   // far (an event recorded there, waited on by the copy stream), so a source still being written
   // or a destination block still being read by queued ops is safe. One copy stream per CopyLane:

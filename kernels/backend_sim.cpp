@@ -191,6 +191,11 @@ class SimBackendImpl final : public SimBackend {
     memset(cost_.memory(B(t)));
   }
 
+  void cast(Tensor dst, Tensor src) override {
+    check_cast(dst, src);
+    memset(cost_.memory(B(dst) + B(src)));
+  }
+
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
     fwd(OpKind::embedding, cost_.memory(2 * B(out) + B(tokens)));
   }

@@ -156,6 +156,22 @@ class NcclComm final : public Communicator {
       return ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_);
     });
   }
+  CommTicket all_reduce_many(const std::vector<Tensor>& ts) override {
+    if (ts.empty()) STRATA_THROW(Error, "all_reduce_many: no tensors");
+    for (const Tensor& t : ts) check_collective(*this, Collective::all_reduce, t, t, 0);
+    size_t bytes = 0;
+    for (const Tensor& t : ts) bytes += t.bytes();
+    // One group: NCCL fuses the all-reduces into one launch (per-call latency paid once).
+    return enqueue(Collective::all_reduce, ts.front(), ts.front(), 0, bytes, [&] {
+      ncclResult_t first = ncclGroupStart();
+      for (const Tensor& t : ts) {
+        if (first != ncclSuccess) break;
+        first = ncclAllReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, comm_, stream_);
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return first != ncclSuccess ? first : end;
+    });
+  }
   CommTicket reduce_scatter(Tensor out, Tensor in) override {
     return enqueue(Collective::reduce_scatter, out, in, 0, in.bytes(), [&] {
       return ncclReduceScatter(in.data, out.data, size_t(out.numel()), nccl_type(out.dtype), ncclSum, comm_, stream_);
@@ -204,6 +220,7 @@ class NcclComm final : public Communicator {
     return t <= completed_;
   }
   void wait_host(CommTicket t) override {
+    const auto spin_until = Clock::now() + kSpin;
     for (;;) {
       {
         std::lock_guard lk(mu_);
@@ -211,7 +228,7 @@ class NcclComm final : public Communicator {
         retire();
         if (t <= completed_) return;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      pause(spin_until);
     }
   }
   void wait_compute(CommTicket t) override {
@@ -251,6 +268,7 @@ class NcclComm final : public Communicator {
   // communicator is aborted). Failures throw; those that leave the communicator broken abort it first.
   void check(ncclResult_t r, const char* what, bool has_comm) {
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+    const auto spin_until = Clock::now() + kSpin;
     while (r == ncclInProgress && has_comm) {
       if (Clock::now() > deadline) {
         abort_locked(
@@ -259,7 +277,7 @@ class NcclComm final : public Communicator {
                         what, rank_, device_, timeout_s_));
         throw_if_aborted();
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      pause(spin_until);
       ncclCommGetAsyncError(comm_, &r);
     }
     if (r == ncclSuccess) return;
@@ -270,6 +288,17 @@ class NcclComm final : public Communicator {
       throw_if_aborted();
     }
     STRATA_THROW(Error, msg);
+  }
+
+  // A poll's pause: yield while the first kSpin of a wait lasts (an enqueue that reports
+  // ncclInProgress usually settles within microseconds, and a 100 us sleep per collective was paid
+  // on every one of a step's ~150 gradient all-reduces), then sleep 100 us between polls.
+  static constexpr auto kSpin = std::chrono::milliseconds(2);
+  static void pause(Clock::time_point spin_until) {
+    if (Clock::now() < spin_until)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 
   void abort_locked(const std::string& why) {

@@ -46,6 +46,16 @@ class SimComm final : public SimCommunicator {
   const SimCommTimes& times() const override { return times_; }
 
   CommTicket all_reduce(Tensor t) override { return issue(Collective::all_reduce, t, t, 0, t.bytes()); }
+  CommTicket all_reduce_many(const std::vector<Tensor>& ts) override {
+    if (ts.empty()) STRATA_THROW(Error, "all_reduce_many: no tensors");
+    // As nccl: one fused collective (one latency) over the summed bytes.
+    size_t bytes = 0;
+    for (const Tensor& t : ts) {
+      check_collective(*this, Collective::all_reduce, t, t, 0);
+      bytes += t.bytes();
+    }
+    return issue(Collective::all_reduce, ts.front(), ts.front(), 0, bytes);
+  }
   CommTicket reduce_scatter(Tensor out, Tensor in) override {
     return issue(Collective::reduce_scatter, out, in, 0, in.bytes());
   }

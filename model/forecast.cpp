@@ -162,6 +162,7 @@ Forecast forecast(const ForecastRequest& r) {
     TrainOptions to;
     to.plan = r.plan;
     to.tiers = r.tiers;
+    to.optimizer.reduce_dtype = r.grad_reduce;
     if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
     std::unique_ptr<SimCommunicator> comm;
     if (r.gpus > 1) comm = make_sim_communicator(*be, 0, r.gpus);

@@ -41,6 +41,7 @@ struct ForecastRequest {
   // Data-parallel ranks: the forecast is one rank's (each runs the same schedule on its batch rows),
   // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;
+  DType grad_reduce = DType::f32;  // the dtype the ranks sum gradients in (OptimizerOptions::reduce_dtype)
 };
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).

@@ -104,9 +104,20 @@ Tensor Optimizer::grad_sink(VId u) {
 
 void Optimizer::grads_final(const std::vector<VId>& ids) {
   if (comm_ && reduce_ && comm_->world() > 1) {
-    CommTicket t = 0;
-    for (VId u : ids) t = comm_->all_reduce(tape_->value(u).grad_sink);
-    reducing_.push_back({ids, t});
+    Reducing r{ids, 0, {}};
+    std::vector<Tensor> sums;
+    for (VId u : ids) {
+      const Tensor g = tape_->value(u).grad_sink;
+      if (opt_.reduce_dtype == DType::f32 || g.dtype != DType::f32) {
+        sums.push_back(g);
+        continue;
+      }
+      r.narrow.emplace_back(be_.arena(), opt_.reduce_dtype, g.shape, "grads.reduce");
+      be_.cast(r.narrow.back().view(), g);
+      sums.push_back(r.narrow.back().view());
+    }
+    r.ticket = comm_->all_reduce_many(sums);
+    reducing_.push_back(std::move(r));
     drain_reducing(1);
     return;
   }
@@ -116,8 +127,17 @@ void Optimizer::grads_final(const std::vector<VId>& ids) {
 void Optimizer::drain_reducing(size_t keep) {
   while (reducing_.size() > keep) {
     // The last collective of the group: a communicator's collectives complete in call order.
-    comm_->wait_compute(reducing_.front().ticket);
-    finish_group(reducing_.front().ids);
+    Reducing& r = reducing_.front();
+    comm_->wait_compute(r.ticket);
+    if (!r.narrow.empty()) {
+      size_t k = 0;
+      for (VId u : r.ids) {
+        const Tensor g = tape_->value(u).grad_sink;
+        if (g.dtype == DType::f32) be_.cast(g, r.narrow[k++].view());
+      }
+      r.narrow.clear();  // freed before the next group's copies are made
+    }
+    finish_group(r.ids);
     reducing_.pop_front();
   }
 }

@@ -39,6 +39,10 @@ struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
   bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients
+  // Data parallel: the dtype gradients are summed over the ranks in. f32: exact sums of the fp32
+  // gradients. bf16: each group's gradients are rounded to bf16 copies, summed in bf16 (half the
+  // bytes on the links; as PyTorch DDP with bf16 parameters) and widened back into the fp32 buffers.
+  DType reduce_dtype = DType::f32;
 };
 
 struct OptimizerStats {
@@ -76,11 +80,11 @@ class Optimizer {
   Tensor norm_sq() const { return norms_[cur_].view(); }
   const OptimizerStats& stats() const { return stats_; }
   // Data parallel: with a communicator of several ranks, a backward that set_reduce(true) marked
-  // sums each gradient over the ranks (all_reduce, on the communicator's stream) as it becomes final,
-  // one collective per parameter, grouped as the tape reports them. A group's norm and host copies
-  // wait for its collective one group later (so it overlaps the next group's backward compute) and
-  // end_backward waits for the rest: the norm is the global gradient's, summed in the same order on
-  // every rank, so every rank clips and updates the same.
+  // sums each gradient over the ranks (on the communicator's stream) as it becomes final: one fused
+  // all_reduce_many per group of gradients the tape reports final together (in reduce_dtype). A group's norm and host
+  // copies wait for its collective one group later (so it overlaps the next group's backward compute) and end_backward
+  // waits for the rest: the norm is the global gradient's, summed in the same order on every rank, so every rank clips
+  // and updates the same.
   void set_comm(Communicator* c) { comm_ = c; }
   void set_reduce(bool on) { reduce_ = on; }
   // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel]).
@@ -143,6 +147,7 @@ class Optimizer {
   struct Reducing {
     std::vector<VId> ids;
     CommTicket ticket;
+    std::vector<Buffer> narrow;  // reduce_dtype bf16: the group's bf16 copies being summed
   };
   std::deque<Reducing> reducing_;   // cleared by the model's destructor (a Trainer may outlive its model)
   std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step

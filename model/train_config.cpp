@@ -86,6 +86,12 @@ int check_int(long long v, int lo, const Origin& o) {
   return int(v);
 }
 
+DType parse_grad_reduce(const std::string& s, const Origin& o) {
+  if (s == "fp32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  throw ConfigError(fmt::format("{} must be fp32 or bf16, got '{}'", o.where, s), o.file, o.field);
+}
+
 int parse_mlp_tiles(const std::string& s, const Origin& o) {
   if (s == "auto") return 0;
   long long v = 0;
@@ -379,6 +385,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.loss_chunk_tokens = Int(1);
       else if (key == "mlp_tiles")
         c.mlp_tiles = parse_mlp_tiles(S(), here);
+      else if (key == "grad_reduce_dtype")
+        c.grad_reduce = parse_grad_reduce(S(), here);
       else if (key == "freeze_base")
         c.freeze_base = Bool();
       else if (key == "device_memory" || key == "arena_bytes")

@@ -46,6 +46,8 @@ struct TrainConfig {
   // mlp_tiles (ModelOptions::mlp_tiles): N >= 1 row tiles per layer's MLP; 0 = auto: the budget
   // planner chooses when it plans (memory_budget), else 1 (untiled).
   int mlp_tiles = 0;
+  // grad_reduce_dtype (OptimizerOptions::reduce_dtype): what data-parallel ranks sum gradients in.
+  DType grad_reduce = DType::f32;
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
@@ -92,6 +94,8 @@ float check_number(double v, NumberRule rule, const Origin& o);
 int check_int(long long v, int lo, const Origin& o);
 // mlp_tiles: "auto" -> 0, or a whole number of tiles >= 1; ConfigError naming `o` otherwise.
 int parse_mlp_tiles(const std::string& s, const Origin& o);
+// grad_reduce_dtype: "fp32" -> f32, "bf16" -> bf16; ConfigError naming `o` otherwise.
+DType parse_grad_reduce(const std::string& s, const Origin& o);
 // lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.
 LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o);
 // resume_from_checkpoint: "true" or "auto" -> "auto" (the newest checkpoint in output_dir), "false"

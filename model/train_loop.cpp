@@ -22,6 +22,7 @@ TrainOptions train_options(const TrainConfig& cfg) {
   to.max_grad_norm = cfg.max_grad_norm;
   to.plan = cfg.plan;
   to.tiers.offload_dir = cfg.offload_dir;
+  to.optimizer.reduce_dtype = cfg.grad_reduce;
   return to;
 }
 

@@ -31,7 +31,8 @@ static const char* kUsage =
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
-    "                   [--gpus N] [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
+    "                   [--gpus N [--grad-reduce fp32|bf16]] [--write-config FILE.yaml] [--data FILE] [--json] [--svg "
+    "FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
@@ -54,7 +55,8 @@ static const char* kUsage =
     "exist whole (YAML mlp_tiles); auto (the default): untiled, but with --budget the planner tiles when\n"
     "nothing fits untiled (2, 4, ... 64 tiles).\n"
     "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
-    "each, its gradients all-reduced at the profile's nccl_busbw_gbps; tokens/s counts every rank's.\n"
+    "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
+    "tokens/s counts every rank's.\n"
     "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
     "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
     "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
@@ -263,7 +265,8 @@ int main(int argc, char** argv) {
         "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
-    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus"});
+    options.insert(
+        {"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "grad-reduce"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -306,6 +309,9 @@ int main(int argc, char** argv) {
     req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
     req.gpus = int_flag("gpus", 1, 1);
+    req.grad_reduce =
+        a.has("grad-reduce") ? parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce")) : tc.grad_reduce;
+    if (req.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);

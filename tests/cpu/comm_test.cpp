@@ -179,6 +179,35 @@ TEST(CpuComm, SumsInRankOrder) {
   }
 }
 
+// all_reduce_many: tensors of different sizes and dtypes, each summed as all_reduce would (rank
+// order), one ticket; an empty list is an error.
+TEST(CpuComm, AllReduceManySumsEachTensorAsAllReduce) {
+  std::vector<std::vector<float>> got_f(3), want_f(3);
+  std::vector<std::vector<uint16_t>> got_b(3), want_b(3);
+  auto err = run_ranks(3, [&](Communicator& c) {
+    const size_t r = size_t(c.rank());
+    std::vector<float> a(5), b(5);
+    std::vector<uint16_t> h(7), k(7);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = 0.1f * float(i + 1) * float(r + 1) + (r == 1 ? 1e7f : 0.f);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = k[i] = f32_to_bf16(0.3f * float(i) - float(r));
+    const CommTicket t =
+        c.all_reduce_many({Tensor(a.data(), DType::f32, Shape{5}), Tensor(h.data(), DType::bf16, Shape{7})});
+    c.wait_host(t);
+    EXPECT_TRUE(c.done(t));
+    c.wait_host(c.all_reduce(Tensor(b.data(), DType::f32, Shape{5})));
+    c.wait_host(c.all_reduce(Tensor(k.data(), DType::bf16, Shape{7})));
+    got_f[r] = a, want_f[r] = b, got_b[r] = h, want_b[r] = k;
+    EXPECT_THROW(c.all_reduce_many({}), Error);
+  });
+  for (auto& e : err) ASSERT_EQ(e, "");
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(got_f[r], want_f[r]) << "rank " << r;
+    EXPECT_EQ(got_b[r], want_b[r]) << "rank " << r;
+    EXPECT_EQ(got_f[r], got_f[0]);
+  }
+  EXPECT_NE(got_f[0][0], 0.1f);  // summed
+}
+
 TEST(CpuComm, SizesThatDoNotSplitAreClearErrors) {
   auto err = run_ranks(3, [&](Communicator& c) {
     std::vector<float> in(10), out(3), big(10);
@@ -321,6 +350,21 @@ TEST(SimComm, OverlapsComputeOnCudaAndAllocatesNothing) {
   cc->all_reduce(g);
   EXPECT_NEAR(cb->now_s(), collective_seconds(o.profile, Collective::all_reduce, double(g.bytes()), 2), 1e-12);
   EXPECT_THROW(c->all_gather(Tensor(nullptr, DType::f32, Shape{10}), Tensor(nullptr, DType::f32, Shape{3})), Error);
+}
+
+// As nccl's group call: one collective over the summed bytes, one latency.
+TEST(SimComm, AllReduceManyIsOneCollectiveOverTheSummedBytes) {
+  SimOptions o;
+  o.profile = find_profile("h100_80gb");
+  auto be = make_sim_backend(o);
+  auto c = make_sim_communicator(*be, 0, 4);
+  Tensor a(nullptr, DType::f32, Shape{1024, 1024}), b(nullptr, DType::bf16, Shape{512, 1024});
+  const double t0 = be->now_s();
+  c->wait_host(c->all_reduce_many({a, b}));
+  EXPECT_NEAR(be->now_s() - t0, collective_seconds(o.profile, Collective::all_reduce, double(a.bytes() + b.bytes()), 4),
+              1e-12);
+  EXPECT_EQ(c->times().collectives, 1);
+  EXPECT_EQ(c->times().bytes, double(a.bytes() + b.bytes()));
 }
 
 TEST(SimComm, ProfileFieldsRoundTripAndDefault) {

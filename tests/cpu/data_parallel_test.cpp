@@ -45,7 +45,7 @@ Batch rows_of(const TokenRows& rows, int step, int first, int n) {
 
 // One rank of `world` (comm null: alone, the whole batch): rows [rank * per, (rank + 1) * per) of each
 // global batch, in `accum` micro-batches.
-RankRun train(Communicator* comm, int world, int rank, int accum, const char* state) {
+RankRun train(Communicator* comm, int world, int rank, int accum, const char* state, DType reduce = DType::f32) {
   auto be = make_cpu_backend(size_t(64) << 20);
   Plan plan = Plan::keep_everything();
   plan.set_state_offloading(state, "test");
@@ -59,6 +59,7 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
   to.max_grad_norm = 0.05f;  // clipping on every step
   to.plan = plan;
   to.comm = comm;
+  to.optimizer.reduce_dtype = reduce;
   Trainer tr(*be, model, to);
   TokenRows rows(synthetic_tokens(2000, test_util::tiny_config().vocab_size, 5), kSeq);
   const int per = kRows / world, per_micro = per / accum;
@@ -80,7 +81,7 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
   return out;
 }
 
-std::vector<RankRun> train_ranks(int world, int accum, const char* state) {
+std::vector<RankRun> train_ranks(int world, int accum, const char* state, DType reduce = DType::f32) {
   CpuGroup group(world, 60);
   std::vector<RankRun> runs(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
@@ -89,7 +90,7 @@ std::vector<RankRun> train_ranks(int world, int accum, const char* state) {
     threads.emplace_back([&, r] {
       try {
         auto comm = make_cpu_communicator(group, r);
-        runs[size_t(r)] = train(comm.get(), world, r, accum, state);
+        runs[size_t(r)] = train(comm.get(), world, r, accum, state, reduce);
       } catch (...) {
         errors[size_t(r)] = std::current_exception();
         group.abort("rank failed");
@@ -148,6 +149,62 @@ TEST(DataParallel, RanksMatchOneRankOnTheGlobalBatch) {
     expect_ranks_identical(runs, what);
     expect_close(one, runs[0], what);
   }
+}
+
+// grad_reduce_dtype: bf16: the ranks sum bf16 copies of their gradients. Every rank still ends
+// bit-identical to the others; against one rank the gradients carry bf16 rounding (2^-9 relative per
+// element and per rank), so the losses and norms agree loosely, and the weights within what Adam's
+// lr-sized steps on those rounded gradients allow. The bf16 copies live one group at a time: the
+// rank's peak is at least fp32's, and the forecast's equals the cpu rank's byte for byte.
+TEST(DataParallel, Bf16ReduceKeepsRanksIdenticalAndCloseToOneRank) {
+  const RankRun one = train(nullptr, 1, 0, 1, "none");
+  const RankRun f32 = train_ranks(2, 1, "none")[0];
+  for (const char* state : {"none", "optimizer"}) {
+    const std::string what = fmt::format("bf16 reduce, 2 ranks, state on host: {}", state);
+    const std::vector<RankRun> runs = train_ranks(2, 1, state, DType::bf16);
+    expect_ranks_identical(runs, what);
+    double moved = 0;  // the bf16 run must differ from fp32's: the narrowing took place
+    for (size_t s = 0; s < one.losses.size(); ++s) {
+      EXPECT_NEAR(one.losses[s], runs[0].losses[s], 1e-3f * std::fabs(one.losses[s])) << what << ", step " << s;
+      // The first norm differs by the gradient's rounding only; later ones also by the weights that
+      // Adam moved by ~lr wherever a small gradient's rounding flipped its sign.
+      EXPECT_NEAR(one.norms[s], runs[0].norms[s], (s == 0 ? 4e-3f : 5e-2f) * one.norms[s]) << what << ", step " << s;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < one.weights.size(); ++i)
+      for (size_t e = 0; e < one.weights[i].size(); ++e) {
+        worst = std::max(worst, std::fabs(double(one.weights[i][e]) - runs[0].weights[i][e]));
+        moved = std::max(moved, std::fabs(double(f32.weights[i][e]) - runs[0].weights[i][e]));
+      }
+    EXPECT_LT(worst, 3 * kSteps * 1e-2) << what << ": at most Adam's lr a step, with margin";
+    EXPECT_GT(moved, 0.0) << what << ": bf16 sums gave fp32's weights bit for bit";
+    if (std::string(state) == "none") {
+      EXPECT_GE(runs[0].peak, f32.peak) << what;
+    }
+  }
+  ForecastRequest r;
+  r.model = test_util::tiny_config();
+  r.seq = kSeq;
+  r.batch = kRows / 2;
+  r.loss_chunk_tokens = 512;
+  r.profile = find_profile("h100_80gb");
+  r.mirror = SimMirror::cpu;
+  r.gpus = 2;
+  r.grad_reduce = DType::bf16;
+  Plan plan = Plan::keep_everything();
+  plan.set_state_offloading("none", "test");
+  r.plan = plan;
+  const Forecast fc = forecast(r);
+  ASSERT_TRUE(fc.fits) << fc.oom;
+  EXPECT_EQ(fc.peak_bytes, train_ranks(2, 1, "none", DType::bf16)[0].peak);
+  r.mirror = SimMirror::cuda;
+  r.gpus = 4;
+  r.profile.nccl_latency_us = 0;  // the tiny model's collectives are latency otherwise
+  const double busy_bf16 = forecast(r).comm_busy_s;
+  r.grad_reduce = DType::f32;
+  const double busy_f32 = forecast(r).comm_busy_s;
+  EXPECT_GT(busy_bf16, 0.0);
+  EXPECT_LT(busy_bf16, 0.55 * busy_f32) << "half the bytes on the links";
 }
 
 TEST(DataParallel, AccumulationWithHostGradientsIsRefusedNamingTheSetting) {

@@ -557,3 +557,37 @@ TEST(Sim, CopyLanesOverlapAndEachLaneKeepsItsOrder) {
   EXPECT_NEAR(two_up, one, 1e-12);
   EXPECT_NEAR(two, std::max(one, be->cost().d2h(double(int64_t(1) << 30))), 1e-9);  // concurrent
 }
+
+// Backend::cast (the bf16 gradient reduce's narrowing): round to nearest even on cpu, the same bytes
+// as engine/dtype.h's f32_to_bf16, exact back to f32; the sim charges its memory traffic and moves
+// nothing; wrong dtypes, sizes or aliasing are errors naming both sides.
+TEST(BackendCast, RoundsToNearestEvenAndChecksItsArguments) {
+  auto be = make_cpu_backend(size_t(1) << 20);
+  const std::vector<float> src = {1.0f, 1.00390625f, 1.01171875f, -3.14159f, 65504.0f, 1e-30f, 0.0f};
+  Buffer f(be->arena(), DType::f32, Shape{int64_t(src.size())}, "f");
+  Buffer h(be->arena(), DType::bf16, Shape{int64_t(src.size())}, "h");
+  Buffer back(be->arena(), DType::f32, Shape{int64_t(src.size())}, "back");
+  be->upload_f32(f.view(), src.data());
+  be->cast(h.view(), f.view());
+  be->cast(back.view(), h.view());
+  std::vector<float> got(src.size());
+  be->download_f32(got.data(), back.view());
+  const auto* bits = static_cast<const uint16_t*>(h.view().data);
+  for (size_t i = 0; i < src.size(); ++i) {
+    EXPECT_EQ(bits[i], f32_to_bf16(src[i])) << i;
+    EXPECT_EQ(got[i], bf16_to_f32(f32_to_bf16(src[i]))) << i;
+  }
+  EXPECT_EQ(got[1], 1.0f);                            // halfway: to even
+  EXPECT_EQ(got[2], 1.015625f);                       // halfway: to even (up)
+  EXPECT_THROW(be->cast(f.view(), f.view()), Error);  // same dtype, aliasing
+  Buffer small(be->arena(), DType::bf16, Shape{3}, "small");
+  EXPECT_THROW(be->cast(small.view(), f.view()), Error);
+  SimOptions o;
+  o.profile = find_profile("h100_80gb");
+  auto sim = make_sim_backend(o);
+  Tensor a(nullptr, DType::f32, Shape{1 << 20}), b(reinterpret_cast<void*>(64), DType::bf16, Shape{1 << 20});
+  const double t0 = sim->now_s();
+  sim->cast(b, a);
+  sim->synchronize();
+  EXPECT_GT(sim->now_s(), t0);
+}
