@@ -171,6 +171,40 @@ TEST(CommGpuChild, Collectives) {
       for (Collective op : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
                             Collective::all_to_all, Collective::broadcast})
         compare(k, op, dt, chunk, int(chunk % 97));
+  {
+    // all_reduce_many (one NCCL group) of an f32 and a bf16 tensor made by the cuda backend's cast:
+    // each as the cpu communicator's all_reduce of the host copies (cast on the host the same way).
+    const int r = k.nccl->rank(), w = k.nccl->world();
+    const int64_t na = 4097, nb = int64_t(1) << 20;
+    std::vector<float> a(size_t(na)), b(size_t(nb));
+    for (int64_t i = 0; i < na; ++i) a[size_t(i)] = value(r, i, 3);
+    for (int64_t i = 0; i < nb; ++i) b[size_t(i)] = value(r, i, 5);
+    Buffer da(k.be->arena(), DType::f32, Shape{na}, "a"), wide(k.be->arena(), DType::f32, Shape{nb}, "wide");
+    Buffer db(k.be->arena(), DType::bf16, Shape{nb}, "b"), back(k.be->arena(), DType::f32, Shape{nb}, "back");
+    k.be->upload_f32(da.view(), a.data());
+    k.be->upload_f32(wide.view(), b.data());
+    k.be->cast(db.view(), wide.view());
+    std::vector<uint16_t> hb(size_t(nb));
+    convert_from_f32(hb.data(), DType::bf16, b.data(), size_t(nb));
+    std::vector<float> cast_back(size_t(nb));
+    k.be->cast(back.view(), db.view());
+    k.be->download_f32(cast_back.data(), back.view());
+    int64_t bad_cast = 0;
+    for (int64_t i = 0; i < nb; ++i) bad_cast += cast_back[size_t(i)] != bf16_to_f32(hb[size_t(i)]);
+    EXPECT_EQ(bad_cast, 0) << "cuda cast f32 -> bf16 -> f32 against the host's rounding";
+    k.nccl->wait_host(k.nccl->all_reduce_many({da.view(), db.view()}));
+    k.cpu->all_reduce(Tensor(a.data(), DType::f32, Shape{na}));
+    k.cpu->all_reduce(Tensor(hb.data(), DType::bf16, Shape{nb}));
+    std::vector<float> ga(size_t(na)), gb(size_t(nb));
+    k.be->download_f32(ga.data(), da.view());
+    k.be->download_f32(gb.data(), db.view());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < na; ++i)
+      bad += !(std::fabs(ga[size_t(i)] - a[size_t(i)]) <= 4.0 * w * std::ldexp(1.0, -23) * w);
+    for (int64_t i = 0; i < nb; ++i)
+      bad += !(std::fabs(gb[size_t(i)] - bf16_to_f32(hb[size_t(i)])) <= 4.0 * w * std::ldexp(1.0, -8) * w);
+    EXPECT_EQ(bad, 0) << "all_reduce_many against the cpu communicator";
+  }
   k.nccl->barrier();
   // Sizes that do not split: the same clear error as the cpu communicator, before NCCL sees them.
   Buffer b(k.be->arena(), DType::f32, Shape{int64_t(k.nccl->world()) * 3 + 1}, "comm.odd");
