@@ -176,7 +176,7 @@ TEST(CommGpuChild, Collectives) {
     // each as the cpu communicator's all_reduce of the host copies (cast on the host the same way).
     const int r = k.nccl->rank(), w = k.nccl->world();
     const int64_t na = 4097, nb = int64_t(1) << 20;
-    std::vector<float> a(size_t(na)), b(size_t(nb));
+    std::vector<float> a(static_cast<size_t>(na)), b(static_cast<size_t>(nb));
     for (int64_t i = 0; i < na; ++i) a[size_t(i)] = value(r, i, 3);
     for (int64_t i = 0; i < nb; ++i) b[size_t(i)] = value(r, i, 5);
     Buffer da(k.be->arena(), DType::f32, Shape{na}, "a"), wide(k.be->arena(), DType::f32, Shape{nb}, "wide");
@@ -184,9 +184,9 @@ TEST(CommGpuChild, Collectives) {
     k.be->upload_f32(da.view(), a.data());
     k.be->upload_f32(wide.view(), b.data());
     k.be->cast(db.view(), wide.view());
-    std::vector<uint16_t> hb(size_t(nb));
+    std::vector<uint16_t> hb(static_cast<size_t>(nb));
     convert_from_f32(hb.data(), DType::bf16, b.data(), size_t(nb));
-    std::vector<float> cast_back(size_t(nb));
+    std::vector<float> cast_back(static_cast<size_t>(nb));
     k.be->cast(back.view(), db.view());
     k.be->download_f32(cast_back.data(), back.view());
     int64_t bad_cast = 0;
@@ -195,7 +195,7 @@ TEST(CommGpuChild, Collectives) {
     k.nccl->wait_host(k.nccl->all_reduce_many({da.view(), db.view()}));
     k.cpu->all_reduce(Tensor(a.data(), DType::f32, Shape{na}));
     k.cpu->all_reduce(Tensor(hb.data(), DType::bf16, Shape{nb}));
-    std::vector<float> ga(size_t(na)), gb(size_t(nb));
+    std::vector<float> ga(static_cast<size_t>(na)), gb(static_cast<size_t>(nb));
     k.be->download_f32(ga.data(), da.view());
     k.be->download_f32(gb.data(), db.view());
     int64_t bad = 0;
