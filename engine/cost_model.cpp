@@ -96,6 +96,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["launch_overhead_us"] = p.launch_overhead_us;
   j["nccl_busbw_gbps"] = p.nccl_busbw_gbps;
   j["nccl_latency_us"] = p.nccl_latency_us;
+  j["nccl_compute_overlap"] = p.nccl_compute_overlap;
   j["disk_write_gbps"] = p.disk_write_gbps;
   j["disk_read_gbps"] = p.disk_read_gbps;
   j["disk_source"] = p.disk_source;
@@ -134,6 +135,12 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.launch_overhead_us = field<double>(j, "launch_overhead_us", where, false, 0.0);
   p.nccl_busbw_gbps = field<double>(j, "nccl_busbw_gbps", where, false, DeviceProfile{}.nccl_busbw_gbps);
   p.nccl_latency_us = field<double>(j, "nccl_latency_us", where, false, DeviceProfile{}.nccl_latency_us);
+  p.nccl_compute_overlap = field<double>(j, "nccl_compute_overlap", where, false, DeviceProfile{}.nccl_compute_overlap);
+  if (!(p.nccl_compute_overlap >= 0 && p.nccl_compute_overlap <= 1))
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: device profile field 'nccl_compute_overlap' must be in [0, 1], got {}", where,
+                             p.nccl_compute_overlap),
+                 where, "nccl_compute_overlap");
   p.disk_write_gbps = field<double>(j, "disk_write_gbps", where, false, 0.0);
   p.disk_read_gbps = field<double>(j, "disk_read_gbps", where, false, 0.0);
   p.disk_source = field<std::string>(j, "disk_source", where, false, "");

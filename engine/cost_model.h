@@ -48,6 +48,12 @@ struct DeviceProfile {
   // hosts, 2026-11-13) and an assumed latency; strata-comm-bench --gpus N measures both.
   double nccl_busbw_gbps = 330;
   double nccl_latency_us = 20;
+  // The share of a collective's time that compute running beside it hides. The rest slows that
+  // compute: NCCL's kernels take SMs and memory bandwidth, and a GPU at its power cap slows. Measured
+  // with tools/bench/overlap_probe.py (an fp32 / bf16 all-reduce beside a stream of bf16 GEMMs,
+  // through PyTorch) on 2 and 4 H200s, 2026-11-26: 0.53 / 0.21 on 2, 0.61 / 0.36 on 4; the default is
+  // their mean. 1 = a collective costs compute nothing.
+  double nccl_compute_overlap = 0.43;
 
   // The disk tier (activation_offloading: disk): sequential O_DIRECT bandwidth of the offload directory's disk,
   // as io::measure_direct_bandwidth measures it (strata-calibrate --disk DIR). 0 = not measured: forecasting a plan

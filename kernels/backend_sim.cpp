@@ -101,6 +101,11 @@ class SimBackendImpl final : public SimBackend {
   void reset_times() override { times_ = {}; }
   SimMirror mirror() const override { return opt_.mirror; }
   const CostModel& cost() const override { return cost_; }
+  void slow_compute(double s) override {
+    settle();
+    now_ += s;
+    times_.comm_contention_s += s;
+  }
   void wait_for_event(double t_s, bool host) override {
     if (!host) {
       compute_after_ = std::max(compute_after_, t_s);

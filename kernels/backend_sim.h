@@ -53,7 +53,9 @@ struct SimTimes {
   double disk_busy_s = 0;               // the disk queue busy
   size_t disk_write_bytes = 0, disk_read_bytes = 0;
   double recompute_s = 0;
-  double comm_wait_s = 0;  // the host blocked on collectives (kernels/comm_sim.h; compute waits count as copy_wait_s)
+  double comm_wait_s = 0;
+  double comm_contention_s = 0;  // compute time lost to collectives running beside it  // the host blocked on
+                                 // collectives (kernels/comm_sim.h; compute waits count as copy_wait_s)
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached
 };
@@ -68,6 +70,9 @@ class SimBackend : public Backend {
   // A collective's timeline (kernels/comm_sim.h) meets this one: host false, the next compute op
   // starts no earlier than t_s (as copy_wait_compute); host true, the clock waits until t_s.
   virtual void wait_for_event(double t_s, bool host) = 0;
+  // Compute beside a collective runs slower (DeviceProfile::nccl_compute_overlap): the compute
+  // clock loses s (counted in SimTimes::comm_contention_s).
+  virtual void slow_compute(double s) = 0;
 };
 
 std::unique_ptr<SimBackend> make_sim_backend(const SimOptions& opt);

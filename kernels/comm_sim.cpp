@@ -81,6 +81,10 @@ class SimComm final : public SimCommunicator {
     const double s = collective_seconds(be_.cost().profile(), op, double(bytes), world_);
     free_ = std::max(free_, be_.now_s()) + s;  // after the compute queued so far and the previous collective
     ends_.push_back(free_);
+    // What compute beside it does not hide slows that compute (charged now: compute that instead
+    // waits for this collective's end absorbs it, as the collective ends later than that).
+    if (be_.mirror() == SimMirror::cuda && world_ > 1)
+      be_.slow_compute((1.0 - be_.cost().profile().nccl_compute_overlap) * s);
     times_.busy_s += s;
     times_.bytes += double(bytes);
     ++times_.collectives;

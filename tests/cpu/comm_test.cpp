@@ -318,6 +318,7 @@ TEST(SimComm, RingFormulas) {
 TEST(SimComm, OverlapsComputeOnCudaAndAllocatesNothing) {
   SimOptions o;
   o.profile = find_profile("h100_80gb");
+  o.profile.nccl_compute_overlap = 1;  // compute beside a collective loses nothing (below: it does)
   auto be = make_sim_backend(o);
   auto c = make_sim_communicator(*be, 1, 4);
   EXPECT_EQ(c->rank(), 1);
@@ -350,6 +351,26 @@ TEST(SimComm, OverlapsComputeOnCudaAndAllocatesNothing) {
   cc->all_reduce(g);
   EXPECT_NEAR(cb->now_s(), collective_seconds(o.profile, Collective::all_reduce, double(g.bytes()), 2), 1e-12);
   EXPECT_THROW(c->all_gather(Tensor(nullptr, DType::f32, Shape{10}), Tensor(nullptr, DType::f32, Shape{3})), Error);
+}
+
+// nccl_compute_overlap h < 1: a collective slows the compute beside it by (1 - h) of its time; compute
+// that waits for the collective's end anyway ends no later than the collective.
+TEST(SimComm, ComputeBesideACollectiveLosesWhatTheProfileSays) {
+  SimOptions o;
+  o.profile = find_profile("h100_80gb");
+  o.profile.nccl_compute_overlap = 0.25;
+  auto be = make_sim_backend(o);
+  auto c = make_sim_communicator(*be, 0, 2);
+  Tensor g(nullptr, DType::f32, Shape{256, 1024, 1024});
+  const double s = collective_seconds(o.profile, Collective::all_reduce, double(g.bytes()), 2);
+  const double t0 = be->now_s();
+  CommTicket t = c->all_reduce(g);
+  EXPECT_NEAR(be->now_s() - t0, 0.75 * s, 1e-12);
+  EXPECT_NEAR(be->times().comm_contention_s, 0.75 * s, 1e-12);
+  c->wait_host(t);
+  EXPECT_NEAR(be->now_s() - t0, s, 1e-12);  // absorbed by the wait: the collective ends at s
+  o.profile.nccl_compute_overlap = 1.5;
+  EXPECT_THROW(profile_from_json(profile_to_json(o.profile), "test"), ConfigError);
 }
 
 // As nccl's group call: one collective over the summed bytes, one latency.
