@@ -16,6 +16,7 @@
 #include "engine/backend.h"
 #include "engine/master_split.h"
 #include "kernels/attention_cuda.h"
+#include "kernels/cuda_check.h"
 #include "kernels/gemm_cuda.h"
 #include "kernels/ops_cuda.h"
 
@@ -24,15 +25,6 @@ namespace strata {
 namespace {
 
 using cuda::bf16;
-
-#define STRATA_CUDA(x) check_cuda((x), #x, __FILE__, __LINE__)
-void check_cuda(cudaError_t e, const char* stmt, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  int dev = -1;
-  cudaGetDevice(&dev);
-  throw Error(fmt::format("{} failed: {} ({}) on cuda device {} [{}]", stmt, cudaGetErrorString(e), int(e), dev,
-                          detail::where(file, line)));
-}
 
 // RAII handles (streams, events): one owner each, moves only.
 template <class H, cudaError_t (*Destroy)(H)>

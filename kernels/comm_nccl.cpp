@@ -16,20 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda_check.h"
+
 namespace strata {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-#define COMM_CUDA(x) check_cuda((x), #x, __FILE__, __LINE__)
-void check_cuda(cudaError_t e, const char* stmt, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  int dev = -1;
-  cudaGetDevice(&dev);
-  throw Error(fmt::format("{} failed: {} ({}) on cuda device {} [{}]", stmt, cudaGetErrorString(e), int(e), dev,
-                          detail::where(file, line)));
-}
 
 std::string nccl_message(ncclResult_t r, ncclComm_t c) {
   std::string s = fmt::format("{} (ncclResult_t {})", ncclGetErrorString(r), int(r));
@@ -78,14 +71,14 @@ class NcclComm final : public Communicator {
                                rank_, o.device, n, n == 1 ? " is" : "s are",
                                std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset"));
     }
-    COMM_CUDA(cudaSetDevice(device_));
+    STRATA_CUDA(cudaSetDevice(device_));
     compute_ = o.compute_stream ? static_cast<cudaStream_t>(o.compute_stream) : cudaStreamLegacy;
     // The highest priority: a collective's kernels start as soon as its inputs are ready, between the
     // backward kernels queued on the compute stream.
     int lo = 0, hi = 0;
-    COMM_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    COMM_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, hi));
-    COMM_CUDA(cudaEventCreateWithFlags(&mark_, cudaEventDisableTiming));
+    STRATA_CUDA(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    STRATA_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, hi));
+    STRATA_CUDA(cudaEventCreateWithFlags(&mark_, cudaEventDisableTiming));
 
     ncclUniqueId id{};
     try {
@@ -238,7 +231,7 @@ class NcclComm final : public Communicator {
     if (t <= completed_ || inflight_.empty()) return;
     const size_t i = size_t(t - inflight_.front().ticket);
     if (i >= inflight_.size()) STRATA_THROW(Error, fmt::format("nccl communicator: unknown ticket {}", t));
-    COMM_CUDA(cudaStreamWaitEvent(compute_, inflight_[i].done, 0));
+    STRATA_CUDA(cudaStreamWaitEvent(compute_, inflight_[i].done, 0));
   }
 
  private:
@@ -247,19 +240,19 @@ class NcclComm final : public Communicator {
     check_collective(*this, op, out, in, root);
     std::lock_guard lk(mu_);
     throw_if_aborted();
-    COMM_CUDA(cudaSetDevice(device_));
+    STRATA_CUDA(cudaSetDevice(device_));
     // After everything queued on compute so far: the collective reads finished data.
-    COMM_CUDA(cudaEventRecord(mark_, compute_));
-    COMM_CUDA(cudaStreamWaitEvent(stream_, mark_, 0));
+    STRATA_CUDA(cudaEventRecord(mark_, compute_));
+    STRATA_CUDA(cudaStreamWaitEvent(stream_, mark_, 0));
     check(call(), collective_name(op), true);
     cudaEvent_t ev = nullptr;
     if (!free_events_.empty()) {
       ev = free_events_.back();
       free_events_.pop_back();
     } else {
-      COMM_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      STRATA_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     }
-    COMM_CUDA(cudaEventRecord(ev, stream_));
+    STRATA_CUDA(cudaEventRecord(ev, stream_));
     inflight_.push_back(InFlight{++issued_, ev, Clock::now(), collective_name(op), bytes});
     return issued_;
   }
