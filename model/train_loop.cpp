@@ -97,10 +97,12 @@ namespace {
 // Rows [rank * n, (rank + 1) * n) of a batch of several ranks' rows.
 Batch rank_rows(Batch all, int rank, int n) {
   if (all.B == n) return all;
-  Batch b{n, all.T, {}, {}};
+  Batch b{n, all.T, {}, {}, {}};
   const auto first = long(rank) * n * all.T, count = long(n) * all.T;
   b.inputs.assign(all.inputs.begin() + first, all.inputs.begin() + first + count);
   b.targets.assign(all.targets.begin() + first, all.targets.begin() + first + count);
+  if (!all.positions.empty())
+    b.positions.assign(all.positions.begin() + first, all.positions.begin() + first + count);
   return b;
 }
 }  // namespace
