@@ -190,13 +190,16 @@ LoopResult TrainLoop::run() {
   std::fprintf(
       opt_.info,
       "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated x %d ranks; %.2f epochs) | lr %g %s, "
-      "warmup %d | held out %ld rows%s\n",
+      "warmup %d | held out %ld rows%s%s\n",
       total_, long(split_.train.size()), long(cfg_.batch) * k * trainer_.world(), cfg_.batch, k, trainer_.world(),
       double(total_) * cfg_.batch * k * trainer_.world() / double(split_.train.size()), double(cfg_.lr),
       lr_scheduler_name(cfg_.lr_scheduler), warmup_, long(split_.val.size()),
       split_.val.empty()    ? ""
       : cfg_.eval_steps > 0 ? fmt::format(", evaluated every {} steps", cfg_.eval_steps).c_str()
-                            : ", evaluated at the end");
+                            : ", evaluated at the end",
+      rows_.packed()
+          ? fmt::format(" | sample packing: {} examples in {} rows", rows_.examples(), rows_.rows()).c_str()
+          : "");
   std::fflush(opt_.info);
   r.first_step = start + 1;
   r.steps_done = start;
