@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int jj = 0; jj < kPerLane; jj++) {
       const int j = k0 + c + 4 * jj;
-      s[jj] = (j <= i && j >= j_first && j < g.T) ? dot_rows<DMAX>(Q_s + r * LD, K_s + (c + 4 * jj) * LD, g.D)
-                                                  : -INFINITY;
+      s[jj] =
+          (j <= i && j >= j_first && j < g.T) ? dot_rows<DMAX>(Q_s + r * LD, K_s + (c + 4 * jj) * LD, g.D) : -INFINITY;
     }
     float mt = s[0];
 #pragma unroll
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int h = kh * group; h < (kh + 1) * group; h++) {
     const size_t q_off = (size_t(b) * g.T * g.Hq + h) * g.D;
     const float* lse_h = lse + (size_t(b) * g.Hq + h) * g.T;
-    for (int q0 = k0; q0 < g.T; q0 += kCols) {  // causal: queries >= k0 (kRows == kCols)
+    for (int q0 = k0; q0 < g.T; q0 += kCols) {       // causal: queries >= k0 (kRows == kCols)
       if (first_key(g, b, q0) >= k0 + kRows) break;  // this tile's queries and all later ones start past these keys
       __syncthreads();
       load_tile<DMAX>(dO_s, dout + q_off, q0, g.T, qs, g.D, 1.0f);

@@ -441,7 +441,8 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
                              : lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs,
                                         out.targets, chunks_rows(d));
     if (cfg.sample_packing && !pack)  // a plain-text file's chunks fill their rows: one sequence a row
-      for (size_t i = first; i < out.inputs.size(); ++i) out.positions.push_back(int32_t((i - first) % size_t(cfg.seq)));
+      for (size_t i = first; i < out.inputs.size(); ++i)
+        out.positions.push_back(int32_t((i - first) % size_t(cfg.seq)));
     if (info)
       std::fprintf(
           info,

@@ -82,7 +82,7 @@ RowStats lay_rows_packed(const std::vector<Example>& examples, int seq, int32_t 
 struct DatasetRows {
   std::vector<int32_t> inputs, targets, positions;
   long rows = 0;
-  long examples = 0;  // laid into the rows
+  long examples = 0;    // laid into the rows
   int32_t max_id = -1;  // the largest input id (checked against the model's vocabulary)
 };
 // The tokenizer's pad token (pad_token in tokenizer_config.json, or <pad>, <|pad|>), else EOS.

@@ -383,8 +383,8 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     }
     q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q");
     k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k");
-    auto [o, lse] = ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn", packed_pairs > 0 ? ps : VId(-1),
-                                   packed_pairs);
+    auto [o, lse] =
+        ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn", packed_pairs > 0 ? ps : VId(-1), packed_pairs);
     VId a = proj(t, o, i, "o_proj", P + ".attn.o_proj");
     VId h = ops::add(t, x, a, 1.0f, P + ".mid");
     auto [n2, r2] = ops::rmsnorm(t, h, pid(t, w("post_attention_layernorm.weight")), eps, P + ".mlp_norm");

@@ -22,8 +22,8 @@ TokenRows::TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, 
   rows_ = long(tokens_.size() / size_t(seq_));
 }
 
-TokenRows::TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, std::vector<int32_t> positions,
-                     int seq, long examples)
+TokenRows::TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, std::vector<int32_t> positions, int seq,
+                     long examples)
     : TokenRows(std::move(inputs), std::move(targets), seq) {
   STRATA_CHECK(positions.size() == tokens_.size(), "rows: positions must be given for every input");
   positions_ = std::move(positions);

@@ -101,8 +101,7 @@ Batch rank_rows(Batch all, int rank, int n) {
   const auto first = long(rank) * n * all.T, count = long(n) * all.T;
   b.inputs.assign(all.inputs.begin() + first, all.inputs.begin() + first + count);
   b.targets.assign(all.targets.begin() + first, all.targets.begin() + first + count);
-  if (!all.positions.empty())
-    b.positions.assign(all.positions.begin() + first, all.positions.begin() + first + count);
+  if (!all.positions.empty()) b.positions.assign(all.positions.begin() + first, all.positions.begin() + first + count);
   return b;
 }
 }  // namespace
@@ -197,9 +196,8 @@ LoopResult TrainLoop::run() {
       split_.val.empty()    ? ""
       : cfg_.eval_steps > 0 ? fmt::format(", evaluated every {} steps", cfg_.eval_steps).c_str()
                             : ", evaluated at the end",
-      rows_.packed()
-          ? fmt::format(" | sample packing: {} examples in {} rows", rows_.examples(), rows_.rows()).c_str()
-          : "");
+      rows_.packed() ? fmt::format(" | sample packing: {} examples in {} rows", rows_.examples(), rows_.rows()).c_str()
+                     : "");
   std::fflush(opt_.info);
   r.first_step = start + 1;
   r.steps_done = start;

@@ -95,8 +95,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       if (std::uncaught_exceptions() > uncaught) o.reset();  // a step that completed has nothing left
     }
   } reset{model_.pager(), optimizer_};
-  ForwardIds ids =
-      model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward, pairs_);
+  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward, pairs_);
   // The previous step's deferred updates land as forward reaches each parameter (model/optimizer.h);
   // one of a parameter this graph does not read lands now, before its gradient is zeroed below.
   optimizer_.before_forward();

@@ -117,8 +117,8 @@ class Trainer {
   Tape tape_;
   std::weak_ptr<WeightPager> pager_;  // the model's, if it pages; gone when the model is
   Buffer tokens_, targets_, pos_;
-  bool pos_packed_ = false;  // pos_ holds a packed batch's positions, not 0..T-1 a row
-  double pairs_ = 0;         // the uploaded batch's packed_pairs
+  bool pos_packed_ = false;                 // pos_ holds a packed batch's positions, not 0..T-1 a row
+  double pairs_ = 0;                        // the uploaded batch's packed_pairs
   std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
   int t_ = 0;
   StepStats last_;
