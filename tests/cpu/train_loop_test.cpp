@@ -169,7 +169,7 @@ TEST(GradAccumulation, GradientMatchesOneBatchOfAllTheRows) {
   TrainConfig cfg;
   Rig r = make_rig(cfg);
   TokenRows rows(synthetic_tokens(400, tiny_config().vocab_size, 5), 16);
-  Batch all{4, 16, {}, {}};
+  Batch all{4, 16, {}, {}, {}};
   std::vector<Batch> micro(4);
   for (int i = 0; i < 4; ++i) {
     micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
@@ -195,7 +195,7 @@ TEST(GradAccumulation, OnTheDeviceMatchesOneBatchOfAllTheRows) {
   TrainConfig cfg;
   Rig r = make_rig(cfg);
   TokenRows rows(synthetic_tokens(400, tiny_config().vocab_size, 5), 16);
-  Batch all{4, 16, {}, {}};
+  Batch all{4, 16, {}, {}, {}};
   std::vector<Batch> micro(4);
   long counted[4] = {0, 0, 0, 0}, total = 0;
   for (int i = 0; i < 4; ++i) {
@@ -337,7 +337,7 @@ TEST(TrainLoop, EvaluatesHeldOutRowsWithoutChangingTraining) {
   ASSERT_EQ(evaluated.loop->val_rows(), 5);
   double sum = 0;
   for (long r : evaluated.loop->val_row_ids()) {
-    Batch one{1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
+    Batch one{1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16), {}};
     rows.row(r, one.inputs.data(), one.targets.data());
     sum += evaluated.trainer->evaluate(one);
   }
