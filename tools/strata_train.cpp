@@ -273,13 +273,13 @@ int main(int argc, char** argv) {
       std::optional<TokenRows> rows;
       size_t n_tokens = 0;
       if (cfg.datasets.empty()) {
-        std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
-        n_tokens = tokens.size();
         if (cfg.sample_packing)
           throw ConfigError(
               "sample_packing packs the examples of `datasets`; a token file (--data) has no examples "
               "to pack (its rows are full windows already)",
               cfg.config_file.empty() ? "command line" : cfg.config_file, "sample_packing");
+        std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
+        n_tokens = tokens.size();
         rows.emplace(std::move(tokens), cfg.seq);
       } else {
         DatasetRows dr = build_dataset_rows(cfg, tokenizer_dir, info);

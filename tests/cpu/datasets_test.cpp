@@ -538,7 +538,7 @@ TEST_F(Datasets, StrataTrainEndToEnd) {
   // --sample-packing: the 8 examples share rows, the dataset and loop lines count them, and the
   // loss still falls.
   const std::string out_p = path("e2e_p");
-  Proc p = s_.run(kTrain + " --config " + quote(config(out_p, "")) + " --sample-packing --json");
+  Proc p = s_.run(kTrain + " --config " + quote(config(out_p, "")) + " --sample-packing --seq 128 --json");
   ASSERT_EQ(p.code, 0) << p.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(p.err, m, std::regex("sample packing: 8 examples in ([0-9]+) rows"))) << p.err;
@@ -550,7 +550,7 @@ TEST_F(Datasets, StrataTrainEndToEnd) {
   // A token file has no examples to pack.
   Proc tok = s_.run(kTrain + " --model " + quote(model) + " --data " + quote(model + "/tokens.bin") +
                     " --sample-packing --steps 1 --backend cpu");
-  EXPECT_EQ(tok.code, 2) << tok.err;
+  EXPECT_NE(tok.code, 0) << tok.err;
   EXPECT_NE(tok.err.find("no examples to pack"), std::string::npos) << tok.err;
 }
 
