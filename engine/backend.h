@@ -45,6 +45,16 @@ class HostReservation {
   std::string note;
 };
 
+// Sample packing (several examples in one row): attention's segments. `pos` [B*T] i32 holds the
+// positions restarting at 0 where each example starts (rope's positions); query i of a row attends
+// keys j with i - pos[i] <= j <= i, its own example only. `pairs`: the (query, key) pairs attended
+// per head over the batch, sum of L(L+1)/2 over the examples, what the sim prices (it has no data).
+struct AttnSegments {
+  Tensor pos;  // undefined: one causal sequence a row
+  double pairs = 0;
+  bool packed() const { return pos.defined(); }
+};
+
 // One asynchronous copy between the device and the host.
 using CopyTicket = uint64_t;
 // The copy streams ("lanes"). Copies on one lane complete in issue order; the two lanes run
@@ -128,10 +138,11 @@ class Backend {
   virtual void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) = 0;
   virtual void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) = 0;
   virtual void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) = 0;
-  // q [B,T,Hq,D], k/v [B,T,Hkv,D], out [B,T,Hq,D], lse [B,Hq,T].
-  virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) = 0;
+  // q [B,T,Hq,D], k/v [B,T,Hkv,D], out [B,T,Hq,D], lse [B,Hq,T]; `seg` packed: attention within
+  // each example of a row (AttnSegments).
+  virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) = 0;
   virtual void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                             Tensor lse, bool acc_dq, bool acc_dk, bool acc_dv) = 0;
+                             Tensor lse, bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) = 0;
   virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
   virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
                           bool acc_dup) = 0;
@@ -187,7 +198,7 @@ class Backend {
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w) { linear_bwd(dx, dw, dy, x, w, true, true); }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                      Tensor lse) {
-    attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, true, true, true);
+    attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, true, true, true, AttnSegments{});
   }
 };
 

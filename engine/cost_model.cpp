@@ -226,6 +226,16 @@ double CostModel::attention(double b, double t, double heads, double d, bool bac
   return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
 }
 
+double CostModel::attention_pairs(double tokens, double pairs, double heads, double d, bool backward) const {
+  const double fwd_flops = 4.0 * heads * pairs * d;  // QK^T and PV over the attended pairs
+  const double t = tokens > 0 ? 2.0 * pairs / tokens : 0.0;
+  const double eff = t / (t + p_.attention_half_tokens) * (d / (d + p_.attention_half_dim));
+  if (eff <= 0) return 0;
+  const double tput =
+      (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12 * eff;
+  return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
+}
+
 double CostModel::memory(double bytes) const {
   return floor(bytes / (p_.hbm_gbps * 1e9));
 }

@@ -95,6 +95,10 @@ class CostModel {
   double floor(double seconds) const;                             // max(seconds, launch overhead)
   double gemm(double m, double n, double k, double bytes) const;  // max of FLOP time and byte time
   double attention(double b, double t, double heads, double d, bool backward) const;
+  // Packed rows (sample packing): `pairs` (query, key) pairs per head over `tokens` tokens, the
+  // sum of L(L+1)/2 over the examples; priced as attention() prices B·T²/2 pairs, its efficiency
+  // read at the mean attended length 2·pairs/tokens (T for one sequence a row).
+  double attention_pairs(double tokens, double pairs, double heads, double d, bool backward) const;
   double memory(double bytes) const;  // an elementwise kernel moving `bytes`
   double h2d(double bytes) const;
   double d2h(double bytes) const;

@@ -23,8 +23,11 @@ VId linear(Tape& t, VId x, VId w, VId b, std::string cls);
 // x [N, H*D] with H heads; pos [N] i32; inv_freq [D/2] f32 -> [N, H*D]
 VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
 // q [B*T, Hq*D], k/v [B*T, Hkv*D] -> (out [B*T, Hq*D] as prefix.out, lse [B, Hq, T] f32 as prefix.lse)
+// Sample packing: `packed_pos` [B*T] i32, the positions restarting at 0 per example (an external
+// input, batch data), confines each query to its own example; `pairs` is AttnSegments::pairs.
+// packed_pos < 0: one causal sequence a row.
 std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq, int Hkv, int D,
-                              const std::string& prefix);
+                              const std::string& prefix, VId packed_pos = -1, double pairs = 0);
 // gate, up [N, F] -> [N, F]
 VId swiglu(Tape& t, VId gate, VId up, std::string cls);
 // The SwiGLU MLP down(swiglu(gate(x), up(x))) over row tiles of x [N, C] (mlp_tiles): wg, wu [F, C],

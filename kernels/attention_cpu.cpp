@@ -29,10 +29,18 @@ void check_shapes(int B, int T, int Hq, int Hkv, int D) {
   STRATA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: Hq must be a multiple of Hkv");
 }
 
+// The first key query i of row b attends: its example's first token (sample packing), else 0.
+int first_key(const int32_t* pos, int b, int T, int i) {
+  if (!pos) return 0;
+  const int p = pos[size_t(b) * T + i];
+  STRATA_CHECK(p >= 0 && p <= i, "attention: a position outside [0, its index in the row]");
+  return i - p;
+}
+
 }  // namespace
 
 void attention_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int B, int T, int Hq,
-                   int Hkv, int D) {
+                   int Hkv, int D, const int32_t* pos) {
   check_shapes(B, T, Hq, Hkv, D);
   const Layout L{T, Hq, Hkv, D};
   const int group = Hq / Hkv;
@@ -43,19 +51,20 @@ void attention_fwd(float* out, float* lse, const float* q, const float* k, const
       const int kh = h / group;
       for (int i = 0; i < T; i++) {
         const float* qi = q + L.q(b, i, h);
+        const int j0 = first_key(pos, b, T, i);
         float m = -INFINITY;
-        for (int j = 0; j <= i; j++) {  // causal: keys 0..i
+        for (int j = j0; j <= i; j++) {  // causal: keys j0..i
           s[j] = dot(qi, k + L.kv(b, j, kh), D) * scale;
           m = std::max(m, s[j]);
         }
         float sum = 0.0f;
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           s[j] = std::exp(s[j] - m);
           sum += s[j];
         }
         float* oi = out + L.q(b, i, h);
         std::fill(oi, oi + D, 0.0f);
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           const float p = s[j] / sum;
           const float* vj = v + L.kv(b, j, kh);
           for (int d = 0; d < D; d++) oi[d] += p * vj[d];
@@ -70,7 +79,7 @@ void attention_fwd(float* out, float* lse, const float* q, const float* k, const
 //   dq_i += scale ds k_j, dk_j += scale ds q_i.
 void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                    const float* out, const float* lse, int B, int T, int Hq, int Hkv, int D, bool acc_dq, bool acc_dk,
-                   bool acc_dv) {
+                   bool acc_dv, const int32_t* pos) {
   check_shapes(B, T, Hq, Hkv, D);
   if (!dq && !dk && !dv) return;
   const Layout L{T, Hq, Hkv, D};
@@ -89,7 +98,7 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const flo
           const float Di = dot(doi, out + L.q(b, i, h), D);
           const float lse_i = lse[L.lse(b, h, i)];
           std::fill(dq_acc.begin(), dq_acc.end(), 0.0f);
-          for (int j = 0; j <= i; j++) {
+          for (int j = first_key(pos, b, T, i); j <= i; j++) {
             const float* kj = k + L.kv(b, j, kh);
             const float* vj = v + L.kv(b, j, kh);
             const float p = std::exp(dot(qi, kj, D) * scale - lse_i);

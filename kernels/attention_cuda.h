@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -72,10 +73,13 @@ class Attention {
 };
 
 // Fallback kernels (attention_flash.cu). Throw UnsupportedError for D > 128.
+// Also the sample-packing path: `pos` [B*T] device i32 (positions restarting at 0 per example)
+// confines query i to keys [i - pos[i], i] (kernels/attention.h); null: one causal sequence a row.
 void flash_attention_fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s,
-                         cudaStream_t st);
+                         cudaStream_t st, const int32_t* pos = nullptr);
 void flash_attention_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-                         const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st);
+                         const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st,
+                         const int32_t* pos = nullptr);
 // y[i] += x[i] for n bf16 values (fp32 add, one rounding).
 void add_bf16_inplace(bf16* y, const bf16* x, size_t n, cudaStream_t st);
 

@@ -7,10 +7,15 @@
 //   p = exp(s - lse_i), ds = p (dout_i . v_j - Di), dq_i = scale sum ds k_j, dk_j = scale sum ds q_i.
 // Thread layout (128 threads): row r = tid / 4 of a 32-row tile, lane c = tid % 4. A thread scores
 // columns c, c+4, ..., c+28 of its row and owns output features c, c+4, ... (DMAX / 4 registers).
+// Sample packing (pos non-null, [B*T]): query i attends keys j in [i - pos[i], i], its own example.
+// An example's first token i - pos[i] never decreases along a row, so a query tile's keys start at
+// its first row's example start, and a key tile's queries end where a query's example starts past it:
+// tiles outside every example of the tile are skipped, the rest masked per element.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "engine/error.h"
@@ -27,7 +32,13 @@ constexpr int kPerLane = kCols / 4;
 struct Geom {
   int T, Hq, Hkv, D;
   float scale;
+  const int* pos;  // [B*T] packed positions, or null: one causal sequence a row
 };
+
+// The first key query i (< T) of row b attends.
+__device__ __forceinline__ int first_key(const Geom& g, int b, int i) {
+  return g.pos ? i - g.pos[size_t(b) * g.T + i] : 0;
+}
 
 // Loads rows [row0, row0 + 32) of one head into smem [32][DMAX + 1] as fp32 times `mul`, zeroing
 // rows past T and features past D (so register loops can run to DMAX without guards).
@@ -95,8 +106,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int kk = 0; kk < DMAX / 4; kk++) o[kk] = 0.0f;
 
+  const int j_first = i < g.T ? first_key(g, b, i) : 0;
   const int k_end = min(g.T, q0 + kRows);  // causal: keys < k_end
-  for (int k0 = 0; k0 < k_end; k0 += kCols) {
+  for (int k0 = first_key(g, b, q0) / kCols * kCols; k0 < k_end; k0 += kCols) {
     __syncthreads();  // previous tile's K/V/P reads are done
     load_tile<DMAX>(K_s, kb, k0, g.T, ks, g.D, 1.0f);
     load_tile<DMAX>(V_s, vb, k0, g.T, ks, g.D, 1.0f);
@@ -105,7 +117,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int jj = 0; jj < kPerLane; jj++) {
       const int j = k0 + c + 4 * jj;
-      s[jj] = (j <= i && j < g.T) ? dot_rows<DMAX>(Q_s + r * LD, K_s + (c + 4 * jj) * LD, g.D) : -INFINITY;
+      s[jj] =
+          (j <= i && j >= j_first && j < g.T) ? dot_rows<DMAX>(Q_s + r * LD, K_s + (c + 4 * jj) * LD, g.D) : -INFINITY;
     }
     float mt = s[0];
 #pragma unroll
@@ -160,6 +173,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dS_s = P_s + kRows * LP;
   float* lse_s = dS_s + kRows * LP;
   float* Di_s = lse_s + kCols;
+  int* first_s = reinterpret_cast<int*>(Di_s + kCols);  // [32] each query's first key
   const int b = blockIdx.z, kh = blockIdx.y, k0 = blockIdx.x * kRows;
   const int group = g.Hq / g.Hkv;
   const int r = threadIdx.x >> 2, c = threadIdx.x & 3, j = k0 + r;
@@ -174,13 +188,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int h = kh * group; h < (kh + 1) * group; h++) {
     const size_t q_off = (size_t(b) * g.T * g.Hq + h) * g.D;
     const float* lse_h = lse + (size_t(b) * g.Hq + h) * g.T;
-    for (int q0 = k0; q0 < g.T; q0 += kCols) {  // causal: queries >= k0 (kRows == kCols)
+    for (int q0 = k0; q0 < g.T; q0 += kCols) {       // causal: queries >= k0 (kRows == kCols)
+      if (first_key(g, b, q0) >= k0 + kRows) break;  // this tile's queries and all later ones start past these keys
       __syncthreads();
       load_tile<DMAX>(dO_s, dout + q_off, q0, g.T, qs, g.D, 1.0f);
       load_tile<DMAX>(Q_s, out + q_off, q0, g.T, qs, g.D, 1.0f);  // out staged in Q_s for Di
       if (threadIdx.x < kCols) {
         const int i = q0 + threadIdx.x;
         lse_s[threadIdx.x] = i < g.T ? lse_h[i] : 0.0f;
+        first_s[threadIdx.x] = i < g.T ? first_key(g, b, i) : 0;
       }
       __syncthreads();
       row_dots<DMAX>(Di_s, dO_s, Q_s);
@@ -191,7 +207,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int ii = 0; ii < kPerLane; ii++) {
         const int il = c + 4 * ii, i = q0 + il;
         float p = 0.0f, ds = 0.0f;
-        if (i >= j && i < g.T && j < g.T) {
+        if (i >= j && i < g.T && j < g.T && j >= first_s[il]) {
           p = __expf(dot_rows<DMAX>(Q_s + il * LD, K_s + r * LD, g.D) - lse_s[il]);
           ds = p * (dot_rows<DMAX>(dO_s + il * LD, V_s + r * LD, g.D) - Di_s[il]);
         }
@@ -248,6 +264,7 @@ __global__ void __launch_bounds__(kThreads)
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows;
   const int kh = h / (g.Hq / g.Hkv);
   const int r = threadIdx.x >> 2, c = threadIdx.x & 3, i = q0 + r;
+  const int j_first = i < g.T ? first_key(g, b, i) : 0;
   const int qs = g.Hq * g.D, ks = g.Hkv * g.D;
   const size_t q_off = (size_t(b) * g.T * g.Hq + h) * g.D;
   const size_t kv_off = (size_t(b) * g.T * g.Hkv + kh) * g.D;
@@ -266,7 +283,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int kk = 0; kk < DMAX / 4; kk++) dq_acc[kk] = 0.0f;
 
   const int k_end = min(g.T, q0 + kRows);
-  for (int k0 = 0; k0 < k_end; k0 += kCols) {
+  for (int k0 = first_key(g, b, q0) / kCols * kCols; k0 < k_end; k0 += kCols) {
     __syncthreads();  // Di/lse/Q ready; previous K/V/dS reads done
     load_tile<DMAX>(K_s, k + kv_off, k0, g.T, ks, g.D, 1.0f);
     load_tile<DMAX>(V_s, v + kv_off, k0, g.T, ks, g.D, 1.0f);
@@ -275,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int jj = 0; jj < kPerLane; jj++) {
       const int jl = c + 4 * jj, j = k0 + jl;
       float ds = 0.0f;
-      if (j <= i && i < g.T) {
+      if (j <= i && j >= j_first && i < g.T) {
         const float p = __expf(dot_rows<DMAX>(Q_s + r * LD, K_s + jl * LD, g.D) - lse_s[r]);
         ds = p * (dot_rows<DMAX>(dO_s + r * LD, V_s + jl * LD, g.D) - Di_s[r]);
       }
@@ -314,29 +331,32 @@ void check_launch(const char* what) {
     STRATA_THROW(Error, std::string("attention fallback: ") + what + " launch failed: " + cudaGetErrorString(e));
 }
 
-Geom geom(const AttnShape& s) {
+Geom geom(const AttnShape& s, const int32_t* pos) {
   if (s.B <= 0 || s.T <= 0 || s.D <= 0 || s.Hq <= 0 || s.Hkv <= 0 || s.Hq % s.Hkv != 0)
     STRATA_THROW(Error, "attention fallback: bad shape (need positive sizes and Hq % Hkv == 0)");
   if (s.D > 128) STRATA_THROW(UnsupportedError, "attention fallback: head dim " + std::to_string(s.D) + " > 128");
-  return Geom{s.T, s.Hq, s.Hkv, s.D, 1.0f / std::sqrt(float(s.D))};
+  return Geom{s.T, s.Hq, s.Hkv, s.D, 1.0f / std::sqrt(float(s.D)), pos};
 }
 
 template <int DMAX>
-void fwd_impl(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s, cudaStream_t st) {
+void fwd_impl(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s,
+              const int32_t* pos, cudaStream_t st) {
   constexpr int LD = DMAX + 1;
   const size_t smem = sizeof(float) * ((kRows + 2 * kCols) * LD + kRows * (kCols + 1));
   cudaFuncSetAttribute(fwd_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   dim3 grid((s.T + kRows - 1) / kRows, s.Hq, s.B);
-  fwd_kernel<DMAX><<<grid, kThreads, smem, st>>>(out, lse, q, k, v, geom(s));
+  fwd_kernel<DMAX><<<grid, kThreads, smem, st>>>(out, lse, q, k, v, geom(s, pos));
   check_launch("fwd");
 }
 
 template <int DMAX>
 void bwd_impl(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-              const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st) {
+              const bf16* out, const float* lse, const AttnShape& s, bool accumulate, const int32_t* pos,
+              cudaStream_t st) {
   constexpr int LD = DMAX + 1, LP = kCols + 1;
-  const Geom g = geom(s);
-  const size_t smem_kv = sizeof(float) * ((2 * kRows + 2 * kCols) * LD + 2 * kRows * LP + 2 * kCols);
+  const Geom g = geom(s, pos);
+  const size_t smem_kv =
+      sizeof(float) * ((2 * kRows + 2 * kCols) * LD + 2 * kRows * LP + 2 * kCols) + sizeof(int) * kCols;
   cudaFuncSetAttribute(dkdv_kernel<DMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_kv));
   dkdv_kernel<DMAX><<<dim3((s.T + kRows - 1) / kRows, s.Hkv, s.B), kThreads, smem_kv, st>>>(dk, dv, dout, q, k, v, out,
                                                                                             lse, g, accumulate);
@@ -351,19 +371,20 @@ void bwd_impl(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, con
 }  // namespace
 
 void flash_attention_fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s,
-                         cudaStream_t st) {
-  geom(s);
-  if (s.D <= 32) return fwd_impl<32>(out, lse, q, k, v, s, st);
-  if (s.D <= 64) return fwd_impl<64>(out, lse, q, k, v, s, st);
-  return fwd_impl<128>(out, lse, q, k, v, s, st);
+                         cudaStream_t st, const int32_t* pos) {
+  geom(s, pos);
+  if (s.D <= 32) return fwd_impl<32>(out, lse, q, k, v, s, pos, st);
+  if (s.D <= 64) return fwd_impl<64>(out, lse, q, k, v, s, pos, st);
+  return fwd_impl<128>(out, lse, q, k, v, s, pos, st);
 }
 
 void flash_attention_bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
-                         const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st) {
-  geom(s);
-  if (s.D <= 32) return bwd_impl<32>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
-  if (s.D <= 64) return bwd_impl<64>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
-  return bwd_impl<128>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
+                         const bf16* out, const float* lse, const AttnShape& s, bool accumulate, cudaStream_t st,
+                         const int32_t* pos) {
+  geom(s, pos);
+  if (s.D <= 32) return bwd_impl<32>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, pos, st);
+  if (s.D <= 64) return bwd_impl<64>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, pos, st);
+  return bwd_impl<128>(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, pos, st);
 }
 
 void add_bf16_inplace(bf16* y, const bf16* x, size_t n, cudaStream_t st) {

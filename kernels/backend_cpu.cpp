@@ -138,14 +138,21 @@ class CpuBackend final : public Backend {
     int D = cols(dout), H = I(dout.shape[dout.shape.nd - 2]);
     cpu::rope_bwd(F(dx), F(dout), pos.i32(), F(inv_freq), I(pos.numel()), H, D, acc_dx);
   }
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
     cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]),
-                       I(q.shape[3]));
+                       I(q.shape[3]), seg_pos(seg, q));
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv) override {
+                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
     cpu::attention_bwd(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), F(out), F(lse), I(q.shape[0]), I(q.shape[1]),
-                       I(q.shape[2]), I(k.shape[2]), I(q.shape[3]), acc_dq, acc_dk, acc_dv);
+                       I(q.shape[2]), I(k.shape[2]), I(q.shape[3]), acc_dq, acc_dk, acc_dv, seg_pos(seg, q));
+  }
+  // The packed rows' positions [B*T] (null: unpacked), checked against q [B, T, Hq, D].
+  static const int32_t* seg_pos(const AttnSegments& seg, const Tensor& q) {
+    if (!seg.packed()) return nullptr;
+    STRATA_CHECK(seg.pos.dtype == DType::i32 && seg.pos.numel() == q.shape[0] * q.shape[1],
+                 "attention: the packed positions are not [B*T] i32");
+    return seg.pos.i32();
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
     cpu::swiglu_fwd(F(out), F(gate), F(up), long(gate.numel()));

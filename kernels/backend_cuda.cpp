@@ -419,14 +419,28 @@ class CudaBackend final : public Backend {
     cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]), cols(dout),
                    acc_dx, s());
   }
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+  // Packed rows (sample packing) run the flash kernel with the rows' positions: cuDNN's graphs here
+  // know only the causal mask (its ragged layout would need a graph per segment count).
+  static const int32_t* packed_pos(const AttnSegments& seg, const Tensor& q) {
+    if (!seg.packed()) return nullptr;
+    STRATA_CHECK(seg.pos.dtype == DType::i32 && seg.pos.numel() == q.shape[0] * q.shape[1],
+                 "attention: the packed positions are not [B*T] i32");
+    if (q.shape[3] > 128)
+      STRATA_THROW(UnsupportedError, fmt::format("sample packing on cuda runs the flash attention kernel, which "
+                                                 "takes head_dim <= 128 (this model's is {}); turn packing off",
+                                                 q.shape[3]));
+    return seg.pos.i32();
+  }
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
     OpProfiler::Scope prof_(&prof_data_, "attention_fwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
+    if (const int32_t* pos = packed_pos(seg, q))
+      return cuda::flash_attention_fwd(B(out), F(lse), B(q), B(k), B(v), sh, s(), pos);
     Buffer ws = workspace(attn_.workspace_bytes(sh, false), "workspace.attn");
     attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv) override {
+                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
     OpProfiler::Scope prof_(&prof_data_, "attention_bwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     // A gradient nobody needs still has to land somewhere: scratch from the arena, overwritten.
@@ -442,6 +456,8 @@ class CudaBackend final : public Backend {
       if (!acc_dk && dk.defined()) zero(dk);
       if (!acc_dv && dv.defined()) zero(dv);
     }
+    if (const int32_t* pos = packed_pos(seg, q))  // the flash kernel adds in place: no scratch
+      return cuda::flash_attention_bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, s(), pos);
     Buffer ws = workspace(attn_.workspace_bytes(sh, true), "workspace.attn");
     attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, ws_ptr(ws), ws_bytes(ws), s());
   }

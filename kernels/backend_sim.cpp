@@ -233,14 +233,21 @@ class SimBackendImpl final : public SimBackend {
     bwd(OpKind::rope, cost_.memory(B(dout) + rw(dx, acc_dx) + B(pos)));
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D].
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
+  // Packed rows (sample packing) take the flash kernel on cuda (backend_cuda.cpp): no workspace, and
+  // the work is the pairs the segments attend, not B·T²/2.
+  double attention_time(int b, int t, int hq, int d, bool backward, const AttnSegments& seg) const {
+    return seg.packed() ? cost_.attention_pairs(double(b) * t, seg.pairs, hq, d, backward)
+                        : cost_.attention(b, t, hq, d, backward);
+  }
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
     const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
               d = int(q.shape[3]);
-    Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0);
-    fwd(OpKind::attention, cost_.attention(b, t, hq, d, false));
+    const bool cudnn = cuda() && !seg.packed();
+    Buffer ws = workspace(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0);
+    fwd(OpKind::attention, attention_time(b, t, hq, d, false, seg));
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv) override {
+                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
     const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
               d = int(q.shape[3]);
     double extra = 0;
@@ -257,8 +264,9 @@ class SimBackendImpl final : public SimBackend {
       if (!acc_dk && dk.defined()) zero(dk);
       if (!acc_dv && dv.defined()) zero(dv);
     }
-    Buffer ws = workspace(cuda() ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
-    if (cuda() && attention_uses_cudnn(d)) {
+    const bool cudnn = cuda() && !seg.packed();
+    Buffer ws = workspace(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
+    if (cudnn && attention_uses_cudnn(d)) {
       // cuDNN overwrites: the engine accumulates through scratch + three adds. (The fp32 dQ
       // accumulator is zeroed by cuDNN itself from 9.6 on; the engine no longer memsets it.)
       const double nq = double(q.numel()), nkv = double(k.numel());
@@ -267,7 +275,7 @@ class SimBackendImpl final : public SimBackend {
         kernels += 3;
       }
     }
-    bwd(OpKind::attention, cost_.attention(b, t, hq, d, true) + extra, kernels);
+    bwd(OpKind::attention, attention_time(b, t, hq, d, true, seg) + extra, kernels);
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
     fwd(OpKind::swiglu, cost_.memory(B(gate) + B(up) + B(out)));

@@ -138,6 +138,7 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
     must["datasets"] = datasets;
     must["train_on_inputs"] = c.train_on_inputs;
     must["excess_length_strategy"] = c.drop_excess ? "drop" : "truncate";
+    if (c.sample_packing) must["sample_packing"] = true;  // the rows' layout (an unpacked run's config lacks it)
   }
   nlohmann::ordered_json all = {{"base_model", c.model_dir},
                                 {"data", c.data_path},
@@ -145,6 +146,7 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
                                 {"tokenizer", c.tokenizer_dir},
                                 {"train_on_inputs", c.train_on_inputs},
                                 {"excess_length_strategy", c.drop_excess ? "drop" : "truncate"},
+                                {"sample_packing", c.sample_packing},
                                 {"backend", c.backend},
                                 {"learning_rate", c.lr},
                                 {"max_steps", c.steps_given ? json(c.steps) : json(nullptr)},

@@ -327,6 +327,7 @@ RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id,
       ++st.rows;
     }
     st.examples = long(examples.size());
+    st.laid = st.rows;
     return st;
   }
   RowStats st;
@@ -355,6 +356,56 @@ RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id,
     }
     ++st.rows;
   }
+  st.laid = st.rows;
+  return st;
+}
+
+RowStats lay_rows_packed(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs,
+                         bool drop_excess, std::vector<int32_t>& inputs, std::vector<int32_t>& targets,
+                         std::vector<int32_t>& positions) {
+  RowStats st;
+  st.examples = long(examples.size());
+  size_t used = size_t(seq);  // tokens of the current row taken; seq: no row open
+  auto close_row = [&] {
+    for (size_t i = used, run = 0; i < size_t(seq); ++i, ++run) {
+      inputs.push_back(pad_id);
+      targets.push_back(-1);
+      positions.push_back(int32_t(run));
+    }
+    used = size_t(seq);
+  };
+  for (const Example& e : examples) {
+    size_t n = e.ids.size();
+    if (n > size_t(seq)) {
+      if (drop_excess) {
+        ++st.dropped;
+        continue;
+      }
+      ++st.truncated;
+      n = size_t(seq);
+    }
+    long trained = 0;
+    for (size_t i = 1; i < n; ++i) trained += train_on_inputs || e.trained[i];
+    if (trained == 0) {
+      ++st.untrained;
+      if (n < e.ids.size()) --st.truncated;  // counted once, as untrained
+      continue;
+    }
+    st.trained_targets += trained;
+    if (used + n > size_t(seq)) {  // start the next row
+      if (used < size_t(seq)) close_row();
+      used = 0;
+      ++st.rows;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      inputs.push_back(e.ids[i]);
+      targets.push_back(i + 1 < n && (train_on_inputs || e.trained[i + 1]) ? e.ids[i + 1] : -1);
+      positions.push_back(int32_t(i));
+    }
+    used += n;
+    ++st.laid;
+  }
+  if (used < size_t(seq)) close_row();
   return st;
 }
 
@@ -383,17 +434,24 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
   DatasetRows out;
   for (const DatasetSpec& d : cfg.datasets) {
     const DatasetLoad ld = load_dataset(d, tok, tokenizer_dir, stderr);
-    const RowStats st = lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs,
-                                 out.targets, chunks_rows(d));
+    const bool pack = cfg.sample_packing && !chunks_rows(d);
+    const size_t first = out.inputs.size();
+    const RowStats st = pack ? lay_rows_packed(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess,
+                                               out.inputs, out.targets, out.positions)
+                             : lay_rows(ld.examples, cfg.seq, pad, cfg.train_on_inputs, cfg.drop_excess, out.inputs,
+                                        out.targets, chunks_rows(d));
+    if (cfg.sample_packing && !pack)  // a plain-text file's chunks fill their rows: one sequence a row
+      for (size_t i = first; i < out.inputs.size(); ++i)
+        out.positions.push_back(int32_t((i - first) % size_t(cfg.seq)));
     if (info)
       std::fprintf(
           info,
-          "dataset: %s (%s%s) | %ld examples -> %ld rows of %d | %ld truncated, %ld dropped (longer than "
+          "dataset: %s (%s%s) | %ld examples -> %ld rows of %d%s | %ld truncated, %ld dropped (longer than "
           "sequence_len), %ld with no response token in the row | %ld trained targets | cache %s %s\n",
           d.path.c_str(), d.type.c_str(),
           d.type == "chat" ? fmt::format(", {} template", chat_template_name(chat_template_for(tok))).c_str() : "",
-          st.examples, st.rows, cfg.seq, st.truncated, st.dropped, st.untrained, st.trained_targets,
-          ld.cache_hit ? "hit" : "written", ld.cache_file.c_str());
+          st.examples, st.rows, cfg.seq, pack ? fmt::format(" ({} packed)", st.laid).c_str() : "", st.truncated,
+          st.dropped, st.untrained, st.trained_targets, ld.cache_hit ? "hit" : "written", ld.cache_file.c_str());
     if (st.rows == 0)
       throw ConfigError(
           fmt::format("{}: the dataset is empty after filtering: {} examples, {} longer than sequence_len {} and "
@@ -402,6 +460,7 @@ DatasetRows build_dataset_rows(const TrainConfig& cfg, const std::string& tokeni
                       d.path, st.examples, st.dropped, cfg.seq, st.untrained, cfg.seq),
           d.path, "datasets");
     out.rows += st.rows;
+    out.examples += st.laid;
   }
   for (int32_t id : out.inputs) out.max_id = std::max(out.max_id, id);
   return out;

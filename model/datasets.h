@@ -52,6 +52,7 @@ struct RowStats {
   long dropped = 0;    // longer than seq, left out (excess_length_strategy: drop)
   long untrained = 0;  // no target left to train on (all prompt), left out
   long trained_targets = 0;
+  long laid = 0;  // examples (or chunks) laid into the rows: `rows` unpacked, more with sample packing
 };
 
 // Appends one row of seq inputs and seq targets per example to `inputs` / `targets`. With `chunk`
@@ -65,10 +66,23 @@ bool chunks_rows(const DatasetSpec& d);
 RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs, bool drop_excess,
                   std::vector<int32_t>& inputs, std::vector<int32_t>& targets);
 
-// Every dataset of the config, in order, as rows (rows * seq inputs and targets).
+// Sample packing: the examples laid whole into rows, in order (sequential greedy: one that does not
+// fit the rest of the current row starts the next, which leaves the rest padded with ignored
+// targets); over seq tokens truncated or dropped, no target left dropped, as lay_rows. Each example's
+// inputs and targets are what lay_rows gives it in a row of its own (its last token predicts
+// nothing), and `positions` gets 0..n-1 for it; the padding after the last example of a row is one
+// more run 0..k-1 (Batch::positions).
+RowStats lay_rows_packed(const std::vector<Example>& examples, int seq, int32_t pad_id, bool train_on_inputs,
+                         bool drop_excess, std::vector<int32_t>& inputs, std::vector<int32_t>& targets,
+                         std::vector<int32_t>& positions);
+
+// Every dataset of the config, in order, as rows (rows * seq inputs and targets). With
+// cfg.sample_packing, each dataset's examples packed (lay_rows_packed; a plain-text file's chunks
+// fill their rows already) and `positions` per token (rows * seq).
 struct DatasetRows {
-  std::vector<int32_t> inputs, targets;
+  std::vector<int32_t> inputs, targets, positions;
   long rows = 0;
+  long examples = 0;    // laid into the rows
   int32_t max_id = -1;  // the largest input id (checked against the model's vocabulary)
 };
 // The tokenizer's pad token (pad_token in tokenizer_config.json, or <pad>, <|pad|>), else EOS.

@@ -56,6 +56,7 @@ Batch forecast_batch(const ForecastRequest& r) {
   b.T = r.seq;
   b.inputs.assign(size_t(r.batch) * size_t(r.seq), 0);
   b.targets.assign(size_t(r.batch) * size_t(r.seq), 0);
+  b.positions = r.positions;
   return b;
 }
 

@@ -42,11 +42,15 @@ struct ForecastRequest {
   // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;
   DType grad_reduce = DType::f32;  // the dtype the ranks sum gradients in (OptimizerOptions::reduce_dtype)
+  // Sample packing: the batch's positions [batch * seq] (Batch::positions; a row's examples restart
+  // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
+  std::vector<int32_t> positions;
 };
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
 ModelOptions forecast_model_options(const ForecastRequest& r);
-// The batch the forecast runs: B rows of T tokens (all id 0; values never matter for memory or time).
+// The batch the forecast runs: B rows of T tokens (all id 0; values never matter for memory or time),
+// with the request's positions when it is packed.
 Batch forecast_batch(const ForecastRequest& r);
 // A checkpoint directory, a config.json, or a built-in name (ConfigError listing the known ones).
 io::LlamaConfig resolve_model(const std::string& spec);

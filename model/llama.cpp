@@ -351,7 +351,8 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
   return ops::add(t, y, b, opt_.lora.scale(), cls);
 }
 
-ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training) {
+ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training,
+                             double packed_pairs) {
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const float eps = cfg_.rms_norm_eps;
   if (cfg_.sliding_window > 0 && T > cfg_.sliding_window)
@@ -382,7 +383,8 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     }
     q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q");
     k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k");
-    auto [o, lse] = ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn");
+    auto [o, lse] =
+        ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn", packed_pairs > 0 ? ps : VId(-1), packed_pairs);
     VId a = proj(t, o, i, "o_proj", P + ".attn.o_proj");
     VId h = ops::add(t, x, a, 1.0f, P + ".mid");
     auto [n2, r2] = ops::rmsnorm(t, h, pid(t, w("post_attention_layernorm.weight")), eps, P + ".mlp_norm");

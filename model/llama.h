@@ -91,7 +91,10 @@ class LlamaModel {
 
   // Records one batch: tokens/targets/pos are [B*T] i32 device tensors. `training`: backward will
   // follow this forward, so the loss may write gradients in forward (never for evaluation).
-  ForwardIds build(Tape& tape, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training = false);
+  // `packed_pairs` > 0: the rows are packed (sample packing): pos restarts at 0 where each example
+  // starts and attention stays within each example; the value is AttnSegments::pairs.
+  ForwardIds build(Tape& tape, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training = false,
+                   double packed_pairs = 0);
   // Logits [N, V] of a retained final-hidden value (evaluation and golden tests).
   void logits(Tape& tape, VId final_hidden, Tensor out);
 

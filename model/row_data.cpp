@@ -22,8 +22,20 @@ TokenRows::TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, 
   rows_ = long(tokens_.size() / size_t(seq_));
 }
 
-void TokenRows::row(long r, int32_t* inputs, int32_t* targets) const {
+TokenRows::TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, std::vector<int32_t> positions, int seq,
+                     long examples)
+    : TokenRows(std::move(inputs), std::move(targets), seq) {
+  STRATA_CHECK(positions.size() == tokens_.size(), "rows: positions must be given for every input");
+  positions_ = std::move(positions);
+  examples_ = examples;
+}
+
+void TokenRows::row(long r, int32_t* inputs, int32_t* targets, int32_t* positions) const {
   STRATA_CHECK(r >= 0 && r < rows_, fmt::format("row {} outside [0, {})", r, rows_));
+  if (positions) {
+    const size_t at = size_t(r) * size_t(seq_);
+    for (int i = 0; i < seq_; ++i) positions[i] = packed() ? positions_[at + size_t(i)] : i;
+  }
   if (!targets_.empty()) {
     const size_t at = size_t(r) * size_t(seq_);
     std::copy(tokens_.begin() + long(at), tokens_.begin() + long(at + size_t(seq_)), inputs);
@@ -95,6 +107,7 @@ Batch RowSampler::next(const TokenRows& data, int batch) {
   b.T = data.seq();
   b.inputs.resize(size_t(batch) * size_t(b.T));
   b.targets.resize(b.inputs.size());
+  if (data.packed()) b.positions.resize(b.inputs.size());
   for (int r = 0; r < batch; ++r) {
     if (pos_.index == long(order_.size())) {  // the next epoch, in its own order
       ++pos_.epoch;
@@ -103,7 +116,8 @@ Batch RowSampler::next(const TokenRows& data, int batch) {
       draw_order();
     }
     const size_t at = size_t(r) * size_t(b.T);
-    data.row(order_[size_t(pos_.index++)], b.inputs.data() + at, b.targets.data() + at);
+    data.row(order_[size_t(pos_.index++)], b.inputs.data() + at, b.targets.data() + at,
+             data.packed() ? b.positions.data() + at : nullptr);
   }
   return b;
 }
@@ -116,8 +130,13 @@ std::vector<Batch> eval_batches(const TokenRows& data, const std::vector<long>& 
     b.T = data.seq();
     b.inputs.assign(size_t(batch) * size_t(b.T), 0);
     b.targets.assign(b.inputs.size(), -1);
+    if (data.packed()) {  // a filler row is one sequence of ignored targets
+      b.positions.resize(b.inputs.size());
+      for (size_t k = 0; k < b.positions.size(); ++k) b.positions[k] = int32_t(k % size_t(b.T));
+    }
     for (size_t r = 0; r < size_t(batch) && i + r < rows.size(); ++r)
-      data.row(rows[i + r], b.inputs.data() + r * size_t(b.T), b.targets.data() + r * size_t(b.T));
+      data.row(rows[i + r], b.inputs.data() + r * size_t(b.T), b.targets.data() + r * size_t(b.T),
+               data.packed() ? b.positions.data() + r * size_t(b.T) : nullptr);
     out.push_back(std::move(b));
   }
   return out;

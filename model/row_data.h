@@ -20,16 +20,25 @@ class TokenRows {
   TokenRows(std::vector<int32_t> tokens, int seq);
   // Rows given whole: inputs and targets hold rows * seq ids each (a target < 0 is ignored).
   TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, int seq);
+  // Packed rows (sample packing): `examples` examples laid into them, `positions` per token as
+  // Batch::positions.
+  TokenRows(std::vector<int32_t> inputs, std::vector<int32_t> targets, std::vector<int32_t> positions, int seq,
+            long examples);
   long rows() const { return rows_; }
   int seq() const { return seq_; }
-  // Row r's inputs and targets, seq each.
-  void row(long r, int32_t* inputs, int32_t* targets) const;
+  bool packed() const { return !positions_.empty(); }
+  long examples() const { return examples_; }  // packed: examples in the rows (else 0)
+  // Row r's inputs and targets, seq each; and its positions where `positions` is given and the rows
+  // are packed (0..seq-1 otherwise).
+  void row(long r, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr) const;
 
  private:
   std::vector<int32_t> tokens_;
-  std::vector<int32_t> targets_;  // rows given whole: tokens_ holds the inputs
+  std::vector<int32_t> targets_;    // rows given whole: tokens_ holds the inputs
+  std::vector<int32_t> positions_;  // packed rows only
   int seq_;
   long rows_;
+  long examples_ = 0;
 };
 
 // Held-out rows: `val_set_size` below 1 is a fraction of the rows (rounded up, as Hugging Face's
@@ -70,6 +79,7 @@ class RowSampler {
 
 // The held-out rows as batches of `batch` rows; the last one is filled with rows whose targets are
 // all ignored (-1), so every batch has the same shape and the loss counts only real tokens.
+// Packed rows give packed batches (Batch::positions), as RowSampler::next does.
 std::vector<Batch> eval_batches(const TokenRows& data, const std::vector<long>& rows, int batch);
 
 // Targets that count in the loss (>= 0).

@@ -325,14 +325,9 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
                        fmt::format("{}: excess_length_strategy '{}' is unknown (expected truncate or drop)", path, s),
                        path, key);
         c.drop_excess = s == "drop";
-      } else if (key == "sample_packing") {
-        if (Bool())
-          STRATA_THROW(ConfigError,
-                       fmt::format("{}: sample_packing: true is not supported yet (one example per row, padded; "
-                                   "leave the key out or set it to false)",
-                                   path),
-                       path, key);
-      } else if (key == "backend")
+      } else if (key == "sample_packing")
+        c.sample_packing = Bool();
+      else if (key == "backend")
         c.backend = S();
       else if (key == "sequence_len" || key == "seq")
         c.seq = Int(1);

@@ -26,6 +26,7 @@ struct TrainConfig {
   std::string tokenizer_dir;          // "" = model_dir
   bool train_on_inputs = false;       // false: prompt tokens are masked out of the loss (axolotl's default)
   bool drop_excess = false;           // excess_length_strategy: drop (else truncate) examples over seq
+  bool sample_packing = false;        // datasets: whole examples packed into each row, attention per example
   std::string backend = "cpu";
   int seq = 128;
   int batch = 1;

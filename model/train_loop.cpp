@@ -98,10 +98,11 @@ namespace {
 // Rows [rank * n, (rank + 1) * n) of a batch of several ranks' rows.
 Batch rank_rows(Batch all, int rank, int n) {
   if (all.B == n) return all;
-  Batch b{n, all.T, {}, {}};
+  Batch b{n, all.T, {}, {}, {}};
   const auto first = long(rank) * n * all.T, count = long(n) * all.T;
   b.inputs.assign(all.inputs.begin() + first, all.inputs.begin() + first + count);
   b.targets.assign(all.targets.begin() + first, all.targets.begin() + first + count);
+  if (!all.positions.empty()) b.positions.assign(all.positions.begin() + first, all.positions.begin() + first + count);
   return b;
 }
 }  // namespace
@@ -189,13 +190,15 @@ LoopResult TrainLoop::run() {
   std::fprintf(
       opt_.info,
       "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated x %d ranks; %.2f epochs) | lr %g %s, "
-      "warmup %d | held out %ld rows%s\n",
+      "warmup %d | held out %ld rows%s%s\n",
       total_, long(split_.train.size()), long(cfg_.batch) * k * trainer_.world(), cfg_.batch, k, trainer_.world(),
       double(total_) * cfg_.batch * k * trainer_.world() / double(split_.train.size()), double(cfg_.lr),
       lr_scheduler_name(cfg_.lr_scheduler), warmup_, long(split_.val.size()),
       split_.val.empty()    ? ""
       : cfg_.eval_steps > 0 ? fmt::format(", evaluated every {} steps", cfg_.eval_steps).c_str()
-                            : ", evaluated at the end");
+                            : ", evaluated at the end",
+      rows_.packed() ? fmt::format(" | sample packing: {} examples in {} rows", rows_.examples(), rows_.rows()).c_str()
+                     : "");
   std::fflush(opt_.info);
   r.first_step = start + 1;
   r.steps_done = start;

@@ -30,6 +30,27 @@ Trainer::~Trainer() {
   if (auto pager = pager_.lock(); pager && pager->installed_on(tape_)) pager->detach();
 }
 
+double packed_pairs(const Batch& b) {
+  if (b.positions.empty()) return 0;
+  STRATA_CHECK(int64_t(b.positions.size()) == int64_t(b.B) * b.T, "batch: positions size != B*T");
+  double pairs = 0;
+  for (int r = 0; r < b.B; ++r) {
+    const int32_t* p = b.positions.data() + size_t(r) * size_t(b.T);
+    int64_t run = 0;  // tokens of the example so far
+    for (int i = 0; i < b.T; ++i) {
+      if (p[i] != 0 && p[i] != (i > 0 ? p[i - 1] + 1 : 0))
+        STRATA_THROW(ConfigError,
+                     fmt::format("batch: position {} at row {} index {} neither starts an example (0) nor follows "
+                                 "the previous one",
+                                 p[i], r, i),
+                     "batch", "positions");
+      run = p[i] == 0 ? 1 : run + 1;
+      pairs += double(run);  // query i attends the run's keys so far
+    }
+  }
+  return pairs;
+}
+
 void Trainer::upload(const Batch& b) {
   const int64_t n = int64_t(b.B) * b.T;
   STRATA_CHECK(int64_t(b.inputs.size()) == n && int64_t(b.targets.size()) == n, "batch: inputs/targets size != B*T");
@@ -38,16 +59,24 @@ void Trainer::upload(const Batch& b) {
     if (b.inputs[size_t(i)] < 0 || b.inputs[size_t(i)] >= V || b.targets[size_t(i)] >= V)
       STRATA_THROW(ConfigError, fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch",
                    "tokens");
-  if (!tokens_.allocated() || tokens_.view().numel() != n) {
+  pairs_ = packed_pairs(b);
+  const bool fresh = !tokens_.allocated() || tokens_.view().numel() != n;
+  if (fresh) {
     tokens_.reset();
     targets_.reset();
     pos_.reset();
     tokens_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.tokens");
     targets_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.targets");
     pos_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.positions");
+  }
+  if (!b.positions.empty()) {
+    be_.upload_i32(pos_.view(), b.positions.data());
+    pos_packed_ = true;
+  } else if (fresh || pos_packed_) {
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(i % b.T);
     be_.upload_i32(pos_.view(), pos.data());
+    pos_packed_ = false;
   }
   be_.upload_i32(tokens_.view(), b.inputs.data());
   be_.upload_i32(targets_.view(), b.targets.data());
@@ -66,7 +95,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       if (std::uncaught_exceptions() > uncaught) o.reset();  // a step that completed has nothing left
     }
   } reset{model_.pager(), optimizer_};
-  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward);
+  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward, pairs_);
   // The previous step's deferred updates land as forward reaches each parameter (model/optimizer.h);
   // one of a parameter this graph does not read lands now, before its gradient is zeroed below.
   optimizer_.before_forward();

@@ -45,10 +45,18 @@ struct StepStats {
 };
 
 // A batch: B rows of T input tokens and their targets (target < 0 is ignored).
+// Sample packing: `positions` [B*T] restart at 0 where each example of a row starts and count up by
+// one within it (the padding after the last example is one more run); attention then stays within
+// each example and rope sees each example's own positions. Empty: one sequence a row (0..T-1).
 struct Batch {
   int B = 0, T = 0;
   std::vector<int32_t> inputs, targets;
+  std::vector<int32_t> positions;
 };
+
+// Checks a packed batch's positions (ConfigError naming the first bad index) and returns the
+// (query, key) pairs its attention visits per head, AttnSegments::pairs; 0 for an unpacked batch.
+double packed_pairs(const Batch& b);
 
 // One row of the resolved plan: a slot class with layer numbers folded ("L*.attn.q").
 struct PlanRow {
@@ -109,6 +117,8 @@ class Trainer {
   Tape tape_;
   std::weak_ptr<WeightPager> pager_;  // the model's, if it pages; gone when the model is
   Buffer tokens_, targets_, pos_;
+  bool pos_packed_ = false;                 // pos_ holds a packed batch's positions, not 0..T-1 a row
+  double pairs_ = 0;                        // the uploaded batch's packed_pairs
   std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
   int t_ = 0;
   StepStats last_;

@@ -44,10 +44,12 @@ static const char* kUsage =
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
     "                    [--gpus N [--grad-reduce fp32|bf16]] [--save-steps 0] [--resume auto|DIR]\n"
-    "                    [--mlp-tiles auto|N] [--help]\n"
+    "                    [--mlp-tiles auto|N] [--sample-packing] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
     "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
+    "--sample-packing (YAML sample_packing: true): the datasets' examples packed whole into each row, in order,\n"
+    "each attending only to itself, with positions restarting per example.\n"
     "--steps counts optimizer steps; without it --epochs (num_epochs) sets them. --grad-accum K sums K\n"
     "micro-batches of --batch rows into each step. --save-steps N writes DIR/checkpoint-<step>/ every N\n"
     "steps into the --save DIR; SIGINT/SIGTERM save one and stop; --resume auto continues the newest one\n"
@@ -145,7 +147,7 @@ int main(int argc, char** argv) {
                  "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
                  "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
                  "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "grad-reduce"},
-                {"json", "freeze-base", "help"});
+                {"json", "freeze-base", "sample-packing", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -188,6 +190,7 @@ int main(int argc, char** argv) {
     int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
     num_flag("lora-alpha", cfg.lora.alpha, NumberRule::positive);
     if (a.has("freeze-base")) cfg.freeze_base = true;
+    if (a.has("sample-packing")) cfg.sample_packing = true;
     if (a.has("device-memory")) cfg.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
     if (a.has("save")) cfg.output_dir = a.str("save");
     if (a.has("offload-dir")) cfg.offload_dir = a.str("offload-dir");
@@ -272,6 +275,11 @@ int main(int argc, char** argv) {
       std::optional<TokenRows> rows;
       size_t n_tokens = 0;
       if (cfg.datasets.empty()) {
+        if (cfg.sample_packing)
+          throw ConfigError(
+              "sample_packing packs the examples of `datasets`; a token file (--data) has no examples "
+              "to pack (its rows are full windows already)",
+              cfg.config_file.empty() ? "command line" : cfg.config_file, "sample_packing");
         std::vector<int32_t> tokens = io::read_tokens(cfg.data_path, mc.vocab_size, long(cfg.seq) + 1);
         n_tokens = tokens.size();
         rows.emplace(std::move(tokens), cfg.seq);
@@ -283,7 +291,10 @@ int main(int argc, char** argv) {
                           tokenizer_dir, dr.max_id, mc.vocab_size, cfg.model_dir),
               tokenizer_dir, "vocab_size");
         n_tokens = dr.inputs.size();
-        rows.emplace(std::move(dr.inputs), std::move(dr.targets), cfg.seq);
+        if (cfg.sample_packing)
+          rows.emplace(std::move(dr.inputs), std::move(dr.targets), std::move(dr.positions), cfg.seq, dr.examples);
+        else
+          rows.emplace(std::move(dr.inputs), std::move(dr.targets), cfg.seq);
       }
       const std::string be_name = resolve_backend_name(cfg.backend);
       if (be_name == "cuda" && !cfg.device_budget_bytes && !cfg.memory_budget_bytes) {

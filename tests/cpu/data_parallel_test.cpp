@@ -34,7 +34,7 @@ struct RankRun {
 // Global batch of step s: rows s*kRows .. s*kRows + kRows - 1, row r with its first 2r targets
 // ignored (unequal token counts between ranks and micro-batches).
 Batch rows_of(const TokenRows& rows, int step, int first, int n) {
-  Batch b{n, kSeq, std::vector<int32_t>(size_t(n) * kSeq), std::vector<int32_t>(size_t(n) * kSeq)};
+  Batch b{n, kSeq, std::vector<int32_t>(size_t(n) * kSeq), std::vector<int32_t>(size_t(n) * kSeq), {}};
   for (int i = 0; i < n; ++i) {
     const int r = first + i;
     rows.row(step * kRows + r, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
@@ -365,7 +366,7 @@ sample_packing: false
       {"datasets: [{type: chat}]", "datasets[0].path"},
       {"datasets: [{path: a.jsonl, type: chat, field: x}]", "datasets[0].field"},
       {"excess_length_strategy: wrap", "excess_length_strategy"},
-      {"sample_packing: true", "sample_packing"},
+      {"sample_packing: yes please", "sample_packing"},
   };
   for (const auto& [text, field] : bad) {
     TrainConfig t;
@@ -377,12 +378,11 @@ sample_packing: false
       EXPECT_NE(std::string(e.what()).find("bad.yaml"), std::string::npos) << e.what();
     }
   }
+  EXPECT_FALSE(c.sample_packing);
   TrainConfig t;
-  try {
-    apply_yaml_text(t, "sample_packing: true", "p.yaml");
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
-  }
+  apply_yaml_text(t, "sample_packing: true", "p.yaml");
+  EXPECT_TRUE(t.sample_packing);
+  EXPECT_FALSE(TrainConfig{}.sample_packing);
 }
 
 TEST_F(Datasets, EmptyAfterFilteringNamesTheFile) {
@@ -534,6 +534,24 @@ TEST_F(Datasets, StrataTrainEndToEnd) {
       s_.run(kTrain + " --config " + quote(config(path("e2e_c"), "")) + " --data " + quote(model + "/tokens.bin"));
   EXPECT_EQ(both.code, 2);
   EXPECT_NE(both.err.find("both give the training data"), std::string::npos) << both.err;
+
+  // --sample-packing: the 8 examples share rows, the dataset and loop lines count them, and the
+  // loss still falls.
+  const std::string out_p = path("e2e_p");
+  Proc p = s_.run(kTrain + " --config " + quote(config(out_p, "")) + " --sample-packing --seq 128 --json");
+  ASSERT_EQ(p.code, 0) << p.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(p.err, m, std::regex("sample packing: 8 examples in ([0-9]+) rows"))) << p.err;
+  EXPECT_LT(std::stoi(m[1].str()), 8) << p.err;
+  EXPECT_NE(p.err.find("(8 packed)"), std::string::npos) << p.err;
+  const auto lp = losses(p.out);
+  ASSERT_EQ(lp.size(), 12u);
+  EXPECT_LT(lp.at(12), lp.at(1) * 0.7) << p.out;
+  // A token file has no examples to pack.
+  Proc tok = s_.run(kTrain + " --model " + quote(model) + " --data " + quote(model + "/tokens.bin") +
+                    " --sample-packing --steps 1 --backend cpu");
+  EXPECT_NE(tok.code, 0) << tok.err;
+  EXPECT_NE(tok.err.find("no examples to pack"), std::string::npos) << tok.err;
 }
 
 // `tokenizer: DIR` for a model directory without one: the checkpoints and the saved model get its

@@ -78,12 +78,12 @@ class CountingBackend final : public Backend {
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc) override {
     in_->rope_bwd(dx, dout, pos, inv_freq, acc);
   }
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) override {
-    in_->attention_fwd(out, lse, q, k, v);
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
+    in_->attention_fwd(out, lse, q, k, v, seg);
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv) override {
-    in_->attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, acc_dq, acc_dk, acc_dv);
+                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
+    in_->attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, acc_dq, acc_dk, acc_dv, seg);
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override { in_->swiglu_fwd(out, gate, up); }
   void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,

@@ -169,10 +169,10 @@ TEST(GradAccumulation, GradientMatchesOneBatchOfAllTheRows) {
   TrainConfig cfg;
   Rig r = make_rig(cfg);
   TokenRows rows(synthetic_tokens(400, tiny_config().vocab_size, 5), 16);
-  Batch all{4, 16, {}, {}};
+  Batch all{4, 16, {}, {}, {}};
   std::vector<Batch> micro(4);
   for (int i = 0; i < 4; ++i) {
-    micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
+    micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16), {}};
     rows.row(i, micro[size_t(i)].inputs.data(), micro[size_t(i)].targets.data());
     all.inputs.insert(all.inputs.end(), micro[size_t(i)].inputs.begin(), micro[size_t(i)].inputs.end());
     all.targets.insert(all.targets.end(), micro[size_t(i)].targets.begin(), micro[size_t(i)].targets.end());
@@ -195,11 +195,11 @@ TEST(GradAccumulation, OnTheDeviceMatchesOneBatchOfAllTheRows) {
   TrainConfig cfg;
   Rig r = make_rig(cfg);
   TokenRows rows(synthetic_tokens(400, tiny_config().vocab_size, 5), 16);
-  Batch all{4, 16, {}, {}};
+  Batch all{4, 16, {}, {}, {}};
   std::vector<Batch> micro(4);
   long counted[4] = {0, 0, 0, 0}, total = 0;
   for (int i = 0; i < 4; ++i) {
-    micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
+    micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16), {}};
     rows.row(i, micro[size_t(i)].inputs.data(), micro[size_t(i)].targets.data());
     for (int t = 0; t < 2 * i; ++t) micro[size_t(i)].targets[size_t(t)] = -1;  // unequal token counts
     for (int32_t x : micro[size_t(i)].targets) counted[i] += x >= 0;
@@ -246,7 +246,7 @@ TEST(GradAccumulation, SumsEachMicroBatchGradientExactly) {
     TokenRows rows(synthetic_tokens(400, tiny_config().vocab_size, 5), 16);
     std::vector<Batch> micro(3);
     for (int i = 0; i < 3; ++i) {
-      micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
+      micro[size_t(i)] = {1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16), {}};
       rows.row(i, micro[size_t(i)].inputs.data(), micro[size_t(i)].targets.data());
     }
     const float w[3] = {0.25f, 0.5f, 0.25f};
@@ -337,7 +337,7 @@ TEST(TrainLoop, EvaluatesHeldOutRowsWithoutChangingTraining) {
   ASSERT_EQ(evaluated.loop->val_rows(), 5);
   double sum = 0;
   for (long r : evaluated.loop->val_row_ids()) {
-    Batch one{1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16)};
+    Batch one{1, 16, std::vector<int32_t>(16), std::vector<int32_t>(16), {}};
     rows.row(r, one.inputs.data(), one.targets.data());
     sum += evaluated.trainer->evaluate(one);
   }
