@@ -46,6 +46,7 @@ struct TrainConfig {
   // mlp_tiles (ModelOptions::mlp_tiles): N >= 1 row tiles per layer's MLP; 0 = auto: the budget
   // planner chooses when it plans (memory_budget), else 1 (untiled).
   int mlp_tiles = 0;
+  int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
@@ -90,6 +91,8 @@ enum class NumberRule {
 float check_number(double v, NumberRule rule, const Origin& o);
 // An integer in [lo, 2^31 - 1] (seq, batch, steps, ...): 4294967312 is refused, not read as 16.
 int check_int(long long v, int lo, const Origin& o);
+// pad_vocab_multiple: an integer in [1, 65536] (1: no padding); ConfigError naming `o` otherwise.
+int check_pad_vocab(long long v, const Origin& o);
 // mlp_tiles: "auto" -> 0, or a whole number of tiles >= 1; ConfigError naming `o` otherwise.
 int parse_mlp_tiles(const std::string& s, const Origin& o);
 // lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.

@@ -43,7 +43,8 @@ static const char* kUsage =
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
-    "                    [--gpus N] [--save-steps 0] [--resume auto|DIR] [--mlp-tiles auto|N] [--help]\n"
+    "                    [--gpus N] [--save-steps 0] [--resume auto|DIR] [--mlp-tiles auto|N] [--pad-vocab 64]\n"
+    "                    [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
     "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
@@ -60,7 +61,9 @@ static const char* kUsage =
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"
-    "chooses under --budget.\n";
+    "chooses under --budget.\n"
+    "--pad-vocab N: the embedding and LM head hold the vocabulary rounded up to a multiple of N in memory (zero\n"
+    "rows, outside the softmax, never saved; YAML pad_vocab_multiple, default 64; 1: no padding).\n";
 
 namespace {
 
@@ -142,7 +145,7 @@ int main(int argc, char** argv) {
                  "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",   "max-grad-norm",
                  "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
                  "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
-                 "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles"},
+                 "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "pad-vocab"},
                 {"json", "freeze-base", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -182,6 +185,8 @@ int main(int argc, char** argv) {
     }
     int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
     if (a.has("mlp-tiles")) cfg.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
+    if (a.has("pad-vocab"))
+      cfg.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
     int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
     num_flag("lora-alpha", cfg.lora.alpha, NumberRule::positive);
     if (a.has("freeze-base")) cfg.freeze_base = true;
