@@ -352,10 +352,14 @@ int main(int argc, char** argv) {
       std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
                    format_bytes(be->arena().budget()).c_str());
       std::fprintf(info,
-                   "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
+                   "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d%s | %.2fM params, "
                    "%.2fM trainable%s\n",
                    cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads,
-                   mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6, model.trainable_count() / 1e6,
+                   mc.num_key_value_heads, mc.vocab_size,
+                   model.padded_vocab() != mc.vocab_size
+                       ? fmt::format(" (padded to {} in memory)", model.padded_vocab()).c_str()
+                       : "",
+                   model.param_count() / 1e6, model.trainable_count() / 1e6,
                    cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
       std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n",
                    cfg.datasets.empty()
