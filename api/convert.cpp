@@ -68,6 +68,8 @@ TrainConfig to_train_config(const SessionConfig& c) {
   t.host_budget_bytes = c.host_budget_bytes;
   t.disk_budget_bytes = c.disk_budget_bytes;
   t.loss_chunk_tokens = c.loss_chunk_tokens;
+  t.pad_vocab_multiple = check_pad_vocab(c.pad_vocab_multiple,
+                                         {"SessionConfig::pad_vocab_multiple", "SessionConfig", "pad_vocab_multiple"});
   t.seed = c.seed;
   t.offload_dir = c.offload_dir;
   t.layer_offloading = c.layer_offloading;
@@ -102,6 +104,7 @@ SessionConfig from_train_config(const TrainConfig& t) {
   c.host_budget_bytes = t.host_budget_bytes;
   c.disk_budget_bytes = t.disk_budget_bytes;
   c.loss_chunk_tokens = t.loss_chunk_tokens;
+  c.pad_vocab_multiple = t.pad_vocab_multiple;
   c.seed = t.seed;
   c.offload_dir = t.offload_dir;
   c.layer_offloading = t.layer_offloading;
@@ -179,6 +182,8 @@ ForecastRequest to_request(const ForecastSpec& s) {
   r.lora_alpha = s.lora_alpha;
   r.lora_targets = s.lora_target_modules;
   r.loss_chunk_tokens = s.loss_chunk_tokens;
+  r.pad_vocab_multiple =
+      check_pad_vocab(s.pad_vocab_multiple, {"ForecastSpec::pad_vocab_multiple", "ForecastSpec", "pad_vocab_multiple"});
   r.plan = to_plan(s.plan, "ForecastSpec::plan");
   r.profile = find_profile(s.profile);
   if (s.mirror != "cuda" && s.mirror != "cpu")

@@ -152,17 +152,20 @@ class Backend {
   // column sums of dy [N, O].
   virtual void bias_fwd(Tensor y, Tensor b) = 0;
   virtual void bias_bwd(Tensor db, Tensor dy, bool acc_db) = 0;
-  // loss [1] f32 (mean over targets >= 0), lse [N] f32.
-  virtual void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) = 0;
+  // loss [1] f32 (mean over targets >= 0), lse [N] f32. w [V, C] holds `vocab` <= V real rows; the
+  // rest is padding (a vocabulary padded to a GEMM-friendly size): those logits take no part in the
+  // softmax (probability 0, gradient 0, so dw's padded rows get exact zeros). A target >= vocab is
+  // out of range.
+  virtual void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) = 0;
   // dloss [1] f32 is the incoming gradient of the loss.
   virtual void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
-                              int chunk, bool acc_dx, bool acc_dw) = 0;
+                              int chunk, int vocab, bool acc_dx, bool acc_dw) = 0;
   // The training variant (no logits recompute): the forward, and from each chunk's logits at once
   // the gradients for dL = dloss_assumed * loss: dx [N, C] (x's dtype, overwritten: the op saves it)
   // and dw [V, C] f32 ((+)= by acc_dw; undefined for a frozen head: skipped). Same results as
   // lm_head_ce_fwd then lm_head_ce_bwd with dloss = dloss_assumed and acc_dx false.
   virtual void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
-                                   float dloss_assumed, bool acc_dw) = 0;
+                                   int vocab, float dloss_assumed, bool acc_dw) = 0;
   // Its backward: dx (+)= saved_dx * dloss[0] / dloss_assumed. With dw_written (the forward wrote
   // a weight gradient for dloss_assumed), any other dloss is an error: cpu throws; cuda cannot,
   // so it writes NaN into dx (the gradient norm shows it).

@@ -49,6 +49,8 @@ VId add(Tape& t, VId a, VId b, float scale, std::string cls);
 // the weight's gradient): the variant that forms the gradients from the forward's logits, saving
 // dx [N, C] ("loss.dx") instead of x and lse; used when x requires grad and w, if it does, is a
 // parameter. The loss must be the tape's (seeded with Tape::kLossSeed) and read by no other op.
-VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens, bool grad_in_forward = false);
+// vocab > 0: only w's first `vocab` rows are the vocabulary, the rest padding that takes no part in the
+// softmax (Backend::lm_head_ce_fwd); 0: every row.
+VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens, bool grad_in_forward = false, int vocab = 0);
 
 }  // namespace strata::ops

@@ -171,19 +171,19 @@ class CpuBackend final : public Backend {
   void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
     if (db.defined()) cpu::bias_bwd(F(db), F(dy), long(rows(dy)), long(cols(dy)), acc_db);
   }
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     loss.f32()[0] =
-        cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk, nullptr);
+        cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk, nullptr, vocab);
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      bool acc_dx, bool acc_dw) override {
+                      int vocab, bool acc_dx, bool acc_dw) override {
     cpu::lm_head_ce_bwd(F(dx), F(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
-                        I(w.shape[0]), chunk, acc_dx, acc_dw);
+                        I(w.shape[0]), chunk, acc_dx, acc_dw, vocab);
   }
-  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
+  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
                            float dloss_assumed, bool acc_dw) override {
     loss.f32()[0] = cpu::lm_head_ce_fwd_grad(F(dx), F(dw), dloss_assumed, F(x), F(w), targets.i32(), rows(x), cols(x),
-                                             I(w.shape[0]), chunk, acc_dw, nullptr);
+                                             I(w.shape[0]), chunk, acc_dw, nullptr, vocab);
   }
   void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
                             bool acc_dx) override {

@@ -487,7 +487,7 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "bias_bwd", s());
     cuda::bias_bwd(F(db), B(dy), long(rows(dy)), long(cols(dy)), acc_db, s());
   }
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
     const int n_max = std::min(chunk, N);
@@ -497,13 +497,14 @@ class CudaBackend final : public Backend {
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const int n = std::min(chunk, N - r0);
       gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_fwd(F(lse) + r0, F(token_loss.view()) + r0, F(logits.view()), targets.i32() + r0, n, V, s());
+      cuda::ce_chunk_fwd(F(lse) + r0, F(token_loss.view()) + r0, F(logits.view()), targets.i32() + r0, n, V, vocab,
+                         s());
     }
     cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
     cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      bool acc_dx, bool acc_dw) override {
+                      int vocab, bool acc_dx, bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
     const int n_max = std::min(chunk, N);
@@ -515,14 +516,14 @@ class CudaBackend final : public Backend {
       const int n = std::min(chunk, N - r0);
       gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
       cuda::ce_chunk_bwd(B(dlogits.view()), F(logits.view()), F(lse) + r0, targets.i32() + r0, F(dloss),
-                         F(n_valid.view()), n, V, s());
+                         F(n_valid.view()), n, V, vocab, s());
       chunk_grads(dx, dw, dlogits, x, w, r0, n, acc_dx, acc_dw);
     }
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
   }
   // The training variant: per chunk one logits GEMM, then ce_chunk_fwd_bwd's loss terms and dlogits,
   // then the dx GEMM (into the op's saved dx) and the dw GEMM, with lm_head_ce_bwd's flags and order.
-  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
+  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
                            float dloss_assumed, bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd_grad", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
@@ -536,7 +537,7 @@ class CudaBackend final : public Backend {
       const int n = std::min(chunk, N - r0);
       gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
       cuda::ce_chunk_fwd_bwd(F(token_loss.view()) + r0, B(dlogits.view()), F(logits.view()), targets.i32() + r0,
-                             F(n_valid.view()), dloss_assumed, n, V, s());
+                             F(n_valid.view()), dloss_assumed, n, V, vocab, s());
       chunk_grads(dx, dw, dlogits, x, w, r0, n, false, acc_dw);
     }
     cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());

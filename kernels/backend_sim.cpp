@@ -292,7 +292,8 @@ class SimBackendImpl final : public SimBackend {
   void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
     bwd(OpKind::add, cost_.memory(B(dout) + rw(da, acc_da) + rw(db, acc_db)));
   }
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
+  // The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding.
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
     const int n_max = std::min(chunk, N);
     Buffer logits, token_loss, n_valid;
@@ -314,7 +315,7 @@ class SimBackendImpl final : public SimBackend {
     fwd(OpKind::lm_head_ce, t, kernels + 2);
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      bool acc_dx, bool acc_dw) override {
+                      int, bool acc_dx, bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
     const int n_max = std::min(chunk, N);
     Buffer logits, dlogits, n_valid;
@@ -340,7 +341,7 @@ class SimBackendImpl final : public SimBackend {
   // The training variant: backend_cuda.cpp's allocations; per chunk the logits GEMM, one kernel
   // reading the f32 logits twice (statistics, then dlogits) and the dx and dw GEMMs that the old
   // backward ran after recomputing the logits.
-  void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, float,
+  void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, int, float,
                            bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
     const int n_max = std::min(chunk, N);

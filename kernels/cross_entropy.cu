@@ -2,8 +2,11 @@
 // Forward: one block per row, one pass with an online max / sum of exp; lse is kept for backward.
 // Backward: one block per row, recomputes softmax = exp(logit - lse) and writes bf16 dlogits.
 // Training variant: both in one launch per row, from the forward's logits (no recompute).
-// A target < 0 is ignored (loss 0, gradient 0); a target >= V makes that row's loss and gradient
+// A target < 0 is ignored (loss 0, gradient 0); a target >= vocab makes that row's loss and gradient
 // NaN, since the device cannot throw and a silent out-of-range read would hide the bug.
+// Rows are V long (the row stride); only the first `vocab` columns are the vocabulary, the rest is
+// padding (model/llama.h pads it to a multiple of 64): masked to -inf in the log-sum-exp and given
+// dlogits 0, so the padded rows of the LM head's gradient are exact zeros.
 // count_valid and finalize are single-block, fixed-order reductions (deterministic).
 #include <cmath>
 
@@ -45,15 +48,19 @@ __device__ __forceinline__ void block_merge(float& m, float& s) {
   }
 }
 
-// One row's log-sum-exp (one online pass, then the block merge): every thread gets it. The
-// forward and the training variant share it, so both give the same bits.
+// One row's log-sum-exp over its first Vr columns (one online pass, then the block merge): every
+// thread gets it. The forward and the training variant share it, so both give the same bits. A
+// W-wide load at c < Vr stays inside the row (V % W == 0 when W > 1); its columns >= Vr count as -inf.
 template <int W>
-__device__ __forceinline__ float row_lse_of(const float* __restrict__ l, int V) {
+__device__ __forceinline__ float row_lse_of(const float* __restrict__ l, int Vr) {
   float m = -INFINITY, s = 0.0f;
 #pragma unroll 2
-  for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
+  for (int c = threadIdx.x * W; c < Vr; c += blockDim.x * W) {
     float a[W];
     load_f32(a, l + c);
+#pragma unroll
+    for (int k = 1; k < W; k++)
+      if (c + k >= Vr) a[k] = -INFINITY;
     float mx = a[0];
 #pragma unroll
     for (int k = 1; k < W; k++) mx = fmaxf(mx, a[k]);
@@ -66,20 +73,21 @@ __device__ __forceinline__ float row_lse_of(const float* __restrict__ l, int V) 
   return m + logf(s);
 }
 
-// One row's dlogits = (exp(logit - row_lse) - onehot(t)) * scale, or zeros for an ignored row.
-// The backward and the training variant share it.
+// One row's dlogits = (exp(logit - row_lse) - onehot(t)) * scale for its first Vr columns, zeros
+// for the padding after them and for an ignored row. The backward and the training variant share it.
 template <int W>
 __device__ __forceinline__ void row_dlogits(bf16* __restrict__ g, const float* __restrict__ l, float row_lse, int t,
-                                            float scale, int V) {
+                                            float scale, int V, int Vr) {
   for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
     float a[W];
-    if (t < 0) {
+    if (t < 0 || c >= Vr) {
 #pragma unroll
       for (int k = 0; k < W; k++) a[k] = 0.0f;
     } else {
       load_f32(a, l + c);
 #pragma unroll
-      for (int k = 0; k < W; k++) a[k] = (expf(a[k] - row_lse) - (c + k == t ? 1.0f : 0.0f)) * scale;
+      for (int k = 0; k < W; k++)
+        a[k] = c + k < Vr ? (expf(a[k] - row_lse) - (c + k == t ? 1.0f : 0.0f)) * scale : 0.0f;
     }
     store_bf16(g + c, a);
   }
@@ -87,25 +95,25 @@ __device__ __forceinline__ void row_dlogits(bf16* __restrict__ g, const float* _
 
 template <int W>
 __global__ void ce_fwd_kernel(float* __restrict__ lse, float* __restrict__ token_loss, const float* __restrict__ logits,
-                              const int32_t* __restrict__ targets, int V) {
+                              const int32_t* __restrict__ targets, int V, int Vr) {
   const size_t row = blockIdx.x;
   const float* l = logits + row * V;  // [V]
-  const float row_lse = row_lse_of<W>(l, V);
+  const float row_lse = row_lse_of<W>(l, Vr);
   if (threadIdx.x == 0) {
     lse[row] = row_lse;
     const int t = targets[row];
-    token_loss[row] = t < 0 ? 0.0f : (t >= V ? NAN : row_lse - l[t]);
+    token_loss[row] = t < 0 ? 0.0f : (t >= Vr ? NAN : row_lse - l[t]);
   }
 }
 
 template <int W>
 __global__ void ce_bwd_kernel(bf16* __restrict__ dlogits, const float* __restrict__ logits,
                               const float* __restrict__ lse, const int32_t* __restrict__ targets,
-                              const float* __restrict__ dloss, const float* __restrict__ n_valid, int V) {
+                              const float* __restrict__ dloss, const float* __restrict__ n_valid, int V, int Vr) {
   const size_t row = blockIdx.x;
   const int t = targets[row];
-  const float scale = t < 0 ? 0.0f : (t >= V ? NAN : dloss[0] / fmaxf(1.0f, n_valid[0]));
-  row_dlogits<W>(dlogits + row * V, logits + row * V, t < 0 ? 0.0f : lse[row], t, scale, V);
+  const float scale = t < 0 ? 0.0f : (t >= Vr ? NAN : dloss[0] / fmaxf(1.0f, n_valid[0]));
+  row_dlogits<W>(dlogits + row * V, logits + row * V, t < 0 ? 0.0f : lse[row], t, scale, V, Vr);
 }
 
 // The training variant: ce_fwd_kernel's lse and token loss, then ce_bwd_kernel's dlogits for
@@ -114,14 +122,14 @@ __global__ void ce_bwd_kernel(bf16* __restrict__ dlogits, const float* __restric
 template <int WF, int WB>
 __global__ void ce_fwd_bwd_kernel(float* __restrict__ token_loss, bf16* __restrict__ dlogits,
                                   const float* __restrict__ logits, const int32_t* __restrict__ targets,
-                                  const float* __restrict__ n_valid, float dloss, int V) {
+                                  const float* __restrict__ n_valid, float dloss, int V, int Vr) {
   const size_t row = blockIdx.x;
   const float* l = logits + row * V;  // [V]
-  const float row_lse = row_lse_of<WF>(l, V);
+  const float row_lse = row_lse_of<WF>(l, Vr);
   const int t = targets[row];
-  if (threadIdx.x == 0) token_loss[row] = t < 0 ? 0.0f : (t >= V ? NAN : row_lse - l[t]);
-  const float scale = t < 0 ? 0.0f : (t >= V ? NAN : dloss / fmaxf(1.0f, n_valid[0]));
-  row_dlogits<WB>(dlogits + row * V, l, t < 0 ? 0.0f : row_lse, t, scale, V);
+  if (threadIdx.x == 0) token_loss[row] = t < 0 ? 0.0f : (t >= Vr ? NAN : row_lse - l[t]);
+  const float scale = t < 0 ? 0.0f : (t >= Vr ? NAN : dloss / fmaxf(1.0f, n_valid[0]));
+  row_dlogits<WB>(dlogits + row * V, l, t < 0 ? 0.0f : row_lse, t, scale, V, Vr);
 }
 
 // dx (+)= saved * dloss[0] / dloss_assumed; NaN when the forward wrote dw for another dloss.
@@ -161,14 +169,14 @@ __global__ void ce_finalize_kernel(float* __restrict__ loss, const float* __rest
 
 }  // namespace
 
-void ce_chunk_fwd(float* lse, float* token_loss, const float* logits, const int32_t* targets, int n, int V,
+void ce_chunk_fwd(float* lse, float* token_loss, const float* logits, const int32_t* targets, int n, int V, int vocab,
                   cudaStream_t stream) {
-  STRATA_CHECK(n >= 0 && V > 0, "ce_chunk_fwd: bad shape");
+  STRATA_CHECK(n >= 0 && V > 0 && vocab > 0 && vocab <= V, "ce_chunk_fwd: bad shape");
   if (n == 0) return;
   if (V % 4 == 0 && aligned16(logits))
-    ce_fwd_kernel<4><<<n, kRowThreads, 0, stream>>>(lse, token_loss, logits, targets, V);
+    ce_fwd_kernel<4><<<n, kRowThreads, 0, stream>>>(lse, token_loss, logits, targets, V, vocab);
   else
-    ce_fwd_kernel<1><<<n, kRowThreads, 0, stream>>>(lse, token_loss, logits, targets, V);
+    ce_fwd_kernel<1><<<n, kRowThreads, 0, stream>>>(lse, token_loss, logits, targets, V, vocab);
   STRATA_LAUNCH_CHECK("ce_fwd_kernel");
 }
 
@@ -185,29 +193,33 @@ void ce_finalize(float* loss, const float* token_loss, const float* n_valid, int
 }
 
 void ce_chunk_bwd(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets, const float* dloss,
-                  const float* n_valid, int n, int V, cudaStream_t stream) {
-  STRATA_CHECK(n >= 0 && V > 0, "ce_chunk_bwd: bad shape");
+                  const float* n_valid, int n, int V, int vocab, cudaStream_t stream) {
+  STRATA_CHECK(n >= 0 && V > 0 && vocab > 0 && vocab <= V, "ce_chunk_bwd: bad shape");
   if (n == 0) return;
   if (V % 8 == 0 && all_aligned16(dlogits, logits))
-    ce_bwd_kernel<8><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V);
+    ce_bwd_kernel<8><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V, vocab);
   else
-    ce_bwd_kernel<1><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V);
+    ce_bwd_kernel<1><<<n, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, n_valid, V, vocab);
   STRATA_LAUNCH_CHECK("ce_bwd_kernel");
 }
 
 void ce_chunk_fwd_bwd(float* token_loss, bf16* dlogits, const float* logits, const int32_t* targets,
-                      const float* n_valid, float dloss, int n, int V, cudaStream_t stream) {
-  STRATA_CHECK(n >= 0 && V > 0, "ce_chunk_fwd_bwd: bad shape");
+                      const float* n_valid, float dloss, int n, int V, int vocab, cudaStream_t stream) {
+  STRATA_CHECK(n >= 0 && V > 0 && vocab > 0 && vocab <= V, "ce_chunk_fwd_bwd: bad shape");
   if (n == 0) return;
   const bool wf = V % 4 == 0 && aligned16(logits), wb = V % 8 == 0 && all_aligned16(dlogits, logits);
   if (wf && wb)
-    ce_fwd_bwd_kernel<4, 8><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+    ce_fwd_bwd_kernel<4, 8>
+        <<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V, vocab);
   else if (wf)
-    ce_fwd_bwd_kernel<4, 1><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+    ce_fwd_bwd_kernel<4, 1>
+        <<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V, vocab);
   else if (wb)
-    ce_fwd_bwd_kernel<1, 8><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+    ce_fwd_bwd_kernel<1, 8>
+        <<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V, vocab);
   else
-    ce_fwd_bwd_kernel<1, 1><<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V);
+    ce_fwd_bwd_kernel<1, 1>
+        <<<n, kRowThreads, 0, stream>>>(token_loss, dlogits, logits, targets, n_valid, dloss, V, vocab);
   STRATA_LAUNCH_CHECK("ce_fwd_bwd_kernel");
 }
 

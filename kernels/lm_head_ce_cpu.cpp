@@ -25,13 +25,15 @@ void chunk_logits(float* logits, const float* x, const float* w, int r0, int row
   }
 }
 
-// lse [rows] of a chunk's logits [rows, V]; adds its rows' losses to loss_sum in token order.
-void chunk_lse_loss(float* lse, double& loss_sum, const float* logits, const int32_t* targets, int rows, int V) {
+// lse [rows] of a chunk's logits [rows, V] over their first Vr columns (the rest is vocabulary
+// padding); adds its rows' losses to loss_sum in token order.
+void chunk_lse_loss(float* lse, double& loss_sum, const float* logits, const int32_t* targets, int rows, int V,
+                    int Vr) {
   for (int r = 0; r < rows; r++) {
     const float* l = logits + size_t(r) * V;
-    const float m = *std::max_element(l, l + V);
+    const float m = *std::max_element(l, l + Vr);
     float sum = 0.0f;
-    for (int v = 0; v < V; v++) sum += std::exp(l[v] - m);
+    for (int v = 0; v < Vr; v++) sum += std::exp(l[v] - m);
     const float row_lse = m + std::log(sum);
     if (lse) lse[r] = row_lse;
     const int t = targets[r];
@@ -40,10 +42,12 @@ void chunk_lse_loss(float* lse, double& loss_sum, const float* logits, const int
 }
 
 // A chunk's gradient from its logits g [rows, V] (overwritten by dL/dlogits = (exp(logit - lse) -
-// [v == target]) * g_scale for valid rows, 0 otherwise): dx rows [rows, C] (+)= dlogits @ w and
-// dw [V, C] (+)= dlogits^T @ x rows. x, dx, targets and lse point at the chunk's first row. tmp [C].
+// [v == target]) * g_scale for valid rows and real columns v < Vr, 0 otherwise): dx rows [rows, C]
+// (+)= dlogits @ w and dw [V, C] (+)= dlogits^T @ x rows (padded rows v >= Vr: zeros). x, dx,
+// targets and lse point at the chunk's first row. tmp [C].
 void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
-                 const float* lse, int rows, int C, int V, float g_scale, bool acc_dx, bool acc_dw, float* tmp) {
+                 const float* lse, int rows, int C, int V, int Vr, float g_scale, bool acc_dx, bool acc_dw,
+                 float* tmp) {
   for (int r = 0; r < rows; r++) {
     float* gr = g + size_t(r) * V;
     const int t = targets[r];
@@ -51,7 +55,8 @@ void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w,
       std::fill(gr, gr + V, 0.0f);
       continue;
     }
-    for (int v = 0; v < V; v++) gr[v] = std::exp(gr[v] - lse[r]) * g_scale;
+    for (int v = 0; v < Vr; v++) gr[v] = std::exp(gr[v] - lse[r]) * g_scale;
+    std::fill(gr + Vr, gr + V, 0.0f);
     gr[t] -= g_scale;
   }
   if (dx)
@@ -63,7 +68,7 @@ void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w,
       }
       std::fill(tmp, tmp + C, 0.0f);
       const float* gr = g + size_t(r) * V;
-      for (int v = 0; v < V; v++) {
+      for (int v = 0; v < Vr; v++) {  // padded columns add nothing
         const float* wv = w + size_t(v) * C;
         for (int c = 0; c < C; c++) tmp[c] += gr[v] * wv[c];
       }
@@ -72,7 +77,7 @@ void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w,
   if (dw)
     for (int v = 0; v < V; v++) {
       std::fill(tmp, tmp + C, 0.0f);
-      for (int r = 0; r < rows; r++) {
+      for (int r = 0; r < rows && v < Vr; r++) {  // a padded row's gradient is exactly 0
         const float gv = g[size_t(r) * V + v];
         const float* xr = x + size_t(r) * C;
         for (int c = 0; c < C; c++) tmp[c] += gv * xr[c];
@@ -91,9 +96,12 @@ int count_valid(const int32_t* targets, int N, int V) {
   return n;
 }
 
-void check_shapes(int N, int C, int V, int chunk) {
+// The real vocabulary (0: all V rows), checked against V.
+int check_shapes(int N, int C, int V, int chunk, int vocab) {
   STRATA_CHECK(N >= 0 && C > 0 && V > 0, "lm_head_ce: bad shape");
   STRATA_CHECK(chunk > 0, "lm_head_ce: chunk must be positive");
+  STRATA_CHECK(vocab >= 0 && vocab <= V, "lm_head_ce: vocab must be in [1, V] (0: V)");
+  return vocab > 0 ? vocab : V;
 }
 
 // No valid target: no gradient at all, but an overwrite still writes its zeros.
@@ -105,25 +113,25 @@ void zero_grads(float* dx, float* dw, int N, int C, int V, bool acc_dx, bool acc
 }  // namespace
 
 float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V, int chunk,
-                     int* n_valid_out) {
-  check_shapes(N, C, V, chunk);
-  const int n_valid = count_valid(targets, N, V);
+                     int* n_valid_out, int vocab) {
+  const int Vr = check_shapes(N, C, V, chunk, vocab);
+  const int n_valid = count_valid(targets, N, Vr);
   if (n_valid_out) *n_valid_out = n_valid;
   std::vector<float> logits(size_t(std::min(chunk, std::max(N, 1))) * V);  // [chunk, V]
   double loss_sum = 0.0;  // rows are summed in token order whatever the chunk, so the loss is chunk-invariant
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
     chunk_logits(logits.data(), x, w, r0, rows, C, V);
-    chunk_lse_loss(lse ? lse + r0 : nullptr, loss_sum, logits.data(), targets + r0, rows, V);
+    chunk_lse_loss(lse ? lse + r0 : nullptr, loss_sum, logits.data(), targets + r0, rows, V, Vr);
   }
   return n_valid > 0 ? float(loss_sum / n_valid) : 0.0f;
 }
 
 // dx (+)= dlogits @ w, dw (+)= dlogits^T @ x (chunks after the first always add).
 void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
-                    const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw) {
-  check_shapes(N, C, V, chunk);
-  const int n_valid = count_valid(targets, N, V);
+                    const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw, int vocab) {
+  const int Vr = check_shapes(N, C, V, chunk, vocab);
+  const int n_valid = count_valid(targets, N, Vr);
   if (!dx && !dw) return;
   if (n_valid == 0) return zero_grads(dx, dw, N, C, V, acc_dx, acc_dw);
   const float g_scale = dloss / float(n_valid);
@@ -133,14 +141,14 @@ void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const flo
     const int rows = std::min(chunk, N - r0);
     chunk_logits(g.data(), x, w, r0, rows, C, V);
     chunk_grads(g.data(), dx ? dx + size_t(r0) * C : nullptr, dw, x + size_t(r0) * C, w, targets + r0, lse + r0, rows,
-                C, V, g_scale, acc_dx, acc_dw || r0 > 0, tmp.data());
+                C, V, Vr, g_scale, acc_dx, acc_dw || r0 > 0, tmp.data());
   }
 }
 
 float lm_head_ce_fwd_grad(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
-                          int N, int C, int V, int chunk, bool acc_dw, int* n_valid_out) {
-  check_shapes(N, C, V, chunk);
-  const int n_valid = count_valid(targets, N, V);
+                          int N, int C, int V, int chunk, bool acc_dw, int* n_valid_out, int vocab) {
+  const int Vr = check_shapes(N, C, V, chunk, vocab);
+  const int n_valid = count_valid(targets, N, Vr);
   if (n_valid_out) *n_valid_out = n_valid;
   if (n_valid == 0) {  // loss 0, as lm_head_ce_fwd says
     zero_grads(dx, dw, N, C, V, false, acc_dw);
@@ -155,9 +163,9 @@ float lm_head_ce_fwd_grad(float* dx, float* dw, float dloss, const float* x, con
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
     chunk_logits(g.data(), x, w, r0, rows, C, V);
-    chunk_lse_loss(lse.data(), loss_sum, g.data(), targets + r0, rows, V);
+    chunk_lse_loss(lse.data(), loss_sum, g.data(), targets + r0, rows, V, Vr);
     chunk_grads(g.data(), dx ? dx + size_t(r0) * C : nullptr, dw, x + size_t(r0) * C, w, targets + r0, lse.data(), rows,
-                C, V, g_scale, false, acc_dw || r0 > 0, tmp.data());
+                C, V, Vr, g_scale, false, acc_dw || r0 > 0, tmp.data());
   }
   return float(loss_sum / n_valid);
 }

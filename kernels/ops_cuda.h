@@ -54,9 +54,10 @@ void add_fwd(bf16* out, const bf16* a, const bf16* b, float s, long n, cudaStrea
 void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, bool acc_da, bool acc_db, cudaStream_t stream);
 
 // Cross-entropy over a chunk of fp32 logits [n, V] (the LM-head GEMM runs elsewhere). targets [n];
-// a target < 0 is ignored; a target >= V gives NaN (loss and gradient) so the bug is seen.
+// a target < 0 is ignored; a target >= vocab gives NaN (loss and gradient) so the bug is seen.
+// Columns vocab..V-1 (0 < vocab <= V) are vocabulary padding: no part of the softmax, dlogits 0.
 // lse [n] is written for every row; token_loss [n] = lse - logit[target], 0 for ignored rows.
-void ce_chunk_fwd(float* lse, float* token_loss, const float* logits, const int32_t* targets, int n, int V,
+void ce_chunk_fwd(float* lse, float* token_loss, const float* logits, const int32_t* targets, int n, int V, int vocab,
                   cudaStream_t stream);
 // n_valid[0] = count(targets[0..N) >= 0) (overwrite).
 void ce_count_valid(float* n_valid, const int32_t* targets, int N, cudaStream_t stream);
@@ -64,12 +65,12 @@ void ce_count_valid(float* n_valid, const int32_t* targets, int N, cudaStream_t 
 void ce_finalize(float* loss, const float* token_loss, const float* n_valid, int N, cudaStream_t stream);
 // dlogits [n, V] (overwrite) = (softmax - onehot(target)) * dloss[0] / max(1, n_valid[0]); ignored rows get 0.
 void ce_chunk_bwd(bf16* dlogits, const float* logits, const float* lse, const int32_t* targets, const float* dloss,
-                  const float* n_valid, int n, int V, cudaStream_t stream);
+                  const float* n_valid, int n, int V, int vocab, cudaStream_t stream);
 
 // The training variant, per chunk: ce_chunk_fwd's token_loss and ce_chunk_bwd's dlogits for a host-side
 // dloss, from one read of the logits (no lse kept). Bit for bit what the two kernels give.
 void ce_chunk_fwd_bwd(float* token_loss, bf16* dlogits, const float* logits, const int32_t* targets,
-                      const float* n_valid, float dloss, int n, int V, cudaStream_t stream);
+                      const float* n_valid, float dloss, int n, int V, int vocab, cudaStream_t stream);
 // dx [n] (+)= saved_dx * dloss[0] / dloss_assumed (scale 1 copies exactly). When dw_written (the forward
 // wrote the weight gradient for dloss_assumed) and dloss[0] differs, dx is NaN: the device cannot throw.
 void ce_dx_from_saved(bf16* dx, const bf16* saved_dx, const float* dloss, float dloss_assumed, bool dw_written,

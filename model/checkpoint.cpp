@@ -119,6 +119,8 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
       {"model.head_dim", mc.head_dim},
       {"model.vocab_size", mc.vocab_size},
       {"model.tie_word_embeddings", mc.tie_word_embeddings},
+      // The optimizer state holds the embedding's and the LM head's padded rows (pad_vocab_multiple).
+      {"padded_vocab_size", padded_vocab(mc.vocab_size, c.pad_vocab_multiple)},
       {"lora_r", c.lora.enabled() ? c.lora.rank : 0},
       {"lora_alpha", c.lora.enabled() ? c.lora.alpha : 0.0f},
       {"lora_target_modules", c.lora.enabled() ? c.lora.target_modules : std::vector<std::string>{}},
@@ -160,6 +162,7 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
                                 {"adam_epsilon", c.adam_eps},
                                 {"max_grad_norm", c.max_grad_norm},
                                 {"loss_chunk_tokens", c.loss_chunk_tokens},
+                                {"pad_vocab_multiple", c.pad_vocab_multiple},
                                 {"eval_steps", c.eval_steps},
                                 {"logging_steps", c.logging_steps},
                                 {"save_steps", c.save_steps},
@@ -341,13 +344,20 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
     throw FormatError(fmt::format("{}: no must_match object: not a strata checkpoint config", cfg_path), cfg_path,
                       "must_match");
   for (const auto& [k, v] : now["must_match"].items()) {
-    const json& s = saved["must_match"];
+    json s = saved["must_match"];
+    // Checkpoints from before vocabulary padding held the unpadded rows.
+    if (k == "padded_vocab_size" && !s.contains(k) && s.contains("model.vocab_size")) s[k] = s["model.vocab_size"];
     if (!s.contains(k)) throw FormatError(fmt::format("{}: field must_match.{} is missing", cfg_path, k), cfg_path, k);
-    if (s[k] != json::parse(v.dump()))  // compared as plain JSON: key order inside a value does not matter
-      throw FormatError(fmt::format("{}: field {} is {} in the checkpoint but {} in this run; resume with the "
-                                    "checkpoint's setting (or start a new run)",
-                                    cfg_path, k, s[k].dump(), v.dump()),
+    if (s[k] != json::parse(v.dump())) {  // compared as plain JSON: key order inside a value does not matter
+      const std::string how = k == "padded_vocab_size"
+                                  ? "; the embedding and LM head state is padded to it: resume with the checkpoint's "
+                                    "pad_vocab_multiple (--pad-vocab; config.pad_vocab_multiple in its "
+                                    "train_config.json, 1 before padding existed)"
+                                  : "; resume with the checkpoint's setting";
+      throw FormatError(fmt::format("{}: field {} is {} in the checkpoint but {} in this run{} (or start a new run)",
+                                    cfg_path, k, s[k].dump(), v.dump(), how),
                         cfg_path, k);
+    }
   }
   const std::string st_path = dir + "/" + kState;
   const json j = read_json(st_path);

@@ -34,6 +34,7 @@ TrainMode parse_train_mode(const std::string& s) {
 ModelOptions forecast_model_options(const ForecastRequest& r) {
   ModelOptions mo;
   mo.loss_chunk_tokens = r.loss_chunk_tokens;
+  mo.pad_vocab_multiple = r.pad_vocab_multiple;
   mo.loss_grad_in_forward = r.loss_grad_in_forward;
   mo.mlp_tiles = std::max(1, r.mlp_tiles);
   // As strata-train builds them: --freeze-base trains the norms only; LoRA freezes the base.

@@ -76,6 +76,13 @@ std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaCo
   return w;
 }
 
+int64_t padded_vocab(int64_t vocab, int multiple) {
+  if (multiple < 1 || multiple > 65536)
+    STRATA_THROW(ConfigError, fmt::format("pad_vocab_multiple must be 1 (no padding) to 65536, got {}", multiple),
+                 "model options", "pad_vocab_multiple");
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
 int LlamaModel::layer_of_param(const std::string& name) {
   static const std::string prefix = "model.layers.";
   if (name.rfind(prefix, 0) != 0) return -1;
@@ -85,7 +92,14 @@ int LlamaModel::layer_of_param(const std::string& name) {
 }
 
 LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt) : be_(be), cfg_(cfg), opt_(opt) {
-  const auto shapes = llama_weight_shapes(cfg_);
+  padded_vocab_ = strata::padded_vocab(cfg_.vocab_size, opt_.pad_vocab_multiple);
+  auto shapes = llama_weight_shapes(cfg_);
+  // The vocabulary's rows in memory: padded (zero rows after vocab_size, never saved).
+  auto vocab_rows = [](const std::string& name) {
+    return name == "model.embed_tokens.weight" || name == "lm_head.weight";
+  };
+  for (auto& [name, shape] : shapes)
+    if (vocab_rows(name)) shape.d[0] = padded_vocab_;
   // train_norms trains the RMSNorm weights (q_norm/k_norm included), not biases: PEFT's bias "none".
   auto trainable = [&](const std::string& name) { return opt_.train_base || (opt_.train_norms && is_norm(name)); };
   // Paged: the frozen matrices of the layers. Norms, biases, adapters, embeddings and the head stay resident.
@@ -114,8 +128,10 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
                                  opt_.mlp_tiles, m),
                      "model options", "mlp_tiles");
   int next_page = 0;
-  for (auto& [name, shape] : shapes)
-    add_param(name, shape, trainable(name), false, paged(name, shape) ? next_page++ : -1);
+  for (auto& [name, shape] : shapes) {
+    const int i = add_param(name, shape, trainable(name), false, paged(name, shape) ? next_page++ : -1);
+    if (vocab_rows(name)) params_[size_t(i)].pad_rows = padded_vocab_ - cfg_.vocab_size;
+  }
   if (opt_.lora.enabled()) {
     const int64_t r = opt_.lora.rank;
     for (int i = 0; i < cfg_.num_hidden_layers; ++i)
@@ -290,13 +306,13 @@ Parameter* LlamaModel::find(const std::string& name) {
 
 size_t LlamaModel::trainable_count() const {
   size_t n = 0;
-  for (auto& p : params_) n += p.trainable ? size_t(p.shape.numel()) : 0;
+  for (auto& p : params_) n += p.trainable ? size_t(p.file_numel()) : 0;
   return n;
 }
 
 size_t LlamaModel::param_count() const {
   size_t n = 0;
-  for (auto& p : params_) n += size_t(p.shape.numel());
+  for (auto& p : params_) n += size_t(p.file_numel());
   return n;
 }
 
@@ -306,8 +322,8 @@ void LlamaModel::load(const std::string& dir) {
   std::vector<float> h;
   for (auto& p : params_) {
     if (p.is_lora) continue;
-    h.resize(size_t(p.shape.numel()));
-    ck.read_f32(p.name, dims(p.shape), h.data());
+    h.assign(size_t(p.shape.numel()), 0.0f);  // vocabulary padding: zero rows after the file's
+    ck.read_f32(p.name, dims(p.file_shape()), h.data());
     set_weights(p, h.data());
   }
 }
@@ -326,6 +342,7 @@ void LlamaModel::init_random(uint64_t seed) {
       Rng rng(seed * 0x100000001B3ull + pi * 0x9E3779B1ull + b / kChunk);
       for (size_t i = b; i < e; ++i) h[i] = norm ? 1.0f : bias ? 0.0f : float(0.02 * rng.normal());
     });
+    std::fill(h.begin() + p.file_numel(), h.end(), 0.0f);  // vocabulary padding (the real rows as unpadded)
     set_weights(p, h.data());
   }
 }
@@ -414,14 +431,16 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
   auto [nf, rf] = ops::rmsnorm(t, x, pid(t, "model.norm.weight"), eps, "final_norm");
   VId head = pid(t, cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   ForwardIds ids;
-  ids.loss = ops::lm_head_ce(t, nf, head, tgt, opt_.loss_chunk_tokens, training && opt_.loss_grad_in_forward);
+  ids.loss =
+      ops::lm_head_ce(t, nf, head, tgt, opt_.loss_chunk_tokens, training && opt_.loss_grad_in_forward, cfg_.vocab_size);
   ids.final_hidden = nf;
   return ids;
 }
 
 void LlamaModel::logits(Tape& t, VId final_hidden, Tensor out) {
   Parameter* head = find(cfg_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  be_.lm_head_logits(out, t.tensor(final_hidden), head->value());
+  const Tensor w = head->value();  // [padded_vocab, C]: its first vocab_size rows give the logits
+  be_.lm_head_logits(out, t.tensor(final_hidden), Tensor(w.data, w.dtype, head->file_shape()));
 }
 
 void LlamaModel::save(const std::string& dir) const {
@@ -437,7 +456,7 @@ void LlamaModel::save(const std::string& dir) const {
       pager_->read_host(size_t(p.page), host.back().data());
     else
       download_master(p, host.back().data());
-    out.push_back({p.name, DType::f32, dims(p.shape), host.back().data()});
+    out.push_back({p.name, DType::f32, dims(p.file_shape()), host.back().data()});  // the real rows only
   }
   io::save_safetensors(dir + "/model.safetensors", out);
   io::LlamaConfig c = cfg_;

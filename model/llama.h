@@ -29,6 +29,11 @@ struct ModelOptions {
   bool train_norms = false;  // with train_base false: the RMSNorm weights still train (adapter-style)
   LoraConfig lora;
   int loss_chunk_tokens = 512;  // rows of logits alive at once in the fused LM head + loss
+  // `pad_vocab_multiple`: the embedding and the LM head (tied or not) hold round_up(vocab_size, N) rows
+  // in memory, so the LM head's GEMMs run on a GEMM-friendly shape (32001 or 50257 tokens are slow).
+  // The rows past vocab_size are zero, take no part in the softmax, get zero gradients (so AdamW keeps
+  // them zero) and are never saved or shown: files and logits have vocab_size rows. 1: no padding.
+  int pad_vocab_multiple = 64;
   // Training steps form the LM head's gradients in its forward, from the logits it computes anyway
   // (ops::lm_head_ce's grad_in_forward): backward recomputes no logits. false: the recomputing path.
   bool loss_grad_in_forward = true;
@@ -48,8 +53,16 @@ struct ModelOptions {
 };
 
 struct Parameter {
-  std::string name;  // Hugging Face / PEFT name
-  Shape shape;
+  std::string name;      // Hugging Face / PEFT name
+  Shape shape;           // in memory: the embedding and the LM head include pad_rows (ModelOptions::pad_vocab_multiple)
+  int64_t pad_rows = 0;  // trailing rows of `shape` that are vocabulary padding: zero, never saved
+  // The shape in checkpoint files ([vocab_size, C] for a padded embedding or head), and its element count.
+  Shape file_shape() const {
+    Shape s = shape;
+    s.d[0] -= pad_rows;
+    return s;
+  }
+  int64_t file_numel() const { return file_shape().numel(); }
   bool trainable = false;
   bool is_lora = false;
   // fp32 weights (also the compute weights on cpu). On cuda, trainable only, and split: `compute`
@@ -104,10 +117,13 @@ class LlamaModel {
   void save_lora(const std::string& dir, const std::string& base_model_path) const;
 
   const io::LlamaConfig& config() const { return cfg_; }
+  // The rows of the embedding and the LM head in memory: vocab_size rounded up to pad_vocab_multiple.
+  int64_t padded_vocab() const { return padded_vocab_; }
   const ModelOptions& options() const { return opt_; }
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
   Parameter* find(const std::string& name);
+  // Parameter counts as in the checkpoint files (vocabulary padding excluded).
   size_t trainable_count() const;
   size_t param_count() const;
   // The weight pager when options().page_frozen_layers (the Trainer drives it), else null.
@@ -162,13 +178,16 @@ class LlamaModel {
   io::LlamaConfig cfg_;
   ModelOptions opt_;
   std::vector<Parameter> params_;
+  int64_t padded_vocab_ = 0;
   Buffer inv_freq_;  // [head_dim/2] f32
   std::shared_ptr<WeightPager> pager_;
   std::unique_ptr<HostReservation> state_host_;
   std::function<void()> state_sync_, on_gone_;
 };
 
-// Hugging Face names of the base weights for a config, in checkpoint order.
+// Hugging Face names of the base weights for a config, in checkpoint order, with their shapes in the files.
 std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaConfig& c);
+// vocab rounded up to a multiple of `multiple` (ModelOptions::pad_vocab_multiple; ConfigError unless 1..65536).
+int64_t padded_vocab(int64_t vocab, int multiple);
 
 }  // namespace strata

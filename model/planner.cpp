@@ -457,6 +457,8 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
   if (r.layer_offloading) y += "layer_offloading: true\n";
   if (r.mlp_tiles > 1) y += fmt::format("mlp_tiles: {}\n", r.mlp_tiles);
+  if (r.pad_vocab_multiple != ForecastRequest{}.pad_vocab_multiple)
+    y += fmt::format("pad_vocab_multiple: {}\n", r.pad_vocab_multiple);
   if (r.recipe != StateRecipe{})
     y += fmt::format("master_weights: {}\noptimizer_state: {}\n", master_weights_name(r.recipe.master),
                      optimizer_state_name(r.recipe.moments));

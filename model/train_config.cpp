@@ -92,6 +92,13 @@ DType parse_grad_reduce(const std::string& s, const Origin& o) {
   throw ConfigError(fmt::format("{} must be fp32 or bf16, got '{}'", o.where, s), o.file, o.field);
 }
 
+int check_pad_vocab(long long v, const Origin& o) {
+  if (v < 1 || v > 65536)
+    throw ConfigError(fmt::format("{} must be an integer from 1 (no padding) to 65536, got {}", o.where, v), o.file,
+                      o.field);
+  return int(v);
+}
+
 int parse_mlp_tiles(const std::string& s, const Origin& o) {
   if (s == "auto") return 0;
   long long v = 0;
@@ -382,6 +389,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.mlp_tiles = parse_mlp_tiles(S(), here);
       else if (key == "grad_reduce_dtype")
         c.grad_reduce = parse_grad_reduce(S(), here);
+      else if (key == "pad_vocab_multiple")
+        c.pad_vocab_multiple = check_pad_vocab(get<long long>(v, path, key, "an integer"), here);
       else if (key == "freeze_base")
         c.freeze_base = Bool();
       else if (key == "device_memory" || key == "arena_bytes")

@@ -49,6 +49,7 @@ struct TrainConfig {
   int mlp_tiles = 0;
   // grad_reduce_dtype (OptimizerOptions::reduce_dtype): what data-parallel ranks sum gradients in.
   DType grad_reduce = DType::f32;
+  int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
@@ -93,6 +94,8 @@ enum class NumberRule {
 float check_number(double v, NumberRule rule, const Origin& o);
 // An integer in [lo, 2^31 - 1] (seq, batch, steps, ...): 4294967312 is refused, not read as 16.
 int check_int(long long v, int lo, const Origin& o);
+// pad_vocab_multiple: an integer in [1, 65536] (1: no padding); ConfigError naming `o` otherwise.
+int check_pad_vocab(long long v, const Origin& o);
 // mlp_tiles: "auto" -> 0, or a whole number of tiles >= 1; ConfigError naming `o` otherwise.
 int parse_mlp_tiles(const std::string& s, const Origin& o);
 // grad_reduce_dtype: "fp32" -> f32, "bf16" -> bf16; ConfigError naming `o` otherwise.

@@ -33,6 +33,7 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.train_base = !cfg.freeze_base && !cfg.lora.enabled();
   mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
   mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
+  mo.pad_vocab_multiple = cfg.pad_vocab_multiple;
   mo.page_frozen_layers = cfg.layer_offloading;
   mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
   mo.recipe = cfg.recipe;

@@ -32,7 +32,7 @@ static const char* kUsage =
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
-    "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N] [--eager-update]\n"
+    "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N] [--pad-vocab 64] [--eager-update]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
@@ -42,6 +42,8 @@ static const char* kUsage =
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (strata-train's mlp_tiles; --config's applies unless given;\n"
     "auto or absent: untiled).\n"
+    "--pad-vocab N: the vocabulary rows padded to a multiple of N in memory (strata-train's pad_vocab_multiple;\n"
+    "--config's applies unless given; default 64, 1: unpadded), for A/B runs of the LM head's shape.\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n"
     "--eager-update: host-tier state is updated right after backward instead of in the next forward, for A/B runs.\n";
 
@@ -51,7 +53,7 @@ int main(int argc, char** argv) {
                 {"shape",          "model",           "seq",          "batch",     "mode",          "plan",
                  "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
                  "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
-                 "master-weights", "optimizer-state", "mlp-tiles"},
+                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab"},
                 {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -86,6 +88,8 @@ int main(int argc, char** argv) {
 
     ModelOptions mo;
     mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
+    mo.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
+                                               : tc.pad_vocab_multiple;
     mo.page_frozen_layers = a.has("layer-offloading") || tc.layer_offloading;
     mo.loss_grad_in_forward = !a.has("loss-recompute");
     mo.mlp_tiles =
@@ -181,6 +185,8 @@ int main(int argc, char** argv) {
     j["layer_offloading"] = mo.page_frozen_layers;
     j["loss_grad_in_forward"] = mo.loss_grad_in_forward;
     j["mlp_tiles"] = mo.mlp_tiles;
+    j["vocab"] = c.vocab_size;
+    j["padded_vocab"] = model.padded_vocab();
     j["max_grad_norm"] = double(to.max_grad_norm);
     j["step_s"] = round_to(med, 1e5);
     j["tokens_per_s"] = round_to(med > 0 ? tokens / med : 0.0, 10);

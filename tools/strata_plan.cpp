@@ -31,7 +31,8 @@ static const char* kUsage =
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16]] [--write-config FILE.yaml] [--data FILE] [--json] [--svg "
+    "                   [--gpus N [--grad-reduce fp32|bf16]] [--pad-vocab 64] [--write-config FILE.yaml] [--data FILE] "
+    "[--json] [--svg "
     "FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
@@ -54,6 +55,8 @@ static const char* kUsage =
     "--mlp-tiles N: each layer's MLP runs over N row tiles, so its [tokens x intermediate] tensors never\n"
     "exist whole (YAML mlp_tiles); auto (the default): untiled, but with --budget the planner tiles when\n"
     "nothing fits untiled (2, 4, ... 64 tiles).\n"
+    "--pad-vocab N: the vocabulary rows padded to a multiple of N in memory, as strata-train runs them (YAML\n"
+    "pad_vocab_multiple, default 64; 1: unpadded): the forecast runs that shape.\n"
     "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
     "tokens/s counts every rank's.\n"
@@ -66,6 +69,12 @@ static const char* kUsage =
     "Llama-3-8B, Llama-3.1-8B, Llama-3-70B, Qwen3-1.7B, Qwen3-8B, Qwen2.5-7B, Mistral-7B, tiny.\n";
 
 namespace {
+
+// "50257 (padded to 50304)", or the plain count when padding changes nothing.
+std::string vocab_label(int vocab, int multiple) {
+  const int64_t padded = padded_vocab(vocab, multiple);
+  return padded == vocab ? std::to_string(vocab) : fmt::format("{} (padded to {})", vocab, padded);
+}
 
 std::string tiers_used(size_t host_budget, size_t disk_budget) {
   std::string t = "keep/recompute";
@@ -265,8 +274,8 @@ int main(int argc, char** argv) {
         "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
-    options.insert(
-        {"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "grad-reduce"});
+    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus",
+                    "grad-reduce", "pad-vocab"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -314,6 +323,8 @@ int main(int argc, char** argv) {
     if (req.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
+    req.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
+                                                : tc.pad_vocab_multiple;
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
     req.lora_alpha = a.has("lora-alpha")
                          ? check_number(a.number("lora-alpha", 0), NumberRule::positive, Origin::flag("lora-alpha"))
@@ -368,10 +379,10 @@ int main(int argc, char** argv) {
     const io::LlamaConfig& c = req.model;
     std::fprintf(
         info,
-        "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %d | seq %s x batch %d "
+        "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %s | seq %s x batch %d "
         "| %s training%s\n",
         model_spec.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-        c.head_dim, c.intermediate_size, c.vocab_size,
+        c.head_dim, c.intermediate_size, vocab_label(c.vocab_size, req.pad_vocab_multiple).c_str(),
         max_seq ? fmt::format("longest multiple of {} up to {}", seq_multiple, seq_limit).c_str()
                 : std::to_string(req.seq).c_str(),
         req.batch, train_mode_name(req.mode),

@@ -44,7 +44,7 @@ static const char* kUsage =
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
     "                    [--gpus N [--grad-reduce fp32|bf16]] [--save-steps 0] [--resume auto|DIR]\n"
-    "                    [--mlp-tiles auto|N] [--sample-packing] [--help]\n"
+    "                    [--mlp-tiles auto|N] [--sample-packing] [--pad-vocab 64] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
     "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
@@ -64,7 +64,9 @@ static const char* kUsage =
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"
-    "chooses under --budget.\n";
+    "chooses under --budget.\n"
+    "--pad-vocab N: the embedding and LM head hold the vocabulary rounded up to a multiple of N in memory (zero\n"
+    "rows, outside the softmax, never saved; YAML pad_vocab_multiple, default 64; 1: no padding).\n";
 
 namespace {
 
@@ -146,7 +148,8 @@ int main(int argc, char** argv) {
                  "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",   "max-grad-norm",
                  "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
                  "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
-                 "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "grad-reduce"},
+                 "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "grad-reduce",
+                 "pad-vocab"},
                 {"json", "freeze-base", "sample-packing", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -187,6 +190,8 @@ int main(int argc, char** argv) {
     int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
     if (a.has("mlp-tiles")) cfg.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
     if (a.has("grad-reduce")) cfg.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
+    if (a.has("pad-vocab"))
+      cfg.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
     int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
     num_flag("lora-alpha", cfg.lora.alpha, NumberRule::positive);
     if (a.has("freeze-base")) cfg.freeze_base = true;
@@ -361,10 +366,14 @@ int main(int argc, char** argv) {
       std::fprintf(info, "device: %s | arena budget %s\n", be->device_name().c_str(),
                    format_bytes(be->arena().budget()).c_str());
       std::fprintf(info,
-                   "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d | %.2fM params, "
+                   "strata-train: %s on %s backend | %d layers, hidden %d, heads %d/%d, vocab %d%s | %.2fM params, "
                    "%.2fM trainable%s\n",
                    cfg.model_dir.c_str(), be_name.c_str(), mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads,
-                   mc.num_key_value_heads, mc.vocab_size, model.param_count() / 1e6, model.trainable_count() / 1e6,
+                   mc.num_key_value_heads, mc.vocab_size,
+                   model.padded_vocab() != mc.vocab_size
+                       ? fmt::format(" (padded to {} in memory)", model.padded_vocab()).c_str()
+                       : "",
+                   model.param_count() / 1e6, model.trainable_count() / 1e6,
                    cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
       std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n",
                    cfg.datasets.empty()

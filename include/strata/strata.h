@@ -140,6 +140,7 @@ struct SessionConfig {
   size_t host_budget_bytes = 0;    // host_memory_budget (planner; 0 = no host tier)
   size_t disk_budget_bytes = 0;    // disk_memory_budget (planner; 0 = no disk tier)
   int loss_chunk_tokens = 512;
+  int pad_vocab_multiple = 64;  // vocabulary rows padded in memory to a multiple of this (1: none); never saved
   uint64_t seed = 0;
   std::string offload_dir;               // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;         // page the frozen layer weights from host
@@ -237,6 +238,7 @@ struct ForecastSpec {
   float lora_alpha = 16.0f;
   std::vector<std::string> lora_target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
   int loss_chunk_tokens = 512;
+  int pad_vocab_multiple = 64;  // as SessionConfig's: the forecast runs the padded shape
   MemoryPlan plan;
   std::string profile = "h100_80gb";  // built-in name or profile JSON file
   std::string mirror = "cuda";        // the backend whose allocations the sim reproduces: cuda | cpu

@@ -96,16 +96,16 @@ class CountingBackend final : public Backend {
     add_bwd_da_calls += da.defined();
     in_->add_bwd(da, db, dout, scale, acc_da, acc_db);
   }
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk) override {
-    in_->lm_head_ce_fwd(loss, lse, x, w, targets, chunk);
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
+    in_->lm_head_ce_fwd(loss, lse, x, w, targets, chunk, vocab);
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      bool acc_dx, bool acc_dw) override {
-    in_->lm_head_ce_bwd(dx, dw, dloss, x, w, targets, lse, chunk, acc_dx, acc_dw);
+                      int vocab, bool acc_dx, bool acc_dw) override {
+    in_->lm_head_ce_bwd(dx, dw, dloss, x, w, targets, lse, chunk, vocab, acc_dx, acc_dw);
   }
-  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
+  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
                            float dloss_assumed, bool acc_dw) override {
-    in_->lm_head_ce_fwd_grad(loss, dx, dw, x, w, targets, chunk, dloss_assumed, acc_dw);
+    in_->lm_head_ce_fwd_grad(loss, dx, dw, x, w, targets, chunk, vocab, dloss_assumed, acc_dw);
   }
   void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
                             bool acc_dx) override {

@@ -522,6 +522,43 @@ TEST_F(tools, train_save_writes_a_model_that_loads_again) {
   EXPECT_LT(diff, 0.1);  // three small AdamW steps
 }
 
+// pad_vocab_multiple end to end: a 67-token vocabulary trains padded to 128 (the default) and
+// unpadded (--pad-vocab 1) to the same saved file, byte for byte, of 67 rows; strata-bench reports
+// the padded count it ran; a bad --pad-vocab exits 2 naming the flag.
+TEST_F(tools, pad_vocab_trains_to_the_unpadded_files_and_is_checked) {
+  const std::string tiny = path("tiny67");
+  Proc mk = run(kMakeTiny + " " + quote(tiny) +
+                " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 67 --tokens 3000");
+  ASSERT_EQ(mk.code, 0) << mk.err;
+  auto train = [&](const std::string& out, const std::string& extra) {
+    return run(kTrain + " --model " + quote(tiny) + " --data " + quote(tiny + "/tokens.bin") +
+               " --backend cpu --steps 3 --seq 16 --batch 2 --lr 0.01 --save " + quote(out) + " " + extra);
+  };
+  Proc padded = train(path("pad67_on"), ""), unpadded = train(path("pad67_off"), "--pad-vocab 1");
+  ASSERT_EQ(padded.code, 0) << padded.err;
+  ASSERT_EQ(unpadded.code, 0) << unpadded.err;
+  EXPECT_NE((padded.out + padded.err).find("vocab 67 (padded to 128 in memory)"), std::string::npos) << padded.out;
+  EXPECT_EQ((unpadded.out + unpadded.err).find("padded to"), std::string::npos) << unpadded.out;
+  const std::string a = slurp(path("pad67_on") + "/model.safetensors"),
+                    b = slurp(path("pad67_off") + "/model.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the padded run's saved model differs from the unpadded run's";
+  io::SafetensorsFile f = io::SafetensorsFile::open(path("pad67_on") + "/model.safetensors");
+  EXPECT_EQ(f.find("model.embed_tokens.weight")->shape, (std::vector<int64_t>{67, 32}));
+
+  Proc bench = run(kBench + " --shape tiny --seq 16 --steps 1 --warmup 0 --backend cpu --pad-vocab 100");
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const json j = json::parse(bench.out);
+  EXPECT_EQ(j["vocab"], 256);
+  EXPECT_EQ(j["padded_vocab"], 300);
+
+  for (const std::string& tool : {kTrain, kPlan, kBench}) {
+    Proc bad = run(tool + " --model " + quote(tiny) + " --seq 16 --pad-vocab 0");
+    EXPECT_EQ(bad.code, 2) << tool << ": " << bad.err;
+    EXPECT_NE(bad.err.find("--pad-vocab"), std::string::npos) << tool << ": " << bad.err;
+  }
+}
+
 TEST_F(tools, train_lora_saves_a_peft_adapter) {
   const std::string out = path("saved_lora");
   Proc r = run(train_cmd("--lora-rank 4 --steps 3 --seq 16 --batch 2 --lr 0.01 --save " + quote(out)));

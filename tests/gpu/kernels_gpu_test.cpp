@@ -337,12 +337,12 @@ TEST(KernelsGpu, CrossEntropyChunks) {
     lse.poison(), loss_tok.poison(), n_valid.poison(), loss.poison(), dlogits.poison();
     const int rows[2] = {split, N - split};
     for (int k = 0, r0 = 0; k < 2; r0 += rows[k], k++)
-      sc::ce_chunk_fwd(lse.p(r0), loss_tok.p(r0), logits.p(size_t(r0) * V), t.d.p + r0, rows[k], V, kStream);
+      sc::ce_chunk_fwd(lse.p(r0), loss_tok.p(r0), logits.p(size_t(r0) * V), t.d.p + r0, rows[k], V, V, kStream);
     sc::ce_count_valid(n_valid.p(), t.d.p, N, kStream);
     sc::ce_finalize(loss.p(), loss_tok.p(), n_valid.p(), N, kStream);
     for (int k = 0, r0 = 0; k < 2; r0 += rows[k], k++)
       sc::ce_chunk_bwd(dlogits.p(size_t(r0) * V), logits.p(size_t(r0) * V), lse.p(r0), t.d.p + r0, dloss.p(),
-                       n_valid.p(), rows[k], V, kStream);
+                       n_valid.p(), rows[k], V, V, kStream);
     const Vec w = identity(V);
     Vec lse_ref(N), dl_ref(size_t(N) * V, 0.0f), tok_ref(N, 0.0f);
     int nv = 0;
@@ -366,7 +366,7 @@ TEST(KernelsGpu, CrossEntropyChunks) {
     tok2.poison(), dl2.poison();
     for (int k = 0, r0 = 0; k < 2; r0 += rows[k], k++)
       sc::ce_chunk_fwd_bwd(tok2.p(r0), dl2.p(size_t(r0) * V), logits.p(size_t(r0) * V), t.d.p + r0, n_valid.p(),
-                           dloss_value, rows[k], V, kStream);
+                           dloss_value, rows[k], V, V, kStream);
     sync();
     EXPECT_TRUE(close(tok2.get(), loss_tok.get(), 0.0, "ce fused token_loss" + tag));
     EXPECT_TRUE(close(dl2.get(), dl, 0.0, "ce fused dlogits" + tag));
@@ -381,9 +381,9 @@ TEST(KernelsGpu, CrossEntropyLargeVocabAndAllIgnored) {
   F logits(size_t(n) * V, 60, 4.0f), lse(vec(n)), tok(vec(n)), n_valid(vec(1)), loss(vec(1)), dloss(Vec{1.0f});
   B dl(vec(size_t(n) * V));
   lse.poison(), tok.poison(), dl.poison();
-  sc::ce_chunk_fwd(lse.p(), tok.p(), logits.p(), t.d.p, n, V, kStream);
+  sc::ce_chunk_fwd(lse.p(), tok.p(), logits.p(), t.d.p, n, V, V, kStream);
   sc::ce_count_valid(n_valid.p(), t.d.p, n, kStream);
-  sc::ce_chunk_bwd(dl.p(), logits.p(), lse.p(), t.d.p, dloss.p(), n_valid.p(), n, V, kStream);
+  sc::ce_chunk_bwd(dl.p(), logits.p(), lse.p(), t.d.p, dloss.p(), n_valid.p(), n, V, V, kStream);
   Vec lse_ref(n), tok_ref(n, 0.0f), dl_ref(size_t(n) * V, 0.0f);
   for (int r = 0; r < n; r++) {  // double-precision reference for the long rows
     const float* l = logits.h.data() + size_t(r) * V;
@@ -404,10 +404,10 @@ TEST(KernelsGpu, CrossEntropyLargeVocabAndAllIgnored) {
   // Every target ignored: loss 0 (not NaN) and zero gradients.
   Ids none(std::vector<int32_t>(n, -100));
   loss.poison(), dl.poison();
-  sc::ce_chunk_fwd(lse.p(), tok.p(), logits.p(), none.d.p, n, V, kStream);
+  sc::ce_chunk_fwd(lse.p(), tok.p(), logits.p(), none.d.p, n, V, V, kStream);
   sc::ce_count_valid(n_valid.p(), none.d.p, n, kStream);
   sc::ce_finalize(loss.p(), tok.p(), n_valid.p(), n, kStream);
-  sc::ce_chunk_bwd(dl.p(), logits.p(), lse.p(), none.d.p, dloss.p(), n_valid.p(), n, V, kStream);
+  sc::ce_chunk_bwd(dl.p(), logits.p(), lse.p(), none.d.p, dloss.p(), n_valid.p(), n, V, V, kStream);
   sync();
   EXPECT_EQ(loss.get()[0], 0.0f);
   EXPECT_EQ(n_valid.get()[0], 0.0f);

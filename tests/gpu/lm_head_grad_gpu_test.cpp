@@ -76,16 +76,16 @@ TEST(LmHeadGradGpu, VariantIsForwardThenBackwardBitForBit) {
             dw_ref(a, DType::f32, Shape{s.V, s.C}, "dw");
         be->upload_f32(dw_ref.view(), dw0.data());
         be->fill(dloss.view(), 1.0f);
-        be->lm_head_ce_fwd(loss_ref.view(), lse.view(), x.view(), w.view(), t.view(), s.chunk);
+        be->lm_head_ce_fwd(loss_ref.view(), lse.view(), x.view(), w.view(), t.view(), s.chunk, s.V);
         be->lm_head_ce_bwd(dx_ref.view(), frozen ? Tensor() : dw_ref.view(), dloss.view(), x.view(), w.view(), t.view(),
-                           lse.view(), s.chunk, false, acc_dw);
+                           lse.view(), s.chunk, s.V, false, acc_dw);
         // The variant, then its backward into a poisoned gradient.
         Buffer loss(a, DType::f32, Shape{1}, "l"), saved(a, DType::bf16, Shape{s.N, s.C}, "loss.dx"),
             dw(a, DType::f32, Shape{s.V, s.C}, "dw"), dx(a, DType::bf16, Shape{s.N, s.C}, "dx");
         be->upload_f32(dw.view(), dw0.data());
         be->fill(dx.view(), NAN);
         be->lm_head_ce_fwd_grad(loss.view(), saved.view(), frozen ? Tensor() : dw.view(), x.view(), w.view(), t.view(),
-                                s.chunk, 1.0f, acc_dw);
+                                s.chunk, s.V, 1.0f, acc_dw);
         be->lm_head_ce_bwd_saved(dx.view(), dloss.view(), saved.view(), 1.0f, !frozen, false);
         EXPECT_TRUE(same_bits(download(*be, loss.view()), download(*be, loss_ref.view()), "loss " + tag));
         EXPECT_TRUE(same_bits(download(*be, dx.view()), download(*be, dx_ref.view()), "dx " + tag));

@@ -3,7 +3,7 @@
 // LlamaForCausalLM). Tolerances, as normalised squared error sum((a-b)^2)/sum(b^2):
 // logits 5e-4, each parameter gradient 2e-3 (bf16 activations carry ~3 significant digits);
 // loss within 1e-2 relative. Then every memory plan must give the same loss on the GPU
-// (the replay reruns the same kernels).
+// (the replay reruns the same kernels), and a padded vocabulary the unpadded one's losses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,6 +51,9 @@ TEST_P(GoldenGpu, Bf16ModelMatchesHuggingFaceFp32) {
   for (auto& p : model.params()) {
     std::vector<float> g(size_t(p.shape.numel()));
     be->download_f32(g.data(), p.grad_view());
+    // The vocabulary's padded rows (pad_vocab_multiple) have exactly zero gradient and no reference.
+    for (size_t i = size_t(p.file_numel()); i < g.size(); ++i) ASSERT_EQ(g[i], 0.0f) << p.name << " padding";
+    g.resize(size_t(p.file_numel()));
     // A bias gradient is a column sum of the bf16 output gradient over all B*T rows. For k_proj the
     // rows nearly cancel (softmax ignores a shift common to all keys; only rope's rotation breaks
     // that), so its bf16 error is large next to its own small size: qwen2_bias's layer-1 k bias
@@ -182,8 +185,9 @@ TEST(TrainGpu, SplitMastersSaveExactlyAndTrackTheWeights) {
   model.save(out);
   const io::Checkpoint orig = io::Checkpoint::open_dir(dir), saved = io::Checkpoint::open_dir(out);
   auto read = [](const io::Checkpoint& c, const Parameter& p) {
-    std::vector<float> x(size_t(p.shape.numel()));
-    c.read_f32(p.name, std::vector<int64_t>(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd), x.data());
+    const Shape s = p.file_shape();  // the vocabulary's padded rows are in no file
+    std::vector<float> x(size_t(s.numel()));
+    c.read_f32(p.name, std::vector<int64_t>(s.d.begin(), s.d.begin() + s.nd), x.data());
     return x;
   };
   for (auto& p : model.params())
@@ -200,8 +204,9 @@ TEST(TrainGpu, SplitMastersSaveExactlyAndTrackTheWeights) {
   size_t moved = 0;
   for (auto& p : model.params()) {
     const std::vector<float> master = read(after, p);
-    std::vector<float> w(master.size());
+    std::vector<float> w(size_t(p.shape.numel()));
     be->download_f32(w.data(), p.value());
+    for (size_t i = master.size(); i < w.size(); ++i) ASSERT_EQ(w[i], 0.0f) << p.name << " padding stays zero";
     for (size_t i = 0; i < master.size(); ++i) {
       uint32_t u;
       std::memcpy(&u, &master[i], 4);
@@ -220,6 +225,113 @@ TEST(TrainGpu, SplitMastersSaveExactlyAndTrackTheWeights) {
   Trainer tr2(*be, again, to);
   const float l1 = tr.step(batch).loss, l2 = tr2.step(batch).loss;
   EXPECT_EQ(l1, l2);
+}
+
+// The vocabulary padded in memory (pad_vocab_multiple): the cuda CE kernels mask the padded logits
+// out of the softmax. Whatever the padded rows of w hold, the loss and dx are the unpadded head's
+// (another GEMM shape: equal up to fp32 ordering) and dw's padded rows are exact zeros, on the
+// recomputing path and the training variant. V = 1001 runs the scalar kernels, 1024 the vector ones.
+TEST(PadVocabGpu, PaddedColumnsTakeNoPartInTheLoss) {
+  STRATA_REQUIRE_GPU();
+  auto be = make_cuda_backend(size_t(1) << 30);
+  Arena& a = be->arena();
+  const int N = 77, C = 128, V = 1001, Vp = 1024, chunk = 32;
+  const std::vector<float> wh = gpu_test::randn(size_t(Vp) * C, 2, 0.05f);  // padded rows: garbage
+  Buffer x(a, DType::bf16, Shape{N, C}, "x"), w(a, DType::bf16, Shape{V, C}, "w"),
+      wp(a, DType::bf16, Shape{Vp, C}, "wp"), t(a, DType::i32, Shape{N}, "t");
+  be->upload_f32(x.view(), gpu_test::randn(size_t(N) * C, 1, 1.0f).data());
+  be->upload_f32(w.view(), wh.data());
+  be->upload_f32(wp.view(), wh.data());
+  std::vector<int32_t> th(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) th[size_t(i)] = i % 9 == 4 ? -100 : int32_t((i * 7919) % V);
+  th[size_t(N - 1)] = V - 1;
+  be->upload_i32(t.view(), th.data());
+  auto get = [&](Tensor v) {
+    std::vector<float> h(size_t(v.numel()));
+    be->download_f32(h.data(), v);
+    return h;
+  };
+  for (bool fused : {false, true}) {
+    const std::string tag = fused ? " (training variant)" : " (forward, backward)";
+    std::vector<float> loss[2], dx[2], dw[2];
+    for (int padded = 0; padded < 2; ++padded) {
+      Tensor wt = padded ? wp.view() : w.view();
+      const int rows = padded ? Vp : V;
+      Buffer l(a, DType::f32, Shape{1}, "l"), lse(a, DType::f32, Shape{N}, "lse"), one(a, DType::f32, Shape{1}, "1"),
+          gx(a, DType::bf16, Shape{N, C}, "dx"), gw(a, DType::f32, Shape{rows, C}, "dw");
+      be->fill(gw.view(), NAN);  // an overwrite: the padded rows must come out as zeros
+      be->fill(one.view(), 1.0f);
+      if (fused) {
+        be->lm_head_ce_fwd_grad(l.view(), gx.view(), gw.view(), x.view(), wt, t.view(), chunk, V, 1.0f, false);
+      } else {
+        be->lm_head_ce_fwd(l.view(), lse.view(), x.view(), wt, t.view(), chunk, V);
+        be->lm_head_ce_bwd(gx.view(), gw.view(), one.view(), x.view(), wt, t.view(), lse.view(), chunk, V, false,
+                           false);
+      }
+      loss[padded] = get(l.view());
+      dx[padded] = get(gx.view());
+      dw[padded] = get(gw.view());
+    }
+    ASSERT_TRUE(std::isfinite(loss[0][0])) << tag;
+    EXPECT_NEAR(loss[1][0], loss[0][0], 1e-5 * std::fabs(loss[0][0])) << tag;
+    EXPECT_TRUE(gpu_test::close(dx[1], dx[0], 1e-4, "dx" + tag));  // bf16: a rounding may flip
+    for (size_t i = size_t(V) * C; i < dw[1].size(); ++i) ASSERT_EQ(dw[1][i], 0.0f) << "padded dw at " << i << tag;
+    dw[1].resize(size_t(V) * C);
+    EXPECT_TRUE(gpu_test::close(dw[1], dw[0], 1e-5, "dw" + tag));
+  }
+  // A padded column is no valid target: the device cannot throw, so the loss is NaN.
+  std::vector<int32_t> bad = th;
+  bad[3] = V;
+  be->upload_i32(t.view(), bad.data());
+  Buffer l(a, DType::f32, Shape{1}, "l"), lse(a, DType::f32, Shape{N}, "lse");
+  be->lm_head_ce_fwd(l.view(), lse.view(), x.view(), wp.view(), t.view(), chunk, V);
+  EXPECT_TRUE(std::isnan(get(l.view())[0]));
+}
+
+// Whole training steps (bf16, clipping on) with vocab 1001 padded to 1024 and unpadded, from the same
+// initial weights: the losses agree within 2e-3 relative (only GEMM shapes and summation order
+// differ), and the padded rows of the weights and of every gradient stay exactly zero.
+TEST(PadVocabGpu, PaddedTrainingMatchesUnpaddedLosses) {
+  STRATA_REQUIRE_GPU();
+  for (bool tied : {false, true}) {
+    io::LlamaConfig c = small_config(64);
+    c.vocab_size = 1001;
+    c.tie_word_embeddings = tied;
+    std::vector<float> losses[2];
+    for (int pad : {1, 64}) {
+      auto be = make_cuda_backend(size_t(2) << 30);
+      ModelOptions mo;
+      mo.pad_vocab_multiple = pad;
+      LlamaModel model(*be, c, mo);
+      ASSERT_EQ(model.padded_vocab(), pad == 1 ? 1001 : 1024);
+      model.init_random(4);  // the real rows are the same numbers either way
+      TrainOptions to;
+      to.adam.lr = 1e-3f;
+      to.adam.weight_decay = 0.1f;
+      to.max_grad_norm = 0.5f;
+      Trainer tr(*be, model, to);
+      TokenBatcher data(synthetic_tokens(40000, 1001, 2), 4, 128);
+      for (int s = 0; s < 6; ++s) losses[pad > 1].push_back(tr.step(data.next()).loss);
+      tr.compute_gradients(data.next());
+      for (const Parameter& p : model.params()) {
+        if (!p.pad_rows) continue;
+        std::vector<float> w(size_t(p.shape.numel())), g(w.size());
+        be->download_f32(w.data(), p.value());
+        be->download_f32(g.data(), p.grad_view());
+        for (size_t i = size_t(p.file_numel()); i < w.size(); ++i) {
+          ASSERT_EQ(w[i], 0.0f) << p.name << " weight padding at " << i;
+          ASSERT_EQ(g[i], 0.0f) << p.name << " gradient padding at " << i;
+        }
+      }
+    }
+    for (size_t s = 0; s < losses[0].size(); ++s) {
+      ASSERT_TRUE(std::isfinite(losses[1][s]));
+      EXPECT_NEAR(losses[1][s], losses[0][s], 2e-3 * std::fabs(losses[0][s]))
+          << (tied ? "tied" : "untied") << " step " << s + 1;
+    }
+    std::printf("[ pad gpu  ] %s: losses %.6f -> %.6f padded, %.6f -> %.6f unpadded\n", tied ? "tied" : "untied",
+                losses[1].front(), losses[1].back(), losses[0].front(), losses[0].back());
+  }
 }
 
 TEST(BackendGpu, ClearErrorsForBadBudgets) {
