@@ -5,7 +5,8 @@
 #      (the flash kernel changed), kernels_gpu_test and lm_head_grad_gpu_test (the CE kernel changed);
 #   2. vocabulary padding: strata-bench on a Llama-3.2-1B shape with a 50257-token vocabulary, padded
 #      (64) and not (1), and with 50304 tokens, 4096 tokens, keep; with the forecast of each;
-#   3. the deferred update: 1B 8192 gc, state on the device, moments on the host deferred and eager.
+#   3. sample packing's cost: 1B at 8192, one sequence a row against 8 packed examples (strata-bench --pack);
+#   4. the deferred update: 1B 8192 gc, state on the device, moments on the host deferred and eager.
 #   scripts/gpu_pack_pad_defer.sh DIR     results in $OUT (default /tmp/strata-out): gpu_tests.txt, bench.jsonl
 set -u
 d=${1:-.devbuild}; out=${OUT:-/tmp/strata-out}; mkdir -p "$out"
@@ -34,6 +35,9 @@ for spec in "/tmp/v50257 1" "/tmp/v50257 64" "/tmp/v50304 1"; do
   read -r m pv <<<"$spec"
   bench --model "$m" --seq 4096 --mode full --plan keep --steps 6 --warmup 2 --pad-vocab "$pv"
   plan --model "$m" --seq 4096 --mode full --preset keep --pad-vocab "$pv"
+done
+for n in 1 8; do  # sample packing: 8 examples of 1024 tokens a row (our flash kernel) against one sequence (cuDNN)
+  bench --shape Llama-3.2-1B --seq 8192 --mode full --plan keep --steps 4 --warmup 2 --pack $n
 done
 b1=(--shape Llama-3.2-1B --seq 8192 --mode full --plan gc --steps 4 --warmup 2)
 bench "${b1[@]}" --state-offloading none

@@ -33,6 +33,7 @@ static const char* kUsage =
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
     "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N] [--pad-vocab 64] [--eager-update]\n"
+    "                    [--pack N]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
@@ -45,7 +46,9 @@ static const char* kUsage =
     "--pad-vocab N: the vocabulary rows padded to a multiple of N in memory (strata-train's pad_vocab_multiple;\n"
     "--config's applies unless given; default 64, 1: unpadded), for A/B runs of the LM head's shape.\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n"
-    "--eager-update: host-tier state is updated right after backward instead of in the next forward, for A/B runs.\n";
+    "--eager-update: host-tier state is updated right after backward instead of in the next forward, for A/B runs.\n"
+    "--pack N: each row holds N packed examples of seq/N tokens (sample packing: attention within each example,\n"
+    "positions restarting), against the default of one sequence a row.\n";
 
 int main(int argc, char** argv) {
   try {
@@ -53,7 +56,7 @@ int main(int argc, char** argv) {
                 {"shape",          "model",           "seq",          "batch",     "mode",          "plan",
                  "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
                  "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
-                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab"},
+                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab", "pack"},
                 {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -136,6 +139,13 @@ int main(int argc, char** argv) {
       b.inputs.push_back(rng.below(c.vocab_size));
       b.targets.push_back(rng.below(c.vocab_size));
     }
+    // --pack N: each row as N packed examples of seq / N tokens (sample packing's attention and rope).
+    const int pack = int_flag("pack", 1, 1);
+    if (pack > 1) {
+      if (seq % pack)
+        throw ConfigError(fmt::format("--pack {} must divide --seq {}", pack, seq), "command line", "pack");
+      for (long i = 0; i < long(batch) * seq; ++i) b.positions.push_back(int32_t(i % (seq / pack)));
+    }
     std::vector<double> times;
     size_t peak = 0, used = 0, host_peak = 0, disk_peak = 0, offloaded = 0;
     float loss = 0;
@@ -187,6 +197,7 @@ int main(int argc, char** argv) {
     j["mlp_tiles"] = mo.mlp_tiles;
     j["vocab"] = c.vocab_size;
     j["padded_vocab"] = model.padded_vocab();
+    j["pack"] = pack;
     j["max_grad_norm"] = double(to.max_grad_norm);
     j["step_s"] = round_to(med, 1e5);
     j["tokens_per_s"] = round_to(med > 0 ? tokens / med : 0.0, 10);
