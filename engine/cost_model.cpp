@@ -84,6 +84,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["context_bytes"] = p.context_bytes;
   j["matmul_tflops"] = p.matmul_tflops;
   j["matmul_half_dim"] = p.matmul_half_dim;
+  j["matmul_unaligned_factor"] = p.matmul_unaligned_factor;
   j["attention_tflops"] = p.attention_tflops;
   j["attention_bwd_tflops"] = p.attention_bwd_tflops;
   j["attention_half_tokens"] = p.attention_half_tokens;
@@ -123,6 +124,13 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.context_bytes = field<size_t>(j, "context_bytes", where, false, 0);
   p.matmul_tflops = field<double>(j, "matmul_tflops", where);
   p.matmul_half_dim = field<double>(j, "matmul_half_dim", where, false, 0.0);
+  p.matmul_unaligned_factor =
+      field<double>(j, "matmul_unaligned_factor", where, false, DeviceProfile{}.matmul_unaligned_factor);
+  if (!(p.matmul_unaligned_factor > 0 && p.matmul_unaligned_factor <= 1))
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: device profile field 'matmul_unaligned_factor' must be in (0, 1], got {}", where,
+                             p.matmul_unaligned_factor),
+                 where, "matmul_unaligned_factor");
   p.attention_tflops = field<double>(j, "attention_tflops", where);
   p.attention_bwd_tflops = field<double>(j, "attention_bwd_tflops", where, false, 0.0);
   p.attention_half_tokens = field<double>(j, "attention_half_tokens", where, false, 0.0);
@@ -214,7 +222,9 @@ double CostModel::floor(double s) const {
 
 double CostModel::gemm(double m, double n, double k, double bytes) const {
   auto eff = [&](double d) { return p_.matmul_half_dim > 0 ? d / (d + p_.matmul_half_dim) : 1.0; };
-  const double tput = p_.matmul_tflops * 1e12 * eff(m) * eff(n) * eff(k);
+  auto aligned = [](double d) { return std::fmod(d, 8.0) == 0.0; };
+  const double share = aligned(m) && aligned(n) && aligned(k) ? 1.0 : p_.matmul_unaligned_factor;
+  const double tput = p_.matmul_tflops * 1e12 * eff(m) * eff(n) * eff(k) * share;
   return floor(std::max(2.0 * m * n * k / tput, bytes / (p_.hbm_gbps * 1e9)));
 }
 

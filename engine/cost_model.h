@@ -21,6 +21,12 @@ struct DeviceProfile {
   // so small dimensions run below the large-shape asymptote.
   double matmul_tflops = 0;
   double matmul_half_dim = 0;
+  // A GEMM with a dimension that is not a multiple of 8 (a bf16 row not 16-byte aligned: an LM head
+  // over a 50257- or 128257-token vocabulary) runs at this share of the rate: cuBLASLt cannot use its
+  // aligned (TMA) kernels. Measured with strata-bench on a Llama-3.2-1B shape at 4096 tokens on an
+  // H200, 2026-11-26: the step took 16.7 ms longer with a 50257-token vocabulary than padded to
+  // 50304, where the LM head's GEMMs take about 4.5 ms: 4.5 / (4.5 + 16.7) = 0.21.
+  double matmul_unaligned_factor = 0.21;
   // Causal fused attention, counting only the unmasked half: forward 4·B·H·T²·D/2 FLOPs,
   // backward 2.5x that at attention_bwd_tflops (0 = attention_tflops).
   double attention_tflops = 0;
