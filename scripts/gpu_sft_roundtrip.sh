@@ -4,13 +4,16 @@
 # vocabulary): strata-train --config with a chat jsonl on the cuda backend, then transformers'
 # AutoTokenizer and AutoModelForCausalLM load the saved directory and generate.
 #   scripts/gpu_sft_roundtrip.sh DIR     (DIR/tools/strata-train)
+# VOCAB=128257 (a pad token's row added: the vocabulary padded in memory, never in the saved file) and
+# PACK=true (sample_packing) exercise those paths; defaults 128256 and false.
 set -eu
+vocab=${VOCAB:-128256}; pack=${PACK:-false}
 d=$1; out=${OUT:-/tmp/strata-out}; mkdir -p "$out"; w=/tmp/sft; rm -rf $w; mkdir -p $w
-python3 - $w <<'PY'
+python3 - $w $vocab <<'PY'
 import sys, torch, transformers, json, shutil
-w = sys.argv[1]
+w, vocab = sys.argv[1], int(sys.argv[2])
 cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                               num_key_value_heads=8, vocab_size=vocab, tie_word_embeddings=True, rms_norm_eps=1e-5,
                                max_position_embeddings=8192, bos_token_id=0, eos_token_id=1)
 torch.manual_seed(0)
 transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(f"{w}/base")
@@ -33,6 +36,7 @@ micro_batch_size: 8
 max_steps: 20
 learning_rate: 1.0e-4
 output_dir: $w/out
+sample_packing: $pack
 YAML
 "$d/tools/strata-train" --config $w/sft.yaml --backend cuda > "$out/sft.log" 2>&1
 tail -4 "$out/sft.log"
@@ -46,6 +50,7 @@ base = transformers.AutoModelForCausalLM.from_pretrained(f"{w}/base", dtype=torc
 diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(model.parameters(), base.parameters()))
 ids = tok("What is 3 plus 3?", return_tensors="pt").to("cuda")
 gen = model.generate(**ids, max_new_tokens=12, do_sample=False)
-print("transformers loaded", type(model).__name__, "| largest weight change vs base %.3g" % diff)
+print("transformers loaded", type(model).__name__, "| vocab", model.config.vocab_size,
+      "| embedding", tuple(model.get_input_embeddings().weight.shape), "| largest weight change vs base %.3g" % diff)
 print("generated:", repr(tok.decode(gen[0][ids["input_ids"].shape[1]:])))
 PY
