@@ -408,6 +408,13 @@ TEST(Zero, UnsupportedCombinationsAreRefusedNamingTheSettings) {
   EXPECT_NE(m.find("--zero-stage"), std::string::npos) << m;
   EXPECT_THROW(parse_zero_stage(5, Origin::flag("zero-stage")), ConfigError);
   EXPECT_EQ(parse_zero_stage(1, Origin::flag("zero-stage")), 1);
+  TrainConfig tc;
+  EXPECT_EQ(tc.zero_stage, 0);
+  apply_yaml_text(tc, "zero_stage: 1\n", "z.yaml");
+  EXPECT_EQ(tc.zero_stage, 1);
+  m = message([&] { apply_yaml_text(tc, "zero_stage: 2\n", "z.yaml"); });
+  EXPECT_NE(m.find("z.yaml: zero_stage 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("not implemented yet"), std::string::npos) << m;
   // A sharded model with a trainer on another communicator (or none).
   ModelOptions z1;
   z1.zero = {1, 0, 2};
