@@ -423,7 +423,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "strata-train: stopped by %s after step %d of %d; %s\n", strsignal(res.stopped_by),
                      res.steps_done, res.total_steps,
                      res.last_checkpoint.empty()
-                         ? "no output_dir (--save), so nothing was saved"
+                         ? (cfg.output_dir.empty() || !mo.zero.sharded()
+                                ? "no output_dir (--save), so nothing was saved"
+                                : "no checkpoint was saved (zero_stage 1 shards the optimizer state)")
                          : fmt::format("checkpoint saved to {}; continue with --resume auto (resume_from_checkpoint: "
                                        "true)",
                                        res.last_checkpoint)
