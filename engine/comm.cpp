@@ -29,6 +29,15 @@ CommTicket Communicator::all_reduce_many(const std::vector<Tensor>& ts) {
   return t;
 }
 
+CommTicket Communicator::broadcast_many(const std::vector<Tensor>& ts, const std::vector<int>& roots) {
+  if (ts.empty()) STRATA_THROW(Error, "broadcast_many: no tensors");
+  if (roots.size() != ts.size())
+    STRATA_THROW(Error, fmt::format("broadcast_many: {} tensors but {} roots", ts.size(), roots.size()));
+  CommTicket t = 0;
+  for (size_t i = 0; i < ts.size(); ++i) t = broadcast(ts[i], roots[i]);
+  return t;
+}
+
 namespace {
 
 void check_tensor(const Communicator& c, Collective op, const Tensor& t, const char* which) {

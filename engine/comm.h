@@ -67,6 +67,10 @@ class Communicator {
   virtual CommTicket all_to_all(Tensor out, Tensor in) = 0;
   // t = root's t on every rank, in place.
   virtual CommTicket broadcast(Tensor t, int root) = 0;
+  // broadcast of each ts[i] from roots[i] (ZeRO-1: each parameter's weights from its owner), as one
+  // collective where the implementation can fuse them; the ticket of the last. Results are those of
+  // broadcast on each in turn.
+  virtual CommTicket broadcast_many(const std::vector<Tensor>& ts, const std::vector<int>& roots);
   // The host blocks until every rank has reached the barrier and this rank's collectives are done.
   virtual void barrier() = 0;
 

@@ -196,6 +196,24 @@ class NcclComm final : public Communicator {
       return ncclBroadcast(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), root, comm_, stream_);
     });
   }
+  CommTicket broadcast_many(const std::vector<Tensor>& ts, const std::vector<int>& roots) override {
+    if (ts.empty() || roots.size() != ts.size())
+      STRATA_THROW(Error, fmt::format("broadcast_many: {} tensors, {} roots", ts.size(), roots.size()));
+    size_t bytes = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      check_collective(*this, Collective::broadcast, ts[i], ts[i], roots[i]);
+      bytes += ts[i].bytes();
+    }
+    // One group: the broadcasts from their several roots in one launch (per-call latency paid once).
+    return enqueue(Collective::broadcast, ts.front(), ts.front(), roots.front(), bytes, [&] {
+      ncclResult_t first = ncclGroupStart();
+      for (size_t i = 0; i < ts.size() && first == ncclSuccess; ++i)
+        first = ncclBroadcast(ts[i].data, ts[i].data, size_t(ts[i].numel()), nccl_type(ts[i].dtype), roots[i], comm_,
+                              stream_);
+      ncclResult_t end = ncclGroupEnd();
+      return first != ncclSuccess ? first : end;
+    });
+  }
   void barrier() override {
     CommTicket last;
     {

@@ -56,6 +56,17 @@ class SimComm final : public SimCommunicator {
     }
     return issue(Collective::all_reduce, ts.front(), ts.front(), 0, bytes);
   }
+  CommTicket broadcast_many(const std::vector<Tensor>& ts, const std::vector<int>& roots) override {
+    if (ts.empty() || roots.size() != ts.size())
+      STRATA_THROW(Error, fmt::format("broadcast_many: {} tensors, {} roots", ts.size(), roots.size()));
+    // As nccl: one group (one latency) over the summed bytes.
+    size_t bytes = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      check_collective(*this, Collective::broadcast, ts[i], ts[i], roots[i]);
+      bytes += ts[i].bytes();
+    }
+    return issue(Collective::broadcast, ts.front(), ts.front(), roots.front(), bytes);
+  }
   CommTicket reduce_scatter(Tensor out, Tensor in) override {
     return issue(Collective::reduce_scatter, out, in, 0, in.bytes());
   }

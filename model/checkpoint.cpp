@@ -49,6 +49,13 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
   const OptimizerState os = m.options().recipe.moments;
   const DType mdt = os == OptimizerState::fp32 ? DType::f32 : os == OptimizerState::bf16 ? DType::bf16 : DType::u8;
   std::vector<Piece> out;
+  // ZeRO-1: this rank holds only its share of the state; a checkpoint of it would not resume.
+  if (m.options().zero.sharded())
+    STRATA_THROW(UnsupportedError,
+                 fmt::format("checkpoints with zero_stage {} over {} ranks are not supported yet (each rank holds "
+                             "only its share of the optimizer state); use zero_stage: 0 to save or resume "
+                             "checkpoints (save_steps, resume_from_checkpoint)",
+                             m.options().zero.stage, m.options().zero.world));
   for (const Parameter& p : m.params()) {
     if (!p.trainable) continue;
     const size_t n = size_t(p.shape.numel());

@@ -43,6 +43,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.page_frozen_layers = r.layer_offloading;
   mo.state_plan = r.plan;
   mo.recipe = r.recipe;
+  mo.zero = {r.zero_stage, 0, r.gpus};  // rank 0's share
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
     mo.lora.alpha = r.lora_alpha;

@@ -43,6 +43,9 @@ struct ForecastRequest {
   // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;
   DType grad_reduce = DType::f32;  // the dtype the ranks sum gradients in (OptimizerOptions::reduce_dtype)
+  // ZeRO stage (ModelOptions::zero): 1 with gpus > 1 forecasts rank 0, which holds the optimizer state
+  // of its share of the parameters only (model/zero.h) and broadcasts their weights after each step.
+  int zero_stage = 0;
   // Sample packing: the batch's positions [batch * seq] (Batch::positions; a row's examples restart
   // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
   std::vector<int32_t> positions;

@@ -127,9 +127,24 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
                                  "target_modules has '{}'; use mlp_tiles: 1, or attention targets only",
                                  opt_.mlp_tiles, m),
                      "model options", "mlp_tiles");
+  check_zero_stage(opt_.zero.stage, "zero_stage");
+  std::vector<int> owners(shapes.size(), -1);
+  if (opt_.zero.sharded()) {
+    if (opt_.zero.rank < 0 || opt_.zero.rank >= opt_.zero.world)
+      STRATA_THROW(ConfigError, fmt::format("zero: rank {} of world size {}", opt_.zero.rank, opt_.zero.world),
+                   "model options", "zero_stage");
+    if (opt_.lora.enabled())
+      STRATA_THROW(UnsupportedError,
+                   "zero_stage 1 with LoRA (lora_r > 0) is not supported yet: the adapters' state is small; use "
+                   "zero_stage: 0");
+    std::vector<size_t> numel;
+    for (auto& [name, shape] : shapes) numel.push_back(trainable(name) ? size_t(shape.numel()) : 0);
+    owners = zero_owner(numel, opt_.zero.world);
+  }
   int next_page = 0;
-  for (auto& [name, shape] : shapes) {
-    const int i = add_param(name, shape, trainable(name), false, paged(name, shape) ? next_page++ : -1);
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const auto& [name, shape] = shapes[k];
+    const int i = add_param(name, shape, trainable(name), false, paged(name, shape) ? next_page++ : -1, owners[k]);
     if (vocab_rows(name)) params_[size_t(i)].pad_rows = padded_vocab_ - cfg_.vocab_size;
   }
   if (opt_.lora.enabled()) {
@@ -177,12 +192,14 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
   be_.upload_f32(inv_freq_.view(), inv.data());
 }
 
-int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page) {
+int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page, int owner) {
   Parameter p;
   p.name = std::move(name);
   p.shape = shape;
   p.trainable = trainable;
   p.is_lora = is_lora;
+  p.owner = owner;
+  p.state_here = owner < 0 || owner == opt_.zero.rank;
   if (page >= 0) {  // frozen and paged: its bytes live in the pager's host block and slots
     p.page = page;
     p.paged = pager_->view(size_t(page));
@@ -203,11 +220,17 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   if (m_host) p.host_m = 0;
   if (v_host) p.host_v = 0;
   if (grad_host) p.host_grad = 0;
+  if (opt_.zero.sharded() && (master_host || m_host || v_host || grad_host))
+    STRATA_THROW(UnsupportedError,
+                 fmt::format("zero_stage 1 with state on the host tier (state_offloading other than none: '{}' has "
+                             "state classes on the host) is not supported yet; use state_offloading: none or "
+                             "zero_stage: 0",
+                             p.name));
   // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists. A
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
   // low half (Backend::master_dtype, engine/master_split.h). A master on the host tier leaves only
   // the compute copy on the device (f32 where that is the compute dtype).
-  if (trainable && low_precision && !master_host && !no_master)
+  if (trainable && low_precision && !master_host && !no_master && p.state_here)
     p.master = Buffer(be_.arena(), be_.master_dtype(), shape, "weights.master_lo");
   else if (!low_precision && !master_host)
     p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
@@ -228,8 +251,8 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
       scales = Buffer(be_.arena(), DType::f32, Shape{int64_t(quant_blocks(size_t(shape.numel())))}, tag);
       be_.zero(scales.view());
     };
-    if (!m_host) moment(p.m, p.m_scale, "adam.m");
-    if (!v_host) moment(p.v, p.v_scale, "adam.v");
+    if (!m_host && p.state_here) moment(p.m, p.m_scale, "adam.m");
+    if (!v_host && p.state_here) moment(p.v, p.v_scale, "adam.v");
   }
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
@@ -258,9 +281,13 @@ bool split_master(const Parameter& p) {
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
   if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
-  if (p.host_master != Parameter::kDevice) {  // the compute copy on the device, the master on the host
+  // ZeRO-1, a parameter another rank owns: its owner's compute copy is the split master's high half
+  // (ties round away from zero, not to even), so this rank's must be the same bits.
+  const bool owner_splits = p.trainable && !p.state_here && be_.compute_dtype() != DType::f32 &&
+                            opt_.recipe.master != MasterWeights::none && !p.master.allocated();
+  if (p.host_master != Parameter::kDevice || owner_splits) {  // the compute copy on the device, the master elsewhere
     const size_t n = size_t(p.shape.numel());
-    std::byte* lo = host_state(p.host_master);
+    std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
     if (be_.compute_dtype() == DType::f32) {
       be_.upload_f32(p.compute.view(), host);
       if (lo) std::memcpy(lo, host, n * sizeof(float));

@@ -12,6 +12,7 @@
 #include "engine/tape.h"
 #include "engine/weight_pager.h"
 #include "io/hf_config.h"
+#include "model/zero.h"
 
 namespace strata {
 
@@ -50,6 +51,9 @@ struct ModelOptions {
   Plan state_plan;
   // The state's precision (master_weights, optimizer_state; engine/state_recipe.h).
   StateRecipe recipe;
+  // ZeRO (model/zero.h): with stage 1 and several ranks, this rank allocates the moments and the
+  // master (low half) of the trainable parameters it owns only. Needs state_offloading none, no LoRA.
+  ZeroOptions zero;
 };
 
 struct Parameter {
@@ -81,6 +85,11 @@ struct Parameter {
   // moment_bytes(recipe.moments, numel): 8-bit codes, then their scales at moment_scale_offset(numel).
   static constexpr size_t kDevice = SIZE_MAX;
   size_t host_master = kDevice, host_m = kDevice, host_v = kDevice, host_grad = kDevice;
+  // ZeRO-1 (ModelOptions::zero): the rank that holds its optimizer state and updates it (-1: every
+  // rank, unsharded). `state_here`: this rank holds it; elsewhere m, v and the master's low half are
+  // empty and its weights come from the owner's broadcast after each step.
+  int owner = -1;
+  bool state_here = true;
   bool state_on_host() const {
     return host_master != kDevice || host_m != kDevice || host_v != kDevice || host_grad != kDevice;
   }
@@ -165,7 +174,7 @@ class LlamaModel {
   LlamaModel& operator=(const LlamaModel&) = delete;
 
  private:
-  int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1);
+  int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1, int owner = -1);
   void place_state(Parameter& p, size_t& host_bytes);
   void set_weights(Parameter& p, const float* host);
   // The fp32 weights of an unpaged parameter (joined from a split master) into host [numel].

@@ -376,12 +376,14 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   if (!defer && !upd_.chunks.empty()) advance(0);
 
   // Parameters whose state is all on the device: one list launch.
+  // ZeRO-1: this rank's own parameters only (the norm is still every gradient's).
   std::vector<Backend::AdamWSlot> slots;
   for (auto& p : model_.params())
-    if (p.trainable && !p.state_on_host())
+    if (p.trainable && !p.state_on_host() && p.state_here)
       slots.push_back(
           {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
   if (!slots.empty()) be_.adamw_step_list(slots, norm_sq(), max_norm, ap, t);
+  if (model_.options().zero.sharded()) broadcast_owned();
   if (defer) return;  // the next forward applies the chunks (before_node)
 
   if (upd_.chunks.empty()) return;
@@ -389,6 +391,49 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   // The host arrays are whole again before anyone reads them (a checkpoint, the next step's uploads
   // are ordered anyway).
   wait_copies();
+}
+
+Communicator& Optimizer::zero_comm() const {
+  const ZeroOptions& z = model_.options().zero;
+  if (!comm_ || comm_->world() != z.world || comm_->rank() != z.rank)
+    STRATA_THROW(Error, fmt::format("optimizer: the model's optimizer state is sharded as rank {} of {} (zero_stage "
+                                    "{}) but the trainer's communicator is {}",
+                                    z.rank, z.world, z.stage,
+                                    comm_ ? fmt::format("rank {} of {}", comm_->rank(), comm_->world()) : "none"));
+  return *comm_;
+}
+
+void Optimizer::broadcast_owned() {
+  Communicator& c = zero_comm();
+  std::vector<Tensor> ts;
+  std::vector<int> roots;
+  for (const Parameter& p : model_.params())
+    if (p.trainable) {
+      ts.push_back(p.value());
+      roots.push_back(p.owner);
+    }
+  if (ts.empty()) return;
+  // The next forward (or a reader of the weights) waits for the owners' weights.
+  c.wait_compute(c.broadcast_many(ts, roots));
+}
+
+void Optimizer::gather_masters() {
+  if (!model_.options().zero.sharded()) return;
+  Communicator& c = zero_comm();
+  flush();
+  const bool split = be_.compute_dtype() != DType::f32 && model_.options().recipe.master != MasterWeights::none;
+  if (!split) return;  // the weights are the master (f32), or there is none: every rank has them whole
+  std::vector<Tensor> ts;
+  std::vector<int> roots;
+  for (Parameter& p : model_.params()) {
+    if (!p.trainable) continue;
+    if (!p.master.allocated()) p.master = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.master_lo");
+    // The low halves' bits travel as a 16-bit float type (a broadcast copies bytes, never converts).
+    const Tensor lo = p.master.view();
+    ts.push_back(Tensor(lo.data, DType::bf16, lo.shape));
+    roots.push_back(p.owner);
+  }
+  if (!ts.empty()) c.wait_host(c.broadcast_many(ts, roots));
 }
 
 void Optimizer::download_grad(const Parameter& p, float* dst) {

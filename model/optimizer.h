@@ -87,6 +87,11 @@ class Optimizer {
   // and updates the same.
   void set_comm(Communicator* c) { comm_ = c; }
   void set_reduce(bool on) { reduce_ = on; }
+  // ZeRO-1 (ModelOptions::zero): every rank's non-owned parameters get their master's low half from
+  // its owner, so the model's fp32 weights are whole on every rank (a final model save: call on every
+  // rank, after the last step; later steps leave the copies stale). A no-op unsharded or where the
+  // weights are the master (f32 backend) or there is none (master_weights: none).
+  void gather_masters();
   // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel]).
   void download_grad(const Parameter& p, float* dst);
 
@@ -130,6 +135,8 @@ class Optimizer {
   void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t, Tensor norm_sq);
   void download(const Chunk& c, const Buffer& staging);
   size_t master_elem_bytes() const;
+  Communicator& zero_comm() const;  // the communicator matching the model's ZeRO rank and world, or Error
+  void broadcast_owned();           // ZeRO-1: every trainable parameter's weights from its owner
   void wait_copies();
   DType moment_dtype() const;
   bool quantised() const { return moment_dtype() == DType::u8; }

@@ -86,6 +86,18 @@ int check_int(long long v, int lo, const Origin& o) {
   return int(v);
 }
 
+int parse_zero_stage(long long v, const Origin& o) {
+  if (v == 2 || v == 3)
+    throw UnsupportedError(
+        fmt::format("{} {}: ZeRO stages 2 and 3 (sharded gradients, sharded weights) are not "
+                    "implemented yet; use 1 (sharded optimizer state) or 0",
+                    o.where, v));
+  if (v != 0 && v != 1)
+    throw ConfigError(fmt::format("{} must be 0 (no sharding) or 1 (optimizer state sharded), got {}", o.where, v),
+                      o.file, o.field);
+  return int(v);
+}
+
 DType parse_grad_reduce(const std::string& s, const Origin& o) {
   if (s == "fp32") return DType::f32;
   if (s == "bf16") return DType::bf16;
@@ -389,6 +401,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.mlp_tiles = parse_mlp_tiles(S(), here);
       else if (key == "grad_reduce_dtype")
         c.grad_reduce = parse_grad_reduce(S(), here);
+      else if (key == "zero_stage")
+        c.zero_stage = parse_zero_stage(get<long long>(v, path, key, "an integer"), here);
       else if (key == "pad_vocab_multiple")
         c.pad_vocab_multiple = check_pad_vocab(get<long long>(v, path, key, "an integer"), here);
       else if (key == "freeze_base")

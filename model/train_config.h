@@ -49,6 +49,9 @@ struct TrainConfig {
   int mlp_tiles = 0;
   // grad_reduce_dtype (OptimizerOptions::reduce_dtype): what data-parallel ranks sum gradients in.
   DType grad_reduce = DType::f32;
+  // zero_stage (ModelOptions::zero, model/zero.h): 1 shards the optimizer state over the data-parallel
+  // ranks; 0 (the default) does not; 2 and 3 are refused (not implemented yet).
+  int zero_stage = 0;
   int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
@@ -100,6 +103,8 @@ int check_pad_vocab(long long v, const Origin& o);
 int parse_mlp_tiles(const std::string& s, const Origin& o);
 // grad_reduce_dtype: "fp32" -> f32, "bf16" -> bf16; ConfigError naming `o` otherwise.
 DType parse_grad_reduce(const std::string& s, const Origin& o);
+// zero_stage: 0 or 1; UnsupportedError for 2 and 3 (not implemented yet), ConfigError naming `o` otherwise.
+int parse_zero_stage(long long v, const Origin& o);
 // lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.
 LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o);
 // resume_from_checkpoint: "true" or "auto" -> "auto" (the newest checkpoint in output_dir), "false"

@@ -38,6 +38,7 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
   mo.recipe = cfg.recipe;
   mo.mlp_tiles = std::max(1, cfg.mlp_tiles);  // auto (0) is untiled unless the planner wrote a count
+  mo.zero.stage = cfg.zero_stage;             // the caller sets zero.rank and zero.world (its launch)
   return mo;
 }
 
@@ -73,6 +74,12 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
   STRATA_CHECK(rows_.seq() == cfg.seq, "rows of another sequence_len than the config's");
+  if (model.options().zero.sharded() && (cfg.save_steps > 0 || !cfg.resume_from_checkpoint.empty()))
+    throw UnsupportedError(fmt::format(
+        "zero_stage {} over {} ranks with {}: checkpoints of sharded optimizer state are not supported yet; use "
+        "zero_stage: 0, or train without checkpoints (save_steps: 0, no resume_from_checkpoint)",
+        cfg.zero_stage, trainer.world(),
+        cfg.save_steps > 0 ? fmt::format("save_steps {}", cfg.save_steps) : std::string("resume_from_checkpoint")));
   const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.world();  // rows over every rank
   if (!cfg.steps_given && cfg.num_epochs > 0) {
     const double steps = std::ceil(double(cfg.num_epochs) * double(split_.train.size()) / double(per_step));
@@ -150,6 +157,13 @@ void TrainLoop::metrics_line(const std::string& line) {
 
 std::string TrainLoop::save(int step, float loss) {
   if (trainer_.rank() != 0) return {};  // every rank holds the same weights and state: rank 0 writes them
+  if (model_.options().zero.sharded()) {
+    // A stop by signal: rank 0 holds only its share of the optimizer state, so no checkpoint.
+    if (opt_.info)
+      std::fprintf(opt_.info, "loop: no checkpoint at step %d: zero_stage %d shards the optimizer state\n", step,
+                   cfg_.zero_stage);
+    return {};
+  }
   CheckpointState st;
   st.step = step;
   st.data = sampler_.position();

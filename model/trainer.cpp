@@ -20,6 +20,14 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
   tape_.set_store(store_.get());
   optimizer_.install(tape_);
   optimizer_.set_comm(opt_.comm);
+  if (const ZeroOptions& z = model_.options().zero;
+      z.sharded() && (!opt_.comm || opt_.comm->world() != z.world || opt_.comm->rank() != z.rank))
+    STRATA_THROW(ConfigError,
+                 fmt::format("zero_stage {}: the model shards its optimizer state as rank {} of {}, but the trainer's "
+                             "communicator is {}",
+                             z.stage, z.rank, z.world,
+                             opt_.comm ? fmt::format("rank {} of {}", opt_.comm->rank(), opt_.comm->world()) : "none"),
+                 "train options", "zero_stage");
   // A model that pages its frozen layers is driven from this tape's node hook.
   pager_ = model_.pager_handle();
   if (auto pager = pager_.lock()) pager->install(tape_);

@@ -31,7 +31,8 @@ static const char* kUsage =
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16]] [--pad-vocab 64] [--write-config FILE.yaml] [--data FILE] "
+    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--pad-vocab 64] [--write-config "
+    "FILE.yaml] [--data FILE] "
     "[--json] [--svg "
     "FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
@@ -59,7 +60,8 @@ static const char* kUsage =
     "pad_vocab_multiple, default 64; 1: unpadded): the forecast runs that shape.\n"
     "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
-    "tokens/s counts every rank's.\n"
+    "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
+    "state only, and the weights' broadcasts after each step.\n"
     "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
     "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
     "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
@@ -275,7 +277,7 @@ int main(int argc, char** argv) {
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus",
-                    "grad-reduce", "pad-vocab"});
+                    "grad-reduce", "pad-vocab", "zero-stage"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -321,6 +323,9 @@ int main(int argc, char** argv) {
     req.grad_reduce =
         a.has("grad-reduce") ? parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce")) : tc.grad_reduce;
     if (req.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
+    req.zero_stage =
+        a.has("zero-stage") ? parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage")) : tc.zero_stage;
+    if (req.zero_stage) run_keys += fmt::format("zero_stage: {}\n", req.zero_stage);
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
     req.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))

@@ -43,7 +43,7 @@ static const char* kUsage =
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
     "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
-    "                    [--gpus N [--grad-reduce fp32|bf16]] [--save-steps 0] [--resume auto|DIR]\n"
+    "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--save-steps 0] [--resume auto|DIR]\n"
     "                    [--mlp-tiles auto|N] [--sample-packing] [--pad-vocab 64] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
@@ -60,7 +60,9 @@ static const char* kUsage =
     "those tiers and, in frozen or LoRA training, page the frozen layers.\n"
     "--gpus N: N data-parallel ranks on this node, one process per GPU (under torchrun or srun: one rank per\n"
     "process); --batch rows a rank, gradients all-reduced per layer during backward; --grad-reduce bf16 sums\n"
-    "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default.\n"
+    "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default. --zero-stage 1 (YAML\n"
+    "zero_stage): ZeRO-1, each rank keeps the optimizer state (moments, fp32 master) of its share of the\n"
+    "parameters only and broadcasts their updated weights; no checkpoints yet (--save-steps, --resume).\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"
@@ -149,7 +151,7 @@ int main(int argc, char** argv) {
                  "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
                  "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
                  "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "grad-reduce",
-                 "pad-vocab"},
+                 "pad-vocab",    "zero-stage"},
                 {"json", "freeze-base", "sample-packing", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -190,6 +192,7 @@ int main(int argc, char** argv) {
     int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
     if (a.has("mlp-tiles")) cfg.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
     if (a.has("grad-reduce")) cfg.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
+    if (a.has("zero-stage")) cfg.zero_stage = parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage"));
     if (a.has("pad-vocab"))
       cfg.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
     int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
@@ -340,7 +343,9 @@ int main(int argc, char** argv) {
       }
       if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
 
-      const ModelOptions mo = model_options(cfg);
+      ModelOptions mo = model_options(cfg);
+      mo.zero.rank = env.rank;
+      mo.zero.world = env.world;
       LlamaModel model(*be, mc, mo);
       if (!cfg.output_dir.empty() && env.rank == 0) {
         // Before loading and training: a save that cannot succeed must not cost the run. fp32
@@ -418,7 +423,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "strata-train: stopped by %s after step %d of %d; %s\n", strsignal(res.stopped_by),
                      res.steps_done, res.total_steps,
                      res.last_checkpoint.empty()
-                         ? "no output_dir (--save), so nothing was saved"
+                         ? (cfg.output_dir.empty() || !mo.zero.sharded()
+                                ? "no output_dir (--save), so nothing was saved"
+                                : "no checkpoint was saved (zero_stage 1 shards the optimizer state)")
                          : fmt::format("checkpoint saved to {}; continue with --resume auto (resume_from_checkpoint: "
                                        "true)",
                                        res.last_checkpoint)
@@ -446,6 +453,8 @@ int main(int argc, char** argv) {
       if (size_t used = be->device_used_bytes())
         std::fprintf(info, "device memory in use (cudaMemGetInfo, whole process incl. the arena reservation): %s\n",
                      format_bytes(used).c_str());
+      // ZeRO-1 on a split master: rank 0 needs every owner's low halves for the fp32 save (every rank joins).
+      if (!cfg.output_dir.empty() && !cfg.lora.enabled()) trainer.optimizer().gather_masters();
       if (!cfg.output_dir.empty() && env.rank == 0) {  // every rank holds the same weights
         if (cfg.lora.enabled()) {
           model.save_lora(cfg.output_dir, cfg.model_dir);

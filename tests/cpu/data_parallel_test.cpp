@@ -7,16 +7,21 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <numeric>
 #include <thread>
 
 #include "engine/comm.h"
+#include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/forecast.h"
 #include "model/row_data.h"
+#include "model/train_config.h"
 #include "model/trainer.h"
+#include "model/zero.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -45,12 +50,21 @@ Batch rows_of(const TokenRows& rows, int step, int first, int n) {
 
 // One rank of `world` (comm null: alone, the whole batch): rows [rank * per, (rank + 1) * per) of each
 // global batch, in `accum` micro-batches.
-RankRun train(Communicator* comm, int world, int rank, int accum, const char* state, DType reduce = DType::f32) {
+// ZeRO and the state's precision of a run (zero_stage 0: unsharded).
+struct Sharding {
+  int zero = 0;
+  StateRecipe recipe;
+};
+
+RankRun train(Communicator* comm, int world, int rank, int accum, const char* state, DType reduce = DType::f32,
+              Sharding sh = {}) {
   auto be = make_cpu_backend(size_t(64) << 20);
   Plan plan = Plan::keep_everything();
   plan.set_state_offloading(state, "test");
   ModelOptions mo;
   mo.state_plan = plan;
+  mo.recipe = sh.recipe;
+  mo.zero = {sh.zero, rank, world};
   LlamaModel model(*be, test_util::tiny_config(), mo);
   model.init_random(7);
   TrainOptions to;
@@ -81,7 +95,7 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
   return out;
 }
 
-std::vector<RankRun> train_ranks(int world, int accum, const char* state, DType reduce = DType::f32) {
+std::vector<RankRun> train_ranks(int world, int accum, const char* state, DType reduce = DType::f32, Sharding sh = {}) {
   CpuGroup group(world, 60);
   std::vector<RankRun> runs(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
@@ -90,7 +104,7 @@ std::vector<RankRun> train_ranks(int world, int accum, const char* state, DType 
     threads.emplace_back([&, r] {
       try {
         auto comm = make_cpu_communicator(group, r);
-        runs[size_t(r)] = train(comm.get(), world, r, accum, state, reduce);
+        runs[size_t(r)] = train(comm.get(), world, r, accum, state, reduce, sh);
       } catch (...) {
         errors[size_t(r)] = std::current_exception();
         group.abort("rank failed");
@@ -255,4 +269,161 @@ TEST(DataParallel, TheForecastIsOneRanksPeakAndTheCollectivesTakeTime) {
   EXPECT_NEAR(four_cuda.tokens_per_s, 4.0 * double(r.batch) * r.seq / four_cuda.step_s, 1e-6 * four_cuda.tokens_per_s);
   r.gpus = 0;
   EXPECT_THROW(forecast(r), ConfigError);
+}
+
+// ZeRO-1 (model/zero.h): owners by greedy balance of element counts, the same on every call; every
+// parameter with state owned exactly once, none without; the largest first onto the least loaded.
+TEST(Zero, OwnersAreBalancedDeterministicAndCoverEveryParameterOnce) {
+  const std::vector<size_t> numel = {100, 7, 0, 50, 50, 30, 20, 7};
+  const std::vector<int> own = zero_owner(numel, 2);
+  EXPECT_EQ(own, zero_owner(numel, 2));
+  // By hand, largest first (ties by index): 100 -> 0, 50 -> 1, 50 -> 1, 30 -> 0 (a 100 : 100 tie goes
+  // to rank 0), 20 -> 1, 7 -> 1 (130 : 120), 7 -> 1 (130 : 127); loads 130 : 134.
+  EXPECT_EQ(own, (std::vector<int>{0, 1, -1, 1, 1, 0, 1, 1}));
+  const io::LlamaConfig cfg = test_util::tiny_config();
+  std::vector<size_t> sizes;
+  for (auto& [name, shape] : llama_weight_shapes(cfg)) sizes.push_back(size_t(shape.numel()));
+  for (int world : {1, 2, 3, 4, 7}) {
+    const std::vector<int> o = zero_owner(sizes, world);
+    ASSERT_EQ(o.size(), sizes.size());
+    std::vector<size_t> load(size_t(world), 0);
+    size_t biggest = 0, total = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      ASSERT_GE(o[i], 0) << "parameter " << i;
+      ASSERT_LT(o[i], world) << "parameter " << i;
+      load[size_t(o[i])] += sizes[i];
+      biggest = std::max(biggest, sizes[i]);
+      total += sizes[i];
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_EQ(std::accumulate(load.begin(), load.end(), size_t(0)), total);
+    // Greedy largest-first: the spread is at most one parameter's size.
+    EXPECT_LE(*hi - *lo, biggest) << world << " ranks";
+  }
+  EXPECT_THROW(zero_owner(sizes, 0), ConfigError);
+}
+
+// ZeRO-1 against ZeRO-0 over the same ranks: the same arithmetic on the owner and exact copies
+// elsewhere, so losses, norms and weights are bit-identical (clipping on every step), with gradient
+// accumulation and every moment precision.
+TEST(Zero, StageOneIsBitIdenticalToStageZero) {
+  struct Case {
+    int world, accum;
+    StateRecipe recipe;
+  };
+  const StateRecipe fp32{}, no_master{MasterWeights::none, OptimizerState::fp32},
+      bf16m{MasterWeights::fp32, OptimizerState::bf16}, q8{MasterWeights::fp32, OptimizerState::q8};
+  for (const Case c : {Case{2, 1, fp32}, Case{4, 1, fp32}, Case{2, 2, fp32}, Case{2, 1, no_master}, Case{2, 1, bf16m},
+                       Case{4, 1, q8}}) {
+    const std::string what = fmt::format("{} ranks, {} micro-batches, {} master, {} moments", c.world, c.accum,
+                                         master_weights_name(c.recipe.master), optimizer_state_name(c.recipe.moments));
+    const std::vector<RankRun> z0 = train_ranks(c.world, c.accum, "none", DType::f32, {0, c.recipe});
+    const std::vector<RankRun> z1 = train_ranks(c.world, c.accum, "none", DType::f32, {1, c.recipe});
+    expect_ranks_identical(z1, what + ", zero 1");
+    expect_ranks_identical({z0[0], z1[0]}, what + ", zero 1 against zero 0");
+    EXPECT_EQ(std::memcmp(z0[0].norms.data(), z1[0].norms.data(), z0[0].norms.size() * 4), 0) << what;
+    for (const RankRun& r : z1) EXPECT_LT(r.peak, z0[0].peak) << what;
+  }
+}
+
+// Each rank's peak falls by at least the state of the parameters it does not own (fp32 m and v on
+// cpu: 8 bytes an element, the weights being the master there), and the forecast of rank 0 (sim,
+// mirroring cpu) is rank 0's cpu peak byte for byte.
+TEST(Zero, EachRankSavesTheUnownedStateAndTheForecastMatches) {
+  const int world = 2;
+  const std::vector<RankRun> z0 = train_ranks(world, 1, "none");
+  const std::vector<RankRun> z1 = train_ranks(world, 1, "none", DType::f32, {1, {}});
+  auto be = make_cpu_backend(size_t(64) << 20);
+  ModelOptions mo;
+  LlamaModel model(*be, test_util::tiny_config(), mo);
+  std::vector<size_t> numel;
+  for (const Parameter& p : model.params()) numel.push_back(p.trainable ? size_t(p.shape.numel()) : 0);
+  const std::vector<int> own = zero_owner(numel, world);
+  for (int r = 0; r < world; ++r) {
+    size_t unowned = 0;
+    for (size_t i = 0; i < numel.size(); ++i)
+      if (own[i] != r) unowned += 2 * numel[i] * sizeof(float);
+    ASSERT_GT(unowned, 0u);
+    EXPECT_LE(z1[size_t(r)].peak + unowned, z0[size_t(r)].peak) << "rank " << r;
+  }
+  ForecastRequest req;
+  req.model = test_util::tiny_config();
+  req.seq = kSeq;
+  req.batch = kRows / world;
+  req.loss_chunk_tokens = 512;
+  req.profile = find_profile("h100_80gb");
+  req.mirror = SimMirror::cpu;
+  req.gpus = world;
+  req.zero_stage = 1;
+  Plan plan = Plan::keep_everything();
+  plan.set_state_offloading("none", "test");
+  req.plan = plan;
+  const Forecast fc = forecast(req);
+  ASSERT_TRUE(fc.fits) << fc.oom;
+  EXPECT_EQ(fc.peak_bytes, z1[0].peak);
+  req.zero_stage = 0;
+  EXPECT_EQ(forecast(req).peak_bytes, z0[0].peak);
+  // Mirroring cuda, the broadcasts take time on the collectives' timeline.
+  req.mirror = SimMirror::cuda;
+  req.profile.nccl_latency_us = 0;
+  const double busy0 = forecast(req).comm_busy_s;
+  req.zero_stage = 1;
+  EXPECT_GT(forecast(req).comm_busy_s, busy0);
+  // One rank: stage 1 is a no-op.
+  req.gpus = 1;
+  req.mirror = SimMirror::cpu;
+  const size_t one_z1 = forecast(req).peak_bytes;
+  req.zero_stage = 0;
+  EXPECT_EQ(one_z1, forecast(req).peak_bytes);
+}
+
+TEST(Zero, UnsupportedCombinationsAreRefusedNamingTheSettings) {
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  // Host-tier state.
+  std::string m = message([] { train_ranks(2, 1, "optimizer", DType::f32, {1, {}}); });
+  EXPECT_NE(m.find("zero_stage 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("state_offloading"), std::string::npos) << m;
+  auto be = make_cpu_backend(size_t(64) << 20);
+  // LoRA.
+  ModelOptions lora;
+  lora.train_base = false;
+  lora.lora.rank = 4;
+  lora.zero = {1, 0, 2};
+  m = message([&] { LlamaModel model(*be, test_util::tiny_config(), lora); });
+  EXPECT_NE(m.find("zero_stage 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("LoRA"), std::string::npos) << m;
+  // Stages 2 and 3.
+  ModelOptions z2;
+  z2.zero = {2, 0, 2};
+  EXPECT_THROW(LlamaModel(*be, test_util::tiny_config(), z2), UnsupportedError);
+  m = message([] { parse_zero_stage(3, Origin::flag("zero-stage")); });
+  EXPECT_NE(m.find("not implemented yet"), std::string::npos) << m;
+  EXPECT_NE(m.find("--zero-stage"), std::string::npos) << m;
+  EXPECT_THROW(parse_zero_stage(5, Origin::flag("zero-stage")), ConfigError);
+  EXPECT_EQ(parse_zero_stage(1, Origin::flag("zero-stage")), 1);
+  TrainConfig tc;
+  EXPECT_EQ(tc.zero_stage, 0);
+  apply_yaml_text(tc, "zero_stage: 1\n", "z.yaml");
+  EXPECT_EQ(tc.zero_stage, 1);
+  m = message([&] { apply_yaml_text(tc, "zero_stage: 2\n", "z.yaml"); });
+  EXPECT_NE(m.find("z.yaml: zero_stage 2"), std::string::npos) << m;
+  EXPECT_NE(m.find("not implemented yet"), std::string::npos) << m;
+  // A sharded model with a trainer on another communicator (or none).
+  ModelOptions z1;
+  z1.zero = {1, 0, 2};
+  LlamaModel model(*be, test_util::tiny_config(), z1);
+  m = message([&] { Trainer tr(*be, model, TrainOptions{}); });
+  EXPECT_NE(m.find("zero_stage 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("communicator is none"), std::string::npos) << m;
+  // A checkpoint of a shard.
+  m = message([&] { save_checkpoint(::testing::TempDir() + "/zero_ckpt", *be, model, CheckpointState{}, {}); });
+  EXPECT_NE(m.find("zero_stage 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("checkpoints"), std::string::npos) << m;
 }
