@@ -85,6 +85,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["matmul_tflops"] = p.matmul_tflops;
   j["matmul_half_dim"] = p.matmul_half_dim;
   j["matmul_unaligned_factor"] = p.matmul_unaligned_factor;
+  j["attention_flash_tflops"] = p.attention_flash_tflops;
   j["attention_tflops"] = p.attention_tflops;
   j["attention_bwd_tflops"] = p.attention_bwd_tflops;
   j["attention_half_tokens"] = p.attention_half_tokens;
@@ -124,6 +125,14 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.context_bytes = field<size_t>(j, "context_bytes", where, false, 0);
   p.matmul_tflops = field<double>(j, "matmul_tflops", where);
   p.matmul_half_dim = field<double>(j, "matmul_half_dim", where, false, 0.0);
+  p.attention_flash_tflops =
+      field<double>(j, "attention_flash_tflops", where, false, DeviceProfile{}.attention_flash_tflops);
+  if (!(p.attention_flash_tflops >= 0))
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("{}: device profile field 'attention_flash_tflops' must be >= 0 (0 = attention_tflops), got {}",
+                    where, p.attention_flash_tflops),
+        where, "attention_flash_tflops");
   p.matmul_unaligned_factor =
       field<double>(j, "matmul_unaligned_factor", where, false, DeviceProfile{}.matmul_unaligned_factor);
   if (!(p.matmul_unaligned_factor > 0 && p.matmul_unaligned_factor <= 1))
@@ -242,7 +251,9 @@ double CostModel::attention_pairs(double tokens, double pairs, double heads, dou
   const double eff = t / (t + p_.attention_half_tokens) * (d / (d + p_.attention_half_dim));
   if (eff <= 0) return 0;
   const double tput =
-      (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12 * eff;
+      p_.attention_flash_tflops > 0
+          ? p_.attention_flash_tflops * 1e12
+          : (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12 * eff;
   return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
 }
 

@@ -31,6 +31,11 @@ struct DeviceProfile {
   // backward 2.5x that at attention_bwd_tflops (0 = attention_tflops).
   double attention_tflops = 0;
   double attention_bwd_tflops = 0;
+  // Packed rows (sample packing) take strata's own flash kernel on cuda (fp32 math on CUDA cores),
+  // not cuDNN's: its rate over the attended pairs, forward and backward (2.5x the forward's FLOPs).
+  // Measured: strata-bench --pack 8 against one sequence a row, 1B at 8192 tokens on an H200,
+  // 2026-11-26 (0.414 s against 0.152 s a step). 0 = price packed pairs at attention_tflops.
+  double attention_flash_tflops = 6.5;
   // Attention efficiency by length and head dim: both rates scale by T / (T + attention_half_tokens)
   // and D / (D + attention_half_dim), so the rates are asymptotes (0, 0 = no scaling: every shape
   // gets the rates). strata-calibrate fits them on T 2048-32768 and D 64 and 128.

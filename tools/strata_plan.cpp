@@ -31,10 +31,8 @@ static const char* kUsage =
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--pad-vocab 64] [--write-config "
-    "FILE.yaml] [--data FILE] "
-    "[--json] [--svg "
-    "FILE.svg]\n"
+    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--pad-vocab 64] [--pack N]\n"
+    "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
     "Forecasts one step on the sim backend (the engine's own tape and allocator, a cost-model clock,\n"
@@ -58,6 +56,8 @@ static const char* kUsage =
     "nothing fits untiled (2, 4, ... 64 tiles).\n"
     "--pad-vocab N: the vocabulary rows padded to a multiple of N in memory, as strata-train runs them (YAML\n"
     "pad_vocab_multiple, default 64; 1: unpadded): the forecast runs that shape.\n"
+    "--pack N: each row as N packed examples of seq/N tokens (sample packing: attention within each example,\n"
+    "on cuda through strata's flash kernel, priced at the profile's attention_flash_tflops).\n"
     "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
     "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
         "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
-    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus",
+    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
                     "grad-reduce", "pad-vocab", "zero-stage"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
@@ -320,6 +320,12 @@ int main(int argc, char** argv) {
     req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
     req.gpus = int_flag("gpus", 1, 1);
+    if (const int pack = int_flag("pack", 1, 1); pack > 1) {  // rows of `pack` packed examples (sample packing)
+      if (max_seq) throw ConfigError("--pack goes with --seq, not --max-seq", "command line", "pack");
+      if (req.seq % pack)
+        throw ConfigError(fmt::format("--pack {} must divide --seq {}", pack, req.seq), "command line", "pack");
+      for (long i = 0; i < long(req.batch) * req.seq; ++i) req.positions.push_back(int32_t(i % (req.seq / pack)));
+    }
     req.grad_reduce =
         a.has("grad-reduce") ? parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce")) : tc.grad_reduce;
     if (req.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";

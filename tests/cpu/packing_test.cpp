@@ -426,7 +426,8 @@ TEST(PackedSim, PeakEqualsCpuAndAttentionCostFollowsThePairs) {
   if (tr.optimizer().pending()) st = tr.step(b);
   EXPECT_EQ(f.peak_bytes, st.peak_device_bytes);
 
-  // On the cuda mirror the attention time is that of the pairs attended: less than unpacked rows.
+  // On the cuda mirror the attention time is that of the pairs attended, at the flash kernel's rate
+  // (attention_flash_tflops) where the profile gives one, else at cuDNN's.
   auto attention_s = [](const Forecast& x) {
     for (const auto& [op, s] : x.time_by_op)
       if (op.find("attention") != std::string::npos) return s;
@@ -441,10 +442,16 @@ TEST(PackedSim, PeakEqualsCpuAndAttentionCostFollowsThePairs) {
   c.positions = positions_of({std::vector<int>(8, 512)});
   ForecastRequest u = c;
   u.positions.clear();
+  c.profile.attention_flash_tflops = 0;  // packed pairs at cuDNN's rate
   const double packed_s = attention_s(forecast(c)), unpacked_s = attention_s(forecast(u));
   ASSERT_GT(unpacked_s, 0.0);
   // 8 examples of 512: about an eighth of the pairs (the rates alike: this profile has no length scaling).
   EXPECT_NEAR(packed_s / unpacked_s, 8.0 * 512 * 513 / (4096.0 * 4096), 0.01);
+  // At the flash kernel's rate: the same pairs, priced at attention_flash_tflops forward and backward.
+  c.profile.attention_flash_tflops = 5;
+  const double flash_s = attention_s(forecast(c));
+  const double pairs = 8 * 512.0 * 513 / 2, fwd_flops = 4.0 * 8 * pairs * 128;  // 8 query heads, D 128, one layer
+  EXPECT_NEAR(flash_s, 3.5 * fwd_flops / 5e12, 1e-3 * flash_s) << "forward + backward (2.5x) at 5 TFLOP/s";
 }
 
 }  // namespace
