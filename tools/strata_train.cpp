@@ -94,9 +94,10 @@ DeviceProfile profile_for_device(const std::string& device) {
 // run's backend, with the model built as main() builds it, and sets cfg.plan to the fastest plan
 // that fits. False (the reason printed) when nothing fits.
 bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& be_name, const std::string& device,
-                    std::FILE* info) {
+                    int world, std::FILE* info) {
   ForecastRequest req =
       train_forecast_request(cfg, mc, be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu, profile_for_device(device));
+  req.gpus = world;                    // one rank's plan
   req.plan = Plan::keep_everything();  // the planner chooses the plan and the paging
   req.layer_offloading = false;
   const size_t budget = cfg.memory_budget_bytes;
@@ -307,8 +308,9 @@ int main(int argc, char** argv) {
       const std::string be_name = resolve_backend_name(cfg.backend);
       if (be_name == "cuda" && !cfg.device_budget_bytes && !cfg.memory_budget_bytes) {
         // The arena takes what the plan needs, not the card: other processes can share the GPU.
-        const ArenaSizing a =
-            arena_for_plan(train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb")));
+        ForecastRequest req = train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb"));
+        req.gpus = env.world;  // one rank's peak (its bf16 gradient copies, its ZeRO-1 share)
+        const ArenaSizing a = arena_for_plan(req);
         cfg.device_budget_bytes = a.bytes;
         std::fprintf(info,
                      "arena: %s from the plan's forecast (high-water %s + headroom %s); --device-memory / "
@@ -341,7 +343,7 @@ int main(int argc, char** argv) {
 #endif
         if (!comm) comm = make_cpu_communicator(*rdv);
       }
-      if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), info)) return 1;
+      if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), env.world, info)) return 1;
 
       ModelOptions mo = model_options(cfg);
       mo.zero.rank = env.rank;
