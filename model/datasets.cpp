@@ -174,6 +174,30 @@ std::string read_if_exists(const std::string& path) {
   return io::read_regular_file(path, "a tokenizer file", size_t(1) << 30);
 }
 
+// How many of e's tokens go into a row of `seq` (0: none, the example is left out), counted in st:
+// an overlong example is truncated or dropped, one with no trained target is left out (counted once,
+// as untrained), and the trained targets of what is kept are added.
+size_t fit_example(const Example& e, int seq, bool train_on_inputs, bool drop_excess, RowStats& st) {
+  size_t n = e.ids.size();
+  if (n > size_t(seq)) {
+    if (drop_excess) {
+      ++st.dropped;
+      return 0;
+    }
+    ++st.truncated;
+    n = size_t(seq);
+  }
+  long trained = 0;
+  for (size_t i = 1; i < n; ++i) trained += train_on_inputs || e.trained[i];
+  if (trained == 0) {
+    ++st.untrained;
+    if (n < e.ids.size()) --st.truncated;
+    return 0;
+  }
+  st.trained_targets += trained;
+  return n;
+}
+
 }  // namespace
 
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok) {
@@ -333,23 +357,8 @@ RowStats lay_rows(const std::vector<Example>& examples, int seq, int32_t pad_id,
   RowStats st;
   st.examples = long(examples.size());
   for (const Example& e : examples) {
-    size_t n = e.ids.size();
-    if (n > size_t(seq)) {
-      if (drop_excess) {
-        ++st.dropped;
-        continue;
-      }
-      ++st.truncated;
-      n = size_t(seq);
-    }
-    long trained = 0;
-    for (size_t i = 1; i < n; ++i) trained += train_on_inputs || e.trained[i];
-    if (trained == 0) {
-      ++st.untrained;
-      if (n < e.ids.size()) --st.truncated;  // counted once, as untrained
-      continue;
-    }
-    st.trained_targets += trained;
+    const size_t n = fit_example(e, seq, train_on_inputs, drop_excess, st);
+    if (n == 0) continue;
     for (size_t i = 0; i < size_t(seq); ++i) {
       inputs.push_back(i < n ? e.ids[i] : pad_id);
       targets.push_back(i + 1 < n && (train_on_inputs || e.trained[i + 1]) ? e.ids[i + 1] : -1);
@@ -375,23 +384,8 @@ RowStats lay_rows_packed(const std::vector<Example>& examples, int seq, int32_t 
     used = size_t(seq);
   };
   for (const Example& e : examples) {
-    size_t n = e.ids.size();
-    if (n > size_t(seq)) {
-      if (drop_excess) {
-        ++st.dropped;
-        continue;
-      }
-      ++st.truncated;
-      n = size_t(seq);
-    }
-    long trained = 0;
-    for (size_t i = 1; i < n; ++i) trained += train_on_inputs || e.trained[i];
-    if (trained == 0) {
-      ++st.untrained;
-      if (n < e.ids.size()) --st.truncated;  // counted once, as untrained
-      continue;
-    }
-    st.trained_targets += trained;
+    const size_t n = fit_example(e, seq, train_on_inputs, drop_excess, st);
+    if (n == 0) continue;
     if (used + n > size_t(seq)) {  // start the next row
       if (used < size_t(seq)) close_row();
       used = 0;

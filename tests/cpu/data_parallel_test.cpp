@@ -137,6 +137,22 @@ void expect_close(const RankRun& one, const RankRun& dp, const std::string& what
   EXPECT_LT(std::sqrt(sum_sq / double(n)), 2e-6) << what;
 }
 
+// One rank of `world`, each with kRows / world rows, keep-everything, mirroring the cpu backend.
+ForecastRequest rank_forecast_request(int world = 2) {
+  ForecastRequest r;
+  r.model = test_util::tiny_config();
+  r.seq = kSeq;
+  r.batch = kRows / world;
+  r.loss_chunk_tokens = 512;
+  r.profile = find_profile("h100_80gb");
+  r.mirror = SimMirror::cpu;
+  r.gpus = world;
+  Plan plan = Plan::keep_everything();
+  plan.set_state_offloading("none", "test");
+  r.plan = plan;
+  return r;
+}
+
 void expect_ranks_identical(const std::vector<RankRun>& runs, const std::string& what) {
   for (size_t r = 1; r < runs.size(); ++r) {
     ASSERT_EQ(runs[r].weights.size(), runs[0].weights.size());
@@ -196,18 +212,8 @@ TEST(DataParallel, Bf16ReduceKeepsRanksIdenticalAndCloseToOneRank) {
       EXPECT_GE(runs[0].peak, f32.peak) << what;
     }
   }
-  ForecastRequest r;
-  r.model = test_util::tiny_config();
-  r.seq = kSeq;
-  r.batch = kRows / 2;
-  r.loss_chunk_tokens = 512;
-  r.profile = find_profile("h100_80gb");
-  r.mirror = SimMirror::cpu;
-  r.gpus = 2;
+  ForecastRequest r = rank_forecast_request();
   r.grad_reduce = DType::bf16;
-  Plan plan = Plan::keep_everything();
-  plan.set_state_offloading("none", "test");
-  r.plan = plan;
   const Forecast fc = forecast(r);
   ASSERT_TRUE(fc.fits) << fc.oom;
   EXPECT_EQ(fc.peak_bytes, train_ranks(2, 1, "none", DType::bf16)[0].peak);
@@ -242,17 +248,7 @@ TEST(DataParallel, AWorldOfOneIsBitIdenticalToNoCommunicator) {
 // strata-plan --gpus: one rank's forecast. Its peak is the rank's on the cpu backend, byte for byte
 // (collectives allocate nothing), and mirroring cuda the all-reduces take time on their own timeline.
 TEST(DataParallel, TheForecastIsOneRanksPeakAndTheCollectivesTakeTime) {
-  ForecastRequest r;
-  r.model = test_util::tiny_config();
-  r.seq = kSeq;
-  r.batch = kRows / 2;
-  r.loss_chunk_tokens = 512;
-  r.profile = find_profile("h100_80gb");
-  r.mirror = SimMirror::cpu;
-  r.gpus = 2;
-  Plan plan = Plan::keep_everything();
-  plan.set_state_offloading("none", "test");
-  r.plan = plan;
+  ForecastRequest r = rank_forecast_request();
   const Forecast two = forecast(r);
   ASSERT_TRUE(two.fits) << two.oom;
   const std::vector<RankRun> runs = train_ranks(2, 1, "none");
@@ -346,18 +342,8 @@ TEST(Zero, EachRankSavesTheUnownedStateAndTheForecastMatches) {
     ASSERT_GT(unowned, 0u);
     EXPECT_LE(z1[size_t(r)].peak + unowned, z0[size_t(r)].peak) << "rank " << r;
   }
-  ForecastRequest req;
-  req.model = test_util::tiny_config();
-  req.seq = kSeq;
-  req.batch = kRows / world;
-  req.loss_chunk_tokens = 512;
-  req.profile = find_profile("h100_80gb");
-  req.mirror = SimMirror::cpu;
-  req.gpus = world;
+  ForecastRequest req = rank_forecast_request(world);
   req.zero_stage = 1;
-  Plan plan = Plan::keep_everything();
-  plan.set_state_offloading("none", "test");
-  req.plan = plan;
   const Forecast fc = forecast(req);
   ASSERT_TRUE(fc.fits) << fc.oom;
   EXPECT_EQ(fc.peak_bytes, z1[0].peak);
