@@ -22,6 +22,9 @@ class Rng {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
   int below(int n) { return int(next() % uint64_t(n)); }
+  // Skips n draws of next() (normal() takes two): the state only advances by a constant, so a
+  // generator can start anywhere in its sequence (parallel fills of one stream, same numbers).
+  void skip(uint64_t n) { s_ += n * 0x9E3779B97F4A7C15ull; }
   // The whole state, for checkpoints: a generator set to a saved state continues its sequence exactly.
   uint64_t state() const { return s_; }
   void set_state(uint64_t s) { s_ = s; }

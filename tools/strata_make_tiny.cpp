@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "engine/dtype.h"
+#include "engine/parallel.h"
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -20,14 +22,16 @@ using namespace strata;
 static const char* kUsage =
     "usage: strata-make-tiny OUT_DIR [--layers 2] [--hidden 64] [--heads 4] [--kv-heads 2]\n"
     "                        [--intermediate 128] [--vocab 256] [--seed 0] [--tokens 200000]\n"
-    "                        [--max-pos 2048] [--tied]\n";
+    "                        [--max-pos 2048] [--tied] [--dtype f32|bf16]\n"
+    "--dtype bf16 writes the weights in bf16 (half the file; the values are the f32 ones rounded to nearest even).\n";
 
 int main(int argc, char** argv) {
   try {
     io::remove_temps_on_signals();  // SIGINT/SIGTERM mid-write leave no model.safetensors.tmp.PID.N
-    cli::Args a(argc, argv,
-                {"layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "seed", "tokens", "max-pos"},
-                {"tied", "help"});
+    cli::Args a(
+        argc, argv,
+        {"layers", "hidden", "heads", "kv-heads", "intermediate", "vocab", "seed", "tokens", "max-pos", "dtype"},
+        {"tied", "help"});
     if (a.has("help") || a.positional().size() != 1) {
       std::fputs(kUsage, a.has("help") ? stdout : stderr);
       return a.has("help") ? 0 : 2;
@@ -46,7 +50,11 @@ int main(int argc, char** argv) {
     c.max_position_embeddings = int_flag("max-pos", 2048);
     c.tie_word_embeddings = a.has("tied");
     c.rms_norm_eps = 1e-5f;
-    c.torch_dtype = "float32";
+    const std::string dtype_flag = a.str("dtype", "f32");
+    if (dtype_flag != "f32" && dtype_flag != "bf16")
+      throw ConfigError(fmt::format("--dtype must be f32 or bf16, got '{}'", dtype_flag), "command line", "dtype");
+    const bool bf16 = dtype_flag == "bf16";
+    c.torch_dtype = bf16 ? "bfloat16" : "float32";
     const long seed_flag = a.integer("seed", 0), n_tokens = a.integer("tokens", 200000);
     if (seed_flag < 0)  // would wrap to 2^64 - 1
       throw ConfigError(fmt::format("--seed must be >= 0, got {}", seed_flag), "command line", "seed");
@@ -62,23 +70,41 @@ int main(int argc, char** argv) {
     c = io::parse_llama_config(io::llama_config_to_json(c), "strata-make-tiny config");
 
     std::filesystem::create_directories(out);
-    Rng rng(seed);
+    // One generator stream over every matrix in order (norms take no draws), filled in parallel: each
+    // chunk skips to its first draw, so the numbers do not depend on the thread count.
+    const Rng rng0(seed);
     std::vector<std::vector<float>> host;
+    std::vector<std::vector<uint16_t>> host16;
     std::vector<io::TensorToWrite> tensors;
     auto shapes = llama_weight_shapes(c);
     host.reserve(shapes.size());
+    host16.reserve(shapes.size());
+    uint64_t draws = 0;  // normal() draws taken by the tensors before this one
+    size_t params = 0;
     for (auto& [name, shape] : shapes) {
-      host.emplace_back(size_t(shape.numel()));
-      bool norm = shape.nd == 1;
-      for (auto& x : host.back()) x = norm ? 1.0f : float(0.02 * rng.normal());
-      tensors.push_back(
-          {name, DType::f32, std::vector<int64_t>(shape.d.begin(), shape.d.begin() + shape.nd), host.back().data()});
+      const size_t n = size_t(shape.numel());
+      const bool norm = shape.nd == 1;
+      std::vector<float> w(n);
+      parallel_chunks(n, size_t(1) << 20, [&](size_t b, size_t e) {
+        Rng r = rng0;
+        r.skip(2 * (draws + b));
+        for (size_t i = b; i < e; ++i) w[i] = norm ? 1.0f : float(0.02 * r.normal());
+      });
+      if (!norm) draws += n;
+      params += n;
+      std::vector<int64_t> dims(shape.d.begin(), shape.d.begin() + shape.nd);
+      if (bf16) {
+        host16.emplace_back(n);
+        convert_from_f32(host16.back().data(), DType::bf16, w.data(), n);
+        tensors.push_back({name, DType::bf16, dims, host16.back().data()});
+      } else {
+        host.push_back(std::move(w));
+        tensors.push_back({name, DType::f32, dims, host.back().data()});
+      }
     }
     io::save_safetensors(out + "/model.safetensors", tensors);
     io::write_file_atomic(out + "/config.json", io::llama_config_to_json(c));
     io::write_tokens(out + "/tokens.bin", synthetic_tokens(n_tokens, c.vocab_size, seed));
-    size_t params = 0;
-    for (auto& h : host) params += h.size();
     std::printf("strata-make-tiny: wrote %s (config.json, model.safetensors: %zu parameters; tokens.bin: %ld tokens)\n",
                 out.c_str(), params, n_tokens);
     return 0;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/dtype.h"
 #include "engine/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
@@ -103,6 +104,30 @@ TEST_F(tools, make_tiny_writes_a_loadable_checkpoint) {
 
   std::vector<int32_t> toks = io::read_tokens(data(), c.vocab_size, 1);
   EXPECT_EQ(toks.size(), 5000u);
+}
+
+// --dtype bf16: the same generator stream, each value rounded to bf16 (nearest even); the reader
+// widens them back. The f32 file (filled in parallel chunks) holds the values the bf16 one rounds.
+TEST_F(tools, make_tiny_bf16_holds_the_f32_weights_rounded) {
+  const std::string dims = " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 5000";
+  Proc r = run(kMakeTiny + " " + quote(path("tiny16")) + dims + " --dtype bf16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(io::read_llama_config(path("tiny16")).torch_dtype, "bfloat16");
+  io::Checkpoint f32 = io::Checkpoint::open_dir(model()), b16 = io::Checkpoint::open_dir(path("tiny16"));
+  size_t compared = 0;
+  for (auto& [name, shape] : llama_weight_shapes(io::read_llama_config(model()))) {
+    ASSERT_EQ(b16.info(name).dtype, DType::bf16) << name;
+    std::vector<int64_t> d(shape.d.begin(), shape.d.begin() + shape.nd);
+    std::vector<float> a(size_t(shape.numel())), b(a.size());
+    f32.read_f32(name, d, a.data());
+    b16.read_f32(name, d, b.data());
+    for (size_t i = 0; i < a.size(); ++i, ++compared)
+      ASSERT_EQ(b[i], bf16_to_f32(f32_to_bf16(a[i]))) << name << "[" << i << "]";
+  }
+  EXPECT_GT(compared, 10000u);
+  r = run(kMakeTiny + " " + quote(path("tiny8")) + dims + " --dtype f16");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--dtype"), std::string::npos) << r.err;
 }
 
 TEST_F(tools, make_tiny_rejects_bad_usage) {
