@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/master_split.h"
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
@@ -49,15 +51,10 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
   const OptimizerState os = m.options().recipe.moments;
   const DType mdt = os == OptimizerState::fp32 ? DType::f32 : os == OptimizerState::bf16 ? DType::bf16 : DType::u8;
   std::vector<Piece> out;
-  // ZeRO-1: this rank holds only its share of the state; a checkpoint of it would not resume.
-  if (m.options().zero.sharded())
-    STRATA_THROW(UnsupportedError,
-                 fmt::format("checkpoints with zero_stage {} over {} ranks are not supported yet (each rank holds "
-                             "only its share of the optimizer state); use zero_stage: 0 to save or resume "
-                             "checkpoints (save_steps, resume_from_checkpoint)",
-                             m.options().zero.stage, m.options().zero.world));
+  // ZeRO-1: this rank's shard, the parameters it owns (their weights included, for the other ranks' resume).
+  const ZeroOptions& z = m.options().zero;
   for (const Parameter& p : m.params()) {
-    if (!p.trainable) continue;
+    if (!p.trainable || (z.sharded() && p.owner != z.rank)) continue;
     const size_t n = size_t(p.shape.numel());
     const std::vector<int64_t> shape(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd);
     const std::vector<int64_t> blocks = {int64_t(quant_blocks(n))};
@@ -114,9 +111,80 @@ pid_t temp_owner(const std::string& name) {
   return pid_t(std::stol(digits));
 }
 
+std::string shard_name(int rank, int world) {
+  return fmt::format("optimizer.rank-{}-of-{}.safetensors", rank, world);
+}
+
+// The optimizer-state file of `pieces` at `path` (atomically).
+void write_state_file(const std::string& path, Backend& be, const std::vector<Piece>& pieces) {
+  std::vector<std::vector<std::byte>> host(pieces.size());
+  std::vector<io::TensorToWrite> out;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& pc = pieces[i];
+    if (pc.mirror) continue;
+    const void* data = pc.host;
+    if (pc.dev.defined()) {
+      host[i].resize(pc.bytes());
+      if (pc.bytes()) be.copy_wait_host(be.copy_to_host_async(host[i].data(), pc.dev));
+      data = host[i].data();
+    }
+    STRATA_CHECK(data || !pc.bytes(), fmt::format("checkpoint: no bytes for {} (the sim backend keeps none)", pc.name));
+    out.push_back({pc.name, pc.dtype, pc.shape, data});
+  }
+  io::save_safetensors(path, out, {{"strata", "optimizer-state"}});
+}
+
+// A tensor of a state file, checked against the dtype and shape this run needs.
+const io::TensorInfo& state_tensor(const io::SafetensorsFile& f, const std::string& path, const std::string& name,
+                                   DType dtype, const std::vector<int64_t>& shape) {
+  const io::TensorInfo* t = f.find(name);
+  if (!t)
+    throw FormatError(fmt::format("{}: tensor {} is missing (a checkpoint of another model or recipe?)", path, name),
+                      path, name);
+  if (t->dtype != dtype || t->shape != shape)
+    throw FormatError(
+        fmt::format("{}: tensor {} is {} {} in the checkpoint, this run needs {} {}", path, name, dtype_name(t->dtype),
+                    io::shape_str(t->shape), dtype_name(dtype), io::shape_str(shape)),
+        path, name);
+  return *t;
+}
+
+// Checks every piece against the file (and that it holds nothing else), then copies them in.
+void restore_pieces(const io::SafetensorsFile& f, const std::string& path, Backend& be,
+                    const std::vector<Piece>& pieces) {
+  for (const Piece& pc : pieces) state_tensor(f, path, pc.name, pc.dtype, pc.shape);
+  const size_t saved_pieces =
+      size_t(std::count_if(pieces.begin(), pieces.end(), [](const Piece& pc) { return !pc.mirror; }));
+  if (f.tensors().size() != saved_pieces)
+    throw FormatError(fmt::format("{}: {} tensors, this run's state has {} (another model or recipe?)", path,
+                                  f.tensors().size(), saved_pieces),
+                      path, "tensors");
+  be.synchronize();
+  for (const Piece& pc : pieces) {
+    if (!pc.bytes()) continue;
+    const void* src = f.data(*f.find(pc.name));
+    if (pc.dev.defined())
+      be.copy_wait_host(be.copy_to_device_async(pc.dev, src));
+    else if (pc.host)
+      std::memcpy(pc.host, src, pc.bytes());
+  }
+  be.synchronize();
+}
+
+// ZeRO-1: each rank's agreement on whether every rank got through a phase. Every rank calls it with
+// whether it failed; if any did, every rank throws (an IoError naming the checkpoint and how many ranks
+// failed, with this rank's own error where it has one).
+void agree(const RankSum& sum, const std::string& err, const std::string& where, const std::string& what, int world) {
+  const float failed = sum(err.empty() ? 0.0f : 1.0f);
+  if (failed > 0)
+    throw IoError(fmt::format("{}: {} of {} ranks could not {}{}", where, int(failed), world, what,
+                              err.empty() ? std::string() : "; this rank: " + err),
+                  where);
+}
+
 }  // namespace
 
-std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& mc, long data_rows) {
+std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& mc, long data_rows, int zero_shards) {
   nlohmann::ordered_json must = {
       {"model.hidden_size", mc.hidden_size},
       {"model.intermediate_size", mc.intermediate_size},
@@ -140,6 +208,9 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
       {"val_set_size", c.val_set_size},
       {"seed", c.seed},
       {"data_rows", data_rows}};
+  // ZeRO-1's shards: one optimizer file a rank, each of the parameters that rank owns (an unsharded
+  // run's config has no such field).
+  if (zero_shards > 1) must["zero_shards"] = zero_shards;
   nlohmann::ordered_json datasets = nlohmann::ordered_json::array();
   for (const DatasetSpec& d : c.datasets) datasets.push_back({{"path", d.path}, {"type", d.type}, {"field", d.field}});
   if (!c.datasets.empty()) {
@@ -213,8 +284,143 @@ size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept {
   return removed;
 }
 
+namespace {
+
+// Everything after the optimizer state, into `tmp`, then the rename that publishes it as `final_dir`:
+// the weights (or the adapter), tokenizer files, train_config.json, trainer_state.json last.
+void finish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& output_dir,
+                       const LlamaModel& model, const CheckpointState& st, const CheckpointWrite& w,
+                       const LlamaModel::Fp32Source& fp32_of) {
+  auto done = [&](const std::string& f) {
+    if (w.after_file) w.after_file(f);
+  };
+  if (model.options().lora.enabled()) {
+    model.save_lora(tmp, w.base_model_dir);
+    done("adapter_model.safetensors");
+  } else {
+    model.save(tmp, fp32_of);
+    done("model.safetensors");
+  }
+  const std::string& tok_dir = w.tokenizer_dir.empty() ? w.base_model_dir : w.tokenizer_dir;
+  if (!tok_dir.empty() && copy_tokenizer_files(tok_dir, tmp)) done("tokenizer files");
+  io::write_file_atomic(tmp + "/" + kConfig, w.config_json);
+  done(kConfig);
+  const json state = {{"format", "strata-checkpoint"},
+                      {"version", 1},
+                      {"global_step", st.step},
+                      {"total_steps", st.total_steps},
+                      {"loss", st.loss},
+                      {"data", {{"epoch", st.data.epoch}, {"index", st.data.index}, {"epoch_rng", st.data.epoch_rng}}},
+                      {"trainer_rng", st.trainer_rng}};
+  io::write_file_atomic(tmp + "/" + kState, state.dump(2) + "\n");
+  done(kState);
+  fsync_dir(tmp);
+  // Complete: the temp takes the checkpoint's name (a checkpoint of the same step moves aside first).
+  std::error_code ec;
+  if (fs::exists(final_dir)) {
+    const std::string old = fmt::format("{}/.checkpoint-{}.old.tmp.{}", output_dir, st.step, ::getpid());
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, final_dir);
+  }
+  fsync_dir(output_dir);
+}
+
+// The message of the exception in flight (inside a catch).
+std::string current_error(const std::string& final_dir) {
+  try {
+    throw;
+  } catch (const fs::filesystem_error& e) {
+    return fmt::format("{}: {}", final_dir, e.what());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// ZeRO-1 over several ranks: every rank writes its shard of the optimizer state into rank 0's temp
+// directory; once every shard is complete, rank 0 writes the weights (the fp32 masters it does not own
+// joined from its bf16 weights and the owners' low halves, read back from their shards) and the rest.
+std::string save_sharded(const std::string& output_dir, Backend& be, const LlamaModel& model, const CheckpointState& st,
+                         const CheckpointWrite& w, const RankSum& sum) {
+  const ZeroOptions& z = model.options().zero;
+  const bool lead = z.rank == 0;
+  const std::string final_dir = fmt::format("{}/checkpoint-{}", output_dir, st.step);
+  std::string err;
+  if (lead) {
+    try {
+      fs::create_directories(output_dir);
+      remove_stale_checkpoint_temps(output_dir);  // before any rank writes into a temp of this save
+    } catch (...) {
+      err = current_error(final_dir);
+    }
+  }
+  // Rank 0's pid names the temp directory (Linux pids are below 2^22, exact in a float).
+  const float pid = sum(lead ? float(::getpid()) : 0.0f);
+  agree(sum, err, final_dir, "prepare the checkpoint directory", z.world);
+  const std::string tmp = fmt::format("{}/.checkpoint-{}.tmp.{}", output_dir, st.step, long(pid));
+  std::error_code ec;
+  if (lead) {
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) err = fmt::format("{}: cannot create {}: {}", final_dir, tmp, ec.message());
+  }
+  agree(sum, err, final_dir, "create the checkpoint's temp directory", z.world);
+  try {
+    model.sync_state();
+    be.synchronize();
+    write_state_file(tmp + "/" + shard_name(z.rank, z.world), be, state_pieces(be, model));
+    if (w.after_file) w.after_file(shard_name(z.rank, z.world));
+  } catch (...) {
+    err = current_error(final_dir);
+  }
+  try {
+    agree(sum, err, final_dir, "write their shard of the optimizer state", z.world);
+  } catch (...) {
+    if (lead) fs::remove_all(tmp, ec);
+    throw;
+  }
+  if (lead) {
+    try {
+      std::vector<std::unique_ptr<io::SafetensorsFile>> shards(size_t(z.world));
+      auto fp32_of = [&](const Parameter& p, float* host) {
+        if (p.owner <= 0 || !p.trainable || !p.compute.allocated() || p.compute.view().dtype != DType::bf16)
+          return false;
+        auto& f = shards[size_t(p.owner)];
+        const std::string path = tmp + "/" + shard_name(p.owner, z.world);
+        if (!f) f = std::make_unique<io::SafetensorsFile>(io::SafetensorsFile::open(path));
+        const io::TensorInfo* lo = f->find(p.name + ".master");
+        if (!lo) return false;  // no master (master_weights: none): the weights are the value
+        const size_t n = size_t(p.shape.numel());
+        std::vector<uint16_t> hi(n);
+        be.copy_wait_host(be.copy_to_host_async(hi.data(), p.compute.view()));
+        master_join(host, hi.data(), reinterpret_cast<const int16_t*>(f->data(*lo)), n);
+        return true;
+      };
+      finish_checkpoint(tmp, final_dir, output_dir, model, st, w, fp32_of);
+    } catch (...) {
+      err = current_error(final_dir);
+      fs::remove_all(tmp, ec);
+    }
+  }
+  agree(sum, err, final_dir, "complete the checkpoint (rank 0 writes the weights and the trainer state)", z.world);
+  return final_dir;
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& output_dir, Backend& be, const LlamaModel& model,
-                            const CheckpointState& st, const CheckpointWrite& w) {
+                            const CheckpointState& st, const CheckpointWrite& w, const RankSum& sum) {
+  if (model.options().zero.sharded()) {
+    if (!sum)
+      STRATA_THROW(UnsupportedError,
+                   fmt::format("a checkpoint with zero_stage {} over {} ranks needs every rank to save it together "
+                               "(save_checkpoint's RankSum, e.g. Trainer::sum_over_ranks)",
+                               model.options().zero.stage, model.options().zero.world));
+    return save_sharded(output_dir, be, model, st, w, sum);
+  }
   fs::create_directories(output_dir);
   remove_stale_checkpoint_temps(output_dir);
   const std::string final_dir = fmt::format("{}/checkpoint-{}", output_dir, st.step);
@@ -222,65 +428,13 @@ std::string save_checkpoint(const std::string& output_dir, Backend& be, const Ll
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
-  auto done = [&](const std::string& f) {
-    if (w.after_file) w.after_file(f);
-  };
   try {
     model.sync_state();  // updates the optimizer left for the next forward land first
     be.synchronize();
     // The optimizer state first: the largest file, and nothing else reads the model meanwhile.
-    std::vector<Piece> pieces = state_pieces(be, model);
-    std::vector<std::vector<std::byte>> host(pieces.size());
-    std::vector<io::TensorToWrite> out;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const Piece& pc = pieces[i];
-      if (pc.mirror) continue;
-      const void* data = pc.host;
-      if (pc.dev.defined()) {
-        host[i].resize(pc.bytes());
-        if (pc.bytes()) be.copy_wait_host(be.copy_to_host_async(host[i].data(), pc.dev));
-        data = host[i].data();
-      }
-      STRATA_CHECK(data || !pc.bytes(),
-                   fmt::format("checkpoint: no bytes for {} (the sim backend keeps none)", pc.name));
-      out.push_back({pc.name, pc.dtype, pc.shape, data});
-    }
-    io::save_safetensors(tmp + "/" + kOptimizer, out, {{"strata", "optimizer-state"}});
-    done(kOptimizer);
-    host.clear();
-    if (model.options().lora.enabled()) {
-      model.save_lora(tmp, w.base_model_dir);
-      done("adapter_model.safetensors");
-    } else {
-      model.save(tmp);
-      done("model.safetensors");
-    }
-    const std::string& tok_dir = w.tokenizer_dir.empty() ? w.base_model_dir : w.tokenizer_dir;
-    if (!tok_dir.empty() && copy_tokenizer_files(tok_dir, tmp)) done("tokenizer files");
-    io::write_file_atomic(tmp + "/" + kConfig, w.config_json);
-    done(kConfig);
-    const json state = {
-        {"format", "strata-checkpoint"},
-        {"version", 1},
-        {"global_step", st.step},
-        {"total_steps", st.total_steps},
-        {"loss", st.loss},
-        {"data", {{"epoch", st.data.epoch}, {"index", st.data.index}, {"epoch_rng", st.data.epoch_rng}}},
-        {"trainer_rng", st.trainer_rng}};
-    io::write_file_atomic(tmp + "/" + kState, state.dump(2) + "\n");
-    done(kState);
-    fsync_dir(tmp);
-    // Complete: the temp takes the checkpoint's name (a checkpoint of the same step moves aside first).
-    if (fs::exists(final_dir)) {
-      const std::string old = fmt::format("{}/.checkpoint-{}.old.tmp.{}", output_dir, st.step, ::getpid());
-      fs::remove_all(old, ec);
-      fs::rename(final_dir, old);
-      fs::rename(tmp, final_dir);
-      fs::remove_all(old, ec);
-    } else {
-      fs::rename(tmp, final_dir);
-    }
-    fsync_dir(output_dir);
+    write_state_file(tmp + "/" + kOptimizer, be, state_pieces(be, model));
+    if (w.after_file) w.after_file(kOptimizer);
+    finish_checkpoint(tmp, final_dir, output_dir, model, st, w, {});
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp, ec);
     throw IoError(fmt::format("{}: cannot write the checkpoint: {}", final_dir, e.what()), final_dir);
@@ -339,8 +493,8 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
   return spec;
 }
 
-CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model,
-                                const std::string& config_json) {
+CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
+                                const RankSum& sum) {
   // The run must be the one that saved it, in every field the state's layout or the data order
   // depends on; the learning rate, the step count and the schedule may change.
   model.sync_state();  // a pending update must not land on the restored state
@@ -350,6 +504,23 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   if (!saved.contains("must_match") || !saved["must_match"].is_object())
     throw FormatError(fmt::format("{}: no must_match object: not a strata checkpoint config", cfg_path), cfg_path,
                       "must_match");
+  {
+    // The optimizer state's layout: one file, or one a rank (ZeRO-1); either way round is refused by name.
+    const json& sm = saved["must_match"];
+    const int saved_shards = sm.contains("zero_shards") ? sm["zero_shards"].get<int>() : 0;
+    const int now_shards = now["must_match"].contains("zero_shards") ? now["must_match"]["zero_shards"].get<int>() : 0;
+    if (saved_shards != now_shards)
+      throw FormatError(
+          fmt::format(
+              "{}: field zero_shards: the checkpoint's optimizer state is {} but this run {}; resume with "
+              "{} (or start a new run)",
+              cfg_path,
+              saved_shards > 1 ? fmt::format("sharded over {} ranks (zero_stage 1)", saved_shards)
+                               : std::string("whole (zero_stage 0 or one rank)"),
+              now_shards > 1 ? fmt::format("shards it over {} ranks", now_shards) : std::string("does not shard it"),
+              saved_shards > 1 ? fmt::format("zero_stage: 1 on {} ranks", saved_shards) : std::string("zero_stage: 0")),
+          cfg_path, "zero_shards");
+  }
   for (const auto& [k, v] : now["must_match"].items()) {
     json s = saved["must_match"];
     // Checkpoints from before vocabulary padding held the unpadded rows.
@@ -382,38 +553,37 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   }
   if (st.step < 0) throw FormatError(fmt::format("{}: global_step {} < 0", st_path, st.step), st_path, "global_step");
 
-  const std::string opt_path = dir + "/" + kOptimizer;
-  io::SafetensorsFile f = io::SafetensorsFile::open(opt_path);
-  std::vector<Piece> pieces = state_pieces(be, model);
-  for (const Piece& pc : pieces) {
-    const io::TensorInfo* t = f.find(pc.name);
-    if (!t)
-      throw FormatError(
-          fmt::format("{}: tensor {} is missing (a checkpoint of another model or recipe?)", opt_path, pc.name),
-          opt_path, pc.name);
-    if (t->dtype != pc.dtype || t->shape != pc.shape)
-      throw FormatError(
-          fmt::format("{}: tensor {} is {} {} in the checkpoint, this run needs {} {}", opt_path, pc.name,
-                      dtype_name(t->dtype), io::shape_str(t->shape), dtype_name(pc.dtype), io::shape_str(pc.shape)),
-          opt_path, pc.name);
+  const ZeroOptions& z = model.options().zero;
+  if (!z.sharded()) {
+    const std::string opt_path = dir + "/" + kOptimizer;
+    restore_pieces(io::SafetensorsFile::open(opt_path), opt_path, be, state_pieces(be, model));
+    return st;
   }
-  const size_t saved_pieces =
-      size_t(std::count_if(pieces.begin(), pieces.end(), [](const Piece& pc) { return !pc.mirror; }));
-  if (f.tensors().size() != saved_pieces)
-    throw FormatError(fmt::format("{}: {} tensors, this run's state has {} (another model or recipe?)", opt_path,
-                                  f.tensors().size(), saved_pieces),
-                      opt_path, "tensors");
-  be.synchronize();
-  for (const Piece& pc : pieces) {
-    const io::TensorInfo* t = f.find(pc.name);
-    if (!pc.bytes()) continue;
-    if (pc.dev.defined()) {
-      be.copy_wait_host(be.copy_to_device_async(pc.dev, f.data(*t)));
-    } else if (pc.host) {
-      std::memcpy(pc.host, f.data(*t), pc.bytes());
+  // ZeRO-1: this rank's own shard, then the weights of the parameters other ranks own from theirs.
+  auto load = [&] {
+    const std::string own = dir + "/" + shard_name(z.rank, z.world);
+    restore_pieces(io::SafetensorsFile::open(own), own, be, state_pieces(be, model));
+    std::vector<std::unique_ptr<io::SafetensorsFile>> shards(size_t(z.world));
+    for (Parameter& p : model.params()) {
+      if (!p.trainable || p.owner == z.rank || p.owner < 0) continue;
+      const std::string path = dir + "/" + shard_name(p.owner, z.world);
+      auto& f = shards[size_t(p.owner)];
+      if (!f) f = std::make_unique<io::SafetensorsFile>(io::SafetensorsFile::open(path));
+      const Tensor v = p.value();
+      const io::TensorInfo& t = state_tensor(*f, path, p.name, v.dtype,
+                                             std::vector<int64_t>(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd));
+      if (v.bytes()) be.copy_wait_host(be.copy_to_device_async(v, f->data(t)));
     }
+    be.synchronize();
+  };
+  if (!sum) return load(), st;
+  std::string err;
+  try {
+    load();
+  } catch (...) {
+    err = current_error(dir);
   }
-  be.synchronize();
+  agree(sum, err, dir, "load their shard of the checkpoint", z.world);
   return st;
 }
 

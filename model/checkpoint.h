@@ -2,7 +2,8 @@
 //   model.safetensors + config.json (full or frozen-base training, Hugging Face layout), or
 //   adapter_model.safetensors + adapter_config.json (LoRA, PEFT's layout);
 //   the base model's tokenizer files, where it has them;
-//   optimizer.safetensors: each trainable parameter's exact state as it lives in memory, whatever
+//   optimizer.safetensors (or, with ZeRO-1 over N ranks, optimizer.rank-<r>-of-<N>.safetensors, each
+//     holding the parameters rank r owns): each trainable parameter's exact state as it lives in memory, whatever
 //     its tier: `<name>` (the compute weights), `<name>.master` (an fp32 master or a split
 //     master's i16 low half, where the weights are not the master), `<name>.m`, `<name>.v` (f32,
 //     bf16 or 8-bit codes) and, for 8-bit moments, `<name>.m_scale`, `<name>.v_scale`;
@@ -11,6 +12,14 @@
 // The directory is written under a hidden temp name (.checkpoint-<step>.tmp.<pid>) and renamed
 // only when every file in it is complete, so an interrupted save never leaves a partial
 // checkpoint-<step>; the next save removes such a temp once its writer is gone.
+//
+// ZeRO-1 over several ranks (the model's options().zero.sharded()): every rank calls save_checkpoint
+// and load_checkpoint together, with a RankSum. Each rank writes its shard into rank 0's temp directory;
+// once every shard is complete rank 0 writes the rest (the fp32 weights of parameters other ranks own are
+// joined from its bf16 weights and the low halves in their shards) and publishes it. After each phase
+// the ranks agree through the RankSum: a failure on any rank makes every rank throw an IoError, and
+// rank 0 removes the temp. The output directory must be one file system every rank sees (several
+// nodes: a shared one). A resume needs the same number of ranks (field zero_shards).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -39,13 +48,19 @@ struct CheckpointWrite {
   std::function<void(const std::string&)> after_file;
 };
 
-// The resolved config as train_config.json; `data_rows` is the row count of the data file.
-std::string checkpoint_config_json(const TrainConfig& cfg, const io::LlamaConfig& model, long data_rows);
+// A sum of one value over every rank of a run, which every rank reaches (Trainer::sum_over_ranks).
+using RankSum = std::function<float(float)>;
+
+// The resolved config as train_config.json; `data_rows` is the row count of the data file;
+// `zero_shards` the ranks ZeRO-1 shards the optimizer state over (0 or 1: unsharded).
+std::string checkpoint_config_json(const TrainConfig& cfg, const io::LlamaConfig& model, long data_rows,
+                                   int zero_shards = 0);
 
 // Writes output_dir/checkpoint-<st.step>/ (replacing one of that step); returns its path.
 // Reads the optimizer state from the model (call between steps). IoError naming the file.
+// Sharded (ZeRO-1): every rank calls it with `sum`; without one, UnsupportedError.
 std::string save_checkpoint(const std::string& output_dir, Backend& be, const LlamaModel& model,
-                            const CheckpointState& st, const CheckpointWrite& w);
+                            const CheckpointState& st, const CheckpointWrite& w, const RankSum& sum = {});
 
 // The complete checkpoints in output_dir (checkpoint-<n> directories), by step, oldest first.
 struct CheckpointEntry {
@@ -67,7 +82,10 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
 // FormatError naming the file and the field), then restores every trainable parameter's weights
 // and optimizer state bit for bit (FormatError naming optimizer.safetensors and the tensor on a
 // missing tensor or another dtype or shape). Returns trainer_state.json's state.
-CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json);
+// Sharded: each rank restores its own shard and the weights of the others' parameters from theirs;
+// with `sum`, a failure on any rank makes every rank throw.
+CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
+                                const RankSum& sum = {});
 
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model from
 // `from` into `to` where they exist (atomically each). Returns how many were copied.

@@ -470,7 +470,7 @@ void LlamaModel::logits(Tape& t, VId final_hidden, Tensor out) {
   be_.lm_head_logits(out, t.tensor(final_hidden), Tensor(w.data, w.dtype, head->file_shape()));
 }
 
-void LlamaModel::save(const std::string& dir) const {
+void LlamaModel::save(const std::string& dir, const Fp32Source& fp32_of) const {
   sync_state();
   std::filesystem::create_directories(dir);
   std::vector<std::vector<float>> host;
@@ -481,7 +481,7 @@ void LlamaModel::save(const std::string& dir) const {
     host.emplace_back(size_t(p.shape.numel()));
     if (p.page >= 0)
       pager_->read_host(size_t(p.page), host.back().data());
-    else
+    else if (!fp32_of || !fp32_of(p, host.back().data()))
       download_master(p, host.back().data());
     out.push_back({p.name, DType::f32, dims(p.file_shape()), host.back().data()});  // the real rows only
   }

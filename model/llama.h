@@ -120,8 +120,11 @@ class LlamaModel {
   // Logits [N, V] of a retained final-hidden value (evaluation and golden tests).
   void logits(Tape& tape, VId final_hidden, Tensor out);
 
-  // Writes config.json + model.safetensors (base weights, fp32), atomically.
-  void save(const std::string& dir) const;
+  // Writes config.json + model.safetensors (base weights, fp32), atomically. `fp32_of`, where given, may
+  // supply a parameter's fp32 weights into host [numel] (returning true) instead of this rank's copy
+  // (a ZeRO-1 checkpoint: the low halves of the masters other ranks own come from their shards).
+  using Fp32Source = std::function<bool(const Parameter&, float*)>;
+  void save(const std::string& dir, const Fp32Source& fp32_of = {}) const;
   // Writes adapter_config.json + adapter_model.safetensors in PEFT's layout.
   void save_lora(const std::string& dir, const std::string& base_model_path) const;
 

@@ -74,12 +74,6 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
   STRATA_CHECK(rows_.seq() == cfg.seq, "rows of another sequence_len than the config's");
-  if (model.options().zero.sharded() && (cfg.save_steps > 0 || !cfg.resume_from_checkpoint.empty()))
-    throw UnsupportedError(fmt::format(
-        "zero_stage {} over {} ranks with {}: checkpoints of sharded optimizer state are not supported yet; use "
-        "zero_stage: 0, or train without checkpoints (save_steps: 0, no resume_from_checkpoint)",
-        cfg.zero_stage, trainer.world(),
-        cfg.save_steps > 0 ? fmt::format("save_steps {}", cfg.save_steps) : std::string("resume_from_checkpoint")));
   const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.world();  // rows over every rank
   if (!cfg.steps_given && cfg.num_epochs > 0) {
     const double steps = std::ceil(double(cfg.num_epochs) * double(split_.train.size()) / double(per_step));
@@ -92,7 +86,8 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
   }
   warmup_ = resolve_warmup(cfg.warmup_steps, cfg.warmup_ratio, total_);
   if (!split_.val.empty()) val_batches_ = eval_batches(rows_, split_.val, cfg.batch);
-  config_json_ = checkpoint_config_json(cfg, model.config(), rows_.rows());
+  config_json_ =
+      checkpoint_config_json(cfg, model.config(), rows_.rows(), model.options().zero.sharded() ? trainer.world() : 0);
   if (opt_.checkpoint.base_model_dir.empty()) opt_.checkpoint.base_model_dir = cfg.model_dir;
   if (opt_.checkpoint.tokenizer_dir.empty()) opt_.checkpoint.tokenizer_dir = cfg.tokenizer_dir;
   opt_.checkpoint.config_json = config_json_;
@@ -156,21 +151,18 @@ void TrainLoop::metrics_line(const std::string& line) {
 }
 
 std::string TrainLoop::save(int step, float loss) {
-  if (trainer_.rank() != 0) return {};  // every rank holds the same weights and state: rank 0 writes them
-  if (model_.options().zero.sharded()) {
-    // A stop by signal: rank 0 holds only its share of the optimizer state, so no checkpoint.
-    if (opt_.info)
-      std::fprintf(opt_.info, "loop: no checkpoint at step %d: zero_stage %d shards the optimizer state\n", step,
-                   cfg_.zero_stage);
-    return {};
-  }
+  // Every rank holds the same weights and state: rank 0 writes them. ZeRO-1: every rank writes its shard.
+  const bool sharded = model_.options().zero.sharded();
+  if (trainer_.rank() != 0 && !sharded) return {};
   CheckpointState st;
   st.step = step;
   st.data = sampler_.position();
   st.trainer_rng = rng_.state();
   st.total_steps = total_;
   st.loss = loss;
-  const std::string dir = save_checkpoint(cfg_.output_dir, be_, model_, st, opt_.checkpoint);
+  const RankSum sum = [this](float v) { return trainer_.sum_over_ranks(v); };
+  const std::string dir = save_checkpoint(cfg_.output_dir, be_, model_, st, opt_.checkpoint, sharded ? sum : RankSum());
+  if (trainer_.rank() != 0) return dir;
   const std::vector<std::string> pruned = prune_checkpoints(cfg_.output_dir, cfg_.save_total_limit);
   std::fprintf(opt_.info, "checkpoint: %s%s\n", dir.c_str(),
                pruned.empty() ? "" : fmt::format(" (removed {} older)", pruned.size()).c_str());
@@ -184,7 +176,8 @@ LoopResult TrainLoop::run() {
   int start = 0;
   if (!cfg_.resume_from_checkpoint.empty()) {
     const std::string dir = resolve_checkpoint(cfg_.resume_from_checkpoint, cfg_.output_dir);
-    const CheckpointState st = load_checkpoint(dir, be_, model_, config_json_);
+    const CheckpointState st =
+        load_checkpoint(dir, be_, model_, config_json_, [this](float v) { return trainer_.sum_over_ranks(v); });
     trainer_.set_steps_done(st.step);
     sampler_.restore(st.data);
     rng_.set_state(st.trainer_rng);

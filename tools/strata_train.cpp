@@ -62,7 +62,7 @@ static const char* kUsage =
     "process); --batch rows a rank, gradients all-reduced per layer during backward; --grad-reduce bf16 sums\n"
     "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default. --zero-stage 1 (YAML\n"
     "zero_stage): ZeRO-1, each rank keeps the optimizer state (moments, fp32 master) of its share of the\n"
-    "parameters only and broadcasts their updated weights; no checkpoints yet (--save-steps, --resume).\n"
+    "parameters only and broadcasts their updated weights; each rank saves its shard in checkpoints.\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"

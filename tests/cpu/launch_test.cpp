@@ -398,7 +398,7 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
 
 // strata-train --gpus 2 --zero-stage 1: each rank keeps its share of the optimizer state and
 // broadcasts its weights; on cpu the run is the --zero-stage 0 run bit for bit (the same losses, the
-// same saved model byte for byte). Checkpoints with sharded state are refused, naming the settings.
+// same saved model byte for byte), and so is a run resumed from its sharded checkpoint.
 TEST(Launcher, StrataTrainZeroStageOneMatchesStageZeroBitForBit) {
   using namespace tool_test;
   ASSERT_TRUE(tools_built());
@@ -428,10 +428,23 @@ TEST(Launcher, StrataTrainZeroStageOneMatchesStageZeroBitForBit) {
                     m1 = bytes(dir.path("model_z1/model.safetensors"));
   ASSERT_GT(m0.size(), 1000u);
   EXPECT_TRUE(m0 == m1) << "the saved models differ";
+  // Sharded checkpoints: a run resumed from step 2's continues to the uninterrupted run's step 3 bit for bit,
+  // and another rank count is refused naming zero_shards.
   const Proc ckpt = dir.run(kTrain + " --zero-stage 1 --save-steps 2 --save " + quote(dir.path("model_ckpt")) + common);
-  EXPECT_NE(ckpt.code, 0);
-  EXPECT_TRUE(has(ckpt.err, "zero_stage 1")) << ckpt.err;
-  EXPECT_TRUE(has(ckpt.err, "save_steps 2")) << ckpt.err;
+  ASSERT_EQ(ckpt.code, 0) << ckpt.err;
+  EXPECT_EQ(json_losses(ckpt.out), a);
+  EXPECT_FALSE(bytes(dir.path("model_ckpt/checkpoint-2/optimizer.rank-1-of-2.safetensors")).empty());
+  const Proc resumed = dir.run(kTrain + " --zero-stage 1 --save " + quote(dir.path("model_resumed")) + " --resume " +
+                               quote(dir.path("model_ckpt/checkpoint-2")) + common);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  const std::vector<double> c = json_losses(resumed.out);
+  ASSERT_EQ(c.size(), 1u) << resumed.out;
+  EXPECT_EQ(c[0], a[2]);
+  EXPECT_TRUE(bytes(dir.path("model_resumed/model.safetensors")) == m0) << "the resumed run's saved model differs";
+  const Proc four = dir.run(kTrain + " --zero-stage 1 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) +
+                            std::string(common).replace(common.find("--gpus 2 --batch 2"), 18, "--gpus 4 --batch 1"));
+  EXPECT_NE(four.code, 0);
+  EXPECT_TRUE(has(four.err, "zero_shards")) << four.err;
   const Proc z2 = dir.run(kTrain + " --zero-stage 2" + common);
   EXPECT_NE(z2.code, 0);
   EXPECT_TRUE(has(z2.err, "not implemented yet")) << z2.err;

@@ -1,0 +1,226 @@
+// ZeRO-1 checkpoints (model/checkpoint.h): every rank writes its shard of the optimizer state, rank 0 the
+// rest. A run stopped and resumed from such a checkpoint is bit-identical to the uninterrupted one on cpu;
+// its weights file equals an unsharded run's; another number of ranks is refused naming zero_shards; a
+// failure on one rank makes every rank fail and leaves no checkpoint and no temp behind.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <thread>
+
+#include "engine/comm.h"
+#include "model/checkpoint.h"
+#include "model/data.h"
+#include "model/row_data.h"
+#include "model/trainer.h"
+#include "tests/cpu/tiny_model.h"
+
+using namespace strata;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kSteps = 5, kSaveAt = 2, kRows = 4, kSeq = 16;
+
+struct RankRun {
+  std::vector<float> losses;                // every step this run took
+  std::vector<std::vector<float>> weights;  // after the last
+  std::string checkpoint;                   // the one it saved, if any
+};
+
+enum class Mode { straight, save, resume };
+
+// One rank of `world` with ZeRO stage `zero`: kSteps steps of rows [rank * per, (rank + 1) * per) of each
+// global batch. save: a checkpoint after step kSaveAt into `dir`. resume: starts from dir's checkpoint.
+RankRun train(Communicator* comm, int world, int rank, int zero, Mode mode, const std::string& dir,
+              const std::function<void(const std::string&)>& after_file = {}) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  ModelOptions mo;
+  mo.zero = {zero, rank, world};
+  LlamaModel model(*be, test_util::tiny_config(), mo);
+  model.init_random(7);
+  TrainOptions to;
+  to.adam.lr = 1e-2f;
+  to.adam.weight_decay = 0.1f;
+  to.max_grad_norm = 0.05f;  // clipping on every step
+  to.comm = comm;
+  Trainer tr(*be, model, to);
+  TokenRows rows(synthetic_tokens(2000, test_util::tiny_config().vocab_size, 5), kSeq);
+  const RankSum sum = [&](float v) { return tr.sum_over_ranks(v); };
+  const std::string cfg =
+      checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), mo.zero.sharded() ? world : 0);
+  RankRun out;
+  int first = 0;
+  if (mode == Mode::resume) {
+    const CheckpointState st = load_checkpoint(fmt::format("{}/checkpoint-{}", dir, kSaveAt), *be, model, cfg, sum);
+    tr.set_steps_done(st.step);
+    first = st.step;
+  }
+  const int per = kRows / world;
+  for (int s = first; s < kSteps; ++s) {
+    Batch b{per, kSeq, std::vector<int32_t>(size_t(per) * kSeq), std::vector<int32_t>(size_t(per) * kSeq), {}};
+    for (int i = 0; i < per; ++i)
+      rows.row(s * kRows + rank * per + i, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
+    out.losses.push_back(tr.step(std::span<const Batch>(&b, 1), 1e-2f).loss);
+    // Unsharded, every rank holds the same state and rank 0 alone saves it (as TrainLoop does).
+    if (mode == Mode::save && s + 1 == kSaveAt && (mo.zero.sharded() || rank == 0)) {
+      CheckpointState st;
+      st.step = kSaveAt;
+      CheckpointWrite w;
+      w.config_json = cfg;
+      w.after_file = after_file;
+      out.checkpoint = save_checkpoint(dir, *be, model, st, w, mo.zero.sharded() ? sum : RankSum());
+      if (after_file) return out;
+    }
+  }
+  model.sync_state();
+  for (const Parameter& p : model.params()) {
+    std::vector<float> h(size_t(p.shape.numel()));
+    be->download_f32(h.data(), p.value());
+    out.weights.push_back(std::move(h));
+  }
+  return out;
+}
+
+// `world` ranks as threads; the errors each rank threw (empty where none).
+std::vector<RankRun> ranks(int world, const std::function<RankRun(Communicator*, int)>& f,
+                           std::vector<std::string>* errors = nullptr) {
+  CpuGroup group(world, 60);
+  std::vector<RankRun> runs(static_cast<size_t>(world));
+  std::vector<std::string> errs(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = make_cpu_communicator(group, r);
+        runs[size_t(r)] = f(comm.get(), r);
+      } catch (const std::exception& e) {
+        errs[size_t(r)] = e.what();
+        if (!errors) group.abort("rank failed");
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (errors) {
+    *errors = errs;
+  } else {
+    for (auto& e : errs) EXPECT_EQ(e, "");
+  }
+  return runs;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/zero_ckpt_" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+}  // namespace
+
+TEST(ZeroCheckpoint, ResumedRunIsBitIdenticalAndItsWeightsFileIsTheUnshardedOne) {
+  for (int world : {2, 4}) {
+    const std::string dir = fresh_dir(fmt::format("w{}", world)), dir0 = fresh_dir(fmt::format("w{}_zero0", world));
+    const std::vector<RankRun> straight =
+        ranks(world, [&](Communicator* c, int r) { return train(c, world, r, 1, Mode::save, dir); });
+    const std::vector<RankRun> resumed =
+        ranks(world, [&](Communicator* c, int r) { return train(c, world, r, 1, Mode::resume, dir); });
+    const std::string ck = straight[0].checkpoint;
+    ASSERT_EQ(ck, fmt::format("{}/checkpoint-{}", dir, kSaveAt));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(fs::exists(fmt::format("{}/optimizer.rank-{}-of-{}.safetensors", ck, r, world))) << r;
+      EXPECT_EQ(straight[size_t(r)].checkpoint, ck) << "every rank returns the checkpoint's path";
+      const RankRun &a = straight[size_t(r)], &b = resumed[size_t(r)];
+      ASSERT_EQ(b.losses.size(), size_t(kSteps - kSaveAt));
+      EXPECT_EQ(std::memcmp(a.losses.data() + kSaveAt, b.losses.data(), b.losses.size() * 4), 0)
+          << world << " ranks, rank " << r << ": losses after the resume";
+      ASSERT_EQ(a.weights.size(), b.weights.size());
+      for (size_t i = 0; i < a.weights.size(); ++i)
+        EXPECT_EQ(std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4), 0)
+            << world << " ranks, rank " << r << ", parameter " << i;
+    }
+    EXPECT_FALSE(fs::exists(ck + "/optimizer.safetensors"));
+    // Stage 0 gives bit-identical weights on cpu, so rank 0's weights file equals an unsharded run's.
+    const std::vector<RankRun> zero0 =
+        ranks(world, [&](Communicator* c, int r) { return train(c, world, r, 0, Mode::save, dir0); });
+    const std::string w1 = slurp(ck + "/model.safetensors"), w0 = slurp(zero0[0].checkpoint + "/model.safetensors");
+    EXPECT_GT(w1.size(), 1000u);
+    EXPECT_TRUE(w1 == w0) << world
+                          << " ranks: the sharded checkpoint's model.safetensors differs from the unsharded one's ("
+                          << w1.size() << " and " << w0.size() << " bytes)";
+    int left = 0;
+    for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().starts_with(".");
+    EXPECT_EQ(left, 0) << "no temp left in " << dir;
+  }
+}
+
+TEST(ZeroCheckpoint, AnotherNumberOfRanksOrStageIsRefusedNamingZeroShards) {
+  const std::string dir = fresh_dir("refuse");
+  ranks(2, [&](Communicator* c, int r) { return train(c, 2, r, 1, Mode::save, dir); });
+  std::vector<std::string> errs;
+  ranks(
+      4, [&](Communicator* c, int r) { return train(c, 4, r, 1, Mode::resume, dir); }, &errs);
+  for (const std::string& e : errs) {
+    EXPECT_NE(e.find("zero_shards"), std::string::npos) << e;
+    EXPECT_NE(e.find("sharded over 2 ranks"), std::string::npos) << e;
+    EXPECT_NE(e.find("train_config.json"), std::string::npos) << e;
+  }
+  ranks(
+      2, [&](Communicator* c, int r) { return train(c, 2, r, 0, Mode::resume, dir); }, &errs);
+  for (const std::string& e : errs) {
+    EXPECT_NE(e.find("zero_shards"), std::string::npos) << e;
+    EXPECT_NE(e.find("zero_stage: 1 on 2 ranks"), std::string::npos) << e;
+  }
+  // One rank, unsharded, against the sharded checkpoint.
+  std::string one;
+  try {
+    train(nullptr, 1, 0, 0, Mode::resume, dir);
+  } catch (const FormatError& e) {
+    one = e.what();
+  }
+  EXPECT_NE(one.find("zero_shards"), std::string::npos) << one;
+}
+
+TEST(ZeroCheckpoint, AFailureOnOneRankFailsEveryRankAndLeavesNothing) {
+  const std::string dir = fresh_dir("fail");
+  std::vector<std::string> errs;
+  ranks(
+      2,
+      [&](Communicator* c, int r) {
+        return train(c, 2, r, 1, Mode::save, dir, [r](const std::string& f) {
+          if (r == 1 && f.starts_with("optimizer.rank-1")) throw IoError("disk full (test)", f);
+        });
+      },
+      &errs);
+  ASSERT_EQ(errs.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errs[size_t(r)].find("1 of 2 ranks could not write their shard"), std::string::npos) << errs[size_t(r)];
+    EXPECT_NE(errs[size_t(r)].find(fmt::format("checkpoint-{}", kSaveAt)), std::string::npos) << errs[size_t(r)];
+  }
+  EXPECT_NE(errs[1].find("disk full (test)"), std::string::npos) << errs[1];
+  EXPECT_TRUE(list_checkpoints(dir).empty());
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().starts_with(".");
+  EXPECT_EQ(left, 0) << "no temp left in " << dir;
+}
+
+TEST(ZeroCheckpoint, ASaveWithoutTheRanksIsRefused) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  ModelOptions mo;
+  mo.zero = {1, 0, 2};
+  LlamaModel model(*be, test_util::tiny_config(), mo);
+  try {
+    save_checkpoint(fresh_dir("alone"), *be, model, CheckpointState{}, {});
+    FAIL() << "no error";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("every rank"), std::string::npos) << e.what();
+  }
+}
