@@ -28,6 +28,7 @@
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
+#include "tests/cpu/tool_runner.h"
 
 using namespace strata;
 
@@ -367,4 +368,45 @@ TEST(GradsBf16Ops, ResumeMayChangeTheGradientPrecision) {
   LlamaModel other(*be, mc, model_options(q8));
   EXPECT_THROW(load_checkpoint(path, *be, other, checkpoint_config_json(q8, mc, 10)), FormatError);
   std::filesystem::remove_all(dir);
+}
+
+// The tools take --gradients, say it and run it; a contradicting --grad-reduce fp32 exits 2 naming it.
+TEST(GradsBf16Tools, FlagsReachTheToolsAndContradictionsExit2) {
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch sc;
+  sc.create("grads_bf16_tools");
+  ASSERT_TRUE(sc.ok());
+  const std::string m = sc.path("tiny");
+  ASSERT_EQ(sc.run(kMakeTiny + " " + quote(m) + " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 " +
+                   "--vocab 64 --tokens 5000")
+                .code,
+            0);
+  const std::string train = kTrain + " --model " + quote(m) + " --data " + quote(m + "/tokens.bin") + " --backend cpu ";
+  Proc t = sc.run(train + "--steps 2 --seq 16 --json --gradients bf16");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.err.find("gradients bf16"), std::string::npos) << t.err;
+  EXPECT_EQ(lines(t.out).size(), 2u) << t.out;
+  Proc contra = sc.run(train + "--gradients bf16 --grad-reduce fp32");
+  EXPECT_EQ(contra.code, 2) << contra.err;
+  EXPECT_NE(contra.err.find("--grad-reduce is fp32, but gradients: bf16"), std::string::npos) << contra.err;
+  Proc bad = sc.run(train + "--gradients fp16");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--gradients"), std::string::npos) << bad.err;
+  const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu --seq 16 --json ";
+  Proc p16 = sc.run(plan + "--gradients bf16"), p32 = sc.run(plan);
+  ASSERT_EQ(p16.code, 0) << p16.err;
+  ASSERT_EQ(p32.code, 0) << p32.err;
+  const nlohmann::json a = nlohmann::json::parse(p16.out), b = nlohmann::json::parse(p32.out);
+  EXPECT_EQ(a["gradients"], "bf16");
+  EXPECT_EQ(b["gradients"], "fp32");
+  EXPECT_LT(a["forecast"]["persistent_bytes"].get<size_t>(), b["forecast"]["persistent_bytes"].get<size_t>());
+  Proc pc = sc.run(plan + "--gpus 2 --gradients bf16 --grad-reduce fp32");
+  EXPECT_EQ(pc.code, 2) << pc.err;
+  EXPECT_NE(pc.err.find("--grad-reduce"), std::string::npos) << pc.err;
+  Proc bench =
+      sc.run(kBench + " --model " + quote(m) + " --seq 16 --steps 1 --warmup 0 --backend cpu --gradients bf16");
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_EQ(nlohmann::json::parse(lines(bench.out).back())["gradients"], "bf16");
+  sc.remove();
 }
