@@ -75,6 +75,7 @@ TrainConfig to_train_config(const SessionConfig& c) {
   t.layer_offloading = c.layer_offloading;
   t.recipe.master = parse_master_weights(c.master_weights, "SessionConfig::master_weights");
   t.recipe.moments = parse_optimizer_state(c.optimizer_state, "SessionConfig::optimizer_state");
+  t.recipe.gradients = parse_gradients(c.gradients, "SessionConfig::gradients");
   t.output_dir = c.output_dir;
   return t;
 }
@@ -110,6 +111,7 @@ SessionConfig from_train_config(const TrainConfig& t) {
   c.layer_offloading = t.layer_offloading;
   c.master_weights = master_weights_name(t.recipe.master);
   c.optimizer_state = optimizer_state_name(t.recipe.moments);
+  c.gradients = gradients_name(t.recipe.gradients);
   c.output_dir = t.output_dir;
   return c;
 }
@@ -193,6 +195,7 @@ ForecastRequest to_request(const ForecastSpec& s) {
   r.layer_offloading = s.layer_offloading;
   r.recipe.master = parse_master_weights(s.master_weights, "ForecastSpec::master_weights");
   r.recipe.moments = parse_optimizer_state(s.optimizer_state, "ForecastSpec::optimizer_state");
+  r.recipe.gradients = parse_gradients(s.gradients, "ForecastSpec::gradients");
   return r;
 }
 

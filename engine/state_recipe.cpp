@@ -22,6 +22,10 @@ const char* optimizer_state_name(OptimizerState s) {
   return "?";
 }
 
+const char* gradients_name(GradPrecision g) {
+  return g == GradPrecision::bf16 ? "bf16" : "fp32";
+}
+
 MasterWeights parse_master_weights(std::string_view s, const std::string& where) {
   if (s == "fp32") return MasterWeights::fp32;
   if (s == "none") return MasterWeights::none;
@@ -35,6 +39,12 @@ OptimizerState parse_optimizer_state(std::string_view s, const std::string& wher
   if (s == "8bit") return OptimizerState::q8;
   STRATA_THROW(ConfigError, fmt::format("{}: optimizer_state must be fp32, bf16 or 8bit, got '{}'", where, s), where,
                "optimizer_state");
+}
+
+GradPrecision parse_gradients(std::string_view s, const std::string& where) {
+  if (s == "fp32") return GradPrecision::fp32;
+  if (s == "bf16") return GradPrecision::bf16;
+  STRATA_THROW(ConfigError, fmt::format("{}: gradients must be fp32 or bf16, got '{}'", where, s), where, "gradients");
 }
 
 size_t moment_bytes(OptimizerState s, size_t n) {

@@ -12,22 +12,46 @@
 //                    8bit block-wise quantised: per block of kQuantBlock elements an fp32 scale (the
 //                         block's largest magnitude after the update) and one code byte per element
 //                         (kernels/quant8.h gives the code maps)
+//   gradients: fp32       every trainable parameter's gradient stored and accumulated in fp32 (4 bytes)
+//              bf16       stored in bf16 (2 bytes; Hugging Face's recipe for a model loaded in bf16), on
+//                         every backend and tier (device buffers, host-tier arrays, the all-reduce). Each
+//                         op that writes a parameter gradient forms its term in fp32 and rounds once to
+//                         nearest even per write: g = bf16(g + term) when adding, bf16(term) when
+//                         overwriting. A write is one GEMM (a linear weight, a LoRA factor; each MLP row
+//                         tile and each LM-head chunk is its own GEMM, beta = 1 after the first, as
+//                         PyTorch with bf16 parameters), or one whole op for the column sums of RMSNorm
+//                         weights and biases and for the embedding's rows (summed in fp32 over the op's
+//                         tokens first: an fp32 scratch on cuda, kernels/grad_scratch.h). The norm,
+//                         clipping and AdamW read the bf16 values widened (exact). The cpu backend
+//                         (f32 compute) stores and rounds the same way at the same points, so its bf16
+//                         gradients are the reference the tests check every plan and tier against.
+//                         Data parallel: bf16 gradients are all-reduced as they are, in bf16
+//                         (OptimizerOptions::reduce_dtype applies to fp32 gradients only).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "engine/dtype.h"
+
 namespace strata {
 
 enum class MasterWeights : uint8_t { fp32, none };
 enum class OptimizerState : uint8_t { fp32, bf16, q8 };
+enum class GradPrecision : uint8_t { fp32, bf16 };
 
 struct StateRecipe {
   MasterWeights master = MasterWeights::fp32;
   OptimizerState moments = OptimizerState::fp32;
+  GradPrecision gradients = GradPrecision::fp32;
   bool operator==(const StateRecipe&) const = default;
 };
+
+// The element type of the trainable parameters' gradients: f32 or bf16 (on every backend).
+inline DType grad_dtype(const StateRecipe& r) {
+  return r.gradients == GradPrecision::bf16 ? DType::bf16 : DType::f32;
+}
 
 // Elements per quantisation block of 8-bit moments.
 inline constexpr size_t kQuantBlock = 256;
@@ -35,12 +59,14 @@ constexpr size_t quant_blocks(size_t n) {
   return (n + kQuantBlock - 1) / kQuantBlock;
 }
 
-// The names the configs and flags use: "fp32", "none"; "fp32", "bf16", "8bit".
+// The names the configs and flags use: "fp32", "none"; "fp32", "bf16", "8bit"; "fp32", "bf16".
 const char* master_weights_name(MasterWeights m);
 const char* optimizer_state_name(OptimizerState s);
+const char* gradients_name(GradPrecision g);
 // Parse those names; ConfigError naming `where` and the field otherwise.
 MasterWeights parse_master_weights(std::string_view s, const std::string& where);
 OptimizerState parse_optimizer_state(std::string_view s, const std::string& where);
+GradPrecision parse_gradients(std::string_view s, const std::string& where);
 
 // Bytes one moment of n elements takes in a given precision (codes and scales for 8-bit; the scales
 // start at the next multiple of 16 bytes after the codes, see moment_scale_offset).

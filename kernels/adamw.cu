@@ -37,6 +37,35 @@ __global__ void sum_squares_kernel(float* __restrict__ out, const float* __restr
   if (threadIdx.x == 0) atomicAdd(out, acc);
 }
 
+// The bf16 form (gradients: bf16): each value widened, the same per-thread order.
+__global__ void sum_squares_bf16_kernel(float* __restrict__ out, const bf16* __restrict__ g, size_t n) {
+  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  float acc = 0.0f;
+  for (size_t i = tid; i < n; i += stride) {
+    const float a = __bfloat162float(g[i]);
+    acc += a * a;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) atomicAdd(out, acc);
+}
+
+// A gradient's elements [i, i + 4) as floats: f32, or bf16 widened (gradients: bf16); one 16- or
+// 8-byte load (i a multiple of 4, the tensor 16-byte aligned).
+template <bool kBf16>
+__device__ __forceinline__ void load_grad4(float (&a)[4], const void* g, size_t i) {
+  if constexpr (kBf16)
+    load_bf16<4>(a, static_cast<const bf16*>(g) + i);
+  else
+    load_f32(a, static_cast<const float*>(g) + i);
+}
+template <bool kBf16>
+__device__ __forceinline__ float grad_at(const void* g, size_t i) {
+  if constexpr (kBf16)
+    return __bfloat162float(static_cast<const bf16*>(g)[i]);
+  else
+    return static_cast<const float*>(g)[i];
+}
+
 // Scalars of one step, formed on the host exactly as the cpu reference does.
 struct AdamWScalars {
   float decay, w1, b2, w2, neg_step, bc2_sqrt, eps, max_norm;
@@ -121,7 +150,7 @@ struct ListTable {
   bf16* hi[kListMax];
   float* m[kListMax];
   float* v[kListMax];
-  const float* g[kListMax];
+  const void* g[kListMax];  // f32, or bf16 for sum_squares_list_bf16 (adamw_list_kernel: f32)
   size_t n[kListMax];
   size_t first_chunk[kListMax + 1];  // prefix sums of the tensors' chunk counts
   int count = 0;
@@ -141,29 +170,33 @@ __device__ __forceinline__ int chunk_owner(const Table& L, size_t c) {
   return lo;
 }
 
+template <bool kBf16>
 __global__ void __launch_bounds__(kListThreads)
     sum_squares_list_kernel(float* __restrict__ out, const __grid_constant__ ListTable L) {
   float acc = 0.0f;
   for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
     const int t = chunk_owner(L, c);
     const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
-    const float* g = L.g[t];
+    const void* g = L.g[t];
     size_t i = begin + threadIdx.x * 4;
-    // Two 16-byte loads in flight per thread.
+    // Two 16-byte (bf16: 8-byte) loads in flight per thread.
     for (; i + 4 + kListThreads * 4 <= end; i += 2 * kListThreads * 4) {
       float a[4], b[4];
-      load_f32(a, g + i);
-      load_f32(b, g + i + kListThreads * 4);
+      load_grad4<kBf16>(a, g, i);
+      load_grad4<kBf16>(b, g, i + kListThreads * 4);
 #pragma unroll
       for (int k = 0; k < 4; k++) acc += a[k] * a[k] + b[k] * b[k];
     }
     for (; i + 4 <= end; i += kListThreads * 4) {
       float a[4];
-      load_f32(a, g + i);
+      load_grad4<kBf16>(a, g, i);
 #pragma unroll
       for (int k = 0; k < 4; k++) acc += a[k] * a[k];
     }
-    for (; i < end; i++) acc += g[i] * g[i];  // the tensor's last < 4 elements
+    for (; i < end; i++) {  // the tensor's last < 4 elements
+      const float a = grad_at<kBf16>(g, i);
+      acc += a * a;
+    }
   }
   acc = block_sum(acc);
   if (threadIdx.x == 0) atomicAdd(out, acc);
@@ -176,8 +209,9 @@ __global__ void __launch_bounds__(kListThreads)
     const int t = chunk_owner(L, c);
     const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
     size_t i = begin + threadIdx.x * 4;
-    for (; i + 4 <= end; i += kListThreads * 4) adamw_elems<4>(L.lo[t], L.hi[t], L.m[t], L.v[t], L.g[t], i, scale, k);
-    for (; i < end; i++) adamw_elems<1>(L.lo[t], L.hi[t], L.m[t], L.v[t], L.g[t], i, scale, k);
+    const float* g = static_cast<const float*>(L.g[t]);
+    for (; i + 4 <= end; i += kListThreads * 4) adamw_elems<4>(L.lo[t], L.hi[t], L.m[t], L.v[t], g, i, scale, k);
+    for (; i < end; i++) adamw_elems<1>(L.lo[t], L.hi[t], L.m[t], L.v[t], g, i, scale, k);
   }
 }
 
@@ -196,7 +230,7 @@ struct AnyTable {
   void* v[kListMax];
   float* ms[kListMax];  // 8-bit scales
   float* vs[kListMax];
-  const float* g[kListMax];
+  const void* g[kListMax];  // f32, or bf16 (gradients: bf16)
   size_t n[kListMax];
   size_t first_chunk[kListMax + 1];
   int count = 0;
@@ -287,7 +321,7 @@ __device__ __forceinline__ void store_u16x4(uint16_t* p, const uint16_t (&h)[4],
     if (i + e < end) p[i + e] = h[e];
 }
 
-template <bool kSplit, OptimizerState S>
+template <bool kSplit, OptimizerState S, bool kGradBf16>
 __global__ void __launch_bounds__(kAnyThreads)
     adamw_any_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
   const float scale = clip_scale(norm_sq, k.max_norm);
@@ -309,9 +343,9 @@ __global__ void __launch_bounds__(kAnyThreads)
         load_u16x4(hi, reinterpret_cast<const uint16_t*>(L.hi[t]), i, end);
         if constexpr (kSplit) load_u16x4(lo, reinterpret_cast<const uint16_t*>(L.lo[t]), i, end);
         if (i + 4 <= end) {
-          load_f32(g[h], L.g[t] + i);
+          load_grad4<kGradBf16>(g[h], L.g[t], i);
         } else {
-          for (int e = 0; e < 4; e++) g[h][e] = i + e < end ? L.g[t][i + e] : 0.0f;
+          for (int e = 0; e < 4; e++) g[h][e] = i + e < end ? grad_at<kGradBf16>(L.g[t], i + e) : 0.0f;
         }
         load_moment<S>(m[h], L.m[t], i, end, m_scale, true);
         load_moment<S>(v[h], L.v[t], i, end, v_scale, false);
@@ -406,6 +440,13 @@ void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream) {
   STRATA_LAUNCH_CHECK("sum_squares_kernel");
 }
 
+void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = std::min<size_t>(ceil_div(n, kReduceThreads), size_t(num_sms()) * 4);
+  sum_squares_bf16_kernel<<<blocks, kReduceThreads, 0, stream>>>(out, g, n);
+  STRATA_LAUNCH_CHECK("sum_squares_bf16_kernel");
+}
+
 void adamw_step(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t n, const float* norm_sq,
                 float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                 cudaStream_t stream) {
@@ -426,7 +467,21 @@ void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int 
       L.n[t] = ns[from + t];
     });
     if (chunks == 0) continue;
-    sum_squares_list_kernel<<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
+    sum_squares_list_kernel<false><<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
+    STRATA_LAUNCH_CHECK("sum_squares_list_kernel");
+  }
+}
+
+void sum_squares_list_bf16(float* out, const bf16* const* gs, const size_t* ns, int count, cudaStream_t stream) {
+  for (int from = 0; from < count; from += kListMax) {
+    ListTable L;
+    const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int t) {
+      STRATA_CHECK(aligned16(gs[from + t]), "sum_squares_list_bf16: a gradient is not 16-byte aligned");
+      L.g[t] = gs[from + t];
+      L.n[t] = ns[from + t];
+    });
+    if (chunks == 0) continue;
+    sum_squares_list_kernel<true><<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
     STRATA_LAUNCH_CHECK("sum_squares_list_kernel");
   }
 }
@@ -461,24 +516,28 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
   STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
   STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
   const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
+  const bool bf16_grads = count > 0 && ts[0].g_bf16 != nullptr;
   for (int from = 0; from < count; from += kListMax) {
     AnyTable L;
     L.count = std::min(kListMax, count - from);
     L.first_chunk[0] = 0;
     for (int i = 0; i < L.count; i++) {
       const AdamWAnyTensors& a = ts[from + i];
-      STRATA_CHECK(a.n == 0 || (a.hi && a.m && a.v && a.g && (a.lo || !split)),
+      const void* g = bf16_grads ? static_cast<const void*>(a.g_bf16) : static_cast<const void*>(a.g);
+      STRATA_CHECK((a.g_bf16 != nullptr) == bf16_grads && (!bf16_grads || a.g == nullptr),
+                   "adamw_step_any: every tensor of a call has f32 (g) or every one bf16 (g_bf16) gradients");
+      STRATA_CHECK(a.n == 0 || (a.hi && a.m && a.v && g && (a.lo || !split)),
                    "adamw_step_any: a tensor lacks a buffer its precision needs");
       STRATA_CHECK(moments != OptimizerState::q8 || a.n == 0 || (a.m_scale && a.v_scale),
                    "adamw_step_any: 8-bit moments need their scales");
-      STRATA_CHECK(all_aligned16(a.lo, a.hi, a.m, a.v, a.g), "adamw_step_any: a buffer is not 16-byte aligned");
+      STRATA_CHECK(all_aligned16(a.lo, a.hi, a.m, a.v, g), "adamw_step_any: a buffer is not 16-byte aligned");
       L.lo[i] = a.lo;
       L.hi[i] = a.hi;
       L.m[i] = a.m;
       L.v[i] = a.v;
       L.ms[i] = a.m_scale;
       L.vs[i] = a.v_scale;
-      L.g[i] = a.g;
+      L.g[i] = g;
       L.n[i] = a.n;
       L.first_chunk[i + 1] = L.first_chunk[i] + ceil_div(a.n, kChunk);
     }
@@ -486,18 +545,26 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
     if (chunks == 0) continue;
     const unsigned grid = list_grid(chunks);
     auto launch = [&](auto kernel) { kernel<<<grid, kAnyThreads, 0, stream>>>(L, norm_sq, k); };
+    // One instance per (master, moments, gradient dtype).
+    auto by_grads = [&](auto f32_kernel, auto bf16_kernel) { bf16_grads ? launch(bf16_kernel) : launch(f32_kernel); };
     switch (moments) {
       case OptimizerState::fp32:
-        split ? launch(adamw_any_kernel<true, OptimizerState::fp32>)
-              : launch(adamw_any_kernel<false, OptimizerState::fp32>);
+        split ? by_grads(adamw_any_kernel<true, OptimizerState::fp32, false>,
+                         adamw_any_kernel<true, OptimizerState::fp32, true>)
+              : by_grads(adamw_any_kernel<false, OptimizerState::fp32, false>,
+                         adamw_any_kernel<false, OptimizerState::fp32, true>);
         break;
       case OptimizerState::bf16:
-        split ? launch(adamw_any_kernel<true, OptimizerState::bf16>)
-              : launch(adamw_any_kernel<false, OptimizerState::bf16>);
+        split ? by_grads(adamw_any_kernel<true, OptimizerState::bf16, false>,
+                         adamw_any_kernel<true, OptimizerState::bf16, true>)
+              : by_grads(adamw_any_kernel<false, OptimizerState::bf16, false>,
+                         adamw_any_kernel<false, OptimizerState::bf16, true>);
         break;
       case OptimizerState::q8:
-        split ? launch(adamw_any_kernel<true, OptimizerState::q8>)
-              : launch(adamw_any_kernel<false, OptimizerState::q8>);
+        split ? by_grads(adamw_any_kernel<true, OptimizerState::q8, false>,
+                         adamw_any_kernel<true, OptimizerState::q8, true>)
+              : by_grads(adamw_any_kernel<false, OptimizerState::q8, false>,
+                         adamw_any_kernel<false, OptimizerState::q8, true>);
         break;
     }
     STRATA_LAUNCH_CHECK("adamw_any_kernel");

@@ -2,6 +2,7 @@
 // gradient clipping. All buffers fp32 of n elements.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "engine/dtype.h"
 #include "engine/state_recipe.h"
@@ -30,14 +31,16 @@ struct AdamWState {
   float* m_scale = nullptr;  // 8-bit only: one scale per kQuantBlock elements
   float* v_scale = nullptr;
   OptimizerState moments = OptimizerState::fp32;
-  const float* g = nullptr;
+  const void* g = nullptr;  // the gradient: floats, or bf16 bits (gradients: bf16), read widened
+  DType grad_dtype = DType::f32;
   size_t n = 0;
 };
 }  // namespace strata
 
 namespace strata::cpu {
-// Sum of squares of g, accumulated in double.
+// Sum of squares of g, accumulated in double (bf16: of the widened values, the same numbers).
 double sum_squares(const float* g, size_t n);
+double sum_squares_bf16(const uint16_t* g, size_t n);
 // One step (t is the 1-based step count). grad_scale multiplies g first (clipping: min(1, max_norm/norm)).
 void adamw_step(float* param, float* m, float* v, const float* g, size_t n, const AdamWParams& p, int t,
                 float grad_scale);

@@ -30,6 +30,15 @@ double sum_squares(const float* g, size_t n) {
   return s;
 }
 
+double sum_squares_bf16(const uint16_t* g, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = bf16_to_f32(g[i]);
+    s += x * x;
+  }
+  return s;
+}
+
 namespace {
 struct Scalars {
   float decay, w1, b2f, w2, neg_step, bc2_sqrt, eps;
@@ -79,6 +88,8 @@ void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_sca
   STRATA_CHECK(!s.weights || s.weights_dtype == DType::f32 || s.weights_dtype == DType::bf16,
                "adamw_step: weights must be f32 or bf16");
   STRATA_CHECK(s.moments != OptimizerState::q8 || (s.m_scale && s.v_scale), "adamw_step: 8-bit moments need scales");
+  STRATA_CHECK(s.grad_dtype == DType::f32 || s.grad_dtype == DType::bf16, "adamw_step: gradients must be f32 or bf16");
+  const bool bf16_grads = s.grad_dtype == DType::bf16;
   const Scalars k = scalars(p, t);
   auto* wf = static_cast<float*>(s.weights);
   auto* wb = static_cast<uint16_t*>(s.weights);
@@ -103,7 +114,9 @@ void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_sca
           vb[e] = q8::decode_unsigned(static_cast<const uint8_t*>(s.v)[i], s.v_scale[base / kQuantBlock]);
           break;
       }
-      update(pb[e], mb[e], vb[e], s.g[i], grad_scale, k);
+      const float gi =
+          bf16_grads ? bf16_to_f32(static_cast<const uint16_t*>(s.g)[i]) : static_cast<const float*>(s.g)[i];
+      update(pb[e], mb[e], vb[e], gi, grad_scale, k);
     }
     float m_max = 0.0f, v_max = 0.0f;
     if (s.moments == OptimizerState::q8) {

@@ -23,6 +23,12 @@ namespace {
 float* F(const Tensor& t) {
   return t.defined() ? t.f32() : nullptr;
 }
+// A parameter gradient the kernels write: f32, bf16 (gradients: bf16), or none.
+cpu::GradOut G(const Tensor& t) {
+  if (!t.defined()) return {};
+  if (t.dtype == DType::bf16) return cpu::GradOut::bf16(static_cast<uint16_t*>(t.data));
+  return t.f32();
+}
 int I(int64_t x) {
   return int(x);
 }
@@ -72,7 +78,10 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(size_t budget) : mem_(budget), arena_("device", budget, mem_.base()) {}
   std::string_view name() const override { return "cpu"; }
   Arena& arena() override { return arena_; }
-  bool supports(OpKind, DType dt) const override { return dt == DType::f32; }
+  // f32 compute; the optimizer ops also read bf16 parameter gradients (gradients: bf16).
+  bool supports(OpKind op, DType dt) const override {
+    return dt == DType::f32 || (dt == DType::bf16 && (op == OpKind::adamw || op == OpKind::grad_norm));
+  }
   DType compute_dtype() const override { return DType::f32; }
 
   std::unique_ptr<HostReservation> reserve_host(size_t bytes) override {
@@ -90,8 +99,15 @@ class CpuBackend final : public Backend {
   void copy_wait_host(CopyTicket) override {}
   void copy_wait_compute(CopyTicket) override {}
 
-  void upload_f32(Tensor dst, const float* src) override { std::memcpy(dst.f32(), src, dst.bytes()); }
-  void download_f32(float* dst, Tensor src) override { std::memcpy(dst, src.f32(), src.bytes()); }
+  // f32 tensors by memcpy; bf16 ones (gradients: bf16) converted, rounding to nearest even.
+  void upload_f32(Tensor dst, const float* src) override {
+    if (dst.dtype == DType::f32) return (void)std::memcpy(dst.f32(), src, dst.bytes());
+    convert_from_f32(dst.data, dst.dtype, src, size_t(dst.numel()));
+  }
+  void download_f32(float* dst, Tensor src) override {
+    if (src.dtype == DType::f32) return (void)std::memcpy(dst, src.f32(), src.bytes());
+    convert_to_f32(dst, src.data, src.dtype, size_t(src.numel()));
+  }
   void upload_i32(Tensor dst, const int32_t* src) override { std::memcpy(dst.i32(), src, dst.bytes()); }
   void zero(Tensor t) override { std::memset(t.data, 0, t.bytes()); }
   void fill(Tensor t, float value) override {
@@ -113,21 +129,21 @@ class CpuBackend final : public Backend {
   void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
     if (!dwte.defined()) return;
     if (!acc_dwte) zero(dwte);  // rows no token hit get zeros; the others add, in token order
-    cpu::embedding_bwd(F(dwte), F(dout), tokens.i32(), I(tokens.numel()), cols(dout));
+    cpu::embedding_bwd(G(dwte), F(dout), tokens.i32(), I(tokens.numel()), cols(dout), I(dwte.shape[0]));
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
     cpu::rmsnorm_fwd(F(out), F(rstd), F(x), F(w), rows(x), cols(x), eps);
   }
   void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
                    bool acc_dw) override {
-    cpu::rmsnorm_bwd(F(dx), F(dw), F(dout), F(x), F(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw);
+    cpu::rmsnorm_bwd(F(dx), G(dw), F(dout), F(x), F(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw);
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     cpu::linear_fwd(F(y), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
   }
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
     // x is undefined when the weight is frozen (it was not saved): shapes come from dy and w.
-    cpu::linear_bwd(F(dx), F(dw), F(dy), F(x), F(w), rows(dy), cols(w), I(w.shape[0]), acc_dx, acc_dw);
+    cpu::linear_bwd(F(dx), G(dw), F(dy), F(x), F(w), rows(dy), cols(w), I(w.shape[0]), acc_dx, acc_dw);
   }
   // x is [N, H, D] (or [B, T, H, D], flattened over tokens).
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
@@ -169,7 +185,7 @@ class CpuBackend final : public Backend {
   }
   void bias_fwd(Tensor y, Tensor b) override { cpu::bias_fwd(F(y), F(b), long(rows(y)), long(cols(y))); }
   void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (db.defined()) cpu::bias_bwd(F(db), F(dy), long(rows(dy)), long(cols(dy)), acc_db);
+    if (db.defined()) cpu::bias_bwd(G(db), F(dy), long(rows(dy)), long(cols(dy)), acc_db);
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     loss.f32()[0] =
@@ -177,12 +193,12 @@ class CpuBackend final : public Backend {
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
                       int vocab, bool acc_dx, bool acc_dw) override {
-    cpu::lm_head_ce_bwd(F(dx), F(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
+    cpu::lm_head_ce_bwd(F(dx), G(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
                         I(w.shape[0]), chunk, acc_dx, acc_dw, vocab);
   }
   void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
                            float dloss_assumed, bool acc_dw) override {
-    loss.f32()[0] = cpu::lm_head_ce_fwd_grad(F(dx), F(dw), dloss_assumed, F(x), F(w), targets.i32(), rows(x), cols(x),
+    loss.f32()[0] = cpu::lm_head_ce_fwd_grad(F(dx), G(dw), dloss_assumed, F(x), F(w), targets.i32(), rows(x), cols(x),
                                              I(w.shape[0]), chunk, acc_dw, nullptr, vocab);
   }
   void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
@@ -193,7 +209,10 @@ class CpuBackend final : public Backend {
     cpu::lm_head_logits(F(logits), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
   }
   void grad_norm_sq(Tensor out, Tensor g) override {
-    out.f32()[0] = float(double(out.f32()[0]) + cpu::sum_squares(F(g), size_t(g.numel())));
+    const double s = g.dtype == DType::bf16
+                         ? cpu::sum_squares_bf16(static_cast<const uint16_t*>(g.data), size_t(g.numel()))
+                         : cpu::sum_squares(F(g), size_t(g.numel()));
+    out.f32()[0] = float(double(out.f32()[0]) + s);
   }
   void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
     float scale = 1.0f;
@@ -224,7 +243,9 @@ class CpuBackend final : public Backend {
       st.m_scale = F(s.m_scale);
       st.v_scale = F(s.v_scale);
     }
-    st.g = F(s.g);
+    STRATA_CHECK(s.g.dtype == DType::f32 || s.g.dtype == DType::bf16, "adamw_step: gradients must be f32 or bf16");
+    st.g = s.g.data;
+    st.grad_dtype = s.g.dtype;
     st.n = n;
     cpu::adamw_step(st, p, t, scale);
   }

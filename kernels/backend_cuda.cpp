@@ -1,6 +1,8 @@
 // The cuda backend: one device arena (a single reservation carved by our allocator), one compute
 // stream, cuBLASLt GEMMs, cuDNN (or flash fallback) attention and the hand-written kernels of
-// kernels/ops_cuda.h. bf16 activations and weights, fp32 master weights, gradients and moments.
+// kernels/ops_cuda.h. bf16 activations and weights, fp32 master weights and moments (or lower, per the
+// recipe); parameter gradients fp32, or bf16 with gradients: bf16 (each write rounds once: the GEMMs
+// write bf16 directly, the atomics-summing kernels through the fp32 scratch of kernels/grad_scratch.h).
 // Host/disk tier transfers run on a separate copy stream, handed off through events.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -18,6 +20,7 @@
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_cuda.h"
+#include "kernels/grad_scratch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata {
@@ -266,8 +269,9 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   std::string device_name() override { return desc_; }
   Arena& arena() override { return arena_; }
+  // adamw and grad_norm: the parameter gradients' dtype (f32, or bf16 with gradients: bf16).
   bool supports(OpKind op, DType dt) const override {
-    if (op == OpKind::adamw || op == OpKind::grad_norm) return dt == DType::f32;
+    if (op == OpKind::adamw || op == OpKind::grad_norm) return dt == DType::f32 || dt == DType::bf16;
     return dt == DType::bf16;
   }
   DType compute_dtype() const override { return DType::bf16; }
@@ -389,7 +393,12 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "embedding_bwd", s());
     if (!dwte.defined()) return;
     if (!acc_dwte) zero(dwte);  // the kernel adds rows by atomics; rows no token hit stay zero
-    cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), I(tokens.numel()), cols(dout), s());
+    const int N = I(tokens.numel()), C = cols(dout), V = I(dwte.shape[0]);
+    if (dwte.dtype != DType::bf16) return cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), N, C, s());
+    if (N == 0) return;
+    const EmbeddingGradScratch sc = embedding_grad_scratch(arena_, N, V, C);
+    cuda::embedding_bwd_bf16(B(dwte), B(dout), tokens.i32(), N, C, V, F(sc.rows.view()), sc.map.view().i32(),
+                             I(sc.slots), s());
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
     OpProfiler::Scope prof_(&prof_data_, "rmsnorm_fwd", s());
@@ -398,7 +407,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
                    bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "rmsnorm_bwd", s());
-    cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw, s());
+    if (!dw.defined() || dw.dtype != DType::bf16)
+      return cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw, s());
+    // bf16 weight gradient: the column sums in fp32 scratch (overwritten), then one rounding each.
+    const Buffer sums = grad_sums_scratch(arena_, dw.numel());
+    cuda::rmsnorm_bwd(B(dx), F(sums.view()), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, false, s());
+    cuda::grad_fold_bf16(B(dw), F(sums.view()), size_t(dw.numel()), acc_dw, s());
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     OpProfiler::Scope prof_(&prof_data_, "linear_fwd", s());
@@ -408,7 +422,11 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "linear_bwd", s());
     const int N = rows(dy), In = cols(w), O = I(w.shape[0]);
     if (dx.defined()) gemm_.linear_bwd_dx(B(dx), B(dy), B(w), N, In, O, acc_dx, s());
-    if (dw.defined()) gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, acc_dw, s());
+    if (!dw.defined()) return;
+    if (dw.dtype == DType::bf16)  // gradients: bf16: the GEMM writes bf16, one rounding per element
+      gemm_.linear_bwd_dw(B(dw), B(dy), B(x), N, In, O, acc_dw, s());
+    else
+      gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, acc_dw, s());
   }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
     OpProfiler::Scope prof_(&prof_data_, "rope_fwd", s());
@@ -485,7 +503,10 @@ class CudaBackend final : public Backend {
   void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
     if (!db.defined()) return;
     OpProfiler::Scope prof_(&prof_data_, "bias_bwd", s());
-    cuda::bias_bwd(F(db), B(dy), long(rows(dy)), long(cols(dy)), acc_db, s());
+    if (db.dtype != DType::bf16) return cuda::bias_bwd(F(db), B(dy), long(rows(dy)), long(cols(dy)), acc_db, s());
+    const Buffer sums = grad_sums_scratch(arena_, db.numel());  // as rmsnorm_bwd's bf16 weight gradient
+    cuda::bias_bwd(F(sums.view()), B(dy), long(rows(dy)), long(cols(dy)), false, s());
+    cuda::grad_fold_bf16(B(db), F(sums.view()), size_t(db.numel()), acc_db, s());
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
@@ -554,6 +575,7 @@ class CudaBackend final : public Backend {
   }
   void grad_norm_sq(Tensor out, Tensor g) override {
     OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
+    if (g.dtype == DType::bf16) return cuda::sum_squares_bf16(F(out), B(g), size_t(g.numel()), s());
     cuda::sum_squares(F(out), F(g), size_t(g.numel()), s());
   }
   void adamw_step(const AdamWSlot& a, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
@@ -561,13 +583,22 @@ class CudaBackend final : public Backend {
   }
   void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) override {
     OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
+    // f32 and bf16 gradients (gradients: bf16) each in their own launches; the sum is one either way.
     std::vector<const float*> ptrs;
-    std::vector<size_t> ns;
+    std::vector<const bf16*> ptrs_bf16;
+    std::vector<size_t> ns, ns_bf16;
     for (const Tensor& g : gs) {
-      ptrs.push_back(F(g));
-      ns.push_back(size_t(g.numel()));
+      if (g.dtype == DType::bf16) {
+        ptrs_bf16.push_back(B(g));
+        ns_bf16.push_back(size_t(g.numel()));
+      } else {
+        ptrs.push_back(F(g));
+        ns.push_back(size_t(g.numel()));
+      }
     }
-    cuda::sum_squares_list(F(out), ptrs.data(), ns.data(), int(gs.size()), s());
+    if (!ptrs.empty()) cuda::sum_squares_list(F(out), ptrs.data(), ns.data(), int(ptrs.size()), s());
+    if (!ptrs_bf16.empty())
+      cuda::sum_squares_list_bf16(F(out), ptrs_bf16.data(), ns_bf16.data(), int(ptrs_bf16.size()), s());
   }
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm, const AdamWParams& p,
                        int t) override {
@@ -576,15 +607,16 @@ class CudaBackend final : public Backend {
     // Every slot of one call shares one precision (the model's recipe): split fp32 masters with f32
     // moments take the vectorised kernel, any other recipe the generic one.
     const bool split = slots[0].master.defined();
-    const DType mdt = slots[0].m.dtype;
+    const DType mdt = slots[0].m.dtype, gdt = slots[0].g.dtype;
     for (const AdamWSlot& a : slots) {
-      STRATA_CHECK(a.master.defined() == split && a.m.dtype == mdt && a.v.dtype == mdt,
+      STRATA_CHECK(a.master.defined() == split && a.m.dtype == mdt && a.v.dtype == mdt && a.g.dtype == gdt,
                    "adamw_step_list: the slots of one call must share one state precision");
+      STRATA_CHECK(gdt == DType::f32 || gdt == DType::bf16, "adamw_step_list: gradients must be f32 or bf16");
       if (split) check_split(a.master, a.param_out);
       STRATA_CHECK(a.param_out.defined() && a.param_out.dtype == DType::bf16 && a.param_out.numel() == a.g.numel(),
                    "adamw_step_list: cuda updates bf16 weights of the gradient's size");
     }
-    if (split && mdt == DType::f32) {
+    if (split && mdt == DType::f32 && gdt == DType::f32) {
       std::vector<cuda::AdamWTensors> ts;
       for (const AdamWSlot& a : slots)
         ts.push_back(
@@ -600,8 +632,10 @@ class CudaBackend final : public Backend {
     for (const AdamWSlot& a : slots) {
       const bool q = moments == OptimizerState::q8;
       STRATA_CHECK(!q || (a.m_scale.defined() && a.v_scale.defined()), "adamw_step_list: 8-bit moments need scales");
+      const bool g16 = gdt == DType::bf16;  // read widened by the kernel (gradients: bf16)
       ts.push_back({split ? static_cast<int16_t*>(a.master.data) : nullptr, B(a.param_out), a.m.data, a.v.data,
-                    q ? F(a.m_scale) : nullptr, q ? F(a.v_scale) : nullptr, F(a.g), size_t(a.g.numel())});
+                    q ? F(a.m_scale) : nullptr, q ? F(a.v_scale) : nullptr, g16 ? nullptr : F(a.g), size_t(a.g.numel()),
+                    g16 ? B(a.g) : nullptr});
     }
     cuda::adamw_step_any(ts.data(), int(ts.size()), split, moments, F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
                          p.weight_decay, t, s());
@@ -624,7 +658,10 @@ class CudaBackend final : public Backend {
                    bool acc_dw) {
     const int C = cols(x), V = I(w.shape[0]);
     if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, acc_dx, s());
-    if (dw.defined())
+    if (!dw.defined()) return;
+    if (dw.dtype == DType::bf16)  // gradients: bf16: rounded once per chunk, as each chunk is one GEMM
+      gemm_.linear_bwd_dw(B(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+    else
       gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
   }
   CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, CopyLane lane) {

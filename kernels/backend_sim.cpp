@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/attention_workspace.h"
+#include "kernels/grad_scratch.h"
 
 namespace strata {
 
@@ -120,9 +121,9 @@ class SimBackendImpl final : public SimBackend {
   std::string device_name() override { return desc_; }
   Arena& arena() override { return arena_; }
   bool supports(OpKind op, DType dt) const override {
-    if (!cuda()) return dt == DType::f32;
-    if (op == OpKind::adamw || op == OpKind::grad_norm) return dt == DType::f32;
-    return dt == DType::bf16;
+    // adamw and grad_norm: the parameter gradients' dtype (f32, or bf16 with gradients: bf16).
+    if (op == OpKind::adamw || op == OpKind::grad_norm) return dt == DType::f32 || dt == DType::bf16;
+    return dt == (cuda() ? DType::bf16 : DType::f32);
   }
   DType compute_dtype() const override { return cuda() ? DType::bf16 : DType::f32; }
   // What cudaMemGetInfo would say: the context plus the arena's single reservation (cuda only).
@@ -207,14 +208,33 @@ class SimBackendImpl final : public SimBackend {
   void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
     if (dwte.defined() && !acc_dwte) zero(dwte);  // both backends: the kernel adds rows into a zeroed table
     const double rows_f32 = double(dout.numel()) * 4;
-    bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
+    if (!dwte.defined() || dwte.dtype != DType::bf16 || tokens.numel() == 0)
+      return bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
+    // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (kernels/grad_scratch.h): clear the map and
+    // the rows, mark and number the rows, add the tokens' rows, fold each hit row into dwte once.
+    EmbeddingGradScratch sc;
+    if (cuda()) sc = embedding_grad_scratch(arena_, tokens.numel(), dwte.shape[0], dwte.shape[1]);
+    const double slots = double(std::min(tokens.numel(), dwte.shape[0])), C = cols(dwte);
+    const double map = 4.0 * (double(dwte.shape[0]) + slots + 1);
+    const double t = cost_.memory(map + slots * C * 4) + cost_.memory(B(tokens) + map) +
+                     cost_.memory(B(dout) + B(tokens) + 2 * rows_f32) + cost_.memory(slots * C * (4 + 2 * 2));
+    bwd(OpKind::embedding, t, 4);
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float) override {
     fwd(OpKind::rmsnorm, cost_.memory(B(x) + B(out) + B(w) + B(rstd)));
   }
   void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
                    bool acc_dw) override {
-    bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * B(dw)));
+    if (!dw.defined() || dw.dtype != DType::bf16)
+      return bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * B(dw)));
+    // bf16 weight gradient: backend_cuda.cpp's fp32 column sums, then their fold into dw.
+    Buffer sums;
+    if (cuda()) sums = grad_sums_scratch(arena_, dw.numel());
+    const double sum_bytes = 4.0 * double(dw.numel());
+    bwd(OpKind::rmsnorm,
+        cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * sum_bytes) +
+            cost_.memory(sum_bytes + rw(dw, acc_dw)),
+        2);
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     fwd(OpKind::linear, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y)));
@@ -287,7 +307,12 @@ class SimBackendImpl final : public SimBackend {
   void add_fwd(Tensor out, Tensor a, Tensor b, float) override { fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out))); }
   void bias_fwd(Tensor y, Tensor b) override { fwd(OpKind::bias, cost_.memory(2 * B(y) + B(b))); }
   void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (db.defined()) bwd(OpKind::bias, cost_.memory(B(dy) + rw(db, acc_db)));
+    if (!db.defined()) return;
+    if (db.dtype != DType::bf16) return bwd(OpKind::bias, cost_.memory(B(dy) + rw(db, acc_db)));
+    Buffer sums;  // bf16 gradient: backend_cuda.cpp's fp32 column sums, then their fold into db
+    if (cuda()) sums = grad_sums_scratch(arena_, db.numel());
+    const double sum_bytes = 4.0 * double(db.numel());
+    bwd(OpKind::bias, cost_.memory(B(dy) + sum_bytes) + cost_.memory(sum_bytes + rw(db, acc_db)), 2);
   }
   void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
     bwd(OpKind::add, cost_.memory(B(dout) + rw(da, acc_da) + rw(db, acc_db)));

@@ -272,6 +272,18 @@ void Gemm::linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I,
   impl_->run(p, x, dy, dw, accumulate ? 1.0f : 0.0f, s);
 }
 
+// The same GEMM with a bf16 C/D: cuBLASLt accumulates in fp32 and rounds D once.
+void Gemm::linear_bwd_dw(bf16* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate,
+                         cudaStream_t s) {
+  check_dims(N, I, O, "linear_bwd_dw");
+  if (N == 0) {
+    if (!accumulate && I > 0 && O > 0) cudaMemsetAsync(dw, 0, size_t(O) * I * sizeof(bf16), s);
+    return;
+  }
+  Problem p{false, true, I, O, N, I, O, I, CUDA_R_16BF, CUDA_R_16BF, alignment(x), alignment(dy), alignment(dw)};
+  impl_->run(p, x, dy, dw, accumulate ? 1.0f : 0.0f, s);
+}
+
 // logits^T[V, n] = w^T'[V, C] x^T[C, n], fp32 out.
 void Gemm::logits_f32(float* logits, const bf16* x, const bf16* w, int n, int C, int V, cudaStream_t s) {
   check_dims(n, C, V, "logits_f32");

@@ -34,6 +34,9 @@ class Gemm {
   void linear_bwd_dx(bf16* dx, const bf16* dy, const bf16* w, int N, int I, int O, bool accumulate, cudaStream_t s);
   // dw[O, I] (fp32) (+)= dy[N, O]^T @ x[N, I], the same way
   void linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate, cudaStream_t s);
+  // The same into a bf16 dw (gradients: bf16): fp32 accumulation, C and D bf16, so each element is
+  // rounded once per call (dw = bf16(alpha * dy^T x + beta * dw), beta 1 when accumulating)
+  void linear_bwd_dw(bf16* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate, cudaStream_t s);
   // logits[n, V] (fp32) = x[n, C] @ w[V, C]^T
   void logits_f32(float* logits, const bf16* x, const bf16* w, int n, int C, int V, cudaStream_t s);
 

@@ -18,8 +18,8 @@ void linear_fwd(float* y, const float* x, const float* w, int N, int I, int O) {
   }
 }
 
-void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const float* w, int N, int I, int O, bool acc_dx,
-                bool acc_dw) {
+void linear_bwd(float* dx, GradOut dw, const float* dy, const float* x, const float* w, int N, int I, int O,
+                bool acc_dx, bool acc_dw) {
   std::vector<float> tmp(I);  // [I]
   if (dx) {
     // dx[n, :] += sum_o dy[n, o] * w[o, :]
@@ -44,8 +44,7 @@ void linear_bwd(float* dx, float* dw, const float* dy, const float* x, const flo
         const float* xr = x + size_t(n) * I;
         for (int i = 0; i < I; i++) tmp[i] += g * xr[i];
       }
-      float* dwr = dw + size_t(o) * I;
-      for (int i = 0; i < I; i++) write_grad(dwr[i], tmp[i], acc_dw);
+      dw.write(size_t(o) * I, tmp.data(), size_t(I), acc_dw);
     }
   }
 }

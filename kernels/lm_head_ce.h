@@ -11,19 +11,22 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/grad_cpu.h"
+
 namespace strata::cpu {
 // Returns the mean loss; writes lse. n_valid_out (optional) gets the count of non-ignored targets.
 float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* targets, int N, int C, int V, int chunk,
                      int* n_valid_out, int vocab = 0);
 // dx (+)= dL/dx and dw (+)= dL/dw (either may be null; added into when acc_dx / acc_dw, else
 // overwritten) for dL = dloss * loss, rebuilding each chunk's logits from x and w and
-// normalising with the saved lse.
-void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+// normalising with the saved lse. dw may be bf16: each chunk's term is written once (chunks after the
+// first add), as the cuda backend's one dw GEMM per chunk rounds.
+void lm_head_ce_bwd(float* dx, GradOut dw, float dloss, const float* x, const float* w, const int32_t* targets,
                     const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw, int vocab = 0);
 // The training variant: the forward (returns the mean loss) and, from the same logits at once,
 // the gradients for dL = dloss * loss: dx [N, C] overwritten (may be null) and dw [V, C] (+)= by
 // acc_dw (null: a frozen head). The same bits as lm_head_ce_fwd then lm_head_ce_bwd(acc_dx false).
-float lm_head_ce_fwd_grad(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+float lm_head_ce_fwd_grad(float* dx, GradOut dw, float dloss, const float* x, const float* w, const int32_t* targets,
                           int N, int C, int V, int chunk, bool acc_dw, int* n_valid_out, int vocab = 0);
 // Its backward: dx [n] (+)= saved_dx * dloss / dloss_assumed. Throws when dw_written (the forward
 // wrote dw for dloss_assumed) and dloss differs: that weight gradient would be wrong.

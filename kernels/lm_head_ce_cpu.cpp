@@ -45,7 +45,7 @@ void chunk_lse_loss(float* lse, double& loss_sum, const float* logits, const int
 // [v == target]) * g_scale for valid rows and real columns v < Vr, 0 otherwise): dx rows [rows, C]
 // (+)= dlogits @ w and dw [V, C] (+)= dlogits^T @ x rows (padded rows v >= Vr: zeros). x, dx,
 // targets and lse point at the chunk's first row. tmp [C].
-void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w, const int32_t* targets,
+void chunk_grads(float* g, float* dx, GradOut dw, const float* x, const float* w, const int32_t* targets,
                  const float* lse, int rows, int C, int V, int Vr, float g_scale, bool acc_dx, bool acc_dw,
                  float* tmp) {
   for (int r = 0; r < rows; r++) {
@@ -82,8 +82,7 @@ void chunk_grads(float* g, float* dx, float* dw, const float* x, const float* w,
         const float* xr = x + size_t(r) * C;
         for (int c = 0; c < C; c++) tmp[c] += gv * xr[c];
       }
-      float* dwv = dw + size_t(v) * C;
-      for (int c = 0; c < C; c++) write_grad(dwv[c], tmp[c], acc_dw);
+      dw.write(size_t(v) * C, tmp, size_t(C), acc_dw);
     }
 }
 
@@ -105,9 +104,9 @@ int check_shapes(int N, int C, int V, int chunk, int vocab) {
 }
 
 // No valid target: no gradient at all, but an overwrite still writes its zeros.
-void zero_grads(float* dx, float* dw, int N, int C, int V, bool acc_dx, bool acc_dw) {
+void zero_grads(float* dx, GradOut dw, int N, int C, int V, bool acc_dx, bool acc_dw) {
   if (dx && !acc_dx) std::fill(dx, dx + size_t(N) * C, 0.0f);
-  if (dw && !acc_dw) std::fill(dw, dw + size_t(V) * C, 0.0f);
+  if (dw && !acc_dw) dw.zero(0, size_t(V) * C);
 }
 
 }  // namespace
@@ -128,7 +127,7 @@ float lm_head_ce_fwd(float* lse, const float* x, const float* w, const int32_t* 
 }
 
 // dx (+)= dlogits @ w, dw (+)= dlogits^T @ x (chunks after the first always add).
-void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+void lm_head_ce_bwd(float* dx, GradOut dw, float dloss, const float* x, const float* w, const int32_t* targets,
                     const float* lse, int N, int C, int V, int chunk, bool acc_dx, bool acc_dw, int vocab) {
   const int Vr = check_shapes(N, C, V, chunk, vocab);
   const int n_valid = count_valid(targets, N, Vr);
@@ -145,7 +144,7 @@ void lm_head_ce_bwd(float* dx, float* dw, float dloss, const float* x, const flo
   }
 }
 
-float lm_head_ce_fwd_grad(float* dx, float* dw, float dloss, const float* x, const float* w, const int32_t* targets,
+float lm_head_ce_fwd_grad(float* dx, GradOut dw, float dloss, const float* x, const float* w, const int32_t* targets,
                           int N, int C, int V, int chunk, bool acc_dw, int* n_valid_out, int vocab) {
   const int Vr = check_shapes(N, C, V, chunk, vocab);
   const int n_valid = count_valid(targets, N, Vr);

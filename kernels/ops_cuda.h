@@ -23,6 +23,12 @@ void embedding_fwd(bf16* out, const int32_t* tokens, const bf16* wte, int N, int
 // dwte [V, C] fp32 +=, by fp32 atomics (repeated tokens add in no fixed order); to overwrite,
 // zero dwte first.
 void embedding_bwd(float* dwte, const bf16* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
+// dwte [V, C] bf16 += (gradients: bf16): each row the N tokens hit is summed in fp32 first (atomics,
+// in no fixed order) in the compacted scratch kernels/grad_scratch.h describes, rows [slots, C] f32
+// and map [V + slots + 1] i32 (slots = min(N, V)), then added into dwte once, rounded to nearest
+// even. To overwrite, zero dwte first.
+void embedding_bwd_bf16(bf16* dwte, const bf16* dout, const int32_t* tokens, int N, int C, int V, float* rows,
+                        int32_t* map, int slots, cudaStream_t stream);
 
 // RMSNorm: out = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps). x, out [N, C]; w [C]; rstd [N] (may be null).
 void rmsnorm_fwd(bf16* out, float* rstd, const bf16* x, const bf16* w, int N, int C, float eps, cudaStream_t stream);
@@ -78,6 +84,11 @@ void ce_dx_from_saved(bf16* dx, const bf16* saved_dx, const float* dloss, float 
 
 // out[0] += sum(g[0..n)^2), fp32 (per-block partials, then one atomic per block).
 void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);
+// The same over bf16 gradients (gradients: bf16), each value widened.
+void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream);
+// A bf16 parameter gradient from its fp32 sums (gradients: bf16), n elements: g = bf16(g + sums) when
+// accumulating, bf16(0 + sums) otherwise, rounded to nearest even (the cpu reference's write_grad).
+void grad_fold_bf16(bf16* g, const float* sums, size_t n, bool accumulate, cudaStream_t stream);
 // One torch.optim.AdamW step (t is 1-based) on fp32 master weights stored split
 // (engine/master_split.h): hi [n] the bf16 compute weights, lo [n] the low halves; both are read and
 // written. Global-norm clipping's scale is computed on device from norm_sq[0]:
@@ -97,12 +108,14 @@ struct AdamWTensors {
   size_t n;
 };
 void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream);
+void sum_squares_list_bf16(float* out, const bf16* const* gs, const size_t* ns, int count, cudaStream_t stream);
 void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, float max_norm, float lr, float beta1,
                      float beta2, float eps, float weight_decay, int t, cudaStream_t stream);
 
 // adamw_step_list on any state precision (engine/state_recipe.h): `split` masters (lo and hi as
 // above) or none (hi, the bf16 weights, updated in place, rounded to nearest even); moments f32, bf16
-// (rounded to nearest even) or 8-bit codes with one f32 scale per kQuantBlock elements (kernels/quant8.h).
+// (rounded to nearest even) or 8-bit codes with one f32 scale per kQuantBlock elements (kernels/quant8.h);
+// gradients f32 (g) or bf16 (g_bf16, gradients: bf16, read widened), one kind for every tensor of a call.
 // Bit for bit the cpu reference (cpu::adamw_step on an AdamWState).
 struct AdamWAnyTensors {
   int16_t* lo;
@@ -113,6 +126,7 @@ struct AdamWAnyTensors {
   float* v_scale;
   const float* g;
   size_t n;
+  const bf16* g_bf16 = nullptr;  // instead of g
 };
 void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerState moments, const float* norm_sq,
                     float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,

@@ -25,7 +25,7 @@ void rmsnorm_fwd(float* out, float* rstd, const float* x, const float* w, int N,
 
 // With y_c = w_c x_c r and r = (mean(x^2) + eps)^-1/2:
 //   dx_c = r w_c dy_c - x_c r^3 / C * sum_k(dy_k w_k x_k),   dw_c = sum_n dy_c x_c r.
-void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+void rmsnorm_bwd(float* dx, GradOut dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
                  int C, bool acc_dx, bool acc_dw) {
   std::vector<double> dw_acc(dw ? C : 0, 0.0);  // [C], summed over rows before touching dw
   for (int n = 0; n < N; n++) {
@@ -42,8 +42,11 @@ void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const 
     if (dw)
       for (int c = 0; c < C; c++) dw_acc[c] += double(dy[c]) * xr[c] * r;
   }
-  if (dw)
-    for (int c = 0; c < C; c++) write_grad(dw[c], float(dw_acc[c]), acc_dw);
+  if (dw) {
+    std::vector<float> sums(static_cast<size_t>(C));
+    for (int c = 0; c < C; c++) sums[size_t(c)] = float(dw_acc[size_t(c)]);
+    dw.write(0, sums.data(), size_t(C), acc_dw);
+  }
 }
 
 }  // namespace strata::cpu

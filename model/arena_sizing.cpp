@@ -25,7 +25,8 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   req.profile = profile;
   // Data parallel (the caller sets req.gpus to the world size): the rank's bf16 gradient copies and
   // ZeRO-1's share of the state are in its peak.
-  req.grad_reduce = cfg.grad_reduce;
+  check_grad_reduce(cfg);
+  req.grad_reduce = effective_grad_reduce(cfg);
   req.zero_stage = cfg.zero_stage;
   return req;
 }

@@ -239,6 +239,8 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
                                 {"adam_beta2", c.beta2},
                                 {"adam_epsilon", c.adam_eps},
                                 {"max_grad_norm", c.max_grad_norm},
+                                // Gradients are never saved: a resume may change their precision.
+                                {"gradients", gradients_name(c.recipe.gradients)},
                                 {"loss_chunk_tokens", c.loss_chunk_tokens},
                                 {"pad_vocab_multiple", c.pad_vocab_multiple},
                                 {"eval_steps", c.eval_steps},

@@ -1,7 +1,8 @@
 // Gradient accumulation: several micro-batches' gradients summed into one optimizer step.
 //
 // Backward overwrites each parameter's gradient, so the sum is kept beside it, in host memory (4
-// bytes a trainable parameter): micro-batch i's gradient g_i, weighted by w_i (its share of the
+// bytes a trainable parameter, also for bf16 gradients, whose sum is rounded once when written back
+// where the optimizer reads it): micro-batch i's gradient g_i, weighted by w_i (its share of the
 // step's loss tokens), is folded in as acc = w_1 g_1, then acc + w_i g_i in micro-batch order; after
 // the last one the sum is written back where the optimizer reads the gradient (the device buffer or
 // the host-tier array) and the squared norm for clipping is summed again over it. One batch of all

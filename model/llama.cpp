@@ -238,7 +238,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, low_precision ? "weights.compute" : "weights");
   if (trainable) {
     if (!grad_host) {
-      p.grad = Buffer(be_.arena(), DType::f32, shape, "grads");
+      p.grad = Buffer(be_.arena(), grad_dtype(), shape, "grads");  // gradients: fp32 or bf16 (the recipe's)
       be_.zero(p.grad.view());
     }
     const DType mdt = opt_.recipe.moments == OptimizerState::fp32   ? DType::f32
@@ -269,7 +269,7 @@ void LlamaModel::place_state(Parameter& p, size_t& host_bytes) {
   place(p.host_master, master_bytes);
   place(p.host_m, moment_bytes(opt_.recipe.moments, n));
   place(p.host_v, moment_bytes(opt_.recipe.moments, n));
-  place(p.host_grad, n * sizeof(float));
+  place(p.host_grad, n * dtype_size(grad_dtype()));
 }
 
 namespace {

@@ -1,6 +1,6 @@
 // The Llama family (Llama, Mistral, Qwen2, Qwen3: io::Arch) on the tape: parameters in the device arena (fp32 master
-// weights, gradients and Adam moments for trainable ones), weights from Hugging Face checkpoints, LoRA adapters with
-// the base frozen, and the forward graph recorded per batch.
+// weights, gradients and Adam moments for trainable ones, or lower per ModelOptions::recipe), weights from Hugging Face
+// checkpoints, LoRA adapters with the base frozen, and the forward graph recorded per batch.
 #pragma once
 #include <functional>
 #include <memory>
@@ -49,7 +49,7 @@ struct ModelOptions {
   // "<group>.w.master", "<group>.grad", "<group>.adam.m", "<group>.adam.v" (Parameter::group).
   // Only the state table is read; the activation plan is the Trainer's.
   Plan state_plan;
-  // The state's precision (master_weights, optimizer_state; engine/state_recipe.h).
+  // The state's precision (master_weights, optimizer_state, gradients; engine/state_recipe.h).
   StateRecipe recipe;
   // ZeRO (model/zero.h): with stage 1 and several ranks, this rank allocates the moments and the
   // master (low half) of the trainable parameters it owns only. Needs state_offloading none, no LoRA.
@@ -73,7 +73,7 @@ struct Parameter {
   // holds the high half, this the i16 low half (engine/master_split.h).
   Buffer master;
   Buffer compute;           // the weights in the backend's compute dtype (bf16 on cuda); empty on cpu
-  Buffer grad;              // fp32, trainable only
+  Buffer grad;              // trainable only: fp32, or bf16 with the recipe's gradients: bf16 (grad_dtype())
   Buffer m, v;              // AdamW moments, trainable only, in ModelOptions::recipe's precision (f32, bf16, u8)
   Buffer m_scale, v_scale;  // 8-bit moments: f32 [quant_blocks(numel)]
   int page = -1;            // index in the model's WeightPager when the weight is paged
@@ -132,6 +132,8 @@ class LlamaModel {
   // The rows of the embedding and the LM head in memory: vocab_size rounded up to pad_vocab_multiple.
   int64_t padded_vocab() const { return padded_vocab_; }
   const ModelOptions& options() const { return opt_; }
+  // The trainable parameters' gradient dtype on every tier (ModelOptions::recipe's gradients): f32 or bf16.
+  DType grad_dtype() const { return strata::grad_dtype(opt_.recipe); }
   std::vector<Parameter>& params() { return params_; }
   const std::vector<Parameter>& params() const { return params_; }
   Parameter* find(const std::string& name);

@@ -98,7 +98,7 @@ Tensor Optimizer::grad_sink(VId u) {
   STRATA_CHECK(v.owner >= 0 && size_t(v.owner) < lazy_grads_.size(),
                fmt::format("optimizer: parameter '{}' carries no parameter index", v.cls));
   Buffer& b = lazy_grads_[size_t(v.owner)];
-  if (!b.allocated()) b = Buffer(be_.arena(), DType::f32, v.shape, "grads.host_tier");
+  if (!b.allocated()) b = Buffer(be_.arena(), model_.grad_dtype(), v.shape, "grads.host_tier");
   return b.view();
 }
 
@@ -108,6 +108,7 @@ void Optimizer::grads_final(const std::vector<VId>& ids) {
     std::vector<Tensor> sums;
     for (VId u : ids) {
       const Tensor g = tape_->value(u).grad_sink;
+      // bf16 gradients (gradients: bf16) are summed as they are, whatever reduce_dtype says.
       if (opt_.reduce_dtype == DType::f32 || g.dtype != DType::f32) {
         sums.push_back(g);
         continue;
@@ -186,7 +187,7 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
     if (p.host_master != Parameter::kDevice) per_block += kQuantBlock * master_elem_bytes();
     for (size_t off : {p.host_m, p.host_v})
       if (off != Parameter::kDevice) per_block += kQuantBlock * mel + scale_bytes;
-    if (p.host_grad != Parameter::kDevice) per_block += kQuantBlock * sizeof(float);
+    if (p.host_grad != Parameter::kDevice) per_block += kQuantBlock * dtype_size(model_.grad_dtype());
     const size_t n = size_t(p.shape.numel());
     for (size_t begin = 0; begin < n;) {
       // Each array of a piece starts 256-byte aligned (6 arrays at most); a piece ends on a multiple
@@ -217,7 +218,7 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
       lay_scales(pc.ms, p.host_m != Parameter::kDevice);
       lay(pc.v, p.host_v != Parameter::kDevice, mel);
       lay_scales(pc.vs, p.host_v != Parameter::kDevice);
-      lay(pc.g, p.host_grad != Parameter::kDevice, sizeof(float));
+      lay(pc.g, p.host_grad != Parameter::kDevice, dtype_size(model_.grad_dtype()));
       cur.pieces.push_back(pc);
       begin += take;
     }
@@ -243,7 +244,7 @@ void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last) 
     up(p.host_master, pc.master, mdt, master_elem_bytes());
     up(p.host_m, pc.m, moment_dtype(), dtype_size(moment_dtype()));
     up(p.host_v, pc.v, moment_dtype(), dtype_size(moment_dtype()));
-    up(p.host_grad, pc.g, DType::f32, sizeof(float));
+    up(p.host_grad, pc.g, model_.grad_dtype(), dtype_size(model_.grad_dtype()));
     if (quantised()) {
       const size_t n = size_t(p.shape.numel());
       for (auto [host_off, st_off] : {std::pair{p.host_m, pc.ms}, std::pair{p.host_v, pc.vs}})
@@ -270,7 +271,7 @@ void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams
       s.master = pick(p.host_master, pc.master, mdt, p.master);
     s.m = pick(p.host_m, pc.m, moment_dtype(), p.m);
     s.v = pick(p.host_v, pc.v, moment_dtype(), p.v);
-    s.g = pick(p.host_grad, pc.g, DType::f32, p.grad);
+    s.g = pick(p.host_grad, pc.g, model_.grad_dtype(), p.grad);
     s.param_out = slice(p.value(), pc.begin, pc.n);
     if (quantised()) {
       const size_t b0 = pc.begin / kQuantBlock, nb = quant_blocks(pc.n);
@@ -441,7 +442,7 @@ void Optimizer::download_grad(const Parameter& p, float* dst) {
   wait_copies();
   const std::byte* h = model_.host_state(p.host_grad);
   if (h)
-    std::memcpy(dst, h, size_t(p.shape.numel()) * sizeof(float));
+    convert_to_f32(dst, h, model_.grad_dtype(), size_t(p.shape.numel()));
   else
     std::fill(dst, dst + p.shape.numel(), 0.0f);
 }

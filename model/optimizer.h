@@ -39,9 +39,11 @@ struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
   bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients
-  // Data parallel: the dtype gradients are summed over the ranks in. f32: exact sums of the fp32
+  // Data parallel: the dtype fp32 gradients are summed over the ranks in. f32: exact sums of the fp32
   // gradients. bf16: each group's gradients are rounded to bf16 copies, summed in bf16 (half the
   // bytes on the links; as PyTorch DDP with bf16 parameters) and widened back into the fp32 buffers.
+  // bf16 gradients (the recipe's gradients: bf16) are summed in bf16 in place, with no copies, and
+  // this is not read (the configs refuse an explicit fp32 with them: check_grad_reduce).
   DType reduce_dtype = DType::f32;
 };
 
@@ -92,7 +94,8 @@ class Optimizer {
   // rank, after the last step; later steps leave the copies stale). A no-op unsharded or where the
   // weights are the master (f32 backend) or there is none (master_weights: none).
   void gather_masters();
-  // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel]).
+  // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel], bf16
+  // gradients widened).
   void download_grad(const Parameter& p, float* dst);
 
  private:

@@ -460,8 +460,8 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (r.pad_vocab_multiple != ForecastRequest{}.pad_vocab_multiple)
     y += fmt::format("pad_vocab_multiple: {}\n", r.pad_vocab_multiple);
   if (r.recipe != StateRecipe{})
-    y += fmt::format("master_weights: {}\noptimizer_state: {}\n", master_weights_name(r.recipe.master),
-                     optimizer_state_name(r.recipe.moments));
+    y += fmt::format("master_weights: {}\noptimizer_state: {}\ngradients: {}\n", master_weights_name(r.recipe.master),
+                     optimizer_state_name(r.recipe.moments), gradients_name(r.recipe.gradients));
   if (!plan.state.empty()) {
     y += "state_plan:  # persistent state on the host tier\n";
     for (auto& [pat, d] : plan.state) y += fmt::format("  \"{}\": {}\n", pat, decision_name(d));

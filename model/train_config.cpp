@@ -98,6 +98,20 @@ int parse_zero_stage(long long v, const Origin& o) {
   return int(v);
 }
 
+void check_grad_reduce(const TrainConfig& c) {
+  if (c.recipe.gradients != GradPrecision::bf16 || c.grad_reduce != DType::f32 || c.grad_reduce_origin.where.empty())
+    return;
+  throw ConfigError(fmt::format("{} is fp32, but gradients: bf16 keeps the gradients in bf16 and the ranks sum them in "
+                                "bf16 as they are (there is no fp32 gradient to sum); drop grad_reduce_dtype "
+                                "(--grad-reduce), or set gradients: fp32",
+                                c.grad_reduce_origin.where),
+                    c.grad_reduce_origin.file, c.grad_reduce_origin.field);
+}
+
+DType effective_grad_reduce(const TrainConfig& c) {
+  return c.recipe.gradients == GradPrecision::bf16 ? DType::bf16 : c.grad_reduce;
+}
+
 DType parse_grad_reduce(const std::string& s, const Origin& o) {
   if (s == "fp32") return DType::f32;
   if (s == "bf16") return DType::bf16;
@@ -399,9 +413,10 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.loss_chunk_tokens = Int(1);
       else if (key == "mlp_tiles")
         c.mlp_tiles = parse_mlp_tiles(S(), here);
-      else if (key == "grad_reduce_dtype")
+      else if (key == "grad_reduce_dtype") {
         c.grad_reduce = parse_grad_reduce(S(), here);
-      else if (key == "zero_stage")
+        c.grad_reduce_origin = here;
+      } else if (key == "zero_stage")
         c.zero_stage = parse_zero_stage(get<long long>(v, path, key, "an integer"), here);
       else if (key == "pad_vocab_multiple")
         c.pad_vocab_multiple = check_pad_vocab(get<long long>(v, path, key, "an integer"), here);
@@ -462,6 +477,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.recipe.master = parse_master_weights(S(), path);
       } else if (key == "optimizer_state") {
         c.recipe.moments = parse_optimizer_state(S(), path);
+      } else if (key == "gradients") {
+        c.recipe.gradients = parse_gradients(S(), path);
       } else if (key == "state_offloading") {
         state_plan.set_state_offloading(S(), path);
         has_state = true;
@@ -499,6 +516,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
     // Every conversion above is checked; this keeps any other yaml-cpp error a ConfigError too.
     STRATA_THROW(ConfigError, fmt::format("{}: key '{}': {}", path, key, e.what()), path, key);
   }
+  check_grad_reduce(c);  // a file that sets both keys contradicting each other
   // `adapter: lora` alone means rank 8; with lora_r (which must be >= 1) the rank given.
   if (adapter_lora && !rank_given && c.lora.rank == 0) c.lora.rank = 8;
   if (has_state) {

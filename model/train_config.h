@@ -19,6 +19,15 @@ struct DatasetSpec {
   std::string field;                // completion jsonl: the text field ("" = "text")
 };
 
+// Where a setting came from, for its error message and the ConfigError's fields: a YAML key
+// ("run.yaml: weight_decay"; file "run.yaml", field "weight_decay") or a flag ("--weight-decay";
+// file "command line", field "weight-decay").
+struct Origin {
+  std::string where, file, field;
+  static Origin yaml(const std::string& path, const std::string& key) { return {path + ": " + key, path, key}; }
+  static Origin flag(const std::string& name) { return {"--" + name, "command line", name}; }
+};
+
 struct TrainConfig {
   std::string model_dir;
   std::string data_path;
@@ -47,8 +56,10 @@ struct TrainConfig {
   // mlp_tiles (ModelOptions::mlp_tiles): N >= 1 row tiles per layer's MLP; 0 = auto: the budget
   // planner chooses when it plans (memory_budget), else 1 (untiled).
   int mlp_tiles = 0;
-  // grad_reduce_dtype (OptimizerOptions::reduce_dtype): what data-parallel ranks sum gradients in.
+  // grad_reduce_dtype (OptimizerOptions::reduce_dtype): what data-parallel ranks sum fp32 gradients
+  // in; where it was set (empty `where`: the default). With gradients: bf16 the sums are bf16 anyway.
   DType grad_reduce = DType::f32;
+  Origin grad_reduce_origin;
   // zero_stage (ModelOptions::zero, model/zero.h): 1 shards the optimizer state over the data-parallel
   // ranks; 0 (the default) does not; 2 and 3 are refused (not implemented yet).
   int zero_stage = 0;
@@ -56,7 +67,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
   bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
-  StateRecipe recipe;             // master_weights, optimizer_state (engine/state_recipe.h)
+  StateRecipe recipe;             // master_weights, optimizer_state, gradients (engine/state_recipe.h)
   std::string output_dir;         // where the trained model / adapter is saved (empty: not saved)
   // The loop (model/train_loop.h). `steps` counts when given (steps_given), else num_epochs does.
   bool steps_given = false;                          // max_steps / --steps was set
@@ -77,15 +88,6 @@ struct TrainConfig {
 // "20GiB", "512MiB", "1e9", "4096" -> bytes. ConfigError naming `where` on a bad value.
 size_t parse_bytes(const std::string& s, const std::string& where);
 
-// Where a setting came from, for its error message and the ConfigError's fields: a YAML key
-// ("run.yaml: weight_decay"; file "run.yaml", field "weight_decay") or a flag ("--weight-decay";
-// file "command line", field "weight-decay").
-struct Origin {
-  std::string where, file, field;
-  static Origin yaml(const std::string& path, const std::string& key) { return {path + ": " + key, path, key}; }
-  static Origin flag(const std::string& name) { return {"--" + name, "command line", name}; }
-};
-
 // The rules a setting's value must meet, the same for a YAML key and its flag. A value that
 // breaks them is a ConfigError naming the origin, the rule and the value; nothing is truncated
 // or clamped, and NaN or an infinity never passes.
@@ -103,6 +105,12 @@ int check_pad_vocab(long long v, const Origin& o);
 int parse_mlp_tiles(const std::string& s, const Origin& o);
 // grad_reduce_dtype: "fp32" -> f32, "bf16" -> bf16; ConfigError naming `o` otherwise.
 DType parse_grad_reduce(const std::string& s, const Origin& o);
+// gradients: bf16 sums the bf16 gradients over the ranks in bf16 as they are; an explicit
+// grad_reduce_dtype: fp32 beside it asks for what does not exist: ConfigError naming where each was
+// set. Applied after the YAML file and after the command line.
+void check_grad_reduce(const TrainConfig& c);
+// The dtype data-parallel ranks sum gradients in: bf16 with bf16 gradients, else grad_reduce.
+DType effective_grad_reduce(const TrainConfig& c);
 // zero_stage: 0 or 1; UnsupportedError for 2 and 3 (not implemented yet), ConfigError naming `o` otherwise.
 int parse_zero_stage(long long v, const Origin& o);
 // lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.

@@ -22,7 +22,8 @@ TrainOptions train_options(const TrainConfig& cfg) {
   to.max_grad_norm = cfg.max_grad_norm;
   to.plan = cfg.plan;
   to.tiers.offload_dir = cfg.offload_dir;
-  to.optimizer.reduce_dtype = cfg.grad_reduce;
+  check_grad_reduce(cfg);
+  to.optimizer.reduce_dtype = effective_grad_reduce(cfg);
   return to;
 }
 

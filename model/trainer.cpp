@@ -120,7 +120,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       if (p.host_grad == Parameter::kDevice)
         be_.zero(p.grad.view());
       else if (std::byte* h = model_.host_state(p.host_grad))
-        std::memset(h, 0, size_t(p.shape.numel()) * sizeof(float));  // no copy reads it now: steps end synchronized
+        std::memset(h, 0, size_t(p.shape.numel()) * dtype_size(model_.grad_dtype()));  // no copy reads it now
     }
   }
   tape_.forward();

@@ -32,7 +32,8 @@ static const char* kUsage =
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
-    "                    [--optimizer-state fp32|bf16|8bit] [--mlp-tiles N] [--pad-vocab 64] [--eager-update]\n"
+    "                    [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16] [--mlp-tiles N] [--pad-vocab 64]\n"
+    "                    [--eager-update]\n"
     "                    [--pack N]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
@@ -41,6 +42,7 @@ static const char* kUsage =
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
     "strata-train's state_offloading key. --master-weights / --optimizer-state: the state's precision, as\n"
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
+    "--gradients fp32|bf16: the trainable parameters' gradient precision, as strata-train's gradients key.\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (strata-train's mlp_tiles; --config's applies unless given;\n"
     "auto or absent: untiled).\n"
     "--pad-vocab N: the vocabulary rows padded to a multiple of N in memory (strata-train's pad_vocab_multiple;\n"
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
                 {"shape",          "model",           "seq",          "batch",     "mode",          "plan",
                  "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
                  "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
-                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab", "pack"},
+                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab", "pack",          "gradients"},
                 {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -120,6 +122,7 @@ int main(int argc, char** argv) {
     if (a.has("master-weights")) mo.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
     if (a.has("optimizer-state"))
       mo.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
+    if (a.has("gradients")) mo.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
     to.adam.lr = 1e-5f;
     to.max_grad_norm = check_number(a.number("max-grad-norm", to.max_grad_norm), NumberRule::non_negative,
                                     Origin::flag("max-grad-norm"));
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
     j["state_offloading"] = to.plan.state_preset;
     j["master_weights"] = master_weights_name(mo.recipe.master);
     j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
+    j["gradients"] = gradients_name(mo.recipe.gradients);
     j["state_host_bytes"] = model.state_host_bytes();
     j["state_host_pinned"] = model.state_host_pinned();
     j["offloaded_bytes_per_step"] = offloaded;

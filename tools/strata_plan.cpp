@@ -30,7 +30,8 @@ static const char* kUsage =
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
-    "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--mlp-tiles auto|N]\n"
+    "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
+    "                   [--mlp-tiles auto|N]\n"
     "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--pad-vocab 64] [--pack N]\n"
     "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
@@ -50,7 +51,8 @@ static const char* kUsage =
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
     "with --budget and --host-budget the planner chooses that level itself.\n"
     "--master-weights none: no fp32 master (bf16 weights updated in place); --optimizer-state bf16|8bit:\n"
-    "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32).\n"
+    "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32);\n"
+    "--gradients bf16: the trainable parameters' gradients in bf16, 2 bytes each (YAML gradients; default fp32).\n"
     "--mlp-tiles N: each layer's MLP runs over N row tiles, so its [tokens x intermediate] tensors never\n"
     "exist whole (YAML mlp_tiles); auto (the default): untiled, but with --budget the planner tiles when\n"
     "nothing fits untiled (2, 4, ... 64 tiles).\n"
@@ -277,7 +279,7 @@ int main(int argc, char** argv) {
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
-                    "grad-reduce", "pad-vocab", "zero-stage"});
+                    "grad-reduce", "pad-vocab", "zero-stage", "gradients"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -326,9 +328,14 @@ int main(int argc, char** argv) {
         throw ConfigError(fmt::format("--pack {} must divide --seq {}", pack, req.seq), "command line", "pack");
       for (long i = 0; i < long(req.batch) * req.seq; ++i) req.positions.push_back(int32_t(i % (req.seq / pack)));
     }
-    req.grad_reduce =
-        a.has("grad-reduce") ? parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce")) : tc.grad_reduce;
-    if (req.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
+    if (a.has("grad-reduce")) {
+      tc.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
+      tc.grad_reduce_origin = Origin::flag("grad-reduce");
+    }
+    if (a.has("gradients")) tc.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
+    check_grad_reduce(tc);
+    req.grad_reduce = effective_grad_reduce(tc);
+    if (tc.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
     req.zero_stage =
         a.has("zero-stage") ? parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage")) : tc.zero_stage;
     if (req.zero_stage) run_keys += fmt::format("zero_stage: {}\n", req.zero_stage);
@@ -401,8 +408,9 @@ int main(int argc, char** argv) {
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));
-    std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
-                 master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments));
+    std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
+                 master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments),
+                 gradients_name(req.recipe.gradients));
     std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
                  req.layer_offloading ? "frozen layer weights paged from host" : "no weight paging",
                  host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
@@ -500,6 +508,7 @@ int main(int argc, char** argv) {
       out["mode"] = train_mode_name(req.mode);
       out["master_weights"] = master_weights_name(req.recipe.master);
       out["optimizer_state"] = optimizer_state_name(req.recipe.moments);
+      out["gradients"] = gradients_name(req.recipe.gradients);
       out["profile"] = {{"name", p.name}, {"source", p.source}, {"calibrated", calibrated}};
       out["mirror"] = sim_mirror_name(req.mirror);
       out["tiers"] = "device, host and disk";

@@ -41,8 +41,9 @@ static const char* kUsage =
     "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory BYTES]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
     "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
-    "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--seed 0]\n"
-    "                    [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler constant|linear|cosine]\n"
+    "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
+    "                    [--seed 0] [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler "
+    "constant|linear|cosine]\n"
     "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--save-steps 0] [--resume auto|DIR]\n"
     "                    [--mlp-tiles auto|N] [--sample-packing] [--pad-vocab 64] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
@@ -65,6 +66,8 @@ static const char* kUsage =
     "parameters only and broadcasts their updated weights; each rank saves its shard in checkpoints.\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
+    "--gradients bf16: every trainable parameter's gradient kept in bf16, 2 bytes instead of 4, each write rounded\n"
+    "once (YAML gradients; with --gpus they are summed in bf16, so --grad-reduce fp32 is refused).\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (YAML mlp_tiles); auto: untiled, or as the budget planner\n"
     "chooses under --budget.\n"
     "--pad-vocab N: the embedding and LM head hold the vocabulary rounded up to a multiple of N in memory (zero\n"
@@ -152,7 +155,7 @@ int main(int argc, char** argv) {
                  "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
                  "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
                  "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "grad-reduce",
-                 "pad-vocab",    "zero-stage"},
+                 "pad-vocab",    "zero-stage",   "gradients"},
                 {"json", "freeze-base", "sample-packing", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -192,7 +195,10 @@ int main(int argc, char** argv) {
     }
     int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
     if (a.has("mlp-tiles")) cfg.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
-    if (a.has("grad-reduce")) cfg.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
+    if (a.has("grad-reduce")) {
+      cfg.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
+      cfg.grad_reduce_origin = Origin::flag("grad-reduce");
+    }
     if (a.has("zero-stage")) cfg.zero_stage = parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage"));
     if (a.has("pad-vocab"))
       cfg.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
@@ -210,6 +216,8 @@ int main(int argc, char** argv) {
     if (a.has("master-weights")) cfg.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
     if (a.has("optimizer-state"))
       cfg.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
+    if (a.has("gradients")) cfg.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
+    check_grad_reduce(cfg);
     if (a.has("host-budget")) cfg.host_budget_bytes = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) cfg.disk_budget_bytes = parse_bytes(a.str("disk-budget"), "--disk-budget");
     if ((cfg.host_budget_bytes || cfg.disk_budget_bytes) && !cfg.memory_budget_bytes)
@@ -393,8 +401,9 @@ int main(int argc, char** argv) {
                      "them in host memory (%s) and moves %s of gradients each way per micro-batch\n",
                      cfg.grad_accum, format_bytes(model.trainable_count() * sizeof(float)).c_str(),
                      format_bytes(model.trainable_count() * sizeof(float)).c_str());
-      std::fprintf(info, "state precision: master_weights %s, optimizer_state %s\n",
-                   master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments));
+      std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
+                   master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments),
+                   gradients_name(cfg.recipe.gradients));
       print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
       if (const WeightPager* pg = model.pager())
         std::fprintf(info, "weight paging: %d frozen layers in a %s %s host block%s%s, %d device slots of %s\n",

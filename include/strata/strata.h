@@ -146,6 +146,7 @@ struct SessionConfig {
   bool layer_offloading = false;         // page the frozen layer weights from host
   std::string master_weights = "fp32";   // fp32 | none
   std::string optimizer_state = "fp32";  // fp32 | bf16 | 8bit
+  std::string gradients = "fp32";        // fp32 | bf16: the trainable parameters' gradients
   std::string output_dir;                // save() without an argument writes here
 };
 
@@ -244,7 +245,7 @@ struct ForecastSpec {
   std::string mirror = "cuda";        // the backend whose allocations the sim reproduces: cuda | cpu
   size_t budget_bytes = 0;            // arena budget; 0 = unbounded
   bool layer_offloading = false;
-  std::string master_weights = "fp32", optimizer_state = "fp32";
+  std::string master_weights = "fp32", optimizer_state = "fp32", gradients = "fp32";
 };
 
 struct ForecastItem {

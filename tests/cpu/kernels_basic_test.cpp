@@ -41,14 +41,14 @@ TEST(KernelsCpu, EmbeddingForwardGathersAndBackwardScatters) {
     return dotd(out, R);
   };
   Vec dwte(wte.size(), 0.0f);
-  cpu::embedding_bwd(dwte.data(), R.data(), tok.data(), N, C);
+  cpu::embedding_bwd(dwte.data(), R.data(), tok.data(), N, C, V);
   expect_grad_near(dwte, fd_grad(wte, loss), "dwte", 1e-4);
   EXPECT_FLOAT_EQ(dwte[3 * C], R[0 * C] + R[3 * C] + R[5 * C]);
 
   Vec twice = dwte;
-  cpu::embedding_bwd(twice.data(), R.data(), tok.data(), N, C);
+  cpu::embedding_bwd(twice.data(), R.data(), tok.data(), N, C, V);
   expect_all_near(twice, scaled(dwte, 2.0f), 1e-6, 1e-6, "accumulated dwte");
-  cpu::embedding_bwd(nullptr, R.data(), tok.data(), N, C);  // skip: must not crash
+  cpu::embedding_bwd(nullptr, R.data(), tok.data(), N, C, V);  // skip: must not crash
 }
 
 TEST(KernelsCpu, RmsnormMatchesFormulaAndGradients) {

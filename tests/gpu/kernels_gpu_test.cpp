@@ -116,7 +116,7 @@ TEST(KernelsGpu, Embedding) {
     Vec dw_ref = dwte.h;
     for (int rep = 0; rep < 2; rep++) {  // twice: accumulates
       sc::embedding_bwd(dwte.p(), dout.p(), t.d.p, N, C, kStream);
-      cpu::embedding_bwd(dw_ref.data(), dout_ref.data(), tok.data(), N, C);
+      cpu::embedding_bwd(dw_ref.data(), dout_ref.data(), tok.data(), N, C, V);
       sync();
       EXPECT_TRUE(close(dwte.get(), dw_ref, 1e-12, "embedding_bwd C=" + std::to_string(C)));
     }

@@ -202,6 +202,28 @@ TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
     compare(c, size_t(1) << 30);
 }
 
+// gradients: bf16: the bf16 gradient buffers and the fp32 scratch of the norm, bias and embedding
+// gradients (kernels/grad_scratch.h) are the cuda backend's, block for block, on every tier.
+TEST(SimVsCuda, Bf16GradientsScheduleAndPeakAreEqual) {
+  STRATA_REQUIRE_GPU();
+  const StateRecipe g16{MasterWeights::fp32, OptimizerState::fp32, GradPrecision::bf16};
+  const StateRecipe hf{MasterWeights::none, OptimizerState::bf16, GradPrecision::bf16};
+  io::LlamaConfig tied = tiny();
+  tied.tie_word_embeddings = true;
+  for (auto& c : std::vector<Case>{
+           {"bf16 grads keep", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true, true, g16},
+           {"bf16 grads loss bwd", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true, false, g16},
+           {"bf16 grads tied gc1", tied, 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true, true, g16},
+           {"bf16 grads hf all host", tiny(), 2, 37, with_state_level(Plan::gradient_checkpointing(1), "all"),
+            TrainMode::full, true, true, hf},
+           {"bf16 grads qwen3 gc1", tiny_arch(io::Arch::qwen3), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full,
+            true, true, g16},
+           {"bf16 grads qwen2 lora", tiny_arch(io::Arch::qwen2), 2, 37, Plan::gradient_checkpointing(2),
+            TrainMode::lora, true, true, g16},
+           {"bf16 grads frozen", tiny(), 2, 37, Plan::keep_everything(), TrainMode::frozen, true, true, g16}})
+    compare(c, size_t(1) << 30);
+}
+
 TEST(SimVsCuda, Llama1BScheduleAndPeakAreEqual) {
   STRATA_REQUIRE_GPU();
   const io::LlamaConfig m = builtin_shape("Llama-3.2-1B");
