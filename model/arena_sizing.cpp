@@ -27,6 +27,7 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   // ZeRO-1's share of the state are in its peak.
   req.grad_reduce = cfg.grad_reduce;
   req.zero_stage = cfg.zero_stage;
+  req.sequence_parallel = cfg.sequence_parallel;  // the caller's req.gpus must be a multiple
   return req;
 }
 

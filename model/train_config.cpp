@@ -401,6 +401,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         c.mlp_tiles = parse_mlp_tiles(S(), here);
       else if (key == "grad_reduce_dtype")
         c.grad_reduce = parse_grad_reduce(S(), here);
+      else if (key == "sequence_parallel")
+        c.sequence_parallel = Int(1);
       else if (key == "zero_stage")
         c.zero_stage = parse_zero_stage(get<long long>(v, path, key, "an integer"), here);
       else if (key == "pad_vocab_multiple")
