@@ -209,7 +209,8 @@ LoopResult TrainLoop::run() {
       "warmup %d | held out %ld rows%s%s\n",
       total_, long(split_.train.size()), long(cfg_.batch) * k * trainer_.dp_world(), cfg_.batch, k, trainer_.dp_world(),
       trainer_.seq_parallel() > 1
-          ? fmt::format(" of {} GPUs, each row over {} (sequence parallel)", trainer_.world(), trainer_.seq_parallel())
+          ? fmt::format(" (groups of {} GPUs, each row's tokens split over a group: sequence parallel)",
+                        trainer_.seq_parallel())
                 .c_str()
           : "",
       double(total_) * cfg_.batch * k * trainer_.dp_world() / double(split_.train.size()), double(cfg_.lr),
