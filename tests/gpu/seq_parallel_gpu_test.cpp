@@ -45,7 +45,7 @@ void check_block_copy(const BlockCopy& c, int64_t n_in, int64_t n_out, bool accu
   cpu->upload_f32(co.view(), out0.data());
   gpu->block_copy(go.view(), gi.view(), c, accumulate);
   cpu->block_copy(co.view(), ci.view(), c, accumulate);
-  std::vector<float> got(size_t(n_out)), want(size_t(n_out));
+  std::vector<float> got(static_cast<size_t>(n_out)), want(static_cast<size_t>(n_out));
   gpu->download_f32(got.data(), go.view());
   cpu->download_f32(want.data(), co.view());
   // A copy moves bf16 values exactly; an add rounds the fp32 sum to bf16 once.
@@ -128,11 +128,11 @@ Batch rows_of(int step, int B, int T, int V) {
   return b;
 }
 
-struct Run {
+struct GpuRun {
   std::vector<float> logits, losses;
 };
 
-Run run(Backend& be, Communicator* sp, const Plan& plan) {
+GpuRun run(Backend& be, Communicator* sp, const Plan& plan) {
   ModelOptions mo;
   LlamaModel model(be, small_config(), mo);
   model.init_random(5);
@@ -142,7 +142,7 @@ Run run(Backend& be, Communicator* sp, const Plan& plan) {
   to.plan = plan;
   to.seq_comm = sp;
   Trainer tr(be, model, to);
-  Run r;
+  GpuRun r;
   tr.compute_gradients(rows_of(0, 2, 512, small_config().vocab_size), &r.logits);
   for (int s = 0; s < 6; ++s) r.losses.push_back(tr.step(rows_of(s, 2, 512, small_config().vocab_size)).loss);
   return r;
@@ -159,9 +159,9 @@ TEST(SeqParallelGpuChild, LogitsAndLosses) {
   auto be = make_cuda_backend(size_t(4) << 30);
   auto comm = make_nccl_communicator(*rdv, NcclOptions{env.local_rank, be->native_stream(), 120});
   const int n = comm->world(), r = comm->rank(), T = 512, Tl = T / n, V = small_config().vocab_size;
-  const Run one = run(*be, nullptr, Plan::keep_everything());
+  const GpuRun one = run(*be, nullptr, Plan::keep_everything());
   for (const Plan& plan : {Plan::keep_everything(), Plan::gradient_checkpointing()}) {
-    const Run sp = run(*be, comm.get(), plan);
+    const GpuRun sp = run(*be, comm.get(), plan);
     ASSERT_EQ(sp.logits.size(), size_t(2) * Tl * V);
     long bad = 0;
     for (int row = 0; row < 2; ++row)
