@@ -22,6 +22,7 @@ export NCCL_NVLS_ENABLE=0
 n=$(nvidia-smi -L | wc -l)
 gpus=(); for g in 2 4; do (( g <= n )) && gpus+=("$g"); done
 sum="$out/sp_summary.txt"
+profile=h100_80gb; nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && profile=h200
 echo "GPUs: $n ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); $(date -u +%FT%TZ)" | tee "$sum"
 
 # 1. the gpu test
@@ -51,7 +52,8 @@ if (( n >= 4 )); then
   train dp2xsp2 4 --sequence-parallel 2
 fi
 for g in 1 "${gpus[@]}"; do
-  "$d/tools/strata-plan" --model $m --seq 4096 --sequence-parallel "$g" --json > "$out/sp-plan-$g.json" 2> /dev/null
+  "$d/tools/strata-plan" --model $m --seq 4096 --sequence-parallel "$g" --profile $profile --json \
+    > "$out/sp-plan-$g.json" 2> /dev/null
 done
 python3 - "$out" "$n" "${gpus[@]}" <<'EOF' | tee -a "$sum"
 import json, os, sys
@@ -102,7 +104,7 @@ if [[ "${SP_BENCH:-0}" == 1 ]]; then
   for cfg in "1 65536" "2 65536" "4 65536" "2 131072" "4 131072"; do
     set -- $cfg; g=$1; s=$2
     (( g <= n )) || continue
-    "$d/tools/strata-plan" --model "$big" --mode lora --seq "$s" --sequence-parallel "$g" \
+    "$d/tools/strata-plan" --model "$big" --mode lora --seq "$s" --sequence-parallel "$g" --profile $profile \
       --preset gradient_checkpointing --json > "$out/sp-8b-plan-$g-$s.json" 2> /dev/null
     "$d/tools/strata-train" --model "$big" --data "$data" --seq "$s" --batch 1 --steps 4 --lr 1e-4 --gpus "$g" \
       --sequence-parallel "$g" --config "$gc_lora" --json > "$out/sp-8b-$g-$s.jsonl" 2> "$out/sp-8b-$g-$s.log" ||
