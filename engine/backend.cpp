@@ -7,8 +7,8 @@
 namespace strata {
 
 const char* op_kind_name(OpKind k) {
-  static const char* names[] = {"embedding", "rmsnorm", "linear",     "rope",           "attention", "swiglu",
-                                "add",       "bias",    "lm_head_ce", "lm_head_logits", "adamw",     "grad_norm"};
+  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",    "add",
+                                "bias",      "lm_head_ce", "lm_head_logits", "adamw", "grad_norm", "block_copy"};
   static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::count_));
   return names[int(k)];
 }
@@ -67,6 +67,22 @@ void Backend::check_cast(const Tensor& dst, const Tensor& src) {
     STRATA_THROW(Error, fmt::format("cast: {} [{} elements] -> {} [{} elements]: expected f32 <-> bf16, equal "
                                     "element counts, distinct buffers",
                                     dtype_name(src.dtype), src.numel(), dtype_name(dst.dtype), dst.numel()));
+}
+
+void Backend::block_copy(Tensor, Tensor in, const BlockCopy&, bool) {
+  throw UnsupportedError(fmt::format("the {} backend has no {} block_copy", name(), dtype_name(in.dtype)));
+}
+
+void Backend::check_block_copy(const Tensor& out, const Tensor& in, const BlockCopy& c) {
+  if (c.outer < 0 || c.inner < 0 || c.e < 0 || c.in_outer < 0 || c.in_inner < 0 || c.out_outer < 0 || c.out_inner < 0)
+    STRATA_THROW(Error,
+                 fmt::format("block_copy: negative counts or strides ({} x {} blocks of {})", c.outer, c.inner, c.e));
+  if (out.dtype != in.dtype || !out.contiguous() || !in.contiguous() || c.in_span() > in.numel() ||
+      c.out_span() > out.numel())
+    STRATA_THROW(Error, fmt::format("block_copy: {} x {} blocks of {} read {} of the {} input's {} elements and write "
+                                    "{} of the {} output's {}: expected one dtype, contiguous tensors, spans within",
+                                    c.outer, c.inner, c.e, c.in_span(), dtype_name(in.dtype), in.numel(), c.out_span(),
+                                    dtype_name(out.dtype), out.numel()));
 }
 
 void Backend::upload_master(Tensor, Tensor, const float*) {

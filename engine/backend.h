@@ -10,6 +10,7 @@
 #include "engine/disk_file.h"
 #include "engine/tensor.h"
 #include "kernels/adamw.h"
+#include "kernels/block_copy.h"
 #include "kernels/rope.h"
 
 namespace strata {
@@ -27,6 +28,7 @@ enum class OpKind {
   lm_head_logits,
   adamw,
   grad_norm,
+  block_copy,
   count_
 };
 const char* op_kind_name(OpKind k);
@@ -94,6 +96,11 @@ class Backend {
   virtual void cast(Tensor dst, Tensor src);
   // The argument checks of cast (Error naming both dtypes and sizes).
   static void check_cast(const Tensor& dst, const Tensor& src);
+  // The strided block copy (kernels/block_copy.h) between tensors of one dtype (the compute dtype): out (+)= in's
+  // blocks. Default: UnsupportedError (the cpu, cuda and sim backends implement it).
+  virtual void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate);
+  // The argument checks of block_copy (Error naming the spans and sizes).
+  static void check_block_copy(const Tensor& out, const Tensor& in, const BlockCopy& c);
   // Blocks until all queued work finished (a step boundary; never inside a step).
   virtual void synchronize() {}
   // The compute stream as the device API knows it (cudaStream_t on cuda; null elsewhere), for a

@@ -110,5 +110,11 @@ std::unique_ptr<Communicator> make_cpu_communicator(CpuGroup& group, int rank);
 // with the same deterministic kernels as threads mode. For CI and tools without a GPU, not for speed.
 class Rendezvous;
 std::unique_ptr<Communicator> make_cpu_communicator(Rendezvous& rdv);
+// Processes mode over groups of `group_size` consecutive ranks of the rendezvous (sequence parallelism's groups,
+// beside the world's communicator): rank rdv.rank() % group_size of its group. Every rank of the rendezvous calls
+// each collective at the same point (every group runs the same schedule): the bytes travel through the world's
+// all-gather and each rank keeps its group's; barrier() is the world's. ConfigError unless group_size divides the
+// world.
+std::unique_ptr<Communicator> make_cpu_communicator(Rendezvous& rdv, int group_size);
 
 }  // namespace strata

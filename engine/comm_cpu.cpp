@@ -254,10 +254,16 @@ class ThreadComm final : public CpuCommBase {
 // --- processes mode: the inputs travel through the rendezvous (header first, then the bytes).
 class ProcessComm final : public CpuCommBase {
  public:
-  explicit ProcessComm(Rendezvous& r) : r_(r) {}
-  int rank() const override { return r_.rank(); }
-  int world() const override { return r_.world(); }
-  void barrier() override { r_.barrier(); }
+  // group: the size of the groups of consecutive ranks this communicator spans (the world's: every rank).
+  ProcessComm(Rendezvous& r, int group) : r_(r), group_(group) {
+    if (group < 1 || r.world() % group != 0)
+      STRATA_THROW(ConfigError,
+                   fmt::format("cpu communicator: groups of {} ranks do not divide the {} ranks", group, r.world()),
+                   "communicator", "group_size");
+  }
+  int rank() const override { return r_.rank() % group_; }
+  int world() const override { return group_; }
+  void barrier() override { r_.barrier(); }  // the world's: every group reaches it together
 
  private:
   void exchange(const Header& h, const std::byte* in, size_t bytes, std::vector<Header>& hs,
@@ -266,6 +272,10 @@ class ProcessComm final : public CpuCommBase {
     std::memcpy(msg.data(), &h, sizeof(Header));
     if (bytes) std::memcpy(msg.data() + sizeof(Header), in, bytes);
     got_ = r_.all_gather(msg);
+    if (group_ < r_.world()) {  // this rank's group's messages: every group exchanged through the world
+      const auto first = got_.begin() + (r_.rank() / group_) * group_;
+      got_ = std::vector<std::vector<std::byte>>(first, first + group_);
+    }
     hs.resize(got_.size());
     ins.resize(got_.size());
     for (size_t r = 0; r < got_.size(); ++r) {
@@ -287,6 +297,7 @@ class ProcessComm final : public CpuCommBase {
   void finish(Collective) override {}
 
   Rendezvous& r_;
+  int group_;
   std::vector<std::vector<std::byte>> got_;
 };
 
@@ -297,7 +308,11 @@ std::unique_ptr<Communicator> make_cpu_communicator(CpuGroup& group, int rank) {
 }
 
 std::unique_ptr<Communicator> make_cpu_communicator(Rendezvous& rdv) {
-  return std::make_unique<ProcessComm>(rdv);
+  return std::make_unique<ProcessComm>(rdv, rdv.world());
+}
+
+std::unique_ptr<Communicator> make_cpu_communicator(Rendezvous& rdv, int group_size) {
+  return std::make_unique<ProcessComm>(rdv, group_size);
 }
 
 }  // namespace strata

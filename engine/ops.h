@@ -6,6 +6,10 @@
 
 #include "engine/tape.h"
 
+namespace strata {
+class Communicator;
+}
+
 namespace strata::ops {
 
 // tokens [N] i32, wte [V, C] -> [N, C]
@@ -28,6 +32,16 @@ VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
 // packed_pos < 0: one causal sequence a row.
 std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq, int Hkv, int D,
                               const std::string& prefix, VId packed_pos = -1, double pairs = 0);
+// Sequence parallelism (engine/ops_seq.cpp): each rank holds Tl = T/n consecutive tokens of every row (n = the
+// communicator's ranks). seq_to_heads: x [B*Tl, H*D] (this rank's tokens, every head) -> [B*T, (H/n)*D] (every token,
+// this rank's H/n heads: [B, T, H/n, D] for attention), by an all-to-all; heads_to_seq: the reverse. Each is the
+// other's backward; they save nothing (a replay runs the collective again, as every rank does). UnsupportedError
+// when `heads` is not a multiple of n.
+VId seq_to_heads(Tape& t, VId x, int B, int heads, Communicator& comm, std::string cls);
+VId heads_to_seq(Tape& t, VId x, int B, int heads, Communicator& comm, std::string cls);
+// x [N, H*D] -> [N, H*times*D], each head repeated `times` times in a row (GQA's KV heads replicated so that they
+// split over more ranks than there are KV heads); backward sums the copies' gradients.
+VId repeat_heads(Tape& t, VId x, int heads, int times, std::string cls);
 // gate, up [N, F] -> [N, F]
 VId swiglu(Tape& t, VId gate, VId up, std::string cls);
 // The SwiGLU MLP down(swiglu(gate(x), up(x))) over row tiles of x [N, C] (mlp_tiles): wg, wu [F, C],

@@ -9,6 +9,7 @@
 #include "kernels/add.h"
 #include "kernels/attention.h"
 #include "kernels/bias.h"
+#include "kernels/block_copy.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/lm_head_ce.h"
@@ -121,6 +122,11 @@ class CpuBackend final : public Backend {
       convert_from_f32(dst.data, dst.dtype, src.f32(), size_t(src.numel()));
     else
       convert_to_f32(dst.f32(), src.data, src.dtype, size_t(src.numel()));
+  }
+
+  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) override {
+    check_block_copy(out, in, c);
+    cpu::block_copy(F(out), F(in), c, accumulate);
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {

@@ -337,6 +337,13 @@ class CudaBackend final : public Backend {
       cuda::bf16_to_f32(F(dst), B(src), size_t(src.numel()), s());
   }
 
+  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) override {
+    check_block_copy(out, in, c);
+    STRATA_CHECK(in.dtype == DType::bf16, "block_copy: the cuda backend copies bf16 activations");
+    OpProfiler::Scope prof_(&prof_data_, "block_copy", s());
+    cuda::block_copy(B(out), B(in), c, accumulate, s());
+  }
+
   // --- tier transfers. Each copy is ordered after everything queued on the compute stream so
   // far (an event recorded there, waited on by the copy stream), so a source still being written
   // or a destination block still being read by queued ops is safe. One copy stream per CopyLane:

@@ -109,7 +109,7 @@ class SimBackendImpl final : public SimBackend {
   }
   void wait_for_event(double t_s, bool host) override {
     if (!host) {
-      compute_after_ = std::max(compute_after_, t_s);
+      comm_after_ = std::max(comm_after_, t_s);
       return;
     }
     settle();
@@ -200,6 +200,13 @@ class SimBackendImpl final : public SimBackend {
   void cast(Tensor dst, Tensor src) override {
     check_cast(dst, src);
     memset(cost_.memory(B(dst) + B(src)));
+  }
+
+  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) override {
+    check_block_copy(out, in, c);
+    const double bytes = double(c.count()) * double(dtype_size(in.dtype));
+    // Never counted as recompute: the backend cannot tell a replayed all-to-all's copies from backward's.
+    charge(OpKind::block_copy, cost_.memory((accumulate ? 3 : 2) * bytes), 1, false);
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
@@ -451,6 +458,8 @@ class SimBackendImpl final : public SimBackend {
   void settle() {
     if (compute_after_ > now_) wait_until(compute_after_, times_.copy_wait_s);
     compute_after_ = 0;
+    if (comm_after_ > now_) wait_until(comm_after_, times_.comm_wait_s);
+    comm_after_ = 0;
   }
   // The clock stalls until t; `stalled_s` (copy or disk wait) counts the stall.
   void wait_until(double t, double& stalled_s) {
@@ -514,6 +523,7 @@ class SimBackendImpl final : public SimBackend {
   std::string desc_;
   double now_ = 0;                 // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;       // the next compute op starts no earlier (copy_wait_compute)
+  double comm_after_ = 0;          // ... nor before this collective's end (wait_for_event, host false)
   double copy_free_[2] = {0, 0};   // each lane's copy stream is busy until then
   double disk_free_ = 0;           // the disk queue is busy until then
   std::vector<double> copy_ends_;  // per ticket (1-based): when the copy lands

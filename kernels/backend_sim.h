@@ -53,9 +53,8 @@ struct SimTimes {
   double disk_busy_s = 0;               // the disk queue busy
   size_t disk_write_bytes = 0, disk_read_bytes = 0;
   double recompute_s = 0;
-  double comm_wait_s = 0;
-  double comm_contention_s = 0;  // compute time lost to collectives running beside it  // the host blocked on
-                                 // collectives (kernels/comm_sim.h; compute waits count as copy_wait_s)
+  double comm_wait_s = 0;        // the clock stalled on collectives: the host waiting, or compute (kernels/comm_sim.h)
+  double comm_contention_s = 0;  // compute time lost to collectives running beside it
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached
 };

@@ -61,7 +61,15 @@ struct InFlight {
 class NcclComm final : public Communicator {
  public:
   NcclComm(Rendezvous& rdv, const NcclOptions& o)
-      : rdv_(rdv), device_(o.device), rank_(rdv.rank()), world_(rdv.world()), timeout_s_(o.timeout_s) {
+      : rdv_(rdv),
+        device_(o.device),
+        rank_(o.group_size > 0 ? rdv.rank() % o.group_size : rdv.rank()),
+        world_(o.group_size > 0 ? o.group_size : rdv.world()),
+        timeout_s_(o.timeout_s) {
+    if (o.group_size < 0 || rdv.world() % world_ != 0)
+      STRATA_THROW(ConfigError,
+                   fmt::format("nccl communicator: groups of {} ranks do not divide the {} ranks", world_, rdv.world()),
+                   "communicator", "group_size");
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || o.device < 0 || o.device >= n) {
       cudaGetLastError();
@@ -87,7 +95,13 @@ class NcclComm final : public Communicator {
       rdv.abort(e.what());
       throw;
     }
-    std::vector<std::byte> got = rdv.broadcast(std::as_bytes(std::span(id.internal)));
+    std::vector<std::byte> got;
+    if (world_ == rdv.world()) {
+      got = rdv.broadcast(std::as_bytes(std::span(id.internal)));
+    } else {  // every group's first rank made its id: each rank takes its group's
+      std::vector<std::vector<std::byte>> all = rdv.all_gather(std::as_bytes(std::span(id.internal)));
+      got = all[size_t(rdv.rank() - rank_)];
+    }
     if (got.size() != sizeof(id.internal))
       STRATA_THROW(Error, fmt::format("nccl communicator: rank {} received a {}-byte unique id (expected {})", rank_,
                                       got.size(), sizeof(id.internal)));

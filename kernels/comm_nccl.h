@@ -25,6 +25,11 @@ struct NcclOptions {
   // backend's compute stream (the trainer integration passes it). Null: the legacy default stream.
   void* compute_stream = nullptr;
   double timeout_s = 300;  // init, each collective, and the barrier
+  // > 0: a communicator of this rank's group of `group_size` consecutive ranks (sequence parallelism's groups, beside
+  // the world's communicator), rank rdv.rank() % group_size of it; each group's first rank makes its NCCL id and the
+  // ids travel through the rendezvous. Every rank of the rendezvous creates its group's at the same point. barrier()
+  // is the world's. 0: every rank of the rendezvous.
+  int group_size = 0;
 };
 
 // Rank 0 makes NCCL's unique id and sends it over `rdv` (kept for barrier(): it must outlive the

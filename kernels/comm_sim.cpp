@@ -97,6 +97,7 @@ class SimComm final : public SimCommunicator {
     if (be_.mirror() == SimMirror::cuda && world_ > 1)
       be_.slow_compute((1.0 - be_.cost().profile().nccl_compute_overlap) * s);
     times_.busy_s += s;
+    if (op == Collective::all_to_all) times_.all_to_all_s += s;
     times_.bytes += double(bytes);
     ++times_.collectives;
     if (be_.mirror() == SimMirror::cpu) be_.wait_for_event(free_, true);  // the cpu communicator is synchronous

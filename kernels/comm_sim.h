@@ -28,8 +28,9 @@ double collective_seconds(const DeviceProfile& p, Collective op, double bytes, i
 
 // What the communicator has done so far.
 struct SimCommTimes {
-  double busy_s = 0;  // the communication timeline busy
-  double bytes = 0;   // S summed over collectives
+  double busy_s = 0;        // the communication timeline busy
+  double all_to_all_s = 0;  // of which all-to-alls (sequence parallelism's, around attention)
+  double bytes = 0;         // S summed over collectives
   long collectives = 0;
 };
 

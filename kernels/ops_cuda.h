@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "engine/state_recipe.h"
+#include "kernels/block_copy.h"
 
 namespace strata::cuda {
 
@@ -81,6 +82,9 @@ void ce_chunk_fwd_bwd(float* token_loss, bf16* dlogits, const float* logits, con
 // wrote the weight gradient for dloss_assumed) and dloss[0] differs, dx is NaN: the device cannot throw.
 void ce_dx_from_saved(bf16* dx, const bf16* saved_dx, const float* dloss, float dloss_assumed, bool dw_written,
                       size_t n, bool acc_dx, cudaStream_t stream);
+
+// The strided block copy (kernels/block_copy.h) of bf16 elements: out (+)= in's blocks (fp32 math when adding).
+void block_copy(bf16* out, const bf16* in, const BlockCopy& c, bool accumulate, cudaStream_t stream);
 
 // out[0] += sum(g[0..n)^2), fp32 (per-block partials, then one atomic per block).
 void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);

@@ -28,6 +28,7 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   check_grad_reduce(cfg);
   req.grad_reduce = effective_grad_reduce(cfg);
   req.zero_stage = cfg.zero_stage;
+  req.sequence_parallel = cfg.sequence_parallel;  // the caller's req.gpus must be a multiple
   return req;
 }
 

@@ -167,17 +167,32 @@ Forecast forecast(const ForecastRequest& r) {
     to.tiers = r.tiers;
     to.optimizer.reduce_dtype = r.grad_reduce;
     if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
-    std::unique_ptr<SimCommunicator> comm;
+    const int sp = r.sequence_parallel;
+    if (sp < 1 || r.gpus % sp != 0)
+      throw ConfigError(fmt::format("sequence_parallel {} must be >= 1 and divide the {} GPUs (data-parallel groups "
+                                    "of sequence_parallel ranks)",
+                                    sp, r.gpus),
+                        "command line", "sequence-parallel");
+    std::unique_ptr<SimCommunicator> comm, seq_comm;
     if (r.gpus > 1) comm = make_sim_communicator(*be, 0, r.gpus);
+    if (sp > 1 && sp < r.gpus) seq_comm = make_sim_communicator(*be, 0, sp);  // the group: its own communicator
     to.comm = comm.get();
+    if (sp > 1) to.seq_comm = seq_comm ? seq_comm.get() : comm.get();
     Trainer trainer(*be, model, to);
     Batch batch = forecast_batch(r);
     be->reset_times();
     f.step_first_event = arena.events().size();
     f.persistent_bytes = arena.in_use();
     f.step_start_s = be->now_s();
-    size_t first_peak = 0;     // a first step's peak, where a second is the one reported
-    double comm_before = 0.0;  // the collectives' busy time before the reported step
+    size_t first_peak = 0;  // a first step's peak, where a second is the one reported
+    // The collectives' busy time (and that of all-to-alls) before the reported step.
+    auto busy = [&](bool a2a) {
+      double s = 0;
+      for (SimCommunicator* c : {comm.get(), seq_comm.get()})
+        if (c) s += a2a ? c->times().all_to_all_s : c->times().busy_s;
+      return s;
+    };
+    double comm_before = 0.0, a2a_before = 0.0;
     auto steps = [&] {
       StepStats one = trainer.step(batch);
       if (!trainer.optimizer().pending()) return one;
@@ -185,7 +200,8 @@ Forecast forecast(const ForecastRequest& r) {
       // carries the previous one's, as every step of a run after the first does. It is the one
       // reported; the peak is the larger of the two.
       first_peak = one.peak_device_bytes;
-      comm_before = comm ? comm->times().busy_s : 0.0;
+      comm_before = busy(false);
+      a2a_before = busy(true);
       be->reset_times();
       f.step_first_event = arena.events().size();
       f.step_start_s = be->now_s();
@@ -232,14 +248,18 @@ Forecast forecast(const ForecastRequest& r) {
       f.optimizer_s = end_s - opt0;
       f.recompute_s = t.recompute_s;
       f.kernels = t.kernels;
-      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * r.gpus / f.step_s : 0.0;
-      if (comm) f.comm_busy_s = comm->times().busy_s - comm_before;
+      // Every data-parallel group's rows (a group's ranks share theirs).
+      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * (r.gpus / sp) / f.step_s : 0.0;
+      f.comm_busy_s = busy(false) - comm_before;
+      f.all_to_all_s = busy(true) - a2a_before;
+      f.comm_wait_s = t.comm_wait_s;
       for (int k = 0; k < int(OpKind::count_); ++k)
         if (t.op_s[size_t(k)] > 0) f.time_by_op.emplace_back(op_kind_name(OpKind(k)), t.op_s[size_t(k)]);
       if (t.memset_s > 0) f.time_by_op.emplace_back("memset", t.memset_s);
       if (t.copy_s > 0) f.time_by_op.emplace_back("host copies", t.copy_s);
       if (t.copy_wait_s > 0) f.time_by_op.emplace_back("waiting on tier copies", t.copy_wait_s);
       if (t.disk_wait_s > 0) f.time_by_op.emplace_back("waiting on the disk tier", t.disk_wait_s);
+      if (t.comm_wait_s > 0) f.time_by_op.emplace_back("waiting on collectives", t.comm_wait_s);
       std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
       breakdown_at_peak(f);
       const double peak_abs = f.step_start_s + f.peak_at_s;

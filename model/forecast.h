@@ -46,6 +46,10 @@ struct ForecastRequest {
   // ZeRO stage (ModelOptions::zero): 1 with gpus > 1 forecasts rank 0, which holds the optimizer state
   // of its share of the parameters only (model/zero.h) and broadcasts their weights after each step.
   int zero_stage = 0;
+  // Sequence parallelism (model/seq_parallel.h): groups of this many of the `gpus` ranks share each row, each
+  // rank holding seq / sequence_parallel of its tokens; the forecast is rank 0's, its all-to-alls around attention
+  // on the sim communicator. 1: off. `seq` stays the whole rows' length.
+  int sequence_parallel = 1;
   // Sample packing: the batch's positions [batch * seq] (Batch::positions; a row's examples restart
   // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
   std::vector<int32_t> positions;
@@ -105,6 +109,8 @@ struct Forecast {
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, recompute_s = 0;
   double tokens_per_s = 0;  // every rank's tokens
   double comm_busy_s = 0;   // data parallel: the collectives' timeline busy (overlapping compute)
+  double all_to_all_s = 0;  // sequence parallel: of comm_busy_s, the all-to-alls around attention
+  double comm_wait_s = 0;   // compute (and the host) stalled on collectives
   std::vector<std::pair<std::string, double>> time_by_op;  // seconds, largest first
   long kernels = 0;
 

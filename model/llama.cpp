@@ -396,8 +396,13 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
 }
 
 ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training,
-                             double packed_pairs) {
+                             double packed_pairs, const SeqShard& sp) {
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  // Sequence parallelism: this rank's T/n tokens of each row; attention over all T on its heads (model/seq_parallel.h).
+  const int n = sp.size();
+  const int Hkv_sp = seq_parallel_kv_heads(cfg_, n);  // KV heads after replication (Hkv without sp)
+  check_seq_parallel_len(T, n);
+  STRATA_CHECK(tokens.numel() == int64_t(B) * (T / n), "build: the tokens are not B x T/n");
   const float eps = cfg_.rms_norm_eps;
   if (cfg_.sliding_window > 0 && T > cfg_.sliding_window)
     STRATA_THROW(UnsupportedError,
@@ -410,6 +415,8 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
                  "this model pages its frozen layers (layer_offloading): record it on a tape the "
                  "weight pager is installed on (the Trainer's)");
   VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
+  // Packed rows' attention segments: the positions of the tokens attention sees (all T of each row under sp).
+  const VId seg_ps = packed_pairs <= 0 ? VId(-1) : n > 1 ? t.input("positions.rows", sp.packed_pos) : ps;
   VId inv = t.input("rope.inv_freq", inv_freq_.view());
   VId x = ops::embedding(t, tok, pid(t, "model.embed_tokens.weight"), "L0.input");
   t.mark_layer_input(x, 0);
@@ -418,17 +425,28 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     std::string P = fmt::format("L{}", i);
     auto w = [&](const std::string& rest) { return layer_name(i, rest); };
     auto [n1, r1] = ops::rmsnorm(t, x, pid(t, w("input_layernorm.weight")), eps, P + ".attn_norm");
+    // Under sp, q, k and v (the classes attention saves) are the head-sharded ones; "_seq": this rank's tokens.
+    const std::string seq = n > 1 ? "_seq" : "";
     VId q = proj(t, n1, i, "q_proj", P + ".attn.q_proj");
     VId k = proj(t, n1, i, "k_proj", P + ".attn.k_proj");
-    VId v = proj(t, n1, i, "v_proj", P + ".attn.v");
+    VId v = proj(t, n1, i, "v_proj", P + ".attn.v" + seq);
     if (cfg_.qk_norm) {  // Qwen3: each head of q and k normalised on its own, before rope
       q = ops::rmsnorm_heads(t, q, pid(t, w("self_attn.q_norm.weight")), Hq, eps, P + ".attn.q_norm").first;
       k = ops::rmsnorm_heads(t, k, pid(t, w("self_attn.k_norm.weight")), Hkv, eps, P + ".attn.k_norm").first;
     }
-    q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q");
-    k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k");
-    auto [o, lse] =
-        ops::attention(t, q, k, v, B, T, Hq, Hkv, D, P + ".attn", packed_pairs > 0 ? ps : VId(-1), packed_pairs);
+    q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q" + seq);  // global positions: ps holds this rank's tokens' own
+    k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k" + seq);
+    if (n > 1) {
+      if (Hkv_sp != Hkv) {  // GQA with fewer KV heads than ranks: each repeated, as Ulysses does
+        k = ops::repeat_heads(t, k, Hkv, Hkv_sp / Hkv, P + ".attn.k_rep");
+        v = ops::repeat_heads(t, v, Hkv, Hkv_sp / Hkv, P + ".attn.v_rep");
+      }
+      q = ops::seq_to_heads(t, q, B, Hq, *sp.comm, P + ".attn.q");
+      k = ops::seq_to_heads(t, k, B, Hkv_sp, *sp.comm, P + ".attn.k");
+      v = ops::seq_to_heads(t, v, B, Hkv_sp, *sp.comm, P + ".attn.v");
+    }
+    auto [o, lse] = ops::attention(t, q, k, v, B, T, Hq / n, Hkv_sp / n, D, P + ".attn", seg_ps, packed_pairs);
+    if (n > 1) o = ops::heads_to_seq(t, o, B, Hq, *sp.comm, P + ".attn.out_seq");
     VId a = proj(t, o, i, "o_proj", P + ".attn.o_proj");
     VId h = ops::add(t, x, a, 1.0f, P + ".mid");
     auto [n2, r2] = ops::rmsnorm(t, h, pid(t, w("post_attention_layernorm.weight")), eps, P + ".mlp_norm");

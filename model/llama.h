@@ -12,6 +12,7 @@
 #include "engine/tape.h"
 #include "engine/weight_pager.h"
 #include "io/hf_config.h"
+#include "model/seq_parallel.h"
 #include "model/zero.h"
 
 namespace strata {
@@ -115,8 +116,11 @@ class LlamaModel {
   // follow this forward, so the loss may write gradients in forward (never for evaluation).
   // `packed_pairs` > 0: the rows are packed (sample packing): pos restarts at 0 where each example
   // starts and attention stays within each example; the value is AttnSegments::pairs.
+  // Sequence parallelism (`sp` over n > 1 ranks, model/seq_parallel.h): T is the whole rows' length and
+  // tokens/targets/pos hold this rank's [B*T/n] share (pos: their positions in the row or example); packed rows
+  // also give every token's position in sp.packed_pos [B*T] for attention.
   ForwardIds build(Tape& tape, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training = false,
-                   double packed_pairs = 0);
+                   double packed_pairs = 0, const SeqShard& sp = {});
   // Logits [N, V] of a retained final-hidden value (evaluation and golden tests).
   void logits(Tape& tape, VId final_hidden, Tensor out);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 namespace strata {
 
@@ -378,7 +379,7 @@ std::vector<int> mlp_tile_candidates(const ForecastRequest& base) {
   if (base.mode == TrainMode::lora)
     for (const std::string& m : base.lora_targets)
       if (m == "gate_proj" || m == "up_proj" || m == "down_proj") return v;  // the tiled op has no adapters
-  const int64_t n = int64_t(base.batch) * base.seq;
+  const int64_t n = int64_t(base.batch) * base.seq / std::max(1, base.sequence_parallel);  // this rank's rows
   for (int k = 2; k <= 64 && n / k >= 64; k *= 2) v.push_back(k);
   return v;
 }
@@ -395,6 +396,8 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   if (multiple < 1)
     throw ConfigError(fmt::format("max-seq search: the multiple must be at least 1, got {}", multiple), "command line",
                       "seq-multiple");
+  // Sequence parallel: every length must split evenly over the group's ranks.
+  if (const int sp = std::max(1, base.sequence_parallel); multiple % sp != 0) multiple = std::lcm(multiple, sp);
   MaxSeqResult out;
   out.multiple = multiple;
   const long k_lo = (std::max<long>(lo, multiple) + multiple - 1) / multiple;  // lengths in units of `multiple`
@@ -457,6 +460,9 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
   if (r.layer_offloading) y += "layer_offloading: true\n";
   if (r.mlp_tiles > 1) y += fmt::format("mlp_tiles: {}\n", r.mlp_tiles);
+  if (r.sequence_parallel > 1)
+    y += fmt::format("sequence_parallel: {}  # of the {} GPUs (--gpus): each rank holds {} tokens of a row\n",
+                     r.sequence_parallel, r.gpus, r.seq / r.sequence_parallel);
   if (r.pad_vocab_multiple != ForecastRequest{}.pad_vocab_multiple)
     y += fmt::format("pad_vocab_multiple: {}\n", r.pad_vocab_multiple);
   if (r.recipe != StateRecipe{})

@@ -416,7 +416,9 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       else if (key == "grad_reduce_dtype") {
         c.grad_reduce = parse_grad_reduce(S(), here);
         c.grad_reduce_origin = here;
-      } else if (key == "zero_stage")
+      } else if (key == "sequence_parallel")
+        c.sequence_parallel = Int(1);
+      else if (key == "zero_stage")
         c.zero_stage = parse_zero_stage(get<long long>(v, path, key, "an integer"), here);
       else if (key == "pad_vocab_multiple")
         c.pad_vocab_multiple = check_pad_vocab(get<long long>(v, path, key, "an integer"), here);

@@ -63,6 +63,9 @@ struct TrainConfig {
   // zero_stage (ModelOptions::zero, model/zero.h): 1 shards the optimizer state over the data-parallel
   // ranks; 0 (the default) does not; 2 and 3 are refused (not implemented yet).
   int zero_stage = 0;
+  // sequence_parallel (model/seq_parallel.h): groups of N ranks share each row, each holding sequence_len / N of its
+  // tokens, with all-to-alls around attention; 1 (the default): off. N must divide the ranks (--gpus).
+  int sequence_parallel = 1;
   int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;
   std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)

@@ -75,7 +75,8 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
   STRATA_CHECK(rows_.seq() == cfg.seq, "rows of another sequence_len than the config's");
-  const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.world();  // rows over every rank
+  // Rows over every data-parallel rank (a sequence-parallel group's ranks share theirs).
+  const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.dp_world();
   if (!cfg.steps_given && cfg.num_epochs > 0) {
     const double steps = std::ceil(double(cfg.num_epochs) * double(split_.train.size()) / double(per_step));
     if (steps > 2147483647.0)
@@ -198,10 +199,15 @@ LoopResult TrainLoop::run() {
   const int k = cfg_.grad_accum;
   std::fprintf(
       opt_.info,
-      "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated x %d ranks; %.2f epochs) | lr %g %s, "
+      "loop: %d steps (%ld training rows, %ld a step: %d x %d accumulated x %d ranks%s; %.2f epochs) | lr %g %s, "
       "warmup %d | held out %ld rows%s%s\n",
-      total_, long(split_.train.size()), long(cfg_.batch) * k * trainer_.world(), cfg_.batch, k, trainer_.world(),
-      double(total_) * cfg_.batch * k * trainer_.world() / double(split_.train.size()), double(cfg_.lr),
+      total_, long(split_.train.size()), long(cfg_.batch) * k * trainer_.dp_world(), cfg_.batch, k, trainer_.dp_world(),
+      trainer_.seq_parallel() > 1
+          ? fmt::format(" (groups of {} GPUs, each row's tokens split over a group: sequence parallel)",
+                        trainer_.seq_parallel())
+                .c_str()
+          : "",
+      double(total_) * cfg_.batch * k * trainer_.dp_world() / double(split_.train.size()), double(cfg_.lr),
       lr_scheduler_name(cfg_.lr_scheduler), warmup_, long(split_.val.size()),
       split_.val.empty()    ? ""
       : cfg_.eval_steps > 0 ? fmt::format(", evaluated every {} steps", cfg_.eval_steps).c_str()
@@ -215,10 +221,11 @@ LoopResult TrainLoop::run() {
   double window_sum = 0;
   int window_n = 0;
   std::vector<Batch> micro(static_cast<size_t>(k));
-  const int world = trainer_.world(), rank = trainer_.rank();
+  const int world = trainer_.world(), dp_world = trainer_.dp_world(), dp_rank = trainer_.dp_rank();
   for (int step = start + 1; step <= total_; ++step) {
-    // Every rank draws the same global micro-batches (the same sampler and seed) and keeps its rows.
-    for (Batch& b : micro) b = rank_rows(sampler_.next(rows_, cfg_.batch * world), rank, cfg_.batch);
+    // Every rank draws the same global micro-batches (the same sampler and seed) and keeps its data-parallel
+    // rank's rows (the ranks of a sequence-parallel group the same rows: the trainer takes each one's tokens).
+    for (Batch& b : micro) b = rank_rows(sampler_.next(rows_, cfg_.batch * dp_world), dp_rank, cfg_.batch);
     const float lr = scheduled_lr(cfg_.lr_scheduler, cfg_.lr, step, total_, warmup_);
     const StepStats s = trainer_.step(micro, lr);
     r.steps_done = step;

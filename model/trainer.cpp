@@ -19,6 +19,7 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
   store_ = std::make_unique<SlotStore>(be_, opt_.tiers);
   tape_.set_store(store_.get());
   optimizer_.install(tape_);
+  if (opt_.seq_comm && opt_.seq_comm->world() > 1) check_seq_parallel();
   optimizer_.set_comm(opt_.comm);
   if (const ZeroOptions& z = model_.options().zero;
       z.sharded() && (!opt_.comm || opt_.comm->world() != z.world || opt_.comm->rank() != z.rank))
@@ -31,6 +32,19 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
   // A model that pages its frozen layers is driven from this tape's node hook.
   pager_ = model_.pager_handle();
   if (auto pager = pager_.lock()) pager->install(tape_);
+}
+
+void Trainer::check_seq_parallel() {
+  Communicator& sp = *opt_.seq_comm;
+  if (!opt_.comm) opt_.comm = &sp;  // sequence parallel over the whole world
+  const int n = sp.world(), world = opt_.comm->world();
+  if (world % n != 0 || opt_.comm->rank() % n != sp.rank())
+    STRATA_THROW(ConfigError,
+                 fmt::format("sequence_parallel {}: the group's rank {} is not world rank {} of {} in groups of "
+                             "consecutive ranks (the world must be a multiple of {}: data-parallel groups x {})",
+                             n, sp.rank(), opt_.comm->rank(), world, n, n),
+                 "train options", "sequence_parallel");
+  seq_parallel_kv_heads(model_.config(), n);  // UnsupportedError naming the heads
 }
 
 Trainer::~Trainer() {
@@ -59,6 +73,11 @@ double packed_pairs(const Batch& b) {
   return pairs;
 }
 
+long Trainer::counted(const Batch& b) const {
+  if (seq_parallel() > 1) return seq_slice_targets(b, seq_rank(), seq_parallel());
+  return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
+}
+
 void Trainer::upload(const Batch& b) {
   const int64_t n = int64_t(b.B) * b.T;
   STRATA_CHECK(int64_t(b.inputs.size()) == n && int64_t(b.targets.size()) == n, "batch: inputs/targets size != B*T");
@@ -68,6 +87,30 @@ void Trainer::upload(const Batch& b) {
       STRATA_THROW(ConfigError, fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch",
                    "tokens");
   pairs_ = packed_pairs(b);
+  if (const int sp = seq_parallel(); sp > 1) {
+    // This rank's T/sp tokens of each row, with their positions in the row (or example); attention's segments
+    // need every token's (packed rows).
+    const SeqSlice sl = seq_slice(b, seq_rank(), sp);
+    const int64_t m = int64_t(sl.inputs.size());
+    if (!tokens_.allocated() || tokens_.view().numel() != m) {
+      tokens_.reset();
+      targets_.reset();
+      pos_.reset();
+      tokens_ = Buffer(be_.arena(), DType::i32, Shape{m}, "batch.tokens");
+      targets_ = Buffer(be_.arena(), DType::i32, Shape{m}, "batch.targets");
+      pos_ = Buffer(be_.arena(), DType::i32, Shape{m}, "batch.positions");
+    }
+    rows_pos_.reset();
+    if (!b.positions.empty()) {
+      rows_pos_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.positions");
+      be_.upload_i32(rows_pos_.view(), b.positions.data());
+    }
+    be_.upload_i32(pos_.view(), sl.positions.data());
+    pos_packed_ = true;  // not 0..T-1 a row: an unsharded batch after this one uploads its own
+    be_.upload_i32(tokens_.view(), sl.inputs.data());
+    be_.upload_i32(targets_.view(), sl.targets.data());
+    return;
+  }
   const bool fresh = !tokens_.allocated() || tokens_.view().numel() != n;
   if (fresh) {
     tokens_.reset();
@@ -103,7 +146,9 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       if (std::uncaught_exceptions() > uncaught) o.reset();  // a step that completed has nothing left
     }
   } reset{model_.pager(), optimizer_};
-  ForwardIds ids = model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward, pairs_);
+  const SeqShard sp{opt_.seq_comm, rows_pos_.allocated() ? rows_pos_.view() : Tensor()};
+  ForwardIds ids =
+      model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward, pairs_, sp);
   // The previous step's deferred updates land as forward reaches each parameter (model/optimizer.h);
   // one of a parameter this graph does not read lands now, before its gradient is zeroed below.
   optimizer_.before_forward();
@@ -125,7 +170,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   }
   tape_.forward();
   if (logits) {
-    const int64_t n = int64_t(b.B) * b.T, V = model_.config().vocab_size;
+    const int64_t n = tokens_.view().numel(), V = model_.config().vocab_size;  // this rank's tokens under sp
     Buffer out(be_.arena(), DType::f32, Shape{n, V}, "eval.logits");
     model_.logits(tape_, ids.final_hidden, out.view());
     logits->resize(size_t(n * V));
@@ -150,7 +195,8 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   b.targets.assign(size_t(B) * T, 0);
   upload(b);
   TapeGuard guard(tape_);
-  model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), B, T, true);  // a training step's slots
+  // A training step's slots.
+  model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), B, T, true, 0, SeqShard{opt_.seq_comm, Tensor()});
   tape_.apply_plan(opt_.plan);
   std::vector<PlanRow> rows;
   for (auto& v : tape_.values()) {
@@ -173,10 +219,11 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   return rows;
 }
 
-std::array<float, 2> Trainer::all_reduce_host(const float (&v)[2]) {
+std::array<float, 2> Trainer::all_reduce_host(const float (&v)[2], Communicator* c) {
+  if (!c) c = opt_.comm;
   Buffer b(be_.arena(), DType::f32, Shape{2}, "comm.scalars");
   be_.upload_f32(b.view(), v);
-  opt_.comm->wait_host(opt_.comm->all_reduce(b.view()));
+  c->wait_host(c->all_reduce(b.view()));
   std::array<float, 2> out{};
   be_.download_f32(out.data(), b.view());
   return out;
@@ -193,7 +240,13 @@ float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) {
 }
 
 float Trainer::evaluate(const Batch& b) {
-  return run(b, false, nullptr);
+  const float loss = run(b, false, nullptr);
+  if (seq_parallel() == 1) return loss;
+  // Each rank's mean over its tokens; the rows' mean weighs them by their tokens (an exact count below 2^24).
+  const long k = counted(b);
+  const float parts[2] = {loss * float(k), float(k)};
+  const std::array<float, 2> sum = all_reduce_host(parts, opt_.seq_comm);
+  return sum[1] > 0 ? sum[0] / sum[1] : 0.0f;
 }
 
 StepStats Trainer::step(const Batch& b) {
@@ -216,11 +269,9 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   // the gradient of the step's mean loss. Host-tier gradients (fresh device blocks each backward)
   // are summed on the host instead (GradAccumulator).
   const bool host_grads = model_.grads_on_host();
-  auto counted = [](const Batch& b) {
-    return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
-  };
   // Data parallel: each rank brings its own micro-batches of the step; the token shares are of the
-  // step's tokens over every rank, and the last backward sums the gradients over the ranks.
+  // step's tokens over every rank, and the last backward sums the gradients over the ranks. Sequence
+  // parallel: the ranks of a group bring the same rows and count the loss tokens of their share.
   const int world = opt_.comm ? opt_.comm->world() : 1;
   long total = 0;
   for (const Batch& b : micro) total += counted(b);
@@ -278,7 +329,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
     loss = float(loss_sum);
   }
   for (const Batch& b : micro) tokens += size_t(b.B) * size_t(b.T);
-  tokens *= size_t(world);  // every rank's micro-batches have the same shapes
+  tokens *= size_t(dp_world());  // every rank's micro-batches have the same shapes (a group's the same rows)
   ++t_;
   AdamWParams ap = opt_.adam;
   ap.lr = lr;

@@ -24,6 +24,12 @@ struct TrainOptions {
   // model and calls step() with its own micro-batches; gradients are summed over the ranks before
   // the norm, so every rank clips and updates alike (model/optimizer.h).
   Communicator* comm = nullptr;
+  // Sequence parallelism (model/seq_parallel.h): the group of n ranks that share each row's tokens (null or one
+  // rank: off). Every rank of a group is given the same whole rows (Batch of length T, a multiple of n) and keeps its
+  // T/n consecutive tokens of each; the all-to-alls around attention run on this communicator. `comm` spans every
+  // rank (the gradient all-reduce and the loss's sums) and holds the groups as consecutive ranks (world rank =
+  // data-parallel rank * n + group rank); null: `seq_comm` itself (sequence parallel over the whole world).
+  Communicator* seq_comm = nullptr;
 };
 
 struct StepStats {
@@ -77,6 +83,8 @@ class Trainer {
 
   // Forward + backward only: parameter gradients are left in each Parameter::grad. Returns the loss.
   // With `logits`, also returns the [B*T, V] logits (small shapes only: evaluation and tests).
+  // Sequence parallel: this rank's share: its tokens' mean loss and logits [B*T/n, V], and its tokens' gradient
+  // terms (not summed over the ranks).
   float compute_gradients(const Batch& b, std::vector<float>* logits = nullptr);
   // A whole optimizer step (warmup as TrainOptions::warmup_steps says).
   StepStats step(const Batch& b);
@@ -85,7 +93,8 @@ class Trainer {
   // the step's loss tokens and summed, clipping sees the sum's norm, and the loss is the
   // token-weighted mean: one batch of all the rows, to float rounding.
   StepStats step(std::span<const Batch> micro, float lr);
-  // Mean loss without gradients or optimizer state changes.
+  // Mean loss without gradients or optimizer state changes (sequence parallel: over every token of the rows; the
+  // ranks of the group call it together).
   float evaluate(const Batch& b);
 
   // The plan resolved on this model's real slot classes for a batch shape (records, then clears).
@@ -103,10 +112,19 @@ class Trainer {
   int rank() const { return opt_.comm ? opt_.comm->rank() : 0; }
   int world() const { return opt_.comm ? opt_.comm->world() : 1; }
   float sum_over_ranks(float v);
+  // Sequence parallel: the group's size (1: off) and this rank's place in it. The data-parallel ranks are the
+  // groups, world / seq_parallel of them, each given its own rows.
+  int seq_parallel() const { return opt_.seq_comm ? opt_.seq_comm->world() : 1; }
+  int seq_rank() const { return opt_.seq_comm ? opt_.seq_comm->rank() : 0; }
+  int dp_world() const { return world() / seq_parallel(); }
+  int dp_rank() const { return rank() / seq_parallel(); }
 
  private:
+  void check_seq_parallel();  // the groups, the heads (ConfigError / UnsupportedError)
   void upload(const Batch& b);
-  std::array<float, 2> all_reduce_host(const float (&v)[2]);  // summed over the ranks (comm)
+  long counted(const Batch& b) const;  // this rank's loss tokens in b (targets >= 0; its share under sp)
+  // v summed over the ranks of `c` (null: comm).
+  std::array<float, 2> all_reduce_host(const float (&v)[2], Communicator* c = nullptr);
   float run(const Batch& b, bool with_backward, std::vector<float>* logits);
 
   Backend& be_;
@@ -117,8 +135,9 @@ class Trainer {
   Tape tape_;
   std::weak_ptr<WeightPager> pager_;  // the model's, if it pages; gone when the model is
   Buffer tokens_, targets_, pos_;
-  bool pos_packed_ = false;                 // pos_ holds a packed batch's positions, not 0..T-1 a row
-  double pairs_ = 0;                        // the uploaded batch's packed_pairs
+  Buffer rows_pos_;          // sequence parallel, packed rows: every token's position [B*T] (attention's segments)
+  bool pos_packed_ = false;  // pos_ holds a packed batch's positions, not 0..T-1 a row
+  double pairs_ = 0;         // the uploaded batch's packed_pairs
   std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
   int t_ = 0;
   StepStats last_;

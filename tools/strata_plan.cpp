@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "engine/ops.h"
@@ -32,7 +33,8 @@ static const char* kUsage =
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                   [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--pad-vocab 64] [--pack N]\n"
+    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1] [--sequence-parallel N]]\n"
+    "                   [--pad-vocab 64] [--pack N]\n"
     "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
     "                   [--seq-multiple 1024] [--seq-limit N] [other options as above, --seq and --preset excluded]\n"
@@ -64,6 +66,10 @@ static const char* kUsage =
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
     "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
     "state only, and the weights' broadcasts after each step.\n"
+    "--sequence-parallel N (YAML sequence_parallel): groups of N of the --gpus ranks (default N) share each row,\n"
+    "each rank holding seq/N of its tokens, with all-to-alls around attention (DeepSpeed-Ulysses): the forecast is\n"
+    "one rank's (seq/N tokens, attention's whole-sequence head shards, the all-to-alls at nccl_busbw_gbps); with\n"
+    "--max-seq, the longest sequence N GPUs train together.\n"
     "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
     "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
     "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
@@ -170,8 +176,14 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
   std::printf(
       "\nstep time %.4f s: forward %.4f s, backward %.4f s (recompute %.4f s), optimizer %.4f s | %.0f tokens/s\n",
       f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, f.tokens_per_s);
-  if (f.comm_busy_s > 0)
-    std::printf("  data parallel: gradient all-reduces busy %.4f s a step beside compute (per rank)\n", f.comm_busy_s);
+  if (f.comm_busy_s > f.all_to_all_s)
+    std::printf("  data parallel: gradient all-reduces busy %.4f s a step beside compute (per rank)\n",
+                f.comm_busy_s - f.all_to_all_s);
+  if (f.all_to_all_s > 0)
+    std::printf(
+        "  sequence parallel: all-to-alls around attention busy %.4f s a step; compute waited %.4f s on "
+        "collectives (per rank)\n",
+        f.all_to_all_s, f.comm_wait_s);
   std::printf("  time by op:");
   for (auto& [op, s] : f.time_by_op) std::printf(" %s %.1f%%", op.c_str(), pct(s, f.step_s));
   std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
@@ -242,6 +254,8 @@ json forecast_json(const Forecast& f) {
           {"optimizer_s", f.optimizer_s},
           {"tokens_per_s", f.tokens_per_s},
           {"comm_busy_s", f.comm_busy_s},
+          {"all_to_all_s", f.all_to_all_s},
+          {"comm_wait_s", f.comm_wait_s},
           {"time_by_op_s", t},
           {"kernels", f.kernels},
           {"recomputed_nodes", f.recomputed_nodes},
@@ -279,7 +293,7 @@ int main(int argc, char** argv) {
         "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
         "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
-                    "grad-reduce", "pad-vocab", "zero-stage", "gradients"});
+                    "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -321,7 +335,13 @@ int main(int argc, char** argv) {
     };
     req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
-    req.gpus = int_flag("gpus", 1, 1);
+    req.sequence_parallel = int_flag("sequence-parallel", tc.sequence_parallel, 1);
+    req.gpus = int_flag("gpus", req.sequence_parallel, 1);  // --sequence-parallel N alone: N GPUs
+    if (req.gpus % req.sequence_parallel != 0)
+      throw ConfigError(fmt::format("--sequence-parallel {} must divide --gpus {} (data-parallel groups of {} ranks)",
+                                    req.sequence_parallel, req.gpus, req.sequence_parallel),
+                        "command line", "sequence-parallel");
+    if (!max_seq && req.seq > 0) check_seq_parallel_len(req.seq, req.sequence_parallel);
     if (const int pack = int_flag("pack", 1, 1); pack > 1) {  // rows of `pack` packed examples (sample packing)
       if (max_seq) throw ConfigError("--pack goes with --seq, not --max-seq", "command line", "pack");
       if (req.seq % pack)
@@ -352,6 +372,8 @@ int main(int argc, char** argv) {
     if (a.has("mode")) req.mode = parse_train_mode(a.str("mode"));
     if (max_seq) {
       seq_multiple = int_flag("seq-multiple", 1024, 1);
+      // Every length tried splits evenly over a sequence-parallel group (as max_seq_for_budget rounds it).
+      if (seq_multiple % req.sequence_parallel != 0) seq_multiple = std::lcm(seq_multiple, req.sequence_parallel);
       seq_limit = int_flag("seq-limit", default_max_seq_limit(req.model), seq_multiple);
     } else if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
       throw ConfigError("--seq N (or sequence_len in the --config file) is required", "command line", "seq");
@@ -405,6 +427,16 @@ int main(int argc, char** argv) {
                 : std::to_string(req.seq).c_str(),
         req.batch, train_mode_name(req.mode),
         req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
+    if (req.gpus > 1)
+      std::fprintf(info, "ranks: %d GPUs%s; the forecast is one rank's\n", req.gpus,
+                   req.sequence_parallel > 1
+                       ? fmt::format(" in {} data-parallel group{} of {} (sequence parallel: each rank holds seq/{} "
+                                     "tokens of a row, and attends over every token on {} heads)",
+                                     req.gpus / req.sequence_parallel, req.gpus / req.sequence_parallel == 1 ? "" : "s",
+                                     req.sequence_parallel, req.sequence_parallel,
+                                     req.model.num_attention_heads / req.sequence_parallel)
+                             .c_str()
+                       : " (data parallel)");
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));
@@ -504,6 +536,8 @@ int main(int argc, char** argv) {
     } else {
       out["model"] = model_spec;
       out["seq"] = req.seq;
+      out["gpus"] = req.gpus;
+      out["sequence_parallel"] = req.sequence_parallel;
       out["batch"] = req.batch;
       out["mode"] = train_mode_name(req.mode);
       out["master_weights"] = master_weights_name(req.recipe.master);

@@ -44,7 +44,8 @@ static const char* kUsage =
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                    [--seed 0] [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler "
     "constant|linear|cosine]\n"
-    "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1]] [--save-steps 0] [--resume auto|DIR]\n"
+    "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1] [--sequence-parallel N]]\n"
+    "                    [--save-steps 0] [--resume auto|DIR]\n"
     "                    [--mlp-tiles auto|N] [--sample-packing] [--pad-vocab 64] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
@@ -64,6 +65,9 @@ static const char* kUsage =
     "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default. --zero-stage 1 (YAML\n"
     "zero_stage): ZeRO-1, each rank keeps the optimizer state (moments, fp32 master) of its share of the\n"
     "parameters only and broadcasts their updated weights; each rank saves its shard in checkpoints.\n"
+    "--sequence-parallel N (YAML sequence_parallel): each row's tokens spread over groups of N of the ranks (N must\n"
+    "divide --gpus; --seq a multiple of N): each rank holds seq/N tokens, all-to-alls around attention give it every\n"
+    "token of its heads (DeepSpeed-Ulysses); the groups are data parallel (--batch rows a group).\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--gradients bf16: every trainable parameter's gradient kept in bf16, 2 bytes instead of 4, each write rounded\n"
@@ -150,12 +154,40 @@ int main(int argc, char** argv) {
     // as it would have (the disk tier's offload file has no name to leave behind).
     io::remove_temps_on_signals();
     cli::Args a(argc, argv,
-                {"model",        "data",         "seq",         "batch",          "steps",           "lr",
-                 "backend",      "config",       "lora-rank",   "lora-alpha",     "device-memory",   "max-grad-norm",
-                 "weight-decay", "warmup-steps", "save",        "seed",           "loss-chunk",      "offload-dir",
-                 "budget",       "host-budget",  "disk-budget", "master-weights", "optimizer-state", "epochs",
-                 "grad-accum",   "lr-scheduler", "save-steps",  "resume",         "mlp-tiles",       "grad-reduce",
-                 "pad-vocab",    "zero-stage",   "gradients"},
+                {"model",
+                 "data",
+                 "seq",
+                 "batch",
+                 "steps",
+                 "lr",
+                 "backend",
+                 "config",
+                 "lora-rank",
+                 "lora-alpha",
+                 "device-memory",
+                 "max-grad-norm",
+                 "weight-decay",
+                 "warmup-steps",
+                 "save",
+                 "seed",
+                 "loss-chunk",
+                 "offload-dir",
+                 "budget",
+                 "host-budget",
+                 "disk-budget",
+                 "master-weights",
+                 "optimizer-state",
+                 "epochs",
+                 "grad-accum",
+                 "lr-scheduler",
+                 "save-steps",
+                 "resume",
+                 "mlp-tiles",
+                 "grad-reduce",
+                 "pad-vocab",
+                 "zero-stage",
+                 "gradients",
+                 "sequence-parallel"},
                 {"json", "freeze-base", "sample-packing", "help"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -200,6 +232,7 @@ int main(int argc, char** argv) {
       cfg.grad_reduce_origin = Origin::flag("grad-reduce");
     }
     if (a.has("zero-stage")) cfg.zero_stage = parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage"));
+    int_flag("sequence-parallel", cfg.sequence_parallel, 1);
     if (a.has("pad-vocab"))
       cfg.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
     int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
@@ -264,6 +297,13 @@ int main(int argc, char** argv) {
   LaunchEnv env;
   try {
     env = read_launch_env();
+    if (env.world % cfg.sequence_parallel != 0)
+      throw ConfigError(fmt::format("sequence_parallel {} does not divide the {} rank{} (--gpus {}): each group of {} "
+                                    "ranks shares its rows; use --gpus a multiple of {}",
+                                    cfg.sequence_parallel, env.world, env.world == 1 ? "" : "s", env.world,
+                                    cfg.sequence_parallel, cfg.sequence_parallel),
+                        cfg.config_file.empty() ? "command line" : cfg.config_file, "sequence_parallel");
+    check_seq_parallel_len(cfg.seq, cfg.sequence_parallel);
   } catch (const Error& e) {
     std::fprintf(stderr, "strata-train: %s\n", e.what());
     return 2;
@@ -331,6 +371,12 @@ int main(int argc, char** argv) {
         rdv = Rendezvous::join(env.rendezvous());
         std::fprintf(info, "data parallel: %d ranks (%s), %d on this node; rank 0 of %s:%d\n", env.world,
                      env.launcher.c_str(), env.local_world, env.master_addr.c_str(), env.master_port);
+        if (cfg.sequence_parallel > 1)
+          std::fprintf(info,
+                       "sequence parallel: groups of %d ranks share each row (%d tokens a rank, all-to-alls around "
+                       "attention); %d data-parallel group%s\n",
+                       cfg.sequence_parallel, cfg.seq / cfg.sequence_parallel, env.world / cfg.sequence_parallel,
+                       env.world / cfg.sequence_parallel == 1 ? "" : "s");
         if (be_name == "cuda") {
 #ifdef STRATA_HAVE_NCCL
           if (cudaSetDevice(env.local_rank) != cudaSuccess)
@@ -351,6 +397,16 @@ int main(int argc, char** argv) {
 #endif
         if (!comm) comm = make_cpu_communicator(*rdv);
       }
+      // Sequence parallel: the group's own communicator beside the world's, unless the group is the world.
+      std::unique_ptr<Communicator> group;
+      if (cfg.sequence_parallel > 1 && cfg.sequence_parallel < env.world) {
+#ifdef STRATA_HAVE_NCCL
+        if (be_name == "cuda")
+          group = make_nccl_communicator(
+              *rdv, NcclOptions{env.local_rank, be->native_stream(), env.timeout_s, cfg.sequence_parallel});
+#endif
+        if (!group) group = make_cpu_communicator(*rdv, cfg.sequence_parallel);
+      }
       if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), env.world, info)) return 1;
 
       ModelOptions mo = model_options(cfg);
@@ -370,6 +426,7 @@ int main(int argc, char** argv) {
 
       TrainOptions to = train_options(cfg);
       to.comm = comm.get();
+      if (cfg.sequence_parallel > 1) to.seq_comm = group ? group.get() : comm.get();
       Trainer trainer(*be, model, to);
       LoopOptions lo;
       lo.info = info;
@@ -434,9 +491,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "strata-train: stopped by %s after step %d of %d; %s\n", strsignal(res.stopped_by),
                      res.steps_done, res.total_steps,
                      res.last_checkpoint.empty()
-                         ? (cfg.output_dir.empty() || !mo.zero.sharded()
-                                ? "no output_dir (--save), so nothing was saved"
-                                : "no checkpoint was saved (zero_stage 1 shards the optimizer state)")
+                         ? "no output_dir (--save), so nothing was saved"
                          : fmt::format("checkpoint saved to {}; continue with --resume auto (resume_from_checkpoint: "
                                        "true)",
                                        res.last_checkpoint)

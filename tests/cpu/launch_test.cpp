@@ -450,3 +450,43 @@ TEST(Launcher, StrataTrainZeroStageOneMatchesStageZeroBitForBit) {
   EXPECT_TRUE(has(z2.err, "not implemented yet")) << z2.err;
   dir.remove();
 }
+
+// strata-train --sequence-parallel (ranks as processes): --gpus N --sequence-parallel N gives one rank's losses on
+// the same rows to float rounding; --gpus 4 --sequence-parallel 2 (two data-parallel groups, each group's
+// all-to-alls on a processes-mode communicator of its own) gives --gpus 2's. A length that does not split over the
+// group and ranks the groups do not divide are refused, naming them.
+TEST(Launcher, StrataTrainSequenceParallelMatchesOneRank) {
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch dir;
+  dir.create("strata_sp_train");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  const std::string common = " --model " + quote(dir.path("tiny")) + " --data " + quote(dir.path("tiny/tokens.bin")) +
+                             " --steps 3 --lr 3e-3 --backend cpu --json";
+  auto losses = [&](const std::string& flags) {
+    const Proc p = dir.run(kTrain + flags + common);
+    EXPECT_EQ(p.code, 0) << flags << ": " << p.err;
+    return json_losses(p.out);
+  };
+  const std::vector<double> one = losses(" --seq 32 --batch 2");
+  ASSERT_EQ(one.size(), 3u);
+  for (const char* flags :
+       {" --seq 32 --batch 2 --gpus 2 --sequence-parallel 2", " --seq 32 --batch 2 --gpus 4 --sequence-parallel 4"}) {
+    const std::vector<double> sp = losses(flags);
+    ASSERT_EQ(sp.size(), one.size()) << flags;
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(sp[i], one[i], 1e-5 * one[i]) << flags << ", step " << i + 1;
+  }
+  const std::vector<double> dp = losses(" --seq 32 --batch 1 --gpus 2");
+  const std::vector<double> dpsp = losses(" --seq 32 --batch 1 --gpus 4 --sequence-parallel 2");
+  ASSERT_EQ(dp.size(), 3u);
+  ASSERT_EQ(dpsp.size(), dp.size());
+  for (size_t i = 0; i < dp.size(); ++i) EXPECT_NEAR(dpsp[i], dp[i], 1e-5 * dp[i]) << "step " << i + 1;
+  const Proc odd = dir.run(kTrain + " --seq 33 --gpus 2 --sequence-parallel 2" + common);
+  EXPECT_NE(odd.code, 0);
+  EXPECT_TRUE(has(odd.err, "sequence length 33 is not a multiple of 2")) << odd.err;
+  const Proc three = dir.run(kTrain + " --seq 32 --gpus 3 --sequence-parallel 2" + common);
+  EXPECT_NE(three.code, 0);
+  EXPECT_TRUE(has(three.err, "sequence_parallel 2 does not divide the 3 ranks")) << three.err;
+  dir.remove();
+}

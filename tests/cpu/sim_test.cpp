@@ -159,7 +159,7 @@ TEST(Sim, DispatchMirrorsTheBackend) {
   auto cuda = make_sim_backend(so);
   EXPECT_EQ(support_summary(*cuda),
             "embedding bf16, rmsnorm bf16, linear bf16, rope bf16, attention bf16, swiglu bf16, add bf16, "
-            "bias bf16, lm_head_ce bf16, lm_head_logits bf16, adamw f32/bf16, grad_norm f32/bf16");
+            "bias bf16, lm_head_ce bf16, lm_head_logits bf16, adamw f32/bf16, grad_norm f32/bf16, block_copy bf16");
   EXPECT_EQ(cuda->master_dtype(), DType::i16);
   so.mirror = SimMirror::cpu;
   auto cpu_mirror = make_sim_backend(so);

@@ -1,0 +1,18 @@
+// The strided block copy (kernels/block_copy.h), cpu reference: blocks in (i, j) order, elements in order.
+#include "kernels/block_copy.h"
+
+namespace strata::cpu {
+
+void block_copy(float* out, const float* in, const BlockCopy& c, bool accumulate) {
+  for (int64_t i = 0; i < c.outer; ++i)
+    for (int64_t j = 0; j < c.inner; ++j) {
+      const float* src = in + i * c.in_outer + j * c.in_inner;
+      float* dst = out + i * c.out_outer + j * c.out_inner;
+      if (accumulate)
+        for (int64_t k = 0; k < c.e; ++k) dst[k] += src[k];
+      else
+        for (int64_t k = 0; k < c.e; ++k) dst[k] = src[k];
+    }
+}
+
+}  // namespace strata::cpu
