@@ -100,6 +100,13 @@ struct Gemm::Impl {
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+      if (p.c_type == CUDA_R_16BF) {
+        // A split-K algorithm may sum its partial products in D's type (in place or in a bf16 workspace),
+        // rounding to bf16 once per split: only fp32 (compute-type) reductions, so D is rounded once
+        // (bf16 gradients accumulate into D: tests/gpu/grads_bf16_gpu_test.cpp).
+        uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask));
+      }
       std::array<cublasLtMatmulHeuristicResult_t, kTuneCandidates> res{};
       int found = 0;
       cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, e.op, e.a, e.b, e.c, e.c, pref,
@@ -272,7 +279,8 @@ void Gemm::linear_bwd_dw(float* dw, const bf16* dy, const bf16* x, int N, int I,
   impl_->run(p, x, dy, dw, accumulate ? 1.0f : 0.0f, s);
 }
 
-// The same GEMM with a bf16 C/D: cuBLASLt accumulates in fp32 and rounds D once.
+// The same GEMM with a bf16 C/D: cuBLASLt accumulates in fp32; adding (beta 1) it may round the product
+// to bf16 before adding C (tests/gpu/grads_bf16_gpu_test.cpp).
 void Gemm::linear_bwd_dw(bf16* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate,
                          cudaStream_t s) {
   check_dims(N, I, O, "linear_bwd_dw");

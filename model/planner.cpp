@@ -232,7 +232,10 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
   std::vector<std::string> levels{"none"};
-  if (budgets.host > 0) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
+  // ZeRO-1 keeps its shard of the state on the device (host-tier state with it is refused: model/llama.cpp).
+  const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
+  if (budgets.host > 0 && !zero_sharded)
+    levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
   for (const std::string& level : levels)
     for (bool paged : paging) {
       PlanSpec start;
@@ -268,6 +271,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
     for (const char* level : kStateOffloadingLevels) {
+      if (zero_sharded && std::string(level) != "none") break;
       for (bool paged : {false, true}) {
         if (paged && base.mode == TrainMode::full) continue;
         PlanSpec s;
