@@ -168,7 +168,7 @@ TEST(Sim, DispatchMirrorsTheBackend) {
   // f32 compute; bf16 only where the optimizer reads bf16 gradients (gradients: bf16).
   EXPECT_EQ(support_summary(*cpu),
             "embedding f32, rmsnorm f32, linear f32, rope f32, attention f32, swiglu f32, add f32, "
-            "bias f32, lm_head_ce f32, lm_head_logits f32, adamw f32/bf16, grad_norm f32/bf16");
+            "bias f32, lm_head_ce f32, lm_head_logits f32, adamw f32/bf16, grad_norm f32/bf16, block_copy f32");
   EXPECT_EQ(cpu_mirror->master_dtype(), DType::f32);
   EXPECT_EQ(cpu->master_dtype(), DType::f32);
 }
