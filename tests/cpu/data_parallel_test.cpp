@@ -22,6 +22,7 @@
 #include "model/train_config.h"
 #include "model/trainer.h"
 #include "model/zero.h"
+#include "tests/cpu/rank_threads.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -96,24 +97,8 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
 }
 
 std::vector<RankRun> train_ranks(int world, int accum, const char* state, DType reduce = DType::f32, Sharding sh = {}) {
-  CpuGroup group(world, 60);
-  std::vector<RankRun> runs(static_cast<size_t>(world));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = make_cpu_communicator(group, r);
-        runs[size_t(r)] = train(comm.get(), world, r, accum, state, reduce, sh);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-        group.abort("rank failed");
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  return runs;
+  return test_util::run_rank_threads<RankRun>(
+      world, [&](Communicator* comm, int r) { return train(comm, world, r, accum, state, reduce, sh); });
 }
 
 void expect_close(const RankRun& one, const RankRun& dp, const std::string& what) {

@@ -24,6 +24,7 @@
 #include "model/llama.h"
 #include "model/rng.h"
 #include "model/trainer.h"
+#include "tests/cpu/rank_threads.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
 
@@ -122,28 +123,13 @@ Plan with_state(Plan p, std::vector<std::pair<std::string, Decision>> st) {
 }
 
 std::vector<Result> ranks(Case c, int world) {
-  CpuGroup group(world, 60);
-  std::vector<Result> out(static_cast<size_t>(world));
-  std::vector<std::exception_ptr> err(static_cast<size_t>(world));
-  std::vector<std::thread> th;
-  for (int r = 0; r < world; ++r)
-    th.emplace_back([&, r] {
-      try {
-        auto comm = make_cpu_communicator(group, r);
-        Case rc = c;
-        rc.comm = comm.get();
-        rc.rank = r;
-        rc.world = world;
-        out[size_t(r)] = run(rc);
-      } catch (...) {
-        err[size_t(r)] = std::current_exception();
-        group.abort("rank failed");
-      }
-    });
-  for (auto& t : th) t.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
-  return out;
+  return test_util::run_rank_threads<Result>(world, [&](Communicator* comm, int r) {
+    Case rc = c;
+    rc.comm = comm;
+    rc.rank = r;
+    rc.world = world;
+    return run(rc);
+  });
 }
 
 }  // namespace

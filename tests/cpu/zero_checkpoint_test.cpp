@@ -18,6 +18,7 @@
 #include "model/data.h"
 #include "model/row_data.h"
 #include "model/trainer.h"
+#include "tests/cpu/rank_threads.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -87,24 +88,12 @@ RankRun train(Communicator* comm, int world, int rank, int zero, Mode mode, cons
   return out;
 }
 
-// `world` ranks as threads; the errors each rank threw (empty where none).
+// `world` ranks as threads; errors: each rank's message (the ranks are meant to fail together), else
+// none may throw.
 std::vector<RankRun> ranks(int world, const std::function<RankRun(Communicator*, int)>& f,
                            std::vector<std::string>* errors = nullptr) {
-  CpuGroup group(world, 60);
-  std::vector<RankRun> runs(static_cast<size_t>(world));
-  std::vector<std::string> errs(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = make_cpu_communicator(group, r);
-        runs[size_t(r)] = f(comm.get(), r);
-      } catch (const std::exception& e) {
-        errs[size_t(r)] = e.what();
-        if (!errors) group.abort("rank failed");
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errs;
+  std::vector<RankRun> runs = test_util::run_rank_threads<RankRun>(world, f, &errs);
   if (errors) {
     *errors = errs;
   } else {
