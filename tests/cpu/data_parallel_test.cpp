@@ -107,19 +107,7 @@ void expect_close(const RankRun& one, const RankRun& dp, const std::string& what
     EXPECT_NEAR(one.losses[s], dp.losses[s], 2e-6f * std::fabs(one.losses[s])) << what << " loss, step " << s;
     EXPECT_NEAR(one.norms[s], dp.norms[s], 1e-5f * one.norms[s]) << what << " norm, step " << s;
   }
-  double worst = 0, sum_sq = 0;
-  long n = 0;
-  for (size_t i = 0; i < one.weights.size(); ++i)
-    for (size_t e = 0; e < one.weights[i].size(); ++e) {
-      const double d = std::fabs(double(one.weights[i][e]) - dp.weights[i][e]);
-      worst = std::max(worst, d);
-      sum_sq += d * d;
-      ++n;
-    }
-  // As gradient accumulation's test: Adam moves an element whose gradient is near 0 by up to lr
-  // whatever its rounding, so the worst element is bounded loosely and the mean tightly.
-  EXPECT_LT(worst, 2e-4) << what;
-  EXPECT_LT(std::sqrt(sum_sq / double(n)), 2e-6) << what;
+  test_util::expect_weights_close(one.weights, dp.weights, what);
 }
 
 // One rank of `world`, each with kRows / world rows, keep-everything, mirroring the cpu backend.

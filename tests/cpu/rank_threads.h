@@ -1,5 +1,9 @@
 // N ranks as threads of one cpu communicator group (engine/comm.h), for the tests of the parallel modes.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <string>
@@ -42,6 +46,28 @@ std::vector<R> run_rank_threads(int world, const std::function<R(Communicator*, 
   for (auto& e : err)
     if (e) std::rethrow_exception(e);
   return out;
+}
+
+// Weights of N ranks against one rank's after a few steps (per parameter, per element): the ranks' sums
+// of the gradient are another summation order, and Adam moves an element whose gradient is near 0 by up
+// to lr whatever its rounding (as gradient accumulation's test), so the worst element is bounded loosely
+// (2e-4) and the root mean square tightly (2e-6).
+inline void expect_weights_close(const std::vector<std::vector<float>>& one,
+                                 const std::vector<std::vector<float>>& many, const std::string& what) {
+  ASSERT_EQ(one.size(), many.size()) << what;
+  double worst = 0, sum_sq = 0;
+  long n = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].size(), many[i].size()) << what << ", parameter " << i;
+    for (size_t e = 0; e < one[i].size(); ++e) {
+      const double d = std::fabs(double(one[i][e]) - many[i][e]);
+      worst = std::max(worst, d);
+      sum_sq += d * d;
+      ++n;
+    }
+  }
+  EXPECT_LT(worst, 2e-4) << what;
+  EXPECT_LT(std::sqrt(sum_sq / double(std::max(n, 1L))), 2e-6) << what;
 }
 
 }  // namespace strata::test_util

@@ -26,6 +26,7 @@
 #include "model/forecast.h"
 #include "model/row_data.h"
 #include "model/trainer.h"
+#include "tests/cpu/rank_threads.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -171,18 +172,7 @@ void expect_close(const RankRun& one, const RankRun& sp, const std::string& what
   }
   for (size_t s = 0; s < std::min(one.evals.size(), sp.evals.size()); ++s)
     EXPECT_NEAR(one.evals[s], sp.evals[s], 2e-6f * std::fabs(one.evals[s])) << what << " evaluate, step " << s;
-  double worst = 0, sum_sq = 0;
-  long n = 0;
-  for (size_t i = 0; i < one.weights.size(); ++i)
-    for (size_t e = 0; e < one.weights[i].size(); ++e) {
-      const double d = std::fabs(double(one.weights[i][e]) - sp.weights[i][e]);
-      worst = std::max(worst, d);
-      sum_sq += d * d;
-      ++n;
-    }
-  // As data parallel's test: Adam moves an element whose gradient is near 0 by up to lr whatever its rounding.
-  EXPECT_LT(worst, 2e-4) << what;
-  EXPECT_LT(std::sqrt(sum_sq / double(n)), 2e-6) << what;
+  test_util::expect_weights_close(one.weights, sp.weights, what);
 }
 
 // Rank r's logits are one rank's logits of tokens [r*Tl, (r+1)*Tl) of every row, bit for bit.
