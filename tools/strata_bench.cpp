@@ -32,6 +32,7 @@ static const char* kUsage =
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
+    "                    [--state-offloading-layers optimizer|master|all:K]\n"
     "                    [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16] [--mlp-tiles N] [--pad-vocab 64]\n"
     "                    [--eager-update]\n"
     "                    [--pack N]\n"
@@ -39,6 +40,8 @@ static const char* kUsage =
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
     "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
+    "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly, as strata-train's\n"
+    "state_offloading_layers.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
     "strata-train's state_offloading key. --master-weights / --optimizer-state: the state's precision, as\n"
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
@@ -55,10 +58,31 @@ static const char* kUsage =
 int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
-                {"shape",          "model",           "seq",          "batch",     "mode",          "plan",
-                 "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
-                 "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
-                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab", "pack",          "gradients"},
+                {"shape",
+                 "model",
+                 "seq",
+                 "batch",
+                 "mode",
+                 "plan",
+                 "steps",
+                 "warmup",
+                 "backend",
+                 "lora-rank",
+                 "device-memory",
+                 "loss-chunk",
+                 "peak-tflops",
+                 "offload-dir",
+                 "measure-disk",
+                 "config",
+                 "max-grad-norm",
+                 "state-offloading",
+                 "state-offloading-layers",
+                 "master-weights",
+                 "optimizer-state",
+                 "mlp-tiles",
+                 "pad-vocab",
+                 "pack",
+                 "gradients"},
                 {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -116,6 +140,8 @@ int main(int argc, char** argv) {
       to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
     if (a.has("state-offloading")) to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
+    if (a.has("state-offloading-layers"))
+      to.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
     to.optimizer.defer_update = !a.has("eager-update");
     mo.state_plan = to.plan;
     mo.recipe = tc.recipe;
@@ -207,7 +233,7 @@ int main(int argc, char** argv) {
     j["peak_arena_bytes"] = peak;
     j["peak_host_bytes"] = host_peak;
     j["peak_disk_bytes"] = disk_peak;
-    j["state_offloading"] = to.plan.state_preset;
+    j["state_offloading"] = to.plan.state_label();
     j["master_weights"] = master_weights_name(mo.recipe.master);
     j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
     j["gradients"] = gradients_name(mo.recipe.gradients);
