@@ -180,15 +180,21 @@ struct Search {
   //    family's host share again (the state changed the host's room).
   void place(PlanSpec act, const std::vector<std::string>& levels) {
     act.host_input_layers = 0;
+    // Fits the device: its high-water mark too, so the placement under the budget fits as well
+    // (a peak just under the budget can need more than it once fragmentation is counted).
+    auto device_ok = [&](const PlanSpec& s) {
+      const PlanTried t = eval(s);
+      return t.peak_bytes <= b.device && t.high_water_bytes <= b.device;
+    };
     for (size_t i = 0; i + 1 < levels.size(); ++i) {
       PlanSpec s = act;
       s.state_level = levels[i];
       s.layers_level = levels[i + 1];
       s.state_layers = layers;
-      if (eval(s).peak_bytes > b.device) continue;  // every layer at the higher level is not enough
+      if (!device_ok(s)) continue;  // every layer at the higher level is not enough
       s.state_layers = 0;
       s.layers_level = "none";
-      if (eval(s).peak_bytes <= b.device) {  // the lower level alone fits the device
+      if (device_ok(s)) {  // the lower level alone fits the device
         split_inputs(s);
         continue;
       }
@@ -197,7 +203,7 @@ struct Search {
       while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         s.state_layers = mid;
-        (eval(s).peak_bytes <= b.device ? hi : lo) = mid;
+        (device_ok(s) ? hi : lo) = mid;
       }
       s.state_layers = hi;
       eval(s);
