@@ -64,25 +64,42 @@ Decision Plan::decide(std::string_view cls, int layer_input) const {
 Decision Plan::decide_state(std::string_view cls) const {
   for (auto& [pat, d] : state) {
     if (!glob_match(pat, cls)) continue;
-    if (d != Decision::keep && d != Decision::host)
+    if (d != Decision::keep && d != Decision::host && d != Decision::disk)
       STRATA_THROW(ConfigError,
                    fmt::format("state_plan: '{}' sends persistent state class '{}' to '{}'; state classes take keep "
-                               "(device) or host",
+                               "(device), host or disk",
                                pat, cls, decision_name(d)),
+                   "state_plan", pat);
+    if (d == Decision::disk && cls.ends_with(".grad"))
+      STRATA_THROW(ConfigError,
+                   fmt::format("state_plan: '{}' sends gradient class '{}' to the disk tier; gradients take keep "
+                               "(device) or host (only adam.m, adam.v and w.master go to disk)",
+                               pat, cls),
                    "state_plan", pat);
     return d;
   }
   return Decision::keep;
 }
 
-void Plan::set_state_offloading(std::string_view level, const std::string& where) {
+Decision parse_state_tier(std::string_view s, const std::string& where) {
+  if (s == "host") return Decision::host;
+  if (s == "disk") return Decision::disk;
+  STRATA_THROW(ConfigError, fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, s), where,
+               "state_offloading_tier");
+}
+
+void Plan::set_state_offloading(std::string_view level, const std::string& where, Decision tier) {
+  if (tier != Decision::host && tier != Decision::disk)
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, decision_name(tier)),
+                 where, "state_offloading_tier");
   state.clear();
-  state_preset = std::string(level);
+  state_preset = tier == Decision::disk && level != "none" ? std::string(level) + " on disk" : std::string(level);
   if (level == "none") return;
   if (level == "optimizer" || level == "master" || level == "all") {
-    state.emplace_back("*.adam.*", Decision::host);
-    if (level != "optimizer") state.emplace_back("*.w.master", Decision::host);
-    if (level == "all") state.emplace_back("*.grad", Decision::host);
+    state.emplace_back("*.adam.*", tier);
+    if (level != "optimizer") state.emplace_back("*.w.master", tier);
+    if (level == "all") state.emplace_back("*.grad", Decision::host);  // gradients have no disk tier
     return;
   }
   STRATA_THROW(ConfigError,

@@ -23,13 +23,15 @@ struct Plan {
   int checkpoint_every = 0;     // >0: layer n's input is kept when n % every == 0 (Value::layer_input)
   bool sync_transfers = false;  // `activation_offloading: legacy`: copies wait at once
   // Persistent state (per trainable parameter group: "L7", "embed", "head", "final_norm"; kinds
-  // "w.master", "grad", "adam.m", "adam.v", so classes such as "L7.adam.m"): keep (device) or host.
-  // Its own table, so the activation presets' wide patterns ("*", "L*") never move state.
+  // "w.master", "grad", "adam.m", "adam.v", so classes such as "L7.adam.m"): keep (device), host,
+  // or disk (the model's state file, io_uring; not for "grad"). Its own table, so the activation
+  // presets' wide patterns ("*", "L*") never move state.
   std::vector<std::pair<std::string, Decision>> state;
   std::string state_preset = "none";  // how the state table was made, for printing
 
-  // The decision for a persistent-state class: first match in `state`, else keep. `keep` and
-  // `host` are the state decisions; anything else is refused (ConfigError naming the class).
+  // The decision for a persistent-state class: first match in `state`, else keep. `keep`, `host`
+  // and `disk` are the state decisions (disk not for gradients, "*.grad"); anything else is refused
+  // (ConfigError naming the class).
   Decision decide_state(std::string_view cls) const;
 
   // The decision for a saved slot of class `cls`; `layer_input` >= 0 when the slot is that
@@ -46,9 +48,11 @@ struct Plan {
   static Plan activation_offloading(Decision tier, bool synchronous = false);
   // ALST-style: each layer's input to the host (streamed), everything else recomputed.
   static Plan hidden_states();
-  // The state table of a `state_offloading` level: "none", "optimizer" (Adam moments on the host),
+  // The state table of a `state_offloading` level: "none", "optimizer" (Adam moments off the device),
   // "master" (moments and fp32 masters), "all" (moments, masters and gradients). ConfigError otherwise.
-  void set_state_offloading(std::string_view level, const std::string& where);
+  // `tier` (`state_offloading_tier`): where those classes go, host or disk; gradients have no disk
+  // tier, so "all" on disk sends them to the host.
+  void set_state_offloading(std::string_view level, const std::string& where, Decision tier = Decision::host);
 };
 
 // The named activation presets: one table for every place a preset is named (strata-plan --preset,
@@ -74,6 +78,8 @@ std::string preset_names(bool short_names);
 
 // The persistent-state kinds a state class names (its suffix after the group).
 inline constexpr const char* kStateKinds[] = {"w.master", "grad", "adam.m", "adam.v"};
+// `state_offloading_tier`: "host" or "disk"; ConfigError naming `where` otherwise.
+Decision parse_state_tier(std::string_view s, const std::string& where);
 // The `state_offloading` levels, lowest host use first.
 inline constexpr const char* kStateOffloadingLevels[] = {"none", "optimizer", "master", "all"};
 
