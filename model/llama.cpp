@@ -330,47 +330,44 @@ void LlamaModel::throw_state_disk_error(const std::string& what, bool write, con
                path);
 }
 
-namespace {
-// The bounce buffer of the synchronous state-file transfers: page-aligned (O_DIRECT).
-constexpr size_t kBounceBytes = size_t(8) << 20;
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-std::unique_ptr<std::byte, AlignedFree> bounce_buffer(size_t bytes) {
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, host_align(bytes)));
-  if (!p) STRATA_THROW(Error, fmt::format("disk tier: cannot allocate a {}-byte bounce buffer", host_align(bytes)));
-  return std::unique_ptr<std::byte, AlignedFree>(p);
+std::byte* LlamaModel::bounce(bool zeroed) const {
+  if (bounce_.empty()) {
+    bounce_.assign(kBounceBytes + 4096, std::byte{0});  // zero: the first zero write needs no fill
+    bounce_zero_ = true;
+  }
+  std::byte* p = bounce_.data() + (4096 - reinterpret_cast<uintptr_t>(bounce_.data()) % 4096) % 4096;
+  if (zeroed && !bounce_zero_) std::memset(p, 0, kBounceBytes);
+  bounce_zero_ = zeroed;
+  return p;
 }
-}  // namespace
 
 void LlamaModel::read_state_disk(size_t off, void* dst, size_t bytes, const std::string& cls) const {
   STRATA_CHECK(state_disk_ != nullptr, "read_state_disk: no state file");
-  auto buf = bounce_buffer(std::min(bytes, kBounceBytes));
+  std::byte* buf = bounce(true);  // the sim moves no bytes: it reads zeros
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kBounceBytes), padded = host_align(n);
-    std::memset(buf.get(), 0, padded);  // the sim moves no bytes: it reads zeros
+    bounce_zero_ = false;
     try {
-      state_disk_->wait(state_disk_->read_async(off + done, buf.get(), padded));
+      state_disk_->wait(state_disk_->read_async(off + done, buf, padded));
     } catch (const Error& e) {
       throw_state_disk_error(cls, false, e.what());
     }
-    std::memcpy(static_cast<std::byte*>(dst) + done, buf.get(), n);
+    std::memcpy(static_cast<std::byte*>(dst) + done, buf, n);
     done += n;
   }
 }
 
 void LlamaModel::write_state_disk(size_t off, const void* src, size_t bytes, const std::string& cls) const {
   STRATA_CHECK(state_disk_ != nullptr, "write_state_disk: no state file");
-  auto buf = bounce_buffer(std::min(bytes, kBounceBytes));
-  if (!src) std::memset(buf.get(), 0, host_align(std::min(bytes, kBounceBytes)));
+  std::byte* buf = bounce(src == nullptr);
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kBounceBytes), padded = host_align(n);
     if (src) {
-      std::memcpy(buf.get(), static_cast<const std::byte*>(src) + done, n);
-      std::memset(buf.get() + n, 0, padded - n);  // the array's last page: its padding
+      std::memcpy(buf, static_cast<const std::byte*>(src) + done, n);
+      std::memset(buf + n, 0, padded - n);  // the array's last page: its padding
     }
     try {
-      state_disk_->wait(state_disk_->write_async(off + done, buf.get(), padded));
+      state_disk_->wait(state_disk_->write_async(off + done, buf, padded));
     } catch (const Error& e) {
       throw_state_disk_error(cls, true, e.what());
     }

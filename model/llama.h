@@ -229,6 +229,12 @@ class LlamaModel {
   std::unique_ptr<HostReservation> state_host_;
   std::unique_ptr<DiskFile> state_disk_;
   size_t state_disk_bytes_ = 0;
+  // The synchronous state-file transfers' bounce buffer (kBounceBytes, page-aligned for O_DIRECT),
+  // made at the first use; `bounce_zero_`: it holds zeros (a zero write needs no fill).
+  static constexpr size_t kBounceBytes = size_t(8) << 20;
+  mutable std::vector<std::byte> bounce_;
+  mutable bool bounce_zero_ = false;
+  std::byte* bounce(bool zeroed) const;
   std::function<void()> state_sync_, on_gone_;
 };
 

@@ -28,7 +28,8 @@ std::string describe(const PlanSpec& s) {
           s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
     if (out.empty()) out = "keep everything";
   }
-  if (s.state_level != "none") out += " + state on host: " + s.state_level;
+  if (s.state_level != "none")
+    out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
   return s.layer_offloading ? out + " + layer_offloading" : out;
 }
 
@@ -170,13 +171,13 @@ struct Search {
 Plan make_plan(const PlanSpec& s, int layers) {
   if (s.checkpoint_every > 0) {
     Plan p = Plan::gradient_checkpointing(s.checkpoint_every);
-    p.set_state_offloading(s.state_level, "planner");
+    p.set_state_offloading(s.state_level, "planner", s.state_tier);
     return p;
   }
   PlanSpec body = s;
   body.layer_offloading = false;  // not part of the plan table (strata-train's layer_offloading key)
   Plan p;
-  p.set_state_offloading(s.state_level, "planner");
+  p.set_state_offloading(s.state_level, "planner", s.state_tier);
   p.preset = "auto: " + describe(body);
   for (int i = 0; i < std::min(s.checkpointed_layers, layers); ++i) {
     p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::keep);
@@ -231,16 +232,24 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
-  std::vector<std::string> levels{"none"};
+  std::vector<std::pair<std::string, Decision>> levels{{"none", Decision::host}};
   // ZeRO-1 keeps its shard of the state on the device (host-tier state with it is refused: model/llama.cpp).
   const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
   if (budgets.host > 0 && !zero_sharded)
-    levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
-  for (const std::string& level : levels)
+    for (const char* l : kStateOffloadingLevels)
+      if (std::string(l) != "none") levels.emplace_back(l, Decision::host);
+  // With a disk budget, the levels on the disk tier too (after the host's: slower); "all" leaves the
+  // gradients on the host, so only with a host budget.
+  if (budgets.disk > 0 && !zero_sharded)
+    for (const char* l : kStateOffloadingLevels)
+      if (std::string(l) != "none" && (budgets.host > 0 || std::string(l) != "all"))
+        levels.emplace_back(l, Decision::disk);
+  for (const auto& [level, tier] : levels)
     for (bool paged : paging) {
       PlanSpec start;
       start.layer_offloading = paged;
       start.state_level = level;
+      start.state_tier = tier;
       if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
       // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
       std::vector<PlanSpec> prefixes;
@@ -473,7 +482,7 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
     y += fmt::format("master_weights: {}\noptimizer_state: {}\ngradients: {}\n", master_weights_name(r.recipe.master),
                      optimizer_state_name(r.recipe.moments), gradients_name(r.recipe.gradients));
   if (!plan.state.empty()) {
-    y += "state_plan:  # persistent state on the host tier\n";
+    y += "state_plan:  # persistent state off the device (host or disk tier; disk: its file in offload_dir)\n";
     for (auto& [pat, d] : plan.state) y += fmt::format("  \"{}\": {}\n", pat, decision_name(d));
   }
   static const std::string kOffload = "activation_offloading: ";

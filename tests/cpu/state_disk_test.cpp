@@ -18,6 +18,7 @@
 #include "model/data.h"
 #include "model/forecast.h"
 #include "model/llama.h"
+#include "model/planner.h"
 #include "model/train_config.h"
 #include "model/trainer.h"
 #include "tests/cpu/expect_error.h"
@@ -581,4 +582,40 @@ TEST(StateDisk, YamlTierKeyAndDiskEntriesParseInAnyOrder) {
   }
   EXPECT_THROW(parse_state_tier("nvme", "--state-offloading-tier"), ConfigError);
   EXPECT_EQ(parse_state_tier("disk", "x"), Decision::disk);
+}
+
+// With a host budget too small for the optimizer state but enough for the disk tier's staging, and a
+// disk budget, the planner moves the state to the disk tier when nothing else fits the device (the 1B
+// shape: its fp32 moments are 9 GiB, the staging four 256 MiB chunks); its YAML reads back the same
+// decisions.
+TEST(StateDisk, PlannerMovesStateToDiskWhenNothingElseFits) {
+  ForecastRequest base;
+  base.model = resolve_model("Llama-3.2-1B");
+  base.seq = 2048;
+  base.profile = find_profile("h100_80gb");
+  base.mirror = SimMirror::cuda;
+  base.tiers.offload_dir = state_dir();
+  ForecastRequest gcr = base;
+  gcr.plan = Plan::gradient_checkpointing(1);
+  const Forecast gc = forecast(gcr);
+  ASSERT_TRUE(gc.fits);
+  const size_t budget = gc.high_water_bytes - (size_t(2) << 30);  // 2 GiB under: some state must move
+  const TierBudgets tb{budget, size_t(3) << 30, size_t(64) << 30};
+  ASSERT_FALSE(plan_for_budget(base, TierBudgets{budget, tb.host, 0}).found);
+  const PlanResult pr = plan_for_budget(base, tb);
+  ASSERT_TRUE(pr.found) << pr.label;
+  EXPECT_NE(pr.label.find("state on disk"), std::string::npos) << pr.label;
+  EXPECT_LE(pr.forecast.peak_bytes, budget);
+  EXPECT_GT(pr.forecast.state_disk_bytes, size_t(4) << 30);
+  EXPECT_LE(pr.forecast.peak_disk_bytes, tb.disk);
+  EXPECT_LE(pr.forecast.peak_host_bytes, tb.host);
+  TrainConfig tc;
+  ForecastRequest chosen = base;
+  chosen.plan = pr.plan;
+  apply_yaml_text(tc, plan_yaml(chosen, pr.plan, pr.forecast, budget), "plan.yaml");
+  for (const char* g : {"L0", "L15", "embed", "final_norm"})
+    for (const char* k : kStateKinds) {
+      const std::string cls = std::string(g) + "." + k;
+      EXPECT_EQ(tc.plan.decide_state(cls), pr.plan.decide_state(cls)) << cls;
+    }
 }
