@@ -71,7 +71,14 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
     if (p.host_master != Parameter::kDevice)
       out.push_back({master_name, f32 ? DType::f32 : be.master_dtype(), shape, {}, m.host_state(p.host_master), f32});
     else if (p.disk_master != Parameter::kDevice)
-      out.push_back({master_name, f32 ? DType::f32 : be.master_dtype(), shape, {}, nullptr, f32, p.disk_master, &m,
+      out.push_back({master_name,
+                     f32 ? DType::f32 : be.master_dtype(),
+                     shape,
+                     {},
+                     nullptr,
+                     f32,
+                     p.disk_master,
+                     &m,
                      p.group + ".w.master"});
     else if (p.master.allocated() && p.compute.allocated())
       out.push_back({master_name, p.master.view().dtype, shape, p.master.view(), nullptr, f32});

@@ -227,8 +227,8 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   // place); on an f32 backend the weights are fp32 anyway, so `none` changes nothing there.
   const bool low_precision = be_.compute_dtype() != DType::f32;
   const bool no_master = low_precision && opt_.recipe.master == MasterWeights::none;
-  const Decision master_t = no_master ? Decision::keep : tier("w.master"), m_t = tier("adam.m"),
-                 v_t = tier("adam.v"), grad_t = tier("grad");  // decide_state refuses disk for grad
+  const Decision master_t = no_master ? Decision::keep : tier("w.master"), m_t = tier("adam.m"), v_t = tier("adam.v"),
+                 grad_t = tier("grad");  // decide_state refuses disk for grad
   // "Off": on the host or the disk tier (the device holds no buffer for it).
   const bool master_off = master_t != Decision::keep, m_off = m_t != Decision::keep, v_off = v_t != Decision::keep,
              grad_host = grad_t == Decision::host;
@@ -306,8 +306,8 @@ void LlamaModel::open_state_disk(size_t bytes) {
     // Which classes wanted the room: the first few, and how many in all.
     std::vector<std::string> cls;
     for (const Parameter& p : params_)
-      for (auto [off, kind] : {std::pair{p.disk_master, ".w.master"}, std::pair{p.disk_m, ".adam.m"},
-                               std::pair{p.disk_v, ".adam.v"}})
+      for (auto [off, kind] :
+           {std::pair{p.disk_master, ".w.master"}, std::pair{p.disk_m, ".adam.m"}, std::pair{p.disk_v, ".adam.v"}})
         if (off != Parameter::kDevice && std::find(cls.begin(), cls.end(), p.group + kind) == cls.end())
           cls.push_back(p.group + kind);
     std::string names;
@@ -389,7 +389,8 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
   const bool owner_splits = p.trainable && !p.state_here && be_.compute_dtype() != DType::f32 &&
                             opt_.recipe.master != MasterWeights::none && !p.master.allocated();
   const bool on_disk = p.disk_master != Parameter::kDevice;
-  if (p.host_master != Parameter::kDevice || on_disk || owner_splits) {  // the compute copy on the device, the master elsewhere
+  if (p.host_master != Parameter::kDevice || on_disk ||
+      owner_splits) {  // the compute copy on the device, the master elsewhere
     const size_t n = size_t(p.shape.numel());
     std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
     if (be_.compute_dtype() == DType::f32) {

@@ -61,9 +61,9 @@ struct OptimizerOptions {
 };
 
 struct OptimizerStats {
-  size_t uploaded_bytes = 0, downloaded_bytes = 0;  // host-tier state moved this step (gradients included)
+  size_t uploaded_bytes = 0, downloaded_bytes = 0;     // host-tier state moved this step (gradients included)
   size_t disk_read_bytes = 0, disk_written_bytes = 0;  // disk-tier state read and written back this step
-  long chunks = 0;                                  // streamed chunks this step
+  long chunks = 0;                                     // streamed chunks this step
 };
 
 class Optimizer {
@@ -123,8 +123,8 @@ class Optimizer {
   // One piece of a parameter: elements [begin, begin + n), and where its host arrays sit in staging.
   struct Piece {
     size_t param, begin, n;
-    size_t master = 0, m = 0, v = 0, g = 0;  // device staging offsets (bytes) of its host and disk arrays
-    size_t ms = 0, vs = 0;                   // 8-bit moments: their scales' staging offsets
+    size_t master = 0, m = 0, v = 0, g = 0;                // device staging offsets (bytes) of its host and disk arrays
+    size_t ms = 0, vs = 0;                                 // 8-bit moments: their scales' staging offsets
     size_t hmaster = 0, hm = 0, hv = 0, hms = 0, hvs = 0;  // its disk arrays' offsets in the host staging block
   };
   struct Chunk {
@@ -154,9 +154,9 @@ class Optimizer {
   void advance(size_t upto);  // computes upd_'s chunks [computed, upto), uploads ahead; frees staging at the end
   void upload_ahead(size_t ns, bool block);  // uploads to computed + ns (block: at least the next chunk)
   // Disk-tier state of upd_ (all no-ops without it). `block` false: only what is ready; true: waits.
-  bool disk_ready(size_t c, bool block);  // chunk c's reads issued and landed
-  bool issue_read(bool block);            // chunk upd_.read's reads, once its host block is free
-  void pump_disk(bool block, size_t upto);  // writes of downloaded chunks < upto, then their completion
+  bool disk_ready(size_t c, bool block);     // chunk c's reads issued and landed
+  bool issue_read(bool block);               // chunk upd_.read's reads, once its host block is free
+  void pump_disk(bool block, size_t upto);   // writes of downloaded chunks < upto, then their completion
   void finish_disk();                        // every computed chunk written back and done
   std::byte* disk_slot(size_t c) const;      // chunk c's host staging block (null on the sim)
   std::string disk_classes(size_t c) const;  // the state classes of chunk c's disk arrays, for errors

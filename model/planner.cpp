@@ -28,8 +28,7 @@ std::string describe(const PlanSpec& s) {
           s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
     if (out.empty()) out = "keep everything";
   }
-  if (s.state_level != "none")
-    out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
+  if (s.state_level != "none") out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
   return s.layer_offloading ? out + " + layer_offloading" : out;
 }
 

@@ -42,7 +42,7 @@ struct PlanSpec {
   int checkpointed_layers = 0;                          // L0..L<n-1>: keep the input, recompute the rest
   int checkpoint_every = 0;  // >0: gradient checkpointing every k layers (overrides the rest)
   bool layer_offloading = false;
-  std::string state_level = "none";  // Plan::set_state_offloading: persistent state off the device
+  std::string state_level = "none";      // Plan::set_state_offloading: persistent state off the device
   Decision state_tier = Decision::host;  // ... on the host or the disk tier (state_offloading_tier)
 };
 Plan make_plan(const PlanSpec& s, int layers);

@@ -501,10 +501,10 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
           const std::string d = get<std::string>(r.second, path, field, "keep, host or disk");
           const Decision dec = with_key(path, field, [&] { return parse_decision(d, path + ": " + field); });
           if (dec != Decision::keep && dec != Decision::host && dec != Decision::disk)
-            STRATA_THROW(ConfigError,
-                         fmt::format("{}: {}: state classes take keep (device), host or disk, got '{}'", path, field,
-                                     d),
-                         path, field);
+            STRATA_THROW(
+                ConfigError,
+                fmt::format("{}: {}: state classes take keep (device), host or disk, got '{}'", path, field, d), path,
+                field);
           if (dec == Decision::disk && pat.ends_with(".grad"))
             STRATA_THROW(ConfigError,
                          fmt::format("{}: {}: gradients have no disk tier (keep or host); adam.m, adam.v and w.master "

@@ -42,7 +42,8 @@ static const char* kUsage =
     "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
     "strata-train's state_offloading key; --state-offloading-tier disk puts those classes (gradients excepted)\n"
-    "in a state file in --offload-dir instead (state_offloading_tier). --master-weights / --optimizer-state: the state's precision, as\n"
+    "in a state file in --offload-dir instead (state_offloading_tier). --master-weights / --optimizer-state: the "
+    "state's precision, as\n"
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
     "--gradients fp32|bf16: the trainable parameters' gradient precision, as strata-train's gradients key.\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (strata-train's mlp_tiles; --config's applies unless given;\n"
@@ -57,10 +58,30 @@ static const char* kUsage =
 int main(int argc, char** argv) {
   try {
     cli::Args a(argc, argv,
-                {"shape",          "model",           "seq",          "batch",     "mode",          "plan",
-                 "steps",          "warmup",          "backend",      "lora-rank", "device-memory", "loss-chunk",
-                 "peak-tflops",    "offload-dir",     "measure-disk", "config",    "max-grad-norm", "state-offloading",
-                 "master-weights", "optimizer-state", "mlp-tiles",    "pad-vocab", "pack",          "gradients",
+                {"shape",
+                 "model",
+                 "seq",
+                 "batch",
+                 "mode",
+                 "plan",
+                 "steps",
+                 "warmup",
+                 "backend",
+                 "lora-rank",
+                 "device-memory",
+                 "loss-chunk",
+                 "peak-tflops",
+                 "offload-dir",
+                 "measure-disk",
+                 "config",
+                 "max-grad-norm",
+                 "state-offloading",
+                 "master-weights",
+                 "optimizer-state",
+                 "mlp-tiles",
+                 "pad-vocab",
+                 "pack",
+                 "gradients",
                  "state-offloading-tier"},
                 {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {

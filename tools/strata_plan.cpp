@@ -292,11 +292,27 @@ int main(int argc, char** argv) {
   bool json_out = false, have_budget = false, max_seq = false;
   int seq_multiple = 1024, seq_limit = 0;
   try {
-    std::set<std::string> options = {
-        "model",        "seq",    "batch",       "mode",        "lora-rank",        "lora-alpha", "loss-chunk",
-        "config",       "preset", "every",       "budget",      "profile",          "mirror",     "device-name",
-        "write-config", "svg",    "host-budget", "disk-budget", "state-offloading", "data",
-        "state-offloading-tier"};
+    std::set<std::string> options = {"model",
+                                     "seq",
+                                     "batch",
+                                     "mode",
+                                     "lora-rank",
+                                     "lora-alpha",
+                                     "loss-chunk",
+                                     "config",
+                                     "preset",
+                                     "every",
+                                     "budget",
+                                     "profile",
+                                     "mirror",
+                                     "device-name",
+                                     "write-config",
+                                     "svg",
+                                     "host-budget",
+                                     "disk-budget",
+                                     "state-offloading",
+                                     "data",
+                                     "state-offloading-tier"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
                     "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
@@ -394,8 +410,9 @@ int main(int argc, char** argv) {
       throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
                         "command line", "state-offloading-tier");
     if (a.has("state-offloading"))
-      req.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
-                                    parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
+      req.plan.set_state_offloading(
+          a.str("state-offloading"), "--state-offloading",
+          parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) disk_budget = parse_bytes(a.str("disk-budget"), "--disk-budget");
     req.profile = find_profile(a.str("profile", "h100_80gb"));

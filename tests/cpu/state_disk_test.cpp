@@ -167,7 +167,9 @@ const StateTable kEach[] = {
     // One layer's and one other group's state on disk, the rest on the device.
     {{"L1.adam.*", Decision::disk}, {"L1.w.master", Decision::disk}, {"head.adam.v", Decision::disk}},
     // Disk and host mixed within each parameter, gradients on the host.
-    {{"*.adam.m", Decision::disk}, {"*.adam.v", Decision::host}, {"*.w.master", Decision::disk},
+    {{"*.adam.m", Decision::disk},
+     {"*.adam.v", Decision::host},
+     {"*.w.master", Decision::disk},
      {"*.grad", Decision::host}},
 };
 
@@ -233,11 +235,11 @@ TEST(StateDisk, EveryStatePrecisionIsBitIdenticalOnDisk) {
   c.hidden_size = 72;
   c.intermediate_size = 200;
   c.head_dim = 18;
-  for (const StateRecipe recipe : {StateRecipe{MasterWeights::fp32, OptimizerState::bf16},
-                                   StateRecipe{MasterWeights::fp32, OptimizerState::q8},
-                                   StateRecipe{MasterWeights::none, OptimizerState::bf16},
-                                   StateRecipe{MasterWeights::none, OptimizerState::q8}}) {
-    const std::string tag = std::string(master_weights_name(recipe.master)) + "/" + optimizer_state_name(recipe.moments);
+  for (const StateRecipe recipe :
+       {StateRecipe{MasterWeights::fp32, OptimizerState::bf16}, StateRecipe{MasterWeights::fp32, OptimizerState::q8},
+        StateRecipe{MasterWeights::none, OptimizerState::bf16}, StateRecipe{MasterWeights::none, OptimizerState::q8}}) {
+    const std::string tag =
+        std::string(master_weights_name(recipe.master)) + "/" + optimizer_state_name(recipe.moments);
     RunOptions o;
     o.steps = 3;
     o.recipe = recipe;
@@ -247,7 +249,8 @@ TEST(StateDisk, EveryStatePrecisionIsBitIdenticalOnDisk) {
     fp32.recipe = {};
     EXPECT_FALSE(keep.state == run(Plan::keep_everything(), fp32).state)
         << tag << ": the precision changes nothing (the test would compare fp32 with itself)";
-    for (const StateTable& st : kEach) expect_identical(keep, run(with_state(Plan::keep_everything(), st), o), tag + " " + name_of(st));
+    for (const StateTable& st : kEach)
+      expect_identical(keep, run(with_state(Plan::keep_everything(), st), o), tag + " " + name_of(st));
     expect_identical(keep, run(level(Plan::gradient_checkpointing(1), "all", Decision::disk), o),
                      tag + " all on disk + gc");
   }
@@ -365,9 +368,10 @@ TEST(StateDisk, ForecastChargesTheStateFilesTrafficOnTheDiskQueue) {
   EXPECT_GE(bytes, 2.0 * double(disk.state_disk_bytes));
   EXPECT_GE(disk.disk_busy_s, 0.99 * min_busy);
   EXPECT_GT(disk.step_s, host.step_s + 0.5 * double(disk.state_disk_bytes) / (r.profile.disk_read_gbps * 1e9));
-  std::printf("[ state disk ] 1B gc 2048 optimizer state: host %.3f s/step, disk %.3f s/step (state file %.2f GiB, "
-              "disk busy %.3f s)\n",
-              host.step_s, disk.step_s, double(disk.state_disk_bytes) / double(size_t(1) << 30), disk.disk_busy_s);
+  std::printf(
+      "[ state disk ] 1B gc 2048 optimizer state: host %.3f s/step, disk %.3f s/step (state file %.2f GiB, "
+      "disk busy %.3f s)\n",
+      host.step_s, disk.step_s, double(disk.state_disk_bytes) / double(size_t(1) << 30), disk.disk_busy_s);
 }
 
 // A checkpoint holds the state's bytes wherever they lived: saved from the disk tier and resumed into
@@ -565,8 +569,7 @@ TEST(StateDisk, YamlTierKeyAndDiskEntriesParseInAnyOrder) {
   apply_yaml_text(b, "state_offloading: optimizer\nstate_offloading_tier: host\n", "s.yaml");
   EXPECT_EQ(b.plan.decide_state("L0.adam.v"), Decision::host);
   TrainConfig c;
-  apply_yaml_text(c, "state_plan:\n  \"L1.adam.*\": disk\n  \"*.grad\": host\nstate_offloading: optimizer\n",
-                  "s.yaml");
+  apply_yaml_text(c, "state_plan:\n  \"L1.adam.*\": disk\n  \"*.grad\": host\nstate_offloading: optimizer\n", "s.yaml");
   EXPECT_EQ(c.plan.decide_state("L1.adam.m"), Decision::disk);  // the explicit table first
   EXPECT_EQ(c.plan.decide_state("L2.adam.m"), Decision::host);  // the level, on its default tier
   EXPECT_EQ(c.plan.decide_state("L2.grad"), Decision::host);
