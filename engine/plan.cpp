@@ -61,23 +61,62 @@ Decision Plan::decide(std::string_view cls, int layer_input) const {
   return Decision::keep;
 }
 
-Decision Plan::decide_state(std::string_view cls) const {
-  for (auto& [pat, d] : state) {
-    if (!glob_match(pat, cls)) continue;
-    if (d != Decision::keep && d != Decision::host && d != Decision::disk)
-      STRATA_THROW(ConfigError,
-                   fmt::format("state_plan: '{}' sends persistent state class '{}' to '{}'; state classes take keep "
-                               "(device), host or disk",
-                               pat, cls, decision_name(d)),
-                   "state_plan", pat);
-    if (d == Decision::disk && cls.ends_with(".grad"))
-      STRATA_THROW(ConfigError,
-                   fmt::format("state_plan: '{}' sends gradient class '{}' to the disk tier; gradients take keep "
-                               "(device) or host (only adam.m, adam.v and w.master go to disk)",
-                               pat, cls),
-                   "state_plan", pat);
-    return d;
+bool state_layer_chosen(int layer, int k, int num_layers) {
+  if (layer < 0 || k <= 0 || num_layers <= 0) return false;
+  if (k >= num_layers) return true;
+  const long n = num_layers, i = layer;
+  return (i + 1) * k / n > i * k / n;
+}
+
+namespace {
+
+// The rules of a state_offloading level (`none`: none); ConfigError naming `where` otherwise.
+// `tier`: where the classes go (host or disk; gradients have no disk tier: host).
+std::vector<std::pair<std::string, Decision>> level_rules(std::string_view level, const std::string& where,
+                                                          const char* field, Decision tier = Decision::host) {
+  std::vector<std::pair<std::string, Decision>> r;
+  if (level == "none") return r;
+  if (level == "optimizer" || level == "master" || level == "all") {
+    r.emplace_back("*.adam.*", tier);
+    if (level != "optimizer") r.emplace_back("*.w.master", tier);
+    if (level == "all") r.emplace_back("*.grad", Decision::host);
+    return r;
   }
+  STRATA_THROW(ConfigError,
+               fmt::format("{}: {} must be {}optimizer, master or all, got '{}'", where, field,
+                           std::string_view(field) == "state_offloading" ? "none, " : "", level),
+               where, field);
+}
+
+Decision checked_state(const std::string& pat, std::string_view cls, Decision d) {
+  if (d != Decision::keep && d != Decision::host && d != Decision::disk)
+    STRATA_THROW(ConfigError,
+                 fmt::format("state_plan: '{}' sends persistent state class '{}' to '{}'; state classes take keep "
+                             "(device), host or disk",
+                             pat, cls, decision_name(d)),
+                 "state_plan", pat);
+  if (d == Decision::disk && cls.ends_with(".grad"))
+    STRATA_THROW(ConfigError,
+                 fmt::format("state_plan: '{}' sends gradient class '{}' to the disk tier; gradients take keep "
+                             "(device) or host (only adam.m, adam.v and w.master go to disk)",
+                             pat, cls),
+                 "state_plan", pat);
+  return d;
+}
+
+}  // namespace
+
+Decision Plan::decide_state(std::string_view cls, int layer, int num_layers) const {
+  if (state_layers > 0 && num_layers > 0 && state_layers > num_layers)
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("state_offloading_layers: {} layers asked for, but the model has {}", state_layers, num_layers),
+        "state_offloading_layers", "layers");
+  if (state_layer_chosen(layer, state_layers, num_layers))
+    for (auto& [pat, d] : state_layer_rules)
+      if (glob_match(pat, cls)) return checked_state(pat, cls, d);
+  for (auto& [pat, d] : state)
+    if (glob_match(pat, cls)) return checked_state(pat, cls, d);
   return Decision::keep;
 }
 
@@ -93,18 +132,57 @@ void Plan::set_state_offloading(std::string_view level, const std::string& where
     STRATA_THROW(ConfigError,
                  fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, decision_name(tier)),
                  where, "state_offloading_tier");
-  state.clear();
+  state = level_rules(level, where, "state_offloading", tier);
   state_preset = tier == Decision::disk && level != "none" ? std::string(level) + " on disk" : std::string(level);
-  if (level == "none") return;
-  if (level == "optimizer" || level == "master" || level == "all") {
-    state.emplace_back("*.adam.*", tier);
-    if (level != "optimizer") state.emplace_back("*.w.master", tier);
-    if (level == "all") state.emplace_back("*.grad", Decision::host);  // gradients have no disk tier
-    return;
+}
+
+void Plan::set_state_offloading_layers(std::string_view level, int layers, const std::string& where) {
+  if (layers < 0)
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: state_offloading_layers.layers must be 0 or more, got {}", where, layers), where,
+                 "state_offloading_layers");
+  if (layers > 0 && level == "none")
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: state_offloading_layers.level must be optimizer, master or all, got 'none'", where),
+                 where, "state_offloading_layers.level");
+  state_layer_rules = layers > 0 ? level_rules(level, where, "state_offloading_layers.level")
+                                 : std::vector<std::pair<std::string, Decision>>{};
+  state_layers_level = layers > 0 ? std::string(level) : "none";
+  state_layers = layers;
+}
+
+void Plan::parse_state_offloading_layers(std::string_view spec, const std::string& where) {
+  const size_t colon = spec.find(':');
+  int layers = -1;
+  if (colon != std::string_view::npos && colon + 1 < spec.size() && spec.size() - colon <= 8) {
+    layers = 0;
+    for (char ch : spec.substr(colon + 1)) {
+      if (ch < '0' || ch > '9') {
+        layers = -1;
+        break;
+      }
+      layers = layers * 10 + (ch - '0');
+    }
   }
-  STRATA_THROW(ConfigError,
-               fmt::format("{}: state_offloading must be none, optimizer, master or all, got '{}'", where, level),
-               where, "state_offloading");
+  if (layers < 0)
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: expected LEVEL:LAYERS (e.g. optimizer:28; LEVEL optimizer, master or all), got '{}'",
+                             where, spec),
+                 where, "state_offloading_layers");
+  set_state_offloading_layers(spec.substr(0, colon), layers, where);
+}
+
+void Plan::take_state(const Plan& o) {
+  state = o.state;
+  state_preset = o.state_preset;
+  state_layer_rules = o.state_layer_rules;
+  state_layers_level = o.state_layers_level;
+  state_layers = o.state_layers;
+}
+
+std::string Plan::state_label() const {
+  if (state_layers <= 0) return state_preset;
+  return fmt::format("{} + {} in {} layers", state_preset, state_layers_level, state_layers);
 }
 
 Plan Plan::keep_everything() {

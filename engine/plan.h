@@ -28,11 +28,32 @@ struct Plan {
   // presets' wide patterns ("*", "L*") never move state.
   std::vector<std::pair<std::string, Decision>> state;
   std::string state_preset = "none";  // how the state table was made, for printing
+  // Layer-spread state (`state_offloading_layers: {level: L, layers: k}`): the classes a
+  // state_offloading level L names go to the host in k of the model's layers, spread evenly
+  // (state_layer_chosen), checked before `state`; the other layers, the embedding, the LM head and
+  // the final norm follow `state` alone. So the planner moves the state whose transfers overlap the
+  // next forward best (a layer's, applied just before that layer runs) and no more than the budget
+  // needs; the embedding's update, needed before the first op, stays where `state` puts it.
+  std::vector<std::pair<std::string, Decision>> state_layer_rules;
+  std::string state_layers_level = "none";
+  int state_layers = 0;
 
-  // The decision for a persistent-state class: first match in `state`, else keep. `keep`, `host`
-  // and `disk` are the state decisions (disk not for gradients, "*.grad"); anything else is refused
-  // (ConfigError naming the class).
-  Decision decide_state(std::string_view cls) const;
+  // The decision for a persistent-state class of group `cls` ("L7.adam.m"); `layer` is the group's
+  // layer (-1 for the embedding, head and final norm) of `num_layers`: the layer-spread rules when
+  // the layer is chosen, else the first match in `state`, else keep. `keep`, `host` and `disk` are
+  // the state decisions (disk not for gradients, "*.grad"); anything else is refused (ConfigError
+  // naming the class), as is state_layers above num_layers (naming state_offloading_layers).
+  Decision decide_state(std::string_view cls, int layer = -1, int num_layers = 0) const;
+  // The level's classes on the host in `layers` layers (0: off); ConfigError naming `where` for a
+  // level other than optimizer, master or all, or layers < 0.
+  void set_state_offloading_layers(std::string_view level, int layers, const std::string& where);
+  // The flags' spelling "LEVEL:K" ("optimizer:28"); ConfigError naming `where` otherwise.
+  void parse_state_offloading_layers(std::string_view spec, const std::string& where);
+  // Copies `o`'s persistent-state fields (the table, the layer-spread rules, their labels): an
+  // activation preset chosen after a config keeps the config's state placement.
+  void take_state(const Plan& o);
+  // How the state's tiers were chosen, for printing: "optimizer", "none + optimizer in 28 layers".
+  std::string state_label() const;
 
   // The decision for a saved slot of class `cls`; `layer_input` >= 0 when the slot is that
   // layer's input (Value::layer_input, marked by the model): checkpoint_every keeps every k-th.
@@ -51,7 +72,7 @@ struct Plan {
   // The state table of a `state_offloading` level: "none", "optimizer" (Adam moments off the device),
   // "master" (moments and fp32 masters), "all" (moments, masters and gradients). ConfigError otherwise.
   // `tier` (`state_offloading_tier`): where those classes go, host or disk; gradients have no disk
-  // tier, so "all" on disk sends them to the host.
+  // tier, so "all" on disk sends them to the host. (The layer-spread rules above stay on the host.)
   void set_state_offloading(std::string_view level, const std::string& where, Decision tier = Decision::host);
 };
 
@@ -75,6 +96,10 @@ Plan preset_plan(std::string_view name, int every, const std::string& what, cons
                  const std::string& field);
 // "keep, gradient_checkpointing, ..." (or the short names), for messages and usage texts.
 std::string preset_names(bool short_names);
+
+// Layer-spread state: whether layer `layer` of `num_layers` is one of the `k` chosen, spread evenly
+// (the k layers where floor((i + 1) k / n) steps up; k >= n: every layer).
+bool state_layer_chosen(int layer, int k, int num_layers);
 
 // The persistent-state kinds a state class names (its suffix after the group).
 inline constexpr const char* kStateKinds[] = {"w.master", "grad", "adam.m", "adam.v"};

@@ -277,7 +277,7 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
                                 {"save_total_limit", c.save_total_limit},
                                 {"output_dir", c.output_dir},
                                 {"plan", c.plan.preset},
-                                {"state_plan", c.plan.state_preset}};
+                                {"state_plan", c.plan.state_label()}};
   return nlohmann::ordered_json{
              {"format", "strata-train-config"}, {"version", 1}, {"must_match", must}, {"config", all}}
              .dump(2) +

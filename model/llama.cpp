@@ -220,8 +220,10 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     return int(params_.size() - 1);
   }
   p.group = state_group(p.name);
+  const int layer = layer_of_param(p.name);
   auto tier = [&](const char* kind) {
-    return trainable ? opt_.state_plan.decide_state(p.group + "." + kind) : Decision::keep;
+    return trainable ? opt_.state_plan.decide_state(p.group + "." + kind, layer, cfg_.num_hidden_layers)
+                     : Decision::keep;
   };
   // master_weights: none leaves a bf16 backend no master at all (the compute weights are updated in
   // place); on an f32 backend the weights are fp32 anyway, so `none` changes nothing there.

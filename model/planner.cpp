@@ -28,7 +28,9 @@ std::string describe(const PlanSpec& s) {
           s.checkpointed_layers == 1 ? std::string("L0") : fmt::format("L0-L{}", s.checkpointed_layers - 1));
     if (out.empty()) out = "keep everything";
   }
+  if (s.host_input_layers > 0) out += fmt::format(" + inputs of the last {} layers on host", s.host_input_layers);
   if (s.state_level != "none") out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
+  if (s.state_layers > 0) out += fmt::format(" + {} in {} layers", s.layers_level, s.state_layers);
   return s.layer_offloading ? out + " + layer_offloading" : out;
 }
 
@@ -134,14 +136,79 @@ struct Search {
   }
 
   // hidden_states on tier d (layer inputs there, the rest of each layer recomputed), and every
-  // layer slot there.
+  // layer slot there; with both tiers, hidden_states split over them (split_inputs).
   void tier_families(const PlanSpec& start, Decision d) {
     PlanSpec hs = start;
     hs.types = {{"L*.input", d}, {"L*", Decision::recompute}};
     eval(hs);
+    if (d == Decision::disk) split_inputs(hs);
     PlanSpec all = start;
     all.types = {{"L*", d}};
     eval(all);
+  }
+
+  static bool inputs_on_disk(const PlanSpec& s) {
+    return s.checkpoint_every == 0 && std::any_of(s.types.begin(), s.types.end(), [](auto& e) {
+             return e.first == "L*.input" && e.second == Decision::disk;
+           });
+  }
+
+  // Layer inputs on disk with a host budget too: the last n layers' inputs on the host instead (read
+  // back first in backward, so the host's faster copies sit where the wait would be shortest), n the
+  // most that keeps the host tier within its budget (bisection: host bytes grow with n). For when
+  // neither tier holds every layer's input.
+  void split_inputs(PlanSpec s) {
+    if (!b.host || !b.disk || !inputs_on_disk(s)) return;
+    s.host_input_layers = 0;
+    if (eval(s).host_bytes > b.host) return;  // the state alone leaves no room
+    int lo = 0, hi = layers;
+    s.host_input_layers = hi;
+    if (eval(s).host_bytes <= b.host) return;  // every input fits the host
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      s.host_input_layers = mid;
+      (eval(s).host_bytes <= b.host ? lo : hi) = mid;
+    }
+    s.host_input_layers = lo;
+    eval(s);
+  }
+
+  // 5. The state's level per layer, for the activation plan `act`: for each pair of adjacent levels
+  //    (the lower everywhere, the higher in k layers spread evenly), the fewest k whose step fits the
+  //    device (bisection: device bytes fall as k grows), which moves the fewest bytes over the link
+  //    and keeps the embedding's and head's state where the lower level puts it; then the split
+  //    family's host share again (the state changed the host's room).
+  void place(PlanSpec act, const std::vector<std::string>& levels) {
+    act.host_input_layers = 0;
+    // Fits the device: its high-water mark too, so the placement under the budget fits as well
+    // (a peak just under the budget can need more than it once fragmentation is counted).
+    auto device_ok = [&](const PlanSpec& s) {
+      const PlanTried t = eval(s);
+      return t.peak_bytes <= b.device && t.high_water_bytes <= b.device;
+    };
+    for (size_t i = 0; i + 1 < levels.size(); ++i) {
+      PlanSpec s = act;
+      s.state_level = levels[i];
+      s.layers_level = levels[i + 1];
+      s.state_layers = layers;
+      if (!device_ok(s)) continue;  // every layer at the higher level is not enough
+      s.state_layers = 0;
+      s.layers_level = "none";
+      if (device_ok(s)) {  // the lower level alone fits the device
+        split_inputs(s);
+        continue;
+      }
+      s.layers_level = levels[i + 1];
+      int lo = 0, hi = layers;  // hi fits the device, lo does not
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        s.state_layers = mid;
+        (device_ok(s) ? hi : lo) = mid;
+      }
+      s.state_layers = hi;
+      eval(s);
+      split_inputs(s);
+    }
   }
 
   // Changes one per-type decision of the best plan at a time while that is faster and fits.
@@ -168,16 +235,23 @@ struct Search {
 }  // namespace
 
 Plan make_plan(const PlanSpec& s, int layers) {
+  auto state = [&](Plan& p) {
+    p.set_state_offloading(s.state_level, "planner", s.state_tier);
+    p.set_state_offloading_layers(s.layers_level, s.state_layers, "planner");
+  };
   if (s.checkpoint_every > 0) {
     Plan p = Plan::gradient_checkpointing(s.checkpoint_every);
-    p.set_state_offloading(s.state_level, "planner", s.state_tier);
+    state(p);
     return p;
   }
   PlanSpec body = s;
   body.layer_offloading = false;  // not part of the plan table (strata-train's layer_offloading key)
   Plan p;
-  p.set_state_offloading(s.state_level, "planner", s.state_tier);
+  state(p);
   p.preset = "auto: " + describe(body);
+  // The last host_input_layers layers' inputs on the host, before the types (which put the others' on disk).
+  for (int i = std::max(0, layers - s.host_input_layers); i < layers && s.host_input_layers > 0; ++i)
+    p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::host);
   for (int i = 0; i < std::min(s.checkpointed_layers, layers); ++i) {
     p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::keep);
     p.overrides.emplace_back(fmt::format("L{}.*", i), Decision::recompute);
@@ -231,19 +305,19 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
-  std::vector<std::pair<std::string, Decision>> levels{{"none", Decision::host}};
+  std::vector<std::string> levels{"none"};
   // ZeRO-1 keeps its shard of the state on the device (host-tier state with it is refused: model/llama.cpp).
   const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
   if (budgets.host > 0 && !zero_sharded)
-    for (const char* l : kStateOffloadingLevels)
-      if (std::string(l) != "none") levels.emplace_back(l, Decision::host);
-  // With a disk budget, the levels on the disk tier too (after the host's: slower); "all" leaves the
-  // gradients on the host, so only with a host budget.
+    levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
+  // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
+  // the gradients on the host, so only with a host budget).
+  std::vector<std::pair<std::string, Decision>> starts;
+  for (const std::string& level : levels) starts.emplace_back(level, Decision::host);
   if (budgets.disk > 0 && !zero_sharded)
-    for (const char* l : kStateOffloadingLevels)
-      if (std::string(l) != "none" && (budgets.host > 0 || std::string(l) != "all"))
-        levels.emplace_back(l, Decision::disk);
-  for (const auto& [level, tier] : levels)
+    for (const char* level : {"optimizer", "master", "all"})
+      if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
+  for (const auto& [level, tier] : starts)
     for (bool paged : paging) {
       PlanSpec start;
       start.layer_offloading = paged;
@@ -272,6 +346,37 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     }
   // 4. Refine the fastest plan found, one decision at a time.
   S.refine(all);  // keep (dropping a type from the plan) is tried there too
+  // 5. The state per layer (Search::place) under the 8 fastest activation plans that fit the device
+  //    at some state level, ranked by their fastest step at any level (the state-on-device step, when
+  //    it was tried: what a placement moving less state approaches), then refine again.
+  if (levels.size() > 1) {
+    struct Act {
+      PlanSpec spec;
+      double step_s;
+      bool fits_device;
+    };
+    std::vector<Act> acts;
+    std::map<std::string, size_t> seen;
+    for (const PlanTried& t : res.tried) {
+      PlanSpec a = S.specs.at(t.label);
+      a.state_level = a.layers_level = "none";
+      a.state_layers = a.host_input_layers = 0;
+      const std::string key = describe(a);
+      const bool fits = t.peak_bytes <= budgets.device;
+      auto [it, fresh] = seen.emplace(key, acts.size());
+      if (fresh) {
+        acts.push_back({a, t.step_s, fits});
+      } else {
+        Act& e = acts[it->second];
+        e.step_s = std::min(e.step_s, t.step_s);
+        e.fits_device = e.fits_device || fits;
+      }
+    }
+    std::erase_if(acts, [](const Act& a) { return !a.fits_device; });
+    std::stable_sort(acts.begin(), acts.end(), [](const Act& x, const Act& y) { return x.step_s < y.step_s; });
+    for (size_t i = 0; i < std::min<size_t>(acts.size(), 8); ++i) S.place(acts[i].spec, levels);
+    S.refine(all);
+  }
 
   res.found = S.have_best;
   if (res.found || !diagnose) return res;
@@ -484,6 +589,9 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
     y += "state_plan:  # persistent state off the device (host or disk tier; disk: its file in offload_dir)\n";
     for (auto& [pat, d] : plan.state) y += fmt::format("  \"{}\": {}\n", pat, decision_name(d));
   }
+  if (plan.state_layers > 0)
+    y += fmt::format("state_offloading_layers: {{level: {}, layers: {}}}  # of the {} layers, spread evenly\n",
+                     plan.state_layers_level, plan.state_layers, r.model.num_hidden_layers);
   static const std::string kOffload = "activation_offloading: ";
   if (plan.preset.rfind(kOffload, 0) == 0 && plan.overrides.empty()) {  // the preset itself (legacy's sync included)
     y += plan.preset + "\n";

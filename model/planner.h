@@ -44,6 +44,12 @@ struct PlanSpec {
   bool layer_offloading = false;
   std::string state_level = "none";      // Plan::set_state_offloading: persistent state off the device
   Decision state_tier = Decision::host;  // ... on the host or the disk tier (state_offloading_tier)
+  // Plan::set_state_offloading_layers: a higher level's classes on the host in state_layers layers too
+  std::string layers_level = "none";
+  int state_layers = 0;
+  // The inputs of the last host_input_layers layers on the host (overriding `types`, which put the
+  // other layers' inputs on disk): the split hidden-state family when neither tier holds them all.
+  int host_input_layers = 0;
 };
 Plan make_plan(const PlanSpec& s, int layers);
 

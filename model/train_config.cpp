@@ -490,6 +490,31 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       } else if (key == "state_offloading_tier") {
         state_tier = with_key(path, key, [&] { return parse_state_tier(S(), path); });
         has_state = true;
+      } else if (key == "state_offloading_layers") {
+        if (!v.IsMap())
+          STRATA_THROW(ConfigError,
+                       fmt::format("{}: state_offloading_layers expects a mapping {{level: optimizer|master|all, "
+                                   "layers: N}}",
+                                   path),
+                       path, key);
+        std::string level;
+        int layers = -1;
+        for (auto r : v) {
+          const std::string sub = key_of(r.first, path, key);
+          const std::string field = key + "." + sub;
+          if (sub == "level")
+            level = get<std::string>(r.second, path, field, "optimizer, master or all");
+          else if (sub == "layers")
+            layers = check_int(get<long long>(r.second, path, field, "an integer"), 0, Origin::yaml(path, field));
+          else
+            STRATA_THROW(ConfigError, fmt::format("{}: unknown key '{}' (expected level and layers)", path, field),
+                         path, field);
+        }
+        if (level.empty() || layers < 0)
+          STRATA_THROW(ConfigError, fmt::format("{}: state_offloading_layers needs both level and layers", path), path,
+                       key);
+        state_plan.set_state_offloading_layers(level, layers, path);
+        has_state = true;
       } else if (key == "state_plan") {
         if (!v.IsMap())
           STRATA_THROW(ConfigError,
@@ -540,6 +565,9 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
     // An explicit state table goes before the state_offloading level's rules: first match wins.
     c.plan.state = explicit_state;
     c.plan.state.insert(c.plan.state.end(), state_plan.state.begin(), state_plan.state.end());
+    c.plan.state_layer_rules = state_plan.state_layer_rules;
+    c.plan.state_layers_level = state_plan.state_layers_level;
+    c.plan.state_layers = state_plan.state_layers;
     c.plan.state_preset = explicit_state.empty()
                               ? state_plan.state_preset
                               : (state_plan.state.empty() ? "explicit" : state_plan.state_preset + " + explicit");

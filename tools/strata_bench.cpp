@@ -33,6 +33,7 @@ static const char* kUsage =
     "[--loss-recompute]\n"
     "                    [--state-offloading none|optimizer|master|all] [--state-offloading-tier host|disk]\n"
     "                    [--master-weights fp32|none]\n"
+    "                    [--state-offloading-layers optimizer|master|all:K]\n"
     "                    [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16] [--mlp-tiles N] [--pad-vocab 64]\n"
     "                    [--eager-update]\n"
     "                    [--pack N]\n"
@@ -40,6 +41,8 @@ static const char* kUsage =
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
     "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
+    "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly, as strata-train's\n"
+    "state_offloading_layers.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
     "strata-train's state_offloading key; --state-offloading-tier disk puts those classes (gradients excepted)\n"
     "in a state file in --offload-dir instead (state_offloading_tier). --master-weights / --optimizer-state: the "
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
                  "config",
                  "max-grad-norm",
                  "state-offloading",
+                 "state-offloading-layers",
                  "master-weights",
                  "optimizer-state",
                  "mlp-tiles",
@@ -145,6 +149,8 @@ int main(int argc, char** argv) {
     if (a.has("state-offloading"))
       to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
                                    parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
+    if (a.has("state-offloading-layers"))
+      to.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
     mo.state_dir = to.tiers.offload_dir;  // state on the disk tier: its file beside the activations'
     to.optimizer.defer_update = !a.has("eager-update");
     mo.state_plan = to.plan;
@@ -237,7 +243,7 @@ int main(int argc, char** argv) {
     j["peak_arena_bytes"] = peak;
     j["peak_host_bytes"] = host_peak;
     j["peak_disk_bytes"] = disk_peak;
-    j["state_offloading"] = to.plan.state_preset;
+    j["state_offloading"] = to.plan.state_label();
     j["master_weights"] = master_weights_name(mo.recipe.master);
     j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
     j["gradients"] = gradients_name(mo.recipe.gradients);

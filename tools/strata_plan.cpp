@@ -31,6 +31,7 @@ static const char* kUsage =
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
     "                   [--state-offloading-tier host|disk]\n"
+    "                   [--state-offloading-layers optimizer|master|all:K]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                   [--mlp-tiles auto|N]\n"
@@ -53,7 +54,9 @@ static const char* kUsage =
     "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
     "--state-offloading-tier disk: those classes (gradients excepted) in a state file on the disk tier;\n"
-    "with --budget and --host-budget (or --disk-budget) the planner chooses that level and tier itself.\n"
+    "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly (YAML\n"
+    "state_offloading_layers);\n"
+    "with --budget and --host-budget (or --disk-budget) the planner chooses the level and tier itself.\n"
     "--master-weights none: no fp32 master (bf16 weights updated in place); --optimizer-state bf16|8bit:\n"
     "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32);\n"
     "--gradients bf16: the trainable parameters' gradients in bf16, 2 bytes each (YAML gradients; default fp32).\n"
@@ -311,6 +314,7 @@ int main(int argc, char** argv) {
                                      "host-budget",
                                      "disk-budget",
                                      "state-offloading",
+                                     "state-offloading-layers",
                                      "data",
                                      "state-offloading-tier"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
@@ -398,9 +402,11 @@ int main(int argc, char** argv) {
       seq_limit = int_flag("seq-limit", default_max_seq_limit(req.model), seq_multiple);
     } else if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
       throw ConfigError("--seq N (or sequence_len in the --config file) is required", "command line", "seq");
-    req.plan = a.has("preset")
-                   ? preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset")
-                   : tc.plan;
+    req.plan = tc.plan;
+    if (a.has("preset")) {  // the preset's activation rules; the config's state placement stays
+      req.plan = preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset");
+      req.plan.take_state(tc.plan);
+    }
     req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
     req.recipe = tc.recipe;
     if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
@@ -413,6 +419,8 @@ int main(int argc, char** argv) {
       req.plan.set_state_offloading(
           a.str("state-offloading"), "--state-offloading",
           parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
+    if (a.has("state-offloading-layers"))
+      req.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) disk_budget = parse_bytes(a.str("disk-budget"), "--disk-budget");
     req.profile = find_profile(a.str("profile", "h100_80gb"));

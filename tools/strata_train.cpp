@@ -468,7 +468,7 @@ int main(int argc, char** argv) {
                      pg->host_note().empty() ? "" : " — ", pg->host_note().c_str(), pg->slot_count(),
                      format_bytes(pg->slot_bytes()).c_str());
       if (model.state_host_bytes())
-        std::fprintf(info, "state on the host tier (%s): %s %s%s%s\n", cfg.plan.state_preset.c_str(),
+        std::fprintf(info, "state on the host tier (%s): %s %s%s%s\n", cfg.plan.state_label().c_str(),
                      format_bytes(model.state_host_bytes()).c_str(), model.state_host_pinned() ? "pinned" : "pageable",
                      model.state_host_note().empty() ? "" : " — ", model.state_host_note().c_str());
       std::fflush(info);
