@@ -111,7 +111,9 @@ std::vector<float> train_state(const Plan& state, int steps, StateRecipe recipe,
   for (int s = 0; s < steps; ++s) {
     StepStats st = tr.step(data.next());
     EXPECT_EQ(st.state_disk_bytes, model.state_disk_bytes());
-    if (model.state_disk()) EXPECT_GT(st.state_host_bytes, model.state_host_bytes()) << "disk staging";
+    if (model.state_disk()) {
+      EXPECT_GT(st.state_host_bytes, model.state_host_bytes()) << "disk staging";
+    }
   }
   if (!save_dir.empty()) model.save(save_dir);
   std::vector<float> w;
