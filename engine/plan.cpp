@@ -71,13 +71,14 @@ bool state_layer_chosen(int layer, int k, int num_layers) {
 namespace {
 
 // The rules of a state_offloading level (`none`: none); ConfigError naming `where` otherwise.
+// `tier`: where the classes go (host or disk; gradients have no disk tier: host).
 std::vector<std::pair<std::string, Decision>> level_rules(std::string_view level, const std::string& where,
-                                                          const char* field) {
+                                                          const char* field, Decision tier = Decision::host) {
   std::vector<std::pair<std::string, Decision>> r;
   if (level == "none") return r;
   if (level == "optimizer" || level == "master" || level == "all") {
-    r.emplace_back("*.adam.*", Decision::host);
-    if (level != "optimizer") r.emplace_back("*.w.master", Decision::host);
+    r.emplace_back("*.adam.*", tier);
+    if (level != "optimizer") r.emplace_back("*.w.master", tier);
     if (level == "all") r.emplace_back("*.grad", Decision::host);
     return r;
   }
@@ -88,11 +89,17 @@ std::vector<std::pair<std::string, Decision>> level_rules(std::string_view level
 }
 
 Decision checked_state(const std::string& pat, std::string_view cls, Decision d) {
-  if (d != Decision::keep && d != Decision::host)
+  if (d != Decision::keep && d != Decision::host && d != Decision::disk)
     STRATA_THROW(ConfigError,
                  fmt::format("state_plan: '{}' sends persistent state class '{}' to '{}'; state classes take keep "
-                             "(device) or host",
+                             "(device), host or disk",
                              pat, cls, decision_name(d)),
+                 "state_plan", pat);
+  if (d == Decision::disk && cls.ends_with(".grad"))
+    STRATA_THROW(ConfigError,
+                 fmt::format("state_plan: '{}' sends gradient class '{}' to the disk tier; gradients take keep "
+                             "(device) or host (only adam.m, adam.v and w.master go to disk)",
+                             pat, cls),
                  "state_plan", pat);
   return d;
 }
@@ -113,9 +120,20 @@ Decision Plan::decide_state(std::string_view cls, int layer, int num_layers) con
   return Decision::keep;
 }
 
-void Plan::set_state_offloading(std::string_view level, const std::string& where) {
-  state = level_rules(level, where, "state_offloading");
-  state_preset = std::string(level);
+Decision parse_state_tier(std::string_view s, const std::string& where) {
+  if (s == "host") return Decision::host;
+  if (s == "disk") return Decision::disk;
+  STRATA_THROW(ConfigError, fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, s), where,
+               "state_offloading_tier");
+}
+
+void Plan::set_state_offloading(std::string_view level, const std::string& where, Decision tier) {
+  if (tier != Decision::host && tier != Decision::disk)
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, decision_name(tier)),
+                 where, "state_offloading_tier");
+  state = level_rules(level, where, "state_offloading", tier);
+  state_preset = tier == Decision::disk && level != "none" ? std::string(level) + " on disk" : std::string(level);
 }
 
 void Plan::set_state_offloading_layers(std::string_view level, int layers, const std::string& where) {

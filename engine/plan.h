@@ -23,8 +23,9 @@ struct Plan {
   int checkpoint_every = 0;     // >0: layer n's input is kept when n % every == 0 (Value::layer_input)
   bool sync_transfers = false;  // `activation_offloading: legacy`: copies wait at once
   // Persistent state (per trainable parameter group: "L7", "embed", "head", "final_norm"; kinds
-  // "w.master", "grad", "adam.m", "adam.v", so classes such as "L7.adam.m"): keep (device) or host.
-  // Its own table, so the activation presets' wide patterns ("*", "L*") never move state.
+  // "w.master", "grad", "adam.m", "adam.v", so classes such as "L7.adam.m"): keep (device), host,
+  // or disk (the model's state file, io_uring; not for "grad"). Its own table, so the activation
+  // presets' wide patterns ("*", "L*") never move state.
   std::vector<std::pair<std::string, Decision>> state;
   std::string state_preset = "none";  // how the state table was made, for printing
   // Layer-spread state (`state_offloading_layers: {level: L, layers: k}`): the classes a
@@ -39,9 +40,9 @@ struct Plan {
 
   // The decision for a persistent-state class of group `cls` ("L7.adam.m"); `layer` is the group's
   // layer (-1 for the embedding, head and final norm) of `num_layers`: the layer-spread rules when
-  // the layer is chosen, else the first match in `state`, else keep. `keep` and `host` are the state
-  // decisions; anything else is refused (ConfigError naming the class), as is state_layers above
-  // num_layers (naming state_offloading_layers).
+  // the layer is chosen, else the first match in `state`, else keep. `keep`, `host` and `disk` are
+  // the state decisions (disk not for gradients, "*.grad"); anything else is refused (ConfigError
+  // naming the class), as is state_layers above num_layers (naming state_offloading_layers).
   Decision decide_state(std::string_view cls, int layer = -1, int num_layers = 0) const;
   // The level's classes on the host in `layers` layers (0: off); ConfigError naming `where` for a
   // level other than optimizer, master or all, or layers < 0.
@@ -68,9 +69,11 @@ struct Plan {
   static Plan activation_offloading(Decision tier, bool synchronous = false);
   // ALST-style: each layer's input to the host (streamed), everything else recomputed.
   static Plan hidden_states();
-  // The state table of a `state_offloading` level: "none", "optimizer" (Adam moments on the host),
+  // The state table of a `state_offloading` level: "none", "optimizer" (Adam moments off the device),
   // "master" (moments and fp32 masters), "all" (moments, masters and gradients). ConfigError otherwise.
-  void set_state_offloading(std::string_view level, const std::string& where);
+  // `tier` (`state_offloading_tier`): where those classes go, host or disk; gradients have no disk
+  // tier, so "all" on disk sends them to the host. (The layer-spread rules above stay on the host.)
+  void set_state_offloading(std::string_view level, const std::string& where, Decision tier = Decision::host);
 };
 
 // The named activation presets: one table for every place a preset is named (strata-plan --preset,
@@ -100,6 +103,8 @@ bool state_layer_chosen(int layer, int k, int num_layers);
 
 // The persistent-state kinds a state class names (its suffix after the group).
 inline constexpr const char* kStateKinds[] = {"w.master", "grad", "adam.m", "adam.v"};
+// `state_offloading_tier`: "host" or "disk"; ConfigError naming `where` otherwise.
+Decision parse_state_tier(std::string_view s, const std::string& where);
 // The `state_offloading` levels, lowest host use first.
 inline constexpr const char* kStateOffloadingLevels[] = {"none", "optimizer", "master", "all"};
 

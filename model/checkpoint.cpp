@@ -29,7 +29,9 @@ constexpr const char* kState = "trainer_state.json";
 constexpr const char* kConfig = "train_config.json";
 constexpr const char* kOptimizer = "optimizer.safetensors";
 
-// One array of a trainable parameter's state: on the device (`dev`) or in the host tier (`host`).
+// One array of a trainable parameter's state: on the device (`dev`), in the host tier (`host`) or in
+// the model's state file on the disk tier (`disk`: its offset there, read and written through
+// `model`, errors naming the state class `cls`).
 struct Piece {
   std::string name;
   DType dtype;
@@ -40,6 +42,9 @@ struct Piece {
   // an f32 backend): not saved, filled from the weights' tensor, so a checkpoint does not depend
   // on the tier its state lived in.
   bool mirror = false;
+  size_t disk = Parameter::kDevice;
+  const LlamaModel* model = nullptr;
+  std::string cls = {};
   size_t bytes() const {
     size_t n = 1;
     for (int64_t d : shape) n *= size_t(d);
@@ -65,12 +70,28 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
     const std::string master_name = f32 ? p.name : p.name + ".master";
     if (p.host_master != Parameter::kDevice)
       out.push_back({master_name, f32 ? DType::f32 : be.master_dtype(), shape, {}, m.host_state(p.host_master), f32});
+    else if (p.disk_master != Parameter::kDevice)
+      out.push_back({master_name,
+                     f32 ? DType::f32 : be.master_dtype(),
+                     shape,
+                     {},
+                     nullptr,
+                     f32,
+                     p.disk_master,
+                     &m,
+                     p.group + ".w.master"});
     else if (p.master.allocated() && p.compute.allocated())
       out.push_back({master_name, p.master.view().dtype, shape, p.master.view(), nullptr, f32});
-    for (auto [off, codes, scales, tag] :
-         {std::tuple{p.host_m, &p.m, &p.m_scale, ".m"}, std::tuple{p.host_v, &p.v, &p.v_scale, ".v"}}) {
+    for (auto [off, disk, codes, scales, tag] : {std::tuple{p.host_m, p.disk_m, &p.m, &p.m_scale, ".m"},
+                                                 std::tuple{p.host_v, p.disk_v, &p.v, &p.v_scale, ".v"}}) {
       const std::string nm = p.name + tag;
-      if (off != Parameter::kDevice) {
+      if (disk != Parameter::kDevice) {
+        const std::string cls = p.group + (tag == std::string(".m") ? ".adam.m" : ".adam.v");
+        out.push_back({nm, mdt, shape, {}, nullptr, false, disk, &m, cls});
+        if (mdt == DType::u8)
+          out.push_back(
+              {nm + "_scale", DType::f32, blocks, {}, nullptr, false, disk + Parameter::disk_scale_offset(n), &m, cls});
+      } else if (off != Parameter::kDevice) {
         std::byte* h = m.host_state(off);
         out.push_back({nm, mdt, shape, {}, h});
         if (mdt == DType::u8)
@@ -127,6 +148,11 @@ void write_state_file(const std::string& path, Backend& be, const std::vector<Pi
       host[i].resize(pc.bytes());
       if (pc.bytes()) be.copy_wait_host(be.copy_to_host_async(host[i].data(), pc.dev));
       data = host[i].data();
+    } else if (pc.disk != Parameter::kDevice) {
+      // Read from the disk tier before anything is written: a failing read leaves no file behind.
+      host[i].resize(pc.bytes());
+      if (pc.bytes()) pc.model->read_state_disk(pc.disk, host[i].data(), pc.bytes(), pc.cls);
+      data = host[i].data();
     }
     STRATA_CHECK(data || !pc.bytes(), fmt::format("checkpoint: no bytes for {} (the sim backend keeps none)", pc.name));
     out.push_back({pc.name, pc.dtype, pc.shape, data});
@@ -165,6 +191,8 @@ void restore_pieces(const io::SafetensorsFile& f, const std::string& path, Backe
     const void* src = f.data(*f.find(pc.name));
     if (pc.dev.defined())
       be.copy_wait_host(be.copy_to_device_async(pc.dev, src));
+    else if (pc.disk != Parameter::kDevice)
+      pc.model->write_state_disk(pc.disk, src, pc.bytes(), pc.cls);
     else if (pc.host)
       std::memcpy(pc.host, src, pc.bytes());
   }

@@ -42,6 +42,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.train_norms = r.mode == TrainMode::frozen;
   mo.page_frozen_layers = r.layer_offloading;
   mo.state_plan = r.plan;
+  mo.state_dir = r.tiers.offload_dir;  // the sim creates no file
   mo.recipe = r.recipe;
   mo.zero = {r.zero_stage, 0, r.gpus};  // rank 0's share
   if (r.mode == TrainMode::lora) {
@@ -226,9 +227,10 @@ Forecast forecast(const ForecastRequest& r) {
       f.host_reserved_bytes = ts.host_reserved_bytes;
       f.offloaded_bytes = ts.offloaded_bytes;
       f.loaded_bytes = ts.loaded_bytes;
-      f.peak_disk_bytes = ts.peak_disk_bytes;
+      f.state_disk_bytes = st.state_disk_bytes;
+      f.peak_disk_bytes = ts.peak_disk_bytes + f.state_disk_bytes;
       if (const WeightPager* pager = model.pager()) f.paged_host_bytes = pager->host_bytes();
-      f.state_host_bytes = model.state_host_bytes();
+      f.state_host_bytes = st.state_host_bytes;  // the model's reservation and the optimizer's disk staging
       f.state_bytes_moved = st.state_bytes_moved;
       f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes;
       f.paged_bytes_uploaded = st.paged_bytes_uploaded;

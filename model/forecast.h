@@ -89,10 +89,12 @@ struct Forecast {
   size_t host_reserved_bytes = 0;                // slot store: its host reservation
   size_t paged_host_bytes = 0;                   // weight pager: its host reservation (all frozen layers)
   size_t state_host_bytes = 0;                   // persistent state on the host tier (ModelOptions::state_plan)
+                                                 // and the optimizer's host staging of disk-tier state
+  size_t state_disk_bytes = 0;                   // persistent state on the disk tier: the model's state file
   size_t state_bytes_moved = 0;                  // that state's copies both ways this step (gradients included)
   size_t peak_host_bytes = 0;                    // the host tier's peak: slot store peak + pager + state reservations
   size_t offloaded_bytes = 0, loaded_bytes = 0;  // slot store, this step
-  size_t peak_disk_bytes = 0;                    // disk tier: the slot store's disk extents in use, peak
+  size_t peak_disk_bytes = 0;                    // disk tier: the slot store's extents' peak + the state file
   size_t paged_bytes_uploaded = 0;               // weight pager, this step
   long paged_uploads = 0;
   double copy_wait_s = 0;  // compute stalled on host copies (slot store / pager)

@@ -163,15 +163,28 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
         add_param(layer_name(i, module_path(m) + ".lora_B.weight"), Shape{ws[0], r}, true, true);
       }
   }
-  // Host-tier state: one reservation for every parameter's host arrays, moments zeroed.
-  size_t host_bytes = 0;
-  for (auto& p : params_) place_state(p, host_bytes);
+  // Host-tier state: one reservation for every parameter's host arrays, moments zeroed. Disk-tier
+  // state: one file, its moments written as zeros (the masters are written by init_random or load).
+  size_t host_bytes = 0, disk_bytes = 0;
+  for (auto& p : params_) place_state(p, host_bytes, disk_bytes);
   if (host_bytes) {
     state_host_ = be_.reserve_host(host_bytes);
     for (auto& p : params_)
       for (size_t off : {p.host_m, p.host_v})
         if (off != Parameter::kDevice && host_state(off))
           std::memset(host_state(off), 0, moment_bytes(opt_.recipe.moments, size_t(p.shape.numel())));
+  }
+  if (disk_bytes) {
+    open_state_disk(disk_bytes);
+    for (auto& p : params_)
+      for (auto [off, kind] : {std::pair{p.disk_m, ".adam.m"}, std::pair{p.disk_v, ".adam.v"}})
+        if (off != Parameter::kDevice) {
+          const size_t n = size_t(p.shape.numel());
+          const size_t bytes = opt_.recipe.moments == OptimizerState::q8
+                                   ? Parameter::disk_scale_offset(n) + quant_blocks(n) * sizeof(float)
+                                   : moment_bytes(opt_.recipe.moments, n);
+          write_state_disk(off, nullptr, bytes, p.group + kind);  // null: zeros
+        }
   }
   if (opt_.lora.enabled()) {
     // PEFT's init: A ~ kaiming-uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0.
@@ -208,35 +221,39 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   }
   p.group = state_group(p.name);
   const int layer = layer_of_param(p.name);
-  auto on_host = [&](const char* kind) {
-    return trainable &&
-           opt_.state_plan.decide_state(p.group + "." + kind, layer, cfg_.num_hidden_layers) == Decision::host;
+  auto tier = [&](const char* kind) {
+    return trainable ? opt_.state_plan.decide_state(p.group + "." + kind, layer, cfg_.num_hidden_layers)
+                     : Decision::keep;
   };
   // master_weights: none leaves a bf16 backend no master at all (the compute weights are updated in
   // place); on an f32 backend the weights are fp32 anyway, so `none` changes nothing there.
   const bool low_precision = be_.compute_dtype() != DType::f32;
   const bool no_master = low_precision && opt_.recipe.master == MasterWeights::none;
-  const bool master_host = !no_master && on_host("w.master"), m_host = on_host("adam.m"), v_host = on_host("adam.v"),
-             grad_host = on_host("grad");
-  if (master_host) p.host_master = 0;  // place_state lays the host arrays out once all are known
-  if (m_host) p.host_m = 0;
-  if (v_host) p.host_v = 0;
+  const Decision master_t = no_master ? Decision::keep : tier("w.master"), m_t = tier("adam.m"), v_t = tier("adam.v"),
+                 grad_t = tier("grad");  // decide_state refuses disk for grad
+  // "Off": on the host or the disk tier (the device holds no buffer for it).
+  const bool master_off = master_t != Decision::keep, m_off = m_t != Decision::keep, v_off = v_t != Decision::keep,
+             grad_host = grad_t == Decision::host;
+  // place_state lays the host arrays and the disk arrays out once all are known.
+  (master_t == Decision::disk ? p.disk_master : p.host_master) = master_off ? 0 : Parameter::kDevice;
+  (m_t == Decision::disk ? p.disk_m : p.host_m) = m_off ? 0 : Parameter::kDevice;
+  (v_t == Decision::disk ? p.disk_v : p.host_v) = v_off ? 0 : Parameter::kDevice;
   if (grad_host) p.host_grad = 0;
-  if (opt_.zero.sharded() && (master_host || m_host || v_host || grad_host))
+  if (opt_.zero.sharded() && (master_off || m_off || v_off || grad_host))
     STRATA_THROW(UnsupportedError,
-                 fmt::format("zero_stage 1 with state on the host tier (state_offloading other than none: '{}' has "
-                             "state classes on the host) is not supported yet; use state_offloading: none or "
-                             "zero_stage: 0",
+                 fmt::format("zero_stage 1 with state on the host or disk tier (state_offloading other than none: "
+                             "'{}' has state classes off the device) is not supported yet; use state_offloading: "
+                             "none or zero_stage: 0",
                              p.name));
   // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists. A
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
-  // low half (Backend::master_dtype, engine/master_split.h). A master on the host tier leaves only
-  // the compute copy on the device (f32 where that is the compute dtype).
-  if (trainable && low_precision && !master_host && !no_master && p.state_here)
+  // low half (Backend::master_dtype, engine/master_split.h). A master on the host or disk tier leaves
+  // only the compute copy on the device (f32 where that is the compute dtype).
+  if (trainable && low_precision && !master_off && !no_master && p.state_here)
     p.master = Buffer(be_.arena(), be_.master_dtype(), shape, "weights.master_lo");
-  else if (!low_precision && !master_host)
+  else if (!low_precision && !master_off)
     p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
-  if (low_precision || master_host)
+  if (low_precision || master_off)
     p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, low_precision ? "weights.compute" : "weights");
   if (trainable) {
     if (!grad_host) {
@@ -253,25 +270,111 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
       scales = Buffer(be_.arena(), DType::f32, Shape{int64_t(quant_blocks(size_t(shape.numel())))}, tag);
       be_.zero(scales.view());
     };
-    if (!m_host && p.state_here) moment(p.m, p.m_scale, "adam.m");
-    if (!v_host && p.state_here) moment(p.v, p.v_scale, "adam.v");
+    if (!m_off && p.state_here) moment(p.m, p.m_scale, "adam.m");
+    if (!v_off && p.state_here) moment(p.v, p.v_scale, "adam.v");
   }
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
 }
 
-void LlamaModel::place_state(Parameter& p, size_t& host_bytes) {
+void LlamaModel::place_state(Parameter& p, size_t& host_bytes, size_t& disk_bytes) {
   const size_t n = size_t(p.shape.numel());
   const size_t master_bytes = n * (be_.compute_dtype() == DType::f32 ? sizeof(float) : dtype_size(be_.master_dtype()));
-  auto place = [&](size_t& off, size_t bytes) {
+  auto place = [&](size_t& off, size_t bytes, size_t& total) {
     if (off == Parameter::kDevice) return;
-    off = host_bytes;
-    host_bytes += host_align(bytes);
+    off = total;
+    total += host_align(bytes);
   };
-  place(p.host_master, master_bytes);
-  place(p.host_m, moment_bytes(opt_.recipe.moments, n));
-  place(p.host_v, moment_bytes(opt_.recipe.moments, n));
-  place(p.host_grad, n * dtype_size(grad_dtype()));
+  place(p.host_master, master_bytes, host_bytes);
+  place(p.host_m, moment_bytes(opt_.recipe.moments, n), host_bytes);
+  place(p.host_v, moment_bytes(opt_.recipe.moments, n), host_bytes);
+  place(p.host_grad, n * dtype_size(grad_dtype()), host_bytes);
+  // On disk every array (and an 8-bit moment's scales) starts on a page: the optimizer streams pieces
+  // of them with O_DIRECT requests (model/optimizer.h).
+  const size_t disk_moment = opt_.recipe.moments == OptimizerState::q8
+                                 ? Parameter::disk_scale_offset(n) + host_align(quant_blocks(n) * sizeof(float))
+                                 : moment_bytes(opt_.recipe.moments, n);
+  place(p.disk_master, master_bytes, disk_bytes);
+  place(p.disk_m, disk_moment, disk_bytes);
+  place(p.disk_v, disk_moment, disk_bytes);
+}
+
+void LlamaModel::open_state_disk(size_t bytes) {
+  std::string dir = opt_.state_dir;
+  if (dir.empty()) dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  try {
+    state_disk_ = be_.open_disk_file(dir, bytes);
+  } catch (const Error& e) {
+    // Which classes wanted the room: the first few, and how many in all.
+    std::vector<std::string> cls;
+    for (const Parameter& p : params_)
+      for (auto [off, kind] :
+           {std::pair{p.disk_master, ".w.master"}, std::pair{p.disk_m, ".adam.m"}, std::pair{p.disk_v, ".adam.v"}})
+        if (off != Parameter::kDevice && std::find(cls.begin(), cls.end(), p.group + kind) == cls.end())
+          cls.push_back(p.group + kind);
+    std::string names;
+    for (size_t i = 0; i < std::min<size_t>(cls.size(), 4); ++i) names += (i ? ", " : "") + cls[i];
+    if (cls.size() > 4) names += fmt::format(" and {} more", cls.size() - 4);
+    STRATA_THROW(IoError,
+                 fmt::format("disk tier: cannot create the persistent state file in {} for state classes {}: it needs "
+                             "{} bytes ({:.2f} GiB) of free space: {}",
+                             dir, names, bytes, double(bytes) / double(size_t(1) << 30), e.what()),
+                 dir);
+  }
+  state_disk_bytes_ = bytes;
+}
+
+void LlamaModel::throw_state_disk_error(const std::string& what, bool write, const std::string& err) const {
+  const std::string path = state_disk_ ? state_disk_->path() : std::string("(no state file)");
+  STRATA_THROW(IoError,
+               fmt::format("disk tier: {} persistent state class {} {} the state file {} failed: {}",
+                           write ? "writing" : "reading", what, write ? "to" : "from", path, err),
+               path);
+}
+
+std::byte* LlamaModel::bounce(bool zeroed) const {
+  if (bounce_.empty()) {
+    bounce_.assign(kBounceBytes + 4096, std::byte{0});  // zero: the first zero write needs no fill
+    bounce_zero_ = true;
+  }
+  std::byte* p = bounce_.data() + (4096 - reinterpret_cast<uintptr_t>(bounce_.data()) % 4096) % 4096;
+  if (zeroed && !bounce_zero_) std::memset(p, 0, kBounceBytes);
+  bounce_zero_ = zeroed;
+  return p;
+}
+
+void LlamaModel::read_state_disk(size_t off, void* dst, size_t bytes, const std::string& cls) const {
+  STRATA_CHECK(state_disk_ != nullptr, "read_state_disk: no state file");
+  std::byte* buf = bounce(true);  // the sim moves no bytes: it reads zeros
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, kBounceBytes), padded = host_align(n);
+    bounce_zero_ = false;
+    try {
+      state_disk_->wait(state_disk_->read_async(off + done, buf, padded));
+    } catch (const Error& e) {
+      throw_state_disk_error(cls, false, e.what());
+    }
+    std::memcpy(static_cast<std::byte*>(dst) + done, buf, n);
+    done += n;
+  }
+}
+
+void LlamaModel::write_state_disk(size_t off, const void* src, size_t bytes, const std::string& cls) const {
+  STRATA_CHECK(state_disk_ != nullptr, "write_state_disk: no state file");
+  std::byte* buf = bounce(src == nullptr);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, kBounceBytes), padded = host_align(n);
+    if (src) {
+      std::memcpy(buf, static_cast<const std::byte*>(src) + done, n);
+      std::memset(buf + n, 0, padded - n);  // the array's last page: its padding
+    }
+    try {
+      state_disk_->wait(state_disk_->write_async(off + done, buf, padded));
+    } catch (const Error& e) {
+      throw_state_disk_error(cls, true, e.what());
+    }
+    done += n;
+  }
 }
 
 namespace {
@@ -287,12 +390,15 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
   // (ties round away from zero, not to even), so this rank's must be the same bits.
   const bool owner_splits = p.trainable && !p.state_here && be_.compute_dtype() != DType::f32 &&
                             opt_.recipe.master != MasterWeights::none && !p.master.allocated();
-  if (p.host_master != Parameter::kDevice || owner_splits) {  // the compute copy on the device, the master elsewhere
+  const bool on_disk = p.disk_master != Parameter::kDevice;
+  if (p.host_master != Parameter::kDevice || on_disk ||
+      owner_splits) {  // the compute copy on the device, the master elsewhere
     const size_t n = size_t(p.shape.numel());
     std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
     if (be_.compute_dtype() == DType::f32) {
       be_.upload_f32(p.compute.view(), host);
       if (lo) std::memcpy(lo, host, n * sizeof(float));
+      if (on_disk) write_state_disk(p.disk_master, host, n * sizeof(float), p.group + ".w.master");
       return;
     }
     std::vector<uint16_t> hi(n);
@@ -300,6 +406,7 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
     master_split(host, hi.data(), low.data(), n);
     be_.copy_wait_host(be_.copy_to_device_async(p.compute.view(), hi.data()));  // the high half's bits as they are
     if (lo) std::memcpy(lo, low.data(), n * sizeof(int16_t));
+    if (on_disk) write_state_disk(p.disk_master, low.data(), n * sizeof(int16_t), p.group + ".w.master");
     return;
   }
   if (split_master(p)) return be_.upload_master(p.master.view(), p.compute.view(), host);
@@ -308,9 +415,15 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
 }
 
 void LlamaModel::download_master(const Parameter& p, float* host) const {
-  if (p.host_master != Parameter::kDevice) {
+  if (p.host_master != Parameter::kDevice || p.disk_master != Parameter::kDevice) {
     const size_t n = size_t(p.shape.numel());
-    const std::byte* lo = host_state(p.host_master);
+    const std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
+    std::vector<std::byte> from_disk;
+    if (p.disk_master != Parameter::kDevice) {
+      from_disk.resize(n * (be_.compute_dtype() == DType::f32 ? sizeof(float) : dtype_size(be_.master_dtype())));
+      read_state_disk(p.disk_master, from_disk.data(), from_disk.size(), p.group + ".w.master");
+      lo = from_disk.data();
+    }
     if (be_.compute_dtype() == DType::f32) {
       if (lo)
         std::memcpy(host, lo, n * sizeof(float));

@@ -50,6 +50,10 @@ struct ModelOptions {
   // "<group>.w.master", "<group>.grad", "<group>.adam.m", "<group>.adam.v" (Parameter::group).
   // Only the state table is read; the activation plan is the Trainer's.
   Plan state_plan;
+  // The disk tier's directory (TierOptions::offload_dir, the YAML's offload_dir; "" = $TMPDIR or
+  // /tmp): state classes on disk live in one file there (Backend::open_disk_file: io_uring, O_DIRECT,
+  // nameless, so nothing is left behind), created with the model at its full size.
+  std::string state_dir;
   // The state's precision (master_weights, optimizer_state, gradients; engine/state_recipe.h).
   StateRecipe recipe;
   // ZeRO (model/zero.h): with stage 1 and several ranks, this rank allocates the moments and the
@@ -86,6 +90,10 @@ struct Parameter {
   // moment_bytes(recipe.moments, numel): 8-bit codes, then their scales at moment_scale_offset(numel).
   static constexpr size_t kDevice = SIZE_MAX;
   size_t host_master = kDevice, host_m = kDevice, host_v = kDevice, host_grad = kDevice;
+  // State on the disk tier: byte offsets into the model's state file (4 KiB-aligned), laid out as on
+  // the host except that an 8-bit moment's scales start at disk_scale_offset(numel) (a page boundary).
+  // Gradients have no disk tier.
+  size_t disk_master = kDevice, disk_m = kDevice, disk_v = kDevice;
   // ZeRO-1 (ModelOptions::zero): the rank that holds its optimizer state and updates it (-1: every
   // rank, unsharded). `state_here`: this rank holds it; elsewhere m, v and the master's low half are
   // empty and its weights come from the owner's broadcast after each step.
@@ -94,6 +102,11 @@ struct Parameter {
   bool state_on_host() const {
     return host_master != kDevice || host_m != kDevice || host_v != kDevice || host_grad != kDevice;
   }
+  bool state_on_disk() const { return disk_master != kDevice || disk_m != kDevice || disk_v != kDevice; }
+  // Some of its state is off the device (host or disk): the optimizer streams it (model/optimizer.h).
+  bool state_streamed() const { return state_on_host() || state_on_disk(); }
+  // Where an 8-bit moment's scales start in its disk array: after its codes, page-aligned.
+  static size_t disk_scale_offset(size_t numel) { return (numel + 4095) / 4096 * 4096; }
   Tensor value() const { return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view(); }
   Tensor grad_view() const { return grad.allocated() ? grad.view() : Tensor(); }
 };
@@ -162,6 +175,19 @@ class LlamaModel {
   std::byte* host_state(size_t off) const {
     return state_host_ && state_host_->base() ? state_host_->base() + off : nullptr;
   }
+  // Disk-tier persistent state (ModelOptions::state_plan, `disk` decisions): one file of
+  // state_disk_bytes(), created with the model (IoError naming the disk tier, the classes, the bytes
+  // and the directory when it cannot be: a disk too small fails here, not mid-run), gone with it.
+  // Null when no class is on disk. The optimizer streams through it (model/optimizer.h).
+  DiskFile* state_disk() const { return state_disk_.get(); }
+  size_t state_disk_bytes() const { return state_disk_bytes_; }
+  // Synchronous reads and writes of `bytes` at `off` (4 KiB-aligned, an array's start) of the state
+  // file through an aligned bounce buffer (initialisation, checkpoints; never in a step). `cls` names
+  // the state class in errors: IoError naming the disk tier, the class and the file.
+  void read_state_disk(size_t off, void* dst, size_t bytes, const std::string& cls) const;
+  void write_state_disk(size_t off, const void* src, size_t bytes, const std::string& cls) const;
+  // The IoError of a failed state-file request: the disk tier, `what` (the classes), the file, `err`.
+  [[noreturn]] void throw_state_disk_error(const std::string& what, bool write, const std::string& err) const;
   // The layer of a Hugging Face name "model.layers.<i>...." or -1.
   static int layer_of_param(const std::string& name);
   // Updates the trainer left pending (the optimizer defers host-tier updates to the next forward,
@@ -184,7 +210,8 @@ class LlamaModel {
 
  private:
   int add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page = -1, int owner = -1);
-  void place_state(Parameter& p, size_t& host_bytes);
+  void place_state(Parameter& p, size_t& host_bytes, size_t& disk_bytes);
+  void open_state_disk(size_t bytes);
   void set_weights(Parameter& p, const float* host);
   // The fp32 weights of an unpaged parameter (joined from a split master) into host [numel].
   void download_master(const Parameter& p, float* host) const;
@@ -200,6 +227,14 @@ class LlamaModel {
   Buffer inv_freq_;  // [head_dim/2] f32
   std::shared_ptr<WeightPager> pager_;
   std::unique_ptr<HostReservation> state_host_;
+  std::unique_ptr<DiskFile> state_disk_;
+  size_t state_disk_bytes_ = 0;
+  // The synchronous state-file transfers' bounce buffer (kBounceBytes, page-aligned for O_DIRECT),
+  // made at the first use; `bounce_zero_`: it holds zeros (a zero write needs no fill).
+  static constexpr size_t kBounceBytes = size_t(8) << 20;
+  mutable std::vector<std::byte> bounce_;
+  mutable bool bounce_zero_ = false;
+  std::byte* bounce(bool zeroed) const;
   std::function<void()> state_sync_, on_gone_;
 };
 

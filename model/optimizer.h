@@ -16,6 +16,19 @@
 // weights stay on the device and are updated in place. Pieces of a parameter start on multiples of
 // kQuantBlock elements, so 8-bit moments' scales split with their codes.
 //
+// State on the disk tier (Plan::decide_state `disk`: moments and masters, never gradients) lives in
+// the model's state file (LlamaModel::state_disk). Its pieces travel file -> pinned host staging ->
+// device staging and back: each chunk has a host staging block (kDiskSlots of them, one reservation
+// made with the optimizer, 4 KiB-aligned arrays); its reads (io_uring) are issued up to kDiskSlots
+// chunks ahead of the compute, as soon as the block's previous chunk is written back; the upload
+// waits for its reads (polled; the host blocks only when the compute needs the chunk now); after the
+// compute and download, the write back is issued once the download has landed (polled at every
+// advance and node, waited where a block or a region is needed again), so a region's write completes
+// before the next read of it: the next chunk through the block, the next step's update (step() waits
+// for every write first), flush() (the file holds the result: checkpoints read it). Pieces of a
+// parameter with disk arrays start on multiples of 4096 elements (of 1024 quantisation blocks with
+// 8-bit moments on disk, so their scales split on pages too), so every request is page-aligned.
+//
 // Deferred update (OptimizerOptions::defer_update, the default): step() launches the device-state
 // list and leaves the streamed chunks pending, with this step's learning rate, step count and norm
 // (kept in a second norm buffer). The next forward applies them in parameter order: before a node
@@ -48,8 +61,9 @@ struct OptimizerOptions {
 };
 
 struct OptimizerStats {
-  size_t uploaded_bytes = 0, downloaded_bytes = 0;  // host-tier state moved this step (gradients included)
-  long chunks = 0;                                  // streamed chunks this step
+  size_t uploaded_bytes = 0, downloaded_bytes = 0;     // host-tier state moved this step (gradients included)
+  size_t disk_read_bytes = 0, disk_written_bytes = 0;  // disk-tier state read and written back this step
+  long chunks = 0;                                     // streamed chunks this step
 };
 
 class Optimizer {
@@ -81,6 +95,9 @@ class Optimizer {
 
   Tensor norm_sq() const { return norms_[cur_].view(); }
   const OptimizerStats& stats() const { return stats_; }
+  // The pinned host staging of disk-tier state (kDiskSlots blocks; 0 without disk-tier state): part of
+  // the host tier's bytes (StepStats::state_host_bytes).
+  size_t disk_staging_bytes() const { return disk_staging_ ? disk_staging_->bytes() : 0; }
   // Data parallel: with a communicator of several ranks, a backward that set_reduce(true) marked
   // sums each gradient over the ranks (on the communicator's stream) as it becomes final: one fused
   // all_reduce_many per group of gradients the tape reports final together (in reduce_dtype). A group's norm and host
@@ -106,14 +123,17 @@ class Optimizer {
   // One piece of a parameter: elements [begin, begin + n), and where its host arrays sit in staging.
   struct Piece {
     size_t param, begin, n;
-    size_t master = 0, m = 0, v = 0, g = 0;  // staging offsets (bytes) of its host arrays
-    size_t ms = 0, vs = 0;                   // 8-bit moments: their scales' staging offsets
+    size_t master = 0, m = 0, v = 0, g = 0;                // device staging offsets (bytes) of its host and disk arrays
+    size_t ms = 0, vs = 0;                                 // 8-bit moments: their scales' staging offsets
+    size_t hmaster = 0, hm = 0, hv = 0, hms = 0, hvs = 0;  // its disk arrays' offsets in the host staging block
   };
   struct Chunk {
     std::vector<Piece> pieces;
-    size_t bytes = 0;
+    size_t bytes = 0;       // device staging
+    size_t disk_bytes = 0;  // host staging of its disk arrays (0: none)
   };
   static constexpr size_t kStaging = 3;
+  static constexpr size_t kDiskSlots = 4;  // host staging blocks: one read ahead of the three uploads
   // One step's streamed update: its chunks, the step's hyperparameters and norm, and how far the
   // upload and compute pipeline through the staging blocks has got.
   struct Update {
@@ -125,8 +145,22 @@ class Optimizer {
     Buffer staging[kStaging];
     CopyTicket in[kStaging] = {0, 0, 0}, out[kStaging] = {0, 0, 0};
     size_t uploaded = 0, computed = 0;
+    // Disk-tier state, per chunk: its reads and writes in flight and its last download. Chunks
+    // [0, read) have their reads issued, [0, written) their writes, [0, retired) their writes done.
+    std::vector<std::vector<DiskFile::Ticket>> reads, writes;
+    std::vector<CopyTicket> down;
+    size_t read = 0, written = 0, retired = 0;
   };
   void advance(size_t upto);  // computes upd_'s chunks [computed, upto), uploads ahead; frees staging at the end
+  void upload_ahead(size_t ns, bool block);  // uploads to computed + ns (block: at least the next chunk)
+  // Disk-tier state of upd_ (all no-ops without it). `block` false: only what is ready; true: waits.
+  bool disk_ready(size_t c, bool block);     // chunk c's reads issued and landed
+  bool issue_read(bool block);               // chunk upd_.read's reads, once its host block is free
+  void pump_disk(bool block, size_t upto);   // writes of downloaded chunks < upto, then their completion
+  void finish_disk();                        // every computed chunk written back and done
+  std::byte* disk_slot(size_t c) const;      // chunk c's host staging block (null on the sim)
+  std::string disk_classes(size_t c) const;  // the state classes of chunk c's disk arrays, for errors
+  void disk_requests(size_t c, bool write);  // issues chunk c's reads or writes
   void before_node(int node);
   Tensor grad_sink(VId u);
   void grads_final(const std::vector<VId>& ids);
@@ -134,9 +168,10 @@ class Optimizer {
   void drain_reducing(size_t keep);                // finishes reduced groups until `keep` are left
   void free_pending(size_t keep_bytes);
   std::vector<Chunk> plan_chunks() const;
-  void upload(const Chunk& c, const Buffer& staging, CopyTicket& last);
+  // `hs`: the chunk's host staging block (its disk arrays; null without them or on the sim).
+  void upload(const Chunk& c, const Buffer& staging, CopyTicket& last, const std::byte* hs);
   void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t, Tensor norm_sq);
-  void download(const Chunk& c, const Buffer& staging);
+  void download(const Chunk& c, const Buffer& staging, std::byte* hs);
   size_t master_elem_bytes() const;
   Communicator& zero_comm() const;  // the communicator matching the model's ZeRO rank and world, or Error
   void broadcast_owned();           // ZeRO-1: every trainable parameter's weights from its owner
@@ -151,6 +186,8 @@ class Optimizer {
   Buffer norms_[2];  // this step's squared norm, and a pending update's (the previous step's)
   int cur_ = 0;
   Update upd_;
+  std::unique_ptr<HostReservation> disk_staging_;  // kDiskSlots blocks of disk_slot_bytes_
+  size_t disk_slot_bytes_ = 0, disk_slots_ = 0;
   bool model_alive_ = true;
   Communicator* comm_ = nullptr;
   bool reduce_ = false;

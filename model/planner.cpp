@@ -29,7 +29,7 @@ std::string describe(const PlanSpec& s) {
     if (out.empty()) out = "keep everything";
   }
   if (s.host_input_layers > 0) out += fmt::format(" + inputs of the last {} layers on host", s.host_input_layers);
-  if (s.state_level != "none") out += " + state on host: " + s.state_level;
+  if (s.state_level != "none") out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
   if (s.state_layers > 0) out += fmt::format(" + {} in {} layers", s.layers_level, s.state_layers);
   return s.layer_offloading ? out + " + layer_offloading" : out;
 }
@@ -236,7 +236,7 @@ struct Search {
 
 Plan make_plan(const PlanSpec& s, int layers) {
   auto state = [&](Plan& p) {
-    p.set_state_offloading(s.state_level, "planner");
+    p.set_state_offloading(s.state_level, "planner", s.state_tier);
     p.set_state_offloading_layers(s.layers_level, s.state_layers, "planner");
   };
   if (s.checkpoint_every > 0) {
@@ -310,11 +310,19 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
   if (budgets.host > 0 && !zero_sharded)
     levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
-  for (const std::string& level : levels)
+  // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
+  // the gradients on the host, so only with a host budget).
+  std::vector<std::pair<std::string, Decision>> starts;
+  for (const std::string& level : levels) starts.emplace_back(level, Decision::host);
+  if (budgets.disk > 0 && !zero_sharded)
+    for (const char* level : {"optimizer", "master", "all"})
+      if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
+  for (const auto& [level, tier] : starts)
     for (bool paged : paging) {
       PlanSpec start;
       start.layer_offloading = paged;
       start.state_level = level;
+      start.state_tier = tier;
       if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
       // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
       std::vector<PlanSpec> prefixes;
@@ -578,7 +586,7 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
     y += fmt::format("master_weights: {}\noptimizer_state: {}\ngradients: {}\n", master_weights_name(r.recipe.master),
                      optimizer_state_name(r.recipe.moments), gradients_name(r.recipe.gradients));
   if (!plan.state.empty()) {
-    y += "state_plan:  # persistent state on the host tier\n";
+    y += "state_plan:  # persistent state off the device (host or disk tier; disk: its file in offload_dir)\n";
     for (auto& [pat, d] : plan.state) y += fmt::format("  \"{}\": {}\n", pat, decision_name(d));
   }
   if (plan.state_layers > 0)

@@ -42,7 +42,8 @@ struct PlanSpec {
   int checkpointed_layers = 0;                          // L0..L<n-1>: keep the input, recompute the rest
   int checkpoint_every = 0;  // >0: gradient checkpointing every k layers (overrides the rest)
   bool layer_offloading = false;
-  std::string state_level = "none";  // Plan::set_state_offloading: persistent state on the host tier
+  std::string state_level = "none";      // Plan::set_state_offloading: persistent state off the device
+  Decision state_tier = Decision::host;  // ... on the host or the disk tier (state_offloading_tier)
   // Plan::set_state_offloading_layers: a higher level's classes on the host in state_layers layers too
   std::string layers_level = "none";
   int state_layers = 0;

@@ -327,6 +327,8 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
   if (!root.IsMap()) STRATA_THROW(ConfigError, fmt::format("{}: expected a mapping of keys", path), path, "");
   // The state table goes in after the presets (YAML keys come in any order).
   Plan explicit_plan, state_plan;
+  std::string state_level = "none";
+  Decision state_tier = Decision::host;  // state_offloading_tier: where the level's classes go
   std::vector<std::pair<std::string, Decision>> explicit_state;
   bool has_state = false;
   bool has_explicit = false, adapter_lora = false, rank_given = false;
@@ -482,7 +484,11 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       } else if (key == "gradients") {
         c.recipe.gradients = parse_gradients(S(), path);
       } else if (key == "state_offloading") {
-        state_plan.set_state_offloading(S(), path);
+        state_level = S();
+        state_plan.set_state_offloading(state_level, path);  // checks the level now, naming the file
+        has_state = true;
+      } else if (key == "state_offloading_tier") {
+        state_tier = with_key(path, key, [&] { return parse_state_tier(S(), path); });
         has_state = true;
       } else if (key == "state_offloading_layers") {
         if (!v.IsMap())
@@ -511,16 +517,24 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
         has_state = true;
       } else if (key == "state_plan") {
         if (!v.IsMap())
-          STRATA_THROW(ConfigError, fmt::format("{}: state_plan expects a mapping state class -> keep or host", path),
-                       path, key);
+          STRATA_THROW(ConfigError,
+                       fmt::format("{}: state_plan expects a mapping state class -> keep, host or disk", path), path,
+                       key);
         for (auto r : v) {
           std::string pat = key_of(r.first, path, key);
           const std::string field = "state_plan." + pat;
-          const std::string d = get<std::string>(r.second, path, field, "keep or host");
+          const std::string d = get<std::string>(r.second, path, field, "keep, host or disk");
           const Decision dec = with_key(path, field, [&] { return parse_decision(d, path + ": " + field); });
-          if (dec != Decision::keep && dec != Decision::host)
+          if (dec != Decision::keep && dec != Decision::host && dec != Decision::disk)
+            STRATA_THROW(
+                ConfigError,
+                fmt::format("{}: {}: state classes take keep (device), host or disk, got '{}'", path, field, d), path,
+                field);
+          if (dec == Decision::disk && pat.ends_with(".grad"))
             STRATA_THROW(ConfigError,
-                         fmt::format("{}: {}: state classes take keep (device) or host, got '{}'", path, field, d),
+                         fmt::format("{}: {}: gradients have no disk tier (keep or host); adam.m, adam.v and w.master "
+                                     "take disk",
+                                     path, field),
                          path, field);
           explicit_state.emplace_back(pat, dec);
         }
@@ -547,6 +561,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
   // `adapter: lora` alone means rank 8; with lora_r (which must be >= 1) the rank given.
   if (adapter_lora && !rank_given && c.lora.rank == 0) c.lora.rank = 8;
   if (has_state) {
+    state_plan.set_state_offloading(state_level, path, state_tier);  // the tier key may follow the level's
     // An explicit state table goes before the state_offloading level's rules: first match wins.
     c.plan.state = explicit_state;
     c.plan.state.insert(c.plan.state.end(), state_plan.state.begin(), state_plan.state.end());

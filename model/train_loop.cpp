@@ -36,7 +36,8 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
   mo.pad_vocab_multiple = cfg.pad_vocab_multiple;
   mo.page_frozen_layers = cfg.layer_offloading;
-  mo.state_plan = cfg.plan;  // the persistent state's tiers (state_offloading, state_plan, or the planner's)
+  mo.state_plan = cfg.plan;        // the persistent state's tiers (state_offloading, state_plan, or the planner's)
+  mo.state_dir = cfg.offload_dir;  // state on the disk tier: its file beside the activations' (offload_dir)
   mo.recipe = cfg.recipe;
   mo.mlp_tiles = std::max(1, cfg.mlp_tiles);  // auto (0) is untiled unless the planner wrote a count
   mo.zero.stage = cfg.zero_stage;             // the caller sets zero.rank and zero.world (its launch)

@@ -347,7 +347,8 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   s.peak_device_bytes = be_.arena().peak();
   s.peak_host_bytes = store_->stats().peak_host_bytes;
   s.peak_disk_bytes = store_->stats().peak_disk_bytes;
-  s.state_host_bytes = model_.state_host_bytes();
+  s.state_host_bytes = model_.state_host_bytes() + optimizer_.disk_staging_bytes();
+  s.state_disk_bytes = model_.state_disk_bytes();
   s.state_bytes_moved = moved_before + optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
   if (const WeightPager* pager = model_.pager()) {
     s.paged_bytes_uploaded = pager->stats().bytes_uploaded - paged0.bytes_uploaded;

@@ -46,7 +46,8 @@ struct StepStats {
   long recomputed_nodes = 0;
   size_t paged_bytes_uploaded = 0;  // frozen layer weights uploaded by the weight pager this step
   long paged_uploads = 0;           // layer uploads this step
-  size_t state_host_bytes = 0;      // persistent state on the host tier (the model's reservation)
+  size_t state_host_bytes = 0;      // persistent state on the host tier (the model's reservation + disk-tier staging)
+  size_t state_disk_bytes = 0;      // persistent state on the disk tier (the model's state file)
   size_t state_bytes_moved = 0;     // host-tier state (gradients included) copied both ways this step
 };
 

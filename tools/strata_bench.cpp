@@ -31,7 +31,8 @@ static const char* kUsage =
     "                    [--lora-rank 16] [--device-memory BYTES] [--loss-chunk 1024] [--peak-tflops 989]\n"
     "                    [--max-grad-norm 1.0] [--layer-offloading] [--offload-dir DIR] [--config PLAN.yaml] "
     "[--loss-recompute]\n"
-    "                    [--state-offloading none|optimizer|master|all] [--master-weights fp32|none]\n"
+    "                    [--state-offloading none|optimizer|master|all] [--state-offloading-tier host|disk]\n"
+    "                    [--master-weights fp32|none]\n"
     "                    [--state-offloading-layers optimizer|master|all:K]\n"
     "                    [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16] [--mlp-tiles N] [--pad-vocab 64]\n"
     "                    [--eager-update]\n"
@@ -43,7 +44,9 @@ static const char* kUsage =
     "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly, as strata-train's\n"
     "state_offloading_layers.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
-    "strata-train's state_offloading key. --master-weights / --optimizer-state: the state's precision, as\n"
+    "strata-train's state_offloading key; --state-offloading-tier disk puts those classes (gradients excepted)\n"
+    "in a state file in --offload-dir instead (state_offloading_tier). --master-weights / --optimizer-state: the "
+    "state's precision, as\n"
     "strata-train's master_weights / optimizer_state keys (--config's apply unless these are given).\n"
     "--gradients fp32|bf16: the trainable parameters' gradient precision, as strata-train's gradients key.\n"
     "--mlp-tiles N: each layer's MLP over N row tiles (strata-train's mlp_tiles; --config's applies unless given;\n"
@@ -82,7 +85,8 @@ int main(int argc, char** argv) {
                  "mlp-tiles",
                  "pad-vocab",
                  "pack",
-                 "gradients"},
+                 "gradients",
+                 "state-offloading-tier"},
                 {"help", "layer-offloading", "loss-recompute", "eager-update"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -139,9 +143,15 @@ int main(int argc, char** argv) {
     else
       to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
     to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
-    if (a.has("state-offloading")) to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
+    if (a.has("state-offloading-tier") && !a.has("state-offloading"))
+      throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
+                        "command line", "state-offloading-tier");
+    if (a.has("state-offloading"))
+      to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
+                                   parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
     if (a.has("state-offloading-layers"))
       to.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
+    mo.state_dir = to.tiers.offload_dir;  // state on the disk tier: its file beside the activations'
     to.optimizer.defer_update = !a.has("eager-update");
     mo.state_plan = to.plan;
     mo.recipe = tc.recipe;
@@ -196,7 +206,7 @@ int main(int argc, char** argv) {
       peak = std::max(peak, st.peak_device_bytes);
       used = std::max(used, be->device_used_bytes());
       host_peak = st.peak_host_bytes + st.state_host_bytes;
-      disk_peak = st.peak_disk_bytes;
+      disk_peak = st.peak_disk_bytes + st.state_disk_bytes;
       loss = st.loss;
     }
     if (trace) {
@@ -239,6 +249,7 @@ int main(int argc, char** argv) {
     j["gradients"] = gradients_name(mo.recipe.gradients);
     j["state_host_bytes"] = model.state_host_bytes();
     j["state_host_pinned"] = model.state_host_pinned();
+    j["state_disk_bytes"] = model.state_disk_bytes();
     j["offloaded_bytes_per_step"] = offloaded;
     j["device_used_bytes"] = used;
     j["mfu"] = round_to(mfu, 1e4);

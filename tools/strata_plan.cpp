@@ -30,6 +30,7 @@ static const char* kUsage =
     "                   [--preset keep|gradient_checkpointing|selective_recompute|offload|legacy|hidden_states|disk\n"
     "                    [--every N] | --budget BYTES] [--layer-offloading] [--host-budget BYTES]\n"
     "                   [--disk-budget BYTES] [--state-offloading none|optimizer|master|all]\n"
+    "                   [--state-offloading-tier host|disk]\n"
     "                   [--state-offloading-layers optimizer|master|all:K]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
@@ -52,9 +53,10 @@ static const char* kUsage =
     "frozen and LoRA training it also tries paging the frozen layers (layer_offloading) when the host\n"
     "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
+    "--state-offloading-tier disk: those classes (gradients excepted) in a state file on the disk tier;\n"
     "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly (YAML\n"
     "state_offloading_layers);\n"
-    "with --budget and --host-budget the planner chooses that level itself.\n"
+    "with --budget and --host-budget (or --disk-budget) the planner chooses the level and tier itself.\n"
     "--master-weights none: no fp32 master (bf16 weights updated in place); --optimizer-state bf16|8bit:\n"
     "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32);\n"
     "--gradients bf16: the trainable parameters' gradients in bf16, 2 bytes each (YAML gradients; default fp32).\n"
@@ -133,9 +135,10 @@ void print_host(const Forecast& f, size_t host_budget) {
     std::printf("host copies: copy stream busy %.4f s, compute waited %.4f s on them\n", f.copy_busy_s, f.copy_wait_s);
   if (f.peak_disk_bytes)
     std::printf(
-        "peak disk (disk tier): %s of extents (%s written, %s read back; staging is in the host peak); disk "
-        "busy %.4f s, waited on %.4f s\n",
-        format_bytes(f.peak_disk_bytes).c_str(), format_bytes(f.disk_written_bytes).c_str(),
+        "peak disk (disk tier): %s = extents %s + persistent state file %s (%s written, %s read back; staging is in "
+        "the host peak); disk busy %.4f s, waited on %.4f s\n",
+        format_bytes(f.peak_disk_bytes).c_str(), format_bytes(f.peak_disk_bytes - f.state_disk_bytes).c_str(),
+        format_bytes(f.state_disk_bytes).c_str(), format_bytes(f.disk_written_bytes).c_str(),
         format_bytes(f.disk_read_bytes).c_str(), f.disk_busy_s, f.disk_wait_s);
   if (host_budget) {
     if (f.peak_host_bytes <= host_budget)
@@ -275,6 +278,7 @@ json forecast_json(const Forecast& f) {
           {"copy_busy_s", f.copy_busy_s},
           {"copy_wait_s", f.copy_wait_s},
           {"peak_disk_bytes", f.peak_disk_bytes},
+          {"state_disk_bytes", f.state_disk_bytes},
           {"disk_written_bytes", f.disk_written_bytes},
           {"disk_read_bytes", f.disk_read_bytes},
           {"disk_busy_s", f.disk_busy_s},
@@ -311,7 +315,8 @@ int main(int argc, char** argv) {
                                      "disk-budget",
                                      "state-offloading",
                                      "state-offloading-layers",
-                                     "data"};
+                                     "data",
+                                     "state-offloading-tier"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
                     "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
@@ -407,7 +412,13 @@ int main(int argc, char** argv) {
     if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
     if (a.has("optimizer-state"))
       req.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
-    if (a.has("state-offloading")) req.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading");
+    if (a.has("state-offloading-tier") && !a.has("state-offloading"))
+      throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
+                        "command line", "state-offloading-tier");
+    if (a.has("state-offloading"))
+      req.plan.set_state_offloading(
+          a.str("state-offloading"), "--state-offloading",
+          parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
     if (a.has("state-offloading-layers"))
       req.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
     if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");

@@ -471,6 +471,9 @@ int main(int argc, char** argv) {
         std::fprintf(info, "state on the host tier (%s): %s %s%s%s\n", cfg.plan.state_label().c_str(),
                      format_bytes(model.state_host_bytes()).c_str(), model.state_host_pinned() ? "pinned" : "pageable",
                      model.state_host_note().empty() ? "" : " — ", model.state_host_note().c_str());
+      if (const DiskFile* f = model.state_disk())
+        std::fprintf(info, "state on the disk tier (%s): %s in %s\n", cfg.plan.state_label().c_str(),
+                     format_bytes(model.state_disk_bytes()).c_str(), f->path().c_str());
       std::fflush(info);
 
       LoopResult res;

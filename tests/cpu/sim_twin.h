@@ -59,7 +59,7 @@ inline CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& pla
       st = tr.step(data.next());
     }
     out.peak = std::max(st.peak_device_bytes, first_peak);
-    out.disk_peak = st.peak_disk_bytes;
+    out.disk_peak = st.peak_disk_bytes + st.state_disk_bytes;
     out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0) + st.state_host_bytes;
   } catch (const OutOfMemoryError&) {
     out.fits = false;

@@ -55,17 +55,35 @@ inline std::vector<std::vector<std::byte>> state_bytes(const LlamaModel& m) {
     const auto* b = static_cast<const std::byte*>(p);
     out.emplace_back(b, b + n);
   };
+  m.sync_state();  // a deferred update lands first
   for (const Parameter& p : m.params()) {
     if (!p.trainable) continue;
     const size_t n = size_t(p.shape.numel());
     take(p.value().data, p.value().bytes());
-    if (p.host_master != Parameter::kDevice)
+    if (p.host_master != Parameter::kDevice) {
       take(m.host_state(p.host_master), n * sizeof(float));
-    else if (p.master.allocated() && p.compute.allocated())
+    } else if (p.disk_master != Parameter::kDevice) {  // the disk tier: as the host tier holds it
+      std::vector<std::byte> b(n * sizeof(float));
+      m.read_state_disk(p.disk_master, b.data(), b.size(), p.group + ".w.master");
+      out.push_back(std::move(b));
+    } else if (p.master.allocated() && p.compute.allocated()) {
       take(p.master.view().data, p.master.view().bytes());
-    for (auto [off, codes, scales] : {std::tuple{p.host_m, &p.m, &p.m_scale}, std::tuple{p.host_v, &p.v, &p.v_scale}}) {
+    }
+    const OptimizerState os = m.options().recipe.moments;
+    for (auto [off, disk, codes, scales] :
+         {std::tuple{p.host_m, p.disk_m, &p.m, &p.m_scale}, std::tuple{p.host_v, p.disk_v, &p.v, &p.v_scale}}) {
       if (off != Parameter::kDevice) {
-        take(m.host_state(off), moment_bytes(m.options().recipe.moments, n));
+        take(m.host_state(off), moment_bytes(os, n));
+        continue;
+      }
+      if (disk != Parameter::kDevice) {  // the host tier's layout: codes, then scales at moment_scale_offset
+        std::vector<std::byte> b(moment_bytes(os, n));
+        const size_t codes_bytes = os == OptimizerState::q8 ? n : b.size();
+        m.read_state_disk(disk, b.data(), codes_bytes, p.group + ".adam");
+        if (os == OptimizerState::q8)
+          m.read_state_disk(disk + Parameter::disk_scale_offset(n), b.data() + moment_scale_offset(n),
+                            quant_blocks(n) * sizeof(float), p.group + ".adam");
+        out.push_back(std::move(b));
         continue;
       }
       take(codes->view().data, codes->view().bytes());

@@ -75,8 +75,8 @@ struct Case {
   StateRecipe recipe = {};
 };
 
-Plan with_state_level(Plan p, const char* level) {
-  p.set_state_offloading(level, "test");
+Plan with_state_level(Plan p, const char* level, Decision tier = Decision::host) {
+  p.set_state_offloading(level, "test", tier);
   return p;
 }
 
@@ -115,6 +115,9 @@ void compare(const Case& c, size_t budget) {
   for (int s = 0; s < 3; ++s) best = std::min(best, tr.step(data.next()).seconds);  // after cuDNN's plan builds
 
   EXPECT_EQ(f.peak_bytes, first.peak_device_bytes) << c.name;
+  // The persistent state's host bytes (its reservation and the disk tier's staging) and its state file.
+  EXPECT_EQ(f.state_host_bytes, first.state_host_bytes) << c.name;
+  EXPECT_EQ(f.state_disk_bytes, first.state_disk_bytes) << c.name;
   ASSERT_FALSE(f.events.empty());
   // The sim logged the cuBLASLt workspace at construction; the cuda backend had no log yet.
   ASSERT_EQ(f.events[0].tag, "workspace.cublaslt");
@@ -194,6 +197,17 @@ TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
             true},
            {"tiny qwen2 lora gc2", tiny_arch(io::Arch::qwen2), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora,
             true},
+           {"tiny gc1, master on disk", tiny(), 2, 37,
+            with_state_level(Plan::gradient_checkpointing(1), "master", Decision::disk), TrainMode::full, true},
+           {"tiny keep, all on disk 8bit",
+            tiny(),
+            2,
+            37,
+            with_state_level(Plan::keep_everything(), "all", Decision::disk),
+            TrainMode::full,
+            true,
+            true,
+            {MasterWeights::fp32, OptimizerState::q8}},
            {"tiny keep, optimizer host bf16",
             tiny(),
             2,
