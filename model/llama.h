@@ -52,8 +52,9 @@ struct ModelOptions {
   Plan state_plan;
   // The state's precision (master_weights, optimizer_state, gradients; engine/state_recipe.h).
   StateRecipe recipe;
-  // ZeRO (model/zero.h): with stage 1 and several ranks, this rank allocates the moments and the
-  // master (low half) of the trainable parameters it owns only. Needs state_offloading none, no LoRA.
+  // ZeRO (model/zero.h): with stage 1 or 2 and several ranks, this rank allocates the moments and the
+  // master (low half) of the trainable parameters it owns only, and with stage 2 their gradients only
+  // (grad_transient). Needs state_offloading none, no LoRA.
   ZeroOptions zero;
 };
 
@@ -86,9 +87,9 @@ struct Parameter {
   // moment_bytes(recipe.moments, numel): 8-bit codes, then their scales at moment_scale_offset(numel).
   static constexpr size_t kDevice = SIZE_MAX;
   size_t host_master = kDevice, host_m = kDevice, host_v = kDevice, host_grad = kDevice;
-  // ZeRO-1 (ModelOptions::zero): the rank that holds its optimizer state and updates it (-1: every
-  // rank, unsharded). `state_here`: this rank holds it; elsewhere m, v and the master's low half are
-  // empty and its weights come from the owner's broadcast after each step.
+  // ZeRO-1/2 (ModelOptions::zero): the rank that holds its optimizer state and updates it (-1: every
+  // rank, unsharded). `state_here`: this rank holds it; elsewhere m, v and the master's low half (and
+  // with stage 2 the gradient) are empty and its weights come from the owner's broadcast after each step.
   int owner = -1;
   bool state_here = true;
   bool state_on_host() const {
@@ -162,6 +163,9 @@ class LlamaModel {
   std::byte* host_state(size_t off) const {
     return state_host_ && state_host_->base() ? state_host_->base() + off : nullptr;
   }
+  // ZeRO-2 (ModelOptions::zero, stage 2 over several ranks): a trainable parameter another rank owns, whose gradient
+  // this rank holds only from its first write in backward until its reduce to the owner (model/optimizer.h).
+  bool grad_transient(const Parameter& p) const { return p.trainable && opt_.zero.shards_grads() && !p.state_here; }
   // The layer of a Hugging Face name "model.layers.<i>...." or -1.
   static int layer_of_param(const std::string& name);
   // Updates the trainer left pending (the optimizer defers host-tier updates to the next forward,
