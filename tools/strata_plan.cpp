@@ -34,7 +34,7 @@ static const char* kUsage =
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                   [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1] [--sequence-parallel N]]\n"
+    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2] [--sequence-parallel N]]\n"
     "                   [--pad-vocab 64] [--pack N]\n"
     "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
@@ -68,7 +68,8 @@ static const char* kUsage =
     "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
     "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
-    "state only, and the weights' broadcasts after each step.\n"
+    "state only, and the weights' broadcasts after each step; --zero-stage 2: ZeRO-2, rank 0's share of the\n"
+    "gradients too (the others' transient, reduced to their owners at nccl_busbw_gbps).\n"
     "--sequence-parallel N (YAML sequence_parallel): groups of N of the --gpus ranks (default N) share each row,\n"
     "each rank holding seq/N of its tokens, with all-to-alls around attention (DeepSpeed-Ulysses): the forecast is\n"
     "one rank's (seq/N tokens, attention's whole-sequence head shards, the all-to-alls at nccl_busbw_gbps); with\n"
@@ -452,7 +453,7 @@ int main(int argc, char** argv) {
         req.batch, train_mode_name(req.mode),
         req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
     if (req.gpus > 1)
-      std::fprintf(info, "ranks: %d GPUs%s; the forecast is one rank's\n", req.gpus,
+      std::fprintf(info, "ranks: %d GPUs%s; the forecast is rank 0's%s\n", req.gpus,
                    req.sequence_parallel > 1
                        ? fmt::format(" in {} data-parallel group{} of {} (sequence parallel: each rank holds seq/{} "
                                      "tokens of a row, and attends over every token on {} heads)",
@@ -460,7 +461,10 @@ int main(int argc, char** argv) {
                                      req.sequence_parallel, req.sequence_parallel,
                                      req.model.num_attention_heads / req.sequence_parallel)
                              .c_str()
-                       : " (data parallel)");
+                       : " (data parallel)",
+                   req.zero_stage == 0   ? ""
+                   : req.zero_stage == 1 ? " (ZeRO-1: its share of the optimizer state)"
+                                         : " (ZeRO-2: its share of the optimizer state and of the gradients)");
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));

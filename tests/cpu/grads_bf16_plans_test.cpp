@@ -248,20 +248,28 @@ TEST(GradsBf16Plans, DataParallelRanksAreBitIdenticalAcrossPlansAndZero) {
   Case gc = acc;
   gc.plan = Plan::gradient_checkpointing(1);
   expect_identical(a[0], ranks(gc, 2)[0], "2 ranks, 2 micro-batches, checkpointing");
-  for (StateRecipe r : {kBf16, StateRecipe{MasterWeights::none, OptimizerState::q8, GradPrecision::bf16}}) {
-    Case z0, z1;
-    z0.recipe = z1.recipe = r;
-    z1.zero = 1;
-    const std::vector<Result> s0 = ranks(z0, 2), s1 = ranks(z1, 2);
-    // ZeRO-1's ranks hold the moments of the parameters they own only: losses, norms and weights.
-    const std::string what = fmt::format("zero 1 against zero 0, {} moments", optimizer_state_name(r.moments));
-    for (int k = 0; k < 2; ++k) {
-      EXPECT_EQ(s0[size_t(k)].losses, s1[size_t(k)].losses) << what;
-      EXPECT_EQ(s0[size_t(k)].norms, s1[size_t(k)].norms) << what;
-      EXPECT_EQ(s0[size_t(k)].weights, s1[size_t(k)].weights) << what << ", rank " << k;
-      EXPECT_LT(s1[size_t(k)].peak, s0[size_t(k)].peak) << what;
+  for (StateRecipe r : {kBf16, StateRecipe{MasterWeights::none, OptimizerState::q8, GradPrecision::bf16}})
+    for (bool tied : {false, true}) {
+      Case z0, z1, z2;
+      z0.recipe = z1.recipe = z2.recipe = r;
+      z0.tied = z1.tied = z2.tied = tied;  // tied: the head writes the embedding's gradient in forward
+      z1.zero = 1;
+      z2.zero = 2;
+      const std::vector<Result> s0 = ranks(z0, 2), s1 = ranks(z1, 2), s2 = ranks(z2, 2);
+      // ZeRO-1's ranks hold the moments of the parameters they own only, ZeRO-2's their bf16 gradients too (the
+      // others' reduced to their owners in bf16, in place): losses, norms and weights.
+      for (int stage : {1, 2}) {
+        const std::vector<Result>& s = stage == 1 ? s1 : s2;
+        const std::string what = fmt::format("zero {} against zero 0, {} moments{}", stage,
+                                             optimizer_state_name(r.moments), tied ? ", tied embeddings" : "");
+        for (int k = 0; k < 2; ++k) {
+          EXPECT_EQ(s0[size_t(k)].losses, s[size_t(k)].losses) << what;
+          EXPECT_EQ(s0[size_t(k)].norms, s[size_t(k)].norms) << what;
+          EXPECT_EQ(s0[size_t(k)].weights, s[size_t(k)].weights) << what << ", rank " << k;
+          EXPECT_LT(s[size_t(k)].peak, (stage == 1 ? s0 : s1)[size_t(k)].peak) << what << ", rank " << k;
+        }
+      }
     }
-  }
 }
 
 // Device and host tier: 2 bytes a gradient instead of 4, exactly (each block 256-byte aligned on the
