@@ -358,7 +358,8 @@ int main(int argc, char** argv) {
       if (be_name == "cuda" && !cfg.device_budget_bytes && !cfg.memory_budget_bytes) {
         // The arena takes what the plan needs, not the card: other processes can share the GPU.
         ForecastRequest req = train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb"));
-        req.gpus = env.world;  // one rank's peak (its bf16 gradient copies, its ZeRO-1 share)
+        req.gpus = env.world;  // this rank's peak (its bf16 gradient copies, its ZeRO share: ranks differ)
+        req.rank = env.rank;
         const ArenaSizing a = arena_for_plan(req);
         cfg.device_budget_bytes = a.bytes;
         std::fprintf(info,

@@ -114,7 +114,13 @@ struct ZeroRun {
   uint64_t weights_hash = 0;
 };
 
-ZeroRun run(Backend& be, Communicator& comm, const ForecastRequest& req) {
+// One run on a fresh cuda backend (as sim_gpu_test compares: nothing left in its arena by an earlier run) with its
+// own NCCL communicator on that backend's stream.
+ZeroRun run(Rendezvous& rdv, int local_rank, const ForecastRequest& req) {
+  auto be_owner = make_cuda_backend(size_t(4) << 30);
+  Backend& be = *be_owner;
+  auto comm_owner = make_nccl_communicator(rdv, NcclOptions{local_rank, be.native_stream(), 120});
+  Communicator& comm = *comm_owner;
   LlamaModel model(be, req.model, forecast_model_options(req));
   model.init_random(5);
   TrainOptions to;
@@ -150,9 +156,7 @@ TEST(ZeroGpuChild, StagesAgainstStageZero) {
   env.timeout_s = 120;
   auto rdv = Rendezvous::join(env.rendezvous());
   ASSERT_EQ(cudaSetDevice(env.local_rank), cudaSuccess);
-  auto be = make_cuda_backend(size_t(4) << 30);
-  auto comm = make_nccl_communicator(*rdv, NcclOptions{env.local_rank, be->native_stream(), 120});
-  const int n = comm->world(), r = comm->rank();
+  const int n = env.world, r = env.rank;
   struct Variant {
     StateRecipe recipe;
     DType reduce;
@@ -165,7 +169,7 @@ TEST(ZeroGpuChild, StagesAgainstStageZero) {
     ZeroRun runs[3];
     for (int stage = 0; stage <= 2; ++stage) {
       const ForecastRequest req = request(n, r, stage, v.recipe, v.reduce);
-      runs[stage] = run(*be, *comm, req);
+      runs[stage] = run(*rdv, env.local_rank, req);
       const std::string what = fmt::format("{}, zero_stage {}, rank {} of {}", v.what, stage, r, n);
       // Every rank holds the same weights: the hashes gathered from every rank agree.
       const uint64_t mine = runs[stage].weights_hash;
