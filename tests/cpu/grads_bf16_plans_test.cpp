@@ -366,6 +366,36 @@ TEST(GradsBf16Plans, DataParallelForecastSumsBf16GradientsInPlace) {
   EXPECT_GT(forecast(r).peak_bytes, a.peak_bytes) << "fp32 gradients take more";
 }
 
+// ZeRO-2 with bf16 gradients, embeddings tied or not (tied: the head writes the embedding's gradient in forward, so
+// a rank that does not own it holds a transient block from the end of forward until its reduce): each rank's
+// forecast (sim mirroring cpu, the same arena calls) is that rank's cpu peak byte for byte, transient blocks in it.
+TEST(GradsBf16Plans, ZeroTwoForecastIsEveryRanksPeak) {
+  for (bool tied : {false, true}) {
+    Case z2;
+    z2.steps = 1;
+    z2.zero = 2;
+    z2.tied = tied;
+    const std::vector<Result> runs = ranks(z2, 2);
+    for (int rank : {0, 1}) {
+      ForecastRequest r = sim_twin::tiny_request(Plan::keep_everything());
+      r.model.tie_word_embeddings = tied;
+      r.seq = 19;
+      r.batch = 2;
+      r.gpus = 2;
+      r.rank = rank;
+      r.zero_stage = 2;
+      r.recipe = kBf16;
+      const Forecast f = forecast(r);
+      ASSERT_TRUE(f.fits) << f.oom;
+      EXPECT_EQ(f.peak_bytes, runs[size_t(rank)].peak) << "rank " << rank << (tied ? ", tied" : "");
+      size_t transient = 0;
+      for (const ArenaEvent& e : f.events)
+        if (e.tag == "grads.transient" && e.delta > 0) transient += size_t(e.delta);
+      EXPECT_GT(transient, 0u) << "rank " << rank << ": the parameters it does not own get transient gradients";
+    }
+  }
+}
+
 // A sanity bound, not a definition: 8 steps of the tiny model with bf16 gradients stay within 0.1% of the
 // fp32-gradient losses (measured: within 1e-5 relative), and the first step's norm within 0.1% (measured
 // 9e-5; each gradient element is rounded by at most 2^-9 relative).
