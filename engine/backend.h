@@ -199,6 +199,16 @@ class Backend {
   virtual void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) {
     for (const Tensor& g : gs) grad_norm_sq(out, g);
   }
+  // ZeRO-2's global norm (model/optimizer.h). `parts` [2 * n] i32 holds n partial squared norms of 8 bytes each in
+  // the backend's own representation, all-zero bits meaning 0: grad_norm_sq_part adds g's sum of squares into part k;
+  // grad_norm_sq_add_parts adds parts 0..n-1, in order, into out [1] f32 with grad_norm_sq's arithmetic. Parts each
+  // formed on one rank and summed over the ranks as i32 words (one nonzero word a slot: exact for any bits) give
+  // out as grad_norm_sq_list over the same gradients in the same order would, on cpu bit for bit (a part is the
+  // double grad_norm_sq adds); cuda keeps an f32 in a part's first word, as its kernels accumulate in fp32.
+  // Default: UnsupportedError (the cpu, cuda and sim backends implement them).
+  virtual void grad_norm_sq_part(Tensor parts, size_t k, Tensor g);
+  virtual void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n);
+  static void check_norm_parts(const Tensor& parts, size_t k);  // Error unless parts is i32 with a part k
   virtual void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm,
                                const AdamWParams& p, int t) {
     for (const AdamWSlot& s : slots) adamw_step(s, norm_sq, max_norm, p, t);

@@ -18,6 +18,8 @@ const char* collective_name(Collective c) {
       return "broadcast";
     case Collective::barrier:
       return "barrier";
+    case Collective::reduce:
+      return "reduce";
   }
   return "?";
 }
@@ -35,6 +37,15 @@ CommTicket Communicator::broadcast_many(const std::vector<Tensor>& ts, const std
     STRATA_THROW(Error, fmt::format("broadcast_many: {} tensors but {} roots", ts.size(), roots.size()));
   CommTicket t = 0;
   for (size_t i = 0; i < ts.size(); ++i) t = broadcast(ts[i], roots[i]);
+  return t;
+}
+
+CommTicket Communicator::reduce_many(const std::vector<Tensor>& ts, const std::vector<int>& roots) {
+  if (ts.empty()) STRATA_THROW(Error, "reduce_many: no tensors");
+  if (roots.size() != ts.size())
+    STRATA_THROW(Error, fmt::format("reduce_many: {} tensors but {} roots", ts.size(), roots.size()));
+  CommTicket t = 0;
+  for (size_t i = 0; i < ts.size(); ++i) t = reduce(ts[i], roots[i]);
   return t;
 }
 
@@ -59,10 +70,10 @@ void check_collective(const Communicator& c, Collective op, const Tensor& out, c
   const int64_t w = c.world();
   if (op == Collective::barrier) return;
   check_tensor(c, op, out, "output");
-  if (op == Collective::all_reduce || op == Collective::broadcast) {
-    if (op == Collective::broadcast && (root < 0 || root >= w))
-      STRATA_THROW(Error, fmt::format("{} communicator: broadcast from root {}, but the ranks are 0..{}", c.name(),
-                                      root, w - 1));
+  if (op == Collective::all_reduce || op == Collective::broadcast || op == Collective::reduce) {
+    if (op != Collective::all_reduce && (root < 0 || root >= w))
+      STRATA_THROW(Error, fmt::format("{} communicator: {} {} root {}, but the ranks are 0..{}", c.name(), name,
+                                      op == Collective::broadcast ? "from" : "to", root, w - 1));
     return;
   }
   check_tensor(c, op, in, "input");

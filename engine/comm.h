@@ -38,7 +38,7 @@ namespace strata {
 
 using CommTicket = uint64_t;
 
-enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier };
+enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier, reduce };
 const char* collective_name(Collective c);
 
 class Communicator {
@@ -71,6 +71,12 @@ class Communicator {
   // collective where the implementation can fuse them; the ticket of the last. Results are those of
   // broadcast on each in turn.
   virtual CommTicket broadcast_many(const std::vector<Tensor>& ts, const std::vector<int>& roots);
+  // root's t = the sum over ranks of t (all_reduce's sum, in place); every other rank's t is left as it
+  // was (read only: once the ticket is done its buffer may be reused).
+  virtual CommTicket reduce(Tensor t, int root) = 0;
+  // reduce of each ts[i] to roots[i] (ZeRO-2: each gradient to its owner), as one collective where the
+  // implementation can fuse them; the ticket of the last. Results are those of reduce on each in turn.
+  virtual CommTicket reduce_many(const std::vector<Tensor>& ts, const std::vector<int>& roots);
   // The host blocks until every rank has reached the barrier and this rank's collectives are done.
   virtual void barrier() = 0;
 

@@ -26,7 +26,9 @@ struct Header {
   std::string str() const {
     return fmt::format("{}({} {} elements in, {} out{})", collective_name(Collective(op)), in_numel,
                        dtype_name(DType(dtype)), out_numel,
-                       Collective(op) == Collective::broadcast ? fmt::format(", root {}", root) : "");
+                       Collective(op) == Collective::broadcast || Collective(op) == Collective::reduce
+                           ? fmt::format(", root {}", root)
+                           : "");
   }
 };
 
@@ -101,6 +103,12 @@ void compute(const Header& h, int rank, const std::vector<const std::byte*>& ins
     case Collective::broadcast:
       std::memcpy(out, ins[h.root], h.out_numel * es);
       break;
+    case Collective::reduce:  // the root's sum is all_reduce's; the other ranks keep their input
+      if (rank == h.root)
+        sum_ranks(out, ins, dt, 0, h.out_numel);
+      else
+        std::memcpy(out, ins[size_t(rank)], h.out_numel * es);
+      break;
     case Collective::barrier:
       break;
   }
@@ -116,6 +124,7 @@ class CpuCommBase : public Communicator {
   CommTicket all_gather(Tensor out, Tensor in) override { return run(Collective::all_gather, out, in, 0); }
   CommTicket all_to_all(Tensor out, Tensor in) override { return run(Collective::all_to_all, out, in, 0); }
   CommTicket broadcast(Tensor t, int root) override { return run(Collective::broadcast, t, t, root); }
+  CommTicket reduce(Tensor t, int root) override { return run(Collective::reduce, t, t, root); }
   // Synchronous: a collective is done on this rank when the call returns.
   bool done(CommTicket t) override { return t <= issued_; }
   void wait_host(CommTicket) override {}

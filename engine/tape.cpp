@@ -38,10 +38,11 @@ VId Tape::input(std::string cls, Tensor t) {
 }
 
 VId Tape::param(std::string cls, Tensor t, Tensor grad_sink) {
-  return param(std::move(cls), t, grad_sink, -1, false);
+  return param(std::move(cls), t, grad_sink, -1, LazyGrad::none);
 }
 
-VId Tape::param(std::string cls, Tensor t, Tensor grad_sink, int owner, bool lazy_grad) {
+VId Tape::param(std::string cls, Tensor t, Tensor grad_sink, int owner, LazyGrad lazy) {
+  const bool lazy_grad = lazy != LazyGrad::none;
   const bool trainable = grad_sink.defined() || lazy_grad;
   if (auto it = params_.find(cls); it != params_.end()) {
     const Value& v = values_[size_t(it->second)];
@@ -54,7 +55,7 @@ VId Tape::param(std::string cls, Tensor t, Tensor grad_sink, int owner, bool laz
   VId id = input(std::move(cls), t);
   Value& v = values_[size_t(id)];
   v.grad_sink = grad_sink;
-  v.lazy_grad = lazy_grad;
+  v.lazy = lazy;
   v.owner = owner;
   v.requires_grad = trainable;
   params_.emplace(name, id);
@@ -63,7 +64,7 @@ VId Tape::param(std::string cls, Tensor t, Tensor grad_sink, int owner, bool laz
 
 Tensor Tape::sink(VId u) {
   Value& v = values_[size_t(u)];
-  if (!v.grad_sink.defined() && v.lazy_grad) {
+  if (!v.grad_sink.defined() && v.lazy != LazyGrad::none) {
     STRATA_CHECK(bool(grad_hooks_.sink), fmt::format("parameter '{}' has a lazy gradient but no sink hook", v.cls));
     v.grad_sink = grad_hooks_.sink(u);
     STRATA_CHECK(v.grad_sink.defined() && v.grad_sink.shape.numel() == v.shape.numel(),
@@ -339,9 +340,9 @@ void Tape::forward() {
   if (accumulate_params_)
     for (auto& v : values_) {
       if (!v.external) continue;
-      STRATA_CHECK(!v.lazy_grad,
+      STRATA_CHECK(v.lazy != LazyGrad::host,
                    fmt::format("parameter '{}': a host-tier gradient cannot accumulate on the device", v.cls));
-      v.grad_written = v.grad_sink.defined();  // the first write adds to the buffer's gradient
+      v.grad_written = v.grad_sink.defined();  // the first write adds to the buffer's gradient (a lazy one: none)
     }
   auto after_last_use = [&](VId id) {
     Value& v = values_[size_t(id)];

@@ -75,15 +75,21 @@ struct OutSpec {
   DType dtype;
 };
 
+// A trainable parameter whose gradient buffer the GradHooks' sink() provides at its first write each backward
+// (Tape::param): `host` (its gradient lives on the host tier: accumulation on the device is refused), or
+// `transient` (ZeRO-2: a gradient this rank does not own, a fresh block each backward that is written, never added
+// to, even under set_accumulate_param_grads: its owner sums the micro-batches).
+enum class LazyGrad : uint8_t { none, host, transient };
+
 struct Value {
   std::string cls;
   Shape shape;
   DType dtype = DType::f32;
-  bool external = false;     // a parameter or input: storage owned elsewhere
-  Tensor ext;                // its view, when external
-  Tensor grad_sink;          // external only: where its gradient goes (undefined = frozen, unless lazy_grad)
-  bool lazy_grad = false;    // a parameter whose grad_sink the grad hooks provide at its first write
-  int owner = -1;            // a parameter: the caller's index for it (the grad hooks report it)
+  bool external = false;           // a parameter or input: storage owned elsewhere
+  Tensor ext;                      // its view, when external
+  Tensor grad_sink;                // external only: where its gradient goes (undefined = frozen, unless lazy)
+  LazyGrad lazy = LazyGrad::none;  // a parameter whose grad_sink the grad hooks provide at its first write
+  int owner = -1;                  // a parameter: the caller's index for it (the grad hooks report it)
   int grad_final_node = -1;  // a trainable parameter: the node after whose backward its gradient is final (-1: end)
   bool requires_grad = false;
   int producer = -1;                                // node index (-1 for external values)
@@ -154,9 +160,9 @@ class Tape {
   // frozen), and zeroes grad_sink when no gradient reaches it. One value per name: a weight
   // recorded twice (tied embeddings) gets the same value, so its two gradients add up.
   VId param(std::string cls, Tensor t, Tensor grad_sink);
-  // A trainable parameter with a caller's index; `grad_sink` undefined: the GradHooks' sink()
-  // provides it when its gradient is first written (state whose gradient lives off the device).
-  VId param(std::string cls, Tensor t, Tensor grad_sink, int owner, bool lazy_grad);
+  // A trainable parameter with a caller's index; `lazy` (grad_sink undefined): the GradHooks' sink()
+  // provides it when its gradient is first written (LazyGrad).
+  VId param(std::string cls, Tensor t, Tensor grad_sink, int owner, LazyGrad lazy);
   bool has_param(std::string_view cls) const { return params_.find(cls) != params_.end(); }
   std::vector<VId> record(std::unique_ptr<Op> op, const std::vector<VId>& in, std::vector<OutSpec> outs);
   VId record1(std::unique_ptr<Op> op, const std::vector<VId>& in, OutSpec out) {
@@ -169,8 +175,8 @@ class Tape {
   void set_loss_seed(float s) { loss_seed_ = s; }
   float loss_seed() const { return loss_seed_; }
   // On: every parameter gradient this graph writes is added to what its buffer holds (gradient
-  // accumulation on the device); parameters it does not reach keep theirs. Lazy (host-tier)
-  // gradients cannot accumulate: their blocks are fresh each step (refused).
+  // accumulation on the device); parameters it does not reach keep theirs. Lazy gradients' blocks are
+  // fresh each step: host-tier ones cannot accumulate (refused), transient ones are written as without.
   void set_accumulate_param_grads(bool on) { accumulate_params_ = on; }
   bool accumulate_param_grads() const { return accumulate_params_; }
   // The model's marks (Value::layer_input, Value::head): `v` is the input of layer `layer`; `v` feeds

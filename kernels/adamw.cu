@@ -440,6 +440,22 @@ void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream) {
   STRATA_LAUNCH_CHECK("sum_squares_kernel");
 }
 
+namespace {
+// One thread: out[0] += parts[k * stride] for k = 0..n-1 in order (ZeRO-2's norm parts, a fixed order on every rank).
+__global__ void add_parts_kernel(float* __restrict__ out, const float* __restrict__ parts, int stride, int n) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  float acc = out[0];
+  for (int k = 0; k < n; k++) acc = __fadd_rn(acc, parts[size_t(k) * size_t(stride)]);
+  out[0] = acc;
+}
+}  // namespace
+
+void add_parts(float* out, const float* parts, int stride, int n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_parts_kernel<<<1, 32, 0, stream>>>(out, parts, stride, n);
+  STRATA_LAUNCH_CHECK("add_parts_kernel");
+}
+
 void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = std::min<size_t>(ceil_div(n, kReduceThreads), size_t(num_sms()) * 4);

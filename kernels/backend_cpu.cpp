@@ -220,6 +220,28 @@ class CpuBackend final : public Backend {
                          : cpu::sum_squares(F(g), size_t(g.numel()));
     out.f32()[0] = float(double(out.f32()[0]) + s);
   }
+  // A part is the double grad_norm_sq would add (its bits in two i32 words), so the parts added in order
+  // give grad_norm_sq's float(double(out) + s) steps bit for bit.
+  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) override {
+    check_norm_parts(parts, k);
+    const double s = g.dtype == DType::bf16
+                         ? cpu::sum_squares_bf16(static_cast<const uint16_t*>(g.data), size_t(g.numel()))
+                         : cpu::sum_squares(F(g), size_t(g.numel()));
+    std::byte* slot = static_cast<std::byte*>(parts.data) + k * sizeof(double);
+    double d;
+    std::memcpy(&d, slot, sizeof d);
+    d += s;
+    std::memcpy(slot, &d, sizeof d);
+  }
+  void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n) override {
+    if (n == 0) return;
+    check_norm_parts(parts, n - 1);
+    for (size_t k = 0; k < n; ++k) {
+      double s;
+      std::memcpy(&s, static_cast<const std::byte*>(parts.data) + k * sizeof(double), sizeof s);
+      out.f32()[0] = float(double(out.f32()[0]) + s);
+    }
+  }
   void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
     float scale = 1.0f;
     if (max_norm > 0) {

@@ -412,6 +412,21 @@ class CudaBackend final : public Backend {
     if (!ptrs_bf16.empty())
       cuda::sum_squares_list_bf16(F(out), ptrs_bf16.data(), ns_bf16.data(), int(ptrs_bf16.size()), s());
   }
+  // A part holds an f32 in its first word (its second stays zero): sum_squares adds into it atomically, as into
+  // the one norm scalar otherwise.
+  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) override {
+    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
+    check_norm_parts(parts, k);
+    float* slot = static_cast<float*>(parts.data) + 2 * k;
+    if (g.dtype == DType::bf16) return cuda::sum_squares_bf16(slot, B(g), size_t(g.numel()), s());
+    cuda::sum_squares(slot, F(g), size_t(g.numel()), s());
+  }
+  void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n) override {
+    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
+    if (n == 0) return;
+    check_norm_parts(parts, n - 1);
+    cuda::add_parts(F(out), static_cast<const float*>(parts.data), 2, int(n), s());
+  }
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm, const AdamWParams& p,
                        int t) override {
     OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());

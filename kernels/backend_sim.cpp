@@ -417,6 +417,16 @@ class SimBackendImpl final : public SimBackend {
     for (const Tensor& g : gs) bytes += B(g);
     charge(OpKind::grad_norm, cost_.memory(bytes), list_launches(gs.size()), false);
   }
+  // As cuda: a memset-free sum of squares into its part, and one single-thread kernel adding the parts.
+  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) override {
+    check_norm_parts(parts, k);
+    charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false);
+  }
+  void grad_norm_sq_add_parts(Tensor, Tensor parts, size_t n) override {
+    if (n == 0) return;
+    check_norm_parts(parts, n - 1);
+    charge(OpKind::grad_norm, cost_.memory(double(n) * 8 + 8), 1, false);
+  }
   void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor, float, const AdamWParams&, int) override {
     mark_optimizer();
     double bytes = 0, q8 = 0;

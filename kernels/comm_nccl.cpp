@@ -228,6 +228,29 @@ class NcclComm final : public Communicator {
       return first != ncclSuccess ? first : end;
     });
   }
+  CommTicket reduce(Tensor t, int root) override {
+    return enqueue(Collective::reduce, t, t, root, t.bytes(), [&] {
+      return ncclReduce(t.data, t.data, size_t(t.numel()), nccl_type(t.dtype), ncclSum, root, comm_, stream_);
+    });
+  }
+  CommTicket reduce_many(const std::vector<Tensor>& ts, const std::vector<int>& roots) override {
+    if (ts.empty() || roots.size() != ts.size())
+      STRATA_THROW(Error, fmt::format("reduce_many: {} tensors, {} roots", ts.size(), roots.size()));
+    size_t bytes = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      check_collective(*this, Collective::reduce, ts[i], ts[i], roots[i]);
+      bytes += ts[i].bytes();
+    }
+    // One group: the reduces to their several roots in one launch (per-call latency paid once).
+    return enqueue(Collective::reduce, ts.front(), ts.front(), roots.front(), bytes, [&] {
+      ncclResult_t first = ncclGroupStart();
+      for (size_t i = 0; i < ts.size() && first == ncclSuccess; ++i)
+        first = ncclReduce(ts[i].data, ts[i].data, size_t(ts[i].numel()), nccl_type(ts[i].dtype), ncclSum, roots[i],
+                           comm_, stream_);
+      ncclResult_t end = ncclGroupEnd();
+      return first != ncclSuccess ? first : end;
+    });
+  }
   void barrier() override {
     CommTicket last;
     {

@@ -24,6 +24,7 @@ double collective_seconds(const DeviceProfile& p, Collective op, double bytes, i
     case Collective::all_to_all:
       return lat + bytes * (n - 1) / n / bw;
     case Collective::broadcast:
+    case Collective::reduce:
       return lat + bytes / bw;
     case Collective::barrier:
       return lat;
@@ -66,6 +67,18 @@ class SimComm final : public SimCommunicator {
       bytes += ts[i].bytes();
     }
     return issue(Collective::broadcast, ts.front(), ts.front(), roots.front(), bytes);
+  }
+  CommTicket reduce(Tensor t, int root) override { return issue(Collective::reduce, t, t, root, t.bytes()); }
+  CommTicket reduce_many(const std::vector<Tensor>& ts, const std::vector<int>& roots) override {
+    if (ts.empty() || roots.size() != ts.size())
+      STRATA_THROW(Error, fmt::format("reduce_many: {} tensors, {} roots", ts.size(), roots.size()));
+    // As nccl: one group (one latency) over the summed bytes.
+    size_t bytes = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      check_collective(*this, Collective::reduce, ts[i], ts[i], roots[i]);
+      bytes += ts[i].bytes();
+    }
+    return issue(Collective::reduce, ts.front(), ts.front(), roots.front(), bytes);
   }
   CommTicket reduce_scatter(Tensor out, Tensor in) override {
     return issue(Collective::reduce_scatter, out, in, 0, in.bytes());

@@ -9,6 +9,10 @@
 //   all_gather      latency + S · (N-1)/N / busbw        S = the output (N chunks)
 //   all_to_all      latency + S · (N-1)/N / busbw        S = the input
 //   broadcast       latency + S / busbw
+//   reduce          latency + S / busbw                  S = the tensor (nccl-tests: a reduce's busbw is its
+//                                                         algbw, as a broadcast's: the ring's pipelined chain
+//                                                         sends every byte over each link once; a
+//                                                         reduce-scatter's (N-1)/N of S, which it nears as N grows)
 //   barrier         latency
 // One rank: in-place collectives cost nothing; out-of-place ones a device copy (2 S over HBM).
 //

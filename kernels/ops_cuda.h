@@ -90,6 +90,8 @@ void block_copy(bf16* out, const bf16* in, const BlockCopy& c, bool accumulate, 
 void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream);
 // The same over bf16 gradients (gradients: bf16), each value widened.
 void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream);
+// out[0] += parts[k * stride] for k = 0..n-1, in order, fp32 round-to-nearest (one thread: n is the parameter count).
+void add_parts(float* out, const float* parts, int stride, int n, cudaStream_t stream);
 // A bf16 parameter gradient from its fp32 sums (gradients: bf16), n elements: g = bf16(g + sums) when
 // accumulating, bf16(0 + sums) otherwise, rounded to nearest even (the cpu reference's write_grad).
 void grad_fold_bf16(bf16* g, const float* sums, size_t n, bool accumulate, cudaStream_t stream);

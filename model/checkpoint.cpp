@@ -236,8 +236,8 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
       {"val_set_size", c.val_set_size},
       {"seed", c.seed},
       {"data_rows", data_rows}};
-  // ZeRO-1's shards: one optimizer file a rank, each of the parameters that rank owns (an unsharded
-  // run's config has no such field).
+  // ZeRO-1's and ZeRO-2's shards (one layout): one optimizer file a rank, each of the parameters that rank owns (an
+  // unsharded run's config has no such field).
   if (zero_shards > 1) must["zero_shards"] = zero_shards;
   nlohmann::ordered_json datasets = nlohmann::ordered_json::array();
   for (const DatasetSpec& d : c.datasets) datasets.push_back({{"path", d.path}, {"type", d.type}, {"field", d.field}});
@@ -535,7 +535,8 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
     throw FormatError(fmt::format("{}: no must_match object: not a strata checkpoint config", cfg_path), cfg_path,
                       "must_match");
   {
-    // The optimizer state's layout: one file, or one a rank (ZeRO-1); either way round is refused by name.
+    // The optimizer state's layout: one file, or one a rank (ZeRO-1 and ZeRO-2 alike: the same owners, the same
+    // shards; gradients are never saved); either way round is refused by name.
     const json& sm = saved["must_match"];
     const int saved_shards = sm.contains("zero_shards") ? sm["zero_shards"].get<int>() : 0;
     const int now_shards = now["must_match"].contains("zero_shards") ? now["must_match"]["zero_shards"].get<int>() : 0;
@@ -545,10 +546,11 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
               "{}: field zero_shards: the checkpoint's optimizer state is {} but this run {}; resume with "
               "{} (or start a new run)",
               cfg_path,
-              saved_shards > 1 ? fmt::format("sharded over {} ranks (zero_stage 1)", saved_shards)
+              saved_shards > 1 ? fmt::format("sharded over {} ranks (zero_stage 1 or 2)", saved_shards)
                                : std::string("whole (zero_stage 0 or one rank)"),
               now_shards > 1 ? fmt::format("shards it over {} ranks", now_shards) : std::string("does not shard it"),
-              saved_shards > 1 ? fmt::format("zero_stage: 1 on {} ranks", saved_shards) : std::string("zero_stage: 0")),
+              saved_shards > 1 ? fmt::format("zero_stage: 1 or 2 on {} ranks", saved_shards)
+                               : std::string("zero_stage: 0")),
           cfg_path, "zero_shards");
   }
   for (const auto& [k, v] : now["must_match"].items()) {

@@ -19,7 +19,9 @@
 // joined from its bf16 weights and the low halves in their shards) and publishes it. After each phase
 // the ranks agree through the RankSum: a failure on any rank makes every rank throw an IoError, and
 // rank 0 removes the temp. The output directory must be one file system every rank sees (several
-// nodes: a shared one). A resume needs the same number of ranks (field zero_shards).
+// nodes: a shared one). A resume needs the same number of ranks (field zero_shards). ZeRO-2 saves and loads
+// the same shards as ZeRO-1 (the same owners; gradients are never saved), so either stage resumes the other's
+// checkpoint on the same number of ranks.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,7 +54,7 @@ struct CheckpointWrite {
 using RankSum = std::function<float(float)>;
 
 // The resolved config as train_config.json; `data_rows` is the row count of the data file;
-// `zero_shards` the ranks ZeRO-1 shards the optimizer state over (0 or 1: unsharded).
+// `zero_shards` the ranks ZeRO-1 or ZeRO-2 shards the optimizer state over (0 or 1: unsharded).
 std::string checkpoint_config_json(const TrainConfig& cfg, const io::LlamaConfig& model, long data_rows,
                                    int zero_shards = 0);
 

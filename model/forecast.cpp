@@ -44,7 +44,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.state_plan = r.plan;
   mo.state_dir = r.tiers.offload_dir;  // the sim creates no file
   mo.recipe = r.recipe;
-  mo.zero = {r.zero_stage, 0, r.gpus};  // rank 0's share
+  mo.zero = {r.zero_stage, r.rank, r.gpus};  // the forecast rank's share
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
     mo.lora.alpha = r.lora_alpha;
@@ -175,8 +175,11 @@ Forecast forecast(const ForecastRequest& r) {
                                     sp, r.gpus),
                         "command line", "sequence-parallel");
     std::unique_ptr<SimCommunicator> comm, seq_comm;
-    if (r.gpus > 1) comm = make_sim_communicator(*be, 0, r.gpus);
-    if (sp > 1 && sp < r.gpus) seq_comm = make_sim_communicator(*be, 0, sp);  // the group: its own communicator
+    if (r.rank < 0 || r.rank >= r.gpus)
+      throw ConfigError(fmt::format("rank {} is not one of the {} GPUs' ranks", r.rank, r.gpus), "command line",
+                        "rank");
+    if (r.gpus > 1) comm = make_sim_communicator(*be, r.rank, r.gpus);
+    if (sp > 1 && sp < r.gpus) seq_comm = make_sim_communicator(*be, r.rank % sp, sp);  // the group: its own
     to.comm = comm.get();
     if (sp > 1) to.seq_comm = seq_comm ? seq_comm.get() : comm.get();
     Trainer trainer(*be, model, to);

@@ -43,9 +43,12 @@ struct ForecastRequest {
   // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;
   DType grad_reduce = DType::f32;  // the dtype the ranks sum gradients in (OptimizerOptions::reduce_dtype)
-  // ZeRO stage (ModelOptions::zero): 1 with gpus > 1 forecasts rank 0, which holds the optimizer state
-  // of its share of the parameters only (model/zero.h) and broadcasts their weights after each step.
+  // ZeRO stage (ModelOptions::zero): 1 with gpus > 1 forecasts one rank (`rank`), which holds the optimizer
+  // state of its share of the parameters only (model/zero.h) and broadcasts their weights after each step;
+  // 2 its share of the gradients too (the others' transient, reduced to their owners).
   int zero_stage = 0;
+  // The rank forecast (0 .. gpus - 1): ZeRO's shares, hence the peaks, differ between ranks.
+  int rank = 0;
   // Sequence parallelism (model/seq_parallel.h): groups of this many of the `gpus` ranks share each row, each
   // rank holding seq / sequence_parallel of its tokens; the forecast is rank 0's, its all-to-alls around attention
   // on the sim communicator. 1: off. `seq` stays the whole rows' length.

@@ -135,8 +135,9 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
                    "model options", "zero_stage");
     if (opt_.lora.enabled())
       STRATA_THROW(UnsupportedError,
-                   "zero_stage 1 with LoRA (lora_r > 0) is not supported yet: the adapters' state is small; use "
-                   "zero_stage: 0");
+                   fmt::format("zero_stage {} with LoRA (lora_r > 0) is not supported yet: the adapters' state is "
+                               "small; use zero_stage: 0",
+                               opt_.zero.stage));
     std::vector<size_t> numel;
     for (auto& [name, shape] : shapes) numel.push_back(trainable(name) ? size_t(shape.numel()) : 0);
     owners = zero_owner(numel, opt_.zero.world);
@@ -241,10 +242,10 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   if (grad_host) p.host_grad = 0;
   if (opt_.zero.sharded() && (master_off || m_off || v_off || grad_host))
     STRATA_THROW(UnsupportedError,
-                 fmt::format("zero_stage 1 with state on the host or disk tier (state_offloading other than none: "
+                 fmt::format("zero_stage {} with state on the host or disk tier (state_offloading other than none: "
                              "'{}' has state classes off the device) is not supported yet; use state_offloading: "
                              "none or zero_stage: 0",
-                             p.name));
+                             opt_.zero.stage, p.name));
   // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists. A
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
   // low half (Backend::master_dtype, engine/master_split.h). A master on the host or disk tier leaves
@@ -256,7 +257,9 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   if (low_precision || master_off)
     p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, low_precision ? "weights.compute" : "weights");
   if (trainable) {
-    if (!grad_host) {
+    // ZeRO-2: a parameter another rank owns has no persistent gradient here (a transient block each backward,
+    // model/optimizer.h).
+    if (!grad_host && !grad_transient(p)) {
       p.grad = Buffer(be_.arena(), grad_dtype(), shape, "grads");  // gradients: fp32 or bf16 (the recipe's)
       be_.zero(p.grad.view());
     }
@@ -492,9 +495,14 @@ void LlamaModel::init_random(uint64_t seed) {
 VId LlamaModel::pid(Tape& t, const std::string& name) {
   Parameter* p = find(name);
   STRATA_CHECK(p != nullptr, "no parameter " + name);
-  // A gradient on the host tier has no device block until the step writes it (Tape::GradHooks).
-  const bool lazy = p->trainable && p->host_grad != Parameter::kDevice;
-  return t.param(name, p->value(), p->trainable && !lazy ? p->grad_view() : Tensor(), int(p - params_.data()), lazy);
+  // A gradient on the host tier, or one another rank owns (ZeRO-2), has no device block until the step writes it
+  // (Tape::GradHooks).
+  const LazyGrad lazy = !p->trainable                        ? LazyGrad::none
+                        : p->host_grad != Parameter::kDevice ? LazyGrad::host
+                        : grad_transient(*p)                 ? LazyGrad::transient
+                                                             : LazyGrad::none;
+  return t.param(name, p->value(), p->trainable && lazy == LazyGrad::none ? p->grad_view() : Tensor(),
+                 int(p - params_.data()), lazy);
 }
 
 VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const std::string& cls) {

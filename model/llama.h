@@ -56,8 +56,9 @@ struct ModelOptions {
   std::string state_dir;
   // The state's precision (master_weights, optimizer_state, gradients; engine/state_recipe.h).
   StateRecipe recipe;
-  // ZeRO (model/zero.h): with stage 1 and several ranks, this rank allocates the moments and the
-  // master (low half) of the trainable parameters it owns only. Needs state_offloading none, no LoRA.
+  // ZeRO (model/zero.h): with stage 1 or 2 and several ranks, this rank allocates the moments and the
+  // master (low half) of the trainable parameters it owns only, and with stage 2 their gradients only
+  // (grad_transient). Needs state_offloading none, no LoRA.
   ZeroOptions zero;
 };
 
@@ -94,9 +95,9 @@ struct Parameter {
   // the host except that an 8-bit moment's scales start at disk_scale_offset(numel) (a page boundary).
   // Gradients have no disk tier.
   size_t disk_master = kDevice, disk_m = kDevice, disk_v = kDevice;
-  // ZeRO-1 (ModelOptions::zero): the rank that holds its optimizer state and updates it (-1: every
-  // rank, unsharded). `state_here`: this rank holds it; elsewhere m, v and the master's low half are
-  // empty and its weights come from the owner's broadcast after each step.
+  // ZeRO-1/2 (ModelOptions::zero): the rank that holds its optimizer state and updates it (-1: every
+  // rank, unsharded). `state_here`: this rank holds it; elsewhere m, v and the master's low half (and
+  // with stage 2 the gradient) are empty and its weights come from the owner's broadcast after each step.
   int owner = -1;
   bool state_here = true;
   bool state_on_host() const {
@@ -188,6 +189,9 @@ class LlamaModel {
   void write_state_disk(size_t off, const void* src, size_t bytes, const std::string& cls) const;
   // The IoError of a failed state-file request: the disk tier, `what` (the classes), the file, `err`.
   [[noreturn]] void throw_state_disk_error(const std::string& what, bool write, const std::string& err) const;
+  // ZeRO-2 (ModelOptions::zero, stage 2 over several ranks): a trainable parameter another rank owns, whose gradient
+  // this rank holds only from its first write in backward until its reduce to the owner (model/optimizer.h).
+  bool grad_transient(const Parameter& p) const { return p.trainable && opt_.zero.shards_grads() && !p.state_here; }
   // The layer of a Hugging Face name "model.layers.<i>...." or -1.
   static int layer_of_param(const std::string& name);
   // Updates the trainer left pending (the optimizer defers host-tier updates to the next forward,

@@ -44,6 +44,10 @@ Optimizer::Optimizer(Backend& be, LlamaModel& model, OptimizerOptions opt) : be_
     disk_slots_ = std::min(kDiskSlots, chunks);
     if (disk_slot_bytes_) disk_staging_ = be_.reserve_host(disk_slots_ * disk_slot_bytes_);
   }
+  // ZeRO-2: one 8-byte norm part a parameter (at most every parameter becomes final once a backward).
+  if (model_.options().zero.shards_grads())
+    norm_parts_ = Buffer(be_.arena(), DType::i32, Shape{int64_t(2 * std::max<size_t>(1, model_.params().size()))},
+                         "grad_norm.parts");
   model_.set_state_sync([this] { flush(); }, [this] { model_alive_ = false; });
 }
 
@@ -86,6 +90,8 @@ void Optimizer::install(Tape& tape) {
 void Optimizer::begin_step() {
   if (pending() && upd_.norm == cur_) cur_ ^= 1;  // the pending update still reads its norm
   be_.zero(norms_[cur_].view());
+  if (norm_parts_.allocated()) be_.zero(norm_parts_.view());
+  parts_used_ = 0;
   stats_ = {};
 }
 
@@ -118,8 +124,15 @@ Tensor Optimizer::grad_sink(VId u) {
   STRATA_CHECK(v.owner >= 0 && size_t(v.owner) < lazy_grads_.size(),
                fmt::format("optimizer: parameter '{}' carries no parameter index", v.cls));
   Buffer& b = lazy_grads_[size_t(v.owner)];
-  if (!b.allocated()) b = Buffer(be_.arena(), model_.grad_dtype(), v.shape, "grads.host_tier");
+  if (!b.allocated())
+    b = Buffer(be_.arena(), model_.grad_dtype(), v.shape,
+               v.lazy == LazyGrad::transient ? "grads.transient" : "grads.host_tier");
   return b.view();
+}
+
+bool Optimizer::owned_here(VId u) const {
+  const Value& v = tape_->value(u);
+  return v.owner < 0 || model_.params()[size_t(v.owner)].state_here;
 }
 
 void Optimizer::grads_final(const std::vector<VId>& ids) {
@@ -137,12 +150,19 @@ void Optimizer::grads_final(const std::vector<VId>& ids) {
       be_.cast(r.narrow.back().view(), g);
       sums.push_back(r.narrow.back().view());
     }
-    r.ticket = comm_->all_reduce_many(sums);
+    if (model_.options().zero.shards_grads()) {
+      // ZeRO-2: each gradient to its owner only (the others' transient blocks are read, then freed).
+      std::vector<int> roots;
+      for (VId u : ids) roots.push_back(model_.params()[size_t(tape_->value(u).owner)].owner);
+      r.ticket = comm_->reduce_many(sums, roots);
+    } else {
+      r.ticket = comm_->all_reduce_many(sums);
+    }
     reducing_.push_back(std::move(r));
     drain_reducing(1);
     return;
   }
-  finish_group(ids);
+  finish_group(ids, false);
 }
 
 void Optimizer::drain_reducing(size_t keep) {
@@ -151,19 +171,43 @@ void Optimizer::drain_reducing(size_t keep) {
     Reducing& r = reducing_.front();
     comm_->wait_compute(r.ticket);
     if (!r.narrow.empty()) {
+      // ZeRO-2: only an owner's copy holds the sum (a transient gradient is freed unread).
+      const bool zero2 = model_.options().zero.shards_grads();
       size_t k = 0;
       for (VId u : r.ids) {
         const Tensor g = tape_->value(u).grad_sink;
-        if (g.dtype == DType::f32) be_.cast(g, r.narrow[k++].view());
+        if (g.dtype != DType::f32) continue;
+        const Tensor narrow = r.narrow[k++].view();
+        if (!zero2 || owned_here(u)) be_.cast(g, narrow);
       }
       r.narrow.clear();  // freed before the next group's copies are made
     }
-    finish_group(r.ids);
+    finish_group(r.ids, true);
     reducing_.pop_front();
   }
 }
 
-void Optimizer::finish_group(const std::vector<VId>& ids) {
+void Optimizer::finish_group(const std::vector<VId>& ids, bool reduced) {
+  if (model_.options().zero.shards_grads()) {
+    // ZeRO-2. Reduced: the owners' gradients are the global ones; each goes into its norm part (the k-th
+    // gradient backward made final: the same slot on every rank, added in this order by end_backward).
+    // Not reduced (a backward without set_reduce): this rank's gradients' norm, as stage 0 forms it.
+    std::vector<Tensor> grads;
+    for (VId u : ids) {
+      const size_t k = parts_used_++;
+      if (!reduced) {
+        grads.push_back(tape_->value(u).grad_sink);
+      } else if (owned_here(u)) {
+        be_.grad_norm_sq_part(norm_parts_.view(), k, tape_->value(u).grad_sink);
+      }
+    }
+    if (!grads.empty()) be_.grad_norm_sq_list(norm_sq(), grads);
+    // The transient blocks go back: a reduce's collective is done with them (drain_reducing's wait_compute) and
+    // the compute stream orders the norm's reads before any later writer of the block.
+    for (VId u : ids)
+      if (!owned_here(u)) lazy_grads_[size_t(tape_->value(u).owner)].reset();
+    return;
+  }
   std::vector<Tensor> grads;
   for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
   be_.grad_norm_sq_list(norm_sq(), grads);
@@ -501,6 +545,13 @@ void Optimizer::finish_disk() {
 
 void Optimizer::end_backward() {
   drain_reducing(0);
+  if (model_.options().zero.shards_grads() && reduce_ && comm_ && comm_->world() > 1 && parts_used_ > 0) {
+    // ZeRO-2's global norm: every part was formed on its owner alone (zero elsewhere), so the i32 sum of the
+    // words is exact; every rank then adds the parts in backward's order with grad_norm_sq's arithmetic.
+    const Tensor parts = slice(norm_parts_.view(), 0, 2 * parts_used_);
+    comm_->wait_compute(comm_->all_reduce(parts));
+    be_.grad_norm_sq_add_parts(norm_sq(), parts, parts_used_);
+  }
   free_pending(0);  // every host-tier gradient is on its way to the host; the blocks go back
   for (auto& b : lazy_grads_) b.reset();
 }
@@ -643,6 +694,9 @@ void Optimizer::gather_masters() {
 }
 
 void Optimizer::download_grad(const Parameter& p, float* dst) {
+  if (model_.grad_transient(p))
+    STRATA_THROW(Error, fmt::format("optimizer: '{}' has no gradient on rank {} (zero_stage 2: rank {} owns it)",
+                                    p.name, model_.options().zero.rank, p.owner));
   if (p.host_grad == Parameter::kDevice) return be_.download_f32(dst, p.grad.view());
   wait_copies();
   const std::byte* h = model_.host_state(p.host_grad);

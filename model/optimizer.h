@@ -7,7 +7,8 @@
 // Gradients on the host tier: the tape asks for such a gradient's buffer at its first write; it
 // is carved from the arena then, copied to its host array on the copy stream as soon as it is
 // final, and freed once at most TrainOptions::grad_inflight_bytes of such copies are pending (the
-// compute stream waits on the oldest copy's event before its block can be reused).
+// compute stream waits on the oldest copy's event before its block can be reused). ZeRO-2's
+// transient gradients (parameters another rank owns) come the same way and go once reduced (set_comm).
 //
 // AdamW, after backward (exact global-norm clipping needs every gradient first): parameters whose
 // state is all on the device in one list launch; the others streamed in chunks through three device
@@ -104,6 +105,12 @@ class Optimizer {
   // copies wait for its collective one group later (so it overlaps the next group's backward compute) and end_backward
   // waits for the rest: the norm is the global gradient's, summed in the same order on every rank, so every rank clips
   // and updates the same.
+  // ZeRO-2 (model/zero.h): one fused reduce_many per group, each gradient to its owner. A group's owned gradients
+  // put their squared norms into their parts (the k-th final gradient: part k) and its transient gradients go back
+  // to the arena one group later (after the compute stream waits on the collective); end_backward all-reduces the
+  // parts (i32 words, exact) and adds them in order into norm_sq() (Backend::grad_norm_sq_add_parts): the same norm,
+  // on cpu the same bits, as the stage-0 sum. Without set_reduce, the norm is this rank's local one (as stage 0's)
+  // and the transient gradients are dropped.
   void set_comm(Communicator* c) { comm_ = c; }
   void set_reduce(bool on) { reduce_ = on; }
   // ZeRO-1 (ModelOptions::zero): every rank's non-owned parameters get their master's low half from
@@ -164,8 +171,10 @@ class Optimizer {
   void before_node(int node);
   Tensor grad_sink(VId u);
   void grads_final(const std::vector<VId>& ids);
-  void finish_group(const std::vector<VId>& ids);  // the norm and host copies of final gradients
-  void drain_reducing(size_t keep);                // finishes reduced groups until `keep` are left
+  // The norm and host copies of final gradients (reduced: their collective is done); ZeRO-2 frees the transients.
+  void finish_group(const std::vector<VId>& ids, bool reduced);
+  bool owned_here(VId u) const;      // a parameter value this rank owns (ZeRO), or any where unsharded
+  void drain_reducing(size_t keep);  // finishes reduced groups until `keep` are left
   void free_pending(size_t keep_bytes);
   std::vector<Chunk> plan_chunks() const;
   // `hs`: the chunk's host staging block (its disk arrays; null without them or on the sim).
@@ -196,8 +205,11 @@ class Optimizer {
     CommTicket ticket;
     std::vector<Buffer> narrow;  // reduce_dtype bf16: the group's bf16 copies being summed
   };
-  std::deque<Reducing> reducing_;   // cleared by the model's destructor (a Trainer may outlive its model)
-  std::vector<Buffer> lazy_grads_;  // per parameter: its host-tier gradient's device block this step
+  std::deque<Reducing> reducing_;  // cleared by the model's destructor (a Trainer may outlive its model)
+  // Per parameter: its host-tier gradient's device block this step, or (ZeRO-2) its transient gradient.
+  std::vector<Buffer> lazy_grads_;
+  Buffer norm_parts_;  // ZeRO-2: i32 [2 * params], one 8-byte norm part a final gradient (Backend::grad_norm_sq_part)
+  size_t parts_used_ = 0;  // this backward's final gradients so far (the next part's index)
   std::deque<Pending> pending_;
   size_t pending_bytes_ = 0;
   // The last copy of each lane: uploads on the main lane, downloads (gradients, updated state) on

@@ -87,13 +87,15 @@ int check_int(long long v, int lo, const Origin& o) {
 }
 
 int parse_zero_stage(long long v, const Origin& o) {
-  if (v == 2 || v == 3)
+  if (v == 3)
     throw UnsupportedError(
-        fmt::format("{} {}: ZeRO stages 2 and 3 (sharded gradients, sharded weights) are not "
-                    "implemented yet; use 1 (sharded optimizer state) or 0",
+        fmt::format("{} {}: ZeRO stage 3 (sharded weights) is not implemented yet; use 2 (sharded gradients and "
+                    "optimizer state), 1 (sharded optimizer state) or 0",
                     o.where, v));
-  if (v != 0 && v != 1)
-    throw ConfigError(fmt::format("{} must be 0 (no sharding) or 1 (optimizer state sharded), got {}", o.where, v),
+  if (v < 0 || v > 2)
+    throw ConfigError(fmt::format("{} must be 0 (no sharding), 1 (optimizer state sharded) or 2 (gradients too), "
+                                  "got {}",
+                                  o.where, v),
                       o.file, o.field);
   return int(v);
 }

@@ -162,9 +162,9 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
     optimizer_.begin_step();
     for (auto& p : model_.params()) {
       if (!p.trainable || tape_.has_param(p.name)) continue;
-      if (p.host_grad == Parameter::kDevice)
-        be_.zero(p.grad.view());
-      else if (std::byte* h = model_.host_state(p.host_grad))
+      if (p.host_grad == Parameter::kDevice) {
+        if (p.grad.allocated()) be_.zero(p.grad.view());  // ZeRO-2: another rank's has none here
+      } else if (std::byte* h = model_.host_state(p.host_grad))
         std::memset(h, 0, size_t(p.shape.numel()) * dtype_size(model_.grad_dtype()));  // no copy reads it now
     }
   }
@@ -304,7 +304,9 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
       const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : float(1.0 / all_micro);
       tape_.set_loss_seed(w);
       tape_.set_accumulate_param_grads(i > 0);
-      optimizer_.set_reduce(i + 1 == micro.size());
+      // ZeRO-2 reduces every micro-batch into the owners' accumulating buffers (a transient gradient lives one
+      // backward); otherwise the last backward sums what the micro-batches accumulated.
+      optimizer_.set_reduce(i + 1 == micro.size() || model_.options().zero.shards_grads());
       const float li = run(micro[i], true, nullptr);
       if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
       loss_sum += double(w) * double(li);

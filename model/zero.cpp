@@ -26,13 +26,15 @@ std::vector<int> zero_owner(const std::vector<size_t>& numel, int world) {
 }
 
 void check_zero_stage(int stage, const char* where) {
-  if (stage == 2 || stage == 3)
+  if (stage == 3)
     throw UnsupportedError(
-        fmt::format("{} {}: ZeRO stages 2 and 3 (sharded gradients, sharded weights) are not "
-                    "implemented yet; use 1 (sharded optimizer state) or 0",
+        fmt::format("{} {}: ZeRO stage 3 (sharded weights) is not implemented yet; use 2 (sharded gradients and "
+                    "optimizer state), 1 (sharded optimizer state) or 0",
                     where, stage));
   if (stage < 0 || stage > 3)
-    throw ConfigError(fmt::format("{} must be 0 (no sharding) or 1 (optimizer state sharded), got {}", where, stage),
+    throw ConfigError(fmt::format("{} must be 0 (no sharding), 1 (optimizer state sharded) or 2 (gradients too), "
+                                  "got {}",
+                                  where, stage),
                       where, "zero_stage");
 }
 

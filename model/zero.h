@@ -1,11 +1,27 @@
-// ZeRO sharding of the optimizer state over data-parallel ranks (stage 1: each trainable parameter's
-// AdamW moments and fp32 master, or its master's low half, live on one owner rank only).
+// ZeRO sharding over data-parallel ranks. Stage 1: each trainable parameter's AdamW moments and fp32
+// master, or its master's low half, live on one owner rank only. Stage 2: its gradient too.
 //
 // Ownership is by whole parameter: greedy balance of element counts, largest first onto the least
-// loaded rank (ties: the lower parameter index, then the lower rank), the same on every rank. Every
-// rank still sums every gradient (so the global-norm clipping is exact and the same everywhere); the
-// owner alone runs AdamW on its parameters, then broadcasts the updated compute weights to the others
-// (model/optimizer.cpp). On cpu the weights after each step are bit-identical to stage 0's.
+// loaded rank (ties: the lower parameter index, then the lower rank), the same on every rank and for
+// both stages (so a stage-1 checkpoint resumes as stage 2 and back: the shards' layout is the same).
+// The owner alone runs AdamW on its parameters, then broadcasts the updated compute weights to the
+// others (model/optimizer.h).
+//
+// Stage 1: every rank sums every gradient (all-reduce per group as backward makes them final), so the
+// global-norm clipping is exact and the same everywhere. On cpu the weights after each step are
+// bit-identical to stage 0's.
+//
+// Stage 2: each group of final gradients is reduced to the owners instead (Communicator::reduce_many).
+// A rank keeps a persistent gradient buffer for its own parameters only; another rank's parameter gets
+// a transient block in the arena at its gradient's first write (LazyGrad::transient), freed once its
+// reduce has completed (the compute stream waits on the collective first). The global norm: each owner
+// forms its parameters' squared norms into a small per-parameter vector (zero where not owned), one
+// all-reduce sums it exactly (one nonzero a slot), and every rank adds the entries in backward's order
+// with the single-rank arithmetic (Backend::grad_norm_sq_add_parts): on cpu the norm, losses and weights
+// are bit-identical to stage 0/1's. Gradient accumulation reduces each micro-batch's gradients into
+// the owner's accumulating buffer (the transient blocks never outlive a backward), which sums in
+// another order than stage 0's (each rank's micro-batches first, then the ranks): equal to float
+// rounding, not bit for bit.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -13,18 +29,20 @@
 namespace strata {
 
 struct ZeroOptions {
-  int stage = 0;  // 0: every rank holds all the state; 1: optimizer state sharded; 2, 3: not implemented
+  int stage = 0;  // 0: every rank holds all the state; 1: optimizer state sharded; 2: gradients too; 3: refused
   int rank = 0, world = 1;
-  // Stage 1 with several ranks: something to shard (one rank: the unsharded path, a no-op).
+  // Stage 1 or 2 with several ranks: something to shard (one rank: the unsharded path, a no-op).
   bool sharded() const { return stage >= 1 && world > 1; }
+  // Stage 2 with several ranks: the gradients are sharded too.
+  bool shards_grads() const { return stage >= 2 && world > 1; }
 };
 
 // The owner rank of each parameter, from their element counts (0: no state, owner -1).
 // Throws ConfigError for world < 1.
 std::vector<int> zero_owner(const std::vector<size_t>& numel, int world);
 
-// UnsupportedError for stage 2 or 3 ("not implemented yet"), ConfigError outside 0..3; `where`
-// names the key or flag.
+// UnsupportedError for stage 3 ("not implemented yet"), ConfigError outside 0..3; `where` names the key
+// or flag.
 void check_zero_stage(int stage, const char* where);
 
 }  // namespace strata

@@ -35,7 +35,7 @@ static const char* kUsage =
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                   [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1] [--sequence-parallel N]]\n"
+    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2] [--sequence-parallel N] [--rank 0]]\n"
     "                   [--pad-vocab 64] [--pack N]\n"
     "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
@@ -70,7 +70,9 @@ static const char* kUsage =
     "--gpus N: data parallel over N ranks (strata-train --gpus): one rank's peaks and step, --batch rows\n"
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
     "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
-    "state only, and the weights' broadcasts after each step.\n"
+    "state only, and the weights' broadcasts after each step; --zero-stage 2: ZeRO-2, rank 0's share of the\n"
+    "gradients too (the others' transient, reduced to their owners at nccl_busbw_gbps). --rank R: forecast\n"
+    "rank R instead of rank 0 (ZeRO's shares, hence the peaks, differ between ranks).\n"
     "--sequence-parallel N (YAML sequence_parallel): groups of N of the --gpus ranks (default N) share each row,\n"
     "each rank holding seq/N of its tokens, with all-to-alls around attention (DeepSpeed-Ulysses): the forecast is\n"
     "one rank's (seq/N tokens, attention's whole-sequence head shards, the all-to-alls at nccl_busbw_gbps); with\n"
@@ -318,7 +320,7 @@ int main(int argc, char** argv) {
                                      "data",
                                      "state-offloading-tier"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
-                    "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel"});
+                    "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel", "rank"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -384,6 +386,11 @@ int main(int argc, char** argv) {
     req.zero_stage =
         a.has("zero-stage") ? parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage")) : tc.zero_stage;
     if (req.zero_stage) run_keys += fmt::format("zero_stage: {}\n", req.zero_stage);
+    req.rank = int_flag("rank", 0, 0);  // ZeRO's shares differ between ranks
+    if (req.rank >= req.gpus)
+      throw ConfigError(
+          fmt::format("--rank {} is not one of the --gpus {} ranks (0..{})", req.rank, req.gpus, req.gpus - 1),
+          "command line", "rank");
     req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
     req.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
@@ -463,7 +470,7 @@ int main(int argc, char** argv) {
         req.batch, train_mode_name(req.mode),
         req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
     if (req.gpus > 1)
-      std::fprintf(info, "ranks: %d GPUs%s; the forecast is one rank's\n", req.gpus,
+      std::fprintf(info, "ranks: %d GPUs%s; the forecast is rank %d's%s\n", req.gpus,
                    req.sequence_parallel > 1
                        ? fmt::format(" in {} data-parallel group{} of {} (sequence parallel: each rank holds seq/{} "
                                      "tokens of a row, and attends over every token on {} heads)",
@@ -471,7 +478,11 @@ int main(int argc, char** argv) {
                                      req.sequence_parallel, req.sequence_parallel,
                                      req.model.num_attention_heads / req.sequence_parallel)
                              .c_str()
-                       : " (data parallel)");
+                       : " (data parallel)",
+                   req.rank,
+                   req.zero_stage == 0   ? ""
+                   : req.zero_stage == 1 ? " (ZeRO-1: its share of the optimizer state)"
+                                         : " (ZeRO-2: its share of the optimizer state and of the gradients)");
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));
@@ -572,6 +583,7 @@ int main(int argc, char** argv) {
       out["model"] = model_spec;
       out["seq"] = req.seq;
       out["gpus"] = req.gpus;
+      out["rank"] = req.rank;
       out["sequence_parallel"] = req.sequence_parallel;
       out["batch"] = req.batch;
       out["mode"] = train_mode_name(req.mode);

@@ -44,7 +44,7 @@ static const char* kUsage =
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                    [--seed 0] [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler "
     "constant|linear|cosine]\n"
-    "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1] [--sequence-parallel N]]\n"
+    "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2] [--sequence-parallel N]]\n"
     "                    [--save-steps 0] [--resume auto|DIR]\n"
     "                    [--mlp-tiles auto|N] [--sample-packing] [--pad-vocab 64] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
@@ -64,7 +64,8 @@ static const char* kUsage =
     "process); --batch rows a rank, gradients all-reduced per layer during backward; --grad-reduce bf16 sums\n"
     "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default. --zero-stage 1 (YAML\n"
     "zero_stage): ZeRO-1, each rank keeps the optimizer state (moments, fp32 master) of its share of the\n"
-    "parameters only and broadcasts their updated weights; each rank saves its shard in checkpoints.\n"
+    "parameters only and broadcasts their updated weights; each rank saves its shard in checkpoints. --zero-stage 2:\n"
+    "ZeRO-2, also each rank's gradients of its share only (the others' reduced to their owners during backward).\n"
     "--sequence-parallel N (YAML sequence_parallel): each row's tokens spread over groups of N of the ranks (N must\n"
     "divide --gpus; --seq a multiple of N): each rank holds seq/N tokens, all-to-alls around attention give it every\n"
     "token of its heads (DeepSpeed-Ulysses); the groups are data parallel (--batch rows a group).\n"
@@ -357,7 +358,8 @@ int main(int argc, char** argv) {
       if (be_name == "cuda" && !cfg.device_budget_bytes && !cfg.memory_budget_bytes) {
         // The arena takes what the plan needs, not the card: other processes can share the GPU.
         ForecastRequest req = train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb"));
-        req.gpus = env.world;  // one rank's peak (its bf16 gradient copies, its ZeRO-1 share)
+        req.gpus = env.world;  // this rank's peak (its bf16 gradient copies, its ZeRO share: ranks differ)
+        req.rank = env.rank;
         const ArenaSizing a = arena_for_plan(req);
         cfg.device_budget_bytes = a.bytes;
         std::fprintf(info,

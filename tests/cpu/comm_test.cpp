@@ -97,6 +97,8 @@ std::vector<std::byte> expected(Collective op, int rank, int world, const std::v
       return out;
     case Collective::broadcast:
       return ins[size_t(root)];
+    case Collective::reduce:  // the root's is the sum; every other rank keeps its input
+      return rank == root ? serial_sum(ins, dt, 0, int64_t(ins[0].size() / es)) : ins[size_t(rank)];
     default:
       return out;
   }
@@ -105,7 +107,8 @@ std::vector<std::byte> expected(Collective op, int rank, int world, const std::v
 // Runs one collective on every rank and checks each output against the reference and the others.
 void check_collective_on(int world, Collective op, DType dt, int64_t chunk, int seed) {
   const int root = world - 1;
-  const int64_t n_in = op == Collective::all_gather || op == Collective::all_reduce || op == Collective::broadcast
+  const int64_t n_in = op == Collective::all_gather || op == Collective::all_reduce || op == Collective::broadcast ||
+                               op == Collective::reduce
                            ? chunk
                            : chunk * world;
   const int64_t n_out = op == Collective::all_gather ? chunk * world : op == Collective::reduce_scatter ? chunk : n_in;
@@ -122,6 +125,9 @@ void check_collective_on(int world, Collective op, DType dt, int64_t chunk, int 
         break;
       case Collective::broadcast:
         t = c.broadcast(view(in, dt), root), out = in;
+        break;
+      case Collective::reduce:
+        t = c.reduce(view(in, dt), root), out = in;
         break;
       case Collective::reduce_scatter:
         t = c.reduce_scatter(view(out, dt), view(in, dt));
@@ -158,7 +164,7 @@ TEST(CpuComm, EveryCollectiveMatchesTheSerialReference) {
     for (DType dt : {DType::f32, DType::bf16})
       for (int64_t chunk : {1, 7, 33, 1001})
         for (Collective op : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
-                              Collective::all_to_all, Collective::broadcast})
+                              Collective::all_to_all, Collective::broadcast, Collective::reduce})
           check_collective_on(world, op, dt, chunk, int(chunk) + world);
 }
 
@@ -206,6 +212,67 @@ TEST(CpuComm, AllReduceManySumsEachTensorAsAllReduce) {
     EXPECT_EQ(got_f[r], got_f[0]);
   }
   EXPECT_NE(got_f[0][0], 0.1f);  // summed
+}
+
+// reduce_many (ZeRO-2: each gradient to its owner): tensors of different sizes and dtypes to different
+// roots, each as reduce would (the root gets the rank-order sum, the others keep their input), one ticket;
+// i32 words of any bits with one nonzero rank per element come out exact (the norm's parts); a root
+// outside the ranks and a roots list of another length are errors.
+TEST(CpuComm, ReduceManyReducesEachTensorToItsRoot) {
+  const int world = 3;
+  std::vector<std::vector<float>> got_f(world);
+  std::vector<std::vector<uint16_t>> got_b(world);
+  std::vector<std::vector<int32_t>> got_i(world);
+  auto input_f = [](size_t r) {
+    std::vector<float> a(5);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = 0.1f * float(i + 1) * float(r + 1) + (r == 1 ? 1e7f : 0.f);
+    return a;
+  };
+  auto input_b = [](size_t r) {
+    std::vector<uint16_t> h(7);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(0.3f * float(i) - float(r));
+    return h;
+  };
+  // Word i is rank (i % world)'s: a double's bits there, 0 on the other ranks.
+  auto input_i = [&](size_t r) {
+    std::vector<int32_t> w(8, 0);
+    for (size_t i = 0; i < w.size(); i += 2)
+      if (i / 2 % world == r) {
+        const double d = 1.0 / double(i + 3) + 1e-300 * double(r);
+        std::memcpy(&w[i], &d, sizeof d);
+      }
+    return w;
+  };
+  auto err = run_ranks(world, [&](Communicator& c) {
+    const size_t r = size_t(c.rank());
+    std::vector<float> a = input_f(r);
+    std::vector<uint16_t> h = input_b(r);
+    std::vector<int32_t> w = input_i(r);
+    const CommTicket t = c.reduce_many({Tensor(a.data(), DType::f32, Shape{5}), Tensor(h.data(), DType::bf16, Shape{7}),
+                                        Tensor(w.data(), DType::i32, Shape{8})},
+                                       {2, 0, 1});
+    c.wait_host(t);
+    EXPECT_TRUE(c.done(t));
+    got_f[r] = a, got_b[r] = h, got_i[r] = w;
+    EXPECT_THROW(c.reduce_many({Tensor(a.data(), DType::f32, Shape{5})}, {3}), Error);
+    EXPECT_THROW(c.reduce_many({Tensor(a.data(), DType::f32, Shape{5})}, {0, 1}), Error);
+    EXPECT_THROW(c.reduce_many({}, {}), Error);
+  });
+  for (auto& e : err) ASSERT_EQ(e, "");
+  std::vector<float> sum_f(5);
+  std::vector<uint16_t> sum_b(7);
+  for (size_t i = 0; i < 5; ++i) sum_f[i] = (input_f(0)[i] + input_f(1)[i]) + input_f(2)[i];
+  for (size_t i = 0; i < 7; ++i)
+    sum_b[i] = f32_to_bf16((bf16_to_f32(input_b(0)[i]) + bf16_to_f32(input_b(1)[i])) + bf16_to_f32(input_b(2)[i]));
+  std::vector<int32_t> all_i(8, 0);
+  for (size_t r = 0; r < world; ++r)
+    for (size_t i = 0; i < 8; ++i) all_i[i] |= input_i(r)[i];
+  for (size_t r = 0; r < world; ++r) {
+    EXPECT_EQ(got_f[r], r == 2 ? sum_f : input_f(r)) << "rank " << r;
+    EXPECT_EQ(got_b[r], r == 0 ? sum_b : input_b(r)) << "rank " << r;
+    EXPECT_EQ(got_i[r], r == 1 ? all_i : input_i(r)) << "rank " << r;
+  }
+  EXPECT_NE(sum_f[0], input_f(2)[0]);  // summed
 }
 
 TEST(CpuComm, SizesThatDoNotSplitAreClearErrors) {
@@ -311,6 +378,8 @@ TEST(SimComm, RingFormulas) {
   EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::all_gather, S, 2), 10e-6 + S / 2 / 100e9);
   EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::all_to_all, S, 8), 10e-6 + S * 7 / 8 / 100e9);
   EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::broadcast, S, 3), 10e-6 + S / 100e9);
+  EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::reduce, S, 4), 10e-6 + S / 100e9);
+  EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::reduce, S, 1), 0.0);
   EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::all_reduce, S, 1), 0.0);
   EXPECT_DOUBLE_EQ(collective_seconds(p, Collective::all_gather, S, 1), 2 * S / (p.hbm_gbps * 1e9));
 }
@@ -386,6 +455,22 @@ TEST(SimComm, AllReduceManyIsOneCollectiveOverTheSummedBytes) {
               1e-12);
   EXPECT_EQ(c->times().collectives, 1);
   EXPECT_EQ(c->times().bytes, double(a.bytes() + b.bytes()));
+}
+
+// reduce_many, as nccl's group: one collective (one latency) over the summed bytes, timed as a reduce.
+TEST(SimComm, ReduceManyIsOneCollectiveOverTheSummedBytes) {
+  SimOptions o;
+  o.profile = find_profile("h100_80gb");
+  auto be = make_sim_backend(o);
+  auto c = make_sim_communicator(*be, 1, 4);
+  Tensor a(nullptr, DType::f32, Shape{1024, 1024}), b(nullptr, DType::bf16, Shape{512, 1024});
+  const double t0 = be->now_s();
+  c->wait_host(c->reduce_many({a, b}, {0, 3}));
+  EXPECT_NEAR(be->now_s() - t0, collective_seconds(o.profile, Collective::reduce, double(a.bytes() + b.bytes()), 4),
+              1e-12);
+  EXPECT_EQ(c->times().collectives, 1);
+  EXPECT_EQ(c->times().bytes, double(a.bytes() + b.bytes()));
+  EXPECT_THROW(c->reduce_many({a}, {4}), Error);
 }
 
 TEST(SimComm, ProfileFieldsRoundTripAndDefault) {

@@ -248,20 +248,28 @@ TEST(GradsBf16Plans, DataParallelRanksAreBitIdenticalAcrossPlansAndZero) {
   Case gc = acc;
   gc.plan = Plan::gradient_checkpointing(1);
   expect_identical(a[0], ranks(gc, 2)[0], "2 ranks, 2 micro-batches, checkpointing");
-  for (StateRecipe r : {kBf16, StateRecipe{MasterWeights::none, OptimizerState::q8, GradPrecision::bf16}}) {
-    Case z0, z1;
-    z0.recipe = z1.recipe = r;
-    z1.zero = 1;
-    const std::vector<Result> s0 = ranks(z0, 2), s1 = ranks(z1, 2);
-    // ZeRO-1's ranks hold the moments of the parameters they own only: losses, norms and weights.
-    const std::string what = fmt::format("zero 1 against zero 0, {} moments", optimizer_state_name(r.moments));
-    for (int k = 0; k < 2; ++k) {
-      EXPECT_EQ(s0[size_t(k)].losses, s1[size_t(k)].losses) << what;
-      EXPECT_EQ(s0[size_t(k)].norms, s1[size_t(k)].norms) << what;
-      EXPECT_EQ(s0[size_t(k)].weights, s1[size_t(k)].weights) << what << ", rank " << k;
-      EXPECT_LT(s1[size_t(k)].peak, s0[size_t(k)].peak) << what;
+  for (StateRecipe r : {kBf16, StateRecipe{MasterWeights::none, OptimizerState::q8, GradPrecision::bf16}})
+    for (bool tied : {false, true}) {
+      Case z0, z1, z2;
+      z0.recipe = z1.recipe = z2.recipe = r;
+      z0.tied = z1.tied = z2.tied = tied;  // tied: the head writes the embedding's gradient in forward
+      z1.zero = 1;
+      z2.zero = 2;
+      const std::vector<Result> s0 = ranks(z0, 2), s1 = ranks(z1, 2), s2 = ranks(z2, 2);
+      // ZeRO-1's ranks hold the moments of the parameters they own only, ZeRO-2's their bf16 gradients too (the
+      // others' reduced to their owners in bf16, in place): losses, norms and weights.
+      for (int stage : {1, 2}) {
+        const std::vector<Result>& s = stage == 1 ? s1 : s2;
+        const std::string what = fmt::format("zero {} against zero 0, {} moments{}", stage,
+                                             optimizer_state_name(r.moments), tied ? ", tied embeddings" : "");
+        for (int k = 0; k < 2; ++k) {
+          EXPECT_EQ(s0[size_t(k)].losses, s[size_t(k)].losses) << what;
+          EXPECT_EQ(s0[size_t(k)].norms, s[size_t(k)].norms) << what;
+          EXPECT_EQ(s0[size_t(k)].weights, s[size_t(k)].weights) << what << ", rank " << k;
+          EXPECT_LT(s[size_t(k)].peak, (stage == 1 ? s0 : s1)[size_t(k)].peak) << what << ", rank " << k;
+        }
+      }
     }
-  }
 }
 
 // Device and host tier: 2 bytes a gradient instead of 4, exactly (each block 256-byte aligned on the
@@ -356,6 +364,36 @@ TEST(GradsBf16Plans, DataParallelForecastSumsBf16GradientsInPlace) {
   r.recipe = {};
   r.grad_reduce = DType::f32;
   EXPECT_GT(forecast(r).peak_bytes, a.peak_bytes) << "fp32 gradients take more";
+}
+
+// ZeRO-2 with bf16 gradients, embeddings tied or not (tied: the head writes the embedding's gradient in forward, so
+// a rank that does not own it holds a transient block from the end of forward until its reduce): each rank's
+// forecast (sim mirroring cpu, the same arena calls) is that rank's cpu peak byte for byte, transient blocks in it.
+TEST(GradsBf16Plans, ZeroTwoForecastIsEveryRanksPeak) {
+  for (bool tied : {false, true}) {
+    Case z2;
+    z2.steps = 1;
+    z2.zero = 2;
+    z2.tied = tied;
+    const std::vector<Result> runs = ranks(z2, 2);
+    for (int rank : {0, 1}) {
+      ForecastRequest r = sim_twin::tiny_request(Plan::keep_everything());
+      r.model.tie_word_embeddings = tied;
+      r.seq = 19;
+      r.batch = 2;
+      r.gpus = 2;
+      r.rank = rank;
+      r.zero_stage = 2;
+      r.recipe = kBf16;
+      const Forecast f = forecast(r);
+      ASSERT_TRUE(f.fits) << f.oom;
+      EXPECT_EQ(f.peak_bytes, runs[size_t(rank)].peak) << "rank " << rank << (tied ? ", tied" : "");
+      size_t transient = 0;
+      for (const ArenaEvent& e : f.events)
+        if (e.tag == "grads.transient" && e.delta > 0) transient += size_t(e.delta);
+      EXPECT_GT(transient, 0u) << "rank " << rank << ": the parameters it does not own get transient gradients";
+    }
+  }
 }
 
 // A sanity bound, not a definition: 8 steps of the tiny model with bf16 gradients stay within 0.1% of the

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <thread>
@@ -398,8 +399,9 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
 
 // strata-train --gpus 2 --zero-stage 1: each rank keeps its share of the optimizer state and
 // broadcasts its weights; on cpu the run is the --zero-stage 0 run bit for bit (the same losses, the
-// same saved model byte for byte), and so is a run resumed from its sharded checkpoint.
-TEST(Launcher, StrataTrainZeroStageOneMatchesStageZeroBitForBit) {
+// same saved model byte for byte), and so is a run resumed from its sharded checkpoint; so is
+// --zero-stage 2 (and resumed from the stage-1 checkpoint); strata-plan forecasts it lower per rank.
+TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
   using namespace tool_test;
   ASSERT_TRUE(tools_built());
   Scratch dir;
@@ -445,9 +447,34 @@ TEST(Launcher, StrataTrainZeroStageOneMatchesStageZeroBitForBit) {
                             std::string(common).replace(common.find("--gpus 2 --batch 2"), 18, "--gpus 4 --batch 1"));
   EXPECT_NE(four.code, 0);
   EXPECT_TRUE(has(four.err, "zero_shards")) << four.err;
-  const Proc z2 = dir.run(kTrain + " --zero-stage 2" + common);
-  EXPECT_NE(z2.code, 0);
-  EXPECT_TRUE(has(z2.err, "not implemented yet")) << z2.err;
+  // ZeRO-2 (gradients reduced to their owners, the norm from per-parameter parts): the same losses and saved
+  // model bit for bit; it resumes ZeRO-1's checkpoint (the same shards) to the same step 3.
+  const Proc z2 = dir.run(kTrain + " --zero-stage 2 --save " + quote(dir.path("model_z2")) + common);
+  ASSERT_EQ(z2.code, 0) << z2.err;
+  EXPECT_EQ(json_losses(z2.out), a) << z2.out;
+  EXPECT_TRUE(bytes(dir.path("model_z2/model.safetensors")) == m0) << "zero 2's saved model differs";
+  const Proc z2_resumed =
+      dir.run(kTrain + " --zero-stage 2 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) + common);
+  ASSERT_EQ(z2_resumed.code, 0) << z2_resumed.err;
+  const std::vector<double> d = json_losses(z2_resumed.out);
+  ASSERT_EQ(d.size(), 1u) << z2_resumed.out;
+  EXPECT_EQ(d[0], a[2]);
+  const Proc z3 = dir.run(kTrain + " --zero-stage 3" + common);
+  EXPECT_NE(z3.code, 0);
+  EXPECT_TRUE(has(z3.err, "not implemented yet")) << z3.err;
+  // strata-plan --gpus 2: ZeRO-2's rank peaks below ZeRO-1's, rank by rank (--rank).
+  auto plan_peak = [&](int stage, int rank) {
+    const Proc p = dir.run(kPlan + " --model " + quote(dir.path("tiny")) + " --seq 32 --batch 2 --gpus 2 --json" +
+                           fmt::format(" --zero-stage {} --rank {}", stage, rank));
+    EXPECT_EQ(p.code, 0) << p.err;
+    const size_t at = p.out.find("\"peak_bytes\": ");
+    return at == std::string::npos ? 0.0 : std::atof(p.out.c_str() + at + 14);
+  };
+  for (int rank : {0, 1}) {
+    const double p1 = plan_peak(1, rank), p2 = plan_peak(2, rank);
+    EXPECT_GT(p2, 0.0);
+    EXPECT_LT(p2, p1) << "rank " << rank;
+  }
   dir.remove();
 }
 

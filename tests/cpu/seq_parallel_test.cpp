@@ -317,9 +317,9 @@ TEST(SeqParallel, DataParallelGroupsOfSequenceParallelRanks) {
   expect_close(one, runs[0], "2 data-parallel groups x 2 sequence-parallel ranks");
 }
 
-// Gradient accumulation (2 micro-batches a step) on 2 ranks against one rank's; ZeRO-1 over the ranks gives ZeRO-0's
-// losses, norms and weights bit for bit.
-TEST(SeqParallel, AccumulationAndZeroOne) {
+// Gradient accumulation (2 micro-batches a step) on 2 ranks against one rank's; ZeRO-1 and ZeRO-2 over the ranks give
+// ZeRO-0's losses, norms and weights bit for bit.
+TEST(SeqParallel, AccumulationAndZeroOneAndTwo) {
   RunSpec su;
   su.accum = 2;
   const RankRun one = train(su, nullptr, nullptr);
@@ -333,6 +333,12 @@ TEST(SeqParallel, AccumulationAndZeroOne) {
   expect_identical(z0[0], z1[0], "zero_stage 1 against 0, 2 ranks");
   expect_identical(z1[0], z1[1], "zero_stage 1, rank 1");
   EXPECT_LT(z1[0].peak, z0[0].peak) << "each rank holds half the optimizer state";
+  // ZeRO-2 over the sequence-parallel ranks: each gradient reduced to its owner, the norm from its parts.
+  su.zero = 2;
+  const std::vector<RankRun> z2 = train_ranks(su, 2);
+  expect_identical(z0[0], z2[0], "zero_stage 2 against 0, 2 ranks");
+  expect_identical(z2[0], z2[1], "zero_stage 2, rank 1");
+  EXPECT_LT(z2[0].peak, z1[0].peak) << "each rank holds about half the gradients";
 }
 
 // strata-plan --sequence-parallel N: rank 0's forecast (sim mirroring cpu) is rank 0's cpu peak byte for byte, for

@@ -130,6 +130,9 @@ void compare(Rank& k, Collective op, DType dt, int64_t chunk, int seed) {
     case Collective::broadcast:
       t = k.nccl->broadcast(in_d.view(), root), k.cpu->broadcast(in_t, root);
       break;
+    case Collective::reduce:
+      t = k.nccl->reduce(in_d.view(), root), k.cpu->reduce(in_t, root);
+      break;
     case Collective::reduce_scatter:
       t = k.nccl->reduce_scatter(out_d.view(), in_d.view()), k.cpu->reduce_scatter(out_t, in_t);
       break;
@@ -143,13 +146,15 @@ void compare(Rank& k, Collective op, DType dt, int64_t chunk, int seed) {
       break;
   }
   k.nccl->wait_host(t);
-  const bool in_place = op == Collective::all_reduce || op == Collective::broadcast;
+  const bool in_place = op == Collective::all_reduce || op == Collective::broadcast || op == Collective::reduce;
   const Tensor got_d = in_place ? in_d.view() : out_d.view();
   const std::vector<std::byte>& want_h = in_place ? in_h : out_h;
   std::vector<float> got(size_t(got_d.numel())), want(size_t(got_d.numel()));
   k.be->download_f32(got.data(), got_d);
   convert_to_f32(want.data(), want_h.data(), dt, want.size());
-  const bool sums = op == Collective::all_reduce || op == Collective::reduce_scatter;
+  // A reduce's non-roots keep their input: exact.
+  const bool sums =
+      op == Collective::all_reduce || op == Collective::reduce_scatter || (op == Collective::reduce && r == root);
   const double ulp = dt == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
   int64_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -169,7 +174,7 @@ TEST(CommGpuChild, Collectives) {
   for (DType dt : {DType::f32, DType::bf16})
     for (int64_t chunk : {int64_t(1), int64_t(4097), int64_t(1) << 20})
       for (Collective op : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
-                            Collective::all_to_all, Collective::broadcast})
+                            Collective::all_to_all, Collective::broadcast, Collective::reduce})
         compare(k, op, dt, chunk, int(chunk % 97));
   {
     // all_reduce_many (one NCCL group) of an f32 and a bf16 tensor made by the cuda backend's cast:
@@ -204,6 +209,36 @@ TEST(CommGpuChild, Collectives) {
     for (int64_t i = 0; i < nb; ++i)
       bad += !(std::fabs(gb[size_t(i)] - bf16_to_f32(hb[size_t(i)])) <= 4.0 * w * std::ldexp(1.0, -8) * w);
     EXPECT_EQ(bad, 0) << "all_reduce_many against the cpu communicator";
+  }
+  {
+    // reduce_many (one NCCL group, ZeRO-2's per-group gradient reduce) to different roots: each root's tensor
+    // as the cpu communicator's reduce of the host copies, the others' inputs untouched; i32 words (the norm's
+    // parts: one nonzero rank a word) exact.
+    const int r = k.nccl->rank(), w = k.nccl->world();
+    const int64_t na = 4097, ni = 64;
+    std::vector<float> a(static_cast<size_t>(na));
+    for (int64_t i = 0; i < na; ++i) a[size_t(i)] = value(r, i, 7);
+    std::vector<int32_t> words(static_cast<size_t>(ni), 0);
+    for (int64_t i = 0; i < ni; ++i)
+      if (i % w == r) words[size_t(i)] = int32_t(0x9e3779b9u * uint32_t(i + 1));
+    Buffer da(k.be->arena(), DType::f32, Shape{na}, "a"), di(k.be->arena(), DType::i32, Shape{ni}, "words");
+    k.be->upload_f32(da.view(), a.data());
+    k.be->copy_wait_host(k.be->copy_to_device_async(di.view(), words.data()));
+    k.nccl->wait_host(k.nccl->reduce_many({da.view(), di.view()}, {0, w - 1}));
+    const std::vector<float> mine = a;
+    const std::vector<int32_t> my_words = words;
+    k.cpu->reduce(Tensor(a.data(), DType::f32, Shape{na}), 0);
+    k.cpu->reduce(Tensor(words.data(), DType::i32, Shape{ni}), w - 1);
+    std::vector<float> ga(static_cast<size_t>(na));
+    std::vector<int32_t> gi(static_cast<size_t>(ni));
+    k.be->download_f32(ga.data(), da.view());
+    k.be->copy_wait_host(k.be->copy_to_host_async(gi.data(), di.view()));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < na; ++i)
+      bad += r == 0 ? !(std::fabs(ga[size_t(i)] - a[size_t(i)]) <= 4.0 * w * std::ldexp(1.0, -23) * w)
+                    : ga[size_t(i)] != mine[size_t(i)];
+    EXPECT_EQ(bad, 0) << "reduce_many's f32 tensor against the cpu communicator, rank " << r;
+    EXPECT_EQ(gi, r == w - 1 ? words : my_words) << "reduce_many's i32 words, rank " << r;
   }
   k.nccl->barrier();
   // Sizes that do not split: the same clear error as the cpu communicator, before NCCL sees them.
