@@ -361,6 +361,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       PlanSpec a = S.specs.at(t.label);
       a.state_level = a.layers_level = "none";
       a.state_layers = a.host_input_layers = 0;
+      a.state_tier = Decision::host;  // place() moves state to the host tier
       const std::string key = describe(a);
       const bool fits = t.peak_bytes <= budgets.device;
       auto [it, fresh] = seen.emplace(key, acts.size());
