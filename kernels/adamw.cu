@@ -18,6 +18,32 @@ namespace {
 
 constexpr int kReduceThreads = 512;
 
+// The sums of squares add their blocks' partial sums in block order, not with one atomicAdd each: an
+// atomic sum's order changes from run to run, so two data-parallel ranks summing the same gradients
+// got norms a rounding apart, clipped differently and drifted apart bit by bit. Each block stores
+// its partial in its slot; the last block to finish (a counter) adds the slots 0, 1, ... to out and
+// resets the counter. One reduction in flight per device at a time: the compute stream runs them.
+constexpr unsigned kMaxNormBlocks = 4096;
+__device__ float g_norm_partials[kMaxNormBlocks];
+__device__ unsigned int g_norm_blocks_done = 0;
+
+// Thread 0's `acc` (the block's sum) into out[0], deterministically (above). Every thread calls it.
+__device__ __forceinline__ void add_block_sum(float* out, float acc) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    g_norm_partials[blockIdx.x] = acc;
+    __threadfence();  // the partial is visible before the counter says so
+    last = atomicAdd(&g_norm_blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  float sum = out[0];
+  for (unsigned b = 0; b < gridDim.x; b++) sum = __fadd_rn(sum, *(volatile float*)&g_norm_partials[b]);
+  out[0] = sum;
+  g_norm_blocks_done = 0;  // the next launch on this stream starts after this kernel ends
+}
+
 template <int V>
 __global__ void sum_squares_kernel(float* __restrict__ out, const float* __restrict__ g, size_t n) {
   const size_t n_vec = n / V;
@@ -34,7 +60,7 @@ __global__ void sum_squares_kernel(float* __restrict__ out, const float* __restr
     if (j < n) acc += g[j] * g[j];
   }
   acc = block_sum(acc);
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  add_block_sum(out, acc);
 }
 
 // The bf16 form (gradients: bf16): each value widened, the same per-thread order.
@@ -46,7 +72,7 @@ __global__ void sum_squares_bf16_kernel(float* __restrict__ out, const bf16* __r
     acc += a * a;
   }
   acc = block_sum(acc);
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  add_block_sum(out, acc);
 }
 
 // A gradient's elements [i, i + 4) as floats: f32, or bf16 widened (gradients: bf16); one 16- or
@@ -199,7 +225,7 @@ __global__ void __launch_bounds__(kListThreads)
     }
   }
   acc = block_sum(acc);
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  add_block_sum(out, acc);
 }
 
 __global__ void __launch_bounds__(kListThreads)
@@ -399,7 +425,10 @@ size_t fill_table(ListTable& L, int count, Fill fill) {
 }
 
 unsigned list_grid(size_t chunks) {
-  return unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kListThreads))));
+  const unsigned g =
+      unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kListThreads))));
+  STRATA_CHECK(g <= kMaxNormBlocks, "list kernels: more blocks than norm partial slots");
+  return g;
 }
 
 // The shortest decimal that rounds to f, as a double: torch holds hyperparameters as Python
@@ -433,6 +462,7 @@ void sum_squares(float* out, const float* g, size_t n, cudaStream_t stream) {
   const bool vec = aligned16(g);
   const size_t items = vec ? n / 4 + 1 : n;
   const unsigned blocks = std::min<size_t>(ceil_div(items, kReduceThreads), size_t(num_sms()) * 4);
+  STRATA_CHECK(blocks <= kMaxNormBlocks, "sum_squares: more blocks than norm partial slots");
   if (vec)
     sum_squares_kernel<4><<<blocks, kReduceThreads, 0, stream>>>(out, g, n);
   else
@@ -459,6 +489,7 @@ void add_parts(float* out, const float* parts, int stride, int n, cudaStream_t s
 void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = std::min<size_t>(ceil_div(n, kReduceThreads), size_t(num_sms()) * 4);
+  STRATA_CHECK(blocks <= kMaxNormBlocks, "sum_squares_bf16: more blocks than norm partial slots");
   sum_squares_bf16_kernel<<<blocks, kReduceThreads, 0, stream>>>(out, g, n);
   STRATA_LAUNCH_CHECK("sum_squares_bf16_kernel");
 }
