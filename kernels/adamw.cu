@@ -425,8 +425,7 @@ size_t fill_table(ListTable& L, int count, Fill fill) {
 }
 
 unsigned list_grid(size_t chunks) {
-  const unsigned g =
-      unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kListThreads))));
+  const unsigned g = unsigned(std::max<size_t>(1, std::min<size_t>(chunks, size_t(num_sms()) * (2048 / kListThreads))));
   STRATA_CHECK(g <= kMaxNormBlocks, "list kernels: more blocks than norm partial slots");
   return g;
 }
