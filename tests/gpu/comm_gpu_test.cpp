@@ -14,6 +14,7 @@
 #include "engine/comm.h"
 #include "engine/rendezvous.h"
 #include "model/launch.h"
+#include "nccl_ranks.h"
 #ifdef STRATA_HAVE_NCCL
 #include <cuda_runtime.h>
 
@@ -26,29 +27,16 @@ using namespace strata;
 namespace {
 
 int gpu_count() {
-#ifdef STRATA_HAVE_NCCL
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
+  return gpu_test::nccl_gpu_count();
 }
 
 bool is_child() {
-  return std::getenv("STRATA_COMM_GPU_CHILD") != nullptr;
+  return gpu_test::is_rank_child("STRATA_COMM_GPU_CHILD");
 }
 
 // Starts one rank per GPU (at most 4) running `filter` in this binary; true when all passed.
 int run_children(const char* filter) {
-  LocalLaunch l;
-  l.nprocs = std::min(gpu_count(), 4);
-  l.args = {fmt::format("--gtest_filter={}", filter)};
-  l.tool = "comm_gpu_test";
-  ::setenv("STRATA_COMM_GPU_CHILD", "1", 1);
-  const int rc = run_local_ranks(l);
-  ::unsetenv("STRATA_COMM_GPU_CHILD");
-  return rc;
+  return gpu_test::run_child_ranks("comm_gpu_test", std::min(gpu_count(), 4), filter, "STRATA_COMM_GPU_CHILD");
 }
 
 #define SKIP_UNLESS_TWO_GPUS()                                                                      \

@@ -13,6 +13,7 @@
 
 #include "gpu_test_util.h"
 #include "model/launch.h"
+#include "nccl_ranks.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -71,17 +72,11 @@ TEST(SeqParallelGpu, BlockCopyMatchesTheCpuReference) {
 namespace {
 
 int gpu_count() {
-#ifdef STRATA_HAVE_NCCL
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
+  return gpu_test::nccl_gpu_count();
 }
 
 bool is_child() {
-  return std::getenv("STRATA_SP_GPU_CHILD") != nullptr;
+  return gpu_test::is_rank_child("STRATA_SP_GPU_CHILD");
 }
 
 }  // namespace
@@ -92,13 +87,8 @@ TEST(SeqParallelGpu, RanksMatchOneGpuOnTheSameRows) {
   if (n < 2) GTEST_SKIP() << "needs >= 2 GPUs and a build with NCCL; this host has " << n << " usable";
   for (int ranks : {2, 4}) {
     if (ranks > n) break;
-    LocalLaunch l;
-    l.nprocs = ranks;
-    l.args = {"--gtest_filter=SeqParallelGpuChild.*"};
-    l.tool = "seq_parallel_gpu_test";
-    ::setenv("STRATA_SP_GPU_CHILD", "1", 1);
-    const int rc = run_local_ranks(l);
-    ::unsetenv("STRATA_SP_GPU_CHILD");
+    const int rc =
+        gpu_test::run_child_ranks("seq_parallel_gpu_test", ranks, "SeqParallelGpuChild.*", "STRATA_SP_GPU_CHILD");
     EXPECT_EQ(rc, 0) << ranks << " ranks";
   }
 }
