@@ -96,21 +96,38 @@ void SlotStore::offload(Value& v) {
   v.copy = be_.copy_to_host_async(arena_for(v).ptr(v.host_off), v.buf.view());
   v.state = disk ? SlotState::WRITING : SlotState::OFFLOADING;
   offloads_.push_back({&v, v.copy});
-  inflight_bytes_ += bytes;
+  held_.push_back({&v, v.copy});
+  held_bytes_ += bytes;
   stats_.offloaded_bytes += bytes;
   if (opt_.synchronous) {
     while (!offloads_.empty()) wait_oldest();
+    release_held(0);
     return;
   }
-  // Unbounded in-flight copies raise the peak instead of lowering it: bound them in bytes.
-  while (inflight_bytes_ > opt_.max_inflight_bytes && !offloads_.empty()) wait_oldest();
+  // Held blocks raise the peak: bound them in bytes, not by when their copies land, so the sim
+  // and the device return the same blocks at the same program points (the same arena layout).
+  release_held(opt_.max_inflight_bytes);
   poll();
 }
 
+void SlotStore::release_held(size_t keep_bytes) {
+  while (held_bytes_ > keep_bytes && !held_.empty()) {
+    const Flight f = held_.front();
+    held_.pop_front();
+    // The compute stream waits on the copy's event before any later op (or copy, which is ordered
+    // after the compute stream) may reuse the block; the host does not wait.
+    be_.copy_wait_compute(f.ticket);
+    held_bytes_ -= f.v->buf.view().bytes();
+    f.v->buf.reset();
+  }
+}
+
+void SlotStore::end_forward() {
+  release_held(0);
+}
+
 void SlotStore::finish_offload(Value& v) {
-  // The copy landed: only now may the device block go back to the arena.
-  inflight_bytes_ -= v.buf.view().bytes();
-  v.buf.reset();
+  // The copy landed (the host saw it): the host copy is whole. The device block is release_held's.
   v.copy = 0;
   if (v.state == SlotState::OFFLOADING) {
     v.state = SlotState::ON_HOST;
@@ -191,6 +208,7 @@ void SlotStore::prefetch(Value& v) {
     while (v.state == SlotState::OFFLOADING || v.state == SlotState::WRITING) wait_oldest();
   }
   if (v.state != SlotState::ON_HOST && v.state != SlotState::ON_DISK) return;
+  release_through(v);
   const size_t bytes = v.shape.numel() * dtype_size(v.dtype);
   v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
   if (v.state == SlotState::ON_DISK) {
@@ -214,6 +232,16 @@ void SlotStore::prefetch(Value& v) {
   if (opt_.synchronous) be_.copy_wait_host(v.copy);
 }
 
+void SlotStore::release_through(const Value& v) {
+  // A slot read back before end_forward (a short step): its block and every older one go back first.
+  if (!v.buf.allocated()) return;
+  size_t keep = held_bytes_;
+  for (const Flight& f : held_) {
+    keep -= f.v->buf.view().bytes();
+    if (f.v == &v) return release_held(keep);
+  }
+}
+
 void SlotStore::make_resident(Value& v) {
   prefetch(v);
   if (v.state != SlotState::LOADING) return;
@@ -224,6 +252,7 @@ void SlotStore::make_resident(Value& v) {
 }
 
 void SlotStore::drop(Value& v) {
+  release_through(v);
   if (v.state == SlotState::OFFLOADING || v.state == SlotState::WRITING || v.state == SlotState::LOADING) {
     while (v.state == SlotState::OFFLOADING || v.state == SlotState::WRITING) wait_oldest();
     if (v.state == SlotState::LOADING) make_resident(v);
@@ -256,7 +285,8 @@ void SlotStore::reset() noexcept {
   offloads_.clear();
   writes_.clear();
   host_frees_.clear();
-  inflight_bytes_ = loading_bytes_ = 0;
+  held_.clear();  // their Values (and blocks) go with the tape
+  held_bytes_ = loading_bytes_ = 0;
   // Every slot is gone with the tape: start the pools empty (the reservations stay).
   if (host_mem_) {
     host_arena_ = std::make_unique<Arena>("host", slot_bytes_, host_mem_->base(), kPage);

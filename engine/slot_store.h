@@ -1,6 +1,10 @@
 // The host and disk tiers for saved slots. Forward moves a slot's bytes off the device
-// (RESIDENT -> OFFLOADING -> ON_HOST, or -> WRITING -> ON_DISK) on the backend's copy stream,
-// releasing the device block only once the copy has landed; backward brings it back
+// (RESIDENT -> OFFLOADING -> ON_HOST, or -> WRITING -> ON_DISK) on the backend's copy stream.
+// Device blocks go back at program points, never when a copy happens to land: oldest first once
+// more than max_inflight_bytes are held, and all at the end of forward, each with the compute
+// stream waiting on its copy; so every backend (the sim included) frees and allocates the same
+// blocks in the same order and the arena's layout, fragmentation included, is the forecast's.
+// Backward brings slots back
 // (-> LOADING -> RESIDENT), prefetched ahead of use, with the compute stream waiting on the
 // copy's event. In-flight offload is bounded in bytes. Host memory is one reservation sized
 // exactly for the plan (pinned on cuda); the disk tier is one io_uring O_DIRECT file (the
@@ -20,7 +24,7 @@ struct Value;
 
 struct TierOptions {
   std::string offload_dir;                        // disk tier directory; "" = $TMPDIR or /tmp
-  size_t max_inflight_bytes = size_t(512) << 20;  // device->host bytes in flight at once
+  size_t max_inflight_bytes = size_t(512) << 20;  // device bytes of offloaded slots held at once
   size_t prefetch_bytes = size_t(512) << 20;      // bytes loaded ahead of use in backward
   bool synchronous = false;                       // `legacy`: every transfer waits at once
 };
@@ -45,8 +49,11 @@ class SlotStore {
   void prepare(size_t host_bytes, size_t disk_bytes, size_t largest_disk_slot);
   // Forward, after a slot's last forward use (decision host or disk).
   void offload(Value& v);
-  // Frees device blocks whose copies landed and moves disk slots along. Never blocks.
+  // Moves slots whose copies landed along (host state, disk writes, host blocks). Never blocks and
+  // never frees a device block: those go back at program points (release_held), the same on every backend.
   void poll();
+  // End of forward: every offloaded slot's device block goes back (the compute stream waits on its copy).
+  void end_forward();
   // Backward: start bringing a slot back (no-op unless it is ON_HOST/ON_DISK).
   void prefetch(Value& v);
   // Backward: the slot is RESIDENT and the compute stream is ordered after its upload.
@@ -72,6 +79,9 @@ class SlotStore {
     CopyTicket ticket;
   };
   void finish_offload(Value& v);
+  // Device blocks of offloaded slots go back oldest first while more than keep_bytes are held.
+  void release_held(size_t keep_bytes);
+  void release_through(const Value& v);
   void start_disk_write(Value& v);
   void finish_disk_write(Value& v);
   void wait_oldest();
@@ -94,6 +104,7 @@ class SlotStore {
   std::unique_ptr<DiskFile> disk_;  // Backend::open_disk_file: io_uring on cpu/cuda, a cost-model clock on sim
   std::unique_ptr<Arena> disk_arena_;
   std::deque<Flight> offloads_;  // D2H in flight (host or disk staging)
+  std::deque<Flight> held_;      // offloaded slots whose device block is not back yet, oldest first
   std::deque<Value*> writes_;    // staging -> disk writes in flight
   struct HostFree {
     Arena* arena;
@@ -101,7 +112,7 @@ class SlotStore {
     CopyTicket after;
   };
   std::deque<HostFree> host_frees_;  // host blocks freed once the copy reading them is done
-  size_t inflight_bytes_ = 0, loading_bytes_ = 0;
+  size_t held_bytes_ = 0, loading_bytes_ = 0;
   TierStats stats_;
 };
 

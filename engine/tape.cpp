@@ -365,6 +365,7 @@ void Tape::forward() {
       if (values_[size_t(o)].last_fwd_use < 0) after_last_use(o);
     if (store_) store_->poll();
   }
+  if (store_) store_->end_forward();
   for (auto& v : values_)
     if (!v.external && v.state == SlotState::RESIDENT) stats_.saved_bytes_at_end_of_forward += v.buf.view().bytes();
 }

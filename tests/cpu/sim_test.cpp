@@ -3,6 +3,7 @@
 // byte, for every preset (the disk tier's peak too) and for LoRA. The disk tier costs time at the
 // profile's disk bandwidth. strata-plan forecasts the built-in shapes, plans under budgets and
 // reports bad input clearly (the planner itself: planner_test.cpp).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -110,6 +111,30 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     EXPECT_EQ(f.paged_host_bytes > 0, c.paged) << c.name;
     EXPECT_EQ(f.paged_uploads > 0, c.paged) << c.name;
     EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes) << c.name;
+  }
+}
+
+// Offloaded slots' device blocks go back at program points (SlotStore::release_held), not when their
+// copies land: a link 1000x slower changes the step time and the stalls, never the arena's schedule, so
+// the layout (fragmentation included) that fits in the forecast is the one the device gets.
+TEST(Sim, DeviceScheduleDoesNotDependOnTheLinkSpeed) {
+  for (const Plan& plan : {Plan::activation_offloading(Decision::host), Plan::hidden_states(),
+                           Plan::activation_offloading(Decision::disk)}) {
+    for (size_t bound : {size_t(1), size_t(8192), size_t(512) << 20}) {
+      const std::string what = fmt::format("{} held {}", plan.preset, bound);
+      ForecastRequest fast = tiny_request(plan);
+      fast.mirror = SimMirror::cuda;
+      fast.tiers.max_inflight_bytes = bound;
+      ForecastRequest slow = fast;
+      slow.profile.h2d_gbps /= 1000;
+      slow.profile.d2h_gbps /= 1000;
+      const Forecast f = forecast(fast), s = forecast(slow);
+      ASSERT_TRUE(f.fits && s.fits) << what;
+      EXPECT_GT(s.copy_busy_s, f.copy_busy_s) << what << ": the slow link must cost time";
+      EXPECT_EQ(f.peak_bytes, s.peak_bytes) << what;
+      EXPECT_EQ(f.high_water_bytes, s.high_water_bytes) << what;
+      expect_same_schedule(s.events, f.events, what);
+    }
   }
 }
 
