@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <numeric>
+
+#include "engine/parallel.h"
 
 namespace strata {
 
@@ -53,22 +56,69 @@ struct Search {
 
   bool tiers_ok(const PlanTried& t) const { return t.host_bytes <= b.host && t.disk_bytes <= b.disk; }
 
+  // A candidate's sim runs: unbounded (its in-use peak), then, when that fits the device and the
+  // tiers, under the device budget (placement). They depend on the candidate alone, so prefetch runs
+  // many at once and eval consumes them in the search's own order: the same answer as one by one.
+  struct Sims {
+    Forecast f, fb;
+    bool budgeted = false;
+    std::exception_ptr error;
+  };
+  std::map<std::string, Sims> pre;
+
+  Sims simulate(const PlanSpec& s) const {
+    Sims o;
+    try {
+      ForecastRequest r = base;
+      r.plan = make_plan(s, layers);
+      r.layer_offloading = s.layer_offloading;
+      r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
+      o.f = forecast(r);
+      if (o.f.fits && o.f.peak_bytes <= b.device && o.f.peak_host_bytes <= b.host && o.f.peak_disk_bytes <= b.disk) {
+        r.budget = b.device;
+        o.fb = forecast(r);
+        o.budgeted = true;
+      }
+    } catch (...) {
+      o.error = std::current_exception();
+    }
+    return o;
+  }
+
+  // Runs the sims of the candidates not yet evaluated on the host's cores (engine/parallel.h).
+  void prefetch(const std::vector<PlanSpec>& specs) {
+    std::vector<std::pair<std::string, const PlanSpec*>> todo;
+    for (const PlanSpec& s : specs) {
+      std::string label = describe(s);
+      if (cache.count(label) || pre.count(label) ||
+          std::any_of(todo.begin(), todo.end(), [&](auto& e) { return e.first == label; }))
+        continue;
+      todo.emplace_back(std::move(label), &s);
+    }
+    if (todo.size() < 2) return;  // eval runs a single one itself
+    std::vector<Sims> out(todo.size());
+    parallel_chunks(todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].second); });
+    for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].first), std::move(out[i]));
+  }
+
   PlanTried eval(const PlanSpec& s) {
     const std::string label = describe(s);
     if (auto it = cache.find(label); it != cache.end()) return it->second;
-    ForecastRequest r = base;
-    r.plan = make_plan(s, layers);
-    r.layer_offloading = s.layer_offloading;
-    r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
-    Forecast f = forecast(r);
-    res.sim_runs++;
+    Sims sims;
+    if (auto it = pre.find(label); it != pre.end()) {
+      sims = std::move(it->second);
+      pre.erase(it);
+    } else {
+      sims = simulate(s);
+    }
+    if (sims.error) std::rethrow_exception(sims.error);
+    Forecast& f = sims.f;
+    res.sim_runs += sims.budgeted ? 2 : 1;
     PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.peak_host_bytes, f.peak_disk_bytes, f.step_s, false};
     const bool device_ok = f.fits && f.peak_bytes <= b.device;
     if (device_ok && !tiers_ok(t) && (!have_short || t.step_s < short_t.step_s)) have_short = true, short_t = t;
-    if (device_ok && tiers_ok(t)) {
-      r.budget = b.device;
-      Forecast fb = forecast(r);
-      res.sim_runs++;
+    if (sims.budgeted) {
+      Forecast& fb = sims.fb;
       t.fits = fb.fits;
       if (fb.fits) t.high_water_bytes = fb.high_water_bytes;
       if (fb.fits &&
@@ -76,7 +126,7 @@ struct Search {
         have_best = true;
         best = t;
         best_spec = s;
-        res.plan = r.plan;
+        res.plan = make_plan(s, layers);
         res.layer_offloading = s.layer_offloading;
         res.label = label;
         res.forecast = std::move(fb);
@@ -90,7 +140,10 @@ struct Search {
 
   // Fewest checkpointed layers that make `s` fit (bisection: memory falls as n grows).
   void checkpointed(PlanSpec s) {
+    PlanSpec all_layers = s;
+    all_layers.checkpointed_layers = layers;
     s.checkpointed_layers = 0;
+    prefetch({s, all_layers});
     if (eval(s).fits) return;  // no layer needs checkpointing
     s.checkpointed_layers = layers;
     if (!eval(s).fits) return;
@@ -115,6 +168,14 @@ struct Search {
       double best_score = -1;
       PlanSpec next;
       PlanTried next_t;
+      std::vector<PlanSpec> round;
+      for (auto& t : types)
+        if (!has_type(cur_spec, t))
+          for (Decision d : decisions) {
+            round.push_back(cur_spec);
+            round.back().types.emplace_back(t, d);
+          }
+      prefetch(round);
       for (auto& t : types) {
         if (has_type(cur_spec, t)) continue;
         for (Decision d : decisions) {
@@ -216,6 +277,16 @@ struct Search {
     for (int pass = 0; pass < 4 && have_best; ++pass) {
       const PlanSpec start = best_spec;
       if (start.checkpoint_every > 0) return;
+      std::vector<PlanSpec> round;
+      for (size_t i = 0; i < start.types.size(); ++i) {
+        round.push_back(start);
+        round.back().types.erase(round.back().types.begin() + long(i));
+        for (Decision d : decisions) {
+          round.push_back(start);
+          round.back().types[i].second = d;
+        }
+      }
+      prefetch(round);
       for (size_t i = 0; i < start.types.size(); ++i) {
         PlanSpec without = start;
         without.types.erase(without.types.begin() + long(i));
@@ -268,7 +339,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   PlanResult res;
   res.budgets = budgets;
   const int L = base.model.num_hidden_layers;
-  Search S{base, budgets, L, res, {}, {}, false, {}, {}, false, {}};
+  Search S{base, budgets, L, res, {}, {}, false, {}, {}, false, {}, {}};
 
   // The saved class types of this model and mode (the loss path stays kept: it is needed at once).
   ForecastRequest keep = base;
@@ -317,6 +388,17 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   if (budgets.disk > 0 && !zero_sharded)
     for (const char* level : {"optimizer", "master", "all"})
       if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
+  {
+    std::vector<PlanSpec> first;
+    for (const auto& [level, tier] : starts)
+      for (bool paged : paging) {
+        first.emplace_back();
+        first.back().layer_offloading = paged;
+        first.back().state_level = level;
+        first.back().state_tier = tier;
+      }
+    S.prefetch(first);
+  }
   for (const auto& [level, tier] : starts)
     for (bool paged : paging) {
       PlanSpec start;
@@ -336,11 +418,13 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       for (auto& p : prefixes) S.checkpointed(p);
       // 3. Gradient checkpointing every k layers; on each tier with a budget, hidden_states (layer
       //    inputs there, the rest recomputed) and everything there.
+      std::vector<PlanSpec> every;
       for (int k = 1; k <= std::max(1, L); k *= 2) {
-        PlanSpec s = start;
-        s.checkpoint_every = k;
-        S.eval(s);
+        every.push_back(start);
+        every.back().checkpoint_every = k;
       }
+      S.prefetch(every);
+      for (const PlanSpec& s : every) S.eval(s);
       for (Decision d : all)
         if (d != Decision::recompute) S.tier_families(start, d);
     }

@@ -40,7 +40,8 @@ static const char* kUsage =
     "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
     "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory BYTES]\n"
     "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
-    "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]]\n"
+    "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
+    "                    [--profile NAME|FILE.json]]\n"
     "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                    [--seed 0] [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler "
     "constant|linear|cosine]\n"
@@ -59,7 +60,9 @@ static const char* kUsage =
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
-    "those tiers and, in frozen or LoRA training, page the frozen layers.\n"
+    "those tiers and, in frozen or LoRA training, page the frozen layers. The planner prices steps with the\n"
+    "built-in profile of this GPU (h100_80gb when none matches); --profile names another or a strata-calibrate\n"
+    "JSON file (as strata-plan --profile).\n"
     "--gpus N: N data-parallel ranks on this node, one process per GPU (under torchrun or srun: one rank per\n"
     "process); --batch rows a rank, gradients all-reduced per layer during backward; --grad-reduce bf16 sums\n"
     "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default. --zero-stage 1 (YAML\n"
@@ -102,9 +105,9 @@ DeviceProfile profile_for_device(const std::string& device) {
 // run's backend, with the model built as main() builds it, and sets cfg.plan to the fastest plan
 // that fits. False (the reason printed) when nothing fits.
 bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& be_name, const std::string& device,
-                    int world, std::FILE* info) {
-  ForecastRequest req =
-      train_forecast_request(cfg, mc, be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu, profile_for_device(device));
+                    const std::string& profile, int world, std::FILE* info) {
+  ForecastRequest req = train_forecast_request(cfg, mc, be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu,
+                                               profile.empty() ? profile_for_device(device) : find_profile(profile));
   req.gpus = world;                    // one rank's plan
   req.plan = Plan::keep_everything();  // the planner chooses the plan and the paging
   req.layer_offloading = false;
@@ -149,6 +152,7 @@ int main(int argc, char** argv) {
   // --gpus N, torchrun, srun (model/launch.h): one process per rank, data parallel (Trainer's comm).
   if (std::optional<int> rc = launch_hook(argc, argv, "strata-train", true)) return *rc;
   TrainConfig cfg;
+  std::string profile;  // --profile: the budget planner's device profile (empty: this GPU's built-in one)
   bool json = false;
   try {
     // SIGINT/SIGTERM: a --save in progress removes its temp file, then the signal ends the run
@@ -176,6 +180,7 @@ int main(int argc, char** argv) {
                  "budget",
                  "host-budget",
                  "disk-budget",
+                 "profile",
                  "master-weights",
                  "optimizer-state",
                  "epochs",
@@ -254,6 +259,13 @@ int main(int argc, char** argv) {
     check_grad_reduce(cfg);
     if (a.has("host-budget")) cfg.host_budget_bytes = parse_bytes(a.str("host-budget"), "--host-budget");
     if (a.has("disk-budget")) cfg.disk_budget_bytes = parse_bytes(a.str("disk-budget"), "--disk-budget");
+    if (a.has("profile")) {
+      profile = a.str("profile");
+      find_profile(profile);  // a bad name or file fails here, before any model is loaded
+      if (!cfg.memory_budget_bytes)
+        throw ConfigError("--profile prices the budget planner's steps: give --budget (memory_budget) too",
+                          "command line", "profile");
+    }
     if ((cfg.host_budget_bytes || cfg.disk_budget_bytes) && !cfg.memory_budget_bytes)
       throw ConfigError(
           "--host-budget / --disk-budget (host_memory_budget / disk_memory_budget) are the planner's tier budgets: "
@@ -409,7 +421,8 @@ int main(int argc, char** argv) {
 #endif
         if (!group) group = make_cpu_communicator(*rdv, cfg.sequence_parallel);
       }
-      if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), env.world, info)) return 1;
+      if (cfg.memory_budget_bytes && !plan_to_budget(cfg, mc, be_name, be->device_name(), profile, env.world, info))
+        return 1;
 
       ModelOptions mo = model_options(cfg);
       mo.zero.rank = env.rank;
