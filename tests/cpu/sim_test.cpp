@@ -144,9 +144,14 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
   EXPECT_TRUE(has_slots);
 }
 
-TEST(Sim, LayerOffloadingNeedsAFrozenBase) {
+TEST(Sim, LayerOffloadingOfAFullFinetuneNeedsZeroStage0) {
   ForecastRequest full = tiny_request(Plan::keep_everything());
-  full.layer_offloading = true;
+  full.layer_offloading = true;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
+  const Forecast f = forecast(full);
+  EXPECT_TRUE(f.fits) << f.oom;
+  EXPECT_GT(f.paged_host_bytes, 0u);
+  full.zero_stage = 1;
+  full.gpus = 2;
   EXPECT_THROW(forecast(full), UnsupportedError);
 }
 
