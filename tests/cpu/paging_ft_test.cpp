@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 #include "engine/backend.h"
 #include "engine/weight_pager.h"
@@ -23,6 +24,7 @@
 #include "model/train_config.h"
 #include "model/train_loop.h"
 #include "model/trainer.h"
+#include "tests/cpu/rank_threads.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
 
@@ -514,4 +516,91 @@ TEST(PagingFullFinetune, PlannerPagesAFullFinetuneWhenOnlyThatFits) {
   ForecastRequest chosen = base;
   chosen.layer_offloading = pr.layer_offloading;
   EXPECT_NE(plan_yaml(chosen, pr.plan, pr.forecast, b.device).find("layer_offloading: true"), std::string::npos);
+}
+
+namespace {
+
+struct RankRun {
+  std::vector<float> losses, norms;
+  std::vector<std::vector<float>> weights;
+};
+
+// One of two data-parallel ranks (each its own rows), the gradients all-reduced in backward.
+RankRun train_rank(Communicator* comm, int rank, bool page, const char* state) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  FtCase s{"data parallel", with_state(Plan::gradient_checkpointing(1), state)};
+  LlamaModel model(*be, s.model, model_options_of(s, page));
+  model.init_random(7);
+  TrainOptions to = train_options_of(s);
+  to.comm = comm;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, s.model.vocab_size, 20 + uint64_t(rank)), 2, 19);
+  RankRun out;
+  for (int st = 0; st < 3; ++st) {
+    const StepStats ss = tr.step(data.next());
+    out.losses.push_back(ss.loss);
+    out.norms.push_back(ss.grad_norm);
+  }
+  model.sync_state();
+  for (const Parameter& p : model.params()) out.weights.push_back(weights_of(model, p));
+  return out;
+}
+
+}  // namespace
+
+TEST(PagingFullFinetune, DataParallelRanksAreBitIdenticalToUnpagedRanks) {
+  for (const char* state : {"none", "all"}) {
+    std::vector<RankRun> runs[2];
+    for (int page = 0; page < 2; ++page)
+      runs[page] = test_util::run_rank_threads<RankRun>(
+          2, [&](Communicator* comm, int r) { return train_rank(comm, r, page == 1, state); });
+    for (int r = 0; r < 2; ++r) {
+      const RankRun &a = runs[0][size_t(r)], &b = runs[1][size_t(r)];
+      EXPECT_EQ(std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * 4), 0) << state << ", rank " << r;
+      EXPECT_EQ(std::memcmp(a.norms.data(), b.norms.data(), a.norms.size() * 4), 0) << state << ", rank " << r;
+      ASSERT_EQ(a.weights.size(), b.weights.size());
+      for (size_t i = 0; i < a.weights.size(); ++i)
+        EXPECT_EQ(std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4), 0)
+            << state << ", rank " << r << ", parameter " << i;
+    }
+    // Both ranks end with the same weights (the reduced gradient, the same update).
+    for (size_t i = 0; i < runs[1][0].weights.size(); ++i)
+      EXPECT_EQ(runs[1][0].weights[i], runs[1][1].weights[i]) << state << ", parameter " << i;
+  }
+}
+
+TEST(PagingFullFinetune, AnExceptionInBackwardLeavesThePagerCleanAndTheNextStepExact) {
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  const Batch b1 = data.next(), b2 = data.next();
+  for (const char* state : {"none", "all"}) {
+    const FtCase s{"exception", with_state(Plan::gradient_checkpointing(1), state)};
+    float ref[2];
+    {
+      auto be = make_cpu_backend(size_t(64) << 20);
+      LlamaModel model(*be, s.model, model_options_of(s, false));
+      model.init_random(11);
+      Trainer tr(*be, model, train_options_of(s));
+      ref[0] = tr.step(b1).loss;
+      ref[1] = tr.step(b2).loss;
+    }
+    auto be = make_cpu_backend(size_t(64) << 20);
+    LlamaModel model(*be, s.model, model_options_of(s, true));
+    model.init_random(11);
+    Trainer tr(*be, model, train_options_of(s));
+    WeightPager& pg = *model.pager();
+    const float l1 = tr.step(b1).loss;
+    const size_t base = be->arena().in_use();
+    int backward_nodes = 0;
+    tr.tape().set_node_hook([&](int node, TapePhase phase) {
+      pg.on_node(node, phase);
+      if (phase == TapePhase::backward && ++backward_nodes == 20) throw std::runtime_error("injected failure");
+    });
+    EXPECT_THROW(tr.step(b2), std::runtime_error);
+    for (int sl = 0; sl < pg.slot_count(); ++sl) EXPECT_EQ(pg.slot_state(sl), WeightPager::SlotState::EMPTY);
+    EXPECT_EQ(be->arena().in_use(), base) << state << ": nothing outlives the failed step";
+    pg.install(tr.tape());
+    const float l2 = tr.step(b2).loss;
+    EXPECT_EQ(std::memcmp(&l1, &ref[0], 4), 0) << state;
+    EXPECT_EQ(std::memcmp(&l2, &ref[1], 4), 0) << state << ": " << l2 << " vs " << ref[1];
+  }
 }
