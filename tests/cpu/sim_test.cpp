@@ -532,6 +532,12 @@ TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
   ASSERT_EQ(paged.code, 0) << paged.err;
   EXPECT_NE(paged.out.find("peak host memory"), std::string::npos) << paged.out;
   EXPECT_NE(paged.out.find("weight pager"), std::string::npos) << paged.out;
+  // A full fine-tune pages its trainable layer weights too (their updates stream through the optimizer).
+  Proc full = run_plan("--model tiny --seq 64 --mode full --layer-offloading");
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_NE(full.out.find("weight pager"), std::string::npos) << full.out;
+  EXPECT_NE((full.out + full.err).find("trainable layer weights paged from host"), std::string::npos)
+      << full.out << full.err;
   Proc small = run_plan("--model tiny --seq 64 --preset offload --host-budget 1KiB");
   EXPECT_EQ(small.code, 0) << small.err;
   EXPECT_NE(small.out.find("does NOT fit the host budget"), std::string::npos) << small.out;

@@ -139,13 +139,14 @@ struct FtResult {
   size_t peak = 0, persistent = 0, paged_bytes = 0, slot_bytes = 0;
 };
 
-FtResult run_full(bool page, const Plan& plan, const char* state_level) {
+FtResult run_full(bool page, const Plan& plan, const char* state_level, StateRecipe recipe = {}) {
   auto be = make_cuda_backend(size_t(2) << 30);
   ModelOptions mo;
   mo.page_layers = page;
   Plan p = plan;
   p.set_state_offloading(state_level, "test");
   mo.state_plan = p;
+  mo.recipe = recipe;
   LlamaModel model(*be, gpu_test::small_llama_config(kLayers), mo);
   model.init_random(4);
   FtResult r;
@@ -184,9 +185,10 @@ FtResult run_full(bool page, const Plan& plan, const char* state_level) {
       be->download_f32(w.data(), q.value());
     r.weights.insert(r.weights.end(), w.begin(), w.end());
   }
-  if (WeightPager* pg = model.pager())
+  if (WeightPager* pg = model.pager()) {
     for (int s = 0; s < pg->slot_count(); ++s)
       EXPECT_EQ(pg->slot_state(s), WeightPager::SlotState::EMPTY) << "slot " << s << " after the last step";
+  }
   return r;
 }
 
@@ -207,7 +209,17 @@ TEST(PagingGpu, FullFinetuneMatchesUnpagedTraining) {
       EXPECT_LT(pg.persistent + pg.paged_bytes, ref.persistent + 2 * pg.slot_bytes + (size_t(64) << 10)) << what;
       std::printf("[ paging gpu ] %s: loss %.6f, persistent %zu -> %zu, peak %zu -> %zu bytes\n", what.c_str(),
                   double(pg.losses[0]), ref.persistent, pg.persistent, ref.peak, pg.peak);
-    }
+    }  // master_weights: none (the bf16 weights are the state: updated in staging, written back as they are) and
+  // 8-bit moments on the host.
+  StateRecipe none;
+  none.master = MasterWeights::none;
+  none.moments = OptimizerState::q8;
+  const FtResult ref = run_full(false, Plan::gradient_checkpointing(1), "optimizer", none);
+  const FtResult pg = run_full(true, Plan::gradient_checkpointing(1), "optimizer", none);
+  EXPECT_EQ(pg.losses[0], ref.losses[0]);
+  for (size_t s = 1; s < ref.losses.size(); ++s)
+    EXPECT_NEAR(pg.losses[s], ref.losses[s], 1e-4 * std::fabs(ref.losses[s])) << "master none, step " << s;
+  EXPECT_TRUE(gpu_test::close(pg.weights, ref.weights, 1e-8, "master none: weights after 3 steps"));
 }
 
 }  // namespace
