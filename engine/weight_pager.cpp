@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/tape.h"
 
@@ -42,7 +43,7 @@ WeightPager::WeightPager(Backend& be, int n_layers, const std::vector<PagedWeigh
     slot_bytes_ = std::max(slot_bytes_, b);
   }
   total = host_off_.back() + layer_bytes_.back();  // exact: no padding after the last block
-  STRATA_CHECK(slot_bytes_ > 0, "weight pager: no frozen layer weights to page");
+  STRATA_CHECK(slot_bytes_ > 0, "weight pager: no layer weights to page");
   host_ = be_.reserve_host(total);
   slots_.resize(size_t(std::min(2, n_layers)));
   for (size_t s = 0; s < slots_.size(); ++s)
@@ -65,26 +66,43 @@ Tensor WeightPager::view(size_t i) const {
   return Tensor(base ? base + offset_[i] : nullptr, dtype_, w.shape);
 }
 
-void WeightPager::write_host(size_t i, const float* src) {
-  const PagedWeight& w = weights_[i];
+void WeightPager::invalidate(int layer) {
   for (auto& s : slots_)
-    if (s.layer == w.layer) {  // a copy of the old bytes on the device is stale now
+    if (s.layer == layer) {  // a copy of the old bytes on the device is stale now
       if (s.ticket) be_.copy_wait_host(s.ticket);
       s.layer = -1;
       s.state = SlotState::EMPTY;
       s.ticket = 0;
     }
-  if (!host_->base()) return;  // the sim backend's host tier has no memory: nothing to write
-  convert_from_f32(host_->base() + host_off_[size_t(w.layer)] + offset_[i], dtype_, src, size_t(w.shape.numel()));
+  if (in_use_ == layer) in_use_ = -1;
+}
+
+std::byte* WeightPager::host_data(size_t i) const {
+  const PagedWeight& w = weights_[i];
+  return host_->base() ? host_->base() + host_off_[size_t(w.layer)] + offset_[i] : nullptr;
+}
+
+size_t WeightPager::weight_bytes(size_t i) const {
+  return size_t(weights_[i].shape.numel()) * dtype_size(dtype_);
+}
+
+void WeightPager::write_host(size_t i, const float* src) {
+  invalidate(weights_[i].layer);
+  if (std::byte* dst = host_data(i))  // the sim backend's host tier has no memory: nothing to write
+    convert_from_f32(dst, dtype_, src, size_t(weights_[i].shape.numel()));
+}
+
+void WeightPager::write_host_bits(size_t i, const void* src) {
+  invalidate(weights_[i].layer);
+  if (std::byte* dst = host_data(i)) std::memcpy(dst, src, weight_bytes(i));
 }
 
 void WeightPager::read_host(size_t i, float* dst) const {
   const PagedWeight& w = weights_[i];
-  if (!host_->base()) {  // sim backend: no data
+  if (const std::byte* src = host_data(i))
+    convert_to_f32(dst, src, dtype_, size_t(w.shape.numel()));
+  else  // sim backend: no data
     std::fill(dst, dst + w.shape.numel(), 0.0f);
-    return;
-  }
-  convert_to_f32(dst, host_->base() + host_off_[size_t(w.layer)] + offset_[i], dtype_, size_t(w.shape.numel()));
 }
 
 void WeightPager::install(Tape& tape) {
@@ -101,7 +119,8 @@ void WeightPager::detach() noexcept {
 
 void WeightPager::start_upload(Slot& s, int layer) {
   // The upload is ordered after every op queued so far: the old occupant's readers finish
-  // first. Its bytes are simply dropped (frozen weights never go back to the host).
+  // first. Its bytes are simply dropped (the host block is the weights' owner: a trainable weight's
+  // update is written there by the optimizer, never from a slot).
   s.layer = -1;
   s.state = SlotState::EMPTY;
   const size_t bytes = layer_bytes_[size_t(layer)];

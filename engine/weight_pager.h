@@ -1,5 +1,5 @@
-// Weight paging for frozen layers (`layer_offloading: true`). Every frozen per-layer weight
-// lives in ONE host reservation (pinned on cuda, sized exactly: one block per layer, laid out as
+// Weight paging (`layer_offloading: true`). Every paged per-layer weight (frozen, or trainable in a
+// full fine-tune) lives in ONE host reservation (pinned on cuda, sized exactly: one block per layer, laid out as
 // in a device slot). Two device slots carved from the arena ("weights.page0/1") hold the layers
 // the step is using: layer L always maps to slot L % 2 at a fixed offset, so a paged weight's
 // Tensor never changes; the pager only makes sure its slot holds the right layer when an op runs.
@@ -7,7 +7,11 @@
 // Slot states, tied to copy tickets: EMPTY -> LOADING (upload issued on the copy stream, ordered
 // after every op already queued, so the previous occupant's readers finish first) -> READY (the
 // compute stream waits on the upload's event) -> IN_USE (the layer of the op running now).
-// Frozen weights are dropped on eviction, never copied back. The tape's node hook drives it:
+// A slot's bytes are dropped on eviction, never copied back: the host block is the only owner. A
+// trainable weight is brought in for its forward and again for its backward like a frozen one; its
+// gradient goes wherever the model put it, and the optimizer writes its update straight into the
+// host block (host_data) after reset() emptied the slots, so no slot holds a stale copy and the next
+// forward uploads the updated layers. The tape's node hook drives it:
 // forward prefetches L+1; backward and the replays inside it prefetch L-1 (a replay of an earlier
 // layer, under every-N checkpointing, prefetches the layer after it); a prefetch never evicts the
 // layer in use.
@@ -55,6 +59,15 @@ class WeightPager {
   // Host copies of weight i: write converts f32 to the compute dtype, read converts back.
   void write_host(size_t i, const float* src);
   void read_host(size_t i, float* dst) const;
+  // Weight i's bytes (compute dtype, contiguous) in the host block: null on the sim backend (no
+  // memory). A writer must empty the slots first (reset()) or write through write_host, which empties
+  // the slot holding the weight's layer.
+  std::byte* host_data(size_t i) const;
+  size_t weight_bytes(size_t i) const;
+  // Writes weight i's bytes as they are (compute dtype: the high half of a split master).
+  void write_host_bits(size_t i, const void* src);
+  // Empties the slot holding `layer` (waiting for its upload): its copy is stale once the host changes.
+  void invalidate(int layer);
 
   // Installs the node hook on `tape` (one tape at a time); detach() removes the link.
   void install(Tape& tape);

@@ -63,7 +63,10 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
     const size_t n = size_t(p.shape.numel());
     const std::vector<int64_t> shape(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd);
     const std::vector<int64_t> blocks = {int64_t(quant_blocks(n))};
-    out.push_back({p.name, p.value().dtype, shape, p.value(), nullptr});
+    if (p.page >= 0)  // a trainable paged weight: its compute copy is the pager's host block
+      out.push_back({p.name, p.value().dtype, shape, {}, m.pager()->host_data(size_t(p.page))});
+    else
+      out.push_back({p.name, p.value().dtype, shape, p.value(), nullptr});
     // A split master's low half (bf16 compute weights) is state of its own; an fp32 master beside
     // fp32 compute weights holds the same bits.
     const bool f32 = p.value().dtype == DType::f32;
@@ -80,7 +83,7 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
                      p.disk_master,
                      &m,
                      p.group + ".w.master"});
-    else if (p.master.allocated() && p.compute.allocated())
+    else if (p.master.allocated() && (p.compute.allocated() || p.page >= 0))
       out.push_back({master_name, p.master.view().dtype, shape, p.master.view(), nullptr, f32});
     for (auto [off, disk, codes, scales, tag] : {std::tuple{p.host_m, p.disk_m, &p.m, &p.m_scale, ".m"},
                                                  std::tuple{p.host_v, p.disk_v, &p.v, &p.v_scale, ".v"}}) {
@@ -528,6 +531,8 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   // The run must be the one that saved it, in every field the state's layout or the data order
   // depends on; the learning rate, the step count and the schedule may change.
   model.sync_state();  // a pending update must not land on the restored state
+  // Paged weights are restored into the pager's host block: no slot may keep (or be loading) the old ones.
+  if (WeightPager* pg = model.pager()) pg->reset();
   const std::string cfg_path = dir + "/" + kConfig;
   const json saved = read_json(cfg_path);
   const nlohmann::ordered_json now = nlohmann::ordered_json::parse(config_json);  // fields in the order written

@@ -36,7 +36,7 @@ struct ForecastRequest {
   DeviceProfile profile;
   SimMirror mirror = SimMirror::cuda;
   size_t budget = 0;              // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
-  bool layer_offloading = false;  // page the frozen layer weights from host (frozen or lora only)
+  bool layer_offloading = false;  // page the layer weight matrices from host (ModelOptions::page_layers)
   TierOptions tiers;              // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
   StateRecipe recipe;             // master_weights, optimizer_state (ModelOptions::recipe)
   // Data-parallel ranks: the forecast is one rank's (each runs the same schedule on its batch rows),
@@ -87,10 +87,10 @@ struct Forecast {
   std::vector<MemoryItem> workspaces;   // in-op allocations live at the peak
   size_t saved_bytes = 0;               // saved slots resident at the end of forward
 
-  // Host tier: saved slots offloaded by the slot store, and the weight pager's frozen layers.
+  // Host tier: saved slots offloaded by the slot store, and the weight pager's layers.
   size_t peak_host_slot_bytes = 0;               // slot store: host pool in use, peak
   size_t host_reserved_bytes = 0;                // slot store: its host reservation
-  size_t paged_host_bytes = 0;                   // weight pager: its host reservation (all frozen layers)
+  size_t paged_host_bytes = 0;                   // weight pager: its host reservation (all paged layers)
   size_t state_host_bytes = 0;                   // persistent state on the host tier (ModelOptions::state_plan)
                                                  // and the optimizer's host staging of disk-tier state
   size_t state_disk_bytes = 0;                   // persistent state on the disk tier: the model's state file

@@ -102,15 +102,20 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
     if (vocab_rows(name)) shape.d[0] = padded_vocab_;
   // train_norms trains the RMSNorm weights (q_norm/k_norm included), not biases: PEFT's bias "none".
   auto trainable = [&](const std::string& name) { return opt_.train_base || (opt_.train_norms && is_norm(name)); };
-  // Paged: the frozen matrices of the layers. Norms, biases, adapters, embeddings and the head stay resident.
+  // Paged: the layers' matrices, frozen or trainable (full fine-tune). Norms, biases, adapters, embeddings
+  // and the head stay resident.
   auto paged = [&](const std::string& name, const Shape& s) {
-    return opt_.page_frozen_layers && !trainable(name) && s.nd == 2 && layer_of_param(name) >= 0;
+    return opt_.page_layers && s.nd == 2 && layer_of_param(name) >= 0;
   };
-  if (opt_.page_frozen_layers) {
-    if (opt_.train_base)
+  if (opt_.page_layers) {
+    // ZeRO-1/2 broadcasts each owner's updated weights into every rank's device copy, which a paged
+    // weight does not have (its copy is the host block).
+    if (opt_.train_base && opt_.zero.sharded())
       STRATA_THROW(UnsupportedError,
-                   "layer_offloading pages frozen layer weights only: it needs a frozen base "
-                   "(freeze_base or a LoRA adapter); paging trainable weights is not supported");
+                   fmt::format("layer_offloading: true with trainable layer weights (a full fine-tune) and zero_stage "
+                               "{} is not supported: ZeRO updates the weights on the device, a paged weight lives "
+                               "in host memory; use layer_offloading: false, or zero_stage: 0",
+                               opt_.zero.stage));
     std::vector<PagedWeight> pw;
     for (auto& [name, shape] : shapes)
       if (paged(name, shape)) pw.push_back({name, layer_of_param(name), shape});
@@ -214,11 +219,13 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   p.is_lora = is_lora;
   p.owner = owner;
   p.state_here = owner < 0 || owner == opt_.zero.rank;
-  if (page >= 0) {  // frozen and paged: its bytes live in the pager's host block and slots
+  if (page >= 0) {  // paged: its weights live in the pager's host block and slots
     p.page = page;
     p.paged = pager_->view(size_t(page));
-    params_.push_back(std::move(p));
-    return int(params_.size() - 1);
+    if (!trainable) {
+      params_.push_back(std::move(p));
+      return int(params_.size() - 1);
+    }
   }
   p.group = state_group(p.name);
   const int layer = layer_of_param(p.name);
@@ -250,11 +257,13 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
   // low half (Backend::master_dtype, engine/master_split.h). A master on the host or disk tier leaves
   // only the compute copy on the device (f32 where that is the compute dtype).
+  // A paged weight's compute copy is the pager's host block; where the compute dtype is f32 that block
+  // is its fp32 master too (a host- or disk-tier master then mirrors it, as it mirrors a device copy).
   if (trainable && low_precision && !master_off && !no_master && p.state_here)
     p.master = Buffer(be_.arena(), be_.master_dtype(), shape, "weights.master_lo");
-  else if (!low_precision && !master_off)
+  else if (!low_precision && !master_off && page < 0)
     p.master = Buffer(be_.arena(), DType::f32, shape, "weights");
-  if (low_precision || master_off)
+  if ((low_precision || master_off) && page < 0)
     p.compute = Buffer(be_.arena(), be_.compute_dtype(), shape, low_precision ? "weights.compute" : "weights");
   if (trainable) {
     // ZeRO-2: a parameter another rank owns has no persistent gradient here (a transient block each backward,
@@ -388,6 +397,7 @@ bool split_master(const Parameter& p) {
 }  // namespace
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
+  if (p.page >= 0 && p.trainable) return set_paged_weights(p, host);
   if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
   // ZeRO-1, a parameter another rank owns: its owner's compute copy is the split master's high half
   // (ties round away from zero, not to even), so this rank's must be the same bits.
@@ -417,7 +427,50 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
   if (p.compute.allocated()) be_.upload_f32(p.compute.view(), host);
 }
 
+void LlamaModel::set_paged_weights(Parameter& p, const float* host) {
+  const size_t n = size_t(p.shape.numel());
+  const bool on_disk = p.disk_master != Parameter::kDevice;
+  std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
+  if (be_.compute_dtype() == DType::f32 || !split_master_of(p)) {
+    // The weights are the master (f32), or there is none (master_weights: none): the block alone.
+    pager_->write_host(size_t(p.page), host);
+    if (be_.compute_dtype() != DType::f32) return;
+    if (lo) std::memcpy(lo, host, n * sizeof(float));
+    if (on_disk) write_state_disk(p.disk_master, host, n * sizeof(float), p.group + ".w.master");
+    return;
+  }
+  // A split master: the high half's bits into the block, the low half onto its tier.
+  std::vector<uint16_t> hi(n);
+  std::vector<int16_t> low(n);
+  master_split(host, hi.data(), low.data(), n);
+  pager_->write_host_bits(size_t(p.page), hi.data());
+  if (lo) std::memcpy(lo, low.data(), n * sizeof(int16_t));
+  if (on_disk) write_state_disk(p.disk_master, low.data(), n * sizeof(int16_t), p.group + ".w.master");
+  if (p.master.allocated()) be_.copy_wait_host(be_.copy_to_device_async(p.master.view(), low.data()));
+}
+
+bool LlamaModel::split_master_of(const Parameter& p) const {
+  return p.trainable && be_.compute_dtype() != DType::f32 && opt_.recipe.master != MasterWeights::none;
+}
+
 void LlamaModel::download_master(const Parameter& p, float* host) const {
+  if (p.page >= 0) {
+    const size_t n = size_t(p.shape.numel());
+    if (!split_master_of(p)) return pager_->read_host(size_t(p.page), host);  // the weights are all there is
+    std::vector<int16_t> low(n);
+    if (p.host_master != Parameter::kDevice) {
+      const std::byte* lo = host_state(p.host_master);
+      if (!lo) return std::fill(host, host + n, 0.0f);  // the sim backend: no data
+      std::memcpy(low.data(), lo, n * sizeof(int16_t));
+    } else if (p.disk_master != Parameter::kDevice) {
+      read_state_disk(p.disk_master, low.data(), n * sizeof(int16_t), p.group + ".w.master");
+    } else {
+      be_.copy_wait_host(be_.copy_to_host_async(low.data(), p.master.view()));
+    }
+    const std::byte* hi = pager_->host_data(size_t(p.page));
+    if (!hi) return std::fill(host, host + n, 0.0f);
+    return master_join(host, reinterpret_cast<const uint16_t*>(hi), low.data(), n);
+  }
   if (p.host_master != Parameter::kDevice || p.disk_master != Parameter::kDevice) {
     const size_t n = size_t(p.shape.numel());
     const std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
@@ -535,7 +588,7 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
                              cfg_.sliding_window, T, io::arch_model_type(cfg_.arch), cfg_.sliding_window));
   if (pager_ && !pager_->installed_on(t))
     STRATA_THROW(UnsupportedError,
-                 "this model pages its frozen layers (layer_offloading): record it on a tape the "
+                 "this model pages its layers (layer_offloading): record it on a tape the "
                  "weight pager is installed on (the Trainer's)");
   VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
   // Packed rows' attention segments: the positions of the tokens attention sees (all T of each row under sp).
@@ -620,7 +673,7 @@ void LlamaModel::save(const std::string& dir, const Fp32Source& fp32_of) const {
   for (auto& p : params_) {
     if (p.is_lora) continue;
     host.emplace_back(size_t(p.shape.numel()));
-    if (p.page >= 0)
+    if (p.page >= 0 && !p.trainable)
       pager_->read_host(size_t(p.page), host.back().data());
     else if (!fp32_of || !fp32_of(p, host.back().data()))
       download_master(p, host.back().data());

@@ -43,9 +43,12 @@ struct ModelOptions {
   // (ops::mlp_tiled), so only one tile's gate, up and activation exist at once, in forward and in
   // backward (which recomputes them per tile). 1: the untiled graph (gate, up, act are slot classes).
   int mlp_tiles = 1;
-  // `layer_offloading`: the frozen per-layer weights (not norms, not adapters) live in host memory
-  // and are paged through two device slots by a WeightPager (needs train_base == false).
-  bool page_frozen_layers = false;
+  // `layer_offloading`: the per-layer weight matrices (not norms, biases or adapters) live in host
+  // memory and are paged through two device slots by a WeightPager, frozen or trainable (full
+  // fine-tune). A trainable paged weight's compute copy is its host block: the optimizer streams it
+  // like host-tier state and writes the update back there (model/optimizer.h); its master, moments
+  // and gradient stay on the tiers state_plan gives them. Not with zero_stage 1 or 2.
+  bool page_layers = false;
   // Where each trainable parameter's persistent state lives: Plan::decide_state on the classes
   // "<group>.w.master", "<group>.grad", "<group>.adam.m", "<group>.adam.v" (Parameter::group).
   // Only the state table is read; the activation plan is the Trainer's.
@@ -83,8 +86,11 @@ struct Parameter {
   Buffer m, v;              // AdamW moments, trainable only, in ModelOptions::recipe's precision (f32, bf16, u8)
   Buffer m_scale, v_scale;  // 8-bit moments: f32 [quant_blocks(numel)]
   int page = -1;            // index in the model's WeightPager when the weight is paged
-  Tensor paged;             // then: its fixed view into the pager's device slot (layer % 2); no buffers above
-  std::string group;        // its state classes' group: "L<layer>", "embed", "head" or "final_norm"
+  // Then: its fixed view into the pager's device slot (layer % 2), and no compute buffer (nor an fp32
+  // one where the compute dtype is f32): the pager's host block holds its weights. A trainable one keeps
+  // the rest of its state (the i16 low half of a split master, moments, gradient) on its tiers.
+  Tensor paged;
+  std::string group;  // its state classes' group: "L<layer>", "embed", "head" or "final_norm"
   // State on the host tier: byte offsets into the model's state reservation (kDevice: on the device,
   // in the buffer above). The master there is f32 where the compute dtype is f32 (the device then
   // holds the compute copy in `compute`), else the i16 low half. A moment there takes
@@ -104,8 +110,9 @@ struct Parameter {
     return host_master != kDevice || host_m != kDevice || host_v != kDevice || host_grad != kDevice;
   }
   bool state_on_disk() const { return disk_master != kDevice || disk_m != kDevice || disk_v != kDevice; }
-  // Some of its state is off the device (host or disk): the optimizer streams it (model/optimizer.h).
-  bool state_streamed() const { return state_on_host() || state_on_disk(); }
+  // Some of its state is off the device (host or disk), or it is a trainable paged weight (its
+  // weights are in the pager's host block): the optimizer streams it (model/optimizer.h).
+  bool state_streamed() const { return state_on_host() || state_on_disk() || (trainable && page >= 0); }
   // Where an 8-bit moment's scales start in its disk array: after its codes, page-aligned.
   static size_t disk_scale_offset(size_t numel) { return (numel + 4095) / 4096 * 4096; }
   Tensor value() const { return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view(); }
@@ -158,8 +165,16 @@ class LlamaModel {
   // Parameter counts as in the checkpoint files (vocabulary padding excluded).
   size_t trainable_count() const;
   size_t param_count() const;
-  // The weight pager when options().page_frozen_layers (the Trainer drives it), else null.
+  // The weight pager when options().page_layers (the Trainer drives it), else null.
   WeightPager* pager() { return pager_.get(); }
+  const WeightPager* pager() const { return pager_.get(); }
+  // Some trainable weight is paged (a full fine-tune with layer_offloading): its updates go to the
+  // pager's host block, so the optimizer does not defer them and empties the pager's slots first.
+  bool pages_trainable() const {
+    for (const Parameter& p : params_)
+      if (p.trainable && p.page >= 0) return true;
+    return false;
+  }
   // The same pager as a weak handle: a Trainer that outlives its model finds it gone, never dangling.
   std::weak_ptr<WeightPager> pager_handle() const { return pager_; }
   // Host-tier persistent state (ModelOptions::state_plan): one reservation, pinned where the backend
@@ -217,7 +232,13 @@ class LlamaModel {
   void place_state(Parameter& p, size_t& host_bytes, size_t& disk_bytes);
   void open_state_disk(size_t bytes);
   void set_weights(Parameter& p, const float* host);
-  // The fp32 weights of an unpaged parameter (joined from a split master) into host [numel].
+  // A trainable paged weight: its compute dtype's bits into the pager's host block, a split master's low
+  // half onto its tier.
+  void set_paged_weights(Parameter& p, const float* host);
+  // A trainable weight on a low-precision backend with an fp32 master: compute copy + i16 low half.
+  bool split_master_of(const Parameter& p) const;
+  // The fp32 weights of a parameter (joined from a split master; a frozen paged one: save reads the
+  // pager) into host [numel].
   void download_master(const Parameter& p, float* host) const;
   // The projection `module` ("q_proj", ...) of `layer`, with its bias and LoRA adapter where they exist.
   VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& cls);

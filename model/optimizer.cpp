@@ -17,6 +17,10 @@ size_t page_up(size_t b) {
 bool off_device(size_t host_off, size_t disk_off) {
   return host_off != Parameter::kDevice || disk_off != Parameter::kDevice;
 }
+// A trainable weight whose compute copy is the pager's host block: streamed like host-tier state.
+bool paged_weights(const Parameter& p) {
+  return p.trainable && p.page >= 0;
+}
 // A flat view of elements [begin, begin + n) of a contiguous tensor.
 Tensor slice(const Tensor& t, size_t begin, size_t n) {
   std::byte* base = static_cast<std::byte*>(t.data);
@@ -252,16 +256,17 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
     for (auto [h, d] : {std::pair{p.host_m, p.disk_m}, std::pair{p.host_v, p.disk_v}})
       if (off_device(h, d)) per_block += kQuantBlock * mel + scale_bytes;
     if (p.host_grad != Parameter::kDevice) per_block += kQuantBlock * dtype_size(model_.grad_dtype());
+    if (paged_weights(p)) per_block += kQuantBlock * dtype_size(be_.compute_dtype());
     // Pieces of a parameter with disk arrays start on `granule` elements: every array's piece then
     // starts on a page of its file region (8-bit scales: 4 bytes a block, so 1024 blocks a page).
     const bool disk_scales = quantised() && (p.disk_m != Parameter::kDevice || p.disk_v != Parameter::kDevice);
     const size_t granule = !p.state_on_disk() ? kQuantBlock : disk_scales ? kQuantBlock * 1024 : 4096;
     const size_t n = size_t(p.shape.numel());
     for (size_t begin = 0; begin < n;) {
-      // Each array of a piece starts 256-byte aligned (6 arrays at most); a piece ends on a multiple
+      // Each array of a piece starts 256-byte aligned (7 arrays at most); a piece ends on a multiple
       // of kQuantBlock elements unless it ends the parameter, so device views stay 16-byte aligned
       // for the kernels and 8-bit scales split with their blocks.
-      const size_t used = cur.bytes + 6 * Arena::kAlign;
+      const size_t used = cur.bytes + 7 * Arena::kAlign;
       const size_t room = opt_.chunk_bytes > used ? opt_.chunk_bytes - used : 0;
       size_t take = std::min(n - begin, room / per_block * kQuantBlock / granule * granule);
       if (take == 0 && cur.pieces.empty() && granule > kQuantBlock)
@@ -289,6 +294,7 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
       lay(pc.v, off_device(p.host_v, p.disk_v), mel);
       lay_scales(pc.vs, off_device(p.host_v, p.disk_v));
       lay(pc.g, p.host_grad != Parameter::kDevice, dtype_size(model_.grad_dtype()));
+      lay(pc.w, paged_weights(p), dtype_size(be_.compute_dtype()));
       // Its disk arrays in the chunk's host staging block, each on pages (whole pages are read and written).
       auto lay_disk = [&](size_t& off, size_t disk_off, size_t bytes) {
         if (disk_off == Parameter::kDevice) return;
@@ -335,6 +341,13 @@ void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last, 
     up(p.host_m, p.disk_m != Parameter::kDevice, pc.hm, pc.m, moment_dtype(), mel);
     up(p.host_v, p.disk_v != Parameter::kDevice, pc.hv, pc.v, moment_dtype(), mel);
     up(p.host_grad, false, 0, pc.g, model_.grad_dtype(), dtype_size(model_.grad_dtype()));
+    if (paged_weights(p)) {  // the compute weights, from the pager's host block (null on the sim)
+      const std::byte* h = model_.pager()->host_data(size_t(p.page));
+      const size_t el = dtype_size(be_.compute_dtype());
+      const Tensor dst = at(staging, pc.w, be_.compute_dtype(), pc.n);
+      last = be_.copy_to_device_async(dst, h ? h + pc.begin * el : nullptr);
+      stats_.uploaded_bytes += dst.bytes();
+    }
     if (quantised()) {
       const size_t n = size_t(p.shape.numel());
       for (auto [host_off, disk, hs_off, st_off] :
@@ -364,7 +377,7 @@ void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams
     s.m = pick(m_off, pc.m, moment_dtype(), p.m);
     s.v = pick(v_off, pc.v, moment_dtype(), p.v);
     s.g = pick(p.host_grad != Parameter::kDevice, pc.g, model_.grad_dtype(), p.grad);
-    s.param_out = slice(p.value(), pc.begin, pc.n);
+    s.param_out = paged_weights(p) ? at(staging, pc.w, be_.compute_dtype(), pc.n) : slice(p.value(), pc.begin, pc.n);
     if (quantised()) {
       const size_t b0 = pc.begin / kQuantBlock, nb = quant_blocks(pc.n);
       auto scales = [&](bool off, size_t st_off, const Buffer& dev) {
@@ -402,6 +415,13 @@ void Optimizer::download(const Chunk& c, const Buffer& staging, std::byte* hs) {
     down(p.host_master, p.disk_master != Parameter::kDevice, pc.hmaster, pc.master, mdt, master_elem_bytes());
     down(p.host_m, p.disk_m != Parameter::kDevice, pc.hm, pc.m, moment_dtype(), mel);
     down(p.host_v, p.disk_v != Parameter::kDevice, pc.hv, pc.v, moment_dtype(), mel);
+    if (paged_weights(p)) {  // the updated compute weights back into the pager's host block
+      std::byte* h = model_.pager()->host_data(size_t(p.page));
+      const size_t el = dtype_size(be_.compute_dtype());
+      const Tensor src = at(staging, pc.w, be_.compute_dtype(), pc.n);
+      last_down_ = be_.copy_to_host_async(h ? h + pc.begin * el : nullptr, src, kDown);
+      stats_.downloaded_bytes += src.bytes();
+    }
     if (quantised()) {
       const size_t n = size_t(p.shape.numel());
       for (auto [host_off, disk, hs_off, st_off] :
@@ -497,7 +517,14 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   // Deferred only while every gradient is on the device: with host-tier gradients (state level
   // 'all') the H200 measured the deferred update slower than the eager one (1B, 2048 tokens, gc:
   // 0.554 s against 0.441 s a step; the sim forecasts 0.412 s for both; not understood yet).
-  const bool defer = opt_.defer_update && !upd_.chunks.empty() && !model_.grads_on_host();
+  // Nor with trainable paged weights: the pager uploads a layer (prefetching it a layer ahead) from
+  // its host block, which must hold the update by then; eager, the block is final when step returns.
+  const bool pages = model_.pages_trainable();
+  const bool defer = opt_.defer_update && !upd_.chunks.empty() && !model_.grads_on_host() && !pages;
+  // The updates land in the pager's host block: no upload from it may be in flight, and no slot may
+  // keep a copy of the old weights (the trainer's step already emptied them; an evaluation or a
+  // caller's own forward may not have).
+  if (pages) model_.pager()->reset();
   // Undeferred, the first chunks upload while the device-state list runs.
   if (!defer && !upd_.chunks.empty()) advance(0);
 

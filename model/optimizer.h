@@ -17,6 +17,14 @@
 // weights stay on the device and are updated in place. Pieces of a parameter start on multiples of
 // kQuantBlock elements, so 8-bit moments' scales split with their codes.
 //
+// Trainable paged weights (a full fine-tune with layer_offloading, LlamaModel::pages_trainable): the
+// compute weights live in the pager's host block only, so they stream like host-tier state whatever
+// the tiers of their master, moments and gradient: each piece's weights are uploaded from the block
+// into staging, updated there (the kernel's param_out; a device-tier master low half, moments or
+// gradient are read in place) and downloaded back into the block. Such a step empties the pager's slots
+// first and is never deferred: when step() returns the block holds the update, and the next forward
+// uploads it.
+//
 // State on the disk tier (Plan::decide_state `disk`: moments and masters, never gradients) lives in
 // the model's state file (LlamaModel::state_disk). Its pieces travel file -> pinned host staging ->
 // device staging and back: each chunk has a host staging block (kDiskSlots of them, one reservation
@@ -53,6 +61,7 @@ struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
   bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients
+                             // or trainable paged weights
   // Data parallel: the dtype fp32 gradients are summed over the ranks in. f32: exact sums of the fp32
   // gradients. bf16: each group's gradients are rounded to bf16 copies, summed in bf16 (half the
   // bytes on the links; as PyTorch DDP with bf16 parameters) and widened back into the fp32 buffers.
@@ -130,7 +139,8 @@ class Optimizer {
   // One piece of a parameter: elements [begin, begin + n), and where its host arrays sit in staging.
   struct Piece {
     size_t param, begin, n;
-    size_t master = 0, m = 0, v = 0, g = 0;                // device staging offsets (bytes) of its host and disk arrays
+    size_t master = 0, m = 0, v = 0, g = 0;  // device staging offsets (bytes) of its host and disk arrays
+    size_t w = 0;  // a trainable paged weight: its compute weights' staging offset (from the pager's host block)
     size_t ms = 0, vs = 0;                                 // 8-bit moments: their scales' staging offsets
     size_t hmaster = 0, hm = 0, hv = 0, hms = 0, hvs = 0;  // its disk arrays' offsets in the host staging block
   };

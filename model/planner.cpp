@@ -353,9 +353,13 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   for (auto& row : kf.plan_rows)
     if (row.cls.rfind("L*.", 0) == 0) types.push_back(row.cls);
 
-  // Weight paging: frozen layers live in host memory, so only with a host budget that holds them.
+  // ZeRO-1 keeps its shard of the state on the device (host-tier state with it is refused: model/llama.cpp).
+  const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
+  // Weight paging: the layers' matrices live in host memory, so only with a host budget that holds them;
+  // trainable ones (a full fine-tune) not with ZeRO (refused: model/llama.cpp).
+  const bool can_page = base.mode != TrainMode::full || !zero_sharded;
   std::vector<bool> paging{false};
-  if (base.mode != TrainMode::full && budgets.host > 0) {
+  if (can_page && budgets.host > 0) {
     ForecastRequest pr = keep;
     pr.layer_offloading = true;
     Forecast pf = forecast(pr);
@@ -377,8 +381,6 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
   std::vector<std::string> levels{"none"};
-  // ZeRO-1 keeps its shard of the state on the device (host-tier state with it is refused: model/llama.cpp).
-  const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
   if (budgets.host > 0 && !zero_sharded)
     levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
   // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
@@ -465,13 +467,13 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
 
   res.found = S.have_best;
   if (res.found || !diagnose) return res;
-  if (budgets.host == 0 || (base.mode != TrainMode::full && paging.size() == 1)) {
+  if (budgets.host == 0 || (can_page && paging.size() == 1)) {
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
     for (const char* level : kStateOffloadingLevels) {
       if (zero_sharded && std::string(level) != "none") break;
       for (bool paged : {false, true}) {
-        if (paged && base.mode == TrainMode::full) continue;
+        if (paged && !can_page) continue;
         PlanSpec s;
         s.layer_offloading = paged;
         s.state_level = level;

@@ -1,11 +1,12 @@
 // The budget planner: chooses a decision (keep, recompute, host or disk) for every saved slot
-// class, and whether to page the frozen layer weights, so that one step fits the device-arena
+// class, and whether to page the layer weights (layer_offloading), so that one step fits the device-arena
 // budget and the host and disk budgets at the lowest forecast step time. Every candidate is
 // verified by a sim run (model/forecast.h), so "fits" means the engine's own allocator fitted it
 // and the host and disk tiers' forecast peaks stayed within their budgets.
 //
-// A tier with a budget of 0 is not used (the device is always used). Weight paging is tried in
-// frozen and LoRA training when the host budget holds the frozen layers.
+// A tier with a budget of 0 is not used (the device is always used). Weight paging is tried when the
+// host budget holds the paged layers: frozen ones in frozen and LoRA training, trainable ones in a full
+// fine-tune (not with ZeRO), whose updates then stream through the optimizer.
 //
 // Search (coarse families, each point a sim run), once without and once with weight paging:
 //  1. greedy over class types applied to all layers ("L*.mlp.act" -> recompute|host|disk): add the
@@ -63,7 +64,7 @@ struct PlanTried {
 struct PlanResult {
   bool found = false;
   Plan plan;                      // the chosen plan (found), else the lowest-memory one
-  bool layer_offloading = false;  // the chosen plan pages the frozen layer weights
+  bool layer_offloading = false;  // the chosen plan pages the layer weights (frozen or trainable)
   std::string label;
   Forecast forecast;  // its forecast under the budget (found), else unbounded
   TierBudgets budgets;

@@ -68,10 +68,11 @@ struct TrainConfig {
   int sequence_parallel = 1;
   int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;
-  std::string offload_dir;        // disk tier directory ("" = $TMPDIR or /tmp)
-  bool layer_offloading = false;  // page the frozen layer weights from host (ModelOptions::page_frozen_layers)
-  StateRecipe recipe;             // master_weights, optimizer_state, gradients (engine/state_recipe.h)
-  std::string output_dir;         // where the trained model / adapter is saved (empty: not saved)
+  std::string offload_dir;  // disk tier directory ("" = $TMPDIR or /tmp)
+  bool layer_offloading =
+      false;               // page the layer weight matrices from host, frozen or trainable (ModelOptions::page_layers)
+  StateRecipe recipe;      // master_weights, optimizer_state, gradients (engine/state_recipe.h)
+  std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
   // The loop (model/train_loop.h). `steps` counts when given (steps_given), else num_epochs does.
   bool steps_given = false;                          // max_steps / --steps was set
   float num_epochs = 0;                              // passes over the training rows; 0: not given

@@ -29,7 +29,7 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
                              z.stage, z.rank, z.world,
                              opt_.comm ? fmt::format("rank {} of {}", opt_.comm->rank(), opt_.comm->world()) : "none"),
                  "train options", "zero_stage");
-  // A model that pages its frozen layers is driven from this tape's node hook.
+  // A model that pages its layers is driven from this tape's node hook.
   pager_ = model_.pager_handle();
   if (auto pager = pager_.lock()) pager->install(tape_);
 }

@@ -44,7 +44,7 @@ struct StepStats {
   size_t peak_host_bytes = 0;    // host tier (pinned pool) peak so far
   size_t peak_disk_bytes = 0;    // disk tier peak so far
   long recomputed_nodes = 0;
-  size_t paged_bytes_uploaded = 0;  // frozen layer weights uploaded by the weight pager this step
+  size_t paged_bytes_uploaded = 0;  // layer weights uploaded by the weight pager this step
   long paged_uploads = 0;           // layer uploads this step
   size_t state_host_bytes = 0;      // persistent state on the host tier (the model's reservation + disk-tier staging)
   size_t state_disk_bytes = 0;      // persistent state on the disk tier (the model's state file)

@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     mo.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
                                                : tc.pad_vocab_multiple;
-    mo.page_frozen_layers = a.has("layer-offloading") || tc.layer_offloading;
+    mo.page_layers = a.has("layer-offloading") || tc.layer_offloading;
     mo.loss_grad_in_forward = !a.has("loss-recompute");
     mo.mlp_tiles =
         std::max(1, a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles);
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
     j["batch"] = batch;
     j["mode"] = mode;
     j["plan"] = plan_name;
-    j["layer_offloading"] = mo.page_frozen_layers;
+    j["layer_offloading"] = mo.page_layers;
     j["loss_grad_in_forward"] = mo.loss_grad_in_forward;
     j["mlp_tiles"] = mo.mlp_tiles;
     j["vocab"] = c.vocab_size;

@@ -44,14 +44,15 @@ static const char* kUsage =
     "host copies on a copy-stream timeline). offload|legacy|hidden_states: activation_offloading true|\n"
     "legacy|hidden_states (host tier); disk: activation_offloading: disk (through host staging to a disk\n"
     "queue at the profile's disk_write_gbps / disk_read_gbps; no file is written); --layer-offloading\n"
-    "pages frozen layer weights (frozen or lora).\n"
+    "pages the layers' weight matrices from host (frozen or lora: the frozen base; full: the trainable\n"
+    "weights, their updates streamed through the optimizer).\n"
     "--write-config: the YAML strata-train --config runs alone: the plan, shape and recipe, plus\n"
     "base_model when --model is a checkpoint directory and data from --data (or --config's data).\n"
     "--budget: the fastest plan whose step fits an arena of BYTES (e.g. 40GiB), printed as YAML for\n"
     "strata-train --config. It chooses keep or recompute for every slot class, and host or disk where\n"
-    "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); in\n"
-    "frozen and LoRA training it also tries paging the frozen layers (layer_offloading) when the host\n"
-    "budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
+    "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); it\n"
+    "also tries paging the layers (layer_offloading; a full fine-tune's too, not with ZeRO) when the\n"
+    "host budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
     "--state-offloading-tier disk: those classes (gradients excepted) in a state file on the disk tier;\n"
     "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly (YAML\n"
@@ -490,7 +491,9 @@ int main(int argc, char** argv) {
                  master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments),
                  gradients_name(req.recipe.gradients));
     std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
-                 req.layer_offloading ? "frozen layer weights paged from host" : "no weight paging",
+                 !req.layer_offloading         ? "no weight paging"
+                 : req.mode == TrainMode::full ? "trainable layer weights paged from host"
+                                               : "frozen layer weights paged from host",
                  host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
                  disk_budget ? fmt::format(", disk budget {}", format_bytes(disk_budget)).c_str() : "",
                  have_budget

@@ -60,9 +60,10 @@ static const char* kUsage =
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
-    "those tiers and, in frozen or LoRA training, page the frozen layers. The planner prices steps with the\n"
-    "built-in profile of this GPU (h100_80gb when none matches); --profile names another or a strata-calibrate\n"
-    "JSON file (as strata-plan --profile).\n"
+    "those tiers and page the layers' weights (layer_offloading: frozen ones, or a full fine-tune's\n"
+    "trainable ones, whose updates the optimizer streams into the host block).\n"
+    "The planner prices steps with the built-in profile of this GPU (h100_80gb when none matches); --profile\n"
+    "names another or a strata-calibrate JSON file (as strata-plan --profile).\n"
     "--gpus N: N data-parallel ranks on this node, one process per GPU (under torchrun or srun: one rank per\n"
     "process); --batch rows a rank, gradients all-reduced per layer during backward; --grad-reduce bf16 sums\n"
     "them in bf16 (half the bytes; YAML grad_reduce_dtype), fp32 (exact) by default. --zero-stage 1 (YAML\n"
@@ -275,7 +276,7 @@ int main(int argc, char** argv) {
       if (cfg.layer_offloading)
         std::fprintf(stderr,
                      "strata-train: warning: with --budget the planner decides layer_offloading itself (it pages "
-                     "the frozen layers only where that is faster within --host-budget)\n");
+                     "the layers only where that fits or is faster within --host-budget)\n");
       const Plan keep = Plan::keep_everything();
       if (cfg.plan.preset != keep.preset || !cfg.plan.overrides.empty() || !cfg.plan.rules.empty())
         std::fprintf(stderr, "strata-train: warning: the budget (%s) replaces the config's plan (%s)\n",
@@ -478,8 +479,9 @@ int main(int argc, char** argv) {
                    gradients_name(cfg.recipe.gradients));
       print_plan(info, cfg.plan.preset, trainer.plan_table(cfg.batch, cfg.seq));
       if (const WeightPager* pg = model.pager())
-        std::fprintf(info, "weight paging: %d frozen layers in a %s %s host block%s%s, %d device slots of %s\n",
-                     pg->n_layers(), format_bytes(pg->host_bytes()).c_str(), pg->host_pinned() ? "pinned" : "pageable",
+        std::fprintf(info, "weight paging: %d %s layers in a %s %s host block%s%s, %d device slots of %s\n",
+                     pg->n_layers(), model.pages_trainable() ? "trainable" : "frozen",
+                     format_bytes(pg->host_bytes()).c_str(), pg->host_pinned() ? "pinned" : "pageable",
                      pg->host_note().empty() ? "" : " — ", pg->host_note().c_str(), pg->slot_count(),
                      format_bytes(pg->slot_bytes()).c_str());
       if (model.state_host_bytes())

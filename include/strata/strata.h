@@ -143,7 +143,7 @@ struct SessionConfig {
   int pad_vocab_multiple = 64;  // vocabulary rows padded in memory to a multiple of this (1: none); never saved
   uint64_t seed = 0;
   std::string offload_dir;               // disk tier directory ("" = $TMPDIR or /tmp)
-  bool layer_offloading = false;         // page the frozen layer weights from host
+  bool layer_offloading = false;         // page the layer weight matrices from host (frozen or trainable)
   std::string master_weights = "fp32";   // fp32 | none
   std::string optimizer_state = "fp32";  // fp32 | bf16 | 8bit
   std::string gradients = "fp32";        // fp32 | bf16: the trainable parameters' gradients

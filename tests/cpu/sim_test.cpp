@@ -169,9 +169,14 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
   EXPECT_TRUE(has_slots);
 }
 
-TEST(Sim, LayerOffloadingNeedsAFrozenBase) {
+TEST(Sim, LayerOffloadingOfAFullFinetuneNeedsZeroStage0) {
   ForecastRequest full = tiny_request(Plan::keep_everything());
-  full.layer_offloading = true;
+  full.layer_offloading = true;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
+  const Forecast f = forecast(full);
+  EXPECT_TRUE(f.fits) << f.oom;
+  EXPECT_GT(f.paged_host_bytes, 0u);
+  full.zero_stage = 1;
+  full.gpus = 2;
   EXPECT_THROW(forecast(full), UnsupportedError);
 }
 
@@ -552,6 +557,12 @@ TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
   ASSERT_EQ(paged.code, 0) << paged.err;
   EXPECT_NE(paged.out.find("peak host memory"), std::string::npos) << paged.out;
   EXPECT_NE(paged.out.find("weight pager"), std::string::npos) << paged.out;
+  // A full fine-tune pages its trainable layer weights too (their updates stream through the optimizer).
+  Proc full = run_plan("--model tiny --seq 64 --mode full --layer-offloading");
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_NE(full.out.find("weight pager"), std::string::npos) << full.out;
+  EXPECT_NE((full.out + full.err).find("trainable layer weights paged from host"), std::string::npos)
+      << full.out << full.err;
   Proc small = run_plan("--model tiny --seq 64 --preset offload --host-budget 1KiB");
   EXPECT_EQ(small.code, 0) << small.err;
   EXPECT_NE(small.out.find("does NOT fit the host budget"), std::string::npos) << small.out;
