@@ -299,15 +299,30 @@ TEST(ZeroReshard, ForeignOrCorruptedShardsAreRefusedNamingTheFileAndTensor) {
   ranks({2, 1, {}, Mode::save, dir});
   const std::string s0 = ckpt(dir) + "/optimizer.rank-0-of-2.safetensors",
                     s1 = ckpt(dir) + "/optimizer.rank-1-of-2.safetensors";
+  // One unsharded rank loads it; a refused checkpoint leaves the model's weights as they were (every check
+  // runs before anything is copied in).
   auto load_one = [&](const io::LlamaConfig& cfg = test_util::tiny_config()) -> std::string {
     auto be = make_cpu_backend(size_t(64) << 20);
     LlamaModel model(*be, cfg, ModelOptions{});
+    model.init_random(11);
+    auto weights = [&] {
+      std::vector<float> all;
+      for (const Parameter& p : model.params()) {
+        std::vector<float> h(size_t(p.shape.numel()));
+        be->download_f32(h.data(), p.value());
+        all.insert(all.end(), h.begin(), h.end());
+      }
+      return all;
+    };
+    const std::vector<float> before = weights();
     TokenRows rows(synthetic_tokens(2000, test_util::tiny_config().vocab_size, 5), kSeq);
     try {
       load_checkpoint(ckpt(dir), *be, model, checkpoint_config_json(TrainConfig{}, cfg, rows.rows()));
     } catch (const FormatError& e) {
+      EXPECT_TRUE(weights() == before) << "a refused checkpoint changed the weights: " << e.what();
       return e.what();
     }
+    EXPECT_FALSE(weights() == before) << "the checkpoint's weights were not loaded";
     return "no error";
   };
   EXPECT_EQ(load_one(), "no error");
