@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
+#include "model/zero.h"
 
 namespace strata {
 
@@ -52,14 +54,12 @@ struct Piece {
   }
 };
 
-std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
+// The state of one trainable parameter (its weights first), appended to `out`. The names depend on the
+// parameter and the recipe only, never on the rank count: that is what lets a checkpoint reshard.
+void param_pieces(Backend& be, const LlamaModel& m, const Parameter& p, std::vector<Piece>& out) {
   const OptimizerState os = m.options().recipe.moments;
   const DType mdt = os == OptimizerState::fp32 ? DType::f32 : os == OptimizerState::bf16 ? DType::bf16 : DType::u8;
-  std::vector<Piece> out;
-  // ZeRO-1: this rank's shard, the parameters it owns (their weights included, for the other ranks' resume).
-  const ZeroOptions& z = m.options().zero;
-  for (const Parameter& p : m.params()) {
-    if (!p.trainable || (z.sharded() && p.owner != z.rank)) continue;
+  {
     const size_t n = size_t(p.shape.numel());
     const std::vector<int64_t> shape(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd);
     const std::vector<int64_t> blocks = {int64_t(quant_blocks(n))};
@@ -105,6 +105,15 @@ std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
       }
     }
   }
+}
+
+// What this rank saves: every trainable parameter's state, or with ZeRO-1/2 over several ranks the
+// parameters it owns (their weights included, for the other ranks' resume).
+std::vector<Piece> state_pieces(Backend& be, const LlamaModel& m) {
+  std::vector<Piece> out;
+  const ZeroOptions& z = m.options().zero;
+  for (const Parameter& p : m.params())
+    if (p.trainable && (!z.sharded() || p.owner == z.rank)) param_pieces(be, m, p, out);
   return out;
 }
 
@@ -178,29 +187,137 @@ const io::TensorInfo& state_tensor(const io::SafetensorsFile& f, const std::stri
   return *t;
 }
 
-// Checks every piece against the file (and that it holds nothing else), then copies them in.
-void restore_pieces(const io::SafetensorsFile& f, const std::string& path, Backend& be,
-                    const std::vector<Piece>& pieces) {
-  for (const Piece& pc : pieces) state_tensor(f, path, pc.name, pc.dtype, pc.shape);
-  const size_t saved_pieces =
-      size_t(std::count_if(pieces.begin(), pieces.end(), [](const Piece& pc) { return !pc.mirror; }));
-  if (f.tensors().size() != saved_pieces)
-    throw FormatError(fmt::format("{}: {} tensors, this run's state has {} (another model or recipe?)", path,
-                                  f.tensors().size(), saved_pieces),
-                      path, "tensors");
-  be.synchronize();
-  for (const Piece& pc : pieces) {
-    if (!pc.bytes()) continue;
-    const void* src = f.data(*f.find(pc.name));
-    if (pc.dev.defined())
-      be.copy_wait_host(be.copy_to_device_async(pc.dev, src));
-    else if (pc.disk != Parameter::kDevice)
-      pc.model->write_state_disk(pc.disk, src, pc.bytes(), pc.cls);
-    else if (pc.host)
-      std::memcpy(pc.host, src, pc.bytes());
-  }
-  be.synchronize();
+// Copies a checked piece in from the bytes of its tensor in a state file.
+void copy_piece(Backend& be, const Piece& pc, const void* src) {
+  if (!pc.bytes()) return;
+  if (pc.dev.defined())
+    be.copy_wait_host(be.copy_to_device_async(pc.dev, src));
+  else if (pc.disk != Parameter::kDevice)
+    pc.model->write_state_disk(pc.disk, src, pc.bytes(), pc.cls);
+  else if (pc.host)
+    std::memcpy(pc.host, src, pc.bytes());
 }
+
+// A checkpoint's optimizer state as it was saved: optimizer.safetensors, or with ZeRO-1/2 over `shards`
+// ranks one file a rank, each holding the whole state of the parameters that rank owned (zero_owner over
+// the saved rank count). Ownership is by whole parameter and the tensors' names do not depend on the rank
+// count, so any rank count can read any layout: each parameter's state is taken from the one file that
+// holds it (resharding is redistribution, never arithmetic, so the state is restored bit for bit).
+// Files are mapped on first use and checked to hold their owner's parameters' state only.
+class SavedState {
+ public:
+  SavedState(const std::string& dir, int shards, const std::string& cfg_path, const LlamaModel& m)
+      : dir_(dir), cfg_path_(cfg_path), shards_(std::max(1, shards)), model_(m) {
+    const std::vector<Parameter>& ps = m.params();
+    std::vector<size_t> numel;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      numel.push_back(ps[i].trainable ? size_t(ps[i].shape.numel()) : 0);
+      index_.emplace(ps[i].name, i);
+    }
+    // The saving run's owners (every trainable parameter in the one file when unsharded; sharded, one
+    // without elements has no owner and was saved nowhere).
+    owner_ = zero_owner(numel, shards_);
+    if (shards_ == 1)
+      for (size_t i = 0; i < ps.size(); ++i) owner_[i] = ps[i].trainable ? 0 : -1;
+    files_.resize(size_t(shards_));
+    restored_.resize(size_t(shards_), 0);
+    whole_.assign(ps.size(), false);
+  }
+
+  // Checks parameter i's `pieces` against the file that holds them (present, dtype, shape). `whole`: every
+  // piece of its state (else its weights only, for a rank that does not own it).
+  void check(size_t i, const std::vector<Piece>& pieces, bool whole) {
+    const int f = owner_[i];
+    whole_[i] = whole;
+    if (f < 0) return;  // no elements: nothing saved, nothing to restore
+    const io::SafetensorsFile& file = open(f);
+    for (const Piece& pc : pieces) {
+      state_tensor(file, path(f), pc.name, pc.dtype, pc.shape);
+      restored_[size_t(f)] += !pc.mirror;
+    }
+  }
+
+  // Copies checked pieces in.
+  void restore(size_t i, Backend& be, const std::vector<Piece>& pieces) const {
+    if (owner_[i] < 0) return;
+    const io::SafetensorsFile& file = *files_[size_t(owner_[i])];
+    for (const Piece& pc : pieces) copy_piece(be, pc, file.data(*file.find(pc.name)));
+  }
+
+  // Each file whose parameters are all restored whole here holds nothing but their state (a tensor
+  // count: its tensors were each matched to a parameter of that file when it was opened).
+  void check_complete() const {
+    for (int f = 0; f < shards_; ++f) {
+      if (!files_[size_t(f)]) continue;
+      bool all = true;
+      for (size_t i = 0; i < owner_.size(); ++i) all = all && (owner_[i] != f || whole_[i]);
+      const size_t have = files_[size_t(f)]->tensors().size();
+      if (all && have != restored_[size_t(f)])
+        throw FormatError(
+            fmt::format("{}: {} tensors, this run's state {}has {} (another model or recipe?)", path(f), have,
+                        shards_ > 1 ? fmt::format("of rank {}'s parameters ", f) : "", restored_[size_t(f)]),
+            path(f), "tensors");
+    }
+  }
+
+ private:
+  std::string path(int f) const { return dir_ + "/" + (shards_ > 1 ? shard_name(f, shards_) : kOptimizer); }
+
+  const io::SafetensorsFile& open(int f) {
+    auto& file = files_[size_t(f)];
+    if (file) return *file;
+    const std::string p = path(f);
+    std::error_code ec;
+    if (shards_ > 1 && !fs::exists(p, ec)) {
+      std::string names;
+      int k = 0;
+      for (size_t i = 0; i < owner_.size(); ++i)
+        if (owner_[i] == f && k++ < 3) names += (names.empty() ? "" : ", ") + model_.params()[i].name;
+      throw FormatError(fmt::format("{}: missing: {} has zero_shards {}, so the optimizer state is in {} files "
+                                    "optimizer.rank-<r>-of-{}.safetensors, and this one holds rank {}'s {} "
+                                    "parameters ({}{})",
+                                    p, cfg_path_, shards_, shards_, shards_, f, k, names, k > 3 ? ", ..." : ""),
+                        p, "zero_shards");
+    }
+    file = std::make_unique<io::SafetensorsFile>(io::SafetensorsFile::open(p));
+    // Every tensor is the state of a trainable parameter this file's rank owned.
+    for (const io::TensorInfo& t : file->tensors()) {
+      const size_t i = param_of(t.name);
+      if (i == SIZE_MAX)
+        throw FormatError(fmt::format("{}: tensor {} is no trainable parameter's state in this model (a checkpoint "
+                                      "of another model or recipe?)",
+                                      p, t.name),
+                          p, t.name);
+      if (owner_[i] != f)
+        throw FormatError(fmt::format("{}: tensor {} is the state of {}, which a run over {} ranks keeps in {} (the "
+                                      "shards are not this model's)",
+                                      p, t.name, model_.params()[i].name, shards_, path(owner_[i])),
+                          p, t.name);
+    }
+    return *file;
+  }
+
+  // The trainable parameter a state tensor belongs to (`<name>`, `<name>.master`, `.m`, `.v`, `.m_scale`,
+  // `.v_scale`), or SIZE_MAX.
+  size_t param_of(const std::string& t) const {
+    for (const char* tail : {"", ".master", ".m", ".v", ".m_scale", ".v_scale"}) {
+      const size_t n = std::strlen(tail);
+      if (t.size() <= n || t.compare(t.size() - n, n, tail) != 0) continue;
+      auto it = index_.find(t.substr(0, t.size() - n));
+      if (it != index_.end() && model_.params()[it->second].trainable) return it->second;
+    }
+    return SIZE_MAX;
+  }
+
+  std::string dir_, cfg_path_;
+  int shards_;
+  const LlamaModel& model_;
+  std::map<std::string, size_t> index_;  // parameter name -> index
+  std::vector<int> owner_;               // by parameter: the file (saved rank) holding its state; -1 none
+  std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
+  std::vector<size_t> restored_;  // by file: saved tensors restored from it
+  std::vector<bool> whole_;       // by parameter: its whole state was restored here
+};
 
 // ZeRO-1: each rank's agreement on whether every rank got through a phase. Every rank calls it with
 // whether it failed; if any did, every rank throws (an IoError naming the checkpoint and how many ranks
@@ -215,7 +332,8 @@ void agree(const RankSum& sum, const std::string& err, const std::string& where,
 
 }  // namespace
 
-std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& mc, long data_rows, int zero_shards) {
+std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& mc, long data_rows, int zero_shards,
+                                   int data_parallel_ranks) {
   nlohmann::ordered_json must = {
       {"model.hidden_size", mc.hidden_size},
       {"model.intermediate_size", mc.intermediate_size},
@@ -258,6 +376,8 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
                                 {"train_on_inputs", c.train_on_inputs},
                                 {"excess_length_strategy", c.drop_excess ? "drop" : "truncate"},
                                 {"sample_packing", c.sample_packing},
+                                // With micro_batch_size, the rows every rank draws together each micro-step.
+                                {"data_parallel_ranks", data_parallel_ranks},
                                 {"backend", c.backend},
                                 {"learning_rate", c.lr},
                                 {"max_steps", c.steps_given ? json(c.steps) : json(nullptr)},
@@ -526,6 +646,21 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
   return spec;
 }
 
+namespace {
+// The rows every data-parallel rank draws together each micro-step, from a train_config.json (0: not recorded,
+// a checkpoint from before data_parallel_ranks was).
+template <class J>
+long micro_step_rows(const J& j) {
+  if (!j.contains("config") || !j["config"].contains("data_parallel_ranks") ||
+      !j["must_match"].contains("micro_batch_size"))
+    return 0;
+  const auto& ranks = j["config"]["data_parallel_ranks"];
+  const auto& batch = j["must_match"]["micro_batch_size"];
+  if (!ranks.is_number_integer() || !batch.is_number_integer()) return 0;
+  return ranks.template get<long>() * batch.template get<long>();
+}
+}  // namespace
+
 CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
                                 const RankSum& sum) {
   // The run must be the one that saved it, in every field the state's layout or the data order
@@ -539,32 +674,35 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   if (!saved.contains("must_match") || !saved["must_match"].is_object())
     throw FormatError(fmt::format("{}: no must_match object: not a strata checkpoint config", cfg_path), cfg_path,
                       "must_match");
-  {
-    // The optimizer state's layout: one file, or one a rank (ZeRO-1 and ZeRO-2 alike: the same owners, the same
-    // shards; gradients are never saved); either way round is refused by name.
-    const json& sm = saved["must_match"];
-    const int saved_shards = sm.contains("zero_shards") ? sm["zero_shards"].get<int>() : 0;
-    const int now_shards = now["must_match"].contains("zero_shards") ? now["must_match"]["zero_shards"].get<int>() : 0;
-    if (saved_shards != now_shards)
-      throw FormatError(
-          fmt::format(
-              "{}: field zero_shards: the checkpoint's optimizer state is {} but this run {}; resume with "
-              "{} (or start a new run)",
-              cfg_path,
-              saved_shards > 1 ? fmt::format("sharded over {} ranks (zero_stage 1 or 2)", saved_shards)
-                               : std::string("whole (zero_stage 0 or one rank)"),
-              now_shards > 1 ? fmt::format("shards it over {} ranks", now_shards) : std::string("does not shard it"),
-              saved_shards > 1 ? fmt::format("zero_stage: 1 or 2 on {} ranks", saved_shards)
-                               : std::string("zero_stage: 0")),
-          cfg_path, "zero_shards");
+  // The optimizer state's layout: one file, or one a rank (ZeRO-1 and ZeRO-2 alike: the same owners, the same
+  // shards; gradients are never saved). Any layout resumes on any rank count and stage (SavedState).
+  int saved_shards = 0;
+  if (const json& sm = saved["must_match"]; sm.contains("zero_shards")) {
+    if (!sm["zero_shards"].is_number_integer() || sm["zero_shards"].get<int>() < 2)
+      throw FormatError(fmt::format("{}: field must_match.zero_shards is {}, expected a rank count of 2 or more "
+                                    "(an unsharded checkpoint has no such field)",
+                                    cfg_path, sm["zero_shards"].dump()),
+                        cfg_path, "zero_shards");
+    saved_shards = sm["zero_shards"].get<int>();
   }
   for (const auto& [k, v] : now["must_match"].items()) {
+    if (k == "zero_shards") continue;  // the layout, not the training: any is read (above)
     json s = saved["must_match"];
     // Checkpoints from before vocabulary padding held the unpadded rows.
     if (k == "padded_vocab_size" && !s.contains(k) && s.contains("model.vocab_size")) s[k] = s["model.vocab_size"];
     if (!s.contains(k)) throw FormatError(fmt::format("{}: field must_match.{} is missing", cfg_path, k), cfg_path, k);
     if (s[k] != json::parse(v.dump())) {  // compared as plain JSON: key order inside a value does not matter
-      const std::string how = k == "padded_vocab_size"
+      // Another rank count with the same rows a micro-step (micro_batch_size x data-parallel ranks): every rank
+      // draws the same rows, so the data order and the global batch are the checkpoint's.
+      const long saved_rows = micro_step_rows(saved), now_rows = micro_step_rows(now);
+      if (k == "micro_batch_size" && saved_rows > 0 && saved_rows == now_rows) continue;
+      const std::string how = k == "micro_batch_size" && saved_rows > 0
+                                  ? fmt::format(
+                                        "; resume with the checkpoint's setting, or on another number of "
+                                        "ranks with a micro_batch_size that keeps micro_batch_size x "
+                                        "data-parallel ranks at its {} rows ({} here)",
+                                        saved_rows, now_rows)
+                              : k == "padded_vocab_size"
                                   ? "; the embedding and LM head state is padded to it: resume with the checkpoint's "
                                     "pad_vocab_multiple (--pad-vocab; config.pad_vocab_multiple in its "
                                     "train_config.json, 1 before padding existed)"
@@ -590,30 +728,31 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
   }
   if (st.step < 0) throw FormatError(fmt::format("{}: global_step {} < 0", st_path, st.step), st_path, "global_step");
 
+  // Every parameter this rank holds the state of (all of them, unsharded) gets its whole state; with ZeRO-1/2
+  // the others (owned by other ranks now) their weights only. Each from the file that holds it.
   const ZeroOptions& z = model.options().zero;
-  if (!z.sharded()) {
-    const std::string opt_path = dir + "/" + kOptimizer;
-    restore_pieces(io::SafetensorsFile::open(opt_path), opt_path, be, state_pieces(be, model));
-    return st;
-  }
-  // ZeRO-1: this rank's own shard, then the weights of the parameters other ranks own from theirs.
   auto load = [&] {
-    const std::string own = dir + "/" + shard_name(z.rank, z.world);
-    restore_pieces(io::SafetensorsFile::open(own), own, be, state_pieces(be, model));
-    std::vector<std::unique_ptr<io::SafetensorsFile>> shards(size_t(z.world));
-    for (Parameter& p : model.params()) {
-      if (!p.trainable || p.owner == z.rank || p.owner < 0) continue;
-      const std::string path = dir + "/" + shard_name(p.owner, z.world);
-      auto& f = shards[size_t(p.owner)];
-      if (!f) f = std::make_unique<io::SafetensorsFile>(io::SafetensorsFile::open(path));
-      const Tensor v = p.value();
-      const io::TensorInfo& t = state_tensor(*f, path, p.name, v.dtype,
-                                             std::vector<int64_t>(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd));
-      if (v.bytes()) be.copy_wait_host(be.copy_to_device_async(v, f->data(t)));
+    SavedState saved_state(dir, saved_shards, cfg_path, model);
+    be.synchronize();  // nothing in flight writes the state it replaces
+    const std::vector<Parameter>& ps = model.params();
+    std::vector<std::vector<Piece>> pieces(ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Parameter& p = ps[i];
+      if (!p.trainable) continue;
+      const bool whole = !z.sharded() || p.owner == z.rank;
+      if (whole)
+        param_pieces(be, model, p, pieces[i]);
+      else
+        pieces[i].push_back({p.name, p.value().dtype,
+                             std::vector<int64_t>(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd), p.value(),
+                             nullptr});
+      saved_state.check(i, pieces[i], whole);
     }
+    saved_state.check_complete();  // every check before any copy: a refused checkpoint changes nothing
+    for (size_t i = 0; i < ps.size(); ++i) saved_state.restore(i, be, pieces[i]);
     be.synchronize();
   };
-  if (!sum) return load(), st;
+  if (!z.sharded() || !sum) return load(), st;  // unsharded, every rank reads the same files alike
   std::string err;
   try {
     load();

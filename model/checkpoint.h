@@ -2,7 +2,7 @@
 //   model.safetensors + config.json (full or frozen-base training, Hugging Face layout), or
 //   adapter_model.safetensors + adapter_config.json (LoRA, PEFT's layout);
 //   the base model's tokenizer files, where it has them;
-//   optimizer.safetensors (or, with ZeRO-1 over N ranks, optimizer.rank-<r>-of-<N>.safetensors, each
+//   optimizer.safetensors (or, with ZeRO-1/2 over N ranks, optimizer.rank-<r>-of-<N>.safetensors, each
 //     holding the parameters rank r owns): each trainable parameter's exact state as it lives in memory, whatever
 //     its tier: `<name>` (the compute weights), `<name>.master` (an fp32 master or a split
 //     master's i16 low half, where the weights are not the master), `<name>.m`, `<name>.v` (f32,
@@ -19,9 +19,15 @@
 // joined from its bf16 weights and the low halves in their shards) and publishes it. After each phase
 // the ranks agree through the RankSum: a failure on any rank makes every rank throw an IoError, and
 // rank 0 removes the temp. The output directory must be one file system every rank sees (several
-// nodes: a shared one). A resume needs the same number of ranks (field zero_shards). ZeRO-2 saves and loads
-// the same shards as ZeRO-1 (the same owners; gradients are never saved), so either stage resumes the other's
-// checkpoint on the same number of ranks.
+// nodes: a shared one). ZeRO-2 saves and loads the same shards as ZeRO-1 (the same owners; gradients are
+// never saved).
+//
+// Resharding: any checkpoint resumes on any number of ranks at any stage. Owners are whole parameters
+// (model/zero.h) and a tensor's name depends on its parameter alone, so a shard holds complete
+// per-parameter state: a load finds each parameter's state in the shard of its owner among the saving run's
+// zero_shards ranks (zero_owner over that count; optimizer.safetensors when unsharded) and restores it bit
+// for bit, whoever owns it now; nothing is recomputed. Each rank maps only the files its parameters are in,
+// and checks each holds its own rank's parameters' state only.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -54,9 +60,13 @@ struct CheckpointWrite {
 using RankSum = std::function<float(float)>;
 
 // The resolved config as train_config.json; `data_rows` is the row count of the data file;
-// `zero_shards` the ranks ZeRO-1 or ZeRO-2 shards the optimizer state over (0 or 1: unsharded).
+// `zero_shards` the ranks ZeRO-1 or ZeRO-2 shards the optimizer state over (0 or 1: unsharded; recorded in
+// must_match, so that a strata from before resharding refuses another count, but not compared on load: it
+// says where the state is); `data_parallel_ranks` the ranks that draw each micro-step's rows together
+// (recorded under config: a resume may change micro_batch_size where micro_batch_size x data-parallel ranks
+// stays the same, the same global batch on another number of ranks).
 std::string checkpoint_config_json(const TrainConfig& cfg, const io::LlamaConfig& model, long data_rows,
-                                   int zero_shards = 0);
+                                   int zero_shards = 0, int data_parallel_ranks = 1);
 
 // Writes output_dir/checkpoint-<st.step>/ (replacing one of that step); returns its path.
 // Reads the optimizer state from the model (call between steps). IoError naming the file.
@@ -79,12 +89,13 @@ size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept;
 // that must hold trainer_state.json. ConfigError naming the key when there is none.
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
 
-// Loads a checkpoint into a model built as the run that saved it (its base weights loaded):
-// checks train_config.json against `config_json` (a field that must match and differs is a
-// FormatError naming the file and the field), then restores every trainable parameter's weights
-// and optimizer state bit for bit (FormatError naming optimizer.safetensors and the tensor on a
-// missing tensor or another dtype or shape). Returns trainer_state.json's state.
-// Sharded: each rank restores its own shard and the weights of the others' parameters from theirs;
+// Loads a checkpoint into a model built as the run that saved it (its base weights loaded), on any
+// number of ranks and ZeRO stage: checks train_config.json against `config_json` (a field that must
+// match and differs is a FormatError naming the file and the field), then restores every trainable
+// parameter's weights and optimizer state bit for bit from whichever file holds it (FormatError naming
+// the file and the tensor on a missing tensor, another dtype or shape, or a tensor that is not that
+// file's rank's; naming the file and zero_shards for a missing shard). Returns trainer_state.json's state.
+// Sharded now: each rank restores the state of the parameters it owns and the weights of the others';
 // with `sum`, a failure on any rank makes every rank throw.
 CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
                                 const RankSum& sum = {});

@@ -78,8 +78,16 @@ struct PlanResult {
   std::vector<PlanTried> tried;
   int sim_runs = 0;
   int mlp_tiles = 1;  // the MLP's row tiles the plan runs with (ModelOptions::mlp_tiles)
+  // ZeRO over several ranks (zero_stage >= 1, gpus > 1), where the ranks' shares and so their peaks differ:
+  // the chosen plan fits every rank; `forecast` is rank `rank`'s, the largest peak, and rank_peak_bytes each
+  // rank's peak (bytes) under the plan. Empty otherwise (every rank's forecast is the same).
+  std::vector<size_t> rank_peak_bytes;
+  int rank = 0;
 };
 
+// With ZeRO over several ranks the plan must fit every rank (PlanResult::rank_peak_bytes): the search runs on
+// the rank with the largest peak under base.plan (base.rank is not used), every rank is forecast under the
+// chosen plan, and a shortfall on any rank searches again under a device budget lowered by it.
 // The MLP's tile count: base.mlp_tiles when set (> 0); when 0 (auto) the search runs untiled first,
 // and only when nothing fits untiled tries 2, 4, ... 64 tiles (while a tile keeps at least 64 rows;
 // never with LoRA adapters on the MLP): the most tiles first (nothing fitting is diagnosed there,

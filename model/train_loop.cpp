@@ -89,8 +89,8 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
   }
   warmup_ = resolve_warmup(cfg.warmup_steps, cfg.warmup_ratio, total_);
   if (!split_.val.empty()) val_batches_ = eval_batches(rows_, split_.val, cfg.batch);
-  config_json_ =
-      checkpoint_config_json(cfg, model.config(), rows_.rows(), model.options().zero.sharded() ? trainer.world() : 0);
+  config_json_ = checkpoint_config_json(cfg, model.config(), rows_.rows(),
+                                        model.options().zero.sharded() ? trainer.world() : 0, trainer.dp_world());
   if (opt_.checkpoint.base_model_dir.empty()) opt_.checkpoint.base_model_dir = cfg.model_dir;
   if (opt_.checkpoint.tokenizer_dir.empty()) opt_.checkpoint.tokenizer_dir = cfg.tokenizer_dir;
   opt_.checkpoint.config_json = config_json_;

@@ -9,7 +9,8 @@
 #      runs differ by ~1e-5 too, and ZeRO-2's reduce and norm parts sum in another order); peaks a rank drop
 #      from stage to stage; rank 0's first-step peak against strata-plan --gpus 2 --zero-stage Z's forecast
 #      (rank 0's); the saved models load and agree;
-#   3. sharded checkpoints (ZeRO-1, then ZeRO-2 resumed from ZeRO-1's checkpoint).
+#   3. sharded checkpoints (ZeRO-1, then ZeRO-2 resumed from ZeRO-1's checkpoint, then ZeRO-1's resharded onto
+#      1 GPU).
 #   scripts/gpu_zero_check.sh DIR      (DIR/tools: strata-train, strata-make-tiny, strata-plan; DIR/tests)
 set -u
 d=${1:-.devbuild}; out=${OUT:-/tmp/strata-out}; mkdir -p "$out"
@@ -106,4 +107,22 @@ a, b = rows("zck.jsonl"), rows("zck2-resumed.jsonl")
 common = sorted(set(a) & set(b))
 worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in common), default=float("nan"))
 print(f"zero 2 resumed from zero 1, steps {common}: worst relative loss difference {worst:.2e}")
+PY
+
+# Resharding: ZeRO-1's 2-GPU checkpoint-5 resumed on 1 GPU with --batch 2 (the same global batch; one rank is
+# unsharded, so every parameter's state comes from both shards): steps 6-10 against the uninterrupted 2-GPU run
+# (within the run-to-run spread and one rank's summation order).
+"$d/tools/strata-train" --model $m --data $m/tokens.bin --seq 512 --batch 2 --steps 10 --lr 1e-4 --gpus 1 \
+  --zero-stage 1 --json --save "$out/zck1-resumed" --resume "$out/zck/checkpoint-5" > "$out/zck1-resumed.jsonl" \
+  2> "$out/zck1-resumed.log"
+echo "zero 1 resumed on 1 GPU from the 2-GPU checkpoint-5: exit $?"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+def rows(f):
+    return {r["step"]: r["loss"] for r in (json.loads(l) for l in open(f"{out}/{f}") if l.startswith('{"step"'))}
+a, b = rows("zck.jsonl"), rows("zck1-resumed.jsonl")
+common = sorted(set(a) & set(b))
+worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in common), default=float("nan"))
+print(f"resharded onto 1 GPU, steps {common}: worst relative loss difference {worst:.2e}")
 PY

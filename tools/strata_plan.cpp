@@ -73,7 +73,8 @@ static const char* kUsage =
     "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
     "state only, and the weights' broadcasts after each step; --zero-stage 2: ZeRO-2, rank 0's share of the\n"
     "gradients too (the others' transient, reduced to their owners at nccl_busbw_gbps). --rank R: forecast\n"
-    "rank R instead of rank 0 (ZeRO's shares, hence the peaks, differ between ranks).\n"
+    "rank R instead of rank 0 (ZeRO's shares, hence the peaks, differ between ranks); with --budget the plan\n"
+    "fits every rank, and the forecast is the rank with the largest peak (every rank's peak listed).\n"
     "--sequence-parallel N (YAML sequence_parallel): groups of N of the --gpus ranks (default N) share each row,\n"
     "each rank holding seq/N of its tokens, with all-to-alls around attention (DeepSpeed-Ulysses): the forecast is\n"
     "one rank's (seq/N tokens, attention's whole-sequence head shards, the all-to-alls at nccl_busbw_gbps); with\n"
@@ -199,14 +200,30 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
 }
 
 json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget) {
-  return {{"found", pr.found},
-          {"budget", budget},
-          {"host_budget", host_budget},
-          {"disk_budget", disk_budget},
-          {"sim_runs", pr.sim_runs},
-          {"label", pr.label},
-          {"layer_offloading", pr.layer_offloading},
-          {"mlp_tiles", pr.mlp_tiles}};
+  json j = {{"found", pr.found},
+            {"budget", budget},
+            {"host_budget", host_budget},
+            {"disk_budget", disk_budget},
+            {"sim_runs", pr.sim_runs},
+            {"label", pr.label},
+            {"layer_offloading", pr.layer_offloading},
+            {"mlp_tiles", pr.mlp_tiles}};
+  if (!pr.rank_peak_bytes.empty()) {  // ZeRO: the plan fits every rank; the forecast is max_rank's
+    j["rank_peak_bytes"] = pr.rank_peak_bytes;
+    j["max_rank"] = pr.rank;
+    j["max_rank_peak_bytes"] = *std::max_element(pr.rank_peak_bytes.begin(), pr.rank_peak_bytes.end());
+  }
+  return j;
+}
+
+// ZeRO: every rank's peak under the chosen plan (the planner fitted each), and whose forecast follows.
+void print_rank_peaks(std::FILE* info, const PlanResult& pr) {
+  if (pr.rank_peak_bytes.empty()) return;
+  std::string peaks;
+  for (size_t q = 0; q < pr.rank_peak_bytes.size(); ++q)
+    peaks += fmt::format("{}rank {} {}", q ? ", " : "", q, format_bytes(pr.rank_peak_bytes[q]));
+  std::fprintf(info, "ranks: peak device %s; the plan fits every rank, the forecast is rank %d's (the largest)\n",
+               peaks.c_str(), pr.rank);
 }
 
 // Why the planner found nothing (stderr), and the same in out["planner"].
@@ -471,7 +488,7 @@ int main(int argc, char** argv) {
         req.batch, train_mode_name(req.mode),
         req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
     if (req.gpus > 1)
-      std::fprintf(info, "ranks: %d GPUs%s; the forecast is rank %d's%s\n", req.gpus,
+      std::fprintf(info, "ranks: %d GPUs%s; %s%s\n", req.gpus,
                    req.sequence_parallel > 1
                        ? fmt::format(" in {} data-parallel group{} of {} (sequence parallel: each rank holds seq/{} "
                                      "tokens of a row, and attends over every token on {} heads)",
@@ -480,7 +497,10 @@ int main(int argc, char** argv) {
                                      req.model.num_attention_heads / req.sequence_parallel)
                              .c_str()
                        : " (data parallel)",
-                   req.rank,
+                   (req.zero_stage > 0 && have_budget
+                        ? std::string("the planner fits every rank and forecasts the one with the largest peak")
+                        : fmt::format("the forecast is rank {}'s", req.rank))
+                       .c_str(),
                    req.zero_stage == 0   ? ""
                    : req.zero_stage == 1 ? " (ZeRO-1: its share of the optimizer state)"
                                          : " (ZeRO-2: its share of the optimizer state and of the gradients)");
@@ -525,6 +545,8 @@ int main(int argc, char** argv) {
         return 1;
       }
       req.seq = ms.seq;
+      if (!pr.rank_peak_bytes.empty()) req.rank = pr.rank;
+      print_rank_peaks(info, pr);
       f = std::move(pr.forecast);
       plan = pr.plan;
       req.layer_offloading = pr.layer_offloading;
@@ -553,8 +575,10 @@ int main(int argc, char** argv) {
       plan = pr.plan;
       req.layer_offloading = pr.layer_offloading;
       req.mlp_tiles = pr.mlp_tiles;
+      if (!pr.rank_peak_bytes.empty()) req.rank = pr.rank;
       std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
                    format_bytes(budget).c_str(), pr.sim_runs, pr.tried.size());
+      print_rank_peaks(info, pr);
     } else {
       if (!budget) {
         budget = p.default_arena_bytes();

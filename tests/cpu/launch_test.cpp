@@ -399,8 +399,9 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
 
 // strata-train --gpus 2 --zero-stage 1: each rank keeps its share of the optimizer state and
 // broadcasts its weights; on cpu the run is the --zero-stage 0 run bit for bit (the same losses, the
-// same saved model byte for byte), and so is a run resumed from its sharded checkpoint; so is
-// --zero-stage 2 (and resumed from the stage-1 checkpoint); strata-plan forecasts it lower per rank.
+// same saved model byte for byte), and so is a run resumed from its sharded checkpoint (on 4 ranks, with the
+// same global batch, to float rounding); so is --zero-stage 2 (and resumed from the stage-1 checkpoint);
+// strata-plan forecasts it lower per rank.
 TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
   using namespace tool_test;
   ASSERT_TRUE(tools_built());
@@ -443,10 +444,23 @@ TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
   ASSERT_EQ(c.size(), 1u) << resumed.out;
   EXPECT_EQ(c[0], a[2]);
   EXPECT_TRUE(bytes(dir.path("model_resumed/model.safetensors")) == m0) << "the resumed run's saved model differs";
+  // On 4 ranks with the same global batch (--batch 1) the checkpoint reshards: step 3 is the uninterrupted run's
+  // to float rounding (the gradients summed over 4 ranks, not 2). Another global batch is refused naming
+  // micro_batch_size and the rows a micro-step (4 ranks of 3 rows).
+  auto on = [&](const char* ranks_batch) {
+    return std::string(common).replace(common.find("--gpus 2 --batch 2"), 18, ranks_batch);
+  };
   const Proc four = dir.run(kTrain + " --zero-stage 1 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) +
-                            std::string(common).replace(common.find("--gpus 2 --batch 2"), 18, "--gpus 4 --batch 1"));
-  EXPECT_NE(four.code, 0);
-  EXPECT_TRUE(has(four.err, "zero_shards")) << four.err;
+                            on("--gpus 4 --batch 1"));
+  ASSERT_EQ(four.code, 0) << four.err;
+  const std::vector<double> f = json_losses(four.out);
+  ASSERT_EQ(f.size(), 1u) << four.out;
+  EXPECT_NEAR(f[0], a[2], 1e-5 * a[2]);
+  const Proc wider = dir.run(kTrain + " --zero-stage 1 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) +
+                             on("--gpus 4 --batch 3"));
+  EXPECT_NE(wider.code, 0);
+  EXPECT_TRUE(has(wider.err, "field micro_batch_size is 2 in the checkpoint but 3")) << wider.err;
+  EXPECT_TRUE(has(wider.err, "at its 4 rows (12 here)")) << wider.err;
   // ZeRO-2 (gradients reduced to their owners, the norm from per-parameter parts): the same losses and saved
   // model bit for bit; it resumes ZeRO-1's checkpoint (the same shards) to the same step 3.
   const Proc z2 = dir.run(kTrain + " --zero-stage 2 --save " + quote(dir.path("model_z2")) + common);

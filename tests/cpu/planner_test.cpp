@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/backend.h"
 #include "model/forecast.h"
 #include "model/train_config.h"
@@ -261,3 +263,53 @@ TEST(Planner, MaxSeqNothingFitsNamesWhatTheShortestNeeds) {
 }
 
 }  // namespace
+
+// ZeRO over several ranks: each rank owns another share of the optimizer state (whole parameters), so the ranks'
+// peaks differ, and here rank 0's is not the largest. Under a budget rank 0 fits keeping everything but the
+// largest rank does not, the plan chosen fits every rank: each rank's forecast under it fits the budget and
+// is the peak rank_peak_bytes lists, and the result's forecast is the largest rank's.
+TEST(Planner, ZeroPlanFitsEveryRankNotOnlyRankZero) {
+  for (int stage : {1, 2}) {
+    ForecastRequest base = tiny_request(Plan::keep_everything());
+    base.gpus = 3;
+    base.zero_stage = stage;
+    std::vector<size_t> keep;
+    for (int q = 0; q < base.gpus; ++q) {
+      ForecastRequest r = base;
+      r.rank = q;
+      r.budget = 0;
+      keep.push_back(forecast(r).high_water_bytes);
+    }
+    const int largest = int(std::max_element(keep.begin(), keep.end()) - keep.begin());
+    ASSERT_NE(largest, 0) << "stage " << stage << ": the case needs another rank than 0 to peak highest";
+    ASSERT_GT(keep[size_t(largest)], keep[0]) << "stage " << stage;
+    const size_t budget = keep[0];  // rank 0 keeps everything in it; the largest rank cannot
+    PlanResult pr = plan_for_budget(base, budget);
+    ASSERT_TRUE(pr.found) << "stage " << stage;
+    EXPECT_NE(pr.label, "keep everything") << "stage " << stage << ": fitted rank 0 only";
+    ASSERT_EQ(pr.rank_peak_bytes.size(), size_t(base.gpus));
+    for (int q = 0; q < base.gpus; ++q) {
+      ForecastRequest r = base;
+      r.plan = pr.plan;
+      r.layer_offloading = pr.layer_offloading;
+      r.mlp_tiles = pr.mlp_tiles;
+      r.rank = q;
+      r.budget = budget;
+      const Forecast f = forecast(r);
+      EXPECT_TRUE(f.fits) << "stage " << stage << ", rank " << q << ": " << f.oom;
+      EXPECT_LE(f.high_water_bytes, budget) << "stage " << stage << ", rank " << q;
+      EXPECT_EQ(f.peak_bytes, pr.rank_peak_bytes[size_t(q)]) << "stage " << stage << ", rank " << q;
+    }
+    EXPECT_EQ(pr.forecast.peak_bytes, *std::max_element(pr.rank_peak_bytes.begin(), pr.rank_peak_bytes.end()));
+    EXPECT_EQ(pr.forecast.peak_bytes, pr.rank_peak_bytes[size_t(pr.rank)]);
+    // The result does not depend on the rank asked for: every rank plans alike (strata-train's ranks each plan).
+    ForecastRequest other = base;
+    other.rank = 2;
+    const PlanResult again = plan_for_budget(other, budget);
+    EXPECT_EQ(again.label, pr.label) << "stage " << stage;
+    EXPECT_EQ(again.rank_peak_bytes, pr.rank_peak_bytes) << "stage " << stage;
+    // Unsharded, the ranks are alike: no per-rank peaks.
+    base.zero_stage = 0;
+    EXPECT_TRUE(plan_for_budget(base, forecast(base).high_water_bytes).rank_peak_bytes.empty());
+  }
+}

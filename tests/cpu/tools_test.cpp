@@ -1,6 +1,7 @@
 // The command-line tools end to end: strata-make-tiny writes a checkpoint that the readers accept,
 // strata-train trains it (JSON lines, plan table, saving full models and PEFT adapters), and bad
 // usages exit 2 (usage) or 1 (runtime) with a message naming the flag or path.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -239,6 +240,40 @@ TEST_F(tools, plan_max_seq_prints_the_longest_sequence) {
   ASSERT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("longest sequence: " + std::to_string(seq) + " tokens\n"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("chosen plan: "), std::string::npos) << text.out;
+}
+
+// --budget with ZeRO over 3 ranks: the ranks' shares of the state differ, so the plan must fit the largest rank's
+// peak (a budget just under it, where keep-everything fits the other ranks): every rank's peak is listed, each
+// within the budget, and the forecast shown is the largest rank's.
+TEST_F(tools, plan_budget_with_zero_fits_every_rank) {
+  const std::string plan = kPlan + " --model tiny --mirror cpu --device-name cpu --seq 256 --batch 2 --gpus 3 ";
+  for (int stage : {1, 2}) {
+    const std::string z = fmt::format("--zero-stage {} ", stage);
+    std::vector<size_t> keep;
+    for (int q = 0; q < 3; ++q) {
+      Proc f = run(plan + z + fmt::format("--rank {} --json", q));
+      ASSERT_EQ(f.code, 0) << f.err;
+      keep.push_back(json::parse(f.out)["forecast"]["high_water_bytes"].get<size_t>());
+    }
+    const size_t budget = *std::max_element(keep.begin(), keep.end()) - 1;
+    Proc r = run(plan + z + fmt::format("--budget {} --json", budget));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const json j = json::parse(r.out);
+    const std::vector<size_t> peaks = j["planner"]["rank_peak_bytes"];
+    ASSERT_EQ(peaks.size(), 3u) << r.out;
+    for (size_t q = 0; q < 3; ++q) EXPECT_LE(peaks[q], budget) << "stage " << stage << ", rank " << q;
+    const size_t top = *std::max_element(peaks.begin(), peaks.end());
+    EXPECT_EQ(j["planner"]["max_rank_peak_bytes"].get<size_t>(), top);
+    EXPECT_EQ(j["forecast"]["peak_bytes"].get<size_t>(), top);
+    EXPECT_EQ(j["rank"], j["planner"]["max_rank"]);
+    EXPECT_EQ(peaks[j["planner"]["max_rank"].get<size_t>()], top);
+    EXPECT_LE(j["forecast"]["high_water_bytes"].get<size_t>(), budget);
+    EXPECT_NE(j["planner"]["label"], "keep everything") << r.out;
+    Proc text = run(plan + z + fmt::format("--budget {}", budget));
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_NE(text.out.find("ranks: peak device rank 0 "), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("the plan fits every rank"), std::string::npos) << text.out;
+  }
 }
 
 TEST_F(tools, plan_max_seq_and_recipe_flag_errors_exit_2_naming_the_flags) {

@@ -1,7 +1,7 @@
 // ZeRO-1 and ZeRO-2 checkpoints (model/checkpoint.h): every rank writes its shard of the optimizer state, rank 0 the
 // rest. A run stopped and resumed from such a checkpoint is bit-identical to the uninterrupted one on cpu;
-// its weights file equals an unsharded run's; another number of ranks is refused naming zero_shards; a
-// failure on one rank makes every rank fail and leaves no checkpoint and no temp behind.
+// its weights file equals an unsharded run's; a failure on one rank makes every rank fail and leaves no
+// checkpoint and no temp behind. Another number of ranks resumes them: tests/cpu/zero_reshard_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -151,33 +151,6 @@ TEST(ZeroCheckpoint, ResumedRunIsBitIdenticalAndItsWeightsFileIsTheUnshardedOne)
   }
 }
 
-TEST(ZeroCheckpoint, AnotherNumberOfRanksOrStageIsRefusedNamingZeroShards) {
-  const std::string dir = fresh_dir("refuse");
-  ranks(2, [&](Communicator* c, int r) { return train(c, 2, r, 1, Mode::save, dir); });
-  std::vector<std::string> errs;
-  ranks(
-      4, [&](Communicator* c, int r) { return train(c, 4, r, 1, Mode::resume, dir); }, &errs);
-  for (const std::string& e : errs) {
-    EXPECT_NE(e.find("zero_shards"), std::string::npos) << e;
-    EXPECT_NE(e.find("sharded over 2 ranks"), std::string::npos) << e;
-    EXPECT_NE(e.find("train_config.json"), std::string::npos) << e;
-  }
-  ranks(
-      2, [&](Communicator* c, int r) { return train(c, 2, r, 0, Mode::resume, dir); }, &errs);
-  for (const std::string& e : errs) {
-    EXPECT_NE(e.find("zero_shards"), std::string::npos) << e;
-    EXPECT_NE(e.find("zero_stage: 1 or 2 on 2 ranks"), std::string::npos) << e;
-  }
-  // One rank, unsharded, against the sharded checkpoint.
-  std::string one;
-  try {
-    train(nullptr, 1, 0, 0, Mode::resume, dir);
-  } catch (const FormatError& e) {
-    one = e.what();
-  }
-  EXPECT_NE(one.find("zero_shards"), std::string::npos) << one;
-}
-
 TEST(ZeroCheckpoint, AFailureOnOneRankFailsEveryRankAndLeavesNothing) {
   const std::string dir = fresh_dir("fail");
   std::vector<std::string> errs;
@@ -256,16 +229,5 @@ TEST(ZeroCheckpoint, StageTwoSavesStageOnesShardsAndEitherStageResumesTheOther) 
               << world << " ranks, rank " << r << ", " << c.what << ", parameter " << i;
       }
     }
-  }
-  // Another number of ranks is refused for stage 2 as for stage 1, naming zero_shards.
-  const std::string dir = fresh_dir("s2_refuse");
-  ranks(2, [&](Communicator* c, int r) { return train(c, 2, r, 2, Mode::save, dir); });
-  std::vector<std::string> errs;
-  ranks(
-      4, [&](Communicator* c, int r) { return train(c, 4, r, 2, Mode::resume, dir); }, &errs);
-  ASSERT_EQ(errs.size(), 4u);
-  for (const std::string& e : errs) {
-    EXPECT_NE(e.find("zero_shards"), std::string::npos) << e;
-    EXPECT_NE(e.find("zero_stage: 1 or 2 on 2 ranks"), std::string::npos) << e;
   }
 }
