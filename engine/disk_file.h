@@ -27,6 +27,8 @@ class DiskFile {
   virtual void wait_all() = 0;      // blocks until nothing is in flight; throws for the first failure not yet reported
   // Fault hook for tests: the `nth` write request from now (1 = next) fails with -err (e.g. EIO, ENOSPC).
   virtual void inject_write_failure(int nth, int err) = 0;
+  // The same for reads: the `nth` read request from now fails with -err.
+  virtual void inject_read_failure(int nth, int err) = 0;
 
  protected:
   // IoError naming `path` for a request that is misaligned, runs past `capacity`, or (when

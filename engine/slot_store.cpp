@@ -267,6 +267,11 @@ void SlotStore::inject_disk_write_failure(int nth, int err) {
   disk_->inject_write_failure(nth, err);
 }
 
+void SlotStore::inject_disk_read_failure(int nth, int err) {
+  STRATA_CHECK(disk_ != nullptr, "no disk tier to inject a failure into");
+  disk_->inject_read_failure(nth, err);
+}
+
 void SlotStore::fail_disk() noexcept {
   // A failed write or read leaves the file useless: remove it now, not at exit.
   for (Value* v : writes_) v->io = 0;

@@ -65,6 +65,7 @@ class SlotStore {
   size_t loading_bytes() const { return loading_bytes_; }
   // Test hook: the nth disk write from now fails with errno `err` (after prepare()).
   void inject_disk_write_failure(int nth, int err);
+  void inject_disk_read_failure(int nth, int err);
 
   const TierStats& stats() const { return stats_; }
   const Arena* host_arena() const { return host_arena_.get(); }

@@ -196,6 +196,8 @@ void UringFile::queue_piece(const Piece& p) {
   free_.pop_back();
   slots_[slot] = p;
   if (p.write && inject_countdown_ > 0 && --inject_countdown_ == 0) slots_[slot].inject_err = inject_err_;
+  if (!p.write && inject_read_countdown_ > 0 && --inject_read_countdown_ == 0)
+    slots_[slot].inject_err = inject_read_err_;
   push_sqe(slot);
 }
 
@@ -323,6 +325,13 @@ void UringFile::inject_write_failure(int nth, int err) {
     STRATA_THROW(Error, fmt::format("{}: inject_write_failure({}, {}): need nth >= 1 and err > 0", path_, nth, err));
   inject_countdown_ = nth;
   inject_err_ = err;
+}
+
+void UringFile::inject_read_failure(int nth, int err) {
+  if (nth < 1 || err <= 0)
+    STRATA_THROW(Error, fmt::format("{}: inject_read_failure({}, {}): need nth >= 1 and err > 0", path_, nth, err));
+  inject_read_countdown_ = nth;
+  inject_read_err_ = err;
 }
 
 std::pair<double, double> measure_direct_bandwidth(const std::string& dir, size_t bytes) {

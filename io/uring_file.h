@@ -48,6 +48,7 @@ class UringFile final : public DiskFile {
 
   // Fault hook for tests: the `nth` write request from now (1 = next) fails with -err (e.g. EIO, ENOSPC).
   void inject_write_failure(int nth, int err) override;
+  void inject_read_failure(int nth, int err) override;
 
  private:
   friend std::pair<double, double> measure_direct_bandwidth(const std::string& dir, size_t bytes);
@@ -91,8 +92,8 @@ class UringFile final : public DiskFile {
   Ticket next_ticket_ = 1;
   std::unordered_map<Ticket, TicketState> open_;  // in flight, or failed (kept so done/wait can report it)
   size_t bytes_written_ = 0, bytes_read_ = 0;
-  long inject_countdown_ = 0;
-  int inject_err_ = 0;
+  long inject_countdown_ = 0, inject_read_countdown_ = 0;
+  int inject_err_ = 0, inject_read_err_ = 0;
 };
 
 // Sequential O_DIRECT bandwidth of `dir` (writes then reads `bytes` in 4 MiB requests, queue depth 8) for the

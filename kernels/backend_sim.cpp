@@ -64,6 +64,7 @@ class SimDiskFile final : public DiskFile {
   void wait(Ticket t) override;
   void wait_all() override;
   void inject_write_failure(int nth, int err) override;
+  void inject_read_failure(int nth, int err) override;
 
  private:
   static constexpr size_t kPieceBytes = size_t(1) << 20;  // io::UringFile's request size: the hook counts these
@@ -82,8 +83,8 @@ class SimDiskFile final : public DiskFile {
   std::string path_;
   size_t capacity_;
   std::vector<Request> requests_;  // per ticket (1-based)
-  long inject_countdown_ = 0;
-  int inject_err_ = 0;
+  long inject_countdown_ = 0, inject_read_countdown_ = 0;
+  int inject_err_ = 0, inject_read_err_ = 0;
 };
 
 class SimBackendImpl final : public SimBackend {
@@ -550,12 +551,13 @@ DiskFile::Ticket SimDiskFile::submit(bool write, size_t offset, size_t bytes) {
   r.offset = offset;
   r.write = write;
   r.end_s = bytes ? be_.disk_request(write, bytes) : be_.now_s();  // nothing to do: done at once
-  if (write && bytes && inject_countdown_ > 0) {
+  long& countdown = write ? inject_countdown_ : inject_read_countdown_;
+  if (bytes && countdown > 0) {
     const auto pieces = long((bytes + kPieceBytes - 1) / kPieceBytes);
-    if (inject_countdown_ <= pieces)
-      r.err = inject_err_, inject_countdown_ = 0;
+    if (countdown <= pieces)
+      r.err = write ? inject_err_ : inject_read_err_, countdown = 0;
     else
-      inject_countdown_ -= pieces;
+      countdown -= pieces;
   }
   requests_.push_back(r);
   return Ticket(requests_.size());
@@ -601,6 +603,13 @@ void SimDiskFile::inject_write_failure(int nth, int err) {
     STRATA_THROW(Error, fmt::format("{}: inject_write_failure({}, {}): need nth >= 1 and err > 0", path_, nth, err));
   inject_countdown_ = nth;
   inject_err_ = err;
+}
+
+void SimDiskFile::inject_read_failure(int nth, int err) {
+  if (nth < 1 || err <= 0)
+    STRATA_THROW(Error, fmt::format("{}: inject_read_failure({}, {}): need nth >= 1 and err > 0", path_, nth, err));
+  inject_read_countdown_ = nth;
+  inject_read_err_ = err;
 }
 
 }  // namespace

@@ -242,6 +242,16 @@ TEST(Sim, DiskFileIsASerialQueueOnTheClock) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/strata-sim"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("write at offset 0 failed"), std::string::npos) << e.what();
   }
+  // Reads count their own requests: a write in between does not use up the read's fault.
+  f->inject_read_failure(1, EIO);
+  f->wait(f->write_async(0, nullptr, 1 * MiB));
+  DiskFile::Ticket bad_read = f->read_async(4 * MiB, nullptr, 1 * MiB);
+  try {
+    f->wait(bad_read);
+    FAIL() << "an injected read failure must surface";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("read at offset 4194304 failed"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sim, DiskPlanNeedsTheProfilesDiskBandwidth) {

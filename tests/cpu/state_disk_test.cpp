@@ -13,8 +13,10 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "engine/backend.h"
+#include "model/checkpoint.h"
 #include "model/data.h"
 #include "model/forecast.h"
 #include "model/llama.h"
@@ -459,6 +461,58 @@ TEST(StateDisk, AFailingStateWriteNamesTheDiskTierTheClassAndTheFile) {
       EXPECT_NE(msg.find(model.state_disk()->path()), std::string::npos) << msg;
       EXPECT_NE(msg.find(std::strerror(err)), std::string::npos) << msg;
     }
+}
+
+// A read of the state file that fails (an I/O error) stops the step with an IoError naming the disk
+// tier, the state class, the file and the error; a checkpoint saved while the file cannot be read
+// fails the same way and leaves neither a checkpoint nor its temp directory behind, and an earlier
+// checkpoint stays whole.
+TEST(StateDisk, AFailingStateReadNamesTheTierAndTheClassAndLeavesNoCheckpoint) {
+  for (const bool defer : {true, false}) {
+    auto be = make_cpu_backend(size_t(64) << 20);
+    ModelOptions mo;
+    mo.state_plan = level(Plan::keep_everything(), "all", Decision::disk);
+    mo.state_dir = state_dir();
+    LlamaModel model(*be, test_util::tiny_config(), mo);
+    model.init_random(1);
+    TrainOptions to;
+    to.plan = mo.state_plan;
+    to.optimizer.defer_update = defer;
+    Trainer tr(*be, model, to);
+    TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+    tr.step(data.next());
+    const std::string out = ::testing::TempDir() + "strata_state_read_fail_" + std::to_string(::getpid());
+    fs::remove_all(out);
+    const std::string first = save_checkpoint(out, *be, model, CheckpointState{1, {}, 0, 5, 1.0f}, {});
+    ASSERT_TRUE(fs::exists(first + "/model.safetensors"));
+    auto expect_read_error = [&](const std::optional<IoError>& e) {
+      ASSERT_TRUE(e.has_value());
+      const std::string msg = e->what();
+      EXPECT_NE(msg.find("disk tier"), std::string::npos) << msg;
+      EXPECT_TRUE(msg.find(".adam.") != std::string::npos || msg.find("w.master") != std::string::npos) << msg;
+      EXPECT_NE(msg.find(model.state_disk()->path()), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::strerror(EIO)), std::string::npos) << msg;
+    };
+    // A checkpoint whose state read fails: nothing new on disk, the first one untouched.
+    const auto before = fs::last_write_time(first + "/model.safetensors");
+    model.state_disk()->inject_read_failure(1, EIO);
+    expect_read_error(test_util::catch_as<IoError>([&] {
+      save_checkpoint(out, *be, model, CheckpointState{2, {}, 0, 5, 1.0f}, {});
+    }));
+    size_t entries = 0;
+    for (const auto& e : fs::directory_iterator(out)) {
+      ++entries;
+      EXPECT_EQ(e.path().filename().string(), fs::path(first).filename().string()) << "left behind: " << e.path();
+    }
+    EXPECT_EQ(entries, 1u);
+    EXPECT_EQ(fs::last_write_time(first + "/model.safetensors"), before);
+    // The optimizer's read during a step.
+    model.state_disk()->inject_read_failure(1, EIO);
+    expect_read_error(test_util::catch_as<IoError>([&] {
+      for (int s = 0; s < 3; ++s) tr.step(data.next());
+    }));
+    fs::remove_all(out);
+  }
 }
 
 // Loading weights whose master write into the state file fails names the tier and the class; loaded

@@ -15,6 +15,7 @@
 #include "model/llama.h"
 #include "model/rng.h"
 #include "model/trainer.h"
+#include "tests/cpu/expect_error.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -165,6 +166,32 @@ TEST(Tiers, DiskWriteFailureNamesTheFileAndLeavesNothingBehind) {
   EXPECT_EQ(be->arena().in_use(), base) << "no slot outlives the failed step";
   EXPECT_EQ(tr.store().host_arena()->in_use(), 0u);
   // The next step makes a new file and trains on.
+  EXPECT_TRUE(std::isfinite(tr.step(data.next()).loss));
+  fs::remove_all(dir);
+}
+
+// A disk-tier slot whose read back fails in backward: an IoError naming the file and the error, no
+// slot or file left, and the next step trains on (a new file).
+TEST(Tiers, DiskReadFailureNamesTheFileAndLeavesNothingBehind) {
+  const std::string dir = fresh_dir("readfail");
+  auto be = make_cpu_backend(size_t(64) << 20);
+  LlamaModel model(*be, cfg(), {});
+  model.init_random(2);
+  TrainOptions to;
+  to.plan = Plan::activation_offloading(Decision::disk);
+  to.tiers.offload_dir = dir;
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
+  tr.step(data.next());
+  const size_t base = be->arena().in_use();
+  tr.store().inject_disk_read_failure(2, EIO);
+  const auto e = test_util::catch_as<IoError>([&] { tr.step(data.next()); });
+  ASSERT_TRUE(e.has_value()) << "an injected read failure must surface";
+  EXPECT_NE(std::string(e->what()).find(dir), std::string::npos) << e->what();
+  EXPECT_NE(std::string(e->what()).find(std::strerror(EIO)), std::string::npos) << e->what();
+  EXPECT_EQ(files_in(dir), 0u) << "a failed disk tier removes its file at once";
+  EXPECT_EQ(be->arena().in_use(), base) << "no slot outlives the failed step";
+  EXPECT_EQ(tr.store().host_arena()->in_use(), 0u);
   EXPECT_TRUE(std::isfinite(tr.step(data.next()).loss));
   fs::remove_all(dir);
 }
