@@ -500,8 +500,9 @@ bool sharded_fp32(const Parameter& p, float* host, const std::string& path, std:
   const size_t n = size_t(p.shape.numel());
   const io::TensorInfo* w = f->find(p.name);
   if (!w || w->bytes != n * dtype_size(w->dtype))
-    throw FormatError(fmt::format("{}: no weights {} of {} elements (zero_stage 3: its owner's shard)", path, p.name, n),
-                      path, p.name);
+    throw FormatError(
+        fmt::format("{}: no weights {} of {} elements (zero_stage 3: its owner's shard)", path, p.name, n), path,
+        p.name);
   const io::TensorInfo* lo = f->find(p.name + ".master");
   if (lo && w->dtype == DType::bf16)
     master_join(host, reinterpret_cast<const uint16_t*>(f->data(*w)), reinterpret_cast<const int16_t*>(f->data(*lo)),
@@ -557,7 +558,8 @@ std::string save_sharded(const std::string& output_dir, Backend& be, const Llama
     try {
       std::vector<std::unique_ptr<io::SafetensorsFile>> shards(size_t(z.world));
       auto fp32_of = [&](const Parameter& p, float* host) {
-        if (p.gathered()) return sharded_fp32(p, host, tmp + "/" + shard_name(p.owner, z.world), shards[size_t(p.owner)]);
+        if (p.gathered())
+          return sharded_fp32(p, host, tmp + "/" + shard_name(p.owner, z.world), shards[size_t(p.owner)]);
         if (p.owner <= 0 || !p.trainable || !p.compute.allocated() || p.compute.view().dtype != DType::bf16)
           return false;
         auto& f = shards[size_t(p.owner)];

@@ -497,8 +497,8 @@ void Optimizer::advance(size_t upto) {
 
 void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   model_.clear_gathered_fp32();  // ZeRO-3: a save's gathered copies are stale after this update
-  if (pending()) flush();  // an update still pending (a forward that did not reach it) comes first
-  finish_disk();           // the last update's writes land before this one reads the same regions
+  if (pending()) flush();        // an update still pending (a forward that did not reach it) comes first
+  finish_disk();                 // the last update's writes land before this one reads the same regions
   upd_ = Update{};
   upd_.chunks = plan_chunks();
   upd_.reads.resize(upd_.chunks.size());
@@ -603,12 +603,14 @@ void Optimizer::gather_sharded(Communicator& c, bool split) {
     if (!p.weights_sharded) continue;
     const bool mine = p.state_here;
     Buffer w, lo;
-    const Tensor wt = mine ? p.value() : (w = Buffer(be_.arena(), be_.compute_dtype(), p.shape, "weights.gather"), w.view());
+    const Tensor wt =
+        mine ? p.value() : (w = Buffer(be_.arena(), be_.compute_dtype(), p.shape, "weights.gather"), w.view());
     std::vector<Tensor> ts = {wt};
     Tensor lt;
     if (split) {
       // The low halves' bits travel as a 16-bit float type (a broadcast copies bytes, never converts).
-      lt = mine ? p.master.view() : (lo = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.gather"), lo.view());
+      lt =
+          mine ? p.master.view() : (lo = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.gather"), lo.view());
       ts.push_back(Tensor(lt.data, DType::bf16, lt.shape));
     }
     c.wait_host(c.broadcast_many(ts, std::vector<int>(ts.size(), p.owner)));

@@ -42,7 +42,8 @@
 namespace strata {
 
 struct ZeroOptions {
-  int stage = 0;  // 0: every rank holds all the state; 1: optimizer state sharded; 2: gradients too; 3: layer weights too
+  int stage =
+      0;  // 0: every rank holds all the state; 1: optimizer state sharded; 2: gradients too; 3: layer weights too
   int rank = 0, world = 1;
   // Stage 1 or 2 with several ranks: something to shard (one rank: the unsharded path, a no-op).
   bool sharded() const { return stage >= 1 && world > 1; }
