@@ -402,7 +402,7 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
 // same saved model byte for byte), and so is a run resumed from its sharded checkpoint (on 4 ranks, with the
 // same global batch, to float rounding); so is --zero-stage 2 (and resumed from the stage-1 checkpoint);
 // strata-plan forecasts it lower per rank.
-TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
+TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   using namespace tool_test;
   ASSERT_TRUE(tools_built());
   Scratch dir;
