@@ -171,7 +171,9 @@ TEST(ZeroGpuChild, StagesAgainstStageZero) {
         uint64_t theirs = 0;
         ASSERT_EQ(all[k].size(), sizeof theirs);
         std::memcpy(&theirs, all[k].data(), sizeof theirs);
-        if (!mine_only) EXPECT_EQ(theirs, mine) << what << ": rank " << k << "'s weights differ from this rank's";
+        if (!mine_only) {
+          EXPECT_EQ(theirs, mine) << what << ": rank " << k << "'s weights differ from this rank's";
+        }
       }
       // The sim's forecast of this rank: its first step's peak, byte for byte.
       const Forecast f = forecast(req);
