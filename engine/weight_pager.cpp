@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/comm.h"
 #include "engine/tape.h"
 
 namespace strata {
@@ -20,21 +21,29 @@ const char* WeightPager::state_name(SlotState s) {
   return names[int(s)];
 }
 
-WeightPager::WeightPager(Backend& be, int n_layers, const std::vector<PagedWeight>& weights)
-    : be_(be), dtype_(be.compute_dtype()), n_layers_(n_layers), weights_(weights) {
+WeightPager::WeightPager(Backend& be, int n_layers, const std::vector<PagedWeight>& weights, int rank)
+    : be_(be), dtype_(be.compute_dtype()), n_layers_(n_layers), weights_(weights), rank_(rank) {
   STRATA_CHECK(n_layers > 0, "weight pager: no layers to page");
   layer_bytes_.assign(size_t(n_layers), 0);
   offset_.resize(weights_.size());
+  if (gathers()) {
+    resident_.resize(weights_.size());
+    of_layer_.resize(size_t(n_layers));
+  }
   // One block per layer, laid out exactly as in its device slot (each weight 256-byte aligned,
-  // like an arena block), so a layer moves in one copy.
+  // like an arena block), so a layer moves in one copy. Gathered: this rank's own weights take no space.
   for (size_t i = 0; i < weights_.size(); ++i) {
     const PagedWeight& w = weights_[i];
     STRATA_CHECK(w.layer >= 0 && w.layer < n_layers,
                  fmt::format("weight pager: '{}' has layer {} outside [0, {})", w.name, w.layer, n_layers));
+    STRATA_CHECK((w.root >= 0) == gathers(),
+                 fmt::format("weight pager: '{}' has root {} in a pager of rank {}", w.name, w.root, rank_));
+    layer_of_[w.name] = w.layer;
+    if (gathers()) of_layer_[size_t(w.layer)].push_back(i);
+    if (gathers() && w.root == rank_) continue;
     size_t& lb = layer_bytes_[size_t(w.layer)];
     offset_[i] = align_up(lb);
     lb = offset_[i] + size_t(w.shape.numel()) * dtype_size(dtype_);
-    layer_of_[w.name] = w.layer;
   }
   size_t total = 0;
   for (size_t b : layer_bytes_) {
@@ -43,11 +52,23 @@ WeightPager::WeightPager(Backend& be, int n_layers, const std::vector<PagedWeigh
     slot_bytes_ = std::max(slot_bytes_, b);
   }
   total = host_off_.back() + layer_bytes_.back();  // exact: no padding after the last block
-  STRATA_CHECK(slot_bytes_ > 0, "weight pager: no layer weights to page");
-  host_ = be_.reserve_host(total);
+  if (!gathers()) {
+    STRATA_CHECK(slot_bytes_ > 0, "weight pager: no layer weights to page");
+    host_ = be_.reserve_host(total);
+  }
   slots_.resize(size_t(std::min(2, n_layers)));
-  for (size_t s = 0; s < slots_.size(); ++s)
-    slots_[s].buf = Buffer(be_.arena(), DType::u8, Shape{int64_t(slot_bytes_)}, fmt::format("weights.page{}", s));
+  // Gathered: a rank that holds every paged weight itself needs no slot space (the slots stay, for the order).
+  if (slot_bytes_ > 0)
+    for (size_t s = 0; s < slots_.size(); ++s)
+      slots_[s].buf = Buffer(be_.arena(), DType::u8, Shape{int64_t(slot_bytes_)}, fmt::format("weights.page{}", s));
+}
+
+void WeightPager::set_resident(size_t i, Tensor t) {
+  STRATA_CHECK(gathers() && weights_[i].root == rank_,
+               fmt::format("weight pager: '{}' is not resident on rank {}", weights_[i].name, rank_));
+  STRATA_CHECK(t.dtype == dtype_ && t.numel() == weights_[i].shape.numel(),
+               fmt::format("weight pager: '{}' resident tensor is not its shape and compute dtype", weights_[i].name));
+  resident_[i] = t;
 }
 
 WeightPager::~WeightPager() {
@@ -62,6 +83,7 @@ const std::string& WeightPager::host_note() const {
 
 Tensor WeightPager::view(size_t i) const {
   const PagedWeight& w = weights_[i];
+  if (gathers() && w.root == rank_) return resident_[i];
   std::byte* base = static_cast<std::byte*>(slots_[size_t(w.layer) % slots_.size()].buf.view().data);
   return Tensor(base ? base + offset_[i] : nullptr, dtype_, w.shape);
 }
@@ -69,7 +91,7 @@ Tensor WeightPager::view(size_t i) const {
 void WeightPager::invalidate(int layer) {
   for (auto& s : slots_)
     if (s.layer == layer) {  // a copy of the old bytes on the device is stale now
-      if (s.ticket) be_.copy_wait_host(s.ticket);
+      if (s.ticket) wait_host(s.ticket);
       s.layer = -1;
       s.state = SlotState::EMPTY;
       s.ticket = 0;
@@ -79,6 +101,7 @@ void WeightPager::invalidate(int layer) {
 
 std::byte* WeightPager::host_data(size_t i) const {
   const PagedWeight& w = weights_[i];
+  if (!host_) return nullptr;  // gather source: no host block
   return host_->base() ? host_->base() + host_off_[size_t(w.layer)] + offset_[i] : nullptr;
 }
 
@@ -87,12 +110,14 @@ size_t WeightPager::weight_bytes(size_t i) const {
 }
 
 void WeightPager::write_host(size_t i, const float* src) {
+  STRATA_CHECK(!gathers(), "weight pager: a gathering pager has no host block to write");
   invalidate(weights_[i].layer);
   if (std::byte* dst = host_data(i))  // the sim backend's host tier has no memory: nothing to write
     convert_from_f32(dst, dtype_, src, size_t(weights_[i].shape.numel()));
 }
 
 void WeightPager::write_host_bits(size_t i, const void* src) {
+  STRATA_CHECK(!gathers(), "weight pager: a gathering pager has no host block to write");
   invalidate(weights_[i].layer);
   if (std::byte* dst = host_data(i)) std::memcpy(dst, src, weight_bytes(i));
 }
@@ -117,7 +142,54 @@ void WeightPager::detach() noexcept {
   tape_ = nullptr;
 }
 
+void WeightPager::wait_compute(uint64_t t) {
+  if (gathers())
+    comm_->wait_compute(t);
+  else
+    be_.copy_wait_compute(t);
+}
+
+void WeightPager::wait_host(uint64_t t) {
+  if (gathers())
+    comm_->wait_host(t);
+  else
+    be_.copy_wait_host(t);
+}
+
+void WeightPager::start_gather(Slot& s, int layer) {
+  STRATA_CHECK(comm_ && comm_->rank() == rank_,
+               fmt::format("weight pager: gathering layer {} as rank {} needs that rank's communicator (zero_stage "
+                           "3: the trainer's), got {}",
+                           layer, rank_, comm_ ? fmt::format("rank {}", comm_->rank()) : "none"));
+  // Like an upload, the broadcasts read and write after every op queued so far (the communicator's
+  // ordering): the old occupant's readers finish first. The roots send from their resident copies.
+  s.layer = -1;
+  s.state = SlotState::EMPTY;
+  std::vector<Tensor> ts;
+  std::vector<int> roots;
+  std::byte* base = static_cast<std::byte*>(s.buf.allocated() ? s.buf.view().data : nullptr);
+  size_t received = 0;
+  for (size_t i : of_layer_[size_t(layer)]) {
+    const PagedWeight& w = weights_[i];
+    if (w.root == rank_) {
+      STRATA_CHECK(resident_[i].defined(),
+                   fmt::format("weight pager: '{}' has no resident tensor on rank {}", w.name, rank_));
+      ts.push_back(resident_[i]);
+    } else {
+      ts.push_back(Tensor(base ? base + offset_[i] : nullptr, dtype_, w.shape));
+      received += ts.back().bytes();
+    }
+    roots.push_back(w.root);
+  }
+  if (!ts.empty()) s.ticket = comm_->broadcast_many(ts, roots);
+  s.layer = layer;
+  s.state = SlotState::LOADING;
+  stats_.uploads++;
+  stats_.bytes_uploaded += received;
+}
+
 void WeightPager::start_upload(Slot& s, int layer) {
+  if (gathers()) return start_gather(s, layer);
   // The upload is ordered after every op queued so far: the old occupant's readers finish
   // first. Its bytes are simply dropped (the host block is the weights' owner: a trainable weight's
   // update is written there by the optimizer, never from a slot).
@@ -136,7 +208,7 @@ void WeightPager::ensure(int layer) {
   Slot& s = slots_[size_t(layer) % slots_.size()];
   if (s.layer != layer) start_upload(s, layer);
   if (s.state == SlotState::LOADING) {
-    be_.copy_wait_compute(s.ticket);  // READY only once compute is ordered after the upload
+    if (s.ticket) wait_compute(s.ticket);  // READY only once compute is ordered after the upload
     s.state = SlotState::READY;
   }
   for (auto& o : slots_)
@@ -196,7 +268,7 @@ void WeightPager::on_node(int node, TapePhase phase) {
 void WeightPager::reset() noexcept {
   for (auto& s : slots_) {
     try {
-      if (s.ticket) be_.copy_wait_host(s.ticket);  // nothing may still be in flight
+      if (s.ticket) wait_host(s.ticket);  // nothing may still be in flight
     } catch (...) {
       // Error paths must not throw; a failed transfer has already been reported.
     }

@@ -15,6 +15,14 @@
 // forward prefetches L+1; backward and the replays inside it prefetch L-1 (a replay of an earlier
 // layer, under every-N checkpointing, prefetches the layer after it); a prefetch never evicts the
 // layer in use.
+//
+// Two sources fill a slot, with the same slots, states, hook and prefetch order:
+//  - host (layer_offloading): the layer's block uploaded from the host reservation over PCIe (a copy ticket);
+//  - gather (ZeRO-3, model/zero.h): the layer's weights come from the ranks holding them, one fused
+//    Communicator::broadcast_many a layer (a comm ticket), every weight from its root. A weight this rank holds
+//    (root == rank) is resident: it takes no slot space, view() is its own tensor (set_resident), and the
+//    broadcast sends from it. Every rank runs the same tape and so fills the same layers in the same order: the
+//    collectives match. There is no host block (host_data is null, write_host refused).
 #pragma once
 #include <array>
 #include <memory>
@@ -34,11 +42,14 @@ struct PagedWeight {
   std::string name;  // the tape's class of the param (its Hugging Face name)
   int layer = 0;
   Shape shape;
+  int root = -1;  // gather source: the rank holding its weights (-1: host source)
 };
 
+class Communicator;
+
 struct PagerStats {
-  long uploads = 0;           // layer uploads issued (prefetches included)
-  size_t bytes_uploaded = 0;  // host -> device bytes
+  long uploads = 0;           // layer uploads (gathers) issued (prefetches included)
+  size_t bytes_uploaded = 0;  // host -> device bytes (gather: bytes received from other ranks)
   long waits = 0;             // ensure() that found its layer not yet READY (compute waited)
 };
 
@@ -49,7 +60,8 @@ class WeightPager {
 
   // Lays out `weights` (compute dtype, 256-byte aligned inside each layer block), reserves the
   // host memory and carves the two slots from the backend's arena.
-  WeightPager(Backend& be, int n_layers, const std::vector<PagedWeight>& weights);
+  // Every weight with root >= 0: the gather source, as rank `rank` (its own weights take no slot space).
+  WeightPager(Backend& be, int n_layers, const std::vector<PagedWeight>& weights, int rank = -1);
   ~WeightPager();
   WeightPager(const WeightPager&) = delete;
   WeightPager& operator=(const WeightPager&) = delete;
@@ -69,6 +81,12 @@ class WeightPager {
   // Empties the slot holding `layer` (waiting for its upload): its copy is stale once the host changes.
   void invalidate(int layer);
 
+  // Gather source: weight i's resident tensor on its root (this rank), before any fill; and the communicator
+  // the gathers run on (rank `rank` of any world; null detaches). Error when a gather finds none.
+  bool gathers() const { return rank_ >= 0; }
+  void set_resident(size_t i, Tensor t);
+  void set_comm(Communicator* c) { comm_ = c; }
+
   // Installs the node hook on `tape` (one tape at a time); detach() removes the link.
   void install(Tape& tape);
   void detach() noexcept;
@@ -76,7 +94,7 @@ class WeightPager {
 
   // Before an op reading layer L's weights: the slot holds L and compute is ordered after its upload.
   void ensure(int layer);
-  // Starts uploading layer L into its slot unless it is there already or the slot holds the layer in use.
+  // Starts filling layer L into its slot unless it is there already or the slot holds the layer in use.
   void prefetch(int layer);
   // End of a step or an error: waits for every upload in flight and empties both slots. Never throws.
   void reset() noexcept;
@@ -99,10 +117,13 @@ class WeightPager {
     Buffer buf;
     int layer = -1;
     SlotState state = SlotState::EMPTY;
-    CopyTicket ticket = 0;
+    uint64_t ticket = 0;  // a CopyTicket (host source) or a CommTicket (gather source)
   };
   int node_layer(int node);
   void start_upload(Slot& s, int layer);
+  void start_gather(Slot& s, int layer);
+  void wait_compute(uint64_t ticket);
+  void wait_host(uint64_t ticket);
 
   Backend& be_;
   DType dtype_;
@@ -116,6 +137,10 @@ class WeightPager {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, int> layer_of_;  // paged param name -> layer
   std::vector<int> node_layer_;                    // per node of this step's tape: -2 unknown, -1 none
+  int rank_ = -1;                                  // gather source: this rank (-1: host source)
+  std::vector<Tensor> resident_;                   // gather source: per weight, this rank's own (root == rank)
+  std::vector<std::vector<size_t>> of_layer_;      // gather source: each layer's weights, in order
+  Communicator* comm_ = nullptr;
   Tape* tape_ = nullptr;
   int in_use_ = -1;  // the layer of the op running now
   PagerStats stats_;

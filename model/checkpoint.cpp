@@ -493,6 +493,25 @@ std::string current_error(const std::string& final_dir) {
   }
 }
 
+// ZeRO-3: the fp32 weights of a layer matrix rank 0 does not hold, from its owner's shard (`<name>`: fp32, or bf16
+// with its low half `<name>.master` where there is one); `f` is that shard, opened at the first use.
+bool sharded_fp32(const Parameter& p, float* host, const std::string& path, std::unique_ptr<io::SafetensorsFile>& f) {
+  if (!f) f = std::make_unique<io::SafetensorsFile>(io::SafetensorsFile::open(path));
+  const size_t n = size_t(p.shape.numel());
+  const io::TensorInfo* w = f->find(p.name);
+  if (!w || w->bytes != n * dtype_size(w->dtype))
+    throw FormatError(
+        fmt::format("{}: no weights {} of {} elements (zero_stage 3: its owner's shard)", path, p.name, n), path,
+        p.name);
+  const io::TensorInfo* lo = f->find(p.name + ".master");
+  if (lo && w->dtype == DType::bf16)
+    master_join(host, reinterpret_cast<const uint16_t*>(f->data(*w)), reinterpret_cast<const int16_t*>(f->data(*lo)),
+                n);
+  else
+    convert_to_f32(host, f->data(*w), w->dtype, n);
+  return true;
+}
+
 // ZeRO-1 over several ranks: every rank writes its shard of the optimizer state into rank 0's temp
 // directory; once every shard is complete, rank 0 writes the weights (the fp32 masters it does not own
 // joined from its bf16 weights and the owners' low halves, read back from their shards) and the rest.
@@ -539,6 +558,8 @@ std::string save_sharded(const std::string& output_dir, Backend& be, const Llama
     try {
       std::vector<std::unique_ptr<io::SafetensorsFile>> shards(size_t(z.world));
       auto fp32_of = [&](const Parameter& p, float* host) {
+        if (p.gathered())
+          return sharded_fp32(p, host, tmp + "/" + shard_name(p.owner, z.world), shards[size_t(p.owner)]);
         if (p.owner <= 0 || !p.trainable || !p.compute.allocated() || p.compute.view().dtype != DType::bf16)
           return false;
         auto& f = shards[size_t(p.owner)];
@@ -742,7 +763,7 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
       const bool whole = !z.sharded() || p.owner == z.rank;
       if (whole)
         param_pieces(be, model, p, pieces[i]);
-      else
+      else if (!p.gathered())  // ZeRO-3: another rank's layer matrix has nothing here
         pieces[i].push_back({p.name, p.value().dtype,
                              std::vector<int64_t>(p.shape.d.begin(), p.shape.d.begin() + p.shape.nd), p.value(),
                              nullptr});

@@ -104,8 +104,35 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
   auto trainable = [&](const std::string& name) { return opt_.train_base || (opt_.train_norms && is_norm(name)); };
   // Paged: the layers' matrices, frozen or trainable (full fine-tune). Norms, biases, adapters, embeddings
   // and the head stay resident.
+  check_zero_stage(opt_.zero.stage, "zero_stage");
+  // ZeRO's owners (model/zero.h): every rank computes the same; stage 3's pager needs them.
+  std::vector<int> owners(shapes.size(), -1);
+  if (opt_.zero.sharded() && opt_.zero.world >= 1) {
+    std::vector<size_t> numel;
+    for (auto& [name, shape] : shapes) numel.push_back(trainable(name) ? size_t(shape.numel()) : 0);
+    owners = zero_owner(numel, opt_.zero.world);
+  }
+  // ZeRO-3: the same matrices as layer_offloading pages, gathered from their owners instead of uploaded from host.
+  const bool zero3 = opt_.zero.shards_weights();
+  if (zero3) {
+    if (opt_.page_layers)
+      STRATA_THROW(UnsupportedError,
+                   "layer_offloading: true with zero_stage 3 is not supported: ZeRO-3 fills the layers' device slots "
+                   "by gathering their weights from the ranks, layer_offloading from host memory; use "
+                   "layer_offloading: false (ZeRO-3 already keeps only this rank's share of the weights), or "
+                   "zero_stage: 2");
+    if (!opt_.train_base)
+      STRATA_THROW(UnsupportedError,
+                   "zero_stage 3 shards the trainable layer weights, but train_base is false (LoRA or a frozen base: "
+                   "the layer weights are frozen and have no owner); use zero_stage: 2 or less, or a full fine-tune");
+    std::vector<PagedWeight> pw;
+    for (size_t k = 0; k < shapes.size(); ++k)
+      if (shapes[k].second.nd == 2 && layer_of_param(shapes[k].first) >= 0)
+        pw.push_back({shapes[k].first, layer_of_param(shapes[k].first), shapes[k].second, owners[k]});
+    pager_ = std::make_shared<WeightPager>(be_, cfg_.num_hidden_layers, pw, opt_.zero.rank);
+  }
   auto paged = [&](const std::string& name, const Shape& s) {
-    return opt_.page_layers && s.nd == 2 && layer_of_param(name) >= 0;
+    return (opt_.page_layers || zero3) && s.nd == 2 && layer_of_param(name) >= 0;
   };
   if (opt_.page_layers) {
     // ZeRO-1/2 broadcasts each owner's updated weights into every rank's device copy, which a paged
@@ -132,8 +159,6 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
                                  "target_modules has '{}'; use mlp_tiles: 1, or attention targets only",
                                  opt_.mlp_tiles, m),
                      "model options", "mlp_tiles");
-  check_zero_stage(opt_.zero.stage, "zero_stage");
-  std::vector<int> owners(shapes.size(), -1);
   if (opt_.zero.sharded()) {
     if (opt_.zero.rank < 0 || opt_.zero.rank >= opt_.zero.world)
       STRATA_THROW(ConfigError, fmt::format("zero: rank {} of world size {}", opt_.zero.rank, opt_.zero.world),
@@ -143,9 +168,6 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
                    fmt::format("zero_stage {} with LoRA (lora_r > 0) is not supported yet: the adapters' state is "
                                "small; use zero_stage: 0",
                                opt_.zero.stage));
-    std::vector<size_t> numel;
-    for (auto& [name, shape] : shapes) numel.push_back(trainable(name) ? size_t(shape.numel()) : 0);
-    owners = zero_owner(numel, opt_.zero.world);
   }
   int next_page = 0;
   for (size_t k = 0; k < shapes.size(); ++k) {
@@ -219,6 +241,10 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   p.is_lora = is_lora;
   p.owner = owner;
   p.state_here = owner < 0 || owner == opt_.zero.rank;
+  // ZeRO-3: a layer matrix; its owner keeps it resident (allocated below as an unpaged weight), the others page it.
+  p.weights_sharded = page >= 0 && opt_.zero.shards_weights();
+  const int pager_index = page;
+  if (p.weights_sharded && p.state_here) page = -1;
   if (page >= 0) {  // paged: its weights live in the pager's host block and slots
     p.page = page;
     p.paged = pager_->view(size_t(page));
@@ -285,6 +311,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     if (!m_off && p.state_here) moment(p.m, p.m_scale, "adam.m");
     if (!v_off && p.state_here) moment(p.v, p.v_scale, "adam.v");
   }
+  if (p.weights_sharded && p.state_here) pager_->set_resident(size_t(pager_index), p.value());
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
 }
@@ -397,6 +424,7 @@ bool split_master(const Parameter& p) {
 }  // namespace
 
 void LlamaModel::set_weights(Parameter& p, const float* host) {
+  if (p.gathered()) return;  // ZeRO-3: its owner holds its weights
   if (p.page >= 0 && p.trainable) return set_paged_weights(p, host);
   if (p.page >= 0) return pager_->write_host(size_t(p.page), host);  // converted to the compute dtype
   // ZeRO-1, a parameter another rank owns: its owner's compute copy is the split master's high half
@@ -454,6 +482,15 @@ bool LlamaModel::split_master_of(const Parameter& p) const {
 }
 
 void LlamaModel::download_master(const Parameter& p, float* host) const {
+  if (p.gathered()) {
+    const size_t i = size_t(&p - params_.data());
+    if (i >= gathered_fp32_.size() || gathered_fp32_[i].size() != size_t(p.shape.numel()))
+      STRATA_THROW(Error, fmt::format("'{}' has no weights on rank {} (zero_stage 3: rank {} holds them); gather them "
+                                      "on every rank first (Optimizer::gather_masters)",
+                                      p.name, opt_.zero.rank, p.owner));
+    std::copy(gathered_fp32_[i].begin(), gathered_fp32_[i].end(), host);
+    return;
+  }
   if (p.page >= 0) {
     const size_t n = size_t(p.shape.numel());
     if (!split_master_of(p)) return pager_->read_host(size_t(p.page), host);  // the weights are all there is

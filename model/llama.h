@@ -47,7 +47,7 @@ struct ModelOptions {
   // memory and are paged through two device slots by a WeightPager, frozen or trainable (full
   // fine-tune). A trainable paged weight's compute copy is its host block: the optimizer streams it
   // like host-tier state and writes the update back there (model/optimizer.h); its master, moments
-  // and gradient stay on the tiers state_plan gives them. Not with zero_stage 1 or 2.
+  // and gradient stay on the tiers state_plan gives them. Not with zero_stage 1, 2 or 3 (a full fine-tune).
   bool page_layers = false;
   // Where each trainable parameter's persistent state lives: Plan::decide_state on the classes
   // "<group>.w.master", "<group>.grad", "<group>.adam.m", "<group>.adam.v" (Parameter::group).
@@ -61,7 +61,9 @@ struct ModelOptions {
   StateRecipe recipe;
   // ZeRO (model/zero.h): with stage 1 or 2 and several ranks, this rank allocates the moments and the
   // master (low half) of the trainable parameters it owns only, and with stage 2 their gradients only
-  // (grad_transient). Needs state_offloading none, no LoRA.
+  // (grad_transient); with stage 3 the layers' matrices' weights of the parameters it owns only, the others
+  // gathered per layer by a WeightPager (Parameter::weights_sharded). Needs state_offloading none, no LoRA;
+  // stage 3 also a full fine-tune (train_base) and no layer_offloading.
   ZeroOptions zero;
 };
 
@@ -106,13 +108,20 @@ struct Parameter {
   // with stage 2 the gradient) are empty and its weights come from the owner's broadcast after each step.
   int owner = -1;
   bool state_here = true;
+  // ZeRO-3 (ModelOptions::zero, stage 3 over several ranks): a layer matrix whose weights only its owner holds
+  // (resident in master/compute there, the pager's gather sends from them); elsewhere it is paged (page, paged:
+  // a view into the gathering pager's slot) and holds nothing between a layer's uses.
+  bool weights_sharded = false;
+  bool gathered() const { return weights_sharded && !state_here; }
   bool state_on_host() const {
     return host_master != kDevice || host_m != kDevice || host_v != kDevice || host_grad != kDevice;
   }
   bool state_on_disk() const { return disk_master != kDevice || disk_m != kDevice || disk_v != kDevice; }
   // Some of its state is off the device (host or disk), or it is a trainable paged weight (its
   // weights are in the pager's host block): the optimizer streams it (model/optimizer.h).
-  bool state_streamed() const { return state_on_host() || state_on_disk() || (trainable && page >= 0); }
+  bool state_streamed() const {
+    return state_on_host() || state_on_disk() || (trainable && page >= 0 && !weights_sharded);
+  }
   // Where an 8-bit moment's scales start in its disk array: after its codes, page-aligned.
   static size_t disk_scale_offset(size_t numel) { return (numel + 4095) / 4096 * 4096; }
   Tensor value() const { return paged.defined() ? paged : compute.allocated() ? compute.view() : master.view(); }
@@ -165,14 +174,14 @@ class LlamaModel {
   // Parameter counts as in the checkpoint files (vocabulary padding excluded).
   size_t trainable_count() const;
   size_t param_count() const;
-  // The weight pager when options().page_layers (the Trainer drives it), else null.
+  // The weight pager when options().page_layers, or the gathering one of ZeRO-3 (the Trainer drives it), else null.
   WeightPager* pager() { return pager_.get(); }
   const WeightPager* pager() const { return pager_.get(); }
   // Some trainable weight is paged (a full fine-tune with layer_offloading): its updates go to the
   // pager's host block, so the optimizer does not defer them and empties the pager's slots first.
   bool pages_trainable() const {
     for (const Parameter& p : params_)
-      if (p.trainable && p.page >= 0) return true;
+      if (p.trainable && p.page >= 0 && !p.weights_sharded) return true;
     return false;
   }
   // The same pager as a weak handle: a Trainer that outlives its model finds it gone, never dangling.
@@ -207,6 +216,10 @@ class LlamaModel {
   // ZeRO-2 (ModelOptions::zero, stage 2 over several ranks): a trainable parameter another rank owns, whose gradient
   // this rank holds only from its first write in backward until its reduce to the owner (model/optimizer.h).
   bool grad_transient(const Parameter& p) const { return p.trainable && opt_.zero.shards_grads() && !p.state_here; }
+  // ZeRO-3: the fp32 weights of parameters other ranks own, gathered for a save on every rank together
+  // (Optimizer::gather_masters); `host[i]` for params()[i] (empty: not gathered). Cleared by the next step.
+  void set_gathered_fp32(std::vector<std::vector<float>> host) { gathered_fp32_ = std::move(host); }
+  void clear_gathered_fp32() { gathered_fp32_.clear(); }
   // The layer of a Hugging Face name "model.layers.<i>...." or -1.
   static int layer_of_param(const std::string& name);
   // Updates the trainer left pending (the optimizer defers host-tier updates to the next forward,
@@ -261,6 +274,7 @@ class LlamaModel {
   mutable bool bounce_zero_ = false;
   std::byte* bounce(bool zeroed) const;
   std::function<void()> state_sync_, on_gone_;
+  std::vector<std::vector<float>> gathered_fp32_;
 };
 
 // Hugging Face names of the base weights for a config, in checkpoint order, with their shapes in the files.

@@ -19,7 +19,7 @@ bool off_device(size_t host_off, size_t disk_off) {
 }
 // A trainable weight whose compute copy is the pager's host block: streamed like host-tier state.
 bool paged_weights(const Parameter& p) {
-  return p.trainable && p.page >= 0;
+  return p.trainable && p.page >= 0 && !p.weights_sharded;
 }
 // A flat view of elements [begin, begin + n) of a contiguous tensor.
 Tensor slice(const Tensor& t, size_t begin, size_t n) {
@@ -496,8 +496,9 @@ void Optimizer::advance(size_t upto) {
 }
 
 void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
-  if (pending()) flush();  // an update still pending (a forward that did not reach it) comes first
-  finish_disk();           // the last update's writes land before this one reads the same regions
+  model_.clear_gathered_fp32();  // ZeRO-3: a save's gathered copies are stale after this update
+  if (pending()) flush();        // an update still pending (a forward that did not reach it) comes first
+  finish_disk();                 // the last update's writes land before this one reads the same regions
   upd_ = Update{};
   upd_.chunks = plan_chunks();
   upd_.reads.resize(upd_.chunks.size());
@@ -562,7 +563,7 @@ void Optimizer::broadcast_owned() {
   std::vector<Tensor> ts;
   std::vector<int> roots;
   for (const Parameter& p : model_.params())
-    if (p.trainable) {
+    if (p.trainable && !p.weights_sharded) {  // ZeRO-3's sharded weights stay with their owner
       ts.push_back(p.value());
       roots.push_back(p.owner);
     }
@@ -576,11 +577,12 @@ void Optimizer::gather_masters() {
   Communicator& c = zero_comm();
   flush();
   const bool split = be_.compute_dtype() != DType::f32 && model_.options().recipe.master != MasterWeights::none;
+  if (model_.options().zero.shards_weights()) gather_sharded(c, split);
   if (!split) return;  // the weights are the master (f32), or there is none: every rank has them whole
   std::vector<Tensor> ts;
   std::vector<int> roots;
   for (Parameter& p : model_.params()) {
-    if (!p.trainable) continue;
+    if (!p.trainable || p.weights_sharded) continue;
     if (!p.master.allocated()) p.master = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.master_lo");
     // The low halves' bits travel as a 16-bit float type (a broadcast copies bytes, never converts).
     const Tensor lo = p.master.view();
@@ -588,6 +590,38 @@ void Optimizer::gather_masters() {
     roots.push_back(p.owner);
   }
   if (!ts.empty()) c.wait_host(c.broadcast_many(ts, roots));
+}
+
+void Optimizer::gather_sharded(Communicator& c, bool split) {
+  // One parameter at a time (a transient block of one matrix on the ranks that do not own it), each from its
+  // owner: rank 0 keeps the fp32 weights for a save (LlamaModel::set_gathered_fp32).
+  const int rank = model_.options().zero.rank;
+  std::vector<Parameter>& ps = model_.params();
+  std::vector<std::vector<float>> host(rank == 0 ? ps.size() : 0);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Parameter& p = ps[i];
+    if (!p.weights_sharded) continue;
+    const bool mine = p.state_here;
+    Buffer w, lo;
+    const Tensor wt =
+        mine ? p.value() : (w = Buffer(be_.arena(), be_.compute_dtype(), p.shape, "weights.gather"), w.view());
+    std::vector<Tensor> ts = {wt};
+    Tensor lt;
+    if (split) {
+      // The low halves' bits travel as a 16-bit float type (a broadcast copies bytes, never converts).
+      lt =
+          mine ? p.master.view() : (lo = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.gather"), lo.view());
+      ts.push_back(Tensor(lt.data, DType::bf16, lt.shape));
+    }
+    c.wait_host(c.broadcast_many(ts, std::vector<int>(ts.size(), p.owner)));
+    if (rank != 0 || mine) continue;
+    host[i].resize(size_t(p.shape.numel()));
+    if (split)
+      be_.download_master(host[i].data(), lt, wt);
+    else
+      be_.download_f32(host[i].data(), wt);
+  }
+  model_.set_gathered_fp32(std::move(host));
 }
 
 void Optimizer::download_grad(const Parameter& p, float* dst) {

@@ -126,6 +126,8 @@ class Optimizer {
   // its owner, so the model's fp32 weights are whole on every rank (a final model save: call on every
   // rank, after the last step; later steps leave the copies stale). A no-op unsharded or where the
   // weights are the master (f32 backend) or there is none (master_weights: none).
+  // ZeRO-3: also every layer matrix's fp32 weights from its owner, kept on rank 0 for a save
+  // (LlamaModel::set_gathered_fp32; the next step drops them).
   void gather_masters();
   // A parameter's gradient of the last backward, to the host (tests and tools; f32 [numel], bf16
   // gradients widened).
@@ -194,6 +196,7 @@ class Optimizer {
   size_t master_elem_bytes() const;
   Communicator& zero_comm() const;  // the communicator matching the model's ZeRO rank and world, or Error
   void broadcast_owned();           // ZeRO-1: every trainable parameter's weights from its owner
+  void gather_sharded(Communicator& c, bool split);  // ZeRO-3's part of gather_masters
   void wait_copies();
   DType moment_dtype() const;
   bool quantised() const { return moment_dtype() == DType::u8; }

@@ -87,14 +87,9 @@ int check_int(long long v, int lo, const Origin& o) {
 }
 
 int parse_zero_stage(long long v, const Origin& o) {
-  if (v == 3)
-    throw UnsupportedError(
-        fmt::format("{} {}: ZeRO stage 3 (sharded weights) is not implemented yet; use 2 (sharded gradients and "
-                    "optimizer state), 1 (sharded optimizer state) or 0",
-                    o.where, v));
-  if (v < 0 || v > 2)
-    throw ConfigError(fmt::format("{} must be 0 (no sharding), 1 (optimizer state sharded) or 2 (gradients too), "
-                                  "got {}",
+  if (v < 0 || v > 3)
+    throw ConfigError(fmt::format("{} must be 0 (no sharding), 1 (optimizer state sharded), 2 (gradients too) or 3 "
+                                  "(layer weights too), got {}",
                                   o.where, v),
                       o.file, o.field);
   return int(v);

@@ -61,7 +61,7 @@ struct TrainConfig {
   DType grad_reduce = DType::f32;
   Origin grad_reduce_origin;
   // zero_stage (ModelOptions::zero, model/zero.h): 1 shards the optimizer state over the data-parallel
-  // ranks, 2 the gradients too; 0 (the default) does not; 3 is refused (not implemented yet).
+  // ranks, 2 the gradients too, 3 the layers' weights too (gathered per layer); 0 (the default) does not.
   int zero_stage = 0;
   // sequence_parallel (model/seq_parallel.h): groups of N ranks share each row, each holding sequence_len / N of its
   // tokens, with all-to-alls around attention; 1 (the default): off. N must divide the ranks (--gpus).
@@ -115,7 +115,7 @@ DType parse_grad_reduce(const std::string& s, const Origin& o);
 void check_grad_reduce(const TrainConfig& c);
 // The dtype data-parallel ranks sum gradients in: bf16 with bf16 gradients, else grad_reduce.
 DType effective_grad_reduce(const TrainConfig& c);
-// zero_stage: 0, 1 or 2; UnsupportedError for 3 (not implemented yet), ConfigError naming `o` otherwise.
+// zero_stage: 0, 1, 2 or 3; ConfigError naming `o` otherwise.
 int parse_zero_stage(long long v, const Origin& o);
 // lr_scheduler: "constant", "linear" or "cosine"; ConfigError naming `o` otherwise.
 LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o);

@@ -31,7 +31,10 @@ Trainer::Trainer(Backend& be, LlamaModel& model, TrainOptions opt)
                  "train options", "zero_stage");
   // A model that pages its layers is driven from this tape's node hook.
   pager_ = model_.pager_handle();
-  if (auto pager = pager_.lock()) pager->install(tape_);
+  if (auto pager = pager_.lock()) {
+    pager->install(tape_);
+    if (pager->gathers()) pager->set_comm(opt_.comm);  // ZeRO-3: layers gathered over the data-parallel ranks
+  }
 }
 
 void Trainer::check_seq_parallel() {
@@ -49,7 +52,10 @@ void Trainer::check_seq_parallel() {
 
 Trainer::~Trainer() {
   // Reads nothing of the model, which may be gone already (its pager then detached itself).
-  if (auto pager = pager_.lock(); pager && pager->installed_on(tape_)) pager->detach();
+  if (auto pager = pager_.lock(); pager && pager->installed_on(tape_)) {
+    pager->detach();
+    pager->set_comm(nullptr);
+  }
 }
 
 double packed_pairs(const Batch& b) {

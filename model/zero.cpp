@@ -26,14 +26,9 @@ std::vector<int> zero_owner(const std::vector<size_t>& numel, int world) {
 }
 
 void check_zero_stage(int stage, const char* where) {
-  if (stage == 3)
-    throw UnsupportedError(
-        fmt::format("{} {}: ZeRO stage 3 (sharded weights) is not implemented yet; use 2 (sharded gradients and "
-                    "optimizer state), 1 (sharded optimizer state) or 0",
-                    where, stage));
   if (stage < 0 || stage > 3)
-    throw ConfigError(fmt::format("{} must be 0 (no sharding), 1 (optimizer state sharded) or 2 (gradients too), "
-                                  "got {}",
+    throw ConfigError(fmt::format("{} must be 0 (no sharding), 1 (optimizer state sharded), 2 (gradients too) or 3 "
+                                  "(layer weights too), got {}",
                                   where, stage),
                       where, "zero_stage");
 }

@@ -35,7 +35,8 @@ static const char* kUsage =
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
     "                   [--mlp-tiles auto|N]\n"
-    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2] [--sequence-parallel N] [--rank 0]]\n"
+    "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2|3] [--sequence-parallel N] [--rank "
+    "0]]\n"
     "                   [--pad-vocab 64] [--pack N]\n"
     "                   [--write-config FILE.yaml] [--data FILE] [--json] [--svg FILE.svg]\n"
     "       strata-plan --model ... --max-seq --budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
@@ -72,7 +73,8 @@ static const char* kUsage =
     "each, its gradients all-reduced at the profile's nccl_busbw_gbps (in bf16 with --grad-reduce bf16);\n"
     "tokens/s counts every rank's. --zero-stage 1 (YAML zero_stage): ZeRO-1, rank 0's share of the optimizer\n"
     "state only, and the weights' broadcasts after each step; --zero-stage 2: ZeRO-2, rank 0's share of the\n"
-    "gradients too (the others' transient, reduced to their owners at nccl_busbw_gbps). --rank R: forecast\n"
+    "gradients too (the others' transient, reduced to their owners at nccl_busbw_gbps); --zero-stage 3: ZeRO-3,\n"
+    "its share of the layers' weights too (the others' gathered per layer into two slots). --rank R: forecast\n"
     "rank R instead of rank 0 (ZeRO's shares, hence the peaks, differ between ranks); with --budget the plan\n"
     "fits every rank, and the forecast is the rank with the largest peak (every rank's peak listed).\n"
     "--sequence-parallel N (YAML sequence_parallel): groups of N of the --gpus ranks (default N) share each row,\n"
@@ -503,7 +505,8 @@ int main(int argc, char** argv) {
                        .c_str(),
                    req.zero_stage == 0   ? ""
                    : req.zero_stage == 1 ? " (ZeRO-1: its share of the optimizer state)"
-                                         : " (ZeRO-2: its share of the optimizer state and of the gradients)");
+                   : req.zero_stage == 2 ? " (ZeRO-2: its share of the optimizer state and of the gradients)"
+                                         : " (ZeRO-3: its share of the optimizer state, gradients and layer weights)");
     std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
                  calibrated ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
                  sim_mirror_name(req.mirror));

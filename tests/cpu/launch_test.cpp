@@ -402,7 +402,7 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
 // same saved model byte for byte), and so is a run resumed from its sharded checkpoint (on 4 ranks, with the
 // same global batch, to float rounding); so is --zero-stage 2 (and resumed from the stage-1 checkpoint);
 // strata-plan forecasts it lower per rank.
-TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
+TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   using namespace tool_test;
   ASSERT_TRUE(tools_built());
   Scratch dir;
@@ -473,9 +473,18 @@ TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
   const std::vector<double> d = json_losses(z2_resumed.out);
   ASSERT_EQ(d.size(), 1u) << z2_resumed.out;
   EXPECT_EQ(d[0], a[2]);
-  const Proc z3 = dir.run(kTrain + " --zero-stage 3" + common);
-  EXPECT_NE(z3.code, 0);
-  EXPECT_TRUE(has(z3.err, "not implemented yet")) << z3.err;
+  // ZeRO-3 (the layers' matrices on their owners, gathered per layer): stage 2's arithmetic, so the same losses and
+  // saved model (every rank gathers, rank 0 writes) bit for bit; it resumes ZeRO-1's checkpoint to the same step 3.
+  const Proc z3 = dir.run(kTrain + " --zero-stage 3 --save " + quote(dir.path("model_z3")) + common);
+  ASSERT_EQ(z3.code, 0) << z3.err;
+  EXPECT_EQ(json_losses(z3.out), a) << z3.out;
+  EXPECT_TRUE(bytes(dir.path("model_z3/model.safetensors")) == m0) << "zero 3's saved model differs";
+  const Proc z3_resumed =
+      dir.run(kTrain + " --zero-stage 3 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) + common);
+  ASSERT_EQ(z3_resumed.code, 0) << z3_resumed.err;
+  const std::vector<double> e = json_losses(z3_resumed.out);
+  ASSERT_EQ(e.size(), 1u) << z3_resumed.out;
+  EXPECT_EQ(e[0], a[2]);
   // strata-plan --gpus 2: ZeRO-2's rank peaks below ZeRO-1's, rank by rank (--rank).
   auto plan_peak = [&](int stage, int rank) {
     const Proc p = dir.run(kPlan + " --model " + quote(dir.path("tiny")) + " --seq 32 --batch 2 --gpus 2 --json" +
@@ -485,9 +494,11 @@ TEST(Launcher, StrataTrainZeroStagesOneAndTwoMatchStageZeroBitForBit) {
     return at == std::string::npos ? 0.0 : std::atof(p.out.c_str() + at + 14);
   };
   for (int rank : {0, 1}) {
-    const double p1 = plan_peak(1, rank), p2 = plan_peak(2, rank);
+    const double p1 = plan_peak(1, rank), p2 = plan_peak(2, rank), p3 = plan_peak(3, rank);
     EXPECT_GT(p2, 0.0);
     EXPECT_LT(p2, p1) << "rank " << rank;
+    EXPECT_GT(p3, 0.0);
+    EXPECT_NE(p3, p2) << "rank " << rank;
   }
   dir.remove();
 }
