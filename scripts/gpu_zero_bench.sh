@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO stages on the GPUs of one host (issue 18): a Llama-3.2-1B-shaped random checkpoint, full
 # fine-tune, 4096 tokens a rank, keep plan, strata's default fp32 recipe; 1 GPU, then every GPU at
-# zero_stage 0, 1 and 2. Each run's median tok/s (steps after the 3rd), every rank's peak, and
+# zero_stage 0, 1, 2 and 3. Each run's median tok/s (steps after the 3rd), every rank's peak, and
 # strata-plan's forecast of each rank's peak and step (--rank R).
 #   scripts/gpu_zero_bench.sh DIR   (DIR/tools: strata-train, strata-make-tiny, strata-plan)
 set -u
@@ -34,4 +34,4 @@ print(f"{sys.argv[2]}: {tps[len(tps)//2]:.0f} tok/s, step {st[len(st)//2]:.4f} s
 PY
 }
 run 1gpu 1 0
-for z in 0 1 2; do run "${n}gpus-zero$z" "$n" $z; done
+for z in 0 1 2 3; do run "${n}gpus-zero$z" "$n" $z; done
