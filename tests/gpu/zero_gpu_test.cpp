@@ -191,7 +191,12 @@ TEST(ZeroGpuChild, StagesAgainstStageZero) {
         EXPECT_NEAR(runs[stage].norms[size_t(s)], runs[0].norms[size_t(s)], 1e-2f * runs[0].norms[size_t(s)])
             << what << ", step " << s;
       }
-      EXPECT_LT(runs[stage].first_peak, runs[stage - 1].first_peak) << what << ": each stage holds less";
+      // Stages 1 and 2 always hold less. Stage 3 trades the matrices other ranks own for two slots of a
+      // whole layer: on this 2-layer model the slots weigh more (its peak is above stage 2's, by the bytes
+      // the forecast says, checked above); on the 1B bench (16 layers) it is below (docs/BENCHMARKS.md).
+      if (stage < 3) {
+        EXPECT_LT(runs[stage].first_peak, runs[stage - 1].first_peak) << what << ": each stage holds less";
+      }
     }
     EXPECT_GT(runs[0].norms[0], 0.05f) << v.what << ": clipping is active";
   }
