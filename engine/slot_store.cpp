@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "engine/switches.h"
 #include "engine/tape.h"
 
 namespace strata {
@@ -55,7 +56,7 @@ void SlotStore::prepare(size_t host_bytes, size_t disk_bytes, size_t largest_dis
     disk_arena_.reset();
     disk_.reset();
     std::string dir = opt_.offload_dir;
-    if (dir.empty()) dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+    if (dir.empty()) dir = switches().temp_dir;
     disk_ = be_.open_disk_file(dir, padded(disk_bytes));
     disk_arena_ = std::make_unique<Arena>("disk", padded(disk_bytes), nullptr, kPage);
   }

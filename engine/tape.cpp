@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/switches.h"
+
 namespace strata {
 
 const char* slot_state_name(SlotState s) {
@@ -14,10 +16,7 @@ const char* slot_state_name(SlotState s) {
   return names[int(s)];
 }
 
-Tape::Tape(Backend& be) : be_(be) {
-  const char* e = std::getenv("STRATA_GRAD_ALIAS");
-  grad_aliasing_ = !(e && std::string_view(e) == "0");
-}
+Tape::Tape(Backend& be) : be_(be), grad_aliasing_(switches().grad_alias) {}
 
 Tape::~Tape() {
   clear();

@@ -267,8 +267,8 @@ struct Attention::Impl {
   bool tried = false;
   cudnnHandle_t handle = nullptr;
   std::string unavailable;  // why cuDNN cannot be used at all
-  const bool tune = env_flag("STRATA_ATTN_TUNE", true);
-  const bool verbose = env_flag("STRATA_ATTN_VERBOSE", false);
+  const bool tune = switches().attn_tune;
+  const bool verbose = switches().attn_verbose;
 
   // One runnable choice: a graph variant and one of its candidate plans.
   struct Choice {

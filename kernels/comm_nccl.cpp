@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/switches.h"
 #include "kernels/cuda_check.h"
 
 namespace strata {
@@ -76,8 +77,7 @@ class NcclComm final : public Communicator {
       STRATA_THROW(UnsupportedError,
                    fmt::format("nccl communicator: rank {} wants GPU {} (LOCAL_RANK), but {} GPU{} visible; start at "
                                "most one rank per GPU (CUDA_VISIBLE_DEVICES={})",
-                               rank_, o.device, n, n == 1 ? " is" : "s are",
-                               std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "unset"));
+                               rank_, o.device, n, n == 1 ? " is" : "s are", switches().visible_devices));
     }
     STRATA_CUDA(cudaSetDevice(device_));
     compute_ = o.compute_stream ? static_cast<cudaStream_t>(o.compute_stream) : cudaStreamLegacy;

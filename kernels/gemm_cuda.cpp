@@ -219,9 +219,9 @@ struct Gemm::Impl {
     static TunePicks<Key> p;
     return p;
   }
-  const bool tune = env_flag("STRATA_GEMM_TUNE", true);
-  const bool verbose = env_flag("STRATA_GEMM_VERBOSE", false);
-  const double sustained_ms = env_double("STRATA_GEMM_TUNE_MS", 0.0);
+  const bool tune = switches().gemm_tune;
+  const bool verbose = switches().gemm_verbose;
+  const double sustained_ms = switches().gemm_tune_ms;
 };
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {

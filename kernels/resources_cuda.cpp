@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/switches.h"
 #include "kernels/cuda_check.h"
 
 namespace strata::cuda {
@@ -94,10 +95,8 @@ size_t checked_budget(size_t requested, std::string& desc) {
 
 ProfileOptions ProfileOptions::from_env() {
   ProfileOptions o;
-  const char* e = std::getenv("STRATA_PROFILE");
-  o.on = e && std::string(e) == "1";
-  const char* k = std::getenv("STRATA_PROFILE_SKIP");
-  o.skip = k ? std::atoi(k) : 1;
+  o.on = switches().op_profile;
+  o.skip = switches().op_profile_skip;
   return o;
 }
 

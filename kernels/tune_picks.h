@@ -1,31 +1,18 @@
 // What the cuda kernels' tuners share (kernels/gemm_cuda.cpp, kernels/attention_cudnn_cuda.cpp):
-// an on/off environment flag, and a process-wide record of each tuned pick, keyed by device and
-// problem, so every backend of a process runs the same algorithm and results agree bit for bit.
+// the process's switches (engine/switches.h: whether and how to tune), and a process-wide record of
+// each tuned pick, keyed by device and problem, so every backend of a process runs the same
+// algorithm and results agree bit for bit.
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "engine/switches.h"
+
 namespace strata::cuda {
-
-// NAME unset or empty: dflt; "0": false; anything else: true.
-inline bool env_flag(const char* name, bool dflt) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::string(e) != "0" : dflt;
-}
-
-// NAME unset, empty or not a number: dflt.
-inline double env_double(const char* name, double dflt) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return dflt;
-  char* end = nullptr;
-  const double v = std::strtod(e, &end);
-  return end && *end == '\0' ? v : dflt;
-}
 
 // Index of the winning candidate per (current device, Key); -1 when not tuned yet.
 template <class Key>

@@ -12,6 +12,7 @@
 #include "engine/master_split.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
+#include "engine/switches.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "kernels/rope.h"
@@ -340,7 +341,7 @@ void LlamaModel::place_state(Parameter& p, size_t& host_bytes, size_t& disk_byte
 
 void LlamaModel::open_state_disk(size_t bytes) {
   std::string dir = opt_.state_dir;
-  if (dir.empty()) dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+  if (dir.empty()) dir = switches().temp_dir;
   try {
     state_disk_ = be_.open_disk_file(dir, bytes);
   } catch (const Error& e) {
