@@ -74,7 +74,7 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
       {"selective mlp tiles", Plan::selective_recompute(), TrainMode::full, false, false, 5}};
   for (auto& c : cases) {
     ForecastRequest r = tiny_request(c.plan, c.mode);
-    r.layer_offloading = c.paged;
+    r.plan.layer_weights = c.paged ? Decision::page : Decision::keep;
     r.mlp_tiles = c.mlp_tiles;
     if (c.small_staging) r.tiers.max_inflight_bytes = 8192, r.tiers.prefetch_bytes = 16384;
     Forecast f = forecast(r);
@@ -160,7 +160,7 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
   // Weight paging on the cuda mirror: bf16 pages, uploads overlapped, slots in the breakdown.
   ForecastRequest pr = cuda_request(Plan::keep_everything());
   pr.mode = TrainMode::frozen;
-  pr.layer_offloading = true;
+  pr.plan.layer_weights = Decision::page;
   Forecast paged = forecast(pr);
   ASSERT_TRUE(paged.fits) << paged.oom;
   EXPECT_GT(paged.paged_bytes_uploaded, 0u);
@@ -171,7 +171,7 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
 
 TEST(Sim, LayerOffloadingOfAFullFinetuneNeedsZeroStage0) {
   ForecastRequest full = tiny_request(Plan::keep_everything());
-  full.layer_offloading = true;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
+  full.plan.layer_weights = Decision::page;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
   const Forecast f = forecast(full);
   EXPECT_TRUE(f.fits) << f.oom;
   EXPECT_GT(f.paged_host_bytes, 0u);
