@@ -44,10 +44,11 @@ Decision parse_layer_weights(std::string_view s, const std::string& where, const
 
 void Plan::set_layer_weights(Decision d, const std::string& where) {
   if (d != Decision::keep && d != Decision::page)
-    STRATA_THROW(ConfigError,
-                 fmt::format("{}: layer_weights must be keep (on the device) or page (paged from host memory), got '{}'",
-                             where, decision_name(d)),
-                 where, "layer_weights");
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("{}: layer_weights must be keep (on the device) or page (paged from host memory), got '{}'", where,
+                    decision_name(d)),
+        where, "layer_weights");
   layer_weights = d;
 }
 

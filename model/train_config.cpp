@@ -489,8 +489,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
                           path, key, alias ? (d == Decision::page ? "true" : "false") : decision_name(d), weights_key,
                           weights_key == "layer_offloading" ? (weights == Decision::page ? "true" : "false")
                                                             : decision_name(weights),
-                          key,
-                          alias ? (weights == Decision::page ? "true" : "false") : decision_name(weights)),
+                          key, alias ? (weights == Decision::page ? "true" : "false") : decision_name(weights)),
               path, key);
         }
       } else if (key == "memory_budget") {

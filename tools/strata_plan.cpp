@@ -45,14 +45,14 @@ static const char* kUsage =
     "host copies on a copy-stream timeline). offload|legacy|hidden_states: activation_offloading true|\n"
     "legacy|hidden_states (host tier); disk: activation_offloading: disk (through host staging to a disk\n"
     "queue at the profile's disk_write_gbps / disk_read_gbps; no file is written); --layer-offloading\n"
-    "pages the layers' weight matrices from host (frozen or lora: the frozen base; full: the trainable\n"
-    "weights, their updates streamed through the optimizer).\n"
+    "pages the layers' weight matrices from host (the plan's layer_weights: page; frozen or lora: the\n"
+    "frozen base; full: the trainable weights, their updates streamed through the optimizer).\n"
     "--write-config: the YAML strata-train --config runs alone: the plan, shape and recipe, plus\n"
     "base_model when --model is a checkpoint directory and data from --data (or --config's data).\n"
     "--budget: the fastest plan whose step fits an arena of BYTES (e.g. 40GiB), printed as YAML for\n"
     "strata-train --config. It chooses keep or recompute for every slot class, and host or disk where\n"
     "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); it\n"
-    "also tries paging the layers (layer_offloading; a full fine-tune's too, not with ZeRO) when the\n"
+    "also tries paging the layers (layer_weights: page; a full fine-tune's too, not with ZeRO) when the\n"
     "host budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
     "--state-offloading-tier disk: those classes (gradients excepted) in a state file on the disk tier;\n"
@@ -515,8 +515,8 @@ int main(int argc, char** argv) {
                  gradients_name(req.recipe.gradients));
     std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
                  !req.plan.pages_layer_weights() ? "no weight paging"
-                 : req.mode == TrainMode::full ? "trainable layer weights paged from host"
-                                               : "frozen layer weights paged from host",
+                 : req.mode == TrainMode::full   ? "trainable layer weights paged from host"
+                                                 : "frozen layer weights paged from host",
                  host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
                  disk_budget ? fmt::format(", disk budget {}", format_bytes(disk_budget)).c_str() : "",
                  have_budget

@@ -60,7 +60,7 @@ static const char* kUsage =
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
-    "those tiers and page the layers' weights (layer_offloading: frozen ones, or a full fine-tune's\n"
+    "those tiers and page the layers' weights (layer_weights: page: frozen ones, or a full fine-tune's\n"
     "trainable ones, whose updates the optimizer streams into the host block).\n"
     "The planner prices steps with the built-in profile of this GPU (h100_80gb when none matches); --profile\n"
     "names another or a strata-calibrate JSON file (as strata-plan --profile).\n"

@@ -291,7 +291,7 @@ struct Budgets {
 
 struct PlanReport {
   bool found = false;
-  MemoryPlan plan;  // found: the fastest plan that fits; else the lowest-memory one
+  MemoryPlan plan;                // found: the fastest plan that fits; else the lowest-memory one
   bool layer_offloading = false;  // plan.layer_weights == "page" (read by plan_yaml too: true pages)
   std::string label;
   Budgets budgets;              // what it was planned for

@@ -133,8 +133,8 @@ TEST(PlanPresets, PresetOfFindsTheTableRowAPlanCameFrom) {
     const PresetInfo* found = preset_of(p.make(1));
     ASSERT_NE(found, nullptr) << p.name;
     EXPECT_EQ(found->name, p.name);
-    EXPECT_EQ(preset_yaml(*found, 1), p.yaml_key.empty() ? std::string()
-                                                          : std::string(p.yaml_key) + ": " + std::string(p.yaml_value));
+    EXPECT_EQ(preset_yaml(*found, 1),
+              p.yaml_key.empty() ? std::string() : std::string(p.yaml_key) + ": " + std::string(p.yaml_value));
   }
   EXPECT_EQ(preset_yaml(*preset_of(Plan::gradient_checkpointing(4)), 4), "gradient_checkpointing: {every: 4}");
   Plan odd;

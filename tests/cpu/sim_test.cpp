@@ -171,7 +171,8 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
 
 TEST(Sim, LayerOffloadingOfAFullFinetuneNeedsZeroStage0) {
   ForecastRequest full = tiny_request(Plan::keep_everything());
-  full.plan.layer_weights = Decision::page;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
+  full.plan.layer_weights =
+      Decision::page;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
   const Forecast f = forecast(full);
   EXPECT_TRUE(f.fits) << f.oom;
   EXPECT_GT(f.paged_host_bytes, 0u);
