@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -544,6 +545,35 @@ TEST(StrataPlan, BadInput) {
   EXPECT_EQ(disk.code, 2);
   EXPECT_NE(disk.err.find("disk_write_gbps"), std::string::npos) << disk.err;
   EXPECT_NE(disk.err.find("strata-calibrate --disk DIR"), std::string::npos) << disk.err;
+}
+
+// --layer-offloading is the plan's layer_weights: page: the JSON says so, --write-config writes it, and
+// strata-train's reader pages from that file; a config's paging survives --preset (the state travels).
+TEST(StrataPlan, LayerOffloadingFlagIsThePlansLayerWeightsPage) {
+  const std::string yaml = ::testing::TempDir() + "strata_plan_layer_weights.yaml";
+  Proc p = run_plan(
+      "--model tiny --seq 64 --mode frozen --preset gradient_checkpointing --layer-offloading --json "
+      "--write-config " +
+      yaml);
+  ASSERT_EQ(p.code, 0) << p.err;
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["layer_weights"], "page");
+  EXPECT_TRUE(j["layer_offloading"].get<bool>());
+  TrainConfig back;
+  apply_yaml(back, yaml);
+  EXPECT_TRUE(back.plan.pages_layer_weights());
+  EXPECT_EQ(back.plan.checkpoint_every, 1);
+  EXPECT_TRUE(back.freeze_base);
+  // The written config, with another preset on the command line: still paged, the same forecast peak.
+  Proc q = run_plan("--model tiny --config " + yaml + " --preset gradient_checkpointing --json");
+  ASSERT_EQ(q.code, 0) << q.err;
+  auto k = nlohmann::json::parse(q.out);
+  EXPECT_EQ(k["layer_weights"], "page");
+  EXPECT_EQ(k["forecast"]["peak_bytes"], j["forecast"]["peak_bytes"]);
+  Proc none = run_plan("--model tiny --seq 64 --mode frozen --preset gradient_checkpointing --json");
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(nlohmann::json::parse(none.out)["layer_weights"], "keep");
+  std::remove(yaml.c_str());
 }
 
 TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
