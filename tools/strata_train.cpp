@@ -72,7 +72,7 @@ static const char* kUsage =
     "ZeRO-2, also each rank's gradients of its share only (the others' reduced to their owners during backward).\n"
     "--zero-stage 3: ZeRO-3, also the layers' weight matrices of its share only: each layer's are gathered from their\n"
     "owners into two device slots before its forward and its backward (the next layer's while one computes); not\n"
-    "with layer_offloading, LoRA or a frozen base.\n"
+    "with layer_weights: page (layer_offloading), LoRA or a frozen base.\n"
     "--sequence-parallel N (YAML sequence_parallel): each row's tokens spread over groups of N of the ranks (N must\n"
     "divide --gpus; --seq a multiple of N): each rank holds seq/N tokens, all-to-alls around attention give it every\n"
     "token of its heads (DeepSpeed-Ulysses); the groups are data parallel (--batch rows a group).\n"
