@@ -27,6 +27,7 @@ Plan to_plan(const MemoryPlan& p, const std::string& where) {
   q.sync_transfers = p.sync_transfers;
   q.state = to_rules(p.state, where + " state");
   q.state_preset = p.state_preset;
+  q.set_layer_weights(parse_layer_weights(p.layer_weights, where + ".layer_weights"), where + ".layer_weights");
   return q;
 }
 
@@ -39,6 +40,7 @@ MemoryPlan from_plan(const Plan& p) {
   q.sync_transfers = p.sync_transfers;
   q.state = from_rules(p.state);
   q.state_preset = p.state_preset;
+  q.layer_weights = decision_name(p.layer_weights);
   return q;
 }
 
@@ -72,7 +74,8 @@ TrainConfig to_train_config(const SessionConfig& c) {
                                          {"SessionConfig::pad_vocab_multiple", "SessionConfig", "pad_vocab_multiple"});
   t.seed = c.seed;
   t.offload_dir = c.offload_dir;
-  t.layer_offloading = c.layer_offloading;
+  // The older spelling of plan.layer_weights = "page" (either one pages the layers).
+  if (c.layer_offloading) t.plan.set_layer_weights(Decision::page, "SessionConfig::layer_offloading");
   t.recipe.master = parse_master_weights(c.master_weights, "SessionConfig::master_weights");
   t.recipe.moments = parse_optimizer_state(c.optimizer_state, "SessionConfig::optimizer_state");
   t.recipe.gradients = parse_gradients(c.gradients, "SessionConfig::gradients");
@@ -108,7 +111,7 @@ SessionConfig from_train_config(const TrainConfig& t) {
   c.pad_vocab_multiple = t.pad_vocab_multiple;
   c.seed = t.seed;
   c.offload_dir = t.offload_dir;
-  c.layer_offloading = t.layer_offloading;
+  c.layer_offloading = t.plan.pages_layer_weights();  // mirrors c.plan.layer_weights
   c.master_weights = master_weights_name(t.recipe.master);
   c.optimizer_state = optimizer_state_name(t.recipe.moments);
   c.gradients = gradients_name(t.recipe.gradients);
@@ -192,7 +195,7 @@ ForecastRequest to_request(const ForecastSpec& s) {
     throw ConfigError("ForecastSpec::mirror must be cuda or cpu, got '" + s.mirror + "'", "ForecastSpec", "mirror");
   r.mirror = s.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
   r.budget = s.budget_bytes;
-  r.layer_offloading = s.layer_offloading;
+  if (s.layer_offloading) r.plan.set_layer_weights(Decision::page, "ForecastSpec::layer_offloading");
   r.recipe.master = parse_master_weights(s.master_weights, "ForecastSpec::master_weights");
   r.recipe.moments = parse_optimizer_state(s.optimizer_state, "ForecastSpec::optimizer_state");
   r.recipe.gradients = parse_gradients(s.gradients, "ForecastSpec::gradients");

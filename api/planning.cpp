@@ -99,7 +99,7 @@ PlanReport plan_for_budget(const ForecastSpec& spec, const Budgets& budgets) {
   PlanReport r;
   r.found = pr.found;
   r.plan = api::from_plan(pr.plan);
-  r.layer_offloading = pr.layer_offloading;
+  r.layer_offloading = pr.plan.pages_layer_weights();  // mirrors r.plan.layer_weights
   r.label = pr.label;
   r.budgets = budgets;
   r.forecast = api::from_forecast(pr.forecast);
@@ -113,7 +113,8 @@ PlanReport plan_for_budget(const ForecastSpec& spec, const Budgets& budgets) {
 
 std::string plan_yaml(const ForecastSpec& spec, const PlanReport& report) {
   ForecastRequest r = api::to_request(spec);
-  r.layer_offloading = report.layer_offloading;
+  Plan plan = api::to_plan(report.plan, "PlanReport::plan");
+  if (report.layer_offloading) plan.set_layer_weights(Decision::page, "PlanReport::layer_offloading");
   Forecast f;
   f.fits = report.forecast.fits;
   f.peak_bytes = report.forecast.peak_bytes;
@@ -128,7 +129,7 @@ std::string plan_yaml(const ForecastSpec& spec, const PlanReport& report) {
   f.optimizer_s = report.forecast.optimizer_s;
   f.recompute_s = report.forecast.recompute_s;
   f.tokens_per_s = report.forecast.tokens_per_s;
-  return plan_yaml(r, api::to_plan(report.plan, "PlanReport::plan"), f, report.budgets.device);
+  return plan_yaml(r, plan, f, report.budgets.device);
 }
 
 }  // namespace strata

@@ -38,8 +38,7 @@ DeviceProfile profile_for_device(const std::string& device) {
 void plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend, Backend& be) {
   ForecastRequest req = train_forecast_request(cfg, mc, backend == "cuda" ? SimMirror::cuda : SimMirror::cpu,
                                                profile_for_device(be.device_name()));
-  req.plan = Plan::keep_everything();  // the planner chooses the plan and the paging
-  req.layer_offloading = false;
+  req.plan = Plan::keep_everything();  // the planner chooses the plan, the paging (plan.layer_weights) included
   const size_t budget = cfg.memory_budget_bytes;
   PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found)
@@ -49,7 +48,6 @@ void plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
                                   format_bytes(cfg.disk_budget_bytes), format_bytes(pr.minimum_bytes), pr.label),
                       "SessionConfig", "memory_budget_bytes");
   cfg.plan = pr.plan;
-  cfg.layer_offloading = pr.layer_offloading;
 }
 
 }  // namespace

@@ -18,6 +18,8 @@ const char* decision_name(Decision d) {
       return "host";
     case Decision::disk:
       return "disk";
+    case Decision::page:
+      return "page";
   }
   return "?";
 }
@@ -29,6 +31,25 @@ Decision parse_decision(std::string_view s, const std::string& where) {
   if (s == "disk") return Decision::disk;
   STRATA_THROW(ConfigError, fmt::format("{}: unknown decision '{}' (expected keep, recompute, host or disk)", where, s),
                where, std::string(s));
+}
+
+Decision parse_layer_weights(std::string_view s, const std::string& where, const std::string& field) {
+  if (s == "keep") return Decision::keep;
+  if (s == "page") return Decision::page;
+  STRATA_THROW(ConfigError,
+               fmt::format("{}: layer_weights must be keep (on the device) or page (paged from host memory), got '{}'",
+                           where, s),
+               where, field);
+}
+
+void Plan::set_layer_weights(Decision d, const std::string& where) {
+  if (d != Decision::keep && d != Decision::page)
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("{}: layer_weights must be keep (on the device) or page (paged from host memory), got '{}'", where,
+                    decision_name(d)),
+        where, "layer_weights");
+  layer_weights = d;
 }
 
 bool glob_match(std::string_view p, std::string_view s) {
@@ -178,6 +199,7 @@ void Plan::take_state(const Plan& o) {
   state_layer_rules = o.state_layer_rules;
   state_layers_level = o.state_layers_level;
   state_layers = o.state_layers;
+  layer_weights = o.layer_weights;
 }
 
 std::string Plan::state_label() const {
@@ -253,6 +275,22 @@ const PresetInfo* find_preset(std::string_view name) {
   for (const PresetInfo& p : plan_presets())
     if (name == p.name || name == p.short_name || (!p.alias.empty() && name == p.alias)) return &p;
   return nullptr;
+}
+
+const PresetInfo* preset_of(const Plan& p) {
+  for (const PresetInfo& info : plan_presets()) {
+    const Plan made = info.make(std::max(1, p.checkpoint_every));
+    if (made.rules == p.rules && made.checkpoint_every == p.checkpoint_every && made.sync_transfers == p.sync_transfers)
+      return &info;
+  }
+  return nullptr;
+}
+
+std::string preset_yaml(const PresetInfo& preset, int every) {
+  if (preset.yaml_key.empty()) return "";
+  if (every > 1 && preset.make(every).checkpoint_every == every)  // gradient checkpointing's segments
+    return fmt::format("{}: {{every: {}}}", preset.yaml_key, every);
+  return fmt::format("{}: {}", preset.yaml_key, preset.yaml_value);
 }
 
 std::string preset_names(bool short_names) {

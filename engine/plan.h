@@ -1,5 +1,7 @@
-// The memory plan: a small table from saved-slot class (glob patterns such as "L*.mlp.gate")
-// to a decision. First matching rule wins; unmatched classes are kept.
+// The memory plan: one value holding a decision for every tensor class. Saved activations: a small
+// table from saved-slot class (glob patterns such as "L*.mlp.gate") to a decision, first matching
+// rule wins, unmatched classes are kept. Persistent state: the state table (master weights,
+// gradients, Adam moments) and the layers' weight matrices (keep or page).
 #pragma once
 #include <string>
 #include <string_view>
@@ -8,10 +10,15 @@
 
 namespace strata {
 
-enum class Decision : uint8_t { keep, recompute, host, disk };
+// keep, recompute, host and disk place saved activations (and keep, host, disk persistent state);
+// page is the layer weights' other decision (Plan::layer_weights): pinned host memory, paged in.
+enum class Decision : uint8_t { keep, recompute, host, disk, page };
 const char* decision_name(Decision d);
-// Parses "keep", "recompute", "host", "disk"; throws ConfigError naming `where` otherwise.
+// Parses "keep", "recompute", "host", "disk" (an activation or state decision; not "page");
+// throws ConfigError naming `where` otherwise.
 Decision parse_decision(std::string_view s, const std::string& where);
+// `layer_weights`: "keep" or "page"; ConfigError naming `where` (file and field `field`) otherwise.
+Decision parse_layer_weights(std::string_view s, const std::string& where, const std::string& field = "layer_weights");
 
 // Glob match with '*' (any run of characters) and '?' (one character).
 bool glob_match(std::string_view pattern, std::string_view s);
@@ -37,6 +44,16 @@ struct Plan {
   std::vector<std::pair<std::string, Decision>> state_layer_rules;
   std::string state_layers_level = "none";
   int state_layers = 0;
+  // The layers' weight matrices (not norms, biases or adapters), frozen or trainable: keep (device
+  // resident) or page (pinned host memory, paged through two device slots by the WeightPager, in
+  // forward, recompute and backward order). YAML `layer_weights: page` (older spelling
+  // `layer_offloading: true`). One decision for the class: every layer pages, or none does.
+  Decision layer_weights = Decision::keep;
+  // Whether the plan pages the layer weights: the one place the model's bool is derived from
+  // (ModelOptions::page_layers, the tools' and the library's `layer_offloading`).
+  bool pages_layer_weights() const { return layer_weights == Decision::page; }
+  // keep or page; anything else is a ConfigError naming `where`.
+  void set_layer_weights(Decision d, const std::string& where);
 
   // The decision for a persistent-state class of group `cls` ("L7.adam.m"); `layer` is the group's
   // layer (-1 for the embedding, head and final norm) of `num_layers`: the layer-spread rules when
@@ -49,8 +66,8 @@ struct Plan {
   void set_state_offloading_layers(std::string_view level, int layers, const std::string& where);
   // The flags' spelling "LEVEL:K" ("optimizer:28"); ConfigError naming `where` otherwise.
   void parse_state_offloading_layers(std::string_view spec, const std::string& where);
-  // Copies `o`'s persistent-state fields (the table, the layer-spread rules, their labels): an
-  // activation preset chosen after a config keeps the config's state placement.
+  // Copies `o`'s persistent-state fields (the table, the layer-spread rules, their labels, the layer
+  // weights' decision): an activation preset chosen after a config keeps the config's state placement.
   void take_state(const Plan& o);
   // How the state's tiers were chosen, for printing: "optimizer", "none + optimizer in 28 layers".
   std::string state_label() const;
@@ -90,6 +107,13 @@ struct PresetInfo {
 const std::vector<PresetInfo>& plan_presets();
 // The preset called `name` (its name, short name or alias), or null.
 const PresetInfo* find_preset(std::string_view name);
+// The other way: the preset whose activation rules `p` holds (its rules, checkpoint_every and
+// sync_transfers as the preset makes them; `p.overrides` may add to them), or null. `keep` for a
+// plan without preset rules (an explicit table alone, or nothing).
+const PresetInfo* preset_of(const Plan& p);
+// The preset's YAML line ("activation_offloading: legacy", "gradient_checkpointing: {every: 2}"
+// for `every` > 1); "" for keep.
+std::string preset_yaml(const PresetInfo& preset, int every);
 // The preset called `name`; otherwise a ConfigError "<what> must be one of ..." listing the names,
 // with the error's file and field set to `file` and `field`.
 Plan preset_plan(std::string_view name, int every, const std::string& what, const std::string& file,

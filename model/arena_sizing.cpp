@@ -19,7 +19,6 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   req.mlp_tiles = cfg.mlp_tiles;
   req.recipe = cfg.recipe;
   req.plan = cfg.plan;
-  req.layer_offloading = cfg.layer_offloading;
   req.tiers.offload_dir = cfg.offload_dir;
   req.mirror = mirror;
   req.profile = profile;

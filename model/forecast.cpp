@@ -40,7 +40,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   // As strata-train builds them: --freeze-base trains the norms only; LoRA freezes the base.
   mo.train_base = r.mode == TrainMode::full;
   mo.train_norms = r.mode == TrainMode::frozen;
-  mo.page_layers = r.layer_offloading;
+  mo.page_layers = r.plan.pages_layer_weights();
   mo.state_plan = r.plan;
   mo.state_dir = r.tiers.offload_dir;  // the sim creates no file
   mo.recipe = r.recipe;

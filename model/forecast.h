@@ -32,13 +32,12 @@ struct ForecastRequest {
   bool loss_grad_in_forward = true;  // ModelOptions::loss_grad_in_forward
   // ModelOptions::mlp_tiles; 0 = auto: plan_for_budget chooses (a forecast runs it untiled).
   int mlp_tiles = 0;
-  Plan plan = Plan::keep_everything();
+  Plan plan = Plan::keep_everything();  // activations, persistent state and layer weights (paging)
   DeviceProfile profile;
   SimMirror mirror = SimMirror::cuda;
-  size_t budget = 0;              // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
-  bool layer_offloading = false;  // page the layer weight matrices from host (ModelOptions::page_layers)
-  TierOptions tiers;              // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
-  StateRecipe recipe;             // master_weights, optimizer_state (ModelOptions::recipe)
+  size_t budget = 0;   // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
+  TierOptions tiers;   // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
+  StateRecipe recipe;  // master_weights, optimizer_state (ModelOptions::recipe)
   // Data-parallel ranks: the forecast is one rank's (each runs the same schedule on its batch rows),
   // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;

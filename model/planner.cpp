@@ -34,7 +34,7 @@ std::string describe(const PlanSpec& s) {
   if (s.host_input_layers > 0) out += fmt::format(" + inputs of the last {} layers on host", s.host_input_layers);
   if (s.state_level != "none") out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
   if (s.state_layers > 0) out += fmt::format(" + {} in {} layers", s.layers_level, s.state_layers);
-  return s.layer_offloading ? out + " + layer_offloading" : out;
+  return s.layer_weights == Decision::page ? out + " + layer_offloading" : out;
 }
 
 bool has_type(const PlanSpec& s, const std::string& t) {
@@ -71,7 +71,6 @@ struct Search {
     try {
       ForecastRequest r = base;
       r.plan = make_plan(s, layers);
-      r.layer_offloading = s.layer_offloading;
       r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
       o.f = forecast(r);
       if (o.f.fits && o.f.peak_bytes <= b.device && o.f.peak_host_bytes <= b.host && o.f.peak_disk_bytes <= b.disk) {
@@ -127,7 +126,6 @@ struct Search {
         best = t;
         best_spec = s;
         res.plan = make_plan(s, layers);
-        res.layer_offloading = s.layer_offloading;
         res.label = label;
         res.forecast = std::move(fb);
       }
@@ -309,6 +307,7 @@ Plan make_plan(const PlanSpec& s, int layers) {
   auto state = [&](Plan& p) {
     p.set_state_offloading(s.state_level, "planner", s.state_tier);
     p.set_state_offloading_layers(s.layers_level, s.state_layers, "planner");
+    p.set_layer_weights(s.layer_weights, "planner");
   };
   if (s.checkpoint_every > 0) {
     Plan p = Plan::gradient_checkpointing(s.checkpoint_every);
@@ -316,7 +315,7 @@ Plan make_plan(const PlanSpec& s, int layers) {
     return p;
   }
   PlanSpec body = s;
-  body.layer_offloading = false;  // not part of the plan table (strata-train's layer_offloading key)
+  body.layer_weights = Decision::keep;  // not in the activation preset's label (the plan's layer_weights)
   Plan p;
   state(p);
   p.preset = "auto: " + describe(body);
@@ -344,7 +343,6 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   // The saved class types of this model and mode (the loss path stays kept: it is needed at once).
   ForecastRequest keep = base;
   keep.plan = Plan::keep_everything();
-  keep.layer_offloading = false;
   keep.budget = 0;
   Forecast kf = forecast(keep);
   res.sim_runs++;
@@ -361,7 +359,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   std::vector<bool> paging{false};
   if (can_page && budgets.host > 0) {
     ForecastRequest pr = keep;
-    pr.layer_offloading = true;
+    pr.plan.set_layer_weights(Decision::page, "planner");
     Forecast pf = forecast(pr);
     res.sim_runs++;
     if (pf.paged_host_bytes > 0 && pf.peak_host_bytes <= budgets.host) paging.push_back(true);
@@ -395,7 +393,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     for (const auto& [level, tier] : starts)
       for (bool paged : paging) {
         first.emplace_back();
-        first.back().layer_offloading = paged;
+        first.back().layer_weights = paged ? Decision::page : Decision::keep;
         first.back().state_level = level;
         first.back().state_tier = tier;
       }
@@ -404,7 +402,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   for (const auto& [level, tier] : starts)
     for (bool paged : paging) {
       PlanSpec start;
-      start.layer_offloading = paged;
+      start.layer_weights = paged ? Decision::page : Decision::keep;
       start.state_level = level;
       start.state_tier = tier;
       if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
@@ -475,7 +473,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       for (bool paged : {false, true}) {
         if (paged && !can_page) continue;
         PlanSpec s;
-        s.layer_offloading = paged;
+        s.layer_weights = paged ? Decision::page : Decision::keep;
         s.state_level = level;
         if (paged || s.state_level != "none") S.eval(s);
         S.tier_families(s, Decision::host);
@@ -502,9 +500,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   const PlanSpec& ls = S.specs.at(low->label);
   ForecastRequest r = base;
   r.plan = make_plan(ls, L);
-  r.layer_offloading = ls.layer_offloading;
   res.plan = r.plan;
-  res.layer_offloading = ls.layer_offloading;
   res.label = low->label;
   size_t need = low->high_water_bytes;
   for (int i = 0; i < 20; ++i) {  // placement under a tighter budget can differ: grow until it fits
@@ -622,7 +618,6 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
     }
     ForecastRequest c = r;
     c.plan = pr.plan;
-    c.layer_offloading = pr.layer_offloading;
     c.mlp_tiles = pr.mlp_tiles;
     pr.rank_peak_bytes.assign(size_t(base.gpus), 0);
     size_t short_by = 0;
@@ -733,7 +728,6 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (budget) y += fmt::format("device_memory: {}  # {}\n", budget, format_bytes(budget));
   if (r.mode == TrainMode::frozen) y += "freeze_base: true\n";
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);
-  if (r.layer_offloading) y += "layer_offloading: true\n";
   if (r.mlp_tiles > 1) y += fmt::format("mlp_tiles: {}\n", r.mlp_tiles);
   if (r.sequence_parallel > 1)
     y += fmt::format("sequence_parallel: {}  # of the {} GPUs (--gpus): each rank holds {} tokens of a row\n",
@@ -750,22 +744,19 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   if (plan.state_layers > 0)
     y += fmt::format("state_offloading_layers: {{level: {}, layers: {}}}  # of the {} layers, spread evenly\n",
                      plan.state_layers_level, plan.state_layers, r.model.num_hidden_layers);
-  static const std::string kOffload = "activation_offloading: ";
-  if (plan.preset.rfind(kOffload, 0) == 0 && plan.overrides.empty()) {  // the preset itself (legacy's sync included)
-    y += plan.preset + "\n";
-    return y;
-  }
+  if (plan.pages_layer_weights())
+    y += fmt::format("layer_weights: page  # the layers' {} weight matrices in host memory, paged in\n",
+                     r.mode == TrainMode::full ? "trainable" : "frozen");
+  // The activation preset, written as the YAML key the one preset table (engine/plan.h) reads it from;
+  // the rest of the table (the explicit overrides, or rules no preset makes) as `plan:`.
   std::vector<std::pair<std::string, Decision>> table = plan.overrides;
-  if (plan.checkpoint_every > 0) {
-    y += plan.checkpoint_every == 1 ? "gradient_checkpointing: true\n"
-                                    : fmt::format("gradient_checkpointing: {{every: {}}}\n", plan.checkpoint_every);
-  } else if (plan.preset == "selective_recompute") {
-    y += "selective_recompute: true\n";
-  } else {
+  const PresetInfo* preset = preset_of(plan);
+  if (preset && !preset->yaml_key.empty())
+    y += preset_yaml(*preset, plan.checkpoint_every) + "\n";
+  else if (!preset)
     table.insert(table.end(), plan.rules.begin(), plan.rules.end());
-  }
   if (table.empty()) {
-    y += plan.checkpoint_every > 0 || plan.preset == "selective_recompute" ? "" : "plan: {}  # keep everything\n";
+    y += preset && !preset->yaml_key.empty() ? "" : "plan: {}  # keep everything\n";
     return y;
   }
   y += "plan:\n";

@@ -1,8 +1,8 @@
 // The budget planner: chooses a decision (keep, recompute, host or disk) for every saved slot
-// class, and whether to page the layer weights (layer_offloading), so that one step fits the device-arena
-// budget and the host and disk budgets at the lowest forecast step time. Every candidate is
-// verified by a sim run (model/forecast.h), so "fits" means the engine's own allocator fitted it
-// and the host and disk tiers' forecast peaks stayed within their budgets.
+// class, and whether to page the layer weights (Plan::layer_weights: keep or page), so that one step fits the
+// device-arena budget and the host and disk budgets at the lowest forecast step time. Every candidate is verified by a
+// sim run (model/forecast.h), so "fits" means the engine's own allocator fitted it and the host and disk tiers'
+// forecast peaks stayed within their budgets.
 //
 // A tier with a budget of 0 is not used (the device is always used). Weight paging is tried when the
 // host budget holds the paged layers: frozen ones in frozen and LoRA training, trainable ones in a full
@@ -41,10 +41,10 @@ struct TierBudgets {
 struct PlanSpec {
   std::vector<std::pair<std::string, Decision>> types;  // folded classes ("L*.mlp.act") -> decision in every layer
   int checkpointed_layers = 0;                          // L0..L<n-1>: keep the input, recompute the rest
-  int checkpoint_every = 0;  // >0: gradient checkpointing every k layers (overrides the rest)
-  bool layer_offloading = false;
-  std::string state_level = "none";      // Plan::set_state_offloading: persistent state off the device
-  Decision state_tier = Decision::host;  // ... on the host or the disk tier (state_offloading_tier)
+  int checkpoint_every = 0;                 // >0: gradient checkpointing every k layers (overrides the rest)
+  Decision layer_weights = Decision::keep;  // Plan::layer_weights: keep or page
+  std::string state_level = "none";         // Plan::set_state_offloading: persistent state off the device
+  Decision state_tier = Decision::host;     // ... on the host or the disk tier (state_offloading_tier)
   // Plan::set_state_offloading_layers: a higher level's classes on the host in state_layers layers too
   std::string layers_level = "none";
   int state_layers = 0;
@@ -63,8 +63,7 @@ struct PlanTried {
 
 struct PlanResult {
   bool found = false;
-  Plan plan;                      // the chosen plan (found), else the lowest-memory one
-  bool layer_offloading = false;  // the chosen plan pages the layer weights (frozen or trainable)
+  Plan plan;  // the chosen plan (found), else the lowest-memory one; plan.pages_layer_weights(): it pages
   std::string label;
   Forecast forecast;  // its forecast under the budget (found), else unbounded
   TierBudgets budgets;

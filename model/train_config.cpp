@@ -249,17 +249,24 @@ auto with_key(const std::string& path, const std::string& key, F&& f) {
   }
 }
 
+// The preset a YAML key and value select, from the one preset table (engine/plan.h), or null.
+const PresetInfo* yaml_preset(std::string_view key, std::string_view value) {
+  for (const PresetInfo& p : plan_presets())
+    if (p.yaml_key == key && p.yaml_value == value) return &p;
+  return nullptr;
+}
+
 void apply_checkpointing(TrainConfig& c, const YAML::Node& v, const std::string& path) {
   const std::string key = "gradient_checkpointing";
   if (v.IsScalar()) {
-    if (get<bool>(v, path, key, "true, false or {every: N}")) c.plan = Plan::gradient_checkpointing(1);
+    if (get<bool>(v, path, key, "true, false or {every: N}")) c.plan = yaml_preset(key, "true")->make(1);
     return;
   }
   if (v.IsMap() && v.size() == 1 && key_of(v.begin()->first, path, key) == "every") {
     const std::string field = key + ".every";
     int every =
         check_int(get<long long>(v.begin()->second, path, field, "a positive integer"), 1, Origin::yaml(path, field));
-    c.plan = Plan::gradient_checkpointing(every);
+    c.plan = yaml_preset(key, "true")->make(every);
     return;
   }
   STRATA_THROW(ConfigError, fmt::format("{}: gradient_checkpointing expects true, false or {{every: N}}", path), path,
@@ -329,6 +336,10 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
   std::vector<std::pair<std::string, Decision>> explicit_state;
   bool has_state = false;
   bool has_explicit = false, adapter_lora = false, rank_given = false;
+  // The layer weights' decision (layer_weights, or its older spelling layer_offloading) and the key
+  // that set it; a preset key later in the file replaces c.plan, so it goes in at the end.
+  Decision weights = c.plan.layer_weights;
+  std::string weights_key;
   std::string key;  // the key being read, for a YAML error that escapes the checks below
   try {
     for (auto it : root) {
@@ -441,7 +452,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
       } else if (key == "gradient_checkpointing")
         apply_checkpointing(c, v, path);
       else if (key == "selective_recompute") {
-        if (Bool()) c.plan = Plan::selective_recompute();
+        if (Bool()) c.plan = yaml_preset(key, "true")->make(1);
       } else if (key == "activation_offloading") {
         // The presets this key selects, from the one preset table (engine/plan.h).
         const std::string mode = S();
@@ -461,8 +472,26 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
               path, key);
       } else if (key == "offload_dir") {
         c.offload_dir = S();
-      } else if (key == "layer_offloading") {
-        c.layer_offloading = Bool();
+      } else if (key == "layer_weights" || key == "layer_offloading") {
+        // One decision, two spellings: layer_weights: keep|page, and the older layer_offloading: false|true.
+        const Decision d = key == "layer_weights"
+                               ? with_key(path, key, [&] { return parse_layer_weights(S(), path + ": " + key); })
+                               : (Bool() ? Decision::page : Decision::keep);
+        if (weights_key.empty() || weights == d) {
+          weights = d;
+          weights_key = key;
+        } else {
+          const bool alias = key == "layer_offloading";
+          STRATA_THROW(
+              ConfigError,
+              fmt::format("{}: {}: {} contradicts {}: {} (layer_offloading: true is layer_weights: page, false is "
+                          "keep); expected {}: {}, or one of the two keys",
+                          path, key, alias ? (d == Decision::page ? "true" : "false") : decision_name(d), weights_key,
+                          weights_key == "layer_offloading" ? (weights == Decision::page ? "true" : "false")
+                                                            : decision_name(weights),
+                          key, alias ? (weights == Decision::page ? "true" : "false") : decision_name(weights)),
+              path, key);
+        }
       } else if (key == "memory_budget") {
         c.memory_budget_bytes = Bytes();
         if (!c.memory_budget_bytes)
@@ -569,6 +598,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
                               ? state_plan.state_preset
                               : (state_plan.state.empty() ? "explicit" : state_plan.state_preset + " + explicit");
   }
+  c.plan.layer_weights = weights;  // this file's decision, else the one before it
   if (has_explicit) {
     // An explicit table goes before the preset's rules: first match wins.
     c.plan.overrides = explicit_plan.rules;

@@ -69,8 +69,8 @@ struct TrainConfig {
   int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;
   std::string offload_dir;  // disk tier directory ("" = $TMPDIR or /tmp)
-  bool layer_offloading =
-      false;               // page the layer weight matrices from host, frozen or trainable (ModelOptions::page_layers)
+  // The layers' weight matrices, frozen or trainable, paged from host: plan.layer_weights (layer_weights: page,
+  // or layer_offloading: true), read as plan.pages_layer_weights().
   StateRecipe recipe;      // master_weights, optimizer_state, gradients (engine/state_recipe.h)
   std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
   // The loop (model/train_loop.h). `steps` counts when given (steps_given), else num_epochs does.

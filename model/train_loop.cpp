@@ -35,7 +35,7 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.train_norms = cfg.freeze_base && !cfg.lora.enabled();  // frozen base: only the norms train
   mo.loss_chunk_tokens = cfg.loss_chunk_tokens;
   mo.pad_vocab_multiple = cfg.pad_vocab_multiple;
-  mo.page_layers = cfg.layer_offloading;
+  mo.page_layers = cfg.plan.pages_layer_weights();
   mo.state_plan = cfg.plan;        // the persistent state's tiers (state_offloading, state_plan, or the planner's)
   mo.state_dir = cfg.offload_dir;  // state on the disk tier: its file beside the activations' (offload_dir)
   mo.recipe = cfg.recipe;

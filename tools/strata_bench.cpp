@@ -38,7 +38,7 @@ static const char* kUsage =
     "                    [--eager-update]\n"
     "                    [--pack N]\n"
     "                    | --measure-disk DIR\n"
-    "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan, layer_offloading,\n"
+    "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan (layer_weights too),\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
     "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
     "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly, as strata-train's\n"
@@ -123,7 +123,6 @@ int main(int argc, char** argv) {
     mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
     mo.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
                                                : tc.pad_vocab_multiple;
-    mo.page_layers = a.has("layer-offloading") || tc.layer_offloading;
     mo.loss_grad_in_forward = !a.has("loss-recompute");
     mo.mlp_tiles =
         std::max(1, a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles);
@@ -151,6 +150,8 @@ int main(int argc, char** argv) {
                                    parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
     if (a.has("state-offloading-layers"))
       to.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
+    if (a.has("layer-offloading")) to.plan.set_layer_weights(Decision::page, "--layer-offloading");
+    mo.page_layers = to.plan.pages_layer_weights();
     mo.state_dir = to.tiers.offload_dir;  // state on the disk tier: its file beside the activations'
     to.optimizer.defer_update = !a.has("eager-update");
     mo.state_plan = to.plan;

@@ -45,14 +45,14 @@ static const char* kUsage =
     "host copies on a copy-stream timeline). offload|legacy|hidden_states: activation_offloading true|\n"
     "legacy|hidden_states (host tier); disk: activation_offloading: disk (through host staging to a disk\n"
     "queue at the profile's disk_write_gbps / disk_read_gbps; no file is written); --layer-offloading\n"
-    "pages the layers' weight matrices from host (frozen or lora: the frozen base; full: the trainable\n"
-    "weights, their updates streamed through the optimizer).\n"
+    "pages the layers' weight matrices from host (the plan's layer_weights: page; frozen or lora: the\n"
+    "frozen base; full: the trainable weights, their updates streamed through the optimizer).\n"
     "--write-config: the YAML strata-train --config runs alone: the plan, shape and recipe, plus\n"
     "base_model when --model is a checkpoint directory and data from --data (or --config's data).\n"
     "--budget: the fastest plan whose step fits an arena of BYTES (e.g. 40GiB), printed as YAML for\n"
     "strata-train --config. It chooses keep or recompute for every slot class, and host or disk where\n"
     "--host-budget / --disk-budget give those tiers room (a tier without a budget is not used); it\n"
-    "also tries paging the layers (layer_offloading; a full fine-tune's too, not with ZeRO) when the\n"
+    "also tries paging the layers (layer_weights: page; a full fine-tune's too, not with ZeRO) when the\n"
     "host budget holds them. Without --budget, --host-budget reports whether the host tier's peak fits.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients);\n"
     "--state-offloading-tier disk: those classes (gradients excepted) in a state file on the disk tier;\n"
@@ -208,7 +208,7 @@ json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_
             {"disk_budget", disk_budget},
             {"sim_runs", pr.sim_runs},
             {"label", pr.label},
-            {"layer_offloading", pr.layer_offloading},
+            {"layer_offloading", pr.plan.pages_layer_weights()},
             {"mlp_tiles", pr.mlp_tiles}};
   if (!pr.rank_peak_bytes.empty()) {  // ZeRO: the plan fits every rank; the forecast is max_rank's
     j["rank_peak_bytes"] = pr.rank_peak_bytes;
@@ -434,7 +434,7 @@ int main(int argc, char** argv) {
       req.plan = preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset");
       req.plan.take_state(tc.plan);
     }
-    req.layer_offloading = a.has("layer-offloading") || tc.layer_offloading;
+    if (a.has("layer-offloading")) req.plan.set_layer_weights(Decision::page, "--layer-offloading");
     req.recipe = tc.recipe;
     if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
     if (a.has("optimizer-state"))
@@ -514,9 +514,9 @@ int main(int argc, char** argv) {
                  master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments),
                  gradients_name(req.recipe.gradients));
     std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
-                 !req.layer_offloading         ? "no weight paging"
-                 : req.mode == TrainMode::full ? "trainable layer weights paged from host"
-                                               : "frozen layer weights paged from host",
+                 !req.plan.pages_layer_weights() ? "no weight paging"
+                 : req.mode == TrainMode::full   ? "trainable layer weights paged from host"
+                                                 : "frozen layer weights paged from host",
                  host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
                  disk_budget ? fmt::format(", disk budget {}", format_bytes(disk_budget)).c_str() : "",
                  have_budget
@@ -552,7 +552,6 @@ int main(int argc, char** argv) {
       print_rank_peaks(info, pr);
       f = std::move(pr.forecast);
       plan = pr.plan;
-      req.layer_offloading = pr.layer_offloading;
       req.mlp_tiles = pr.mlp_tiles;
       const std::string why = ms.at_limit
                                   ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
@@ -576,7 +575,6 @@ int main(int argc, char** argv) {
       }
       f = std::move(pr.forecast);
       plan = pr.plan;
-      req.layer_offloading = pr.layer_offloading;
       req.mlp_tiles = pr.mlp_tiles;
       if (!pr.rank_peak_bytes.empty()) req.rank = pr.rank;
       std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
@@ -625,7 +623,8 @@ int main(int argc, char** argv) {
       out["tiers"] = "device, host and disk";
       out["disk_budget"] = disk_budget;
       if (have_budget) out["planner_decisions"] = tiers_used(host_budget, disk_budget);
-      out["layer_offloading"] = req.layer_offloading;
+      out["layer_offloading"] = plan.pages_layer_weights();
+      out["layer_weights"] = decision_name(plan.layer_weights);
       out["mlp_tiles"] = std::max(1, req.mlp_tiles);
       out["host_budget"] = host_budget;
       if (host_budget) out["fits_host_budget"] = f.peak_host_bytes <= host_budget;

@@ -60,7 +60,7 @@ static const char* kUsage =
     "--budget 20GiB: before training, the budget planner (as strata-plan --budget) chooses the fastest\n"
     "plan whose step fits BYTES of device memory; --device-memory defaults to it. With --host-budget /\n"
     "--disk-budget (YAML host_memory_budget / disk_memory_budget) it may also offload slot classes to\n"
-    "those tiers and page the layers' weights (layer_offloading: frozen ones, or a full fine-tune's\n"
+    "those tiers and page the layers' weights (layer_weights: page: frozen ones, or a full fine-tune's\n"
     "trainable ones, whose updates the optimizer streams into the host block).\n"
     "The planner prices steps with the built-in profile of this GPU (h100_80gb when none matches); --profile\n"
     "names another or a strata-calibrate JSON file (as strata-plan --profile).\n"
@@ -72,7 +72,7 @@ static const char* kUsage =
     "ZeRO-2, also each rank's gradients of its share only (the others' reduced to their owners during backward).\n"
     "--zero-stage 3: ZeRO-3, also the layers' weight matrices of its share only: each layer's are gathered from their\n"
     "owners into two device slots before its forward and its backward (the next layer's while one computes); not\n"
-    "with layer_offloading, LoRA or a frozen base.\n"
+    "with layer_weights: page (layer_offloading), LoRA or a frozen base.\n"
     "--sequence-parallel N (YAML sequence_parallel): each row's tokens spread over groups of N of the ranks (N must\n"
     "divide --gpus; --seq a multiple of N): each rank holds seq/N tokens, all-to-alls around attention give it every\n"
     "token of its heads (DeepSpeed-Ulysses); the groups are data parallel (--batch rows a group).\n"
@@ -113,8 +113,7 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
   ForecastRequest req = train_forecast_request(cfg, mc, be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu,
                                                profile.empty() ? profile_for_device(device) : find_profile(profile));
   req.gpus = world;                    // one rank's plan
-  req.plan = Plan::keep_everything();  // the planner chooses the plan and the paging
-  req.layer_offloading = false;
+  req.plan = Plan::keep_everything();  // the planner chooses the plan, the paging (plan.layer_weights) included
   const size_t budget = cfg.memory_budget_bytes;
   PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found) {
@@ -145,7 +144,6 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
                format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(), f.peak_phase.c_str(),
                f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, req.profile.name.c_str());
   cfg.plan = pr.plan;
-  cfg.layer_offloading = pr.layer_offloading;
   cfg.mlp_tiles = pr.mlp_tiles;
   return true;
 }
@@ -276,9 +274,9 @@ int main(int argc, char** argv) {
           "give --budget (memory_budget) too",
           "command line", "budget");
     if (cfg.memory_budget_bytes) {
-      if (cfg.layer_offloading)
+      if (cfg.plan.pages_layer_weights())
         std::fprintf(stderr,
-                     "strata-train: warning: with --budget the planner decides layer_offloading itself (it pages "
+                     "strata-train: warning: with --budget the planner decides layer_weights itself (it pages "
                      "the layers only where that fits or is faster within --host-budget)\n");
       const Plan keep = Plan::keep_everything();
       if (cfg.plan.preset != keep.preset || !cfg.plan.overrides.empty() || !cfg.plan.rules.empty())

@@ -107,6 +107,10 @@ struct MemoryPlan {
   bool sync_transfers = false;             // `activation_offloading: legacy`
   std::vector<PlanRule> state;             // persistent state: "L7.adam.m" -> keep|host
   std::string state_preset = "none";
+  // The layers' weight matrices (frozen or trainable): "keep" (on the device) or "page" (in pinned host
+  // memory, paged in layer by layer; YAML layer_weights). The `layer_offloading` fields below are its
+  // older spelling: true there is "page" here (either one pages the layers).
+  std::string layer_weights = "keep";
 
   static MemoryPlan keep_everything();
   static MemoryPlan gradient_checkpointing(int every = 1);
@@ -143,7 +147,7 @@ struct SessionConfig {
   int pad_vocab_multiple = 64;  // vocabulary rows padded in memory to a multiple of this (1: none); never saved
   uint64_t seed = 0;
   std::string offload_dir;               // disk tier directory ("" = $TMPDIR or /tmp)
-  bool layer_offloading = false;         // page the layer weight matrices from host (frozen or trainable)
+  bool layer_offloading = false;         // true: the same as plan.layer_weights = "page" (kept for older code)
   std::string master_weights = "fp32";   // fp32 | none
   std::string optimizer_state = "fp32";  // fp32 | bf16 | 8bit
   std::string gradients = "fp32";        // fp32 | bf16: the trainable parameters' gradients
@@ -244,7 +248,7 @@ struct ForecastSpec {
   std::string profile = "h100_80gb";  // built-in name or profile JSON file
   std::string mirror = "cuda";        // the backend whose allocations the sim reproduces: cuda | cpu
   size_t budget_bytes = 0;            // arena budget; 0 = unbounded
-  bool layer_offloading = false;
+  bool layer_offloading = false;      // true: the same as plan.layer_weights = "page" (kept for older code)
   std::string master_weights = "fp32", optimizer_state = "fp32", gradients = "fp32";
 };
 
@@ -287,8 +291,8 @@ struct Budgets {
 
 struct PlanReport {
   bool found = false;
-  MemoryPlan plan;  // found: the fastest plan that fits; else the lowest-memory one
-  bool layer_offloading = false;
+  MemoryPlan plan;                // found: the fastest plan that fits; else the lowest-memory one
+  bool layer_offloading = false;  // plan.layer_weights == "page" (read by plan_yaml too: true pages)
   std::string label;
   Budgets budgets;              // what it was planned for
   ForecastReport forecast;      // of that plan

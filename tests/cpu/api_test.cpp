@@ -101,7 +101,7 @@ TEST(Api, ForecastAndPlanAreTheEngines) {
   EXPECT_LE(p.forecast.peak_bytes, budget);
   // The plan it found forecasts the same through the mirror.
   spec.plan = p.plan;
-  spec.layer_offloading = p.layer_offloading;
+  EXPECT_EQ(p.layer_offloading, p.plan.layer_weights == "page");  // the older field mirrors the plan
   EXPECT_EQ(strata::forecast(spec).peak_bytes, p.forecast.peak_bytes);
   // Its YAML reads back into a config.
   strata::SessionConfig c;
@@ -110,3 +110,37 @@ TEST(Api, ForecastAndPlanAreTheEngines) {
 }
 
 }  // namespace
+
+// SessionConfig::layer_offloading (and ForecastSpec's) stay the older spelling of
+// MemoryPlan::layer_weights = "page": either one pages, and the config mirrors both.
+TEST(Api, LayerOffloadingIsTheOlderSpellingOfLayerWeightsPage) {
+  strata::SessionConfig c;
+  EXPECT_EQ(c.plan.layer_weights, "keep");
+  strata::apply_yaml_text(c, "layer_weights: page\n", "a.yaml");
+  EXPECT_EQ(c.plan.layer_weights, "page");
+  EXPECT_TRUE(c.layer_offloading);
+  strata::SessionConfig old;
+  old.layer_offloading = true;  // source written before layer_weights
+  strata::apply_yaml_text(old, "seq: 64\n", "b.yaml");
+  EXPECT_EQ(old.plan.layer_weights, "page");
+  EXPECT_TRUE(old.layer_offloading);
+  strata::SessionConfig bad;
+  bad.plan.layer_weights = "host";
+  EXPECT_THROW(strata::apply_yaml_text(bad, "seq: 64\n", "c.yaml"), strata::ConfigError);
+  // A forecast pages the same way under either spelling.
+  strata::ForecastSpec a;
+  a.model = "tiny";
+  a.seq = 32;
+  a.mode = "frozen";
+  a.mirror = "cpu";
+  a.layer_offloading = true;
+  strata::ForecastSpec b = a;
+  b.layer_offloading = false;
+  b.plan.layer_weights = "page";
+  strata::ForecastSpec none = b;
+  none.plan.layer_weights = "keep";
+  const auto fa = strata::forecast(a), fb = strata::forecast(b), fn = strata::forecast(none);
+  EXPECT_EQ(fa.peak_bytes, fb.peak_bytes);
+  EXPECT_EQ(fa.persistent_bytes, fb.persistent_bytes);
+  EXPECT_GT(fa.peak_host_bytes, fn.peak_host_bytes);  // the paged layers live in host memory
+}

@@ -191,7 +191,7 @@ TEST_P(ArchPlans, SimForecastsThePeaksAndScheduleByteForByte) {
   for (const auto& [plan, mode, paged, tiles] : cases) {
     ForecastRequest r = sim_twin::tiny_request(plan, mode);
     r.model = GetParam().cfg;
-    r.layer_offloading = paged;
+    r.plan.layer_weights = paged ? Decision::page : Decision::keep;
     r.mlp_tiles = tiles;
     Forecast f = forecast(r);
     ASSERT_TRUE(f.fits) << plan.preset << ": " << f.oom;

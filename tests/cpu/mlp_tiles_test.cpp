@@ -279,7 +279,7 @@ TEST(MlpTiles, SimForecastsTheTiledPeaksAndScheduleByteForByte) {
     for (const auto& [plan, mode, paged, biases] : cases) {
       ForecastRequest r = sim_twin::tiny_request(plan, mode);
       r.model = odd_config(biases);
-      r.layer_offloading = paged;
+      r.plan.layer_weights = paged ? Decision::page : Decision::keep;
       r.mlp_tiles = tiles;
       const std::string what = fmt::format("{} ({}), {} tiles", plan.preset, train_mode_name(mode), tiles);
       const Forecast f = forecast(r);
@@ -347,8 +347,7 @@ TEST(MlpTiles, PlannerTilesOnlyWhenNothingFitsUntiled) {
   EXPECT_NE(pr.label.find(fmt::format("MLP in {} tiles", pr.mlp_tiles)), std::string::npos) << pr.label;
   EXPECT_LE(pr.forecast.high_water_bytes, budget);
   // The plan runs on cpu within the budget, at the forecast peak.
-  ForecastRequest r = mlp_heavy(pr.plan, pr.mlp_tiles);
-  r.layer_offloading = pr.layer_offloading;
+  ForecastRequest r = mlp_heavy(pr.plan, pr.mlp_tiles);  // the plan's layer_weights included
   const sim_twin::CpuStep cpu = sim_twin::cpu_step(r, budget, pr.plan);
   ASSERT_TRUE(cpu.fits);
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes);

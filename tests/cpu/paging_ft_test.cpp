@@ -334,8 +334,8 @@ TEST(PagingFullFinetune, CheckpointRoundTripsAndContinuesIdentically) {
   for (const char* level : {"none", "master", "all"}) {
     SCOPED_TRACE(level);
     TrainConfig cfg;
-    cfg.layer_offloading = true;
     cfg.plan = with_state(Plan::gradient_checkpointing(1), level);
+    cfg.plan.layer_weights = Decision::page;
     TokenBatcher data(synthetic_tokens(4000, mc.vocab_size, 3), 2, 19);
     std::vector<Batch> batches;
     for (int i = 0; i < 4; ++i) batches.push_back(data.next());
@@ -362,7 +362,7 @@ TEST(PagingFullFinetune, CheckpointRoundTripsAndContinuesIdentically) {
     }
     for (bool page : {true, false}) {
       TrainConfig c2 = cfg;
-      c2.layer_offloading = page;
+      c2.plan.layer_weights = page ? Decision::page : Decision::keep;
       auto be = make_cpu_backend(size_t(64) << 20);
       LlamaModel model(*be, mc, model_options(c2));
       model.init_random(99);  // other weights: the checkpoint must replace them all
@@ -449,7 +449,7 @@ TEST(PagingFullFinetune, SimForecastsDeviceAndHostPeaksByteForByte) {
   };
   for (const Case& c : cases) {
     ForecastRequest r = sim_twin::tiny_request(c.plan, TrainMode::full);
-    r.layer_offloading = true;
+    r.plan.layer_weights = Decision::page;
     r.recipe.moments = c.moments;
     r.recipe.gradients = c.grads;
     const Forecast f = forecast(r);
@@ -470,7 +470,7 @@ TEST(PagingFullFinetune, SimForecastsDeviceAndHostPeaksByteForByte) {
     EXPECT_GT(f.state_bytes_moved, 0u) << c.name << ": the paged weights stream through the optimizer";
     // The forecast of the unpaged run holds the layer matrices on the device for the whole step.
     ForecastRequest plain = r;
-    plain.layer_offloading = false;
+    plain.plan.layer_weights = Decision::keep;
     const Forecast pf = forecast(plain);
     EXPECT_LT(f.persistent_bytes, pf.persistent_bytes) << c.name;
   }
@@ -491,11 +491,11 @@ TEST(PagingFullFinetune, PlannerPagesAFullFinetuneWhenOnlyThatFits) {
   base.budget = 0;
   base.profile = find_profile("h100_80gb");
   ForecastRequest paged_req = base;
-  paged_req.layer_offloading = true;
   paged_req.plan = with_state(Plan::gradient_checkpointing(1), "all");
+  paged_req.plan.layer_weights = Decision::page;
   const Forecast paged = forecast(paged_req);
   ForecastRequest unpaged_req = paged_req;
-  unpaged_req.layer_offloading = false;
+  unpaged_req.plan.layer_weights = Decision::keep;
   const Forecast unpaged = forecast(unpaged_req);
   ASSERT_TRUE(paged.fits && unpaged.fits);
   ASSERT_LT(paged.peak_bytes + (size_t(1) << 30), unpaged.peak_bytes) << "paging must lower this shape's peak";
@@ -504,7 +504,7 @@ TEST(PagingFullFinetune, PlannerPagesAFullFinetuneWhenOnlyThatFits) {
   b.host = size_t(64) << 30;
   const PlanResult pr = plan_for_budget(base, b);
   ASSERT_TRUE(pr.found) << "the planner must find a paged plan";
-  EXPECT_TRUE(pr.layer_offloading);
+  EXPECT_TRUE(pr.plan.pages_layer_weights());
   EXPECT_LE(pr.forecast.peak_bytes, b.device);
   EXPECT_GT(pr.forecast.paged_host_bytes, 0u);
   EXPECT_LE(pr.forecast.peak_host_bytes, b.host);
@@ -512,10 +512,12 @@ TEST(PagingFullFinetune, PlannerPagesAFullFinetuneWhenOnlyThatFits) {
   const PlanResult none = plan_for_budget(base, TierBudgets{b.device, 0, 0});
   EXPECT_FALSE(none.found);
   EXPECT_EQ(none.short_tier, "host");
-  // The planner's YAML says layer_offloading: true for strata-train.
-  ForecastRequest chosen = base;
-  chosen.layer_offloading = pr.layer_offloading;
-  EXPECT_NE(plan_yaml(chosen, pr.plan, pr.forecast, b.device).find("layer_offloading: true"), std::string::npos);
+  // The planner's YAML says layer_weights: page for strata-train, which reads it back.
+  const std::string yaml = plan_yaml(base, pr.plan, pr.forecast, b.device);
+  EXPECT_NE(yaml.find("layer_weights: page"), std::string::npos) << yaml;
+  TrainConfig tc;
+  apply_yaml_text(tc, yaml, "plan.yaml");
+  EXPECT_TRUE(tc.plan.pages_layer_weights());
 }
 
 namespace {

@@ -87,8 +87,7 @@ TEST(Planner, BudgetTooSmallNamesTheMinimum) {
 // device peak is the forecast's.
 void expect_fits_on_cpu(const ForecastRequest& base, const PlanResult& pr) {
   ForecastRequest r = base;
-  r.plan = pr.plan;
-  r.layer_offloading = pr.layer_offloading;
+  r.plan = pr.plan;  // its layer_weights included
   r.mlp_tiles = pr.mlp_tiles;
   CpuStep cpu = cpu_step(r, pr.budgets.device, pr.plan);
   ASSERT_TRUE(cpu.fits) << pr.label;
@@ -169,11 +168,11 @@ TEST(Planner, DiskTierWhenTheHostBudgetOnlyHoldsStaging) {
 TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
   const ForecastRequest base = tiny_request(Plan::keep_everything(), TrainMode::frozen);
   ForecastRequest paged = base;
-  paged.layer_offloading = true;
   paged.plan = Plan::gradient_checkpointing(1);
+  paged.plan.layer_weights = Decision::page;
   Forecast pf = forecast(paged);
   ForecastRequest unpaged = paged;
-  unpaged.layer_offloading = false;
+  unpaged.plan.layer_weights = Decision::keep;
   Forecast uf = forecast(unpaged);
   ASSERT_LT(pf.high_water_bytes, uf.high_water_bytes);
   // Below every unpaged plan: only paging fits, and only with the host memory for the layers.
@@ -183,15 +182,13 @@ TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
   EXPECT_EQ(no_host.short_tier, "host");
   PlanResult pr = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
   ASSERT_TRUE(pr.found);
-  EXPECT_TRUE(pr.layer_offloading) << pr.label;
+  EXPECT_TRUE(pr.plan.pages_layer_weights()) << pr.label;
   EXPECT_GT(pr.forecast.paged_host_bytes, 0u);
   expect_fits_on_cpu(base, pr);
   // The YAML carries the paging to strata-train.
-  ForecastRequest r = base;
-  r.layer_offloading = pr.layer_offloading;
   TrainConfig tc;
-  apply_yaml_text(tc, plan_yaml(r, pr.plan, pr.forecast, budget), "plan.yaml");
-  EXPECT_TRUE(tc.layer_offloading);
+  apply_yaml_text(tc, plan_yaml(base, pr.plan, pr.forecast, budget), "plan.yaml");
+  EXPECT_TRUE(tc.plan.pages_layer_weights());
   EXPECT_TRUE(tc.freeze_base);
 }
 
@@ -291,7 +288,6 @@ TEST(Planner, ZeroPlanFitsEveryRankNotOnlyRankZero) {
     for (int q = 0; q < base.gpus; ++q) {
       ForecastRequest r = base;
       r.plan = pr.plan;
-      r.layer_offloading = pr.layer_offloading;
       r.mlp_tiles = pr.mlp_tiles;
       r.rank = q;
       r.budget = budget;

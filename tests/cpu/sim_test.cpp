@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -74,7 +75,7 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
       {"selective mlp tiles", Plan::selective_recompute(), TrainMode::full, false, false, 5}};
   for (auto& c : cases) {
     ForecastRequest r = tiny_request(c.plan, c.mode);
-    r.layer_offloading = c.paged;
+    r.plan.layer_weights = c.paged ? Decision::page : Decision::keep;
     r.mlp_tiles = c.mlp_tiles;
     if (c.small_staging) r.tiers.max_inflight_bytes = 8192, r.tiers.prefetch_bytes = 16384;
     Forecast f = forecast(r);
@@ -160,7 +161,7 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
   // Weight paging on the cuda mirror: bf16 pages, uploads overlapped, slots in the breakdown.
   ForecastRequest pr = cuda_request(Plan::keep_everything());
   pr.mode = TrainMode::frozen;
-  pr.layer_offloading = true;
+  pr.plan.layer_weights = Decision::page;
   Forecast paged = forecast(pr);
   ASSERT_TRUE(paged.fits) << paged.oom;
   EXPECT_GT(paged.paged_bytes_uploaded, 0u);
@@ -171,7 +172,8 @@ TEST(Sim, HostTierOverlapsOnTheCopyStream) {
 
 TEST(Sim, LayerOffloadingOfAFullFinetuneNeedsZeroStage0) {
   ForecastRequest full = tiny_request(Plan::keep_everything());
-  full.layer_offloading = true;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
+  full.plan.layer_weights =
+      Decision::page;  // trainable weights paged: forecast (paging_ft_test.cpp checks it against cpu)
   const Forecast f = forecast(full);
   EXPECT_TRUE(f.fits) << f.oom;
   EXPECT_GT(f.paged_host_bytes, 0u);
@@ -543,6 +545,35 @@ TEST(StrataPlan, BadInput) {
   EXPECT_EQ(disk.code, 2);
   EXPECT_NE(disk.err.find("disk_write_gbps"), std::string::npos) << disk.err;
   EXPECT_NE(disk.err.find("strata-calibrate --disk DIR"), std::string::npos) << disk.err;
+}
+
+// --layer-offloading is the plan's layer_weights: page: the JSON says so, --write-config writes it, and
+// strata-train's reader pages from that file; a config's paging survives --preset (the state travels).
+TEST(StrataPlan, LayerOffloadingFlagIsThePlansLayerWeightsPage) {
+  const std::string yaml = ::testing::TempDir() + "strata_plan_layer_weights.yaml";
+  Proc p = run_plan(
+      "--model tiny --seq 64 --mode frozen --preset gradient_checkpointing --layer-offloading --json "
+      "--write-config " +
+      yaml);
+  ASSERT_EQ(p.code, 0) << p.err;
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["layer_weights"], "page");
+  EXPECT_TRUE(j["layer_offloading"].get<bool>());
+  TrainConfig back;
+  apply_yaml(back, yaml);
+  EXPECT_TRUE(back.plan.pages_layer_weights());
+  EXPECT_EQ(back.plan.checkpoint_every, 1);
+  EXPECT_TRUE(back.freeze_base);
+  // The written config, with another preset on the command line: still paged, the same forecast peak.
+  Proc q = run_plan("--model tiny --config " + yaml + " --preset gradient_checkpointing --json");
+  ASSERT_EQ(q.code, 0) << q.err;
+  auto k = nlohmann::json::parse(q.out);
+  EXPECT_EQ(k["layer_weights"], "page");
+  EXPECT_EQ(k["forecast"]["peak_bytes"], j["forecast"]["peak_bytes"]);
+  Proc none = run_plan("--model tiny --seq 64 --mode frozen --preset gradient_checkpointing --json");
+  ASSERT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(nlohmann::json::parse(none.out)["layer_weights"], "keep");
+  std::remove(yaml.c_str());
 }
 
 TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {

@@ -403,7 +403,7 @@ TEST(StateTiers, PlannerMovesStateToTheHostWhenNothingElseFitsAndItsYamlRunsTheS
   // A level on every group, or one on some layers (state_layers_test covers which); or the layers'
   // trainable weights paged from the host (layer_offloading, the full fine-tune's other host-tier
   // answer: paging_ft_test.cpp), whichever the forecast finds faster.
-  if (!pr.layer_offloading) {
+  if (!pr.plan.pages_layer_weights()) {
     EXPECT_TRUE(!pr.plan.state.empty() || pr.plan.state_layers > 0) << pr.label;
     EXPECT_TRUE(pr.label.find("state on host") != std::string::npos || pr.label.find(" layers") != std::string::npos)
         << pr.label;
@@ -412,8 +412,7 @@ TEST(StateTiers, PlannerMovesStateToTheHostWhenNothingElseFitsAndItsYamlRunsTheS
     EXPECT_GT(pr.forecast.paged_host_bytes, 0u) << pr.label;
   }
   EXPECT_LE(pr.forecast.peak_bytes, budget);
-  ForecastRequest chosen = sim_twin::tiny_request(pr.plan);
-  chosen.layer_offloading = pr.layer_offloading;
+  ForecastRequest chosen = sim_twin::tiny_request(pr.plan);  // its layer_weights included
   const sim_twin::CpuStep cpu = sim_twin::cpu_step(chosen, budget, pr.plan);
   ASSERT_TRUE(cpu.fits) << pr.label;
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes);
@@ -421,7 +420,7 @@ TEST(StateTiers, PlannerMovesStateToTheHostWhenNothingElseFitsAndItsYamlRunsTheS
   // The written config carries the state table; strata-train reads back the same decisions.
   TrainConfig tc;
   apply_yaml_text(tc, plan_yaml(chosen, pr.plan, pr.forecast, budget), "plan.yaml");
-  EXPECT_EQ(tc.layer_offloading, pr.layer_offloading);
+  EXPECT_EQ(tc.plan.layer_weights, pr.plan.layer_weights);
   const int L = test_util::tiny_config().num_hidden_layers;
   for (const char* g : {"L0", "L1", "L2", "L3", "embed", "head", "final_norm"})
     for (const char* k : kStateKinds) {

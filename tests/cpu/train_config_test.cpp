@@ -317,12 +317,74 @@ TEST(train_config, offloading_presets_and_dir) {
   EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "activation_offloading: sometimes\n", kPath); }));
 }
 
-TEST(train_config, layer_offloading_turns_on_weight_paging) {
+TEST(train_config, layer_weights_page_and_its_older_spelling_layer_offloading) {
   TrainConfig c;
-  EXPECT_FALSE(c.layer_offloading);
-  apply_yaml_text(c, "layer_offloading: true\n", kPath);
-  EXPECT_TRUE(c.layer_offloading);
-  EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "layer_offloading: sometimes\n", kPath); }));
+  EXPECT_FALSE(c.plan.pages_layer_weights());
+  apply_yaml_text(c, "layer_weights: page\n", kPath);
+  EXPECT_EQ(c.plan.layer_weights, Decision::page);
+  apply_yaml_text(c, "layer_weights: keep\n", kPath);
+  EXPECT_EQ(c.plan.layer_weights, Decision::keep);
+  // The older key sets the same decision (configs in use keep working).
+  TrainConfig old;
+  apply_yaml_text(old, "layer_offloading: true\n", kPath);
+  EXPECT_TRUE(old.plan.pages_layer_weights());
+  apply_yaml_text(old, "layer_offloading: false\n", kPath);
+  EXPECT_FALSE(old.plan.pages_layer_weights());
+  // Both spellings agreeing are fine; a later file without either key leaves the decision alone.
+  TrainConfig both;
+  apply_yaml_text(both, "layer_offloading: true\nlayer_weights: page\n", kPath);
+  EXPECT_TRUE(both.plan.pages_layer_weights());
+  apply_yaml_text(both, "seq: 64\n", kPath);
+  EXPECT_TRUE(both.plan.pages_layer_weights());
+  // A preset key after it replaces the activation plan, not the paging (YAML keys come in any order).
+  for (const char* preset : {"gradient_checkpointing: true\n", "activation_offloading: hidden_states\n",
+                             "selective_recompute: true\n", "plan: {\"L*.mlp.act\": recompute}\n"}) {
+    TrainConfig p;
+    apply_yaml_text(p, std::string("layer_weights: page\n") + preset, kPath);
+    EXPECT_TRUE(p.plan.pages_layer_weights()) << preset;
+    TrainConfig q;
+    apply_yaml_text(q, std::string(preset) + "layer_offloading: true\n", kPath);
+    EXPECT_TRUE(q.plan.pages_layer_weights()) << preset;
+  }
+  // Bad values name the file and the key.
+  for (const char* bad : {"layer_offloading: sometimes\n", "layer_weights: host\n", "layer_weights: true\n"}) {
+    auto e = catch_as<ConfigError>([&] {
+      TrainConfig t;
+      apply_yaml_text(t, bad, kPath);
+    });
+    ASSERT_TRUE(e) << bad;
+    EXPECT_EQ(e->file, kPath) << bad;
+    EXPECT_EQ(e->field, std::string(bad).substr(0, std::string(bad).find(':'))) << bad;
+  }
+  // "page" is the layer weights' decision only, not an activation's or a state class's.
+  EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "plan: {\"L*\": page}\n", kPath); }));
+  EXPECT_TRUE(catch_as<ConfigError>([&] { apply_yaml_text(c, "state_plan: {\"*.adam.*\": page}\n", kPath); }));
+}
+
+TEST(train_config, layer_weights_contradicting_layer_offloading_is_refused) {
+  struct Case {
+    const char* yaml;
+    const char* field;     // the later key, the one named
+    const char* expected;  // what it would have to say to agree
+  } cases[] = {
+      {"layer_offloading: true\nlayer_weights: keep\n", "layer_weights", "layer_weights: page"},
+      {"layer_weights: page\nlayer_offloading: false\n", "layer_offloading", "layer_offloading: true"},
+      {"layer_weights: keep\nlayer_offloading: true\n", "layer_offloading", "layer_offloading: false"},
+      {"layer_offloading: false\nlayer_weights: page\n", "layer_weights", "layer_weights: keep"},
+  };
+  for (const Case& k : cases) {
+    auto e = catch_as<ConfigError>([&] {
+      TrainConfig t;
+      apply_yaml_text(t, k.yaml, kPath);
+    });
+    ASSERT_TRUE(e) << k.yaml;
+    EXPECT_EQ(e->file, kPath) << k.yaml;
+    EXPECT_EQ(e->field, k.field) << k.yaml;
+    const std::string what = e->what();
+    EXPECT_NE(what.find(kPath), std::string::npos) << what;
+    EXPECT_NE(what.find(std::string("expected ") + k.expected), std::string::npos) << what;
+    EXPECT_NE(what.find("contradicts"), std::string::npos) << what;
+  }
 }
 
 TEST(train_config, memory_budget_sets_the_planner_budget) {
