@@ -118,9 +118,9 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
   if (zero3) {
     if (opt_.page_layers)
       STRATA_THROW(UnsupportedError,
-                   "layer_offloading: true with zero_stage 3 is not supported: ZeRO-3 fills the layers' device slots "
-                   "by gathering their weights from the ranks, layer_offloading from host memory; use "
-                   "layer_offloading: false (ZeRO-3 already keeps only this rank's share of the weights), or "
+                   "layer_weights: page (layer_offloading: true) with zero_stage 3 is not supported: ZeRO-3 fills the "
+                   "layers' device slots by gathering their weights from the ranks, paging from host memory; use "
+                   "layer_weights: keep (ZeRO-3 already keeps only this rank's share of the weights), or "
                    "zero_stage: 2");
     if (!opt_.train_base)
       STRATA_THROW(UnsupportedError,
@@ -140,9 +140,9 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
     // weight does not have (its copy is the host block).
     if (opt_.train_base && opt_.zero.sharded())
       STRATA_THROW(UnsupportedError,
-                   fmt::format("layer_offloading: true with trainable layer weights (a full fine-tune) and zero_stage "
-                               "{} is not supported: ZeRO updates the weights on the device, a paged weight lives "
-                               "in host memory; use layer_offloading: false, or zero_stage: 0",
+                   fmt::format("layer_weights: page (layer_offloading: true) with trainable layer weights (a full "
+                               "fine-tune) and zero_stage {} is not supported: ZeRO updates the weights on the device, "
+                               "a paged weight lives in host memory; use layer_weights: keep, or zero_stage: 0",
                                opt_.zero.stage));
     std::vector<PagedWeight> pw;
     for (auto& [name, shape] : shapes)

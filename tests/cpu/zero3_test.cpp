@@ -309,7 +309,7 @@ TEST(Zero3, UnsupportedCombinationsAreRefusedNamingTheSettings) {
   paged.page_layers = true;
   paged.zero = {3, 0, 2};
   std::string m = message([&] { LlamaModel model(*be, config(), paged); });
-  EXPECT_NE(m.find("layer_offloading: true with zero_stage 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("layer_weights: page (layer_offloading: true) with zero_stage 3"), std::string::npos) << m;
   ModelOptions frozen;
   frozen.train_base = false;
   frozen.train_norms = true;
