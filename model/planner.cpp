@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <map>
 #include <numeric>
@@ -12,6 +13,8 @@
 namespace strata {
 
 namespace {
+
+std::atomic<int> planner_threads{16};
 
 std::string describe(const PlanSpec& s) {
   std::string out;
@@ -96,7 +99,8 @@ struct Search {
     }
     if (todo.size() < 2) return;  // eval runs a single one itself
     std::vector<Sims> out(todo.size());
-    parallel_chunks(todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].second); });
+    parallel_chunks(
+        todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].second); }, size_t(planner_threads.load()));
     for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].first), std::move(out[i]));
   }
 
@@ -302,6 +306,10 @@ struct Search {
 };
 
 }  // namespace
+
+void set_planner_threads(int threads) {
+  planner_threads = std::max(threads, 1);
+}
 
 Plan make_plan(const PlanSpec& s, int layers) {
   auto state = [&](Plan& p) {

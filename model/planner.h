@@ -92,6 +92,9 @@ struct PlanResult {
 // never with LoRA adapters on the MLP): the most tiles first (nothing fitting is diagnosed there,
 // the least memory), then the fewest tiles that fit by bisection, or twice that many when faster.
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets);
+// The threads the budget planner runs a round's candidate sims on (default 16, capped by the host's
+// cores; 1: one at a time). The answer does not depend on it, only the wall time.
+void set_planner_threads(int threads);
 // The tile counts plan_for_budget tries for an auto base (empty: tiling is not possible).
 std::vector<int> mlp_tile_candidates(const ForecastRequest& base);
 inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_budget) {

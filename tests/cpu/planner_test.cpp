@@ -309,3 +309,38 @@ TEST(Planner, ZeroPlanFitsEveryRankNotOnlyRankZero) {
     EXPECT_TRUE(plan_for_budget(base, forecast(base).high_water_bytes).rank_peak_bytes.empty());
   }
 }
+
+// A round's candidate sims run on several threads (Search::prefetch) and are consumed in the search's own
+// order: the answer, every candidate tried (in order, with its peaks and step) and the sim-run count are the
+// ones the planner gets one candidate at a time, with the host and disk tiers and with paging in play.
+TEST(Planner, ThreadsDoNotChangeTheAnswer) {
+  const ForecastRequest base = tier_request(Plan::keep_everything());
+  const size_t budget = budget_only_tiers_fit(base);
+  for (const TierBudgets& b : {TierBudgets{budget, size_t(64) << 20, 0}, TierBudgets{budget, 0, size_t(64) << 20},
+                               TierBudgets{budget, size_t(64) << 20, size_t(64) << 20}}) {
+    set_planner_threads(1);
+    const PlanResult one = plan_for_budget(base, b);
+    set_planner_threads(4);
+    const PlanResult four = plan_for_budget(base, b);
+    set_planner_threads(16);
+    const std::string what = fmt::format("host {} disk {}", b.host, b.disk);
+    EXPECT_EQ(one.found, four.found) << what;
+    if (b.host) {
+      EXPECT_TRUE(one.found) << what << ": the host tier fits this budget";
+    }
+    EXPECT_EQ(one.label, four.label) << what;
+    EXPECT_EQ(one.sim_runs, four.sim_runs) << what;
+    EXPECT_EQ(one.forecast.peak_bytes, four.forecast.peak_bytes) << what;
+    EXPECT_EQ(one.forecast.high_water_bytes, four.forecast.high_water_bytes) << what;
+    EXPECT_EQ(one.forecast.step_s, four.forecast.step_s) << what;
+    ASSERT_EQ(one.tried.size(), four.tried.size()) << what;
+    EXPECT_GT(one.tried.size(), 10u) << what << ": the search must try several rounds";
+    for (size_t i = 0; i < one.tried.size(); ++i) {
+      EXPECT_EQ(one.tried[i].label, four.tried[i].label) << what << ", candidate " << i;
+      EXPECT_EQ(one.tried[i].peak_bytes, four.tried[i].peak_bytes) << what << ", " << one.tried[i].label;
+      EXPECT_EQ(one.tried[i].high_water_bytes, four.tried[i].high_water_bytes) << what << ", " << one.tried[i].label;
+      EXPECT_EQ(one.tried[i].step_s, four.tried[i].step_s) << what << ", " << one.tried[i].label;
+      EXPECT_EQ(one.tried[i].fits, four.tried[i].fits) << what << ", " << one.tried[i].label;
+    }
+  }
+}
