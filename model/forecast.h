@@ -27,8 +27,9 @@ struct ForecastRequest {
   int lora_rank = 16;  // mode lora
   float lora_alpha = 16.0f;
   std::vector<std::string> lora_targets = LoraConfig{}.target_modules;
-  int loss_chunk_tokens = 512;       // strata-train's default
-  int pad_vocab_multiple = 64;       // ModelOptions::pad_vocab_multiple (the forecast runs the padded shape)
+  int loss_chunk_tokens = 512;  // strata-train's default
+  int pad_vocab_multiple =
+      kDefaultPadVocabMultiple;      // ModelOptions::pad_vocab_multiple (the forecast runs the padded shape)
   bool loss_grad_in_forward = true;  // ModelOptions::loss_grad_in_forward
   // ModelOptions::mlp_tiles; 0 = auto: plan_for_budget chooses (a forecast runs it untiled).
   int mlp_tiles = 0;

@@ -26,6 +26,9 @@ struct LoraConfig {
   float scale() const { return alpha / float(rank); }
 };
 
+// The vocabulary padding multiple every config and forecast defaults to (ModelOptions::pad_vocab_multiple).
+inline constexpr int kDefaultPadVocabMultiple = 64;
+
 struct ModelOptions {
   bool train_base = true;    // full finetune; false freezes the base weights (LoRA or frozen-base)
   bool train_norms = false;  // with train_base false: the RMSNorm weights still train (adapter-style)
@@ -35,7 +38,7 @@ struct ModelOptions {
   // in memory, so the LM head's GEMMs run on a GEMM-friendly shape (32001 or 50257 tokens are slow).
   // The rows past vocab_size are zero, take no part in the softmax, get zero gradients (so AdamW keeps
   // them zero) and are never saved or shown: files and logits have vocab_size rows. 1: no padding.
-  int pad_vocab_multiple = 64;
+  int pad_vocab_multiple = kDefaultPadVocabMultiple;
   // Training steps form the LM head's gradients in its forward, from the logits it computes anyway
   // (ops::lm_head_ce's grad_in_forward): backward recomputes no logits. false: the recomputing path.
   bool loss_grad_in_forward = true;

@@ -95,6 +95,9 @@ PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budge
 // The threads the budget planner runs a round's candidate sims on (default 16, capped by the host's
 // cores; 1: one at a time). The answer does not depend on it, only the wall time.
 void set_planner_threads(int threads);
+// plan_for_budget that stops at once when nothing fits, with no diagnosis (what max_seq_for_budget runs
+// per length).
+PlanResult plan_for_budget_undiagnosed(const ForecastRequest& base, const TierBudgets& budgets);
 // The tile counts plan_for_budget tries for an auto base (empty: tiling is not possible).
 std::vector<int> mlp_tile_candidates(const ForecastRequest& base);
 inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_budget) {
