@@ -48,4 +48,8 @@ void adamw_step(float* param, float* m, float* v, const float* g, size_t n, cons
 // with the arithmetic above, and stored back in their precision (bf16 rounded to nearest even; 8-bit
 // per block of kQuantBlock, scale = the block's largest updated magnitude).
 void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_scale);
+// The same step on up to max_threads host threads (engine/parallel.h), split on multiples of kQuantBlock:
+// the same bits as adamw_step for any thread count. The cpu backend's update, and the host AdamW that
+// strata-calibrate --adamw measures against the cuda backend's streamed one.
+void adamw_step_parallel(const AdamWState& s, const AdamWParams& p, int t, float grad_scale, size_t max_threads);
 }  // namespace strata::cpu

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 
 #include "engine/error.h"
+#include "engine/parallel.h"
 #include "kernels/adamw.h"
 #include "kernels/quant8.h"
 
@@ -82,6 +84,92 @@ void adamw_step(float* param, float* m, float* v, const float* g, size_t n, cons
   for (size_t i = 0; i < n; i++) update(param[i], m[i], v[i], g[i], grad_scale, k);
 }
 
+namespace {
+// adamw_step's loops over one block of at most kQuantBlock elements, each a plain loop over arrays so the
+// compiler vectorises it (kernels/CMakeLists.txt builds this file with -fno-math-errno, so std::sqrt is the
+// IEEE instruction and not a libm call; no FMA contraction exists on the baseline ISA): the same
+// operations in the same order per element, so the bits equal the scalar form's.
+void load_block(const AdamWState& s, size_t base, size_t len, float* pb, float* mb, float* vb, float* gb) {
+  const auto* wb = static_cast<const uint16_t*>(s.weights);
+  const auto* wf = static_cast<const float*>(s.weights);
+  if (s.master)
+    for (size_t e = 0; e < len; e++) pb[e] = s.master[base + e];
+  else if (s.weights_dtype == DType::bf16)
+    for (size_t e = 0; e < len; e++) pb[e] = bf16_to_f32(wb[base + e]);
+  else
+    for (size_t e = 0; e < len; e++) pb[e] = wf[base + e];
+  switch (s.moments) {
+    case OptimizerState::fp32:
+      std::memcpy(mb, static_cast<const float*>(s.m) + base, len * sizeof(float));
+      std::memcpy(vb, static_cast<const float*>(s.v) + base, len * sizeof(float));
+      break;
+    case OptimizerState::bf16: {
+      const auto* m = static_cast<const uint16_t*>(s.m) + base;
+      const auto* v = static_cast<const uint16_t*>(s.v) + base;
+      for (size_t e = 0; e < len; e++) mb[e] = bf16_to_f32(m[e]);
+      for (size_t e = 0; e < len; e++) vb[e] = bf16_to_f32(v[e]);
+      break;
+    }
+    case OptimizerState::q8: {
+      const auto* m = static_cast<const uint8_t*>(s.m) + base;
+      const auto* v = static_cast<const uint8_t*>(s.v) + base;
+      const float ms = s.m_scale[base / kQuantBlock], vs = s.v_scale[base / kQuantBlock];
+      for (size_t e = 0; e < len; e++) mb[e] = q8::decode_signed(m[e], ms);
+      for (size_t e = 0; e < len; e++) vb[e] = q8::decode_unsigned(v[e], vs);
+      break;
+    }
+  }
+  if (s.grad_dtype == DType::bf16) {
+    const auto* g = static_cast<const uint16_t*>(s.g) + base;
+    for (size_t e = 0; e < len; e++) gb[e] = bf16_to_f32(g[e]);
+  } else {
+    std::memcpy(gb, static_cast<const float*>(s.g) + base, len * sizeof(float));
+  }
+}
+
+void update_block(size_t len, float* pb, float* mb, float* vb, const float* gb, float grad_scale, const Scalars& k) {
+  for (size_t e = 0; e < len; e++) update(pb[e], mb[e], vb[e], gb[e], grad_scale, k);
+}
+
+void store_block(const AdamWState& s, size_t base, size_t len, const float* pb, const float* mb, const float* vb) {
+  auto* wf = static_cast<float*>(s.weights);
+  auto* wb = static_cast<uint16_t*>(s.weights);
+  if (s.master) std::memcpy(s.master + base, pb, len * sizeof(float));
+  if (s.weights && s.weights_dtype == DType::bf16)
+    for (size_t e = 0; e < len; e++) wb[base + e] = f32_to_bf16(pb[e]);
+  else if (wf && wf != s.master)
+    std::memcpy(wf + base, pb, len * sizeof(float));
+  switch (s.moments) {
+    case OptimizerState::fp32:
+      std::memcpy(static_cast<float*>(s.m) + base, mb, len * sizeof(float));
+      std::memcpy(static_cast<float*>(s.v) + base, vb, len * sizeof(float));
+      break;
+    case OptimizerState::bf16: {
+      auto* m = static_cast<uint16_t*>(s.m) + base;
+      auto* v = static_cast<uint16_t*>(s.v) + base;
+      for (size_t e = 0; e < len; e++) m[e] = f32_to_bf16(mb[e]);
+      for (size_t e = 0; e < len; e++) v[e] = f32_to_bf16(vb[e]);
+      break;
+    }
+    case OptimizerState::q8: {
+      float m_max = 0.0f, v_max = 0.0f;
+      for (size_t e = 0; e < len; e++) {
+        m_max = std::fmax(m_max, std::fabs(mb[e]));
+        v_max = std::fmax(v_max, vb[e]);
+      }
+      s.m_scale[base / kQuantBlock] = m_max;
+      s.v_scale[base / kQuantBlock] = v_max;
+      const float mi = q8::inverse_scale(m_max), vi = q8::inverse_scale(v_max);
+      auto* m = static_cast<uint8_t*>(s.m) + base;
+      auto* v = static_cast<uint8_t*>(s.v) + base;
+      for (size_t e = 0; e < len; e++) m[e] = q8::encode_signed(mb[e], mi);
+      for (size_t e = 0; e < len; e++) v[e] = q8::encode_unsigned(vb[e], vi);
+      break;
+    }
+  }
+}
+}  // namespace
+
 void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_scale) {
   STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
   STRATA_CHECK(s.master || s.weights, "adamw_step: neither a master nor weights to update");
@@ -89,67 +177,39 @@ void adamw_step(const AdamWState& s, const AdamWParams& p, int t, float grad_sca
                "adamw_step: weights must be f32 or bf16");
   STRATA_CHECK(s.moments != OptimizerState::q8 || (s.m_scale && s.v_scale), "adamw_step: 8-bit moments need scales");
   STRATA_CHECK(s.grad_dtype == DType::f32 || s.grad_dtype == DType::bf16, "adamw_step: gradients must be f32 or bf16");
-  const bool bf16_grads = s.grad_dtype == DType::bf16;
   const Scalars k = scalars(p, t);
-  auto* wf = static_cast<float*>(s.weights);
-  auto* wb = static_cast<uint16_t*>(s.weights);
-  const bool bf16_weights = s.weights_dtype == DType::bf16;
-  float pb[kQuantBlock], mb[kQuantBlock], vb[kQuantBlock];
+  alignas(64) float pb[kQuantBlock], mb[kQuantBlock], vb[kQuantBlock], gb[kQuantBlock];
   for (size_t base = 0; base < s.n; base += kQuantBlock) {
     const size_t len = std::min(kQuantBlock, s.n - base);
-    for (size_t e = 0; e < len; e++) {
-      const size_t i = base + e;
-      pb[e] = s.master ? s.master[i] : bf16_weights ? bf16_to_f32(wb[i]) : wf[i];
-      switch (s.moments) {
-        case OptimizerState::fp32:
-          mb[e] = static_cast<const float*>(s.m)[i];
-          vb[e] = static_cast<const float*>(s.v)[i];
-          break;
-        case OptimizerState::bf16:
-          mb[e] = bf16_to_f32(static_cast<const uint16_t*>(s.m)[i]);
-          vb[e] = bf16_to_f32(static_cast<const uint16_t*>(s.v)[i]);
-          break;
-        case OptimizerState::q8:
-          mb[e] = q8::decode_signed(static_cast<const uint8_t*>(s.m)[i], s.m_scale[base / kQuantBlock]);
-          vb[e] = q8::decode_unsigned(static_cast<const uint8_t*>(s.v)[i], s.v_scale[base / kQuantBlock]);
-          break;
-      }
-      const float gi =
-          bf16_grads ? bf16_to_f32(static_cast<const uint16_t*>(s.g)[i]) : static_cast<const float*>(s.g)[i];
-      update(pb[e], mb[e], vb[e], gi, grad_scale, k);
-    }
-    float m_max = 0.0f, v_max = 0.0f;
-    if (s.moments == OptimizerState::q8) {
-      for (size_t e = 0; e < len; e++) {
-        m_max = std::fmax(m_max, std::fabs(mb[e]));
-        v_max = std::fmax(v_max, vb[e]);
-      }
-      s.m_scale[base / kQuantBlock] = m_max;
-      s.v_scale[base / kQuantBlock] = v_max;
-    }
-    for (size_t e = 0; e < len; e++) {
-      const size_t i = base + e;
-      if (s.master) s.master[i] = pb[e];
-      if (bf16_weights)
-        wb[i] = f32_to_bf16(pb[e]);
-      else if (wf && wf != s.master)
-        wf[i] = pb[e];
-      switch (s.moments) {
-        case OptimizerState::fp32:
-          static_cast<float*>(s.m)[i] = mb[e];
-          static_cast<float*>(s.v)[i] = vb[e];
-          break;
-        case OptimizerState::bf16:
-          static_cast<uint16_t*>(s.m)[i] = f32_to_bf16(mb[e]);
-          static_cast<uint16_t*>(s.v)[i] = f32_to_bf16(vb[e]);
-          break;
-        case OptimizerState::q8:
-          static_cast<uint8_t*>(s.m)[i] = q8::encode_signed(mb[e], q8::inverse_scale(m_max));
-          static_cast<uint8_t*>(s.v)[i] = q8::encode_unsigned(vb[e], q8::inverse_scale(v_max));
-          break;
-      }
-    }
+    load_block(s, base, len, pb, mb, vb, gb);
+    update_block(len, pb, mb, vb, gb, grad_scale, k);
+    store_block(s, base, len, pb, mb, vb);
   }
+}
+
+void adamw_step_parallel(const AdamWState& s, const AdamWParams& p, int t, float grad_scale, size_t max_threads) {
+  // Pieces start on multiples of kQuantBlock, so 8-bit moments' scales split with their codes; AdamW is
+  // elementwise, so the split changes no bits.
+  constexpr size_t kGrain = size_t(64) * kQuantBlock;
+  parallel_chunks(
+      s.n, kGrain,
+      [&](size_t b, size_t e) {
+        AdamWState c = s;
+        c.n = e - b;
+        c.master = s.master ? s.master + b : nullptr;
+        const size_t wsz = s.weights_dtype == DType::bf16 ? 2 : 4;
+        c.weights = s.weights ? static_cast<std::byte*>(s.weights) + b * wsz : nullptr;
+        const size_t msz = s.moments == OptimizerState::fp32 ? 4 : s.moments == OptimizerState::bf16 ? 2 : 1;
+        c.m = static_cast<std::byte*>(s.m) + b * msz;
+        c.v = static_cast<std::byte*>(s.v) + b * msz;
+        if (s.moments == OptimizerState::q8) {
+          c.m_scale = s.m_scale + b / kQuantBlock;
+          c.v_scale = s.v_scale + b / kQuantBlock;
+        }
+        c.g = static_cast<const std::byte*>(s.g) + b * (s.grad_dtype == DType::bf16 ? 2 : 4);
+        adamw_step(c, p, t, grad_scale);
+      },
+      max_threads);
 }
 
 }  // namespace strata::cpu

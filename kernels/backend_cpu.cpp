@@ -275,7 +275,7 @@ class CpuBackend final : public Backend {
     st.g = s.g.data;
     st.grad_dtype = s.g.dtype;
     st.n = n;
-    cpu::adamw_step(st, p, t, scale);
+    cpu::adamw_step_parallel(st, p, t, scale, 16);
   }
 
  private:

@@ -223,6 +223,67 @@ TEST(StatePrecision, Fp32GenericStepIsTheFp32StepBitForBit) {
   EXPECT_EQ(std::memcmp(va.data(), vb.data(), n * 4), 0);
 }
 
+// The threaded step (the cpu backend's, and strata-calibrate --adamw's host AdamW) splits the arrays on
+// multiples of kQuantBlock: for any thread count it writes the serial step's bits, 8-bit scales included.
+TEST(StatePrecision, ParallelStepIsTheSerialStepForAnyThreadCount) {
+  AdamWParams hp;
+  hp.lr = 2e-3f;
+  hp.weight_decay = 0.05f;
+  const size_t n = 3 * 64 * kQuantBlock + 300;  // four pieces of the parallel split, the last one short
+  const size_t nb = quant_blocks(n);
+  for (OptimizerState os : {OptimizerState::fp32, OptimizerState::bf16, OptimizerState::q8})
+    for (bool master : {true, false})
+      for (bool bf16_grads : {false, true}) {
+        const size_t elem = os == OptimizerState::fp32 ? 4 : os == OptimizerState::bf16 ? 2 : 1;
+        struct Arrays {
+          std::vector<float> mst, ms, vs;
+          std::vector<uint16_t> wb;
+          std::vector<std::byte> m, v;
+        };
+        const std::vector<float> w0 = random_values(n, 3, -2, 0, true);
+        Arrays init{w0,
+                    std::vector<float>(nb, 0.0f),
+                    std::vector<float>(nb, 0.0f),
+                    std::vector<uint16_t>(n),
+                    std::vector<std::byte>(n * elem),
+                    std::vector<std::byte>(n * elem)};
+        for (size_t i = 0; i < n; ++i) init.wb[i] = f32_to_bf16(w0[i]);
+        auto state = [&](Arrays& a, const void* g) {
+          AdamWState s;
+          s.master = master ? a.mst.data() : nullptr;
+          s.weights = a.wb.data(), s.weights_dtype = DType::bf16;
+          s.m = a.m.data(), s.v = a.v.data(), s.m_scale = a.ms.data(), s.v_scale = a.vs.data();
+          s.moments = os;
+          s.g = g, s.grad_dtype = bf16_grads ? DType::bf16 : DType::f32;
+          s.n = n;
+          return s;
+        };
+        Arrays serial = init;
+        std::vector<Arrays> threaded(4, init);
+        const size_t counts[] = {1, 2, 3, 16};
+        for (int t = 1; t <= 3; ++t) {
+          const std::vector<float> g = random_values(n, 70 + t, -4, -1, true);
+          std::vector<uint16_t> gb(n);
+          for (size_t i = 0; i < n; ++i) gb[i] = f32_to_bf16(g[i]);
+          const void* gp = bf16_grads ? static_cast<const void*>(gb.data()) : g.data();
+          cpu::adamw_step(state(serial, gp), hp, t, 0.8f);
+          for (size_t k = 0; k < 4; ++k) cpu::adamw_step_parallel(state(threaded[k], gp), hp, t, 0.8f, counts[k]);
+        }
+        const std::string tag = std::string(optimizer_state_name(os)) + (master ? " fp32 master" : " bf16 weights") +
+                                (bf16_grads ? " bf16 grads" : " fp32 grads");
+        EXPECT_NE(serial.wb, init.wb) << tag;  // the weights moved
+        for (size_t k = 0; k < 4; ++k) {
+          const std::string at = tag + ", " + std::to_string(counts[k]) + " threads";
+          EXPECT_EQ(threaded[k].wb, serial.wb) << at;
+          EXPECT_EQ(threaded[k].m, serial.m) << at;
+          EXPECT_EQ(threaded[k].v, serial.v) << at;
+          EXPECT_EQ(0, std::memcmp(threaded[k].ms.data(), serial.ms.data(), nb * 4)) << at;
+          EXPECT_EQ(0, std::memcmp(threaded[k].vs.data(), serial.vs.data(), nb * 4)) << at;
+          EXPECT_EQ(0, std::memcmp(threaded[k].mst.data(), serial.mst.data(), n * 4)) << at;
+        }
+      }
+}
+
 // Each precision takes exactly its bytes in the arena: moments n*4, n*2, or n codes plus one f32
 // scale per block (each buffer 256-byte aligned); the sim (mirroring cuda, bf16 weights) drops the
 // i16 master halves for master_weights none.
