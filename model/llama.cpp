@@ -256,9 +256,12 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   }
   p.group = state_group(p.name);
   const int layer = layer_of_param(p.name);
+  // ZeRO: the plan places this rank's own share of the state. A parameter another rank owns has no master or
+  // moments here, and its gradient stays on the device (ZeRO-1: every rank sums it for the norm) or is transient
+  // (ZeRO-2 and 3).
   auto tier = [&](const char* kind) {
-    return trainable ? opt_.state_plan.decide_state(p.group + "." + kind, layer, cfg_.num_hidden_layers)
-                     : Decision::keep;
+    return trainable && p.state_here ? opt_.state_plan.decide_state(p.group + "." + kind, layer, cfg_.num_hidden_layers)
+                                     : Decision::keep;
   };
   // master_weights: none leaves a bf16 backend no master at all (the compute weights are updated in
   // place); on an f32 backend the weights are fp32 anyway, so `none` changes nothing there.
@@ -274,12 +277,6 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
   (m_t == Decision::disk ? p.disk_m : p.host_m) = m_off ? 0 : Parameter::kDevice;
   (v_t == Decision::disk ? p.disk_v : p.host_v) = v_off ? 0 : Parameter::kDevice;
   if (grad_host) p.host_grad = 0;
-  if (opt_.zero.sharded() && (master_off || m_off || v_off || grad_host))
-    STRATA_THROW(UnsupportedError,
-                 fmt::format("zero_stage {} with state on the host or disk tier (state_offloading other than none: "
-                             "'{}' has state classes off the device) is not supported yet; use state_offloading: "
-                             "none or zero_stage: 0",
-                             opt_.zero.stage, p.name));
   // A frozen weight on a bf16 backend needs no fp32 master: only its compute copy exists. A
   // trainable one there keeps its master split: the compute copy is its high half, `master` the
   // low half (Backend::master_dtype, engine/master_split.h). A master on the host or disk tier leaves

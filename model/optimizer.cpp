@@ -210,11 +210,12 @@ void Optimizer::finish_group(const std::vector<VId>& ids, bool reduced) {
     // the compute stream orders the norm's reads before any later writer of the block.
     for (VId u : ids)
       if (!owned_here(u)) lazy_grads_[size_t(tape_->value(u).owner)].reset();
-    return;
+  } else {
+    std::vector<Tensor> grads;
+    for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
+    be_.grad_norm_sq_list(norm_sq(), grads);
   }
-  std::vector<Tensor> grads;
-  for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
-  be_.grad_norm_sq_list(norm_sq(), grads);
+  // Host-tier gradients to the host (ZeRO-2: this rank's own; the others have no host tier here).
   for (VId u : ids) {
     const Value& v = tape_->value(u);
     if (v.owner < 0) continue;
@@ -520,8 +521,12 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   // 0.554 s against 0.441 s a step; the sim forecasts 0.412 s for both; not understood yet).
   // Nor with trainable paged weights: the pager uploads a layer (prefetching it a layer ahead) from
   // its host block, which must hold the update by then; eager, the block is final when step returns.
+  // Nor with ZeRO over several ranks: the owners' updated weights go to the other ranks when the step
+  // ends (stages 1-2: broadcast_owned) or when the next forward gathers a layer (stage 3, a layer ahead of
+  // the nodes that read it), so the owner's streamed update must be done by then.
   const bool pages = model_.pages_trainable();
-  const bool defer = opt_.defer_update && !upd_.chunks.empty() && !model_.grads_on_host() && !pages;
+  const bool sharded = model_.options().zero.sharded() && model_.options().zero.world > 1;
+  const bool defer = opt_.defer_update && !upd_.chunks.empty() && !model_.grads_on_host() && !pages && !sharded;
   // The updates land in the pager's host block: no upload from it may be in flight, and no slot may
   // keep a copy of the old weights (the trainer's step already emptied them; an evaluation or a
   // caller's own forward may not have).
@@ -537,15 +542,17 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
       slots.push_back(
           {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
   if (!slots.empty()) be_.adamw_step_list(slots, norm_sq(), max_norm, ap, t);
-  if (model_.options().zero.sharded()) broadcast_owned();
   if (defer) return;  // the next forward applies the chunks (before_node)
 
-  if (upd_.chunks.empty()) return;
-  advance(upd_.chunks.size());
-  // The host arrays (and the state file) are whole again before anyone reads them (a checkpoint; the
-  // next step's uploads are ordered anyway).
-  wait_copies();
-  finish_disk();
+  if (!upd_.chunks.empty()) {
+    advance(upd_.chunks.size());
+    // The host arrays (and the state file) are whole again before anyone reads them (a checkpoint; the
+    // next step's uploads are ordered anyway).
+    wait_copies();
+    finish_disk();
+  }
+  // ZeRO-1/2: every owner's weights, streamed ones included, to the other ranks.
+  if (model_.options().zero.sharded()) broadcast_owned();
 }
 
 Communicator& Optimizer::zero_comm() const {
@@ -581,11 +588,19 @@ void Optimizer::gather_masters() {
   if (!split) return;  // the weights are the master (f32), or there is none: every rank has them whole
   std::vector<Tensor> ts;
   std::vector<int> roots;
+  std::vector<Buffer> owned_off_device;  // an owner's low halves from its host or disk tier, until the broadcast
   for (Parameter& p : model_.params()) {
     if (!p.trainable || p.weights_sharded) continue;
-    if (!p.master.allocated()) p.master = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.master_lo");
+    Tensor lo;
+    if (p.state_here && !p.master.allocated()) {
+      owned_off_device.emplace_back(be_.arena(), be_.master_dtype(), p.shape, "weights.gather");
+      lo = owned_off_device.back().view();
+      load_low_half(p, lo);
+    } else {
+      if (!p.master.allocated()) p.master = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.master_lo");
+      lo = p.master.view();
+    }
     // The low halves' bits travel as a 16-bit float type (a broadcast copies bytes, never converts).
-    const Tensor lo = p.master.view();
     ts.push_back(Tensor(lo.data, DType::bf16, lo.shape));
     roots.push_back(p.owner);
   }
@@ -609,8 +624,13 @@ void Optimizer::gather_sharded(Communicator& c, bool split) {
     Tensor lt;
     if (split) {
       // The low halves' bits travel as a 16-bit float type (a broadcast copies bytes, never converts).
-      lt =
-          mine ? p.master.view() : (lo = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.gather"), lo.view());
+      if (mine && p.master.allocated()) {
+        lt = p.master.view();
+      } else {
+        lo = Buffer(be_.arena(), be_.master_dtype(), p.shape, "weights.gather");
+        lt = lo.view();
+        if (mine) load_low_half(p, lt);  // the owner's master on the host or disk tier
+      }
       ts.push_back(Tensor(lt.data, DType::bf16, lt.shape));
     }
     c.wait_host(c.broadcast_many(ts, std::vector<int>(ts.size(), p.owner)));
@@ -622,6 +642,18 @@ void Optimizer::gather_sharded(Communicator& c, bool split) {
       be_.download_f32(host[i].data(), wt);
   }
   model_.set_gathered_fp32(std::move(host));
+}
+
+void Optimizer::load_low_half(const Parameter& p, Tensor dst) {
+  const size_t bytes = size_t(p.shape.numel()) * dtype_size(be_.master_dtype());
+  if (p.host_master != Parameter::kDevice) {
+    const std::byte* h = model_.host_state(p.host_master);
+    if (h) be_.copy_wait_host(be_.copy_to_device_async(dst, h));
+  } else if (p.disk_master != Parameter::kDevice) {
+    std::vector<std::byte> h(bytes);
+    model_.read_state_disk(p.disk_master, h.data(), bytes, p.group + ".w.master");
+    be_.copy_wait_host(be_.copy_to_device_async(dst, h.data()));
+  }
 }
 
 void Optimizer::download_grad(const Parameter& p, float* dst) {

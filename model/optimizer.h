@@ -60,8 +60,8 @@ namespace strata {
 struct OptimizerOptions {
   size_t chunk_bytes = size_t(256) << 20;        // device staging per streamed chunk (two of them)
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
-  bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients
-                             // or trainable paged weights
+  bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients,
+                             // trainable paged weights or ZeRO over several ranks
   // Data parallel: the dtype fp32 gradients are summed over the ranks in. f32: exact sums of the fp32
   // gradients. bf16: each group's gradients are rounded to bf16 copies, summed in bf16 (half the
   // bytes on the links; as PyTorch DDP with bf16 parameters) and widened back into the fp32 buffers.
@@ -197,6 +197,9 @@ class Optimizer {
   Communicator& zero_comm() const;  // the communicator matching the model's ZeRO rank and world, or Error
   void broadcast_owned();           // ZeRO-1: every trainable parameter's weights from its owner
   void gather_sharded(Communicator& c, bool split);  // ZeRO-3's part of gather_masters
+  // A parameter whose split master's low half is on the host or disk tier: its bits into dst (device), for the
+  // owner's broadcast in gather_masters. A no-op for a master on the device.
+  void load_low_half(const Parameter& p, Tensor dst);
   void wait_copies();
   DType moment_dtype() const;
   bool quantised() const { return moment_dtype() == DType::u8; }

@@ -359,7 +359,8 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   for (auto& row : kf.plan_rows)
     if (row.cls.rfind("L*.", 0) == 0) types.push_back(row.cls);
 
-  // ZeRO-1 keeps its shard of the state on the device (host-tier state with it is refused: model/llama.cpp).
+  // ZeRO over several ranks: each rank's own share of the state takes the plan's tiers (the host budget is
+  // each rank's: a process's pinned memory).
   const bool zero_sharded = base.zero_stage >= 1 && base.gpus > 1;
   // Weight paging: the layers' matrices live in host memory, so only with a host budget that holds them;
   // trainable ones (a full fine-tune) not with ZeRO (refused: model/llama.cpp).
@@ -387,13 +388,12 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
   std::vector<std::string> levels{"none"};
-  if (budgets.host > 0 && !zero_sharded)
-    levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
+  if (budgets.host > 0) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
   // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
   // the gradients on the host, so only with a host budget).
   std::vector<std::pair<std::string, Decision>> starts;
   for (const std::string& level : levels) starts.emplace_back(level, Decision::host);
-  if (budgets.disk > 0 && !zero_sharded)
+  if (budgets.disk > 0)
     for (const char* level : {"optimizer", "master", "all"})
       if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
   {
@@ -477,7 +477,6 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
     for (const char* level : kStateOffloadingLevels) {
-      if (zero_sharded && std::string(level) != "none") break;
       for (bool paged : {false, true}) {
         if (paged && !can_page) continue;
         PlanSpec s;

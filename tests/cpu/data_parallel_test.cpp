@@ -354,10 +354,9 @@ TEST(Zero, UnsupportedCombinationsAreRefusedNamingTheSettings) {
     }
     return "no error";
   };
-  // Host-tier state.
+  // Host-tier state is not refused: each rank's share takes the tier (zero_tiers_test.cpp checks the results).
   std::string m = message([] { train_ranks(2, 1, "optimizer", DType::f32, {1, {}}); });
-  EXPECT_NE(m.find("zero_stage 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("state_offloading"), std::string::npos) << m;
+  EXPECT_EQ(m, "no error");
   auto be = make_cpu_backend(size_t(64) << 20);
   // LoRA.
   ModelOptions lora;
@@ -367,10 +366,9 @@ TEST(Zero, UnsupportedCombinationsAreRefusedNamingTheSettings) {
   m = message([&] { LlamaModel model(*be, test_util::tiny_config(), lora); });
   EXPECT_NE(m.find("zero_stage 1"), std::string::npos) << m;
   EXPECT_NE(m.find("LoRA"), std::string::npos) << m;
-  // Stage 2 refuses the same (the host tier, LoRA), naming stage 2.
+  // Stage 2 refuses LoRA too, naming stage 2 (and takes the host tier).
   m = message([] { train_ranks(2, 1, "master", DType::f32, {2, {}}); });
-  EXPECT_NE(m.find("zero_stage 2"), std::string::npos) << m;
-  EXPECT_NE(m.find("state_offloading"), std::string::npos) << m;
+  EXPECT_EQ(m, "no error");
   lora.zero = {2, 1, 2};
   m = message([&] { LlamaModel model(*be, test_util::tiny_config(), lora); });
   EXPECT_NE(m.find("zero_stage 2 with LoRA"), std::string::npos) << m;
