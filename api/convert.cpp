@@ -27,6 +27,7 @@ Plan to_plan(const MemoryPlan& p, const std::string& where) {
   q.sync_transfers = p.sync_transfers;
   q.state = to_rules(p.state, where + " state");
   q.state_preset = p.state_preset;
+  q.set_state_offloading_layers(p.state_layers_level, p.state_layers, where + ".state_layers");
   q.set_layer_weights(parse_layer_weights(p.layer_weights, where + ".layer_weights"), where + ".layer_weights");
   return q;
 }
@@ -40,6 +41,8 @@ MemoryPlan from_plan(const Plan& p) {
   q.sync_transfers = p.sync_transfers;
   q.state = from_rules(p.state);
   q.state_preset = p.state_preset;
+  q.state_layers_level = p.state_layers_level;
+  q.state_layers = p.state_layers;
   q.layer_weights = decision_name(p.layer_weights);
   return q;
 }

@@ -76,6 +76,13 @@ MemoryPlan& MemoryPlan::set_state_offloading(const std::string& level) {
   return *this;
 }
 
+MemoryPlan& MemoryPlan::set_state_offloading_layers(const std::string& level, int layers) {
+  Plan p = api::to_plan(*this, "MemoryPlan");
+  p.set_state_offloading_layers(level, layers, "MemoryPlan::set_state_offloading_layers");
+  *this = api::from_plan(p);
+  return *this;
+}
+
 void apply_yaml(SessionConfig& cfg, const std::string& path) {
   TrainConfig t = api::to_train_config(cfg);
   apply_yaml(t, path);

@@ -37,7 +37,7 @@ std::string describe(const PlanSpec& s) {
   if (s.host_input_layers > 0) out += fmt::format(" + inputs of the last {} layers on host", s.host_input_layers);
   if (s.state_level != "none") out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
   if (s.state_layers > 0) out += fmt::format(" + {} in {} layers", s.layers_level, s.state_layers);
-  return s.layer_weights == Decision::page ? out + " + layer_offloading" : out;
+  return s.layer_weights == Decision::page ? out + " + layer_weights: page" : out;
 }
 
 bool has_type(const PlanSpec& s, const std::string& t) {

@@ -111,6 +111,11 @@ struct MemoryPlan {
   // memory, paged in layer by layer; YAML layer_weights). The `layer_offloading` fields below are its
   // older spelling: true there is "page" here (either one pages the layers).
   std::string layer_weights = "keep";
+  // Layer-spread state (YAML state_offloading_layers: {level, layers}; the tools' --state-offloading-layers
+  // LEVEL:K): the classes of state_offloading level `state_layers_level` also go to the host in `state_layers`
+  // of the model's layers, spread evenly, checked before `state`. "none" and 0: off.
+  std::string state_layers_level = "none";
+  int state_layers = 0;
 
   static MemoryPlan keep_everything();
   static MemoryPlan gradient_checkpointing(int every = 1);
@@ -119,6 +124,10 @@ struct MemoryPlan {
   static MemoryPlan hidden_states();
   // state_offloading: "none", "optimizer", "master", "all" (ConfigError otherwise).
   MemoryPlan& set_state_offloading(const std::string& level);
+  // state_offloading_layers: `level` "optimizer", "master" or "all" in `layers` layers (0: off, any level);
+  // ConfigError naming the expected values otherwise. More layers than the model has is refused when the
+  // session is built.
+  MemoryPlan& set_state_offloading_layers(const std::string& level, int layers);
 };
 
 // strata-train's settings, field for field (docs/USER_GUIDE.md names the YAML key of each).

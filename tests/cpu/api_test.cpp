@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "api/convert.h"
 #include "model/forecast.h"
@@ -83,6 +86,84 @@ TEST(Api, SessionTrainsTheTinyModel) {
 
   s.save(dir + "/out");
   EXPECT_EQ(strata::model_shape(dir + "/out").hidden, 64);
+  std::filesystem::remove_all(dir);
+}
+
+// MemoryPlan::set_state_offloading_layers is the YAML's state_offloading_layers: a session whose plan is set
+// this way places the state as one read from the YAML (the same host bytes, the same class decisions as the
+// engine's TrainConfig), on part of the layers only; bad input is a ConfigError naming the expected values.
+TEST(Api, StateOffloadingLayersIsTheYamlKey) {
+  const std::string dir = temp_dir("strata_api_state_layers");
+  strata::ModelShape shape;
+  shape.layers = 4;
+  strata::SessionConfig base;
+  base.model_dir = dir;
+  base.data_path = strata::write_tiny_checkpoint(dir, shape, 0, 5000);
+  base.seq = 16;
+  base.batch = 2;
+  const std::string yaml = "state_offloading_layers: {level: optimizer, layers: 2}\n";
+  strata::SessionConfig by_method = base;
+  EXPECT_EQ(&by_method.plan.set_state_offloading_layers("optimizer", 2), &by_method.plan);
+  EXPECT_EQ(by_method.plan.state_layers_level, "optimizer");
+  EXPECT_EQ(by_method.plan.state_layers, 2);
+  strata::SessionConfig by_yaml = base;
+  strata::apply_yaml_text(by_yaml, yaml, "run.yaml");
+  EXPECT_EQ(by_yaml.plan.state_layers_level, "optimizer");
+  EXPECT_EQ(by_yaml.plan.state_layers, 2);
+  strata::TrainConfig eng;
+  strata::apply_yaml_text(eng, yaml, "run.yaml");
+  const strata::Plan mine = strata::api::to_plan(by_method.plan, "test");
+  for (const char* group : {"L0", "L1", "L2", "L3", "embed", "head", "final_norm"})
+    for (const char* kind : strata::kStateKinds) {
+      const std::string cls = std::string(group) + "." + kind;
+      const int layer = group[0] == 'L' ? group[1] - '0' : -1;
+      EXPECT_EQ(mine.decide_state(cls, layer, 4), eng.plan.decide_state(cls, layer, 4)) << cls;
+    }
+  EXPECT_EQ(mine.decide_state("L3.adam.m", 3, 4), strata::Decision::host);  // the spread chose L1 and L3
+  EXPECT_EQ(mine.decide_state("L0.adam.m", 0, 4), strata::Decision::keep);
+
+  strata::SessionConfig whole = base;
+  whole.plan.set_state_offloading("optimizer");
+  const auto host_bytes = [](const strata::SessionConfig& c) {
+    strata::Session s(strata::make_backend("cpu"), c);
+    return s.step().state_host_bytes;
+  };
+  const size_t method_bytes = host_bytes(by_method), yaml_bytes = host_bytes(by_yaml);
+  EXPECT_EQ(method_bytes, yaml_bytes);
+  EXPECT_GT(method_bytes, 0u);
+  EXPECT_LT(method_bytes, host_bytes(whole)) << "two of the four layers' moments, not all of them";
+  EXPECT_EQ(host_bytes(base), 0u);
+
+  // Off again with 0 layers (any level); bad input names what is expected.
+  strata::MemoryPlan off = by_method.plan;
+  off.set_state_offloading_layers("none", 0);
+  EXPECT_EQ(off.state_layers, 0);
+  EXPECT_EQ(off.state_layers_level, "none");
+  for (const auto& [level, layers] : std::vector<std::pair<std::string, int>>{{"sometimes", 2}, {"none", 2}}) {
+    try {
+      strata::MemoryPlan p;
+      p.set_state_offloading_layers(level, layers);
+      ADD_FAILURE() << "accepted " << level << " in " << layers << " layers";
+    } catch (const strata::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("optimizer, master or all"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    strata::MemoryPlan p;
+    p.set_state_offloading_layers("optimizer", -1);
+    ADD_FAILURE() << "accepted -1 layers";
+  } catch (const strata::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("0 or more"), std::string::npos) << e.what();
+  }
+  // More layers than the model has: refused when the session is built, naming the key.
+  strata::SessionConfig too_many = base;
+  too_many.plan.set_state_offloading_layers("optimizer", 5);
+  try {
+    strata::Session s(strata::make_backend("cpu"), too_many);
+    ADD_FAILURE() << "5 of 4 layers accepted";
+  } catch (const strata::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("state_offloading_layers"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

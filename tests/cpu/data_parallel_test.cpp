@@ -23,6 +23,7 @@
 #include "model/trainer.h"
 #include "model/zero.h"
 #include "tests/cpu/rank_threads.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -36,18 +37,6 @@ struct RankRun {
   std::vector<std::vector<float>> weights;
   size_t peak = 0;  // the arena's peak over the steps
 };
-
-// Global batch of step s: rows s*kRows .. s*kRows + kRows - 1, row r with its first 2r targets
-// ignored (unequal token counts between ranks and micro-batches).
-Batch rows_of(const TokenRows& rows, int step, int first, int n) {
-  Batch b{n, kSeq, std::vector<int32_t>(size_t(n) * kSeq), std::vector<int32_t>(size_t(n) * kSeq), {}};
-  for (int i = 0; i < n; ++i) {
-    const int r = first + i;
-    rows.row(step * kRows + r, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
-    for (int t = 0; t < 2 * r; ++t) b.targets[size_t(i * kSeq + t)] = -1;
-  }
-  return b;
-}
 
 // One rank of `world` (comm null: alone, the whole batch): rows [rank * per, (rank + 1) * per) of each
 // global batch, in `accum` micro-batches.
@@ -68,10 +57,7 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
   mo.zero = {sh.zero, rank, world};
   LlamaModel model(*be, test_util::tiny_config(), mo);
   model.init_random(7);
-  TrainOptions to;
-  to.adam.lr = 1e-2f;
-  to.adam.weight_decay = 0.1f;
-  to.max_grad_norm = 0.05f;  // clipping on every step
+  TrainOptions to = test_util::clipped_train_options();
   to.plan = plan;
   to.comm = comm;
   to.optimizer.reduce_dtype = reduce;
@@ -81,18 +67,16 @@ RankRun train(Communicator* comm, int world, int rank, int accum, const char* st
   RankRun out;
   for (int s = 0; s < kSteps; ++s) {
     std::vector<Batch> micro;
-    for (int m = 0; m < accum; ++m) micro.push_back(rows_of(rows, s, rank * per + m * per_micro, per_micro));
+    // Row r of the global batch with its first 2r targets ignored (unequal token counts between ranks and
+    // micro-batches).
+    for (int m = 0; m < accum; ++m)
+      micro.push_back(test_util::global_rows(rows, kSeq, kRows, s, rank * per + m * per_micro, per_micro, 2));
     const StepStats st = tr.step(micro, 1e-2f);
     out.losses.push_back(st.loss);
     out.norms.push_back(st.grad_norm);
     out.peak = std::max(out.peak, st.peak_device_bytes);
   }
-  model.sync_state();
-  for (const Parameter& p : model.params()) {
-    std::vector<float> h(size_t(p.shape.numel()));
-    be->download_f32(h.data(), p.value());
-    out.weights.push_back(std::move(h));
-  }
+  out.weights = test_util::model_weights(*be, model);
   return out;
 }
 

@@ -183,6 +183,9 @@ TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
   PlanResult pr = plan_for_budget(base, TierBudgets{budget, size_t(1) << 30, 0});
   ASSERT_TRUE(pr.found);
   EXPECT_TRUE(pr.plan.pages_layer_weights()) << pr.label;
+  // The label names the paging by its YAML key (layer_offloading is the older spelling).
+  EXPECT_NE(pr.label.find(" + layer_weights: page"), std::string::npos) << pr.label;
+  EXPECT_EQ(pr.label.find("layer_offloading"), std::string::npos) << pr.label;
   EXPECT_GT(pr.forecast.paged_host_bytes, 0u);
   expect_fits_on_cpu(base, pr);
   // The YAML carries the paging to strata-train.

@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -29,6 +30,15 @@ inline ForecastRequest tiny_request(Plan plan, TrainMode mode = TrainMode::full)
   r.mirror = SimMirror::cpu;
   r.budget = kBudget;
   r.tiers.offload_dir = ::testing::TempDir() + "sim_test_disk";  // the cpu twin's real disk-tier file
+  return r;
+}
+
+// tiny_request mirroring the cuda backend (bf16 activations, its workspaces and split masters) with no device
+// budget: forecasts to compare with each other, not with a cpu step.
+inline ForecastRequest tiny_cuda_request(Plan plan, TrainMode mode = TrainMode::full) {
+  ForecastRequest r = tiny_request(std::move(plan), mode);
+  r.mirror = SimMirror::cuda;
+  r.budget = 0;
   return r;
 }
 

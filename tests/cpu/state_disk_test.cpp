@@ -24,6 +24,7 @@
 #include "model/train_config.h"
 #include "model/trainer.h"
 #include "tests/cpu/expect_error.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
 #include "tests/cpu/train_loop_util.h"
@@ -33,12 +34,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using StateTable = std::vector<std::pair<std::string, Decision>>;
-
-Plan with_state(Plan p, StateTable state) {
-  p.state = std::move(state);
-  return p;
-}
+using test_util::StateTable;
+using test_util::with_state;
 
 Plan level(Plan p, const char* lvl, Decision tier) {
   p.set_state_offloading(lvl, "test", tier);
@@ -51,7 +48,7 @@ std::string state_dir() {
 
 struct Result {
   std::vector<float> losses, norms, eval_losses;
-  std::vector<std::vector<std::byte>> state;  // weights, masters, moments (test_util::state_bytes: tier-free)
+  std::vector<std::vector<std::byte>> state;  // weights, masters, moments (snapshot: tier-free)
   size_t state_disk = 0, disk_read = 0, disk_written = 0;
   bool pending_after_last_step = false;
 };
@@ -122,10 +119,7 @@ Result run(const Plan& plan, const RunOptions& o = {}) {
   model.init_random(11);
   Result r;
   r.state_disk = model.state_disk_bytes();
-  TrainOptions to;
-  to.adam.lr = 1e-2f;
-  to.adam.weight_decay = 0.1f;
-  to.max_grad_norm = 0.05f;  // small: clipping is active on every step
+  TrainOptions to = test_util::clipped_train_options();
   to.plan = plan;
   to.tiers.offload_dir = state_dir();  // activations on disk share the directory with the state file
   to.optimizer.chunk_bytes = o.chunk_bytes;
@@ -149,14 +143,9 @@ Result run(const Plan& plan, const RunOptions& o = {}) {
 }
 
 void expect_identical(const Result& a, const Result& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i;
-    EXPECT_EQ(std::memcmp(&a.norms[i], &b.norms[i], 4), 0) << what << ": gradient norm of step " << i;
-  }
-  ASSERT_EQ(a.eval_losses.size(), b.eval_losses.size()) << what;
-  for (size_t i = 0; i < a.eval_losses.size(); ++i)
-    EXPECT_EQ(std::memcmp(&a.eval_losses[i], &b.eval_losses[i], 4), 0) << what << ": evaluation " << i;
+  test_util::expect_each_bit_identical(a.losses, b.losses, what, "loss of step");
+  test_util::expect_each_bit_identical(a.norms, b.norms, what, "gradient norm of step");
+  test_util::expect_each_bit_identical(a.eval_losses, b.eval_losses, what, "evaluation");
   ASSERT_EQ(a.state.size(), b.state.size()) << what;
   for (size_t i = 0; i < a.state.size(); ++i) EXPECT_TRUE(a.state[i] == b.state[i]) << what << ": state array " << i;
 }

@@ -17,6 +17,7 @@
 #include "model/rng.h"
 #include "model/train_config.h"
 #include "model/trainer.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
 
@@ -35,10 +36,7 @@ struct Result {
   bool host_grads = false;  // some gradient lives on the host tier (no deferral then)
 };
 
-Plan with_state(Plan p, std::vector<std::pair<std::string, Decision>> state) {
-  p.state = std::move(state);
-  return p;
-}
+using test_util::with_state;
 
 Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20, bool tied = false,
            StateRecipe recipe = {}, io::LlamaConfig c = test_util::tiny_config(), bool defer = true,
@@ -53,10 +51,7 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
   Result r;
   r.persistent = be->arena().in_use();
   r.state_host = model.state_host_bytes();
-  TrainOptions to;
-  to.adam.lr = 1e-2f;
-  to.adam.weight_decay = 0.1f;
-  to.max_grad_norm = 0.05f;  // small: clipping is active on every step
+  TrainOptions to = test_util::clipped_train_options();
   to.plan = plan;
   to.tiers.offload_dir = ::testing::TempDir();
   to.optimizer.chunk_bytes = chunk_bytes;
@@ -104,11 +99,8 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
 }
 
 void expect_identical(const Result& a, const Result& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i;
-    EXPECT_EQ(std::memcmp(&a.norms[i], &b.norms[i], 4), 0) << what << ": gradient norm of step " << i;
-  }
+  test_util::expect_each_bit_identical(a.losses, b.losses, what, "loss of step");
+  test_util::expect_each_bit_identical(a.norms, b.norms, what, "gradient norm of step");
   ASSERT_EQ(a.masters.size(), b.masters.size());
   for (size_t i = 0; i < a.masters.size(); ++i)
     EXPECT_EQ(std::memcmp(a.masters[i].data(), b.masters[i].data(), a.masters[i].size() * 4), 0)
@@ -121,7 +113,7 @@ void expect_identical(const Result& a, const Result& b, const std::string& what)
   }
 }
 
-const std::vector<std::pair<std::string, Decision>> kEach[] = {
+const test_util::StateTable kEach[] = {
     {{"*.adam.m", Decision::host}},
     {{"*.adam.v", Decision::host}},
     {{"*.w.master", Decision::host}},

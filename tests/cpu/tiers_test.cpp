@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <map>
 
 #include "engine/backend.h"
 #include "model/data.h"
@@ -16,6 +15,7 @@
 #include "model/rng.h"
 #include "model/trainer.h"
 #include "tests/cpu/expect_error.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -40,14 +40,10 @@ size_t files_in(const std::string& dir) {
   return n;
 }
 
-struct Result {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> grads, params;
-  size_t peak = 0, host_peak = 0, disk_peak = 0;
-  std::map<std::string, int> allocs;
-};
+using test_util::expect_bit_identical;
+using test_util::RunResult;
 
-Result run(const Plan& plan, const std::string& dir, int steps = 3, bool log = false) {
+RunResult run(const Plan& plan, const std::string& dir, int steps = 3, bool log = false) {
   auto be = make_cpu_backend(size_t(64) << 20);
   LlamaModel model(*be, cfg(), {});
   model.init_random(11);
@@ -60,7 +56,7 @@ Result run(const Plan& plan, const std::string& dir, int steps = 3, bool log = f
   Trainer tr(*be, model, to);
   TokenBatcher data(synthetic_tokens(4000, 61, 3), 2, 19);
   be->arena().set_logging(log);
-  Result r;
+  RunResult r;
   for (int s = 0; s < steps; ++s) {
     StepStats st = tr.step(data.next());
     r.losses.push_back(st.loss);
@@ -68,31 +64,13 @@ Result run(const Plan& plan, const std::string& dir, int steps = 3, bool log = f
     r.host_peak = st.peak_host_bytes;
     r.disk_peak = st.peak_disk_bytes;
   }
-  for (auto& p : model.params()) {
-    std::vector<float> h(size_t(p.shape.numel()));
-    std::memcpy(h.data(), p.value().data, h.size() * 4);
-    r.params.push_back(h);
-    std::memcpy(h.data(), p.grad_view().data, h.size() * 4);
-    r.grads.push_back(h);
-  }
-  for (auto& e : be->arena().events())
-    if (e.delta > 0) r.allocs[e.tag]++;
+  test_util::capture(r, *be, model);
   return r;
-}
-
-void expect_identical(const Result& a, const Result& b, const std::string& what) {
-  for (size_t i = 0; i < a.losses.size(); ++i)
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], 4), 0) << what << ": loss of step " << i;
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    EXPECT_EQ(std::memcmp(a.grads[i].data(), b.grads[i].data(), a.grads[i].size() * 4), 0) << what << ": grad " << i;
-    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4), 0)
-        << what << ": param " << i;
-  }
 }
 
 TEST(Tiers, EveryOffloadPresetIsBitIdenticalAndLowersThePeak) {
   const std::string dir = fresh_dir("presets");
-  Result keep = run(Plan::keep_everything(), dir);
+  RunResult keep = run(Plan::keep_everything(), dir);
   EXPECT_EQ(keep.host_peak, 0u);
   struct Case {
     Plan plan;
@@ -102,8 +80,8 @@ TEST(Tiers, EveryOffloadPresetIsBitIdenticalAndLowersThePeak) {
                {Plan::activation_offloading(Decision::disk), true, true},  // disk stages through host
                {Plan::hidden_states(), true, false}};
   for (auto& c : cases) {
-    Result r = run(c.plan, dir);
-    expect_identical(keep, r, c.plan.preset);
+    RunResult r = run(c.plan, dir);
+    expect_bit_identical(keep, r, c.plan.preset);
     EXPECT_LT(r.peak, keep.peak) << c.plan.preset;
     EXPECT_EQ(r.host_peak > 0, c.host) << c.plan.preset;
     EXPECT_EQ(r.disk_peak > 0, c.disk) << c.plan.preset;
@@ -114,7 +92,7 @@ TEST(Tiers, EveryOffloadPresetIsBitIdenticalAndLowersThePeak) {
 
 TEST(Tiers, RandomPlansMixingAllFourDecisionsAreBitIdentical) {
   const std::string dir = fresh_dir("random");
-  Result keep = run(Plan::keep_everything(), dir, 2);
+  RunResult keep = run(Plan::keep_everything(), dir, 2);
   const char* classes[] = {"input",         "attn_norm.out", "attn_norm.rstd", "attn.q", "attn.k",
                            "attn.v",        "attn.out",      "attn.lse",       "mid",    "mlp_norm.out",
                            "mlp_norm.rstd", "mlp.gate",      "mlp.up",         "mlp.act"};
@@ -124,21 +102,21 @@ TEST(Tiers, RandomPlansMixingAllFourDecisionsAreBitIdentical) {
     Plan p;
     for (int l = 0; l < cfg().num_hidden_layers; ++l)
       for (const char* c : classes) p.add(fmt::format("L{}.{}", l, c), all[rng.below(4)]);
-    expect_identical(keep, run(p, dir, 2), "random plan " + std::to_string(seed));
+    expect_bit_identical(keep, run(p, dir, 2), "random plan " + std::to_string(seed));
   }
   fs::remove_all(dir);
 }
 
 TEST(Tiers, EventLogShowsSlotsLeavingAndComingBack) {
   const std::string dir = fresh_dir("log");
-  Result keep = run(Plan::keep_everything(), dir, 1, true);
-  Result host = run(Plan::activation_offloading(Decision::host), dir, 1, true);
-  Result disk = run(Plan::activation_offloading(Decision::disk), dir, 1, true);
-  EXPECT_EQ(keep.allocs["L1.mlp.gate"], 1);
-  EXPECT_EQ(host.allocs["L1.mlp.gate"], 2) << "offloaded in forward, uploaded again in backward";
-  EXPECT_EQ(disk.allocs["L1.mlp.gate"], 2);
-  EXPECT_EQ(host.allocs["L3.input"], 1) << "the last layer's input is never offloaded";
-  EXPECT_EQ(host.allocs["final_norm.out"], 1) << "the loss inputs are never offloaded";
+  RunResult keep = run(Plan::keep_everything(), dir, 1, true);
+  RunResult host = run(Plan::activation_offloading(Decision::host), dir, 1, true);
+  RunResult disk = run(Plan::activation_offloading(Decision::disk), dir, 1, true);
+  EXPECT_EQ(keep.allocs_per_tag["L1.mlp.gate"], 1);
+  EXPECT_EQ(host.allocs_per_tag["L1.mlp.gate"], 2) << "offloaded in forward, uploaded again in backward";
+  EXPECT_EQ(disk.allocs_per_tag["L1.mlp.gate"], 2);
+  EXPECT_EQ(host.allocs_per_tag["L3.input"], 1) << "the last layer's input is never offloaded";
+  EXPECT_EQ(host.allocs_per_tag["final_norm.out"], 1) << "the loss inputs are never offloaded";
   fs::remove_all(dir);
 }
 

@@ -12,8 +12,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "engine/comm.h"
 #include "model/checkpoint.h"
@@ -24,6 +22,7 @@
 #include "model/trainer.h"
 #include "model/zero.h"
 #include "tests/cpu/rank_threads.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -59,17 +58,6 @@ RunSpec plain(int world, int zero, int accum) {
   return {world, zero, accum, Mode::straight, {}, 2};
 }
 
-// Global batch of step s: rows s*kRows .. s*kRows + kRows - 1, row r with its first r targets ignored.
-Batch rows_of(const TokenRows& rows, int step, int first, int n) {
-  Batch b{n, kSeq, std::vector<int32_t>(size_t(n) * kSeq), std::vector<int32_t>(size_t(n) * kSeq), {}};
-  for (int i = 0; i < n; ++i) {
-    const int r = first + i;
-    rows.row(step * kRows + r, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
-    for (int t = 0; t < r; ++t) b.targets[size_t(i * kSeq + t)] = -1;
-  }
-  return b;
-}
-
 RankRun train(Communicator* comm, int rank, const RunSpec& run) {
   auto be = make_cpu_backend(size_t(64) << 20);
   ModelOptions mo;
@@ -78,48 +66,28 @@ RankRun train(Communicator* comm, int rank, const RunSpec& run) {
   model.init_random(7);
   RankRun out;
   out.held = be->arena().in_use();
-  TrainOptions to;
-  to.adam.lr = 1e-2f;
-  to.adam.weight_decay = 0.1f;
-  to.max_grad_norm = 0.05f;  // clipping on every step
+  TrainOptions to = test_util::clipped_train_options();
   to.comm = comm;
   Trainer tr(*be, model, to);
   TokenRows rows(synthetic_tokens(2000, config().vocab_size, 5), kSeq);
-  const RankSum sum = [&](float v) { return tr.sum_over_ranks(v); };
   const bool sharded = mo.zero.sharded();
-  const std::string cfg = checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), sharded ? run.world : 0);
+  test_util::RankCheckpoints ck(
+      *be, model, tr, checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), sharded ? run.world : 0));
   int first = 0;
-  if (run.mode == Mode::resume) {
-    const CheckpointState st =
-        load_checkpoint(fmt::format("{}/checkpoint-{}", run.dir, run.save_at), *be, model, cfg, sum);
-    tr.set_steps_done(st.step);
-    first = st.step;
-  }
+  if (run.mode == Mode::resume) first = ck.resume(run.dir, run.save_at);
   const int per = kRows / run.world, per_micro = per / run.accum;
   for (int s = first; s < kSteps; ++s) {
+    // Row r of the global batch with its first r targets ignored.
     std::vector<Batch> micro;
-    for (int m = 0; m < run.accum; ++m) micro.push_back(rows_of(rows, s, rank * per + m * per_micro, per_micro));
+    for (int m = 0; m < run.accum; ++m)
+      micro.push_back(test_util::global_rows(rows, kSeq, kRows, s, rank * per + m * per_micro, per_micro, 1));
     const StepStats st = tr.step(micro, 1e-2f);
     out.losses.push_back(st.loss);
     out.norms.push_back(st.grad_norm);
     out.peak = std::max(out.peak, st.peak_device_bytes);
-    if (run.mode == Mode::save && s + 1 == run.save_at && (sharded || rank == 0)) {
-      CheckpointState cs;
-      cs.step = run.save_at;
-      CheckpointWrite w;
-      w.config_json = cfg;
-      out.saved = save_checkpoint(run.dir, *be, model, cs, w, sharded ? sum : RankSum());
-    }
+    if (run.mode == Mode::save && s + 1 == run.save_at && ck.saves()) out.saved = ck.save(run.dir, run.save_at);
   }
-  model.sync_state();
-  for (const Parameter& p : model.params()) {
-    std::vector<float> h;
-    if (!p.gathered()) {
-      h.resize(size_t(p.shape.numel()));
-      be->download_f32(h.data(), p.value());
-    }
-    out.weights.push_back(std::move(h));
-  }
+  out.weights = test_util::model_weights(*be, model);
   if (run.mode == Mode::straight && !run.dir.empty()) {
     // The final save of strata-train: every rank gathers, rank 0 writes.
     tr.optimizer().gather_masters();
@@ -148,20 +116,11 @@ std::vector<std::vector<float>> weights_of(const std::vector<RankRun>& runs) {
   return w;
 }
 
-void expect_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
+using test_util::expect_bits;
+using test_util::slurp;
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/zero3_" + name;
-  fs::remove_all(d);
-  return d;
+  return test_util::fresh_temp_dir("zero3_" + name);
 }
 
 }  // namespace

@@ -5,13 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <exception>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
-#include <thread>
+#include <span>
 
 #include "engine/comm.h"
 #include "model/checkpoint.h"
@@ -19,6 +15,7 @@
 #include "model/row_data.h"
 #include "model/trainer.h"
 #include "tests/cpu/rank_threads.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -45,46 +42,26 @@ RankRun train(Communicator* comm, int world, int rank, int zero, Mode mode, cons
   mo.zero = {zero, rank, world};
   LlamaModel model(*be, test_util::tiny_config(), mo);
   model.init_random(7);
-  TrainOptions to;
-  to.adam.lr = 1e-2f;
-  to.adam.weight_decay = 0.1f;
-  to.max_grad_norm = 0.05f;  // clipping on every step
+  TrainOptions to = test_util::clipped_train_options();
   to.comm = comm;
   Trainer tr(*be, model, to);
   TokenRows rows(synthetic_tokens(2000, test_util::tiny_config().vocab_size, 5), kSeq);
-  const RankSum sum = [&](float v) { return tr.sum_over_ranks(v); };
-  const std::string cfg =
-      checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), mo.zero.sharded() ? world : 0);
+  test_util::RankCheckpoints ck(
+      *be, model, tr,
+      checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), mo.zero.sharded() ? world : 0));
   RankRun out;
   int first = 0;
-  if (mode == Mode::resume) {
-    const CheckpointState st = load_checkpoint(fmt::format("{}/checkpoint-{}", dir, kSaveAt), *be, model, cfg, sum);
-    tr.set_steps_done(st.step);
-    first = st.step;
-  }
+  if (mode == Mode::resume) first = ck.resume(dir, kSaveAt);
   const int per = kRows / world;
   for (int s = first; s < kSteps; ++s) {
-    Batch b{per, kSeq, std::vector<int32_t>(size_t(per) * kSeq), std::vector<int32_t>(size_t(per) * kSeq), {}};
-    for (int i = 0; i < per; ++i)
-      rows.row(s * kRows + rank * per + i, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
+    const Batch b = test_util::global_rows(rows, kSeq, kRows, s, rank * per, per);
     out.losses.push_back(tr.step(std::span<const Batch>(&b, 1), 1e-2f).loss);
-    // Unsharded, every rank holds the same state and rank 0 alone saves it (as TrainLoop does).
-    if (mode == Mode::save && s + 1 == kSaveAt && (mo.zero.sharded() || rank == 0)) {
-      CheckpointState st;
-      st.step = kSaveAt;
-      CheckpointWrite w;
-      w.config_json = cfg;
-      w.after_file = after_file;
-      out.checkpoint = save_checkpoint(dir, *be, model, st, w, mo.zero.sharded() ? sum : RankSum());
+    if (mode == Mode::save && s + 1 == kSaveAt && ck.saves()) {
+      out.checkpoint = ck.save(dir, kSaveAt, after_file);
       if (after_file) return out;
     }
   }
-  model.sync_state();
-  for (const Parameter& p : model.params()) {
-    std::vector<float> h(size_t(p.shape.numel()));
-    be->download_f32(h.data(), p.value());
-    out.weights.push_back(std::move(h));
-  }
+  out.weights = test_util::model_weights(*be, model);
   return out;
 }
 
@@ -92,25 +69,11 @@ RankRun train(Communicator* comm, int world, int rank, int zero, Mode mode, cons
 // none may throw.
 std::vector<RankRun> ranks(int world, const std::function<RankRun(Communicator*, int)>& f,
                            std::vector<std::string>* errors = nullptr) {
-  std::vector<std::string> errs;
-  std::vector<RankRun> runs = test_util::run_rank_threads<RankRun>(world, f, &errs);
-  if (errors) {
-    *errors = errs;
-  } else {
-    for (auto& e : errs) EXPECT_EQ(e, "");
-  }
-  return runs;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  return test_util::run_ranks_reporting<RankRun>(world, f, errors);
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/zero_ckpt_" + name;
-  fs::remove_all(d);
-  return d;
+  return test_util::fresh_temp_dir("zero_ckpt_" + name);
 }
 
 }  // namespace
@@ -127,20 +90,16 @@ TEST(ZeroCheckpoint, ResumedRunIsBitIdenticalAndItsWeightsFileIsTheUnshardedOne)
     for (int r = 0; r < world; ++r) {
       EXPECT_TRUE(fs::exists(fmt::format("{}/optimizer.rank-{}-of-{}.safetensors", ck, r, world))) << r;
       EXPECT_EQ(straight[size_t(r)].checkpoint, ck) << "every rank returns the checkpoint's path";
-      const RankRun &a = straight[size_t(r)], &b = resumed[size_t(r)];
-      ASSERT_EQ(b.losses.size(), size_t(kSteps - kSaveAt));
-      EXPECT_EQ(std::memcmp(a.losses.data() + kSaveAt, b.losses.data(), b.losses.size() * 4), 0)
-          << world << " ranks, rank " << r << ": losses after the resume";
-      ASSERT_EQ(a.weights.size(), b.weights.size());
-      for (size_t i = 0; i < a.weights.size(); ++i)
-        EXPECT_EQ(std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4), 0)
-            << world << " ranks, rank " << r << ", parameter " << i;
+      ASSERT_EQ(resumed[size_t(r)].losses.size(), size_t(kSteps - kSaveAt));
+      test_util::expect_resumed_bit_identical(straight[size_t(r)], kSaveAt, resumed[size_t(r)],
+                                              fmt::format("{} ranks, rank {} after the resume", world, r));
     }
     EXPECT_FALSE(fs::exists(ck + "/optimizer.safetensors"));
     // Stage 0 gives bit-identical weights on cpu, so rank 0's weights file equals an unsharded run's.
     const std::vector<RankRun> zero0 =
         ranks(world, [&](Communicator* c, int r) { return train(c, world, r, 0, Mode::save, dir0); });
-    const std::string w1 = slurp(ck + "/model.safetensors"), w0 = slurp(zero0[0].checkpoint + "/model.safetensors");
+    const std::string w1 = test_util::slurp(ck + "/model.safetensors"),
+                      w0 = test_util::slurp(zero0[0].checkpoint + "/model.safetensors");
     EXPECT_GT(w1.size(), 1000u);
     EXPECT_TRUE(w1 == w0) << world
                           << " ranks: the sharded checkpoint's model.safetensors differs from the unsharded one's ("
@@ -203,7 +162,7 @@ TEST(ZeroCheckpoint, StageTwoSavesStageOnesShardsAndEitherStageResumesTheOther) 
     std::vector<std::string> files{"model.safetensors"};
     for (int r = 0; r < world; ++r) files.push_back(fmt::format("optimizer.rank-{}-of-{}.safetensors", r, world));
     for (const std::string& f : files) {
-      const std::string a = slurp(ck1 + "/" + f), b = slurp(ck2 + "/" + f);
+      const std::string a = test_util::slurp(ck1 + "/" + f), b = test_util::slurp(ck2 + "/" + f);
       EXPECT_GT(b.size(), 100u) << f;
       EXPECT_TRUE(a == b) << world << " ranks: " << f << " of stage 2 differs from stage 1's";
     }
@@ -219,14 +178,10 @@ TEST(ZeroCheckpoint, StageTwoSavesStageOnesShardsAndEitherStageResumesTheOther) 
       const std::vector<RankRun> resumed =
           ranks(world, [&](Communicator* k, int r) { return train(k, world, r, c.stage, Mode::resume, c.dir); });
       for (int r = 0; r < world; ++r) {
-        const RankRun &a = c.straight[size_t(r)], &b = resumed[size_t(r)];
-        ASSERT_EQ(b.losses.size(), size_t(kSteps - kSaveAt)) << c.what;
-        EXPECT_EQ(std::memcmp(a.losses.data() + kSaveAt, b.losses.data(), b.losses.size() * 4), 0)
-            << world << " ranks, rank " << r << ", " << c.what << ": losses after the resume";
-        ASSERT_EQ(a.weights.size(), b.weights.size());
-        for (size_t i = 0; i < a.weights.size(); ++i)
-          EXPECT_EQ(std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4), 0)
-              << world << " ranks, rank " << r << ", " << c.what << ", parameter " << i;
+        ASSERT_EQ(resumed[size_t(r)].losses.size(), size_t(kSteps - kSaveAt)) << c.what;
+        test_util::expect_resumed_bit_identical(
+            c.straight[size_t(r)], kSaveAt, resumed[size_t(r)],
+            fmt::format("{} ranks, rank {}, {} after the resume", world, r, c.what));
       }
     }
   }

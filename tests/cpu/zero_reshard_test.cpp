@@ -10,13 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <utility>
 
 #include "engine/comm.h"
@@ -26,6 +25,7 @@
 #include "model/row_data.h"
 #include "model/trainer.h"
 #include "tests/cpu/rank_threads.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -66,82 +66,49 @@ RankRun train(Communicator* comm, int rank, const Run& r) {
   mo.recipe = r.recipe;
   LlamaModel model(*be, test_util::tiny_config(), mo);
   model.init_random(7);
-  TrainOptions to;
-  to.adam.lr = 1e-2f;
-  to.adam.weight_decay = 0.1f;
-  to.max_grad_norm = 0.05f;  // clipping on every step
+  TrainOptions to = test_util::clipped_train_options();
   to.comm = comm;
   Trainer tr(*be, model, to);
   TokenRows rows(synthetic_tokens(2000, test_util::tiny_config().vocab_size, 5), kSeq);
-  const RankSum sum = [&](float v) { return tr.sum_over_ranks(v); };
   TrainConfig tc;
   tc.recipe = r.recipe;
-  const bool sharded = mo.zero.sharded();
-  const std::string cfg = checkpoint_config_json(tc, model.config(), rows.rows(), sharded ? r.world : 0);
-  auto save = [&](const std::string& dir, int step) {
-    CheckpointState st;
-    st.step = step;
-    CheckpointWrite w;
-    w.config_json = cfg;
-    // Unsharded, every rank holds the same state and rank 0 alone saves it (as TrainLoop does).
-    if (sharded || rank == 0) return save_checkpoint(dir, *be, model, st, w, sharded ? sum : RankSum());
-    return std::string();
-  };
+  test_util::RankCheckpoints ck(
+      *be, model, tr, checkpoint_config_json(tc, model.config(), rows.rows(), mo.zero.sharded() ? r.world : 0));
   RankRun out;
   int first = 0;
   if (r.mode == Mode::resume || r.mode == Mode::resave) {
-    const CheckpointState st = load_checkpoint(fmt::format("{}/checkpoint-{}", r.dir, kSaveAt), *be, model, cfg, sum);
-    tr.set_steps_done(st.step);
-    first = st.step;
+    first = ck.resume(r.dir, kSaveAt);
     if (r.mode == Mode::resave) {
-      out.checkpoint = save(r.out, st.step);
+      out.checkpoint = ck.save(r.out, first);
       return out;
     }
   }
   const int per = kRows / r.world;
   for (int s = first; s < kSteps; ++s) {
-    Batch b{per, kSeq, std::vector<int32_t>(size_t(per) * kSeq), std::vector<int32_t>(size_t(per) * kSeq), {}};
-    for (int i = 0; i < per; ++i)
-      rows.row(s * kRows + rank * per + i, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
+    const Batch b = test_util::global_rows(rows, kSeq, kRows, s, rank * per, per);
     out.losses.push_back(tr.step(std::span<const Batch>(&b, 1), 1e-2f).loss);
-    if (r.mode == Mode::save && s + 1 == kSaveAt) out.checkpoint = save(r.dir, kSaveAt);
+    if (r.mode == Mode::save && s + 1 == kSaveAt) out.checkpoint = ck.save(r.dir, kSaveAt);
   }
-  model.sync_state();
-  for (const Parameter& p : model.params()) {
-    std::vector<float> h(size_t(p.shape.numel()));
-    be->download_f32(h.data(), p.value());
-    out.weights.push_back(std::move(h));
-  }
+  out.weights = test_util::model_weights(*be, model);
   return out;
 }
 
 // r.world ranks as threads; errors: each rank's message, else none may throw.
 std::vector<RankRun> ranks(const Run& r, std::vector<std::string>* errors = nullptr) {
-  std::vector<std::string> errs;
-  std::vector<RankRun> runs = test_util::run_rank_threads<RankRun>(
-      r.world, [&](Communicator* c, int k) { return train(c, k, r); }, &errs);
-  if (errors) {
-    *errors = errs;
-  } else {
-    for (auto& e : errs) EXPECT_EQ(e, "") << r.world << " ranks, zero " << r.zero;
-  }
-  return runs;
+  return test_util::run_ranks_reporting<RankRun>(
+      r.world, [&](Communicator* c, int k) { return train(c, k, r); }, errors,
+      fmt::format("{} ranks, zero {}", r.world, r.zero));
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/zero_reshard_" + name;
-  fs::remove_all(d);
-  return d;
+  return test_util::fresh_temp_dir("zero_reshard_" + name);
 }
 
 std::string ckpt(const std::string& dir) {
   return fmt::format("{}/checkpoint-{}", dir, kSaveAt);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
+using test_util::slurp;
 
 // Every optimizer-state tensor of a checkpoint, whatever its layout: name -> dtype, shape and bytes.
 std::map<std::string, std::string> state_tensors(const std::string& dir, int* files = nullptr) {
@@ -177,15 +144,6 @@ void expect_same_state(const std::string& a, const std::string& b, const std::st
   const std::string wa = slurp(a + "/model.safetensors"), wb = slurp(b + "/model.safetensors");
   EXPECT_GT(wa.size(), 1000u) << what;
   EXPECT_TRUE(wa == wb) << what << ": model.safetensors differs";
-}
-
-void expect_bit_identical(const RankRun& a, size_t a_from, const RankRun& b, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), a_from + b.losses.size()) << what;
-  EXPECT_EQ(std::memcmp(a.losses.data() + a_from, b.losses.data(), b.losses.size() * 4), 0) << what << ": losses";
-  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
-  for (size_t i = 0; i < a.weights.size(); ++i)
-    EXPECT_EQ(std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * 4), 0)
-        << what << ", parameter " << i;
 }
 
 std::string recipe_name(const StateRecipe& r) {
@@ -239,7 +197,7 @@ TEST(ZeroReshard, AResumeOnAnotherRankCountContinuesTheRun) {
                       dir0 = fresh_dir(fmt::format("cont_{}r_z0", s.world));
     const std::vector<RankRun> straight = ranks({s.world, s.zero, {}, Mode::save, dir});
     const std::vector<RankRun> straight0 = ranks({s.world, 0, {}, Mode::save, dir0});
-    expect_bit_identical(straight0[0], 0, straight[0], "zero 0 against the sharded run");
+    test_util::expect_resumed_bit_identical(straight0[0], 0, straight[0], "zero 0 against the sharded run");
     for (const auto& [world, zero] : {std::pair{1, 0}, std::pair{2, 1}, std::pair{2, 2}, std::pair{3, 1}}) {
       const std::string what =
           fmt::format("{} ranks at zero {} resumed on {} ranks at zero {}", s.world, s.zero, world, zero);
@@ -247,10 +205,12 @@ TEST(ZeroReshard, AResumeOnAnotherRankCountContinuesTheRun) {
       const std::vector<RankRun> unsharded = ranks({world, 0, {}, Mode::resume, dir0});
       for (int r = 0; r < world; ++r) {
         const std::string rk = fmt::format("{}, rank {}", what, r);
-        expect_bit_identical(unsharded[size_t(r)], 0, resumed[size_t(r)], rk + " against the unsharded checkpoint");
+        test_util::expect_resumed_bit_identical(unsharded[size_t(r)], 0, resumed[size_t(r)],
+                                                rk + " against the unsharded checkpoint");
         ASSERT_EQ(resumed[size_t(r)].losses.size(), size_t(kSteps - kSaveAt)) << rk;
         if (world == s.world) {
-          expect_bit_identical(straight[size_t(r)], kSaveAt, resumed[size_t(r)], rk + " against the uninterrupted run");
+          test_util::expect_resumed_bit_identical(straight[size_t(r)], kSaveAt, resumed[size_t(r)],
+                                                  rk + " against the uninterrupted run");
           continue;
         }
         for (size_t i = 0; i < resumed[size_t(r)].losses.size(); ++i) {
