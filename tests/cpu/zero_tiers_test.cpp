@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 
 #include "engine/comm.h"
@@ -21,6 +20,7 @@
 #include "model/trainer.h"
 #include "model/zero.h"
 #include "tests/cpu/rank_threads.h"
+#include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;
@@ -72,14 +72,6 @@ std::string state_dir() {
   return d;
 }
 
-// Global batch of step s: rows s*kRows .. s*kRows + kRows - 1, each rank its slice.
-Batch rows_of(const TokenRows& rows, int step, int first, int n) {
-  Batch b{n, kSeq, std::vector<int32_t>(size_t(n) * kSeq), std::vector<int32_t>(size_t(n) * kSeq), {}};
-  for (int i = 0; i < n; ++i)
-    rows.row(step * kRows + first + i, b.inputs.data() + i * kSeq, b.targets.data() + i * kSeq);
-  return b;
-}
-
 RankRun train(Communicator* comm, int rank, const RunSpec& run) {
   auto be = make_cpu_backend(size_t(64) << 20);
   ModelOptions mo;
@@ -100,30 +92,19 @@ RankRun train(Communicator* comm, int rank, const RunSpec& run) {
   to.tiers.offload_dir = state_dir();
   Trainer tr(*be, model, to);
   TokenRows rows(synthetic_tokens(2000, config().vocab_size, 5), kSeq);
-  const RankSum sum = [&](float v) { return tr.sum_over_ranks(v); };
-  const std::string cfg = checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), run.world);
-  int first = 0;
-  if (run.mode == Mode::resume) {
-    const CheckpointState st =
-        load_checkpoint(fmt::format("{}/checkpoint-{}", run.dir, run.save_at), *be, model, cfg, sum);
-    tr.set_steps_done(st.step);
-    first = st.step;
-  }
+  test_util::RankCheckpoints ck(*be, model, tr,
+                                checkpoint_config_json(TrainConfig{}, model.config(), rows.rows(), run.world));
+  const int first = run.mode == Mode::resume ? ck.resume(run.dir, run.save_at) : 0;
   const int per = kRows / run.world;
   for (int s = first; s < kSteps; ++s) {
-    const StepStats st = tr.step(std::vector<Batch>{rows_of(rows, s, rank * per, per)}, 1e-2f);
+    const StepStats st =
+        tr.step(std::vector<Batch>{test_util::global_rows(rows, kSeq, kRows, s, rank * per, per)}, 1e-2f);
     out.losses.push_back(st.loss);
     out.norms.push_back(st.grad_norm);
     out.peak = std::max(out.peak, st.peak_device_bytes);
     out.host_peak = std::max(out.host_peak, st.peak_host_bytes + st.state_host_bytes);  // the forecast's sum
     out.disk_peak = std::max(out.disk_peak, st.peak_disk_bytes + st.state_disk_bytes);
-    if (run.mode == Mode::save && s + 1 == run.save_at) {
-      CheckpointState cs;
-      cs.step = run.save_at;
-      CheckpointWrite w;
-      w.config_json = cfg;
-      save_checkpoint(run.dir, *be, model, cs, w, sum);
-    }
+    if (run.mode == Mode::save && s + 1 == run.save_at) ck.save(run.dir, run.save_at);
   }
   model.sync_state();
   for (const Parameter& p : model.params()) {
@@ -145,14 +126,11 @@ void expect_same_run(const std::vector<RankRun>& a, const std::vector<RankRun>& 
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t r = 0; r < a.size(); ++r) {
     const std::string at = fmt::format("{}, rank {}", what, r);
-    EXPECT_EQ(a[r].losses, b[r].losses) << at;
-    EXPECT_EQ(a[r].norms, b[r].norms) << at;
+    test_util::expect_each_bit_identical(a[r].losses, b[r].losses, at, "loss");
+    test_util::expect_each_bit_identical(a[r].norms, b[r].norms, at, "norm");
     ASSERT_EQ(a[r].weights.size(), b[r].weights.size()) << at;
-    for (size_t i = 0; i < a[r].weights.size(); ++i) {
-      ASSERT_EQ(a[r].weights[i].size(), b[r].weights[i].size()) << at << ", parameter " << i;
-      EXPECT_EQ(0, std::memcmp(a[r].weights[i].data(), b[r].weights[i].data(), a[r].weights[i].size() * sizeof(float)))
-          << at << ", parameter " << i;
-    }
+    for (size_t i = 0; i < a[r].weights.size(); ++i)
+      test_util::expect_bits(a[r].weights[i], b[r].weights[i], fmt::format("{}, parameter {}", at, i));
   }
 }
 
@@ -231,20 +209,13 @@ TEST(ZeroTiers, EveryRanksPeaksAreTheForecast) {
 TEST(ZeroTiers, HostTierShardsResumeOnAnyTier) {
   for (int zero : {1, 2, 3}) {
     const Placement host{"optimizer", Decision::host};
-    const std::string dir = ::testing::TempDir() + fmt::format("strata_zero_tiers_ck{}", zero);
-    fs::remove_all(dir);
+    const std::string dir = test_util::fresh_temp_dir(fmt::format("strata_zero_tiers_ck{}", zero));
     const std::vector<RankRun> straight = ranks(RunSpec{2, zero, host, Mode::save, dir});
     for (const Placement& to : {host, Placement{}}) {
-      const std::string what = fmt::format("zero_stage {}, resumed with {}", zero, name_of(to));
       const std::vector<RankRun> resumed = ranks(RunSpec{2, zero, to, Mode::resume, dir});
-      for (size_t r = 0; r < 2; ++r) {
-        ASSERT_EQ(resumed[r].losses.size(), size_t(kSteps - 2)) << what;
-        EXPECT_EQ(resumed[r].losses.back(), straight[r].losses.back()) << what;
-        for (size_t i = 0; i < straight[r].weights.size(); ++i)
-          EXPECT_EQ(0, std::memcmp(resumed[r].weights[i].data(), straight[r].weights[i].data(),
-                                   straight[r].weights[i].size() * sizeof(float)))
-              << what << ", rank " << r << ", parameter " << i;
-      }
+      for (size_t r = 0; r < 2; ++r)
+        test_util::expect_resumed_bit_identical(
+            straight[r], 2, resumed[r], fmt::format("zero_stage {}, resumed with {}, rank {}", zero, name_of(to), r));
     }
   }
 }
