@@ -173,7 +173,7 @@ bool recv_frames(const std::vector<Peer>& peers, Clock::time_point deadline, std
 }
 
 std::string endpoint(const RendezvousOptions& o) {
-  return fmt::format("{}:{} (MASTER_ADDR:MASTER_PORT)", o.master_addr, o.master_port);
+  return fmt::format("{}:{} (MASTER_ADDR:{})", o.master_addr, o.master_port, o.port_name);
 }
 
 sockaddr_in resolve(const RendezvousOptions& o) {
@@ -280,9 +280,10 @@ class TcpRendezvous final : public Rendezvous {
       const int e = errno;
       STRATA_THROW(
           IoError,
-          fmt::format("rendezvous: rank 0 cannot listen on port {} (MASTER_PORT): {}{}", o_.master_port, errstr(e),
-                      e == EADDRINUSE ? "; another job (or an earlier run still exiting) holds the port: "
-                                        "choose another MASTER_PORT"
+          fmt::format("rendezvous: rank 0 cannot listen on port {} ({}): {}{}", o_.master_port, o_.port_name, errstr(e),
+                      e == EADDRINUSE ? fmt::format("; another job (or an earlier run still exiting) holds the port: "
+                                                    "choose another {}",
+                                                    o_.port_name)
                                       : ""),
           endpoint(o_));
     }
@@ -359,9 +360,9 @@ class TcpRendezvous final : public Rendezvous {
       last = errstr(errno);
       if (seconds_left(deadline) <= 0)
         STRATA_THROW(Error, fmt::format("rendezvous: rank {} could not reach rank 0 at {} within {} s (last error: "
-                                        "{}); is rank 0 running, and are MASTER_ADDR and MASTER_PORT the same on "
+                                        "{}); is rank 0 running, and are MASTER_ADDR and {} the same on "
                                         "every rank?",
-                                        o_.rank, endpoint(o_), o_.timeout_s, last));
+                                        o_.rank, endpoint(o_), o_.timeout_s, last, o_.port_name));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     int32_t hello[2] = {o_.rank, o_.world};

@@ -20,7 +20,8 @@ struct RendezvousOptions {
   std::string master_addr = "127.0.0.1";  // a host name or IPv4 address where rank 0 runs
   int master_port = 29500;                // rank 0 listens on it (all interfaces)
   int rank = 0, world = 1;
-  double timeout_s = 300;  // every wait: connecting, every rank arriving, every message
+  double timeout_s = 300;                 // every wait: connecting, every rank arriving, every message
+  std::string port_name = "MASTER_PORT";  // where master_port came from, for errors
 };
 
 // Errors: ConfigError (field MASTER_ADDR) when the address does not resolve; IoError when rank 0

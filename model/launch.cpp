@@ -40,6 +40,15 @@ long require(const std::optional<long>& v, const char* name, const std::string& 
 
 }  // namespace
 
+namespace {
+// STRATA_RENDEZVOUS_PORT: the port rank 0 listens on, whatever the launcher says.
+void rendezvous_port_override(const EnvLookup& get, LaunchEnv& e) {
+  if (!get("STRATA_RENDEZVOUS_PORT") || e.world <= 1) return;
+  e.master_port = int(*env_int(get, "STRATA_RENDEZVOUS_PORT", 1, 65535, "a TCP port 1-65535 where rank 0 listens"));
+  e.port_name = "STRATA_RENDEZVOUS_PORT";
+}
+}  // namespace
+
 LaunchEnv read_launch_env(const EnvLookup& lookup) {
   const EnvLookup get = lookup ? lookup : EnvLookup([](const char* n) { return std::getenv(n); });
   LaunchEnv e;
@@ -81,7 +90,22 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
                      "environment", "MASTER_ADDR");
       e.master_addr = addr;
       e.master_port = int(require(port(), "MASTER_PORT", how));
+      // torchrun's agent serves its own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True): rank 0 listens
+      // on the port after it.
+      const char* agent = get("TORCHELASTIC_USE_AGENT_STORE");
+      if (agent &&
+          (std::strcmp(agent, "True") == 0 || std::strcmp(agent, "true") == 0 || std::strcmp(agent, "1") == 0)) {
+        if (e.master_port == 65535)
+          STRATA_THROW(
+              ConfigError,
+              "MASTER_PORT=65535 under torchrun's agent store: strata's rendezvous listens on MASTER_PORT + 1; "
+              "set STRATA_RENDEZVOUS_PORT to a free port 1-65535, or a lower MASTER_PORT",
+              "environment", "MASTER_PORT");
+        e.master_port += 1;
+        e.port_name = "MASTER_PORT + 1, torchrun's agent store holding MASTER_PORT";
+      }
     }
+    rendezvous_port_override(get, e);
     return e;
   }
   if (get("SLURM_PROCID")) {
@@ -111,6 +135,7 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
       e.master_addr = addr;
       e.master_port = int(port().value_or(29500));
     }
+    rendezvous_port_override(get, e);
     return e;
   }
   return e;

@@ -26,9 +26,11 @@ struct LaunchEnv {
   int rank = 0, world = 1;
   int local_rank = 0, local_world = 1;  // on this node; local_rank is the GPU index
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  int master_port =
+      29500;  // where rank 0 listens: MASTER_PORT, or (below) the port after it under torchrun's agent store
+  std::string port_name = "MASTER_PORT";
   double timeout_s = 300;  // STRATA_COMM_TIMEOUT (seconds): every rendezvous and collective wait
-  RendezvousOptions rendezvous() const { return {master_addr, master_port, rank, world, timeout_s}; }
+  RendezvousOptions rendezvous() const { return {master_addr, master_port, rank, world, timeout_s, port_name}; }
 };
 
 // The environment as getenv sees it; `lookup` replaces getenv (tests). Bad values are ConfigErrors

@@ -86,6 +86,39 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(one.local_rank, 0);
 }
 
+// torchrun's elastic agent serves its own store on MASTER_PORT (and tells its workers so with
+// TORCHELASTIC_USE_AGENT_STORE=True): rank 0 listens on the next port, which every rank computes alike.
+// STRATA_RENDEZVOUS_PORT overrides the port under any launcher.
+TEST(LaunchEnv, TorchrunAgentStoreKeepsMasterPortAndRendezvousTakesTheNext) {
+  Env env{{"RANK", "1"},        {"WORLD_SIZE", "4"},      {"LOCAL_RANK", "1"},
+          {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  LaunchEnv e = parse(env);
+  EXPECT_EQ(e.master_port, 29501);
+  EXPECT_EQ(e.rendezvous().master_port, 29501);
+  EXPECT_NE(e.rendezvous().port_name.find("torchrun's agent store"), std::string::npos);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_EQ(parse(env).master_port, 29500);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["STRATA_RENDEZVOUS_PORT"] = "31000";
+  e = parse(env);
+  EXPECT_EQ(e.master_port, 31000);
+  EXPECT_EQ(e.port_name, "STRATA_RENDEZVOUS_PORT");
+  env["STRATA_RENDEZVOUS_PORT"] = "70000";
+  EXPECT_THROW(parse(env), ConfigError);
+  env.erase("STRATA_RENDEZVOUS_PORT");
+  env["MASTER_PORT"] = "65535";
+  try {
+    parse(env);
+    ADD_FAILURE() << "MASTER_PORT 65535 under the agent store was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("STRATA_RENDEZVOUS_PORT"), std::string::npos) << err.what();
+  }
+  // Under srun there is no agent store: MASTER_PORT as it is, and the override too.
+  Env slurm{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},    {"SLURM_LOCALID", "0"},
+            {"MASTER_ADDR", "h"},  {"MASTER_PORT", "29600"}, {"STRATA_RENDEZVOUS_PORT", "29700"}};
+  EXPECT_EQ(parse(slurm).master_port, 29700);
+}
+
 TEST(LaunchEnv, Slurm) {
   Env env{{"SLURM_PROCID", "3"},
           {"SLURM_NTASKS", "4"},
