@@ -10,7 +10,7 @@ d=${1:-.devbuild}; out=${OUT:-/tmp/strata-out}; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 n=$(nvidia-smi -L | wc -l)
 sum="$out/torchrun_modes.txt"
-echo "GPUs: $n ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); $(torchrun --version 2>&1 | tail -1); $(date -u +%FT%TZ)" | tee "$sum"
+echo "GPUs: $n ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); torch $(python3 -c "import torch; print(torch.__version__)" 2>/dev/null); $(date -u +%FT%TZ)" | tee "$sum"
 m=/tmp/torchrun-modes
 "$d/tools/strata-make-tiny" $m --layers 4 --hidden 512 --heads 8 --kv-heads 4 --intermediate 1408 --vocab 2000 \
   --tokens 400000 --max-pos 4096 > /dev/null
