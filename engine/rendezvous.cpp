@@ -281,9 +281,8 @@ class TcpRendezvous final : public Rendezvous {
       STRATA_THROW(
           IoError,
           fmt::format("rendezvous: rank 0 cannot listen on port {} ({}): {}{}", o_.master_port, o_.port_name, errstr(e),
-                      e == EADDRINUSE ? fmt::format("; another job (or an earlier run still exiting) holds the port: "
-                                                    "choose another {}",
-                                                    o_.port_name)
+                      e == EADDRINUSE ? "; another job (or an earlier run still exiting) holds the port: choose "
+                                        "another MASTER_PORT, or set STRATA_RENDEZVOUS_PORT"
                                       : ""),
           endpoint(o_));
     }

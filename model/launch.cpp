@@ -196,8 +196,15 @@ int run_local_ranks(const LocalLaunch& l, std::FILE* log) {
   if (l.nprocs < 1) STRATA_THROW(ConfigError, "run_local_ranks: nprocs must be >= 1", "command line", "gpus");
   const std::string exe = l.exe.empty() ? self_exe() : l.exe;
   const int port = l.master_port ? l.master_port : pick_free_port(l.master_addr);
-  // Built before fork: the child only calls async-signal-safe functions, then execve.
-  static const char* kSet[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+  // Built before fork: the child only calls async-signal-safe functions, then execve. Also dropped: torchrun's
+  // agent-store flag (these ranks are strata's own; no agent holds MASTER_PORT).
+  static const char* kSet[] = {"RANK",
+                               "WORLD_SIZE",
+                               "LOCAL_RANK",
+                               "LOCAL_WORLD_SIZE",
+                               "MASTER_ADDR",
+                               "MASTER_PORT",
+                               "TORCHELASTIC_USE_AGENT_STORE"};
   std::vector<std::string> base;
   for (char** e = environ; *e; ++e) {
     bool ours = false;

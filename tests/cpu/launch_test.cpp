@@ -357,6 +357,37 @@ TEST(Launcher, ProcessesRendezvousAndReduce) {
   EXPECT_EQ(run_local_ranks(l), 0);
 }
 
+// strata-train --gpus N started inside a torchrun job's environment: its own ranks have no agent store, so the
+// flag must not reach them (else rank 0 would listen on MASTER_PORT + 1, here held by another socket).
+TEST(Launcher, OwnRanksIgnoreAnInheritedTorchrunAgentStoreFlag) {
+  int port = 0, held = -1;
+  for (int attempt = 0; attempt < 20 && held < 0; ++attempt) {
+    port = pick_free_port();
+    if (port >= 65535) continue;
+    held = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(uint16_t(port + 1));
+    if (::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(held, 1) != 0) {
+      ::close(held);
+      held = -1;
+    }
+  }
+  ASSERT_GE(held, 0) << "no free port pair";
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  LocalLaunch l;
+  l.nprocs = 2;
+  l.exe = kChild;
+  l.args = {"allreduce"};
+  l.tool = "launch_test";
+  l.master_port = port;
+  const int rc = run_local_ranks(l);
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  ::close(held);
+  EXPECT_EQ(rc, 0);
+}
+
 TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
   LocalLaunch l;
   l.nprocs = 4;
