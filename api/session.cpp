@@ -38,7 +38,11 @@ DeviceProfile profile_for_device(const std::string& device) {
 void plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend, Backend& be) {
   ForecastRequest req = train_forecast_request(cfg, mc, backend == "cuda" ? SimMirror::cuda : SimMirror::cpu,
                                                profile_for_device(be.device_name()));
-  req.plan = Plan::keep_everything();  // the planner chooses the plan, the paging (plan.layer_weights) included
+  // The planner chooses the plan, the paging (plan.layer_weights) included; a state placement the config
+  // gives (state_offloading, state_offloading_layers, state_plan) stays, and the planner plans around it.
+  req.plan = Plan::keep_everything();
+  req.plan.take_state(cfg.plan);
+  req.plan.set_layer_weights(Decision::keep, "budget planner");
   const size_t budget = cfg.memory_budget_bytes;
   PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found)

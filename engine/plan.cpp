@@ -202,6 +202,13 @@ void Plan::take_state(const Plan& o) {
   layer_weights = o.layer_weights;
 }
 
+bool Plan::state_uses(Decision d) const {
+  auto in = [d](const std::vector<std::pair<std::string, Decision>>& t) {
+    return std::any_of(t.begin(), t.end(), [d](const auto& e) { return e.second == d; });
+  };
+  return in(state) || (state_layers > 0 && in(state_layer_rules));
+}
+
 std::string Plan::state_label() const {
   if (state_layers <= 0) return state_preset;
   return fmt::format("{} + {} in {} layers", state_preset, state_layers_level, state_layers);

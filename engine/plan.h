@@ -69,6 +69,12 @@ struct Plan {
   // Copies `o`'s persistent-state fields (the table, the layer-spread rules, their labels, the layer
   // weights' decision): an activation preset chosen after a config keeps the config's state placement.
   void take_state(const Plan& o);
+  // Whether the plan places any persistent state off the device (a state_offloading level other than
+  // none, state_offloading_layers, or a state_plan table): the budget planner then keeps that placement
+  // and chooses the rest.
+  bool places_state() const { return !state.empty() || state_layers > 0; }
+  // Whether any state class can go to tier `d` (host or disk) under this placement.
+  bool state_uses(Decision d) const;
   // How the state's tiers were chosen, for printing: "optimizer", "none + optimizer in 28 layers".
   std::string state_label() const;
 

@@ -7,7 +7,9 @@
 #include <exception>
 #include <map>
 #include <numeric>
+#include <tuple>
 
+#include "engine/error.h"
 #include "engine/parallel.h"
 
 namespace strata {
@@ -49,6 +51,7 @@ struct Search {
   TierBudgets b;
   int layers;
   PlanResult& res;
+  const Plan* fixed_state;  // base.plan when it places state (every candidate keeps it), else null
   std::map<std::string, PlanTried> cache;
   std::map<std::string, PlanSpec> specs;
   bool have_best = false;
@@ -73,7 +76,7 @@ struct Search {
     Sims o;
     try {
       ForecastRequest r = base;
-      r.plan = make_plan(s, layers);
+      r.plan = make_plan(s, layers, fixed_state);
       r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
       o.f = forecast(r);
       if (o.f.fits && o.f.peak_bytes <= b.device && o.f.peak_host_bytes <= b.host && o.f.peak_disk_bytes <= b.disk) {
@@ -129,7 +132,7 @@ struct Search {
         have_best = true;
         best = t;
         best_spec = s;
-        res.plan = make_plan(s, layers);
+        res.plan = make_plan(s, layers, fixed_state);
         res.label = label;
         res.forecast = std::move(fb);
       }
@@ -311,10 +314,14 @@ void set_planner_threads(int threads) {
   planner_threads = std::max(threads, 1);
 }
 
-Plan make_plan(const PlanSpec& s, int layers) {
+Plan make_plan(const PlanSpec& s, int layers, const Plan* fixed_state) {
   auto state = [&](Plan& p) {
-    p.set_state_offloading(s.state_level, "planner", s.state_tier);
-    p.set_state_offloading_layers(s.layers_level, s.state_layers, "planner");
+    if (fixed_state) {
+      p.take_state(*fixed_state);
+    } else {
+      p.set_state_offloading(s.state_level, "planner", s.state_tier);
+      p.set_state_offloading_layers(s.layers_level, s.state_layers, "planner");
+    }
     p.set_layer_weights(s.layer_weights, "planner");
   };
   if (s.checkpoint_every > 0) {
@@ -346,11 +353,16 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   PlanResult res;
   res.budgets = budgets;
   const int L = base.model.num_hidden_layers;
-  Search S{base, budgets, L, res, {}, {}, false, {}, {}, false, {}, {}};
+  const Plan* fixed = base.plan.places_state() ? &base.plan : nullptr;
+  Search S{base, budgets, L, res, fixed, {}, {}, false, {}, {}, false, {}, {}};
 
   // The saved class types of this model and mode (the loss path stays kept: it is needed at once).
   ForecastRequest keep = base;
   keep.plan = Plan::keep_everything();
+  if (fixed) {
+    keep.plan.take_state(*fixed);
+    keep.plan.set_layer_weights(Decision::keep, "planner");
+  }
   keep.budget = 0;
   Forecast kf = forecast(keep);
   res.sim_runs++;
@@ -387,13 +399,13 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
-  std::vector<std::string> levels{"none"};
-  if (budgets.host > 0) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
+  std::vector<std::string> levels{"none"};  // with a fixed placement: "none" stands for it
+  if (budgets.host > 0 && !fixed) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
   // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
   // the gradients on the host, so only with a host budget).
   std::vector<std::pair<std::string, Decision>> starts;
   for (const std::string& level : levels) starts.emplace_back(level, Decision::host);
-  if (budgets.disk > 0)
+  if (budgets.disk > 0 && !fixed)
     for (const char* level : {"optimizer", "master", "all"})
       if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
   {
@@ -485,7 +497,8 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
         if (paged || s.state_level != "none") S.eval(s);
         S.tier_families(s, Decision::host);
       }
-      if (S.have_short) break;  // the least state on the host that lets a plan fit the device
+      if (S.have_short || fixed)
+        break;  // (a fixed placement is the only level)  // the least state on the host that lets a plan fit the device
     }
   }
   if (S.have_short) {
@@ -659,14 +672,31 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
   return pr;  // no plan found fits every rank: the last one and what it lacks
 }
 
+// A fixed state placement (base.plan places state): its tiers need budgets, and the label names it.
+PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
+  const Plan& p = base.plan;
+  if (!p.places_state()) return plan_every_rank(base, budgets, diagnose);
+  for (auto [tier, budget, key] : {std::tuple{Decision::host, budgets.host, "host_memory_budget"},
+                                   std::tuple{Decision::disk, budgets.disk, "disk_memory_budget"}})
+    if (p.state_uses(tier) && budget == 0)
+      STRATA_THROW(ConfigError,
+                   fmt::format("the plan's persistent state ({}) goes to the {} tier, which has no budget: give the "
+                               "planner a {} budget (--{}-budget, YAML {})",
+                               p.state_label(), decision_name(tier), decision_name(tier), decision_name(tier), key),
+                   "budget planner", key);
+  PlanResult r = plan_every_rank(base, budgets, diagnose);
+  r.label += fmt::format(" + state (fixed): {}", p.state_label());
+  return r;
+}
+
 }  // namespace
 
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
-  return plan_every_rank(base, budgets, true);
+  return plan_fixed_state(base, budgets, true);
 }
 
 PlanResult plan_for_budget_undiagnosed(const ForecastRequest& base, const TierBudgets& budgets) {
-  return plan_every_rank(base, budgets, false);
+  return plan_fixed_state(base, budgets, false);
 }
 
 }  // namespace strata

@@ -19,6 +19,11 @@
 //     and every layer slot there;
 //  4. local refinement of the fastest fitting plan: each of its per-type decisions is changed to
 //     every other decision (keep included) while that is faster and still fits.
+// When base.plan places persistent state (Plan::places_state: a state_offloading level, layer-spread
+// state or a state_plan table), every candidate keeps exactly that placement: the planner chooses the
+// activations and the paging around it, and the state's tier needs a budget (ConfigError naming the
+// host or disk budget otherwise). Otherwise, with a host (or disk) budget, it chooses the state's
+// level, tier and layers too (step 5 below).
 // The fastest fitting candidate wins. If none fits, the result names the smallest device budget
 // any candidate needs (verified by a sim run at that budget) and what host or disk budget would
 // have let a candidate fit the device budget.
@@ -52,7 +57,9 @@ struct PlanSpec {
   // other layers' inputs on disk): the split hidden-state family when neither tier holds them all.
   int host_input_layers = 0;
 };
-Plan make_plan(const PlanSpec& s, int layers);
+// With `fixed_state`, its persistent-state placement (Plan::take_state) replaces the spec's state fields
+// (state_level, state_tier, layers_level, state_layers); the spec's layer_weights stays.
+Plan make_plan(const PlanSpec& s, int layers, const Plan* fixed_state = nullptr);
 
 struct PlanTried {
   std::string label;

@@ -112,8 +112,12 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
                     const std::string& profile, int world, std::FILE* info) {
   ForecastRequest req = train_forecast_request(cfg, mc, be_name == "cuda" ? SimMirror::cuda : SimMirror::cpu,
                                                profile.empty() ? profile_for_device(device) : find_profile(profile));
-  req.gpus = world;                    // one rank's plan
-  req.plan = Plan::keep_everything();  // the planner chooses the plan, the paging (plan.layer_weights) included
+  req.gpus = world;  // one rank's plan
+  // The planner chooses the plan, the paging (plan.layer_weights) included; a state placement the config
+  // gives (state_offloading, state_offloading_layers, state_plan) stays, and the planner plans around it.
+  req.plan = Plan::keep_everything();
+  req.plan.take_state(cfg.plan);
+  req.plan.set_layer_weights(Decision::keep, "budget planner");
   const size_t budget = cfg.memory_budget_bytes;
   PlanResult pr = plan_for_budget(req, TierBudgets{budget, cfg.host_budget_bytes, cfg.disk_budget_bytes});
   if (!pr.found) {
@@ -280,8 +284,11 @@ int main(int argc, char** argv) {
                      "the layers only where that fits or is faster within --host-budget)\n");
       const Plan keep = Plan::keep_everything();
       if (cfg.plan.preset != keep.preset || !cfg.plan.overrides.empty() || !cfg.plan.rules.empty())
-        std::fprintf(stderr, "strata-train: warning: the budget (%s) replaces the config's plan (%s)\n",
-                     format_bytes(cfg.memory_budget_bytes).c_str(), cfg.plan.preset.c_str());
+        std::fprintf(stderr,
+                     "strata-train: warning: the budget (%s) replaces the config's activation plan (%s); its state "
+                     "placement (%s) stays\n",
+                     format_bytes(cfg.memory_budget_bytes).c_str(), cfg.plan.preset.c_str(),
+                     cfg.plan.state_label().c_str());
       if (!cfg.device_budget_bytes)
         cfg.device_budget_bytes = cfg.memory_budget_bytes;  // hold the run to it
       else if (cfg.device_budget_bytes < cfg.memory_budget_bytes)

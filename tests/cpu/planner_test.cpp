@@ -149,6 +149,72 @@ TEST(Planner, HostTierFitsWhereRecomputeCannot) {
   expect_fits_on_cpu(base, b);
 }
 
+// A state placement given with the budget is kept: every state class of every group decides as the given
+// plan does, the planner plans the activations around it (the answer fits every budget on the sim and on cpu),
+// and its tier needs a budget (a ConfigError names it).
+TEST(Planner, KeepsAGivenStatePlacementAndPlansAroundIt) {
+  const int L = tiny_config().num_hidden_layers;
+  auto expect_same_state = [&](const Plan& got, const Plan& given) {
+    for (const std::string group : {"embed", "head", "final_norm", "L0", "L1"})
+      for (const char* kind : {"w.master", "grad", "adam.m", "adam.v"}) {
+        const int layer = group[0] == 'L' ? group[1] - '0' : -1;
+        const std::string cls = group + "." + kind;
+        EXPECT_EQ(got.decide_state(cls, layer, L), given.decide_state(cls, layer, L)) << cls;
+      }
+  };
+  // A longer row than tier_request's, so the activations, not the streamed state's chunks, set the peak.
+  auto longer = [](Plan p) {
+    ForecastRequest r = tier_request(std::move(p));
+    r.seq = 64;
+    r.batch = 4;
+    return r;
+  };
+  ForecastRequest given = longer(Plan::keep_everything());
+  given.plan.set_state_offloading("optimizer", "test");
+  ASSERT_TRUE(given.plan.places_state());
+  ForecastRequest given_gc = longer(Plan::gradient_checkpointing(1));
+  given_gc.plan.take_state(given.plan);
+  Forecast keep = forecast(given), gc = forecast(given_gc);
+  ASSERT_GT(keep.peak_host_bytes, 0u);
+  const TierBudgets budgets{(gc.high_water_bytes + keep.high_water_bytes) / 2, size_t(1) << 30, 0};
+  ASSERT_LT(budgets.device, keep.high_water_bytes) << "keep everything must not fit";
+  PlanResult pr = plan_for_budget(given, budgets);
+  ASSERT_TRUE(pr.found) << pr.label;
+  expect_same_state(pr.plan, given.plan);
+  EXPECT_NE(pr.label.find("state (fixed): optimizer"), std::string::npos) << pr.label;
+  EXPECT_NE(pr.plan.decide("L0.mlp.act"), Decision::keep) << pr.label;  // something had to move
+  EXPECT_GE(pr.forecast.peak_host_bytes, keep.peak_host_bytes) << pr.label;
+  expect_fits_on_cpu(given, pr);
+
+  // The layer-spread form is kept as given too (one layer's moments on the host).
+  ForecastRequest spread = longer(Plan::keep_everything());
+  spread.plan.set_state_offloading_layers("optimizer", 1, "test");
+  PlanResult ps = plan_for_budget(spread, budgets);
+  ASSERT_TRUE(ps.found) << ps.label;
+  expect_same_state(ps.plan, spread.plan);
+  EXPECT_EQ(ps.plan.state_layers, 1);
+  expect_fits_on_cpu(spread, ps);
+
+  // Without the placement, the same budgets let the planner choose the state too: a different search.
+  PlanResult free = plan_for_budget(longer(Plan::keep_everything()), budgets);
+  ASSERT_TRUE(free.found);
+  EXPECT_EQ(free.label.find("(fixed)"), std::string::npos) << free.label;
+
+  // The given tier needs its budget: host, then disk.
+  auto expect_names = [&](const ForecastRequest& r, const TierBudgets& b, const std::string& key) {
+    try {
+      plan_for_budget(r, b);
+      ADD_FAILURE() << "no ConfigError for a state placement on a tier without a budget (" << key << ")";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  expect_names(given, TierBudgets{budgets.device, 0, 0}, "host_memory_budget");
+  ForecastRequest on_disk = longer(Plan::keep_everything());
+  on_disk.plan.set_state_offloading("optimizer", "test", Decision::disk);
+  expect_names(on_disk, TierBudgets{budgets.device, size_t(1) << 30, 0}, "disk_memory_budget");
+}
+
 TEST(Planner, DiskTierWhenTheHostBudgetOnlyHoldsStaging) {
   const ForecastRequest base = tier_request(Plan::keep_everything());
   const size_t budget = budget_only_tiers_fit(base);

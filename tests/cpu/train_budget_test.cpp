@@ -105,7 +105,33 @@ TEST_F(train_budget, yaml_memory_budget_replaces_the_configs_plan) {
   write("budget.yaml", "memory_budget: " + std::to_string(kib) + "KiB\ngradient_checkpointing: true\n");
   Proc r = run(train_cmd("--config " + quote(path("budget.yaml"))));
   expect_trained_within(r, kib * 1024);
-  EXPECT_NE(r.err.find("replaces the config's plan"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("replaces the config's activation plan"), std::string::npos) << r.err;
+}
+
+// The config's state placement stays under the budget: the planner plans around it, the run trains with the
+// moments on the host tier; without a host budget it is refused naming that budget.
+TEST_F(train_budget, the_configs_state_placement_stays_under_the_budget) {
+  const size_t budget = (gc_peak_ + keep_peak_) / 2;
+  write("state.yaml", "state_offloading: optimizer\n");
+  const std::string cfg = "--config " + quote(path("state.yaml")) + " --budget " + std::to_string(budget);
+  Proc r = run(train_cmd(cfg + " --host-budget 1GiB"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("state (fixed): optimizer"), std::string::npos) << r.err;
+  std::stringstream ss(r.out);
+  int steps = 0;
+  for (std::string l; std::getline(ss, l);) {
+    if (l.empty()) continue;
+    auto j = json::parse(l);
+    EXPECT_LE(j.at("peak_device_bytes").get<size_t>(), budget) << l;
+    EXPECT_GT(j.at("state_host_bytes").get<size_t>(), 0u) << l;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 3) << r.out;
+
+  Proc no_host = run(train_cmd(cfg));
+  EXPECT_NE(no_host.code, 0) << no_host.err;
+  EXPECT_NE(no_host.err.find("host_memory_budget"), std::string::npos) << no_host.err;
+  EXPECT_TRUE(no_host.out.empty()) << no_host.out;
 }
 
 TEST_F(train_budget, below_the_minimum_exits_1_naming_it) {
