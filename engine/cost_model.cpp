@@ -43,6 +43,9 @@ DeviceProfile hopper(std::string name, std::string match, size_t memory_bytes, d
   p.hbm_gbps = hbm_gbps;
   p.h2d_gbps = 55;
   p.d2h_gbps = 55;
+  // Both directions at once: 85.0-89.0 GB/s in total on the H100 and the H200 hosts (strata-calibrate
+  // --quick, 2026-11-27; docs/BENCHMARKS.md), not 110: the link is 0.8 duplex.
+  p.copy_both_gbps = 88;
   p.launch_overhead_us = 3;
   p.adamw_q8_gelems = 64;  // measured on an H100 (1B and 3B steps); the H200 has the same SMs and clocks
   p.disk_write_gbps = 2.43;
@@ -265,6 +268,10 @@ double CostModel::h2d(double bytes) const {
 }
 double CostModel::d2h(double bytes) const {
   return floor(bytes / (p_.d2h_gbps * 1e9));
+}
+double CostModel::duplex_share() const {
+  const double both = p_.h2d_gbps + p_.d2h_gbps;
+  return p_.copy_both_gbps > 0 && both > 0 ? std::min(1.0, p_.copy_both_gbps / both) : 1.0;
 }
 
 void CostModel::require_disk() const {

@@ -42,9 +42,10 @@ struct DeviceProfile {
   double attention_half_tokens = 0, attention_half_dim = 0;
   double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
   double h2d_gbps = 0, d2h_gbps = 0;
-  // Both directions at once: a 1 GiB upload and a 1 GiB download issued together, total bytes /
-  // time (0 = not measured). The engine's two copy lanes (engine/backend.h CopyLane) run each
-  // direction at h2d_gbps / d2h_gbps at once, and so does the sim; this records the duplex total.
+  // Both directions at once: a 1 GiB upload and a 1 GiB download issued together on the engine's
+  // two copy lanes (engine/backend.h CopyLane), total bytes / time (0 = not measured). Below
+  // h2d_gbps + d2h_gbps the link is not fully duplex: the sim then runs a copy that overlaps the
+  // other lane's copies of the other direction at duplex_share() of its rate (CostModel).
   double copy_both_gbps = 0;
   // AdamW on 8-bit moments (optimizer_state: 8bit) is bound by its arithmetic, not its bytes: at
   // most this many billion elements a second (0 = bytes only). Fitted on an H100 from the 1B and 3B
@@ -113,6 +114,9 @@ class CostModel {
   double memory(double bytes) const;  // an elementwise kernel moving `bytes`
   double h2d(double bytes) const;
   double d2h(double bytes) const;
+  // The share of its own rate a copy gets while the other direction's copies run too:
+  // copy_both_gbps / (h2d_gbps + d2h_gbps), at most 1 (1 when copy_both_gbps is 0, not measured).
+  double duplex_share() const;
   // One disk-tier request (no launch floor). ConfigError naming the profile and the field when it is not measured.
   double disk_write(double bytes) const;
   double disk_read(double bytes) const;

@@ -144,18 +144,19 @@ class SimBackendImpl final : public SimBackend {
   }
   CopyTicket copy_to_host_async(void*, Tensor src, CopyLane lane) override {
     times_.d2h_bytes += src.bytes();
-    return issue(cost_.d2h(B(src)), lane);
+    return issue(cost_.d2h(B(src)), lane, true);
   }
   CopyTicket copy_to_device_async(Tensor dst, const void*, CopyLane lane) override {
     times_.h2d_bytes += dst.bytes();
-    return issue(cost_.h2d(B(dst)), lane);
+    return issue(cost_.h2d(B(dst)), lane, false);
   }
   bool copy_done(CopyTicket t) override { return now_ >= copy_end(t); }
   void copy_wait_host(CopyTicket t) override {
     settle();
     wait_until(copy_end(t), times_.copy_wait_s);
   }
-  void copy_wait_compute(CopyTicket t) override { compute_after_ = std::max(compute_after_, copy_end(t)); }
+  // Read at the next compute op (settle): a copy issued before it can still stretch this one (issue).
+  void copy_wait_compute(CopyTicket t) override { compute_waits_.push_back(t); }
   void copy_wait_lane(CopyLane lane, CopyTicket t) override {
     if (cuda()) copy_free_[size_t(lane)] = std::max(copy_free_[size_t(lane)], copy_end(t));
   }
@@ -467,6 +468,8 @@ class SimBackendImpl final : public SimBackend {
   }
   // A compute-stream op starts no earlier than the copies it was told to wait for.
   void settle() {
+    for (CopyTicket t : compute_waits_) compute_after_ = std::max(compute_after_, copy_end(t));
+    compute_waits_.clear();
     if (compute_after_ > now_) wait_until(compute_after_, times_.copy_wait_s);
     compute_after_ = 0;
     if (comm_after_ > now_) wait_until(comm_after_, times_.comm_wait_s);
@@ -480,18 +483,41 @@ class SimBackendImpl final : public SimBackend {
   }
   // One copy on its lane's copy stream (the two lanes run concurrently, each direction at its own
   // rate). mirror = cpu: synchronous, done at issue (cpu semantics).
-  CopyTicket issue(double s, CopyLane lane) {
-    times_.copy_busy_s += s;
+  // A copy of `s` seconds at its direction's rate. cpu: synchronous. cuda: queued on its lane's copy stream.
+  // Where the other lane is still busy with the other direction, the two share the link: while both run,
+  // each moves at the profile's duplex share f of its rate (CostModel::duplex_share; the link's total is
+  // then copy_both_gbps, as measured). The new copy and the other lane's copies still in flight are
+  // stretched over the time they run together, their tickets' ends moved (a compute wait on a ticket is
+  // read when the next compute op runs: settle). The other lane's work left is taken at its full rate.
+  // Two lanes carrying the same direction are not modelled: only the optimizer's downloads use the second
+  // lane (Optimizer::kDown).
+  CopyTicket issue(double s, CopyLane lane, bool to_host) {
     if (!cuda()) {
+      times_.copy_busy_s += s;
       now_ += s;
       times_.copy_s += s;
       copy_ends_.push_back(now_);
-    } else {
-      double& free = copy_free_[size_t(lane)];
-      const double start = std::max(free, now_);
-      free = start + s;
-      copy_ends_.push_back(free);
+      return CopyTicket(copy_ends_.size());
     }
+    const size_t i = size_t(lane), other = 1 - i;
+    const double start = std::max(copy_free_[i], now_);
+    const double f = cost_.duplex_share();
+    double took = s;
+    std::vector<CopyTicket>& theirs = lane_tickets_[other];
+    std::erase_if(theirs, [&](CopyTicket t) { return copy_end(t) <= start; });  // done before this one starts
+    if (f < 1 && copy_free_[other] > start && lane_to_host_[other] != to_host) {
+      const double left = copy_free_[other] - start;  // the other lane's work after `start`, at its full rate
+      const double shared = std::min(left, s);        // each one's work done while both run
+      took = s <= left ? s / f : left / f + (s - left);
+      for (CopyTicket t : theirs) copy_ends_[size_t(t - 1)] += std::min(copy_end(t) - start, shared) * (1 / f - 1);
+      copy_free_[other] += shared * (1 / f - 1);
+      times_.copy_busy_s += shared * (1 / f - 1);
+    }
+    times_.copy_busy_s += took;
+    copy_free_[i] = start + took;
+    lane_to_host_[i] = to_host;
+    copy_ends_.push_back(copy_free_[i]);
+    lane_tickets_[i].push_back(CopyTicket(copy_ends_.size()));
     return CopyTicket(copy_ends_.size());
   }
   double copy_end(CopyTicket t) const {
@@ -532,12 +558,15 @@ class SimBackendImpl final : public SimBackend {
   Arena arena_;
   Buffer gemm_ws_;
   std::string desc_;
-  double now_ = 0;                 // the compute clock: end of the last compute-stream op
-  double compute_after_ = 0;       // the next compute op starts no earlier (copy_wait_compute)
-  double comm_after_ = 0;          // ... nor before this collective's end (wait_for_event, host false)
-  double copy_free_[2] = {0, 0};   // each lane's copy stream is busy until then
-  double disk_free_ = 0;           // the disk queue is busy until then
-  std::vector<double> copy_ends_;  // per ticket (1-based): when the copy lands
+  double now_ = 0;                           // the compute clock: end of the last compute-stream op
+  double compute_after_ = 0;                 // the next compute op starts no earlier (copy_wait_compute)
+  double comm_after_ = 0;                    // ... nor before this collective's end (wait_for_event, host false)
+  double copy_free_[2] = {0, 0};             // each lane's copy stream is busy until then
+  bool lane_to_host_[2] = {false, false};    // the direction of each lane's last queued copy
+  std::vector<CopyTicket> lane_tickets_[2];  // each lane's copies that may still be in flight (issue)
+  std::vector<CopyTicket> compute_waits_;    // copy_wait_compute's tickets, read at the next compute op
+  double disk_free_ = 0;                     // the disk queue is busy until then
+  std::vector<double> copy_ends_;            // per ticket (1-based): when the copy lands
   SimTimes times_;
 };
 

@@ -5,6 +5,9 @@
 #   PART: check     the GPU tests this session's changes touch
 #         h200      8B 16384 gc: state on the device, on the host in every layer only, on the host
 #                   everywhere; the H100 planner's config and the best all-device config
+#         h200best  8B 16384: the planner's best plan under 136 GiB with every state on the device
+#                   against its best with AdamW's moments on the host (strata-plan --budget 136GiB
+#                   --host-budget 110GiB --state-offloading optimizer), then the gc pair again
 #         h100      8B 12288: Hugging Face gc, then strata's planned configs (same recipe under 0.75x
 #                   its peak, fp32 recipe under 76 GiB), and the 16384 fp32 config
 #         long CFG  one step of a planned long-context config (the disk tier under $OFFLOAD or /tmp)
@@ -29,6 +32,11 @@ case $part in
     bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --state-offloading optimizer
     bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-h200-all-device-budget-136GiB.yaml
     bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-budget-76GiB-host-110GiB.yaml ;;
+  h200best)
+    bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-h200-all-device-budget-136GiB.yaml
+    bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-h200-moments-on-host-budget-136GiB.yaml
+    bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --state-offloading none
+    bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --state-offloading optimizer ;;
   h100)
     hf --shape Llama-3-8B --seq 12288 --mode full --plan gc --steps 3 --warmup 1
     bench "${b8[@]}" --seq 12288 --steps 3 --warmup 1 --config $cfgs/8b-12288-samerecipe-budget-53.8GiB-host-110GiB.yaml

@@ -441,6 +441,7 @@ TEST(Forecast, SvgTimelineHasPhasesAndPeak) {
 TEST(Sim, CopyLanesOverlapAndEachLaneKeepsItsOrder) {
   SimOptions so;
   so.profile = find_profile("h200");
+  so.profile.copy_both_gbps = 0;  // a fully duplex link (not measured): each direction at its own rate
   auto be = make_sim_backend(so);
   Buffer a(be->arena(), DType::u8, Shape{int64_t(1) << 30}, "test"),
       b(be->arena(), DType::u8, Shape{int64_t(1) << 30}, "test");
@@ -461,6 +462,44 @@ TEST(Sim, CopyLanesOverlapAndEachLaneKeepsItsOrder) {
   const auto [two_up, two] = elapsed(CopyLane::second);
   EXPECT_NEAR(two_up, one, 1e-12);
   EXPECT_NEAR(two, std::max(one, be->cost().d2h(double(int64_t(1) << 30))), 1e-9);  // concurrent
+}
+
+// A link short of full duplex (copy_both_gbps below h2d + d2h): chunks streamed both ways at once, as the
+// streamed optimizer runs them (uploads on the main lane, downloads on the second), move at the measured
+// total; one direction alone, or both on one lane, is unchanged; a share of one half serialises them.
+TEST(Sim, CopiesBothWaysShareTheLinkAtTheMeasuredTotal) {
+  constexpr int64_t kChunk = int64_t(16) << 20;
+  constexpr int kChunks = 64;
+  auto streamed = [&](double both_gbps, bool two_lanes) {
+    SimOptions so;
+    so.profile = find_profile("h100_80gb");
+    so.profile.h2d_gbps = 45;
+    so.profile.d2h_gbps = 45;
+    so.profile.copy_both_gbps = both_gbps;
+    auto be = make_sim_backend(so);
+    Buffer up(be->arena(), DType::u8, Shape{kChunk}, "test"), down(be->arena(), DType::u8, Shape{kChunk}, "test");
+    const double t0 = be->now_s();
+    for (int i = 0; i < kChunks; ++i) {
+      be->copy_to_device_async(up.view(), nullptr, CopyLane::main);
+      be->copy_to_host_async(nullptr, down.view(), two_lanes ? CopyLane::second : CopyLane::main);
+    }
+    be->synchronize();
+    return be->now_s() - t0;
+  };
+  const double bytes = 2.0 * double(kChunk) * kChunks;
+  const double one_way = double(kChunk) * kChunks / 45e9, chunk = double(kChunk) / 45e9;
+  // Not measured (0) or at least the sum: each direction at its own rate, concurrently.
+  EXPECT_NEAR(streamed(0, true), one_way, 1e-6);
+  EXPECT_NEAR(streamed(90, true), one_way, 1e-6);
+  EXPECT_NEAR(streamed(120, true), one_way, 1e-6);
+  // 72 GB/s for both (0.8 of the sum): the stream takes bytes / 72 GB/s, within one chunk's time.
+  const double shared = streamed(72, true);
+  EXPECT_NEAR(shared, bytes / 72e9, chunk) << "the measured duplex total";
+  EXPECT_GT(shared, one_way * 1.2);
+  // One lane: one copy after another at each direction's own rate, the duplex share not involved.
+  EXPECT_NEAR(streamed(72, false), 2 * one_way, 1e-6);
+  // A share of one half (45 of 90): no faster than one lane.
+  EXPECT_NEAR(streamed(45, true), 2 * one_way, chunk);
 }
 
 // Backend::cast (the bf16 gradient reduce's narrowing): round to nearest even on cpu, the same bytes
