@@ -484,13 +484,13 @@ class SimBackendImpl final : public SimBackend {
   // One copy on its lane's copy stream (the two lanes run concurrently, each direction at its own
   // rate). mirror = cpu: synchronous, done at issue (cpu semantics).
   // A copy of `s` seconds at its direction's rate. cpu: synchronous. cuda: queued on its lane's copy stream.
-  // Where the other lane is still busy with the other direction, the two share the link: while both run,
-  // each moves at the profile's duplex share f of its rate (CostModel::duplex_share; the link's total is
-  // then copy_both_gbps, as measured). The new copy and the other lane's copies still in flight are
-  // stretched over the time they run together, their tickets' ends moved (a compute wait on a ticket is
-  // read when the next compute op runs: settle). The other lane's work left is taken at its full rate.
-  // Two lanes carrying the same direction are not modelled: only the optimizer's downloads use the second
-  // lane (Optimizer::kDown).
+  // Where the other lane is still busy, the two share the link: while both run, each moves at a share f of
+  // its rate: the profile's duplex share for the other direction (CostModel::duplex_share; the link's total
+  // is then copy_both_gbps, as measured), one half for the same direction (the optimizer's downloads on the
+  // second lane beside activation offloads on the main one). The new copy and the other lane's copies still
+  // in flight are stretched over the time they run together, their tickets' ends moved (a compute wait on a
+  // ticket is read when the next compute op runs: settle). The other lane's work left is taken at its full
+  // rate, and its direction as its last copy's.
   CopyTicket issue(double s, CopyLane lane, bool to_host) {
     if (!cuda()) {
       times_.copy_busy_s += s;
@@ -501,11 +501,11 @@ class SimBackendImpl final : public SimBackend {
     }
     const size_t i = size_t(lane), other = 1 - i;
     const double start = std::max(copy_free_[i], now_);
-    const double f = cost_.duplex_share();
+    const double f = lane_to_host_[other] != to_host ? cost_.duplex_share() : 0.5;
     double took = s;
     std::vector<CopyTicket>& theirs = lane_tickets_[other];
     std::erase_if(theirs, [&](CopyTicket t) { return copy_end(t) <= start; });  // done before this one starts
-    if (f < 1 && copy_free_[other] > start && lane_to_host_[other] != to_host) {
+    if (f < 1 && copy_free_[other] > start) {
       const double left = copy_free_[other] - start;  // the other lane's work after `start`, at its full rate
       const double shared = std::min(left, s);        // each one's work done while both run
       took = s <= left ? s / f : left / f + (s - left);

@@ -484,6 +484,48 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   }
 
   res.found = S.have_best;
+  // 6. The activations again, around state placements: steps 1-4 chose activation plans for whole state
+  //    levels and step 5 placed the state under the fastest of them, by the fewest layers that fit. A
+  //    placement moving more layers can leave room for much faster activations, so with the placement
+  //    fixed (as a caller's is), steps 1-4 run again for the one found and for the higher of its two levels
+  //    in a quarter, half and three quarters of the layers; the fastest plan wins.
+  if (res.found && !fixed && res.plan.places_state()) {
+    const PlanSpec& b = S.best_spec;
+    std::string lower = b.state_level, upper = b.layers_level;
+    Decision tier = b.state_tier;
+    if (b.state_layers == 0) {  // a whole level: vary the layers of it over the level below
+      upper = b.state_level;
+      const auto* lv = std::find(std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels), upper);
+      lower = lv == std::begin(kStateOffloadingLevels) ? std::string("none") : std::string(*(lv - 1));
+      tier = Decision::host;
+    }
+    std::vector<Plan> placements{res.plan};
+    for (int k : {L / 4, L / 2, 3 * L / 4})
+      if (k > 0 && k < L && k != b.state_layers && upper != "none") {
+        Plan p;
+        p.set_state_offloading(lower, "planner", tier);
+        p.set_state_offloading_layers(upper, k, "planner");
+        placements.push_back(std::move(p));
+      }
+    for (const Plan& placement : placements) {
+      ForecastRequest around = base;
+      around.plan = Plan::keep_everything();
+      around.plan.take_state(placement);
+      around.plan.set_layer_weights(Decision::keep, "planner");  // the search tries paging itself
+      PlanResult sub = plan_search(around, budgets, false);
+      res.sim_runs += sub.sim_runs;
+      const std::string state = fmt::format(" + state: {}", around.plan.state_label());
+      for (PlanTried& t : sub.tried) {
+        t.label += state;
+        res.tried.push_back(std::move(t));
+      }
+      if (sub.found && sub.forecast.step_s < res.forecast.step_s) {
+        res.plan = std::move(sub.plan);
+        res.label = sub.label + state;
+        res.forecast = std::move(sub.forecast);
+      }
+    }
+  }
   if (res.found || !diagnose) return res;
   if (budgets.host == 0 || (can_page && paging.size() == 1)) {
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first

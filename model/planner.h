@@ -18,7 +18,9 @@
 //     each tier with a budget, hidden_states there (layer inputs on the tier, the rest recomputed)
 //     and every layer slot there;
 //  4. local refinement of the fastest fitting plan: each of its per-type decisions is changed to
-//     every other decision (keep included) while that is faster and still fits.
+//     every other decision (keep included) while that is faster and still fits;
+//  5. (with a host or disk budget) the persistent state's level per layer under the fastest activation
+//     plans, and 6. steps 1-4 again with the state placement found fixed (docs/PLANNER.md).
 // When base.plan places persistent state (Plan::places_state: a state_offloading level, layer-spread
 // state or a state_plan table), every candidate keeps exactly that placement: the planner chooses the
 // activations and the paging around it, and the state's tier needs a budget (ConfigError naming the

@@ -8,6 +8,8 @@
 #         h200best  8B 16384: the planner's best plan under 136 GiB with every state on the device
 #                   against its best with AdamW's moments on the host (strata-plan --budget 136GiB
 #                   --host-budget 110GiB --state-offloading optimizer), then the gc pair again
+#         h100s15   8B 12288: Hugging Face gc, then the fifteenth session's planner configs (same recipe
+#                   under 0.75x its peak, fp32 recipe under 76 GiB), and the 16384 fp32 config
 #         h100      8B 12288: Hugging Face gc, then strata's planned configs (same recipe under 0.75x
 #                   its peak, fp32 recipe under 76 GiB), and the 16384 fp32 config
 #         long CFG  one step of a planned long-context config (the disk tier under $OFFLOAD or /tmp)
@@ -37,6 +39,11 @@ case $part in
     bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-h200-moments-on-host-budget-136GiB.yaml
     bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --state-offloading none
     bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --state-offloading optimizer ;;
+  h100s15)
+    hf --shape Llama-3-8B --seq 12288 --mode full --plan gc --steps 3 --warmup 1
+    bench "${b8[@]}" --seq 12288 --steps 3 --warmup 1 --config $cfgs/8b-12288-samerecipe-budget-53.8GiB-host-110GiB-s15.yaml
+    bench "${b8[@]}" --seq 12288 --steps 3 --warmup 1 --config $cfgs/8b-12288-fp32-budget-76GiB-host-110GiB-s15.yaml
+    bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-budget-76GiB-host-110GiB-s15.yaml ;;
   h100)
     hf --shape Llama-3-8B --seq 12288 --mode full --plan gc --steps 3 --warmup 1
     bench "${b8[@]}" --seq 12288 --steps 3 --warmup 1 --config $cfgs/8b-12288-samerecipe-budget-53.8GiB-host-110GiB.yaml

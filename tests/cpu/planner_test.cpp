@@ -195,10 +195,15 @@ TEST(Planner, KeepsAGivenStatePlacementAndPlansAroundIt) {
   EXPECT_EQ(ps.plan.state_layers, 1);
   expect_fits_on_cpu(spread, ps);
 
-  // Without the placement, the same budgets let the planner choose the state too: a different search.
+  // Without the placement, the same budgets let the planner choose the state too. Its step 6 searches the
+  // activations around the placements given here (the level everywhere, and in half the layers), so its
+  // answer is never slower than theirs.
   PlanResult free = plan_for_budget(longer(Plan::keep_everything()), budgets);
   ASSERT_TRUE(free.found);
   EXPECT_EQ(free.label.find("(fixed)"), std::string::npos) << free.label;
+  EXPECT_LE(free.forecast.step_s, pr.forecast.step_s + 1e-12) << free.label << " vs " << pr.label;
+  EXPECT_LE(free.forecast.step_s, ps.forecast.step_s + 1e-12) << free.label << " vs " << ps.label;
+  expect_fits_on_cpu(longer(Plan::keep_everything()), free);
 
   // The given tier needs its budget: host, then disk.
   auto expect_names = [&](const ForecastRequest& r, const TierBudgets& b, const std::string& key) {

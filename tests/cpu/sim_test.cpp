@@ -466,7 +466,7 @@ TEST(Sim, CopyLanesOverlapAndEachLaneKeepsItsOrder) {
 
 // A link short of full duplex (copy_both_gbps below h2d + d2h): chunks streamed both ways at once, as the
 // streamed optimizer runs them (uploads on the main lane, downloads on the second), move at the measured
-// total; one direction alone, or both on one lane, is unchanged; a share of one half serialises them.
+// total; both on one lane are unchanged; a share of one half serialises them, as do two lanes one way.
 TEST(Sim, CopiesBothWaysShareTheLinkAtTheMeasuredTotal) {
   constexpr int64_t kChunk = int64_t(16) << 20;
   constexpr int kChunks = 64;
@@ -498,6 +498,21 @@ TEST(Sim, CopiesBothWaysShareTheLinkAtTheMeasuredTotal) {
   EXPECT_GT(shared, one_way * 1.2);
   // One lane: one copy after another at each direction's own rate, the duplex share not involved.
   EXPECT_NEAR(streamed(72, false), 2 * one_way, 1e-6);
+  // Both lanes one way (downloads on the second lane beside the main lane's): one direction's rate in all.
+  {
+    SimOptions so;
+    so.profile = find_profile("h100_80gb");
+    so.profile.h2d_gbps = so.profile.d2h_gbps = 45;
+    auto be = make_sim_backend(so);
+    Buffer x(be->arena(), DType::u8, Shape{kChunk}, "test"), y(be->arena(), DType::u8, Shape{kChunk}, "test");
+    const double t0 = be->now_s();
+    for (int i = 0; i < kChunks; ++i) {
+      be->copy_to_host_async(nullptr, x.view(), CopyLane::main);
+      be->copy_to_host_async(nullptr, y.view(), CopyLane::second);
+    }
+    be->synchronize();
+    EXPECT_NEAR(be->now_s() - t0, 2 * one_way, chunk);
+  }
   // A share of one half (45 of 90): no faster than one lane.
   EXPECT_NEAR(streamed(45, true), 2 * one_way, chunk);
 }
