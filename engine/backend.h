@@ -103,6 +103,9 @@ class Backend {
   static void check_block_copy(const Tensor& out, const Tensor& in, const BlockCopy& c);
   // Blocks until all queued work finished (a step boundary; never inside a step).
   virtual void synchronize() {}
+  // The optimizer's mark that a backward's ops are all issued (Optimizer::end_backward): the sim's phase
+  // accounting counts updates before it (an update during backward) as backward time. A no-op elsewhere.
+  virtual void backward_ended() {}
   // The compute stream as the device API knows it (cudaStream_t on cuda; null elsewhere), for a
   // communicator that orders its collectives after compute (engine/comm.h).
   virtual void* native_stream() { return nullptr; }

@@ -100,7 +100,11 @@ class SimBackendImpl final : public SimBackend {
   // --- SimBackend
   double now_s() const override { return now_; }
   const SimTimes& times() const override { return times_; }
-  void reset_times() override { times_ = {}; }
+  void reset_times() override {
+    times_ = {};
+    backward_ended_ = false;
+  }
+  void backward_ended() override { backward_ended_ = true; }
   SimMirror mirror() const override { return opt_.mirror; }
   const CostModel& cost() const override { return cost_; }
   void slow_compute(double s) override {
@@ -195,7 +199,10 @@ class SimBackendImpl final : public SimBackend {
   void zero(Tensor t) override { memset(cost_.memory(B(t))); }
   void fill(Tensor t, float value) override {
     // The tape seeds backward with fill(grad:loss, seed): the phase mark for recompute accounting.
-    if (t.numel() == 1 && times_.backward_start_s < 0) times_.backward_start_s = now_;
+    if (t.numel() == 1) {
+      if (times_.backward_start_s < 0) times_.backward_start_s = now_;
+      backward_ended_ = false;
+    }
     memset(cost_.memory(B(t)));
   }
 
@@ -462,9 +469,10 @@ class SimBackendImpl final : public SimBackend {
   }
   bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
   // The optimizer phase starts at the first update after backward: a deferred update applied in
-  // forward (model/optimizer.h) is forward time.
+  // forward (model/optimizer.h) is forward time, and one during backward (no clipping) backward time.
   void mark_optimizer() {
-    if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0) times_.optimizer_start_s = now_;
+    if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0 && backward_ended_)
+      times_.optimizer_start_s = now_;
   }
   // A compute-stream op starts no earlier than the copies it was told to wait for.
   void settle() {
@@ -565,6 +573,7 @@ class SimBackendImpl final : public SimBackend {
   bool lane_to_host_[2] = {false, false};    // the direction of each lane's last queued copy
   std::vector<CopyTicket> lane_tickets_[2];  // each lane's copies that may still be in flight (issue)
   std::vector<CopyTicket> compute_waits_;    // copy_wait_compute's tickets, read at the next compute op
+  bool backward_ended_ = false;              // backward_ended() since the last backward's seed
   double disk_free_ = 0;                     // the disk queue is busy until then
   std::vector<double> copy_ends_;            // per ticket (1-based): when the copy lands
   SimTimes times_;

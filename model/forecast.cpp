@@ -166,6 +166,7 @@ Forecast forecast(const ForecastRequest& r) {
     TrainOptions to;
     to.plan = r.plan;
     to.tiers = r.tiers;
+    to.max_grad_norm = r.max_grad_norm;
     to.optimizer.reduce_dtype = r.grad_reduce;
     if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
     const int sp = r.sequence_parallel;

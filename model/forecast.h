@@ -39,6 +39,9 @@ struct ForecastRequest {
   size_t budget = 0;   // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
   TierOptions tiers;   // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
   StateRecipe recipe;  // master_weights, optimizer_state (ModelOptions::recipe)
+  // TrainOptions::max_grad_norm: <= 0 (no clipping) runs the streamed update during backward
+  // (Optimizer::begin_update_in_backward), which moves its staging and transfers there.
+  float max_grad_norm = 1.0f;
   // Data-parallel ranks: the forecast is one rank's (each runs the same schedule on its batch rows),
   // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;

@@ -92,6 +92,12 @@ void Optimizer::install(Tape& tape) {
 }
 
 void Optimizer::begin_step() {
+  if (torn_chunks_ > 0)
+    STRATA_THROW(Error, fmt::format("optimizer: the last step failed in backward after its update had begun (no "
+                                    "clipping: chunks are updated as their gradients become final): {} of {} "
+                                    "chunks of the streamed parameters hold the new weights and the rest the old; "
+                                    "load a checkpoint before training on",
+                                    torn_chunks_, torn_of_));
   if (pending() && upd_.norm == cur_) cur_ ^= 1;  // the pending update still reads its norm
   be_.zero(norms_[cur_].view());
   if (norm_parts_.allocated()) be_.zero(norm_parts_.view());
@@ -107,8 +113,8 @@ void Optimizer::before_forward() {
 
 void Optimizer::before_node(int node) {
   if (model_.state_disk() && (upd_.written < upd_.computed || upd_.retired < upd_.written))
-    pump_disk(false, upd_.computed);  // write-backs of a finished update's last chunks
-  if (!pending()) return;
+    pump_disk(false, upd_.computed);       // write-backs of a finished update's last chunks
+  if (!pending() || in_backward_) return;  // this step's update runs as its gradients become final
   size_t upto = upd_.computed;
   for (VId u : tape_->nodes()[size_t(node)].in) {
     const int o = tape_->value(u).owner;
@@ -230,6 +236,36 @@ void Optimizer::finish_group(const std::vector<VId>& ids, bool reduced) {
     pending_.push_back({std::move(b), t});
   }
   free_pending(opt_.grad_inflight_bytes);
+  if (in_backward_) {
+    for (VId u : ids)
+      if (const int o = tape_->value(u).owner; o >= 0 && size_t(o) < final_.size()) final_[size_t(o)] = true;
+    advance_final();
+  }
+}
+
+void Optimizer::advance_final() {
+  size_t upto = upd_.computed;
+  while (upto < upd_.chunks.size() && std::all_of(upd_.chunks[upto].pieces.begin(), upd_.chunks[upto].pieces.end(),
+                                                  [&](const Piece& pc) { return final_[pc.param]; }))
+    ++upto;
+  if (upto > upd_.computed) {
+    stats_.chunks_in_backward += long(upto - upd_.computed);
+    advance(upto);
+  }
+}
+
+bool Optimizer::begin_update_in_backward(const AdamWParams& ap, int t) {
+  in_backward_ = false;
+  const bool several = comm_ && comm_->world() > 1;
+  if (!opt_.update_in_backward || model_.grads_on_host() || model_.pages_trainable() || model_.state_disk() ||
+      several || model_.options().zero.sharded())
+    return false;
+  if (pending()) flush();  // the last step's update, where this forward did not reach it
+  plan_update(ap, 0.0f, t, true);
+  if (upd_.chunks.empty()) return false;
+  final_.assign(model_.params().size(), false);
+  in_backward_ = true;
+  return true;
 }
 
 void Optimizer::free_pending(size_t keep_bytes) {
@@ -243,11 +279,12 @@ void Optimizer::free_pending(size_t keep_bytes) {
   }
 }
 
-std::vector<Optimizer::Chunk> Optimizer::plan_chunks() const {
+std::vector<Optimizer::Chunk> Optimizer::plan_chunks(bool reverse) const {
   std::vector<Chunk> chunks;
   Chunk cur;
   const auto& params = model_.params();
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t k = 0; k < params.size(); ++k) {
+    const size_t i = reverse ? params.size() - 1 - k : k;
     const Parameter& p = params[i];
     if (!p.trainable || !p.state_streamed()) continue;
     // Staging bytes per kQuantBlock elements (its host and disk arrays; 8-bit moments with their scale).
@@ -435,6 +472,7 @@ void Optimizer::download(const Chunk& c, const Buffer& staging, std::byte* hs) {
 }
 
 void Optimizer::end_backward() {
+  be_.backward_ended();
   drain_reducing(0);
   if (model_.options().zero.shards_grads() && reduce_ && comm_ && comm_->world() > 1 && parts_used_ > 0) {
     // ZeRO-2's global norm: every part was formed on its owner alone (zero elsewhere), so the i32 sum of the
@@ -496,12 +534,9 @@ void Optimizer::advance(size_t upto) {
   for (auto& b : u.staging) b.reset();
 }
 
-void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
-  model_.clear_gathered_fp32();  // ZeRO-3: a save's gathered copies are stale after this update
-  if (pending()) flush();        // an update still pending (a forward that did not reach it) comes first
-  finish_disk();                 // the last update's writes land before this one reads the same regions
+void Optimizer::plan_update(const AdamWParams& ap, float max_norm, int t, bool reverse) {
   upd_ = Update{};
-  upd_.chunks = plan_chunks();
+  upd_.chunks = plan_chunks(reverse);
   upd_.reads.resize(upd_.chunks.size());
   upd_.writes.resize(upd_.chunks.size());
   upd_.down.assign(upd_.chunks.size(), 0);
@@ -513,6 +548,28 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   for (size_t c = 0; c < upd_.chunks.size(); ++c)
     for (const Piece& pc : upd_.chunks[c].pieces) upd_.end_of[pc.param] = c + 1;
   stats_.chunks = long(upd_.chunks.size());
+}
+
+void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
+  model_.clear_gathered_fp32();  // ZeRO-3: a save's gathered copies are stale after this update
+  if (in_backward_) {
+    // Planned before backward (begin_update_in_backward), which computed the chunks whose gradients became
+    // final; the rest (a parameter this graph does not read) now, then as the eager update ends.
+    in_backward_ = false;
+    STRATA_CHECK(max_norm <= 0 && upd_.t == t, "optimizer: an update begun in backward is stepped with clipping");
+    std::vector<Backend::AdamWSlot> slots;
+    for (auto& p : model_.params())
+      if (p.trainable && !p.state_streamed() && p.state_here)
+        slots.push_back(
+            {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
+    if (!slots.empty()) be_.adamw_step_list(slots, norm_sq(), max_norm, ap, t);
+    advance(upd_.chunks.size());
+    wait_copies();
+    return;
+  }
+  if (pending()) flush();  // an update still pending (a forward that did not reach it) comes first
+  finish_disk();           // the last update's writes land before this one reads the same regions
+  plan_update(ap, max_norm, t, false);
   // Disk-tier state: the first chunks' reads start now, ahead of their uploads.
   while (upd_.read < upd_.chunks.size() && upd_.read < disk_slots_ && issue_read(false)) {
   }
@@ -597,6 +654,13 @@ void Optimizer::reset() noexcept {
     upd_.written = upd_.retired = upd_.computed;
   }
   last_up_ = last_down_ = 0;
+  if (in_backward_) {
+    // An update begun in backward whose backward failed: the gradients of the rest are not final, so
+    // they are never applied; what was applied stays (the next step refuses while some was).
+    in_backward_ = false;
+    if (upd_.computed > 0) torn_chunks_ = upd_.computed, torn_of_ = upd_.chunks.size();
+    upd_.chunks.resize(upd_.computed);
+  }
   try {
     if (comm_ && !reducing_.empty()) comm_->wait_host(reducing_.back().ticket);
   } catch (...) {

@@ -62,6 +62,9 @@ struct OptimizerOptions {
   size_t grad_inflight_bytes = size_t(1) << 30;  // host-tier gradients copied but not yet freed
   bool defer_update = true;  // streamed updates wait for the next forward (above); not with host-tier gradients,
                              // trainable paged weights or ZeRO over several ranks
+  // Without clipping (max_grad_norm <= 0) no update needs the global norm: each streamed chunk is updated
+  // during backward once every parameter in it has its final gradient (begin_update_in_backward, below).
+  bool update_in_backward = true;
   // Data parallel: the dtype fp32 gradients are summed over the ranks in. f32: exact sums of the fp32
   // gradients. bf16: each group's gradients are rounded to bf16 copies, summed in bf16 (half the
   // bytes on the links; as PyTorch DDP with bf16 parameters) and widened back into the fp32 buffers.
@@ -74,6 +77,7 @@ struct OptimizerStats {
   size_t uploaded_bytes = 0, downloaded_bytes = 0;     // host-tier state moved this step (gradients included)
   size_t disk_read_bytes = 0, disk_written_bytes = 0;  // disk-tier state read and written back this step
   long chunks = 0;                                     // streamed chunks this step
+  long chunks_in_backward = 0;                         // of them, updated during backward (begin_update_in_backward)
 };
 
 class Optimizer {
@@ -93,6 +97,16 @@ class Optimizer {
   // trainable parameter (the streamed ones possibly deferred: see above). `norm_sq()` holds the
   // squared gradient norm until the next begin_step.
   void step(const AdamWParams& p, float max_norm, int t);
+  // Before the backward whose gradients step(ap, 0, t) will apply, with no clipping (max_norm <= 0): the
+  // streamed update is planned now, its chunks in reverse parameter order (the order backward makes the
+  // gradients final, the tied embedding's last), and each chunk is computed as soon as every parameter in
+  // it has its final gradient (Tape::GradHooks), so the state's transfers overlap the rest of backward.
+  // The arithmetic is step()'s, parameter by parameter (AdamW is elementwise and unclipped needs no norm):
+  // bit-identical on cpu. A layer's weights are updated only after backward stops reading them: its
+  // gradients are final once its last backward node ran, and recompute reads only layers not yet reached.
+  // Not with host-tier gradients, trainable paged weights, disk-tier state or several ranks (each needs
+  // the gradients somewhere first); a no-op then, and step() updates as before. False when not used.
+  bool begin_update_in_backward(const AdamWParams& ap, int t);
   // Applies every pending (deferred) update now and waits until the host arrays hold the result.
   void flush();
   bool pending() const { return upd_.computed < upd_.chunks.size(); }
@@ -188,7 +202,9 @@ class Optimizer {
   bool owned_here(VId u) const;      // a parameter value this rank owns (ZeRO), or any where unsharded
   void drain_reducing(size_t keep);  // finishes reduced groups until `keep` are left
   void free_pending(size_t keep_bytes);
-  std::vector<Chunk> plan_chunks() const;
+  std::vector<Chunk> plan_chunks(bool reverse = false) const;  // reverse: the parameters last to first
+  void plan_update(const AdamWParams& ap, float max_norm, int t, bool reverse);  // upd_ for a step
+  void advance_final();  // in backward (in_backward_): the chunks whose parameters all have final gradients
   // `hs`: the chunk's host staging block (its disk arrays; null without them or on the sim).
   void upload(const Chunk& c, const Buffer& staging, CopyTicket& last, const std::byte* hs);
   void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t, Tensor norm_sq);
@@ -233,6 +249,13 @@ class Optimizer {
   static constexpr CopyLane kDown = CopyLane::second;
   CopyTicket last_up_ = 0, last_down_ = 0;
   OptimizerStats stats_;
+  // begin_update_in_backward: upd_ is this step's, computed as its gradients become final (final_, per
+  // parameter) until step() takes it over.
+  bool in_backward_ = false;
+  std::vector<bool> final_;
+  // A backward that failed after updating some of its chunks (reset): the weights are part old, part new,
+  // so the next begin_step refuses (Error naming how much was applied).
+  size_t torn_chunks_ = 0, torn_of_ = 0;
 };
 
 }  // namespace strata

@@ -184,6 +184,10 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   }
   if (with_backward) {
     last_.saved_bytes = tape_.stats().saved_bytes_at_end_of_forward;
+    if (update_in_backward_) {
+      optimizer_.begin_update_in_backward(update_in_backward_->first, update_in_backward_->second);
+      update_in_backward_.reset();
+    }
     tape_.backward();
     optimizer_.end_backward();
     last_.recomputed_nodes = tape_.stats().recomputed_nodes;
@@ -292,7 +296,16 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
     const std::array<float, 2> sum = all_reduce_host(parts);
     total = (long(sum[0]) << 12) + long(sum[1]);
   }
+  // Without clipping the last backward's gradients are applied as they become final (model/optimizer.h).
+  AdamWParams ap = opt_.adam;
+  ap.lr = lr;
+  const bool in_backward = opt_.max_grad_norm <= 0 && (!host_grads || micro.size() == 1);
+  struct Clear {
+    std::optional<std::pair<AdamWParams, int>>& u;
+    ~Clear() { u.reset(); }
+  } clear{update_in_backward_};
   if (micro.size() == 1 && world == 1) {
+    if (in_backward) update_in_backward_.emplace(ap, t_ + 1);
     loss = run(micro[0], true, nullptr);
   } else if (!host_grads || micro.size() == 1) {
     struct Restore {
@@ -313,6 +326,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
       // ZeRO-2 reduces every micro-batch into the owners' accumulating buffers (a transient gradient lives one
       // backward); otherwise the last backward sums what the micro-batches accumulated.
       optimizer_.set_reduce(i + 1 == micro.size() || model_.options().zero.shards_grads());
+      if (in_backward && i + 1 == micro.size()) update_in_backward_.emplace(ap, t_ + 1);
       const float li = run(micro[i], true, nullptr);
       if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
       loss_sum += double(w) * double(li);
@@ -339,8 +353,6 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   for (const Batch& b : micro) tokens += size_t(b.B) * size_t(b.T);
   tokens *= size_t(dp_world());  // every rank's micro-batches have the same shapes (a group's the same rows)
   ++t_;
-  AdamWParams ap = opt_.adam;
-  ap.lr = lr;
   // The squared norm was summed in backward as each gradient became final (model/optimizer.h).
   optimizer_.step(ap, opt_.max_grad_norm, t_);
   float norm_sq = 0.0f;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -140,6 +141,10 @@ class Trainer {
   bool pos_packed_ = false;  // pos_ holds a packed batch's positions, not 0..T-1 a row
   double pairs_ = 0;         // the uploaded batch's packed_pairs
   std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
+  // Without clipping: the step's AdamW parameters and count, for the backward whose gradients the step applies
+  // (the last micro-batch's): run() begins the optimizer's update in that backward
+  // (Optimizer::begin_update_in_backward).
+  std::optional<std::pair<AdamWParams, int>> update_in_backward_;
   int t_ = 0;
   StepStats last_;
 };

@@ -54,7 +54,8 @@ static const char* kUsage =
     "--pad-vocab N: the vocabulary rows padded to a multiple of N in memory (strata-train's pad_vocab_multiple;\n"
     "--config's applies unless given; default 64, 1: unpadded), for A/B runs of the LM head's shape.\n"
     "--loss-recompute: the LM head's backward recomputes the logits (no gradients formed in forward), for A/B runs.\n"
-    "--eager-update: host-tier state is updated right after backward instead of in the next forward, for A/B runs.\n"
+    "--eager-update: host-tier state is updated right after backward instead of in the next forward (or, with\n"
+    "--max-grad-norm 0, during backward), for A/B runs.\n"
     "--pack N: each row holds N packed examples of seq/N tokens (sample packing: attention within each example,\n"
     "positions restarting), against the default of one sequence a row.\n";
 
@@ -154,6 +155,7 @@ int main(int argc, char** argv) {
     mo.page_layers = to.plan.pages_layer_weights();
     mo.state_dir = to.tiers.offload_dir;  // state on the disk tier: its file beside the activations'
     to.optimizer.defer_update = !a.has("eager-update");
+    to.optimizer.update_in_backward = !a.has("eager-update");
     mo.state_plan = to.plan;
     mo.recipe = tc.recipe;
     if (a.has("master-weights")) mo.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");

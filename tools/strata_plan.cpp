@@ -34,6 +34,7 @@ static const char* kUsage =
     "                   [--state-offloading-layers optimizer|master|all:K]\n"
     "                   [--profile h100_80gb|h200|FILE.json] [--mirror cuda|cpu] [--device-name NAME]\n"
     "                   [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
+    "                   [--max-grad-norm 1.0]\n"
     "                   [--mlp-tiles auto|N]\n"
     "                   [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2|3] [--sequence-parallel N] [--rank "
     "0]]\n"
@@ -60,6 +61,8 @@ static const char* kUsage =
     "state_offloading_layers);\n"
     "with --budget and --host-budget (or --disk-budget) the planner chooses the level and tier itself,\n"
     "unless these flags (or --config's state keys) give the placement: then it keeps it and plans the rest.\n"
+    "--max-grad-norm: the run's global-norm clipping (YAML max_grad_norm, default 1.0); 0 (off) forecasts the\n"
+    "streamed state's update during backward, as strata-train runs it without clipping.\n"
     "--master-weights none: no fp32 master (bf16 weights updated in place); --optimizer-state bf16|8bit:\n"
     "AdamW's moments in bf16 or block-wise 8-bit (YAML master_weights, optimizer_state; default fp32);\n"
     "--gradients bf16: the trainable parameters' gradients in bf16, 2 bytes each (YAML gradients; default fp32).\n"
@@ -341,7 +344,8 @@ int main(int argc, char** argv) {
                                      "data",
                                      "state-offloading-tier"};
     options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
-                    "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel", "rank"});
+                    "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel", "rank",
+                    "max-grad-norm"});
     cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
@@ -437,6 +441,11 @@ int main(int argc, char** argv) {
     }
     if (a.has("layer-offloading")) req.plan.set_layer_weights(Decision::page, "--layer-offloading");
     req.recipe = tc.recipe;
+    req.max_grad_norm = a.has("max-grad-norm") ? check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative,
+                                                              Origin::flag("max-grad-norm"))
+                                               : tc.max_grad_norm;
+    if (req.max_grad_norm != TrainConfig{}.max_grad_norm)
+      run_keys += fmt::format("max_grad_norm: {}\n", req.max_grad_norm);
     if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
     if (a.has("optimizer-state"))
       req.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
