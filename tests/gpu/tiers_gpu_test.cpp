@@ -93,7 +93,16 @@ TEST(TiersGpu, SeveralStepsTrackKeepEverything) {
 // after several steps with clipping active the weights track the host tier's and keep-everything's up
 // to the fp32 atomics' run-to-run order (as above); a checkpoint saved from the disk tier loads back
 // bit for bit; the host staging and the file are reported.
-std::vector<float> train_state(const Plan& state, int steps, StateRecipe recipe, const std::string& save_dir = "") {
+struct StateRun {
+  float max_norm = 0.05f;  // clipping active
+  bool in_backward = true;
+  long chunks = 0, chunks_in_backward = 0;  // the last step's
+};
+
+std::vector<float> train_state(const Plan& state, int steps, StateRecipe recipe, const std::string& save_dir = "",
+                               StateRun* run = nullptr) {
+  StateRun defaults;
+  StateRun& r = run ? *run : defaults;
   auto be = make_cuda_backend(size_t(2) << 30);
   ModelOptions mo;
   mo.state_plan = state;
@@ -103,9 +112,10 @@ std::vector<float> train_state(const Plan& state, int steps, StateRecipe recipe,
   model.init_random(4);
   TrainOptions to;
   to.plan = state;
-  to.max_grad_norm = 0.05f;  // clipping active
+  to.max_grad_norm = r.max_norm;
   to.adam.lr = 1e-3f;
   to.optimizer.chunk_bytes = size_t(1) << 20;  // many chunks: the reads ahead, write-backs and block reuse run
+  to.optimizer.update_in_backward = r.in_backward;
   Trainer tr(*be, model, to);
   TokenBatcher data(synthetic_tokens(50000, 1000, 2), 2, 512);
   for (int s = 0; s < steps; ++s) {
@@ -114,6 +124,8 @@ std::vector<float> train_state(const Plan& state, int steps, StateRecipe recipe,
     if (model.state_disk()) {
       EXPECT_GT(st.state_host_bytes, model.state_host_bytes()) << "disk staging";
     }
+    r.chunks = tr.optimizer().stats().chunks;
+    r.chunks_in_backward = tr.optimizer().stats().chunks_in_backward;
   }
   if (!save_dir.empty()) model.save(save_dir);
   std::vector<float> w;
@@ -139,6 +151,30 @@ TEST(TiersGpu, StateOnDiskTracksTheHostTierAndKeepEverything) {
                              d = train_state(disk, 4, recipe);
     for (auto [other, what] : {std::pair{&h, "host"}, std::pair{&k, "keep"}}) {
       auto res = gpu_test::close(d, *other, 1e-4, tag + " state on disk vs " + what + " after 4 steps");
+      std::printf("[ tiers gpu ] %s\n", res.message());
+      EXPECT_TRUE(res);
+    }
+  }
+}
+
+// Without clipping the host tier's chunks are updated during backward (Optimizer::begin_update_in_backward), on
+// the compute stream right after the last backward kernel of their parameters: the weights after several steps
+// track the update after backward and keep-everything as the host tier does above.
+TEST(TiersGpu, UpdateDuringBackwardTracksTheUpdateAfterIt) {
+  STRATA_REQUIRE_GPU();
+  for (const StateRecipe recipe : {StateRecipe{}, StateRecipe{MasterWeights::none, OptimizerState::bf16}}) {
+    const std::string tag =
+        std::string(master_weights_name(recipe.master)) + "/" + optimizer_state_name(recipe.moments);
+    Plan keep = Plan::keep_everything(), host = keep;
+    host.set_state_offloading("master", "test", Decision::host);
+    StateRun during{0.0f, true}, after{0.0f, false}, kept{0.0f, true};
+    const std::vector<float> d = train_state(host, 4, recipe, "", &during),
+                             a = train_state(host, 4, recipe, "", &after), k = train_state(keep, 4, recipe, "", &kept);
+    EXPECT_GT(during.chunks, 1) << tag;
+    EXPECT_EQ(during.chunks_in_backward, during.chunks) << tag;
+    EXPECT_EQ(after.chunks_in_backward, 0) << tag;
+    for (auto [other, what] : {std::pair{&a, "after backward"}, std::pair{&k, "keep"}}) {
+      auto res = gpu_test::close(d, *other, 1e-4, tag + " update during backward vs " + what + " after 4 steps");
       std::printf("[ tiers gpu ] %s\n", res.message());
       EXPECT_TRUE(res);
     }
