@@ -96,7 +96,7 @@ void Optimizer::begin_step() {
     STRATA_THROW(Error, fmt::format("optimizer: the last step failed in backward after its update had begun (no "
                                     "clipping: chunks are updated as their gradients become final): {} of {} "
                                     "chunks of the streamed parameters hold the new weights and the rest the old; "
-                                    "load a checkpoint before training on",
+                                    "load a checkpoint into a new trainer (or session) to train on",
                                     torn_chunks_, torn_of_));
   if (pending() && upd_.norm == cur_) cur_ ^= 1;  // the pending update still reads its norm
   be_.zero(norms_[cur_].view());
