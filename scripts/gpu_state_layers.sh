@@ -10,6 +10,8 @@
 #                   --host-budget 110GiB --state-offloading optimizer), then the gc pair again
 #         noclip    8B 16384 gc without clipping (--max-grad-norm 0: the streamed update during backward):
 #                   all state on the device, then AdamW's moments on the host; noclip32: in 32 layers
+#         h100noclip 8B 16384 on the H100: the planner's 76 GiB config with clipping, then its config
+#                   planned without clipping (--max-grad-norm 0: the update during backward)
 #         h100s15   8B 12288: Hugging Face gc, then the fifteenth session's planner configs (same recipe
 #                   under 0.75x its peak, fp32 recipe under 76 GiB), and the 16384 fp32 config
 #         h100      8B 12288: Hugging Face gc, then strata's planned configs (same recipe under 0.75x
@@ -47,6 +49,9 @@ case $part in
   noclip32)
     bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --max-grad-norm 0 --state-offloading-layers optimizer:32
     bench "${b8[@]}" --seq 16384 --plan gc --steps 3 --warmup 1 --max-grad-norm 0 --state-offloading optimizer --eager-update ;;
+  h100noclip)
+    bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --config $cfgs/8b-16384-fp32-budget-76GiB-host-110GiB-s15.yaml
+    bench "${b8[@]}" --seq 16384 --steps 3 --warmup 1 --max-grad-norm 0 --config $cfgs/8b-16384-fp32-noclip-budget-76GiB-host-110GiB-s15.yaml ;;
   h100s15)
     hf --shape Llama-3-8B --seq 12288 --mode full --plan gc --steps 3 --warmup 1
     bench "${b8[@]}" --seq 12288 --steps 3 --warmup 1 --config $cfgs/8b-12288-samerecipe-budget-53.8GiB-host-110GiB-s15.yaml
