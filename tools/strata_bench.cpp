@@ -40,7 +40,8 @@ static const char* kUsage =
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan (layer_weights too),\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
-    "--max-grad-norm: global-norm gradient clipping (strata-train's and Hugging Face Trainer's default 1.0; 0 = off).\n"
+    "--max-grad-norm: global-norm gradient clipping (--config's max_grad_norm, else strata-train's and Hugging Face\n"
+    "Trainer's default 1.0; 0 = off).\n"
     "--state-offloading-layers LEVEL:K: also LEVEL's classes in K layers spread evenly, as strata-train's\n"
     "state_offloading_layers.\n"
     "--state-offloading: persistent state on the host tier (Adam moments; + fp32 masters; + gradients), as\n"
@@ -163,8 +164,9 @@ int main(int argc, char** argv) {
       mo.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
     if (a.has("gradients")) mo.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
     to.adam.lr = 1e-5f;
-    to.max_grad_norm = check_number(a.number("max-grad-norm", to.max_grad_norm), NumberRule::non_negative,
-                                    Origin::flag("max-grad-norm"));
+    to.max_grad_norm = a.has("max-grad-norm") ? check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative,
+                                                             Origin::flag("max-grad-norm"))
+                                              : tc.max_grad_norm;  // --config's, else strata-train's default
 
     using Clock = std::chrono::steady_clock;
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };

@@ -338,7 +338,7 @@ TEST_F(tools, bench_with_a_config_prints_one_json_object_naming_it) {
   const std::string cfg = path("plan \"gc\" \\ 1.yaml");
   {
     std::ofstream f(cfg);
-    f << "gradient_checkpointing: true\nloss_chunk_tokens: 8\n";
+    f << "gradient_checkpointing: true\nloss_chunk_tokens: 8\nmax_grad_norm: 0\n";
   }
   Proc r = run(kBench + " --backend cpu --seq 16 --steps 2 --warmup 1 --config " + quote(cfg));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -353,6 +353,7 @@ TEST_F(tools, bench_with_a_config_prints_one_json_object_naming_it) {
   EXPECT_GT(j["step_s"].get<double>(), 0.0);
   EXPECT_GT(j["peak_arena_bytes"].get<double>(), 0.0);
   EXPECT_TRUE(std::isfinite(j["loss"].get<double>()));
+  EXPECT_EQ(j["max_grad_norm"].get<double>(), 0.0) << "the config's max_grad_norm applies";
   EXPECT_NE(r.err.find("strata-bench: setup "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" tok/s, step "), std::string::npos) << r.err;
   // --plan and --config exclude each other: a usage error naming both.
