@@ -534,6 +534,21 @@ void Optimizer::advance(size_t upto) {
   for (auto& b : u.staging) b.reset();
 }
 
+namespace {
+
+// Parameters whose state is all on the device: one list launch.
+// ZeRO-1: this rank's own parameters only (the norm is still every gradient's).
+void update_device_state(Backend& be, LlamaModel& model, Tensor norm_sq, float max_norm, const AdamWParams& ap, int t) {
+  std::vector<Backend::AdamWSlot> slots;
+  for (auto& p : model.params())
+    if (p.trainable && !p.state_streamed() && p.state_here)
+      slots.push_back(
+          {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
+  if (!slots.empty()) be.adamw_step_list(slots, norm_sq, max_norm, ap, t);
+}
+
+}  // namespace
+
 void Optimizer::plan_update(const AdamWParams& ap, float max_norm, int t, bool reverse) {
   upd_ = Update{};
   upd_.chunks = plan_chunks(reverse);
@@ -557,12 +572,7 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
     // final; the rest (a parameter this graph does not read) now, then as the eager update ends.
     in_backward_ = false;
     STRATA_CHECK(max_norm <= 0 && upd_.t == t, "optimizer: an update begun in backward is stepped with clipping");
-    std::vector<Backend::AdamWSlot> slots;
-    for (auto& p : model_.params())
-      if (p.trainable && !p.state_streamed() && p.state_here)
-        slots.push_back(
-            {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
-    if (!slots.empty()) be_.adamw_step_list(slots, norm_sq(), max_norm, ap, t);
+    update_device_state(be_, model_, norm_sq(), max_norm, ap, t);
     advance(upd_.chunks.size());
     wait_copies();
     return;
@@ -575,7 +585,7 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   }
   // Deferred only while every gradient is on the device: with host-tier gradients (state level
   // 'all') the H200 measured the deferred update slower than the eager one (1B, 2048 tokens, gc:
-  // 0.554 s against 0.441 s a step; the sim forecasts 0.412 s for both; not understood yet).
+  // 0.554 s against 0.441 s a step; the sim, with the link's duplex share, forecasts the eager 0.4416 s).
   // Nor with trainable paged weights: the pager uploads a layer (prefetching it a layer ahead) from
   // its host block, which must hold the update by then; eager, the block is final when step returns.
   // Nor with ZeRO over several ranks: the owners' updated weights go to the other ranks when the step
@@ -591,14 +601,7 @@ void Optimizer::step(const AdamWParams& ap, float max_norm, int t) {
   // Undeferred, the first chunks upload while the device-state list runs.
   if (!defer && !upd_.chunks.empty()) advance(0);
 
-  // Parameters whose state is all on the device: one list launch.
-  // ZeRO-1: this rank's own parameters only (the norm is still every gradient's).
-  std::vector<Backend::AdamWSlot> slots;
-  for (auto& p : model_.params())
-    if (p.trainable && !p.state_streamed() && p.state_here)
-      slots.push_back(
-          {p.master.view(), p.m.view(), p.v.view(), p.grad.view(), p.value(), p.m_scale.view(), p.v_scale.view()});
-  if (!slots.empty()) be_.adamw_step_list(slots, norm_sq(), max_norm, ap, t);
+  update_device_state(be_, model_, norm_sq(), max_norm, ap, t);
   if (defer) return;  // the next forward applies the chunks (before_node)
 
   if (!upd_.chunks.empty()) {

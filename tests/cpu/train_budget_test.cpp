@@ -24,12 +24,19 @@ using namespace tool_test;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// Every step line of a --json run.
+std::vector<json> step_lines(const std::string& out) {
+  std::vector<json> v;
+  std::stringstream ss(out);
+  for (std::string l; std::getline(ss, l);)
+    if (!l.empty()) v.push_back(json::parse(l));
+  return v;
+}
+
 // peak_device_bytes of every step line of a --json run.
 std::vector<size_t> peaks(const std::string& out) {
   std::vector<size_t> v;
-  std::stringstream ss(out);
-  for (std::string l; std::getline(ss, l);)
-    if (!l.empty()) v.push_back(json::parse(l).at("peak_device_bytes").get<size_t>());
+  for (const json& j : step_lines(out)) v.push_back(j.at("peak_device_bytes").get<size_t>());
   return v;
 }
 
@@ -117,16 +124,12 @@ TEST_F(train_budget, the_configs_state_placement_stays_under_the_budget) {
   Proc r = run(train_cmd(cfg + " --host-budget 1GiB"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("state (fixed): optimizer"), std::string::npos) << r.err;
-  std::stringstream ss(r.out);
-  int steps = 0;
-  for (std::string l; std::getline(ss, l);) {
-    if (l.empty()) continue;
-    auto j = json::parse(l);
-    EXPECT_LE(j.at("peak_device_bytes").get<size_t>(), budget) << l;
-    EXPECT_GT(j.at("state_host_bytes").get<size_t>(), 0u) << l;
-    ++steps;
+  const std::vector<json> steps = step_lines(r.out);
+  EXPECT_EQ(steps.size(), 3u) << r.out;
+  for (const json& j : steps) {
+    EXPECT_LE(j.at("peak_device_bytes").get<size_t>(), budget) << j;
+    EXPECT_GT(j.at("state_host_bytes").get<size_t>(), 0u) << j;
   }
-  EXPECT_EQ(steps, 3) << r.out;
 
   Proc no_host = run(train_cmd(cfg));
   EXPECT_NE(no_host.code, 0) << no_host.err;
@@ -161,16 +164,12 @@ TEST_F(train_budget, with_a_host_budget_the_run_fits_both) {
   Proc r = run(train_cmd("--budget " + std::to_string(budget) + " --host-budget " + std::to_string(host)));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("planner: "), std::string::npos) << r.err;
-  std::stringstream ss(r.out);
-  int steps = 0;
-  for (std::string l; std::getline(ss, l);) {
-    if (l.empty()) continue;
-    auto j = json::parse(l);
-    EXPECT_LE(j.at("peak_device_bytes").get<size_t>(), budget) << l;
-    EXPECT_LE(j.at("peak_host_bytes").get<size_t>(), host) << l;
-    ++steps;
+  const std::vector<json> steps = step_lines(r.out);
+  EXPECT_EQ(steps.size(), 3u) << r.out;
+  for (const json& j : steps) {
+    EXPECT_LE(j.at("peak_device_bytes").get<size_t>(), budget) << j;
+    EXPECT_LE(j.at("peak_host_bytes").get<size_t>(), host) << j;
   }
-  EXPECT_EQ(steps, 3) << r.out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -224,46 +225,42 @@ TEST(UpdateInBackward, SimForecastsItsPeaksByteForByte) {
 
 // A backward that fails once some chunks were updated (the arena too small for a later allocation of it): the
 // next step refuses, naming the torn update; one that fails before any chunk was updated trains on.
-TEST(UpdateInBackward, AFailedBackwardAfterSomeChunksMakesTheNextStepRefuse) {
-  const io::LlamaConfig c = config(false);
-  Recipe s;
-  s.plan = level("optimizer");
-  size_t peak = 0;
-  {
-    auto be = make_cpu_backend(size_t(512) << 20);
+// The moments on the host, no clipping, the smallest chunks, on an arena of `budget`.
+struct Rig {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<TokenBatcher> data;
+  explicit Rig(size_t budget) : be(make_cpu_backend(budget)) {
+    const io::LlamaConfig c = config(false);
     ModelOptions mo;
-    mo.state_plan = s.plan;
-    LlamaModel model(*be, c, mo);
-    model.init_random(7);
+    mo.state_plan = level("optimizer");
+    model = std::make_unique<LlamaModel>(*be, c, mo);
+    model->init_random(7);
     TrainOptions to;
     to.max_grad_norm = 0;
-    to.plan = s.plan;
+    to.plan = mo.state_plan;
     to.optimizer.chunk_bytes = size_t(1) << 20;
-    Trainer tr(*be, model, to);
-    TokenBatcher data(synthetic_tokens(4000, c.vocab_size, 3), 2, 19);
-    peak = tr.step(data.next()).peak_device_bytes;
+    trainer = std::make_unique<Trainer>(*be, *model, to);
+    data = std::make_unique<TokenBatcher>(synthetic_tokens(4000, c.vocab_size, 3), 2, 19);
   }
+  StepStats step() { return trainer->step(data->next()); }
+};
+
+TEST(UpdateInBackward, AFailedBackwardAfterSomeChunksMakesTheNextStepRefuse) {
+  const size_t peak = Rig(size_t(512) << 20).step().peak_device_bytes;
   bool torn_seen = false;
   for (size_t budget = peak - 256; budget > peak / 2 && !torn_seen; budget -= 1024) {
-    auto be = make_cpu_backend(budget);
-    ModelOptions mo;
-    mo.state_plan = s.plan;
-    LlamaModel model(*be, c, mo);
-    model.init_random(7);
-    TrainOptions to;
-    to.max_grad_norm = 0;
-    to.plan = s.plan;
-    to.optimizer.chunk_bytes = size_t(1) << 20;
-    Trainer tr(*be, model, to);
-    TokenBatcher data(synthetic_tokens(4000, c.vocab_size, 3), 2, 19);
+    Rig rig(budget);
+    Trainer& tr = *rig.trainer;
     try {
-      tr.step(data.next());
+      rig.step();
       continue;  // fits this budget
     } catch (const OutOfMemoryError&) {
     }
     const long updated = tr.optimizer().stats().chunks_in_backward;
     try {
-      tr.step(data.next());
+      rig.step();
       EXPECT_EQ(updated, 0) << "a step after a torn update trained on (budget " << budget << ")";
     } catch (const OutOfMemoryError&) {
       EXPECT_EQ(updated, 0) << "a torn update must be refused before any allocation";
