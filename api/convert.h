@@ -1,10 +1,10 @@
 // The public structs of strata/strata.h to and from the engine's own: field for field, so a
 // config read through the public apply_yaml trains exactly as strata-train's would.
 #pragma once
-#include "model/forecast.h"
-#include "model/planner.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
+#include "model/plan/forecast.h"
+#include "model/plan/planner.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
 #include "strata/strata.h"
 
 namespace strata::api {

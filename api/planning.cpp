@@ -5,9 +5,9 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "io/tokens.h"
-#include "model/data.h"
-#include "model/rng.h"
-#include "model/shapes.h"
+#include "model/data/data.h"
+#include "model/llama/rng.h"
+#include "model/llama/shapes.h"
 
 namespace strata {
 

@@ -11,12 +11,13 @@
 #include "engine/arena.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
-#include "model/arena_sizing.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/planner.h"
-#include "model/train_loop.h"
-#include "model/trainer.h"
+#include "model/plan/arena_sizing.h"
+#include "model/run/forecast_request.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/plan/planner.h"
+#include "model/run/train_loop.h"
+#include "model/train/trainer.h"
 
 namespace strata {
 
@@ -74,7 +75,7 @@ struct Session::Impl {
 
 namespace {
 // The device memory a Session's own device reserves: the config's, else on cuda what the plan's
-// forecast needs (model/arena_sizing.h), so an embedded engine leaves the rest of the GPU free.
+// forecast needs (model/plan/arena_sizing.h), so an embedded engine leaves the rest of the GPU free.
 size_t session_device_bytes(const SessionConfig& config) {
   if (config.device_budget_bytes) return config.device_budget_bytes;
   if (config.memory_budget_bytes) return config.memory_budget_bytes;

@@ -2,7 +2,7 @@
 # tools, and the CMake package (find_package(strata CONFIG): strata::strata) with a strata.pc.
 include(CMakePackageConfigHelpers)
 
-set(STRATA_INSTALL_LIBS strata_api strata_model strata_kernels strata_text strata_engine strata_io)
+set(STRATA_INSTALL_LIBS strata_api strata_model strata_run strata_plan strata_train strata_data strata_llama strata_kernels strata_text strata_engine strata_io)
 if(STRATA_HAVE_CUDA)
   list(APPEND STRATA_INSTALL_LIBS strata_kernels_cuda)
 endif()
@@ -26,7 +26,7 @@ install(FILES ${PROJECT_BINARY_DIR}/strataConfig.cmake ${PROJECT_BINARY_DIR}/str
         DESTINATION ${STRATA_CMAKE_DIR})
 
 # pkg-config: the libraries as one link group (engine and io reference each other).
-set(STRATA_PC_LIBS "-Wl,--start-group -lstrata -lstrata_model -lstrata_kernels")
+set(STRATA_PC_LIBS "-Wl,--start-group -lstrata -lstrata_run -lstrata_plan -lstrata_train -lstrata_data -lstrata_llama -lstrata_kernels")
 set(STRATA_PC_PRIVATE "")
 if(STRATA_HAVE_CUDA)
   string(APPEND STRATA_PC_LIBS " -lstrata_kernels_cuda")

@@ -8,7 +8,7 @@
 
 #include "engine/dtype.h"
 #include "io/safetensors.h"
-#include "model/trainer.h"
+#include "model/train/trainer.h"
 
 namespace strata::golden {
 

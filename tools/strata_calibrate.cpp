@@ -29,7 +29,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention_workspace.h"
 #include "kernels/backend_cuda.h"
-#include "model/rng.h"
+#include "model/llama/rng.h"
 #endif
 
 using namespace strata;
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
       t = tm.per_call([&] { be->copy_wait_host(be->copy_to_host_async(host->base(), d.view())); });
       row("device -> host 1 GiB", t, double(kGiB) / t / 1e9, "GB/s");
       p.d2h_gbps = double(kGiB) / t / 1e9;
-      // Both at once, as the streamed optimizer runs them (model/optimizer.h): 1 GiB each way in
+      // Both at once, as the streamed optimizer runs them (model/train/optimizer.h): 1 GiB each way in
       // 256 MiB chunks, uploads on the main copy lane and downloads on the second, issued in turn:
       // what the link gives both directions together (the sim's duplex share, CostModel).
       Buffer d2 = buf(DType::u8, {kGiB});

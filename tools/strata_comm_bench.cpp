@@ -11,8 +11,8 @@
 
 #include "engine/comm.h"
 #include "engine/rendezvous.h"
-#include "model/launch.h"
-#include "model/train_config.h"
+#include "model/run/launch.h"
+#include "model/run/train_config.h"
 #include "tools/backend_select.h"
 #include "tools/cli.h"
 #ifdef STRATA_HAVE_NCCL

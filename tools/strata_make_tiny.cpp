@@ -11,10 +11,10 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/tokens.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/rng.h"
-#include "model/train_config.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/llama/rng.h"
+#include "model/run/train_config.h"
 #include "tools/cli.h"
 
 using namespace strata;

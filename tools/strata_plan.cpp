@@ -15,10 +15,10 @@
 #include <set>
 
 #include "engine/ops.h"
-#include "model/forecast.h"
-#include "model/planner.h"
-#include "model/timeline_svg.h"
-#include "model/train_config.h"
+#include "model/plan/forecast.h"
+#include "model/plan/planner.h"
+#include "model/plan/timeline_svg.h"
+#include "model/run/train_config.h"
 #include "tools/cli.h"
 
 using namespace strata;

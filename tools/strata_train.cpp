@@ -14,17 +14,18 @@
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/tokens.h"
-#include "model/arena_sizing.h"
-#include "model/checkpoint.h"
-#include "model/data.h"
-#include "model/datasets.h"
-#include "model/forecast.h"
-#include "model/launch.h"
-#include "model/llama.h"
-#include "model/planner.h"
-#include "model/train_config.h"
-#include "model/train_loop.h"
-#include "model/trainer.h"
+#include "model/plan/arena_sizing.h"
+#include "model/run/forecast_request.h"
+#include "model/run/checkpoint.h"
+#include "model/data/data.h"
+#include "model/data/datasets.h"
+#include "model/plan/forecast.h"
+#include "model/run/launch.h"
+#include "model/llama/llama.h"
+#include "model/plan/planner.h"
+#include "model/run/train_config.h"
+#include "model/run/train_loop.h"
+#include "model/train/trainer.h"
 #include "tools/backend_select.h"
 #include "tools/cli.h"
 #ifdef STRATA_HAVE_NCCL
@@ -155,7 +156,7 @@ bool plan_to_budget(TrainConfig& cfg, const io::LlamaConfig& mc, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --gpus N, torchrun, srun (model/launch.h): one process per rank, data parallel (Trainer's comm).
+  // --gpus N, torchrun, srun (model/run/launch.h): one process per rank, data parallel (Trainer's comm).
   if (std::optional<int> rc = launch_hook(argc, argv, "strata-train", true)) return *rc;
   TrainConfig cfg;
   std::string profile;  // --profile: the budget planner's device profile (empty: this GPU's built-in one)
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
     }
     cfg.backend = "auto";
     if (a.has("config")) apply_yaml(cfg, a.str("config"));
-    // Each flag is checked as it is read, by the rules the YAML keys follow (model/train_config.h):
+    // Each flag is checked as it is read, by the rules the YAML keys follow (model/run/train_config.h):
     // its error names the flag; a YAML value's error names the file and the key.
     auto int_flag = [&](const char* k, int& dst, int lo) {
       if (a.has(k)) dst = check_int(a.integer(k, 0), lo, Origin::flag(k));
@@ -363,7 +364,7 @@ int main(int argc, char** argv) {
         n_tokens = tokens.size();
         rows.emplace(std::move(tokens), cfg.seq);
       } else {
-        DatasetRows dr = build_dataset_rows(cfg, tokenizer_dir, info);
+        DatasetRows dr = build_dataset_rows(dataset_options(cfg), tokenizer_dir, info);
         if (dr.max_id >= mc.vocab_size)
           throw ConfigError(
               fmt::format("{}: the tokenizer gives id {}, outside the model's vocab_size {} ({}/config.json)",
@@ -504,7 +505,7 @@ int main(int argc, char** argv) {
       LoopResult res;
       {
         // SIGINT/SIGTERM: the step in progress finishes, a checkpoint is saved, then the run stops; a
-        // second signal ends it at once (model/train_loop.h).
+        // second signal ends it at once (model/run/train_loop.h).
         StopSignals signals;
         res = loop.run();
       }

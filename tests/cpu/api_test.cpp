@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "api/convert.h"
-#include "model/forecast.h"
-#include "model/train_config.h"
+#include "model/plan/forecast.h"
+#include "model/run/train_config.h"
 #include "strata/strata.h"
 
 namespace {

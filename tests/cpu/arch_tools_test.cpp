@@ -10,8 +10,8 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/tokens.h"
-#include "model/data.h"
-#include "model/llama.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
 #include "tests/cpu/tool_runner.h"
 
 using namespace strata;

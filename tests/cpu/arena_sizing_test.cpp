@@ -1,8 +1,9 @@
-// The default arena follows the plan (model/arena_sizing.h): the forecast's high-water offset is
+// The default arena follows the plan (model/plan/arena_sizing.h): the forecast's high-water offset is
 // exactly the arena the step needs (the cpu twin runs in an arena of that size and fails in one
 // 4 KiB smaller), the reservation adds the stated headroom, and the request carries the run's
 // plan, recipe, mode and paging so a leaner plan reserves less.
-#include "model/arena_sizing.h"
+#include "model/plan/arena_sizing.h"
+#include "model/run/forecast_request.h"
 
 #include <gtest/gtest.h>
 

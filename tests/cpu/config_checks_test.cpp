@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "model/train_config.h"
+#include "model/run/train_config.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/fifo_util.h"
 

@@ -15,13 +15,13 @@
 #include <thread>
 
 #include "engine/comm.h"
-#include "model/checkpoint.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/row_data.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
-#include "model/zero.h"
+#include "model/run/checkpoint.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/data/row_data.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
+#include "model/llama/zero.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
@@ -233,7 +233,7 @@ TEST(DataParallel, TheForecastIsOneRanksPeakAndTheCollectivesTakeTime) {
   EXPECT_THROW(forecast(r), ConfigError);
 }
 
-// ZeRO-1 (model/zero.h): owners by greedy balance of element counts, the same on every call; every
+// ZeRO-1 (model/llama/zero.h): owners by greedy balance of element counts, the same on every call; every
 // parameter with state owned exactly once, none without; the largest first onto the least loaded.
 TEST(Zero, OwnersAreBalancedDeterministicAndCoverEveryParameterOnce) {
   const std::vector<size_t> numel = {100, 7, 0, 50, 50, 30, 20, 7};
@@ -385,7 +385,7 @@ TEST(Zero, UnsupportedCombinationsAreRefusedNamingTheSettings) {
   EXPECT_NE(m.find("every rank"), std::string::npos) << m;
 }
 
-// ZeRO-2 (model/zero.h) against ZeRO-0 over the same ranks, one micro-batch a step: the owner's reduce is
+// ZeRO-2 (model/llama/zero.h) against ZeRO-0 over the same ranks, one micro-batch a step: the owner's reduce is
 // the all-reduce's rank-order sum, and the global norm is summed from per-parameter parts in backward's
 // order with the single-rank arithmetic, so losses, norms (clipping on every step) and weights are
 // bit-identical, for fp32 and bf16 sums of fp32 gradients and every moment precision; every rank ends

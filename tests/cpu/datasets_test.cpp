@@ -1,8 +1,8 @@
-// Datasets for strata-train (model/datasets.h): each format renders and tokenises to the ids the
+// Datasets for strata-train (model/data/datasets.h): each format renders and tokenises to the ids the
 // Tokenizer gives for the expected text; prompt masking; truncate and drop; the cache (hit,
 // invalidated by the source or the tokenizer); bad rows named by file, line and field; the YAML
 // keys; and strata-train on a small jsonl end to end, with an exact resume.
-#include "model/datasets.h"
+#include "model/data/datasets.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "model/chat_template.h"
-#include "model/checkpoint.h"
+#include "model/data/chat_template.h"
+#include "model/run/checkpoint.h"
 #include "tests/cpu/tool_runner.h"
 #include "tests/cpu/train_loop_util.h"
 
@@ -394,14 +394,14 @@ TEST_F(Datasets, EmptyAfterFilteringNamesTheFile) {
       write("long.jsonl", R"({"text": "a long line of text that is far more than eight tokens long"})");
   c.datasets = {{f, "completion", ""}};
   try {
-    build_dataset_rows(c, tokdir, nullptr);
+    build_dataset_rows(dataset_options(c), tokdir, nullptr);
     ADD_FAILURE() << "an empty dataset was accepted";
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.file, f);
     EXPECT_NE(std::string(e.what()).find("empty after filtering"), std::string::npos) << e.what();
   }
   c.drop_excess = false;  // truncated, it trains
-  EXPECT_EQ(build_dataset_rows(c, tokdir, nullptr).rows, 1);
+  EXPECT_EQ(build_dataset_rows(dataset_options(c), tokdir, nullptr).rows, 1);
 }
 
 // The loop on dataset rows: checkpoint at step 3, resume, and the same losses and state bit for
@@ -425,7 +425,7 @@ TEST_F(Datasets, LoopResumesExactlyOnDatasetRows) {
   io::LlamaConfig mc = test_util::tiny_config();
   mc.vocab_size = 3008;  // the llama3 test tokenizer's
   auto rig = [&](const TrainConfig& c) {
-    DatasetRows dr = build_dataset_rows(c, kTokDir + "/llama3", nullptr);
+    DatasetRows dr = build_dataset_rows(dataset_options(c), kTokDir + "/llama3", nullptr);
     test_util::Rig r;
     r.be = make_cpu_backend(size_t(256) << 20);
     r.model = std::make_unique<LlamaModel>(*r.be, mc, model_options(c));

@@ -12,8 +12,8 @@
 #include "engine/backend.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 #include "tests/golden_reference.h"
 
 using namespace strata;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/comm.h"
-#include "model/launch.h"
+#include "model/run/launch.h"
 
 using namespace strata;
 

@@ -1,7 +1,7 @@
 // Launching several ranks: the torchrun and SLURM environments (and bad values), --gpus parsing, the
 // TCP rendezvous (unique id delivered, a rank that never arrives or dies named within the timeout, a
 // port in use, a bad MASTER_ADDR), and the self-launcher (a failing rank stops the others).
-#include "model/launch.h"
+#include "model/run/launch.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

@@ -16,11 +16,11 @@
 
 #include "engine/backend.h"
 #include "engine/ops.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/shapes.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/llama/shapes.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"
 

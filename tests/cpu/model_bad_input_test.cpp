@@ -21,8 +21,8 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/tokens.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/expect_error.h"
 
 namespace strata {
@@ -387,7 +387,7 @@ std::string oom_step(const io::LlamaConfig& cfg, size_t budget, const Plan& plan
   const size_t before = be->arena().in_use();
   const size_t blocks = be->arena().live_blocks();
   // Weights, grads and both moments per parameter; rope.inv_freq, two grad_norm scalars (this
-  // step's and a deferred update's, model/optimizer.h), 3 batch buffers.
+  // step's and a deferred update's, model/train/optimizer.h), 3 batch buffers.
   EXPECT_EQ(blocks, m.params().size() * 4 + 3 + 3);
   auto e = catch_as<OutOfMemoryError>([&] { tr.step(make_batch(B, T, cfg.vocab_size)); });
   if (!e) {

@@ -14,11 +14,11 @@
 #include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "kernels_test_util.h"
-#include "model/datasets.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/row_data.h"
-#include "model/trainer.h"
+#include "model/data/datasets.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/data/row_data.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/sim_twin.h"
 
 namespace strata::test {

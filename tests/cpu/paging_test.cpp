@@ -15,10 +15,10 @@
 
 #include "engine/backend.h"
 #include "engine/weight_pager.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/rng.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/llama/rng.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;

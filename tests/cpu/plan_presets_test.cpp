@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/plan.h"
-#include "model/forecast.h"
-#include "model/planner.h"
-#include "model/train_config.h"
+#include "model/plan/forecast.h"
+#include "model/plan/planner.h"
+#include "model/run/train_config.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/sim_twin.h"
 

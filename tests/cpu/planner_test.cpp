@@ -2,7 +2,7 @@
 // keep everything wins when it fits; too small a budget names the minimum and the tier that
 // would help; the host and disk tiers and weight paging are used where keep/recompute cannot fit,
 // and never make the answer slower.
-#include "model/planner.h"
+#include "model/plan/planner.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <algorithm>
 
 #include "engine/backend.h"
-#include "model/forecast.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
+#include "model/plan/forecast.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
 #include "sim_twin.h"
 #include "tiny_model.h"
 

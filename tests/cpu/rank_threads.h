@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "engine/comm.h"
-#include "model/checkpoint.h"
-#include "model/llama.h"
-#include "model/row_data.h"
-#include "model/trainer.h"
+#include "model/run/checkpoint.h"
+#include "model/llama/llama.h"
+#include "model/data/row_data.h"
+#include "model/train/trainer.h"
 
 namespace strata::test_util {
 

@@ -1,4 +1,4 @@
-// Checkpoints and exact resume on the cpu backend (model/checkpoint.h, model/train_loop.h): a run
+// Checkpoints and exact resume on the cpu backend (model/run/checkpoint.h, model/run/train_loop.h): a run
 // stopped after step k and resumed gives the same losses, held-out losses and every weight, master
 // and moment byte as the run that never stopped, with the state on the device, on the host tier and
 // in 8-bit; save_total_limit keeps the newest; a checkpoint of another shape or config, or a
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/checkpoint.h"
+#include "model/run/checkpoint.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/spawn_util.h"
 #include "tests/cpu/tool_runner.h"

@@ -13,8 +13,8 @@
 
 #include "engine/backend.h"
 #include "engine/plan.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 
 namespace strata::test_util {
 

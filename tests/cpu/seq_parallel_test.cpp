@@ -1,4 +1,4 @@
-// Sequence parallelism (model/seq_parallel.h) on the cpu communicator, ranks as threads: N ranks share each row of
+// Sequence parallelism (model/llama/seq_parallel.h) on the cpu communicator, ranks as threads: N ranks share each row of
 // the global batch (each holds T/N tokens; all-to-alls around attention) against one rank training on the whole
 // rows. What is bit-exact, and what only to rounding:
 //  - the forward: every rank's logits are exactly one rank's logits of its tokens (the ops before and after attention
@@ -10,7 +10,7 @@
 //    its share of the loss tokens (another rounding of 1/tokens), and each weight gradient is the sum over ranks of
 //    per-rank sums (another order than one sum over all rows), as in data parallel: losses within 2e-6, norms 1e-5
 //    (relative), weights within 2e-4 at worst and 2e-6 rms after 3 steps with clipping on every step.
-#include "model/seq_parallel.h"
+#include "model/llama/seq_parallel.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -22,10 +22,10 @@
 
 #include "engine/comm.h"
 #include "engine/ops.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/row_data.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/data/row_data.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/tiny_model.h"
 

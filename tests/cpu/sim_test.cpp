@@ -13,9 +13,9 @@
 #include "engine/cost_model.h"
 #include "kernels/attention_workspace.h"
 #include "kernels/backend_sim.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/timeline_svg.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/plan/timeline_svg.h"
 #include "sim_twin.h"
 #include "tiny_model.h"
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 #include "tiny_model.h"
 
 namespace strata::sim_twin {

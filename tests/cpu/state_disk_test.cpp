@@ -1,5 +1,5 @@
 // Persistent state on the disk tier (Plan::decide_state `disk`: adam.m, adam.v, w.master in the
-// model's state file, streamed by the optimizer through pinned host staging, model/optimizer.h) on
+// model's state file, streamed by the optimizer through pinned host staging, model/train/optimizer.h) on
 // the cpu backend: alone, combined with the host tier and the activation plans, with clipping active,
 // in every state precision and with chunks that split parameters, it gives losses, weights, masters
 // and moments bit-identical to keep-everything; the deferred update equals the eager one; the sim
@@ -16,13 +16,13 @@
 #include <optional>
 
 #include "engine/backend.h"
-#include "model/checkpoint.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/planner.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
+#include "model/run/checkpoint.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/plan/planner.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/sim_twin.h"

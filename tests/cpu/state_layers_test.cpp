@@ -1,5 +1,5 @@
 // Persistent state per layer (Plan::state_layers, `state_offloading_layers`) and the planner's
-// placement of it (model/planner.h step 5), plus the split hidden-state family (the last layers'
+// placement of it (model/plan/planner.h step 5), plus the split hidden-state family (the last layers'
 // inputs on the host, the others on disk): on the cpu backend every layer-spread placement gives
 // losses, norms, weights and moments bit-identical to keep-everything with clipping active; it puts
 // exactly the chosen layers' classes on the host and leaves the embedding, head and final norm where
@@ -15,12 +15,12 @@
 
 #include "engine/backend.h"
 #include "engine/error.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/planner.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/plan/planner.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
 

@@ -1,4 +1,4 @@
-// Persistent state on the host tier (ModelOptions::state_plan, model/optimizer.h) on the cpu
+// Persistent state on the host tier (ModelOptions::state_plan, model/train/optimizer.h) on the cpu
 // backend: every state decision, alone and combined with each other and with the activation
 // plans, gives losses, weights and Adam moments bit-identical to keep-everything over several
 // steps with clipping active; it lowers the device peak by exactly the state it moves; the sim
@@ -10,13 +10,13 @@
 #include <filesystem>
 
 #include "engine/backend.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/planner.h"
-#include "model/rng.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/plan/planner.h"
+#include "model/llama/rng.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
@@ -73,7 +73,7 @@ Result run(const Plan& plan, int steps = 4, size_t chunk_bytes = size_t(1) << 20
   }
   r.pending_after_last_step = tr.optimizer().pending();
   r.host_grads = model.grads_on_host();
-  model.sync_state();  // the last step's deferred update (model/optimizer.h)
+  model.sync_state();  // the last step's deferred update (model/train/optimizer.h)
   for (auto& p : model.params()) {
     std::vector<float> h(size_t(p.shape.numel()));
     // The fp32 master, wherever it lives (the save path reads it the same way).
@@ -141,7 +141,7 @@ TEST(StateTiers, EachStateDecisionAloneIsBitIdenticalWithClipping) {
   }
 }
 
-// The streamed update deferred to the next forward (model/optimizer.h) against the one right after
+// The streamed update deferred to the next forward (model/train/optimizer.h) against the one right after
 // backward: the same bits, with an evaluation between steps, for every state decision and precision.
 TEST(StateTiers, DeferredUpdateIsBitIdenticalToTheUndeferredOne) {
   const Result keep = run(Plan::keep_everything(), 4, size_t(1) << 20, false, {}, test_util::tiny_config(), true, true);

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "engine/cost_model.h"
-#include "model/train_config.h"
+#include "model/run/train_config.h"
 #include "tool_runner.h"
 
 using namespace strata;

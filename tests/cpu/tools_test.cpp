@@ -24,7 +24,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/tokens.h"
-#include "model/llama.h"
+#include "model/llama/llama.h"
 #include "tests/cpu/spawn_util.h"
 #include "tests/cpu/tool_runner.h"
 

@@ -1,6 +1,6 @@
 // strata-train's YAML config: every key family, the plan presets it builds, explicit plan tables,
 // and the errors (typed, naming the file and the key) for unknown keys and bad values.
-#include "model/train_config.h"
+#include "model/run/train_config.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// The training loop on the cpu backend (model/train_loop.h): the learning-rate schedules at known
+// The training loop on the cpu backend (model/run/train_loop.h): the learning-rate schedules at known
 // steps, gradient accumulation against one batch of all the rows, the held-out rows kept out of
 // training and evaluated without changing it, the step count from num_epochs, and the loop's YAML
 // keys with their errors.
@@ -12,9 +12,9 @@
 #include <numbers>
 #include <set>
 
-#include "model/grad_accum.h"
-#include "model/lr_schedule.h"
-#include "model/row_data.h"
+#include "model/train/grad_accum.h"
+#include "model/train/lr_schedule.h"
+#include "model/data/row_data.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/train_loop_util.h"
 

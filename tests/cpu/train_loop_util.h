@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/train_loop.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/run/train_loop.h"
 #include "tests/cpu/tiny_model.h"
 
 namespace strata::test_util {

@@ -7,9 +7,9 @@
 #include <numeric>
 
 #include "engine/backend.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 
 using namespace strata;
 

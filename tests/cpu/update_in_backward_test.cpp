@@ -17,10 +17,10 @@
 
 #include "engine/backend.h"
 #include "engine/error.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/tiny_model.h"
 
 using namespace strata;

@@ -1,4 +1,4 @@
-// ZeRO-3 (model/zero.h) on the cpu communicator: the layers' matrices live on their owners only and are gathered
+// ZeRO-3 (model/llama/zero.h) on the cpu communicator: the layers' matrices live on their owners only and are gathered
 // per layer into the pager's two slots for forward and backward. Against ZeRO-2 on the same ranks the arithmetic is
 // the same (the same owners, reduces and norm parts), so losses, norms and weights are bit-identical, with clipping
 // on every step and with gradient accumulation; against one rank on the global batch, float rounding. A 3-layer
@@ -14,13 +14,13 @@
 #include <filesystem>
 
 #include "engine/comm.h"
-#include "model/checkpoint.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/row_data.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
-#include "model/zero.h"
+#include "model/run/checkpoint.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/data/row_data.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
+#include "model/llama/zero.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"

@@ -1,4 +1,4 @@
-// ZeRO checkpoints resumed on another number of ranks (model/checkpoint.h): a checkpoint sharded over N ranks
+// ZeRO checkpoints resumed on another number of ranks (model/run/checkpoint.h): a checkpoint sharded over N ranks
 // (or unsharded) loads on M ranks, sharded or not, each parameter's state taken from the shard of its owner
 // among the N. The loaded weights, masters and moments are the saved ones bit for bit (a run that loads and
 // saves again writes the same tensors and the same weights file), for every optimizer-state precision; the
@@ -20,10 +20,10 @@
 
 #include "engine/comm.h"
 #include "io/safetensors.h"
-#include "model/checkpoint.h"
-#include "model/data.h"
-#include "model/row_data.h"
-#include "model/trainer.h"
+#include "model/run/checkpoint.h"
+#include "model/data/data.h"
+#include "model/data/row_data.h"
+#include "model/train/trainer.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"

@@ -1,4 +1,4 @@
-// ZeRO-1/2/3 (model/zero.h) composed with the state tiers: each rank's own share of the state (its masters,
+// ZeRO-1/2/3 (model/llama/zero.h) composed with the state tiers: each rank's own share of the state (its masters,
 // moments and, with `all`, its gradients) on the host or the disk tier, as the plan says; parameters another
 // rank owns hold none. On the cpu communicator, against the same stage with every rank's state on the device:
 // the same arithmetic (the streamed update is the device one on staged copies; it is not deferred under ZeRO,
@@ -12,13 +12,13 @@
 #include <filesystem>
 
 #include "engine/comm.h"
-#include "model/checkpoint.h"
-#include "model/data.h"
-#include "model/forecast.h"
-#include "model/row_data.h"
-#include "model/train_config.h"
-#include "model/trainer.h"
-#include "model/zero.h"
+#include "model/run/checkpoint.h"
+#include "model/data/data.h"
+#include "model/plan/forecast.h"
+#include "model/data/row_data.h"
+#include "model/run/train_config.h"
+#include "model/train/trainer.h"
+#include "model/llama/zero.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"

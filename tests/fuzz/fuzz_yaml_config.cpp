@@ -5,7 +5,7 @@
 #include <string>
 
 #include "engine/error.h"
-#include "model/train_config.h"
+#include "model/run/train_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata;

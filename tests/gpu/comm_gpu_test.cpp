@@ -13,7 +13,7 @@
 
 #include "engine/comm.h"
 #include "engine/rendezvous.h"
-#include "model/launch.h"
+#include "model/run/launch.h"
 #include "nccl_ranks.h"
 #ifdef STRATA_HAVE_NCCL
 #include <cuda_runtime.h>

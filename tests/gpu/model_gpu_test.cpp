@@ -15,9 +15,9 @@
 #include "gpu_test_util.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 #include "tests/golden_reference.h"
 
 #ifdef STRATA_HAVE_CUDA

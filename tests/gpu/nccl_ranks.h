@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "model/launch.h"
+#include "model/run/launch.h"
 #ifdef STRATA_HAVE_NCCL
 #include <cuda_runtime.h>
 #endif

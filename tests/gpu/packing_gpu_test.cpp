@@ -13,8 +13,8 @@
 
 #include "gpu_test_util.h"
 #include "kernels/attention.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/attention_cuda.h"

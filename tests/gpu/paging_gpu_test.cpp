@@ -11,9 +11,9 @@
 #include <stdexcept>
 
 #include "gpu_test_util.h"
-#include "model/data.h"
-#include "model/llama.h"
-#include "model/trainer.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/train/trainer.h"
 #include "small_llama.h"
 
 #ifdef STRATA_HAVE_CUDA

@@ -1,4 +1,4 @@
-// Sequence parallelism on GPUs (model/seq_parallel.h): the block-copy kernel against the cpu reference, and N ranks
+// Sequence parallelism on GPUs (model/llama/seq_parallel.h): the block-copy kernel against the cpu reference, and N ranks
 // (one process per GPU, NCCL all-to-alls; the test re-executes itself as the ranks, as comm_gpu_test does) against
 // one GPU on the same rows: each rank's logits are one GPU's logits of its tokens, and 6 training steps (clipping
 // on) give one GPU's losses. Tolerances (bf16): the GEMMs run on T/N rows instead of T (cuBLASLt may pick other
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "model/launch.h"
+#include "model/run/launch.h"
 #include "nccl_ranks.h"
 
 #ifdef STRATA_HAVE_CUDA
@@ -20,7 +20,7 @@
 
 #include "engine/backend.h"
 #include "kernels/backend_cuda.h"
-#include "model/trainer.h"
+#include "model/train/trainer.h"
 #endif
 #ifdef STRATA_HAVE_NCCL
 #include "engine/rendezvous.h"

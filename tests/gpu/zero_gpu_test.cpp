@@ -1,4 +1,4 @@
-// ZeRO-1, 2 and 3 on GPUs (model/zero.h): N ranks (one process per GPU, NCCL; the test re-executes itself as the
+// ZeRO-1, 2 and 3 on GPUs (model/llama/zero.h): N ranks (one process per GPU, NCCL; the test re-executes itself as the
 // ranks, as comm_gpu_test does) train the same rows with zero_stage 0, 1, 2 and 3, clipping on every step, with fp32
 // and bf16 sums of fp32 gradients and with bf16 gradients. Every rank's weights are the same bits after each run
 // (the owners broadcast them); stages 1 and 2 give stage 0's losses and norms within the GPU's rounding (NCCL's
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "model/launch.h"
+#include "model/run/launch.h"
 #include "nccl_ranks.h"
 
 #ifdef STRATA_HAVE_NCCL
@@ -27,8 +27,8 @@
 #include "engine/rendezvous.h"
 #include "kernels/backend_cuda.h"
 #include "kernels/comm_nccl.h"
-#include "model/forecast.h"
-#include "model/trainer.h"
+#include "model/plan/forecast.h"
+#include "model/train/trainer.h"
 #endif
 
 using namespace strata;

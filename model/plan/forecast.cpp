@@ -1,0 +1,284 @@
+#include "model/plan/forecast.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+
+#include "kernels/comm_sim.h"
+#include "model/llama/shapes.h"
+
+namespace strata {
+
+const char* train_mode_name(TrainMode m) {
+  switch (m) {
+    case TrainMode::full:
+      return "full";
+    case TrainMode::frozen:
+      return "frozen";
+    case TrainMode::lora:
+      return "lora";
+  }
+  return "?";
+}
+
+TrainMode parse_train_mode(const std::string& s) {
+  if (s == "full") return TrainMode::full;
+  if (s == "frozen") return TrainMode::frozen;
+  if (s == "lora") return TrainMode::lora;
+  throw ConfigError(fmt::format("--mode must be full, frozen or lora, got '{}'", s), "command line", "mode");
+}
+
+ModelOptions forecast_model_options(const ForecastRequest& r) {
+  ModelOptions mo;
+  mo.loss_chunk_tokens = r.loss_chunk_tokens;
+  mo.pad_vocab_multiple = r.pad_vocab_multiple;
+  mo.loss_grad_in_forward = r.loss_grad_in_forward;
+  mo.mlp_tiles = std::max(1, r.mlp_tiles);
+  // As strata-train builds them: --freeze-base trains the norms only; LoRA freezes the base.
+  mo.train_base = r.mode == TrainMode::full;
+  mo.train_norms = r.mode == TrainMode::frozen;
+  mo.page_layers = r.plan.pages_layer_weights();
+  mo.state_plan = r.plan;
+  mo.state_dir = r.tiers.offload_dir;  // the sim creates no file
+  mo.recipe = r.recipe;
+  mo.zero = {r.zero_stage, r.rank, r.gpus};  // the forecast rank's share
+  if (r.mode == TrainMode::lora) {
+    mo.lora.rank = r.lora_rank;
+    mo.lora.alpha = r.lora_alpha;
+    mo.lora.target_modules = r.lora_targets;
+  }
+  return mo;
+}
+
+Batch forecast_batch(const ForecastRequest& r) {
+  Batch b;
+  b.B = r.batch;
+  b.T = r.seq;
+  b.inputs.assign(size_t(r.batch) * size_t(r.seq), 0);
+  b.targets.assign(size_t(r.batch) * size_t(r.seq), 0);
+  b.positions = r.positions;
+  return b;
+}
+
+io::LlamaConfig resolve_model(const std::string& spec) {
+  if (std::filesystem::exists(spec)) return io::read_llama_config(spec);
+  return builtin_shape(spec);  // ConfigError listing the known names
+}
+
+std::string fold_layers(const std::string& cls) {
+  if (cls.size() > 1 && cls[0] == 'L' && std::isdigit(static_cast<unsigned char>(cls[1]))) {
+    size_t dot = cls.find('.');
+    return "L*" + (dot == std::string::npos ? std::string() : cls.substr(dot));
+  }
+  return cls;
+}
+
+namespace {
+
+bool is_workspace(const std::string& tag) {
+  return tag.rfind("workspace.", 0) == 0 || tag == "loss.logits_chunk" || tag == "loss.dlogits_chunk" ||
+         tag == "loss.token_loss" || tag == "loss.n_valid" || tag == "attn.unused_grad";
+}
+
+// The breakdown category of an arena tag.
+std::string category(const std::string& tag) {
+  if (tag == "weights") return "weights (fp32 master)";
+  if (tag == "weights.master_lo") return "weights (master low halves)";
+  if (tag == "weights.compute") return "weights.compute";
+  if (tag.rfind("weights.page", 0) == 0) return "weights (paged layer slots)";
+  if (tag == "grads" || tag == "adam.m" || tag == "adam.v") return tag;
+  if (tag == "grads.host_tier") return "gradients on their way to the host tier";
+  if (tag == "optimizer.staging") return "optimizer staging (host-tier state)";
+  if (is_workspace(tag)) return "workspaces";
+  if (tag.rfind("grad:", 0) == 0) return "activation gradients";
+  if (tag.rfind("batch.", 0) == 0 || tag == "rope.inv_freq" || tag == "grad_norm" || tag == "eval.logits")
+    return "other (batch, rope table, norm scalar)";
+  return "activations";
+}
+
+std::vector<MemoryItem> sorted(const std::map<std::string, MemoryItem>& m) {
+  std::vector<MemoryItem> v;
+  for (auto& [k, item] : m)
+    if (item.bytes) v.push_back(item);
+  std::stable_sort(v.begin(), v.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
+  return v;
+}
+
+// Replays the event log up to the step's peak and sorts the live blocks into the breakdown.
+void breakdown_at_peak(Forecast& f) {
+  const auto& ev = f.events;
+  size_t peak_i = ev.size();
+  size_t best = f.persistent_bytes;
+  for (size_t i = f.step_first_event; i < ev.size(); ++i)
+    if (ev[i].in_use > best) best = ev[i].in_use, peak_i = i;
+  // peak_i == size: the step never rose above what it started with; take the state before it.
+  const size_t upto = peak_i == ev.size() ? f.step_first_event : peak_i + 1;
+  std::map<std::string, int64_t> live_bytes;
+  std::map<std::string, int> live_count;
+  for (size_t i = 0; i < upto; ++i) {
+    live_bytes[ev[i].tag] += ev[i].delta;
+    live_count[ev[i].tag] += ev[i].delta > 0 ? 1 : -1;
+  }
+  f.peak_at_s = peak_i == ev.size() ? 0.0 : ev[peak_i].time_s - f.step_start_s;
+  std::map<std::string, MemoryItem> cats, acts, ws;
+  for (auto& [tag, bytes] : live_bytes) {
+    if (bytes <= 0) continue;
+    const size_t b = size_t(bytes);
+    const int n = live_count[tag];
+    std::string c = category(tag);
+    auto add = [&](std::map<std::string, MemoryItem>& m, const std::string& k) {
+      MemoryItem& it = m[k];
+      it.name = k;
+      it.bytes += b;
+      it.count += n;
+    };
+    add(cats, c);
+    if (c == "activations") add(acts, fold_layers(tag));
+    if (c == "workspaces") add(ws, tag);
+  }
+  f.breakdown = sorted(cats);
+  f.activations = sorted(acts);
+  f.workspaces = sorted(ws);
+}
+
+}  // namespace
+
+Forecast forecast(const ForecastRequest& r) {
+  if (r.seq < 1 || r.batch < 1)
+    throw ConfigError(fmt::format("seq ({}) and batch ({}) must be >= 1", r.seq, r.batch), "command line", "seq");
+  Forecast f;
+  SimOptions so;
+  so.budget = r.budget;
+  so.profile = r.profile;
+  so.mirror = r.mirror;
+  so.log_events = true;
+  auto be = make_sim_backend(so);
+  f.device = be->device_name();
+  Arena& arena = be->arena();
+  try {
+    // No weights are generated or loaded: there is no data to put them in.
+    LlamaModel model(*be, r.model, forecast_model_options(r));
+    f.params = model.param_count();
+    f.trainable = model.trainable_count();
+    TrainOptions to;
+    to.plan = r.plan;
+    to.tiers = r.tiers;
+    to.max_grad_norm = r.max_grad_norm;
+    to.optimizer.reduce_dtype = r.grad_reduce;
+    if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
+    const int sp = r.sequence_parallel;
+    if (sp < 1 || r.gpus % sp != 0)
+      throw ConfigError(fmt::format("sequence_parallel {} must be >= 1 and divide the {} GPUs (data-parallel groups "
+                                    "of sequence_parallel ranks)",
+                                    sp, r.gpus),
+                        "command line", "sequence-parallel");
+    std::unique_ptr<SimCommunicator> comm, seq_comm;
+    if (r.rank < 0 || r.rank >= r.gpus)
+      throw ConfigError(fmt::format("rank {} is not one of the {} GPUs' ranks", r.rank, r.gpus), "command line",
+                        "rank");
+    if (r.gpus > 1) comm = make_sim_communicator(*be, r.rank, r.gpus);
+    if (sp > 1 && sp < r.gpus) seq_comm = make_sim_communicator(*be, r.rank % sp, sp);  // the group: its own
+    to.comm = comm.get();
+    if (sp > 1) to.seq_comm = seq_comm ? seq_comm.get() : comm.get();
+    Trainer trainer(*be, model, to);
+    Batch batch = forecast_batch(r);
+    be->reset_times();
+    f.step_first_event = arena.events().size();
+    f.persistent_bytes = arena.in_use();
+    f.step_start_s = be->now_s();
+    size_t first_peak = 0;  // a first step's peak, where a second is the one reported
+    // The collectives' busy time (and that of all-to-alls) before the reported step.
+    auto busy = [&](bool a2a) {
+      double s = 0;
+      for (SimCommunicator* c : {comm.get(), seq_comm.get()})
+        if (c) s += a2a ? c->times().all_to_all_s : c->times().busy_s;
+      return s;
+    };
+    double comm_before = 0.0, a2a_before = 0.0;
+    auto steps = [&] {
+      StepStats one = trainer.step(batch);
+      if (!trainer.optimizer().pending()) return one;
+      // The step left its streamed updates to the next forward (model/train/optimizer.h): a second step
+      // carries the previous one's, as every step of a run after the first does. It is the one
+      // reported; the peak is the larger of the two.
+      first_peak = one.peak_device_bytes;
+      comm_before = busy(false);
+      a2a_before = busy(true);
+      be->reset_times();
+      f.step_first_event = arena.events().size();
+      f.step_start_s = be->now_s();
+      return trainer.step(batch);
+    };
+    StepStats st;
+    try {
+      st = steps();
+    } catch (const OutOfMemoryError& e) {
+      f.fits = false;
+      f.oom = e.what();
+    }
+    const double end_s = be->now_s();
+    f.events = arena.events();
+    f.high_water_bytes = arena.high_water();
+    if (f.fits) {
+      f.peak_bytes = std::max(st.peak_device_bytes, first_peak);
+      f.saved_bytes = st.saved_bytes;
+      f.recomputed_nodes = st.recomputed_nodes;
+      const TierStats& ts = trainer.store().stats();
+      f.peak_host_slot_bytes = st.peak_host_bytes;
+      f.host_reserved_bytes = ts.host_reserved_bytes;
+      f.offloaded_bytes = ts.offloaded_bytes;
+      f.loaded_bytes = ts.loaded_bytes;
+      f.state_disk_bytes = st.state_disk_bytes;
+      f.peak_disk_bytes = ts.peak_disk_bytes + f.state_disk_bytes;
+      if (const WeightPager* pager = model.pager()) f.paged_host_bytes = pager->host_bytes();
+      f.state_host_bytes = st.state_host_bytes;  // the model's reservation and the optimizer's disk staging
+      f.state_bytes_moved = st.state_bytes_moved;
+      f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes;
+      f.paged_bytes_uploaded = st.paged_bytes_uploaded;
+      f.paged_uploads = st.paged_uploads;
+      const SimTimes& t = be->times();
+      f.copy_wait_s = t.copy_wait_s;
+      f.copy_busy_s = t.copy_busy_s;
+      f.disk_written_bytes = t.disk_write_bytes;
+      f.disk_read_bytes = t.disk_read_bytes;
+      f.disk_busy_s = t.disk_busy_s;
+      f.disk_wait_s = t.disk_wait_s;
+      f.step_s = end_s - f.step_start_s;
+      const double bwd0 = t.backward_start_s >= 0 ? t.backward_start_s : end_s;
+      const double opt0 = t.optimizer_start_s >= 0 ? t.optimizer_start_s : end_s;
+      f.forward_s = bwd0 - f.step_start_s;
+      f.backward_s = opt0 - bwd0;
+      f.optimizer_s = end_s - opt0;
+      f.recompute_s = t.recompute_s;
+      f.kernels = t.kernels;
+      // Every data-parallel group's rows (a group's ranks share theirs).
+      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * (r.gpus / sp) / f.step_s : 0.0;
+      f.comm_busy_s = busy(false) - comm_before;
+      f.all_to_all_s = busy(true) - a2a_before;
+      f.comm_wait_s = t.comm_wait_s;
+      for (int k = 0; k < int(OpKind::count_); ++k)
+        if (t.op_s[size_t(k)] > 0) f.time_by_op.emplace_back(op_kind_name(OpKind(k)), t.op_s[size_t(k)]);
+      if (t.memset_s > 0) f.time_by_op.emplace_back("memset", t.memset_s);
+      if (t.copy_s > 0) f.time_by_op.emplace_back("host copies", t.copy_s);
+      if (t.copy_wait_s > 0) f.time_by_op.emplace_back("waiting on tier copies", t.copy_wait_s);
+      if (t.disk_wait_s > 0) f.time_by_op.emplace_back("waiting on the disk tier", t.disk_wait_s);
+      if (t.comm_wait_s > 0) f.time_by_op.emplace_back("waiting on collectives", t.comm_wait_s);
+      std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
+      breakdown_at_peak(f);
+      const double peak_abs = f.step_start_s + f.peak_at_s;
+      f.peak_phase = peak_abs < bwd0 ? "forward" : peak_abs < opt0 ? "backward" : "optimizer";
+      f.plan_rows = trainer.plan_table(r.batch, r.seq);  // after the log was copied: no effect on it
+    }
+  } catch (const OutOfMemoryError& e) {  // the weights and optimizer state alone do not fit
+    f.fits = false;
+    f.oom = e.what();
+    f.events = arena.events();
+    f.high_water_bytes = arena.high_water();
+  }
+  return f;
+}
+
+}  // namespace strata

@@ -1,0 +1,65 @@
+// The longest sequence the budget planner fits (strata-plan --max-seq): a bisection over lengths in
+// multiples of `multiple`, each a plan_for_budget (model/plan/planner.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/error.h"
+#include "model/plan/planner.h"
+
+namespace strata {
+
+int default_max_seq_limit(const io::LlamaConfig& c) {
+  return std::min(c.max_position_embeddings, 1 << 20);
+}
+
+MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple) {
+  if (multiple < 1)
+    throw ConfigError(fmt::format("max-seq search: the multiple must be at least 1, got {}", multiple), "command line",
+                      "seq-multiple");
+  // Sequence parallel: every length must split evenly over the group's ranks.
+  if (const int sp = std::max(1, base.sequence_parallel); multiple % sp != 0) multiple = std::lcm(multiple, sp);
+  MaxSeqResult out;
+  out.multiple = multiple;
+  const long k_lo = (std::max<long>(lo, multiple) + multiple - 1) / multiple;  // lengths in units of `multiple`
+  const long k_hi = hi / multiple;
+  if (k_hi < k_lo)
+    throw ConfigError(fmt::format("max-seq search: no multiple of {} between {} and {}", multiple, lo, hi),
+                      "command line", "seq-limit");
+  out.lo = int(k_lo * multiple);
+  out.hi = int(k_hi * multiple);
+  // One planner run per length; only the longest fitting one's result is kept.
+  auto fits = [&](long k) {
+    ForecastRequest r = base;
+    r.seq = int(k * multiple);
+    PlanResult pr = plan_for_budget_undiagnosed(r, budgets);
+    out.sim_runs += pr.sim_runs;
+    out.tried.emplace_back(r.seq, pr.found);
+    if (pr.found && r.seq > out.seq) {
+      out.found = true;
+      out.seq = r.seq;
+      out.plan = std::move(pr);
+    }
+    return out.tried.back().second;
+  };
+  if (!fits(k_lo)) {  // nothing in range: say what the shortest length needs
+    ForecastRequest r = base;
+    r.seq = out.lo;
+    out.plan = plan_for_budget(r, budgets);
+    out.sim_runs += out.plan.sim_runs;
+    return out;
+  }
+  if (k_hi == k_lo || fits(k_hi)) {
+    out.at_limit = true;
+    return out;
+  }
+  long a = k_lo, b = k_hi;  // a fits, b does not
+  while (b - a > 1) {
+    const long mid = a + (b - a) / 2;
+    (fits(mid) ? a : b) = mid;
+  }
+  out.next_seq = int(b * multiple);
+  return out;
+}
+}  // namespace strata

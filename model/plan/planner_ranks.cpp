@@ -1,0 +1,110 @@
+// The budget planner's entry points: a fixed state placement's checks, and ZeRO's search over the ranks'
+// peaks, around the per-rank search of model/planner.cpp (plan_with_tiles).
+#include <fmt/format.h>
+
+#include <tuple>
+
+#include "engine/error.h"
+#include "model/plan/planner.h"
+#include "model/plan/planner_search.h"
+
+namespace strata {
+
+using planner_detail::plan_with_tiles;
+
+namespace {
+
+// ZeRO over several ranks: each rank owns another share of the state (model/llama/zero.h), so the ranks' peaks
+// differ and a plan must fit the largest. The search runs on one rank's forecasts, the rank with the largest
+// peak under the base plan; the plan it chooses is then forecast on every rank under the budgets, and while
+// one does not fit, the search runs again with the device budget lowered by the shortfall (the ranks differ
+// mostly by their persistent state: the same bytes under every plan). The result's forecast is the rank with
+// the largest peak under the chosen plan (`rank`), and rank_peak_bytes every rank's.
+PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
+  if (base.zero_stage < 1 || base.gpus < 2) return plan_with_tiles(base, budgets, diagnose);
+  ForecastRequest r = base;
+  r.budget = 0;
+  int runs = 0, search_rank = 0;
+  size_t top = 0;
+  for (int q = 0; q < base.gpus; ++q) {
+    r.rank = q;
+    const size_t peak = forecast(r).peak_bytes;
+    runs++;
+    if (q == 0 || peak > top) top = peak, search_rank = q;
+  }
+  r.rank = search_rank;
+  size_t margin = 0;  // bytes the search leaves unused for the other ranks' larger peaks
+  PlanResult pr;
+  for (int round = 0; round <= base.gpus; ++round) {
+    pr = plan_with_tiles(r, TierBudgets{budgets.device - margin, budgets.host, budgets.disk}, diagnose);
+    runs += pr.sim_runs;
+    pr.sim_runs = runs;
+    pr.rank = search_rank;
+    if (!pr.found) {
+      pr.minimum_bytes += margin;  // what the search rank needs plus the others' excess over it
+      return pr;
+    }
+    ForecastRequest c = r;
+    c.plan = pr.plan;
+    c.mlp_tiles = pr.mlp_tiles;
+    pr.rank_peak_bytes.assign(size_t(base.gpus), 0);
+    size_t short_by = 0;
+    int largest = -1;  // the fitting rank with the largest peak
+    for (int q = 0; q < base.gpus; ++q) {
+      c.rank = q;
+      c.budget = budgets.device;
+      Forecast f = forecast(c);
+      runs++;
+      const bool fits = f.fits && f.peak_host_bytes <= budgets.host && f.peak_disk_bytes <= budgets.disk;
+      if (!fits) {
+        c.budget = 0;  // the in-use peak, as the search measures it
+        f = forecast(c);
+        runs++;
+        const size_t over = f.peak_bytes > budgets.device ? f.peak_bytes - budgets.device : 0;
+        short_by = std::max(short_by, std::max(over, std::max<size_t>(budgets.device / 100, size_t(1) << 20)));
+      }
+      pr.rank_peak_bytes[size_t(q)] = f.peak_bytes;
+      if (fits && (largest < 0 || f.peak_bytes > pr.rank_peak_bytes[size_t(largest)])) {
+        largest = q;
+        pr.rank = q;
+        pr.forecast = std::move(f);
+      }
+    }
+    pr.sim_runs = runs;
+    if (!short_by) return pr;
+    margin += short_by;
+    pr.found = false;  // unless a later round fits every rank
+    pr.minimum_bytes = budgets.device + short_by;
+    if (margin >= budgets.device) break;
+  }
+  return pr;  // no plan found fits every rank: the last one and what it lacks
+}
+
+// A fixed state placement (base.plan places state): its tiers need budgets, and the label names it.
+PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
+  const Plan& p = base.plan;
+  if (!p.places_state()) return plan_every_rank(base, budgets, diagnose);
+  for (auto [tier, budget, key] : {std::tuple{Decision::host, budgets.host, "host_memory_budget"},
+                                   std::tuple{Decision::disk, budgets.disk, "disk_memory_budget"}})
+    if (p.state_uses(tier) && budget == 0)
+      STRATA_THROW(ConfigError,
+                   fmt::format("the plan's persistent state ({}) goes to the {} tier, which has no budget: give the "
+                               "planner a {} budget (--{}-budget, YAML {})",
+                               p.state_label(), decision_name(tier), decision_name(tier), decision_name(tier), key),
+                   "budget planner", key);
+  PlanResult r = plan_every_rank(base, budgets, diagnose);
+  r.label += fmt::format(" + state (fixed): {}", p.state_label());
+  return r;
+}
+
+}  // namespace
+
+PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
+  return plan_fixed_state(base, budgets, true);
+}
+
+PlanResult plan_for_budget_undiagnosed(const ForecastRequest& base, const TierBudgets& budgets) {
+  return plan_fixed_state(base, budgets, false);
+}
+
+}  // namespace strata

@@ -1,0 +1,33 @@
+#include "model/run/forecast_request.h"
+
+namespace strata {
+
+ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaConfig& mc, SimMirror mirror,
+                                       const DeviceProfile& profile) {
+  ForecastRequest req;
+  req.model = mc;
+  req.seq = cfg.seq;
+  req.batch = cfg.batch;
+  req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
+  req.lora_rank = cfg.lora.rank;
+  req.lora_alpha = cfg.lora.alpha;
+  req.lora_targets = cfg.lora.target_modules;
+  req.loss_chunk_tokens = cfg.loss_chunk_tokens;
+  req.pad_vocab_multiple = cfg.pad_vocab_multiple;
+  req.mlp_tiles = cfg.mlp_tiles;
+  req.recipe = cfg.recipe;
+  req.max_grad_norm = cfg.max_grad_norm;
+  req.plan = cfg.plan;
+  req.tiers.offload_dir = cfg.offload_dir;
+  req.mirror = mirror;
+  req.profile = profile;
+  // Data parallel (the caller sets req.gpus to the world size): the rank's bf16 gradient copies and
+  // ZeRO-1's share of the state are in its peak.
+  check_grad_reduce(cfg);
+  req.grad_reduce = effective_grad_reduce(cfg);
+  req.zero_stage = cfg.zero_stage;
+  req.sequence_parallel = cfg.sequence_parallel;  // the caller's req.gpus must be a multiple
+  return req;
+}
+
+}  // namespace strata
