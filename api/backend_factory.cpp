@@ -1,7 +1,14 @@
 #include "api/backend_factory.h"
 
+#include <fmt/format.h>
+
 #ifdef STRATA_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "kernels/backend_cuda.h"
+#endif
+#ifdef STRATA_HAVE_NCCL
+#include "kernels/comm_nccl.h"
 #endif
 
 namespace strata {
@@ -25,6 +32,33 @@ std::unique_ptr<Backend> make_backend(const std::string& name, size_t budget) {
 #endif
   }
   throw ConfigError("--backend '" + name + "' is unknown (expected cpu, cuda or auto)", "command line", "backend");
+}
+
+Platform default_platform() {
+  Platform p;
+  p.resolve_backend = resolve_backend_name;
+  p.make_backend = [](const std::string& name, size_t bytes, int local_rank) {
+    if (name == "cuda" && local_rank >= 0) {
+#ifdef STRATA_HAVE_CUDA
+      if (cudaSetDevice(local_rank) != cudaSuccess)
+        throw UnsupportedError(
+            fmt::format("cannot use GPU {} (LOCAL_RANK): {}", local_rank, cudaGetErrorString(cudaGetLastError())));
+#endif
+    }
+    return make_backend(name, bytes);
+  };
+  p.make_comm = [](Rendezvous& rdv, Backend& be, const LaunchEnv& env, int group) -> std::unique_ptr<Communicator> {
+    if (be.name() != "cuda") return nullptr;  // the cpu communicator
+#ifdef STRATA_HAVE_NCCL
+    NcclOptions o{env.local_rank, be.native_stream(), env.timeout_s};
+    if (group > 1) o.group_size = group;
+    return make_nccl_communicator(rdv, o);
+#else
+    throw UnsupportedError(
+        "several ranks on the cuda backend need NCCL, which this build does not have (built without nccl.h)");
+#endif
+  };
+  return p;
 }
 
 bool cuda_backend_built() {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "model/run/job.h"
 
 namespace strata {
 
@@ -16,6 +17,10 @@ std::string resolve_backend_name(const std::string& name);
 // reserves 16 GiB of address space (pages are only touched as the arena uses them). ConfigError
 // for an unknown name, or "cuda" in a build without the cuda backend.
 std::unique_ptr<Backend> make_backend(const std::string& name, size_t budget);
+
+// The run builder's backends and communicators (model/run/job.h): cpu and cuda where built, NCCL
+// between cuda ranks where built (UnsupportedError for several cuda ranks without it).
+Platform default_platform();
 
 // Whether this build has the cuda backend.
 bool cuda_backend_built();

@@ -8,7 +8,7 @@ Checks, failing with file:line for each mismatch:
   1. every `--flag` the README and docs/USER_GUIDE.md give a checked tool is in that tool's --help;
   2. every `--flag` in a tool's --help is documented for that tool in docs/USER_GUIDE.md;
   3. every YAML key in a USER_GUIDE table's YAML column is a key apply_yaml_text() reads
-     (model/train_config.cpp), and every key it reads is in such a column.
+     (model/run/train_config.cpp), and every key it reads is in such a column.
 
 How the docs are read (plain rules, so a doc writer can predict them):
   - A tool's flags are the `--flags` in its --help output, less those right after another
@@ -162,7 +162,7 @@ def main():
             errors.append(f"{guide.name}: {name} --{f} is in `{name} --help` but not documented")
 
     documented = table_yaml_keys(guide)
-    parsed = parser_yaml_keys(args.root / "model" / "train_config.cpp")
+    parsed = parser_yaml_keys(args.root / "model" / "run" / "train_config.cpp")
     for k, where in sorted(documented.items()):
         if k not in parsed:
             errors.append(f"{where}: YAML key {k} is documented but apply_yaml_text does not read it")

@@ -16,6 +16,7 @@
 #include "model/llama/llama.h"
 #include "model/llama/rng.h"
 #include "model/llama/shapes.h"
+#include "model/run/job.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tools/backend_select.h"
@@ -116,64 +117,63 @@ int main(int argc, char** argv) {
       if (a.has("plan")) throw ConfigError("--plan and --config exclude each other", "command line", "config");
       apply_yaml(tc, a.str("config"));
       plan_name = "config:" + a.str("config") + " (" + tc.plan.preset + ")";
+      // The config's plan runs as written (strata-plan --write-config wrote it): no planning here.
+      tc.memory_budget_bytes = tc.host_budget_bytes = tc.disk_budget_bytes = 0;
     }
-    const std::string be_name = resolve_backend_name(a.str("backend", "auto"));
-    auto be = make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory")
-                                                           : tc.device_budget_bytes);
-
-    ModelOptions mo;
-    mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
-    mo.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
-                                               : tc.pad_vocab_multiple;
-    mo.loss_grad_in_forward = !a.has("loss-recompute");
-    mo.mlp_tiles =
-        std::max(1, a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles);
+    tc.backend = a.str("backend", "auto");
+    if (a.has("device-memory")) tc.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
+    tc.seq = seq;
+    tc.batch = batch;
+    tc.lr = 1e-5f;
+    tc.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
+    if (a.has("pad-vocab"))
+      tc.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
+    if (a.has("mlp-tiles")) tc.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
     if (mode == "frozen") {
-      mo.train_base = false;
-      mo.train_norms = true;
+      tc.freeze_base = true;
     } else if (mode == "lora") {
-      mo.train_base = false;
-      mo.lora.rank = int_flag("lora-rank", 16, 1);
-      mo.lora.alpha = 2.0f * float(mo.lora.rank);
+      tc.lora.rank = int_flag("lora-rank", 16, 1);
+      tc.lora.alpha = 2.0f * float(tc.lora.rank);
     } else if (mode != "full") {
       throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
     }
-    TrainOptions to;
-    if (a.has("config"))
-      to.plan = tc.plan;
-    else
-      to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
-    to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
+    if (!a.has("config")) tc.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
+    tc.offload_dir = a.str("offload-dir", tc.offload_dir);
     if (a.has("state-offloading-tier") && !a.has("state-offloading"))
       throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
                         "command line", "state-offloading-tier");
     if (a.has("state-offloading"))
-      to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
+      tc.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
                                    parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
     if (a.has("state-offloading-layers"))
-      to.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
-    if (a.has("layer-offloading")) to.plan.set_layer_weights(Decision::page, "--layer-offloading");
-    mo.page_layers = to.plan.pages_layer_weights();
-    mo.state_dir = to.tiers.offload_dir;  // state on the disk tier: its file beside the activations'
-    to.optimizer.defer_update = !a.has("eager-update");
-    to.optimizer.update_in_backward = !a.has("eager-update");
-    mo.state_plan = to.plan;
-    mo.recipe = tc.recipe;
-    if (a.has("master-weights")) mo.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
+      tc.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
+    if (a.has("layer-offloading")) tc.plan.set_layer_weights(Decision::page, "--layer-offloading");
+    if (a.has("master-weights")) tc.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
     if (a.has("optimizer-state"))
-      mo.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
-    if (a.has("gradients")) mo.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
-    to.adam.lr = 1e-5f;
-    to.max_grad_norm = a.has("max-grad-norm") ? check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative,
-                                                             Origin::flag("max-grad-norm"))
-                                              : tc.max_grad_norm;  // --config's, else strata-train's default
+      tc.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
+    if (a.has("gradients")) tc.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
+    if (a.has("max-grad-norm"))  // else --config's, else strata-train's default
+      tc.max_grad_norm =
+          check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative, Origin::flag("max-grad-norm"));
 
     using Clock = std::chrono::steady_clock;
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     const Clock::time_point t_model = Clock::now();
-    LlamaModel model(*be, c, mo);
-    model.init_random(0);
-    Trainer tr(*be, model, to);
+    JobOptions jo;
+    jo.random_shape = c;  // random weights, random tokens: no data
+    jo.needs_data = false;
+    const bool eager = a.has("eager-update"), loss_recompute = a.has("loss-recompute");
+    jo.tune = [&](ModelOptions& mo, TrainOptions& to) {
+      mo.loss_grad_in_forward = !loss_recompute;
+      to.optimizer.defer_update = !eager;
+      to.optimizer.update_in_backward = !eager;
+    };
+    Job job(tc, default_platform(), jo);
+    Backend* be = &job.backend();
+    const std::string be_name = job.backend_name();
+    LlamaModel& model = job.model();
+    Trainer& tr = job.trainer();
+    const ModelOptions& mo = model.options();
     const Clock::time_point t_ready = Clock::now();
     Rng rng(1);
     Batch b;
@@ -242,13 +242,13 @@ int main(int argc, char** argv) {
     j["vocab"] = c.vocab_size;
     j["padded_vocab"] = model.padded_vocab();
     j["pack"] = pack;
-    j["max_grad_norm"] = double(to.max_grad_norm);
+    j["max_grad_norm"] = double(tc.max_grad_norm);
     j["step_s"] = round_to(med, 1e5);
     j["tokens_per_s"] = round_to(med > 0 ? tokens / med : 0.0, 10);
     j["peak_arena_bytes"] = peak;
     j["peak_host_bytes"] = host_peak;
     j["peak_disk_bytes"] = disk_peak;
-    j["state_offloading"] = to.plan.state_label();
+    j["state_offloading"] = job.config().plan.state_label();
     j["master_weights"] = master_weights_name(mo.recipe.master);
     j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
     j["gradients"] = gradients_name(mo.recipe.gradients);

@@ -198,8 +198,11 @@ struct TokenBatch {
   std::vector<int32_t> inputs, targets;
 };
 
-// A training run: the model loaded from config.model_dir onto a Device, its optimizer state, the
-// memory plan and (with config.data_path) a batcher over the token file.
+// A training run, built as strata-train builds one from the same settings: the model loaded from
+// config.model_dir onto a Device, its optimizer state, the memory plan (planned to memory_budget_bytes
+// when given), and with data_path (or datasets) the loop: gradient accumulation, the learning-rate
+// schedule, held-out evaluation, checkpoints every save_steps and resume_from_checkpoint. Under
+// torchrun or srun (RANK, WORLD_SIZE, ...) each process's Session is one rank of the job.
 class Session {
  public:
   // The Device is shared: several sessions may use one in turn. Throws ConfigError, FormatError,
@@ -212,14 +215,19 @@ class Session {
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
 
-  // One optimizer step on the next batch of the token file (ConfigError without data_path).
+  // One step of the loop: the next micro-batches of the data, the scheduled learning rate, evaluation
+  // and checkpoints when due (ConfigError without data, or once the run's steps are done).
   StepMetrics step();
   // One optimizer step on the caller's batch.
   StepMetrics step(const TokenBatch& batch);
   // Mean loss on a batch without changing the model.
   float evaluate(const TokenBatch& batch);
-  // config.steps steps (or `steps`), stopping early at a diverged step; the last step's metrics.
+  // The held-out loss (val_set_size's rows), tokens weighted.
+  float evaluate();
+  // The loop to its end (or `steps` more steps), stopping early at a diverged step; the last step's metrics.
   StepMetrics run(int steps = -1);
+  // The resolved plan, one line per slot class, as strata-train prints it.
+  std::string plan_table() const;
 
   // Called after every step with its metrics (one callback; a new one replaces it, {} removes it).
   void on_step(std::function<void(const StepMetrics&)> callback);

@@ -173,9 +173,15 @@ std::string TrainLoop::save(int step, float loss) {
   return dir;
 }
 
-LoopResult TrainLoop::run() {
-  LoopResult r;
-  r.total_steps = total_;
+TrainLoop::~TrainLoop() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+void TrainLoop::begin() {
+  if (begun_) return;
+  begun_ = true;
+  r_ = LoopResult();
+  r_.total_steps = total_;
   int start = 0;
   if (!cfg_.resume_from_checkpoint.empty()) {
     const std::string dir = resolve_checkpoint(cfg_.resume_from_checkpoint, cfg_.output_dir);
@@ -185,18 +191,11 @@ LoopResult TrainLoop::run() {
     sampler_.restore(st.data);
     rng_.set_state(st.trainer_rng);
     start = st.step;
-    r.resumed_from = dir;
+    r_.resumed_from = dir;
     std::fprintf(opt_.info, "resumed from %s: step %d of %d, epoch %ld, row %ld of %ld\n", dir.c_str(), st.step, total_,
                  st.data.epoch, st.data.index, sampler_.rows());
   }
   open_metrics(start);
-  struct CloseMetrics {
-    std::FILE*& f;
-    ~CloseMetrics() {
-      if (f) std::fclose(f);
-      f = nullptr;
-    }
-  } close_metrics{metrics_};
   const int k = cfg_.grad_accum;
   std::fprintf(
       opt_.info,
@@ -216,95 +215,120 @@ LoopResult TrainLoop::run() {
       rows_.packed() ? fmt::format(" | sample packing: {} examples in {} rows", rows_.examples(), rows_.rows()).c_str()
                      : "");
   std::fflush(opt_.info);
-  r.first_step = start + 1;
-  r.steps_done = start;
-  const auto t_begin = std::chrono::steady_clock::now();
-  double window_sum = 0;
-  int window_n = 0;
-  std::vector<Batch> micro(static_cast<size_t>(k));
+  start_ = start;
+  r_.first_step = start + 1;
+  r_.steps_done = start;
+  t_begin_ = std::chrono::steady_clock::now();
+  window_sum_ = 0;
+  window_n_ = 0;
+  over_ = start >= total_;
+}
+
+bool TrainLoop::step() {
+  begin();
+  if (over_) return false;
+  LoopResult& r = r_;
+  const int step = r.steps_done + 1, start = start_;
+  std::vector<Batch> micro(static_cast<size_t>(cfg_.grad_accum));
   const int world = trainer_.world(), dp_world = trainer_.dp_world(), dp_rank = trainer_.dp_rank();
-  for (int step = start + 1; step <= total_; ++step) {
-    // Every rank draws the same global micro-batches (the same sampler and seed) and keeps its data-parallel
-    // rank's rows (the ranks of a sequence-parallel group the same rows: the trainer takes each one's tokens).
-    for (Batch& b : micro) b = rank_rows(sampler_.next(rows_, cfg_.batch * dp_world), dp_rank, cfg_.batch);
-    const float lr = scheduled_lr(cfg_.lr_scheduler, cfg_.lr, step, total_, warmup_);
-    const StepStats s = trainer_.step(micro, lr);
-    r.steps_done = step;
-    r.losses.push_back(s.loss);
-    r.seconds += s.seconds;
-    r.tokens += s.tokens;
-    r.peak_device_bytes = std::max(r.peak_device_bytes, s.peak_device_bytes);
-    if (opt_.on_step) opt_.on_step(s);
-    window_sum += s.loss;
-    ++window_n;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count();
-    const double eta = elapsed / double(step - start) * double(total_ - step);
-    const double epoch =
-        double(sampler_.position().epoch) + double(sampler_.position().index) / double(sampler_.rows());
-    const double tps = s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0;
-    const bool diverged = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  // Every rank draws the same global micro-batches (the same sampler and seed) and keeps its data-parallel
+  // rank's rows (the ranks of a sequence-parallel group the same rows: the trainer takes each one's tokens).
+  for (Batch& b : micro) b = rank_rows(sampler_.next(rows_, cfg_.batch * dp_world), dp_rank, cfg_.batch);
+  const float lr = scheduled_lr(cfg_.lr_scheduler, cfg_.lr, step, total_, warmup_);
+  const StepStats s = trainer_.step(micro, lr);
+  last_ = s;
+  r.steps_done = step;
+  r.losses.push_back(s.loss);
+  r.seconds += s.seconds;
+  r.tokens += s.tokens;
+  r.peak_device_bytes = std::max(r.peak_device_bytes, s.peak_device_bytes);
+  if (opt_.on_step) opt_.on_step(s);
+  window_sum_ += s.loss;
+  ++window_n_;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin_).count();
+  const double eta = elapsed / double(step - start) * double(total_ - step);
+  const double epoch = double(sampler_.position().epoch) + double(sampler_.position().index) / double(sampler_.rows());
+  const double tps = s.seconds > 0 ? double(s.tokens) / s.seconds : 0.0;
+  const bool diverged = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  if (opt_.json) {
+    if (diverged)
+      std::printf("{\"step\": %d, \"loss\": null, \"grad_norm\": null, \"diverged\": true}\n", s.step);
+    else
+      std::printf(
+          "{\"step\": %d, \"total_steps\": %d, \"epoch\": %.4f, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, "
+          "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"elapsed_s\": %.3f, \"eta_s\": %.3f, "
+          "\"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
+          "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
+          "\"paged_bytes_uploaded\": %zu, \"state_host_bytes\": %zu, \"state_bytes_moved\": %zu}\n",
+          s.step, total_, epoch, double(s.loss), double(s.grad_norm), double(s.lr), tps, s.seconds, elapsed, eta,
+          s.peak_device_bytes, s.peak_host_bytes, s.peak_disk_bytes, be_.device_used_bytes(), s.saved_bytes,
+          s.recomputed_nodes, s.paged_bytes_uploaded, s.state_host_bytes, s.state_bytes_moved);
+    std::fflush(stdout);
+  }
+  const bool log = diverged || step == start + 1 || step == total_ || step % cfg_.logging_steps == 0;
+  if (log) {
+    if (opt_.text && !opt_.json) {
+      std::fprintf(opt_.text,
+                   "step %4d/%d | loss %.4f | lr %.2e | grad norm %.3f | %9.0f tok/s | peak %s | %.3f s | "
+                   "elapsed %s | eta %s\n",
+                   step, total_, double(s.loss), double(s.lr), double(s.grad_norm), tps,
+                   format_bytes(s.peak_device_bytes).c_str(), s.seconds, clock_str(elapsed).c_str(),
+                   clock_str(eta).c_str());
+      std::fflush(opt_.text);
+    }
+    metrics_line(fmt::format(
+        "{{\"step\": {}, \"epoch\": {:.4f}, \"loss\": {}, \"loss_mean\": {}, \"lr\": {:.6g}, "
+        "\"grad_norm\": {}, \"tokens_per_s\": {:.1f}, \"elapsed_s\": {:.3f}, \"eta_s\": {:.3f}}}",
+        step, epoch, jnum(s.loss), jnum(window_sum_ / window_n_), double(s.lr), jnum(s.grad_norm), tps, elapsed, eta));
+    window_sum_ = 0;
+    window_n_ = 0;
+  }
+  if (diverged) {
+    r.diverged = true;
+    over_ = true;
+    return false;
+  }
+  if (!val_batches_.empty() && (step == total_ || (cfg_.eval_steps > 0 && step % cfg_.eval_steps == 0))) {
+    const float el = evaluate();
+    r.eval_loss.emplace_back(step, el);
+    metrics_line(
+        fmt::format("{{\"step\": {}, \"eval_loss\": {}, \"eval_rows\": {}}}", step, jnum(el), split_.val.size()));
     if (opt_.json) {
-      if (diverged)
-        std::printf("{\"step\": %d, \"loss\": null, \"grad_norm\": null, \"diverged\": true}\n", s.step);
-      else
-        std::printf(
-            "{\"step\": %d, \"total_steps\": %d, \"epoch\": %.4f, \"loss\": %.6f, \"grad_norm\": %.6f, \"lr\": %.6g, "
-            "\"tokens_per_s\": %.1f, \"step_s\": %.6f, \"elapsed_s\": %.3f, \"eta_s\": %.3f, "
-            "\"peak_device_bytes\": %zu, \"peak_host_bytes\": %zu, \"peak_disk_bytes\": %zu, "
-            "\"device_used_bytes\": %zu, \"saved_bytes\": %zu, \"recomputed_nodes\": %ld, "
-            "\"paged_bytes_uploaded\": %zu, \"state_host_bytes\": %zu, \"state_bytes_moved\": %zu}\n",
-            s.step, total_, epoch, double(s.loss), double(s.grad_norm), double(s.lr), tps, s.seconds, elapsed, eta,
-            s.peak_device_bytes, s.peak_host_bytes, s.peak_disk_bytes, be_.device_used_bytes(), s.saved_bytes,
-            s.recomputed_nodes, s.paged_bytes_uploaded, s.state_host_bytes, s.state_bytes_moved);
+      std::printf("{\"step\": %d, \"eval_loss\": %s}\n", step, jnum(el).c_str());
       std::fflush(stdout);
-    }
-    const bool log = diverged || step == start + 1 || step == total_ || step % cfg_.logging_steps == 0;
-    if (log) {
-      if (opt_.text && !opt_.json) {
-        std::fprintf(opt_.text,
-                     "step %4d/%d | loss %.4f | lr %.2e | grad norm %.3f | %9.0f tok/s | peak %s | %.3f s | "
-                     "elapsed %s | eta %s\n",
-                     step, total_, double(s.loss), double(s.lr), double(s.grad_norm), tps,
-                     format_bytes(s.peak_device_bytes).c_str(), s.seconds, clock_str(elapsed).c_str(),
-                     clock_str(eta).c_str());
-        std::fflush(opt_.text);
-      }
-      metrics_line(fmt::format(
-          "{{\"step\": {}, \"epoch\": {:.4f}, \"loss\": {}, \"loss_mean\": {}, \"lr\": {:.6g}, "
-          "\"grad_norm\": {}, \"tokens_per_s\": {:.1f}, \"elapsed_s\": {:.3f}, \"eta_s\": {:.3f}}}",
-          step, epoch, jnum(s.loss), jnum(window_sum / window_n), double(s.lr), jnum(s.grad_norm), tps, elapsed, eta));
-      window_sum = 0;
-      window_n = 0;
-    }
-    if (diverged) {
-      r.diverged = true;
-      return r;
-    }
-    if (!val_batches_.empty() && (step == total_ || (cfg_.eval_steps > 0 && step % cfg_.eval_steps == 0))) {
-      const float el = evaluate();
-      r.eval_loss.emplace_back(step, el);
-      metrics_line(
-          fmt::format("{{\"step\": {}, \"eval_loss\": {}, \"eval_rows\": {}}}", step, jnum(el), split_.val.size()));
-      if (opt_.json) {
-        std::printf("{\"step\": %d, \"eval_loss\": %s}\n", step, jnum(el).c_str());
-        std::fflush(stdout);
-      } else if (opt_.text) {
-        std::fprintf(opt_.text, "eval step %d/%d | held-out loss %.4f over %zu rows\n", step, total_, double(el),
-                     split_.val.size());
-        std::fflush(opt_.text);
-      }
-    }
-    int stop = opt_.stop_requested ? opt_.stop_requested() : 0;
-    // The ranks stop together: a stop any rank saw stops every rank after this step.
-    if (world > 1 && trainer_.sum_over_ranks(stop ? 1.0f : 0.0f) > 0 && !stop) stop = SIGTERM;
-    const bool periodic = cfg_.save_steps > 0 && step % cfg_.save_steps == 0;
-    if (!cfg_.output_dir.empty() && (periodic || (stop && step < total_))) r.last_checkpoint = save(step, s.loss);
-    if (stop && step < total_) {
-      r.stopped_by = stop;
-      return r;
+    } else if (opt_.text) {
+      std::fprintf(opt_.text, "eval step %d/%d | held-out loss %.4f over %zu rows\n", step, total_, double(el),
+                   split_.val.size());
+      std::fflush(opt_.text);
     }
   }
-  return r;
+  int stop = opt_.stop_requested ? opt_.stop_requested() : 0;
+  // The ranks stop together: a stop any rank saw stops every rank after this step.
+  if (world > 1 && trainer_.sum_over_ranks(stop ? 1.0f : 0.0f) > 0 && !stop) stop = SIGTERM;
+  const bool periodic = cfg_.save_steps > 0 && step % cfg_.save_steps == 0;
+  if (!cfg_.output_dir.empty() && (periodic || (stop && step < total_))) r.last_checkpoint = save(step, s.loss);
+  if (stop && step < total_) {
+    r.stopped_by = stop;
+    over_ = true;
+    return false;
+  }
+  if (step >= total_) {
+    over_ = true;
+    // The loop is over: the metrics file is complete.
+    if (metrics_) std::fclose(metrics_);
+    metrics_ = nullptr;
+    return false;
+  }
+  return true;
+}
+
+LoopResult TrainLoop::run() {
+  begin();
+  while (step()) {
+  }
+  if (metrics_) std::fclose(metrics_);
+  metrics_ = nullptr;
+  return r_;
 }
 
 // --- StopSignals -----------------------------------------------------------------------------

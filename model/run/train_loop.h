@@ -3,13 +3,14 @@
 // and JSON metrics lines, checkpoints every save_steps (model/run/checkpoint.h) with exact resume, and
 // a stop on request (SIGINT/SIGTERM through StopSignals) that saves a checkpoint first.
 #pragma once
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "model/run/checkpoint.h"
 #include "model/data/row_data.h"
+#include "model/run/checkpoint.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 
@@ -58,8 +59,18 @@ class TrainLoop {
   const std::vector<long>& val_row_ids() const { return split_.val; }
   // The held-out mean loss over every held-out row (tokens weighted), without training.
   float evaluate();
-  // Resumes when the config says so, then trains to total_steps() or a stop.
+  // Resumes when the config says so, opens the metrics file and prints the loop's line (once).
+  void begin();
+  // One step of the loop (micro-batches, schedule, logging, evaluation, checkpoint, stop request);
+  // false once the loop is over: total_steps() reached, diverged or stopped (result() says which).
+  bool step();
+  const LoopResult& result() const { return r_; }
+  const StepStats& last_step() const { return last_; }
+  // begin(), then step() until the loop is over.
   LoopResult run();
+  ~TrainLoop();
+  TrainLoop(const TrainLoop&) = delete;
+  TrainLoop& operator=(const TrainLoop&) = delete;
 
  private:
   void log_step(const StepStats& s, int epoch_pct_x100, double elapsed, double eta, float window_mean);
@@ -80,6 +91,14 @@ class TrainLoop {
   int total_ = 0, warmup_ = 0;
   std::string config_json_, metrics_path_;
   std::FILE* metrics_ = nullptr;
+  // The loop's progress between step() calls.
+  LoopResult r_;
+  StepStats last_;
+  bool begun_ = false, over_ = false;
+  int start_ = 0;
+  std::chrono::steady_clock::time_point t_begin_;
+  double window_sum_ = 0;
+  int window_n_ = 0;
 };
 
 // SIGINT and SIGTERM while it lives: the first is recorded (requested() returns its number) and

@@ -53,7 +53,6 @@ struct StepStats {
   size_t state_bytes_moved = 0;     // host-tier state (gradients included) copied both ways this step
 };
 
-
 // Checks a packed batch's positions (ConfigError naming the first bad index) and returns the
 // (query, key) pairs its attention visits per head, AttnSegments::pairs; 0 for an unpacked batch.
 double packed_pairs(const Batch& b);

@@ -1,0 +1,285 @@
+#include "model/run/job.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "io/tokens.h"
+#include "model/data/datasets.h"
+#include "model/llama/seq_parallel.h"
+#include "model/plan/arena_sizing.h"
+#include "model/run/checkpoint.h"
+#include "model/run/forecast_request.h"
+
+namespace strata {
+
+DeviceProfile profile_for_device(const std::string& device) {
+  auto lower = [](std::string x) {
+    for (auto& c : x) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return x;
+  };
+  for (auto& [name, p] : builtin_profiles())
+    if (!p.match.empty() && lower(device).find(lower(p.match)) != std::string::npos) return p;
+  return find_profile("h100_80gb");
+}
+
+PlanResult plan_run_to_budget(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
+                              const std::string& device, const std::string& profile, int world, int rank) {
+  ForecastRequest req = train_forecast_request(cfg, mc, backend == "cuda" ? SimMirror::cuda : SimMirror::cpu,
+                                               profile.empty() ? profile_for_device(device) : find_profile(profile));
+  req.gpus = world;  // one rank's plan
+  req.rank = rank;
+  // The planner chooses the plan, the paging (plan.layer_weights) and the MLP tiles; a state placement
+  // the config gives (state_offloading, state_offloading_layers, state_plan) stays, planned around.
+  req.plan = Plan::keep_everything();
+  req.plan.take_state(cfg.plan);
+  req.plan.set_layer_weights(Decision::keep, "budget planner");
+  return plan_for_budget(req, TierBudgets{cfg.memory_budget_bytes, cfg.host_budget_bytes, cfg.disk_budget_bytes});
+}
+
+size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
+                           const LaunchEnv& env, std::string* note) {
+  if (cfg.device_budget_bytes) return cfg.device_budget_bytes;
+  if (cfg.memory_budget_bytes) return cfg.memory_budget_bytes;  // hold the run to the budget
+  if (backend != "cuda") return 0;
+  ForecastRequest req = train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb"));
+  req.gpus = env.world;  // this rank's peak (its bf16 gradient copies, its ZeRO share: ranks differ)
+  req.rank = env.rank;
+  const ArenaSizing a = arena_for_plan(req);
+  if (note)
+    *note = fmt::format(
+        "arena: {} from the plan's forecast (high-water {} + headroom {}); --device-memory / device_memory sets it",
+        format_bytes(a.bytes), format_bytes(a.high_water), format_bytes(a.headroom));
+  return a.bytes;
+}
+
+std::string budget_failure(const TrainConfig& cfg, const PlanResult& pr) {
+  const size_t budget = cfg.memory_budget_bytes;
+  std::string s = fmt::format(
+      "nothing fits a device budget of {} (host budget {}, disk budget {}): the minimum is {}, {} more, with the "
+      "lowest-memory plan ({}; {} sim runs)",
+      format_bytes(budget), format_bytes(cfg.host_budget_bytes), format_bytes(cfg.disk_budget_bytes),
+      format_bytes(pr.minimum_bytes), format_bytes(pr.minimum_bytes > budget ? pr.minimum_bytes - budget : 0), pr.label,
+      pr.sim_runs);
+  if (!pr.short_tier.empty())
+    s += fmt::format("\n'{}' fits the device budget with {} of {} memory (--{}-budget)", pr.short_tier_label,
+                     format_bytes(pr.short_tier_needs), pr.short_tier, pr.short_tier);
+  if (pr.persistent_bytes >= budget)
+    s += fmt::format(
+        "\nthe weights, gradients and optimizer state alone take {} (no activation plan lowers them; frozen or LoRA "
+        "training does)",
+        format_bytes(pr.persistent_bytes));
+  return s;
+}
+
+std::string format_plan_table(const std::string& preset, const std::vector<PlanRow>& rows) {
+  std::string s =
+      fmt::format("plan ({}):\n  {:<24} {:<10} {:>8} {:>14}\n", preset, "class", "decision", "count", "bytes");
+  for (const PlanRow& r : rows)
+    s += fmt::format("  {:<24} {:<10} {:>8} {:>14}\n", r.cls, r.decision, r.count, format_bytes(r.bytes));
+  return s;
+}
+
+namespace {
+std::string origin_file(const TrainConfig& c) {
+  return c.config_file.empty() ? "command line" : c.config_file;
+}
+}  // namespace
+
+Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::move(cfg)), opt_(std::move(opt)) {
+  if (!opt_.info) opt_.info = sink_ = std::fopen("/dev/null", "w");
+  std::FILE* info = opt_.info;
+  TrainConfig& c = cfg_;
+  env_ = read_launch_env();
+  if (env_.world % c.sequence_parallel != 0)
+    throw ConfigError(fmt::format("sequence_parallel {} does not divide the {} rank{} (--gpus {}): each group of {} "
+                                  "ranks shares its rows; use --gpus a multiple of {}",
+                                  c.sequence_parallel, env_.world, env_.world == 1 ? "" : "s", env_.world,
+                                  c.sequence_parallel, c.sequence_parallel),
+                      origin_file(c), "sequence_parallel");
+  check_seq_parallel_len(c.seq, c.sequence_parallel);
+  if ((c.host_budget_bytes || c.disk_budget_bytes) && !c.memory_budget_bytes)
+    throw ConfigError(
+        "host_memory_budget / disk_memory_budget (--host-budget / --disk-budget) are the planner's tier budgets: give "
+        "memory_budget (--budget) too",
+        origin_file(c), "memory_budget");
+
+  // The model's shape, then the training rows: a token file's stream, or the datasets rendered, tokenised and masked.
+  const bool random = opt_.random_shape.has_value();
+  if (random) {
+    mc_ = *opt_.random_shape;
+  } else {
+    if (c.model_dir.empty()) throw ConfigError("base_model (--model DIR) is required", origin_file(c), "base_model");
+    mc_ = io::read_llama_config(c.model_dir);
+    if (c.seq > mc_.max_position_embeddings)
+      std::fprintf(stderr, "warning: sequence_len %d exceeds max_position_embeddings %d of %s/config.json\n", c.seq,
+                   mc_.max_position_embeddings, c.model_dir.c_str());
+  }
+  tokenizer_dir_ = c.tokenizer_dir.empty() ? c.model_dir : c.tokenizer_dir;
+  std::optional<TokenRows> rows;
+  if (!random && !c.datasets.empty() && !c.data_path.empty())
+    throw ConfigError(fmt::format("data ({}) and datasets both give the training data: keep one", c.data_path),
+                      origin_file(c), "data");
+  if (!random && c.datasets.empty() && !c.data_path.empty()) {
+    if (c.sample_packing)
+      throw ConfigError(
+          "sample_packing packs the examples of `datasets`; a token file (data) has no examples to pack (its rows are "
+          "full windows already)",
+          origin_file(c), "sample_packing");
+    std::vector<int32_t> tokens = io::read_tokens(c.data_path, mc_.vocab_size, long(c.seq) + 1);
+    data_tokens_ = tokens.size();
+    rows.emplace(std::move(tokens), c.seq);
+  } else if (!random && !c.datasets.empty()) {
+    DatasetRows dr = build_dataset_rows(dataset_options(c), tokenizer_dir_, info);
+    if (dr.max_id >= mc_.vocab_size)
+      throw ConfigError(fmt::format("{}: the tokenizer gives id {}, outside the model's vocab_size {} ({}/config.json)",
+                                    tokenizer_dir_, dr.max_id, mc_.vocab_size, c.model_dir),
+                        tokenizer_dir_, "vocab_size");
+    data_tokens_ = dr.inputs.size();
+    if (c.sample_packing)
+      rows.emplace(std::move(dr.inputs), std::move(dr.targets), std::move(dr.positions), c.seq, dr.examples);
+    else
+      rows.emplace(std::move(dr.inputs), std::move(dr.targets), c.seq);
+  } else if (!random && opt_.needs_data) {
+    throw ConfigError("data FILE (--data) or datasets is required", origin_file(c), "data");
+  }
+
+  // The backend: the caller's, or one whose arena on cuda is what the plan's forecast needs (other
+  // processes can share the GPU).
+  if (opt_.backend) {
+    be_ = opt_.backend;
+    be_name_ = opt_.backend_name;
+  } else {
+    be_name_ = platform.resolve_backend(c.backend);
+    std::string note;
+    c.device_budget_bytes = default_arena_bytes(c, mc_, be_name_, env_, &note);
+    if (!note.empty()) std::fprintf(info, "%s\n", note.c_str());
+  }
+  if (env_.world > 1) {
+    rdv_ = Rendezvous::join(env_.rendezvous());  // before the backend and the communicator: they outlive neither
+    std::fprintf(info, "data parallel: %d ranks (%s), %d on this node; rank 0 of %s:%d\n", env_.world,
+                 env_.launcher.c_str(), env_.local_world, env_.master_addr.c_str(), env_.master_port);
+    if (c.sequence_parallel > 1)
+      std::fprintf(info,
+                   "sequence parallel: groups of %d ranks share each row (%d tokens a rank, all-to-alls around "
+                   "attention); %d data-parallel group%s\n",
+                   c.sequence_parallel, c.seq / c.sequence_parallel, env_.world / c.sequence_parallel,
+                   env_.world / c.sequence_parallel == 1 ? "" : "s");
+  }
+  if (!be_) {
+    own_be_ = platform.make_backend(be_name_, c.device_budget_bytes, env_.local_rank);
+    be_ = own_be_.get();
+  }
+  if (env_.world > 1) {
+    if (platform.make_comm) comm_ = platform.make_comm(*rdv_, *be_, env_, 1);
+    if (!comm_) comm_ = make_cpu_communicator(*rdv_);
+    // Sequence parallel: the group's own communicator beside the world's, unless the group is the world.
+    if (c.sequence_parallel > 1 && c.sequence_parallel < env_.world) {
+      if (platform.make_comm) group_ = platform.make_comm(*rdv_, *be_, env_, c.sequence_parallel);
+      if (!group_) group_ = make_cpu_communicator(*rdv_, c.sequence_parallel);
+    }
+  }
+
+  if (c.memory_budget_bytes) {
+    PlanResult pr = plan_run_to_budget(c, mc_, be_name_, be_->device_name(), opt_.profile, env_.world, env_.rank);
+    if (!pr.found) throw ConfigError(budget_failure(c, pr), origin_file(c), "memory_budget");
+    const Forecast& f = pr.forecast;
+    std::fprintf(
+        info, "planner: %s fits a budget of %s (sim mirroring the %s backend, profile %s; %d sim runs)\n",
+        pr.label.c_str(), format_bytes(c.memory_budget_bytes).c_str(), be_name_ == "cuda" ? "cuda" : "cpu",
+        (opt_.profile.empty() ? profile_for_device(be_->device_name()) : find_profile(opt_.profile)).name.c_str(),
+        pr.sim_runs);
+    std::fprintf(info,
+                 "forecast: peak %s (high-water %s) in %s | step %.4f s (forward %.4f, backward %.4f of which "
+                 "recompute %.4f, optimizer %.4f)\n",
+                 format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(), f.peak_phase.c_str(),
+                 f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s);
+    c.plan = pr.plan;
+    c.mlp_tiles = pr.mlp_tiles;
+    planned_ = std::move(pr);
+  }
+
+  ModelOptions mo = model_options(c);
+  mo.zero.rank = env_.rank;
+  mo.zero.world = env_.world;
+  TrainOptions to = train_options(c);
+  if (opt_.tune) opt_.tune(mo, to);
+  model_ = std::make_unique<LlamaModel>(*be_, mc_, mo);
+  if (random) {
+    model_->init_random(0);
+  } else {
+    if (!c.output_dir.empty() && env_.rank == 0) {
+      // Before loading and training: a save that cannot succeed must not cost the run. fp32 tensors
+      // (the adapters alone with LoRA) plus the header and config.json.
+      const size_t saved = c.lora.enabled() ? model_->trainable_count() : model_->param_count();
+      const std::vector<std::string> files =
+          c.lora.enabled() ? std::vector<std::string>{"adapter_model.safetensors", "adapter_config.json"}
+                           : std::vector<std::string>{"model.safetensors", "config.json"};
+      check_save_dir(c.output_dir, saved * sizeof(float) + (size_t(1) << 20), files);
+    }
+    model_->load(c.model_dir);
+  }
+
+  to.warmup_steps = c.warmup_steps;  // a caller's own batches (Session::step(batch)); the loop passes its lr
+  to.comm = comm_.get();
+  if (c.sequence_parallel > 1) to.seq_comm = group_ ? group_.get() : comm_.get();
+  trainer_ = std::make_unique<Trainer>(*be_, *model_, to);
+  if (rows) {
+    LoopOptions lo;
+    lo.info = info;
+    lo.text = env_.rank > 0 ? nullptr : opt_.text;  // rank 0 alone reports progress
+    lo.json = opt_.json && env_.rank == 0;
+    lo.stop_requested = opt_.stop_requested;
+    lo.on_step = opt_.on_step;
+    loop_ = std::make_unique<TrainLoop>(c, *be_, *model_, *trainer_, std::move(*rows), lo);
+  }
+}
+
+Job::~Job() {
+  loop_.reset();
+  trainer_.reset();
+  model_.reset();
+  group_.reset();
+  comm_.reset();
+  own_be_.reset();
+  rdv_.reset();
+  if (sink_) std::fclose(sink_);
+}
+
+TrainLoop& Job::loop() {
+  if (!loop_)
+    throw ConfigError("no training data (data or datasets): pass the batches yourself", origin_file(cfg_), "data");
+  return *loop_;
+}
+
+std::string Job::plan_table() const {
+  return format_plan_table(cfg_.plan.preset, trainer_->plan_table(cfg_.batch, cfg_.seq));
+}
+
+LoopResult Job::run() {
+  return loop().run();
+}
+
+std::string Job::save(const std::string& dir) {
+  if (dir.empty()) throw ConfigError("no output directory (output_dir, --save)", origin_file(cfg_), "output_dir");
+  // ZeRO-1 on a split master: rank 0 needs every owner's low halves for the fp32 save (every rank joins).
+  if (!cfg_.lora.enabled()) trainer_->optimizer().gather_masters();
+  if (env_.rank != 0) return {};  // every rank holds the same weights
+  std::string what;
+  if (cfg_.lora.enabled()) {
+    model_->save_lora(dir, cfg_.model_dir);
+    what = "adapter";
+    std::fprintf(opt_.info, "saved LoRA adapter (PEFT layout) to %s\n", dir.c_str());
+  } else {
+    model_->save(dir);
+    what = "model";
+    std::fprintf(opt_.info, "saved model to %s\n", dir.c_str());
+  }
+  if (!tokenizer_dir_.empty())
+    if (int n = copy_tokenizer_files(tokenizer_dir_, dir))
+      std::fprintf(opt_.info, "copied %d tokenizer file%s from %s\n", n, n == 1 ? "" : "s", tokenizer_dir_.c_str());
+  return what;
+}
+
+}  // namespace strata
