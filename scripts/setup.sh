@@ -15,7 +15,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  echo "setup: CUDA toolkit found: the cuda backend will be compiled"
+  echo "setup: CUDA toolkit found (the cuda backend builds where a build asks for it: scripts/build.sh, or the demo where a GPU is present)"
 else
   echo "setup: no nvcc: building the cpu backend only"
 fi

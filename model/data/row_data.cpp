@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "engine/error.h"
@@ -50,7 +51,9 @@ void TokenRows::row(long r, int32_t* inputs, int32_t* targets, int32_t* position
 RowSplit split_rows(long rows, double val_set_size, uint64_t seed, const std::string& file) {
   long n_val = 0;
   if (val_set_size > 0 && val_set_size < 1) {
-    n_val = long(std::ceil(val_set_size * double(rows)));
+    // The fraction as the user wrote it (0.1, not the float 0.100000001): 0.1 of 50 rows is 5.
+    const double frac = std::strtod(fmt::format("{}", float(val_set_size)).c_str(), nullptr);
+    n_val = long(std::ceil(frac * double(rows)));
   } else if (val_set_size >= 1) {
     if (val_set_size != std::floor(val_set_size))
       throw ConfigError(fmt::format("{}: val_set_size {} is neither a fraction below 1 nor a whole count of rows", file,

@@ -287,6 +287,9 @@ TEST(RowData, HeldOutRowsNeverTrainAndEveryEpochVisitsEachTrainingRowOnce) {
   std::set<long> val(s.val.begin(), s.val.end());
   for (long r : s.train) EXPECT_FALSE(val.count(r)) << r;
   EXPECT_EQ(split_rows(50, 7, 7).val.size(), 7u);  // a count
+  // The float a YAML value is kept in (0.100000001): still 5 rows, not 6.
+  EXPECT_EQ(split_rows(50, double(0.1f), 7).val.size(), 5u);
+  EXPECT_EQ(split_rows(30, double(0.1f), 7).val.size(), 3u);
   EXPECT_EQ(split_rows(50, 0.1, 7).val, s.val);    // the seed fixes them
   TokenRows rows(synthetic_tokens(50 * 8 + 1, 61, 1), 8);
   ASSERT_EQ(rows.rows(), 50);
