@@ -20,6 +20,7 @@
 #include "model/plan/timeline_svg.h"
 #include "model/run/train_config.h"
 #include "tools/cli.h"
+#include "tools/plan_report.h"
 
 using namespace strata;
 using json = nlohmann::ordered_json;
@@ -93,225 +94,7 @@ static const char* kUsage =
     "and its strata-train config, as --budget does. Built-in model names: Llama-3.2-1B, Llama-3.2-3B,\n"
     "Llama-3-8B, Llama-3.1-8B, Llama-3-70B, Qwen3-1.7B, Qwen3-8B, Qwen2.5-7B, Mistral-7B, tiny.\n";
 
-namespace {
-
-// "50257 (padded to 50304)", or the plain count when padding changes nothing.
-std::string vocab_label(int vocab, int multiple) {
-  const int64_t padded = padded_vocab(vocab, multiple);
-  return padded == vocab ? std::to_string(vocab) : fmt::format("{} (padded to {})", vocab, padded);
-}
-
-std::string tiers_used(size_t host_budget, size_t disk_budget) {
-  std::string t = "keep/recompute";
-  if (host_budget) t += "/host";
-  if (disk_budget) t += "/disk";
-  return t;
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// The GPU of this machine, from --device-name or nvidia-smi; empty when neither says.
-std::string current_device(const cli::Args& a) {
-  if (a.has("device-name")) return a.str("device-name");
-  std::FILE* p = popen("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null", "r");
-  if (!p) return "";
-  char buf[256] = {0};
-  std::string name = std::fgets(buf, sizeof buf, p) ? std::string(buf) : std::string();
-  pclose(p);
-  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  return name;
-}
-
-double pct(double part, double whole) {
-  return whole > 0 ? 100.0 * part / whole : 0.0;
-}
-
-void print_host(const Forecast& f, size_t host_budget) {
-  std::printf("peak host memory (host tier): %s = slot store %s (reserved %s; %s offloaded, %s loaded back)",
-              format_bytes(f.peak_host_bytes).c_str(), format_bytes(f.peak_host_slot_bytes).c_str(),
-              format_bytes(f.host_reserved_bytes).c_str(), format_bytes(f.offloaded_bytes).c_str(),
-              format_bytes(f.loaded_bytes).c_str());
-  if (f.paged_host_bytes)
-    std::printf(" + weight pager %s (%ld layer uploads, %s this step)", format_bytes(f.paged_host_bytes).c_str(),
-                f.paged_uploads, format_bytes(f.paged_bytes_uploaded).c_str());
-  if (f.state_host_bytes)
-    std::printf(" + persistent state %s (%s copied both ways this step)", format_bytes(f.state_host_bytes).c_str(),
-                format_bytes(f.state_bytes_moved).c_str());
-  std::printf("\n");
-  if (f.copy_busy_s > 0)
-    std::printf("host copies: copy stream busy %.4f s, compute waited %.4f s on them\n", f.copy_busy_s, f.copy_wait_s);
-  if (f.peak_disk_bytes)
-    std::printf(
-        "peak disk (disk tier): %s = extents %s + persistent state file %s (%s written, %s read back; staging is in "
-        "the host peak); disk busy %.4f s, waited on %.4f s\n",
-        format_bytes(f.peak_disk_bytes).c_str(), format_bytes(f.peak_disk_bytes - f.state_disk_bytes).c_str(),
-        format_bytes(f.state_disk_bytes).c_str(), format_bytes(f.disk_written_bytes).c_str(),
-        format_bytes(f.disk_read_bytes).c_str(), f.disk_busy_s, f.disk_wait_s);
-  if (host_budget) {
-    if (f.peak_host_bytes <= host_budget)
-      std::printf("fits the host budget: %s of %s left at the host peak\n",
-                  format_bytes(host_budget - f.peak_host_bytes).c_str(), format_bytes(host_budget).c_str());
-    else
-      std::printf("does NOT fit the host budget (%s): needs %s more\n", format_bytes(host_budget).c_str(),
-                  format_bytes(f.peak_host_bytes - host_budget).c_str());
-  }
-}
-
-void print_forecast(const Forecast& f, size_t budget, const std::string& budget_what) {
-  std::printf("\npeak device memory (arena in use): %s, in %s at %.4f s of the step\n",
-              format_bytes(f.peak_bytes).c_str(), f.peak_phase.c_str(), f.peak_at_s);
-  for (auto& it : f.breakdown)
-    std::printf("  %-40s %12s  %5.1f%%\n", it.name.c_str(), format_bytes(it.bytes).c_str(),
-                pct(double(it.bytes), double(f.peak_bytes)));
-  if (!f.activations.empty()) {
-    std::printf("  activations at the peak, by slot class:\n");
-    for (auto& it : f.activations)
-      std::printf("    %-30s %4d x %12s\n", it.name.c_str(), it.count, format_bytes(it.bytes).c_str());
-  }
-  if (!f.workspaces.empty()) {
-    std::printf("  workspaces at the peak:");
-    for (auto& it : f.workspaces) std::printf(" %s %s", it.name.c_str(), format_bytes(it.bytes).c_str());
-    std::printf("\n");
-  }
-  std::printf("arena high-water %s: %s of holes under it (fragmentation); saved slots at the end of forward %s\n",
-              format_bytes(f.high_water_bytes).c_str(),
-              format_bytes(f.high_water_bytes > f.peak_bytes ? f.high_water_bytes - f.peak_bytes : 0).c_str(),
-              format_bytes(f.saved_bytes).c_str());
-  if (budget) {
-    if (f.fits && f.high_water_bytes <= budget)
-      std::printf("fits %s: %s of %s left at the peak\n", budget_what.c_str(),
-                  format_bytes(budget - f.peak_bytes).c_str(), format_bytes(budget).c_str());
-    else
-      std::printf("does NOT fit %s (%s): %s\n", budget_what.c_str(), format_bytes(budget).c_str(),
-                  f.oom.empty() ? fmt::format("needs {} more", format_bytes(f.high_water_bytes - budget)).c_str()
-                                : f.oom.c_str());
-  }
-  std::printf(
-      "\nstep time %.4f s: forward %.4f s, backward %.4f s (recompute %.4f s), optimizer %.4f s | %.0f tokens/s\n",
-      f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s, f.tokens_per_s);
-  if (f.comm_busy_s > f.all_to_all_s)
-    std::printf("  data parallel: gradient all-reduces busy %.4f s a step beside compute (per rank)\n",
-                f.comm_busy_s - f.all_to_all_s);
-  if (f.all_to_all_s > 0)
-    std::printf(
-        "  sequence parallel: all-to-alls around attention busy %.4f s a step; compute waited %.4f s on "
-        "collectives (per rank)\n",
-        f.all_to_all_s, f.comm_wait_s);
-  std::printf("  time by op:");
-  for (auto& [op, s] : f.time_by_op) std::printf(" %s %.1f%%", op.c_str(), pct(s, f.step_s));
-  std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
-}
-
-json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget) {
-  json j = {{"found", pr.found},
-            {"budget", budget},
-            {"host_budget", host_budget},
-            {"disk_budget", disk_budget},
-            {"sim_runs", pr.sim_runs},
-            {"label", pr.label},
-            {"layer_offloading", pr.plan.pages_layer_weights()},
-            {"mlp_tiles", pr.mlp_tiles}};
-  if (!pr.rank_peak_bytes.empty()) {  // ZeRO: the plan fits every rank; the forecast is max_rank's
-    j["rank_peak_bytes"] = pr.rank_peak_bytes;
-    j["max_rank"] = pr.rank;
-    j["max_rank_peak_bytes"] = *std::max_element(pr.rank_peak_bytes.begin(), pr.rank_peak_bytes.end());
-  }
-  return j;
-}
-
-// ZeRO: every rank's peak under the chosen plan (the planner fitted each), and whose forecast follows.
-void print_rank_peaks(std::FILE* info, const PlanResult& pr) {
-  if (pr.rank_peak_bytes.empty()) return;
-  std::string peaks;
-  for (size_t q = 0; q < pr.rank_peak_bytes.size(); ++q)
-    peaks += fmt::format("{}rank {} {}", q ? ", " : "", q, format_bytes(pr.rank_peak_bytes[q]));
-  std::fprintf(info, "ranks: peak device %s; the plan fits every rank, the forecast is rank %d's (the largest)\n",
-               peaks.c_str(), pr.rank);
-}
-
-// Why the planner found nothing (stderr), and the same in out["planner"].
-void report_unfit(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget, json& out) {
-  std::fprintf(stderr,
-               "strata-plan: nothing fits a device budget of %s with %s: the lowest-memory plan (%s) needs "
-               "at least %s, %s more (device tier; %d sim runs)\n",
-               format_bytes(budget).c_str(), tiers_used(host_budget, disk_budget).c_str(), pr.label.c_str(),
-               format_bytes(pr.minimum_bytes).c_str(), format_bytes(pr.minimum_bytes - budget).c_str(), pr.sim_runs);
-  if (!pr.short_tier.empty()) {
-    const size_t have = pr.short_tier == "host" ? host_budget : disk_budget;
-    std::fprintf(stderr,
-                 "strata-plan: with more %s memory it would fit: '%s' fits the device budget and needs %s of "
-                 "%s (--%s-budget %s, %s more)\n",
-                 pr.short_tier.c_str(), pr.short_tier_label.c_str(), format_bytes(pr.short_tier_needs).c_str(),
-                 pr.short_tier.c_str(), pr.short_tier.c_str(), format_bytes(pr.short_tier_needs).c_str(),
-                 format_bytes(pr.short_tier_needs - have).c_str());
-    out["planner"]["short_tier"] = pr.short_tier;
-    out["planner"]["short_tier_needs"] = pr.short_tier_needs;
-  }
-  if (pr.persistent_bytes >= budget)
-    std::fprintf(stderr,
-                 "strata-plan: the weights, gradients and optimizer state alone take %s (no activation "
-                 "plan lowers them; frozen or LoRA training does)\n",
-                 format_bytes(pr.persistent_bytes).c_str());
-  out["planner"]["minimum_bytes"] = pr.minimum_bytes;
-  out["planner"]["persistent_bytes"] = pr.persistent_bytes;
-}
-
-json items(const std::vector<MemoryItem>& v) {
-  json j = json::array();
-  for (auto& it : v) j.push_back({{"name", it.name}, {"bytes", it.bytes}, {"count", it.count}});
-  return j;
-}
-
-json forecast_json(const Forecast& f) {
-  json t = json::object();
-  for (auto& [op, s] : f.time_by_op) t[op] = s;
-  return {{"fits", f.fits},
-          {"oom", f.oom},
-          {"peak_bytes", f.peak_bytes},
-          {"high_water_bytes", f.high_water_bytes},
-          {"persistent_bytes", f.persistent_bytes},
-          {"peak_phase", f.peak_phase},
-          {"peak_at_s", f.peak_at_s},
-          {"breakdown", items(f.breakdown)},
-          {"activations", items(f.activations)},
-          {"workspaces", items(f.workspaces)},
-          {"saved_bytes", f.saved_bytes},
-          {"step_s", f.step_s},
-          {"forward_s", f.forward_s},
-          {"backward_s", f.backward_s},
-          {"recompute_s", f.recompute_s},
-          {"optimizer_s", f.optimizer_s},
-          {"tokens_per_s", f.tokens_per_s},
-          {"comm_busy_s", f.comm_busy_s},
-          {"all_to_all_s", f.all_to_all_s},
-          {"comm_wait_s", f.comm_wait_s},
-          {"time_by_op_s", t},
-          {"kernels", f.kernels},
-          {"recomputed_nodes", f.recomputed_nodes},
-          {"peak_host_bytes", f.peak_host_bytes},
-          {"peak_host_slot_bytes", f.peak_host_slot_bytes},
-          {"host_reserved_bytes", f.host_reserved_bytes},
-          {"paged_host_bytes", f.paged_host_bytes},
-          {"state_host_bytes", f.state_host_bytes},
-          {"state_bytes_moved", f.state_bytes_moved},
-          {"offloaded_bytes", f.offloaded_bytes},
-          {"loaded_bytes", f.loaded_bytes},
-          {"paged_bytes_uploaded", f.paged_bytes_uploaded},
-          {"paged_uploads", f.paged_uploads},
-          {"copy_busy_s", f.copy_busy_s},
-          {"copy_wait_s", f.copy_wait_s},
-          {"peak_disk_bytes", f.peak_disk_bytes},
-          {"state_disk_bytes", f.state_disk_bytes},
-          {"disk_written_bytes", f.disk_written_bytes},
-          {"disk_read_bytes", f.disk_read_bytes},
-          {"disk_busy_s", f.disk_busy_s},
-          {"disk_wait_s", f.disk_wait_s}};
-}
-
-}  // namespace
+using namespace strata::tools;
 
 int main(int argc, char** argv) {
   ForecastRequest req;
@@ -486,6 +269,12 @@ int main(int argc, char** argv) {
                    "strata-plan: warning: the profile '%s' is for another GPU than this machine's '%s'; pass "
                    "--profile for it (or run strata-calibrate) for a time forecast of this GPU\n",
                    p.name.c_str(), device.c_str());
+    if (have_budget && p.memory_bytes && budget > p.default_arena_bytes())
+      std::fprintf(stderr,
+                   "strata-plan: warning: --budget %s is more than a %s's arena can hold (%s: its %s less the CUDA "
+                   "context and headroom); a plan that needs it will not fit that GPU: --budget %s at most\n",
+                   format_bytes(budget).c_str(), p.name.c_str(), format_bytes(p.default_arena_bytes()).c_str(),
+                   format_bytes(p.memory_bytes).c_str(), format_bytes(p.default_arena_bytes()).c_str());
     const bool calibrated = p.source.find("not calibrated") == std::string::npos;
     std::FILE* info = json_out ? stderr : stdout;
     const io::LlamaConfig& c = req.model;
@@ -609,6 +398,7 @@ int main(int argc, char** argv) {
     }
     std::string yaml = plan_yaml(req, plan, f, have_budget ? budget : 0) + run_keys;
     if (!json_out) {
+      std::printf("%s\n", verdict(f, budget, budget_what).c_str());
       std::printf("plan: %s\n", plan.preset.c_str());
       if (req.mlp_tiles > 1)
         std::printf(
