@@ -2,6 +2,8 @@
 //   strata-launch-child fail R CODE   rank R exits with CODE after 0.2 s; the others sleep 60 s, exit 0
 //   strata-launch-child allreduce     joins the TCP rendezvous, runs the cpu communicator (processes
 //                                     mode) and checks an all_reduce and an all_gather; exit 0 when right
+//   strata-launch-child session YAML   one rank of a library Session built from the YAML (model/run/job.h):
+//                                     runs its loop and saves to output_dir; exit 0 when it trained
 #include <fmt/format.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 
 #include "engine/comm.h"
 #include "model/run/launch.h"
+#include "strata/strata.h"
 
 using namespace strata;
 
@@ -56,7 +59,16 @@ int main(int argc, char** argv) {
       std::printf("rank %d of %d ok\n", env.rank, w);
       return 0;
     }
-    std::fprintf(stderr, "usage: strata-launch-child fail R CODE | allreduce\n");
+    if (mode == "session" && argc == 3) {
+      strata::SessionConfig cfg;
+      strata::apply_yaml(cfg, argv[2]);
+      strata::Session s(strata::make_backend("cpu"), cfg);
+      s.run();
+      s.save();
+      std::printf("rank %d of %d: %d steps\n", env.rank, env.world, s.steps_done());
+      return s.steps_done() > 0 ? 0 : 1;
+    }
+    std::fprintf(stderr, "usage: strata-launch-child fail R CODE | allreduce | session YAML\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-launch-child: %s\n", e.what());

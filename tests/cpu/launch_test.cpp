@@ -444,6 +444,37 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
   dir.remove();
 }
 
+// The library's Session under a launcher's environment is one rank of the job: two processes of
+// Sessions from one YAML train exactly what strata-train --gpus 2 trains from it (model/run/job.h).
+TEST(Launcher, SessionsOnTwoRanksAreStrataTrainOnTwoRanks) {
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch dir;
+  dir.create("strata_dp_session");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  auto yaml = [&](const std::string& name, const std::string& out) {
+    const std::string path = dir.path(name);
+    std::ofstream(path) << "base_model: " << dir.path("tiny") << "\ndata: " << dir.path("tiny/tokens.bin")
+                        << "\nsequence_len: 32\nmicro_batch_size: 2\nmax_steps: 4\nlearning_rate: 3.0e-3\n"
+                        << "backend: cpu\noutput_dir: " << out << "\n";
+    return path;
+  };
+  const Proc tool = dir.run(kTrain + " --gpus 2 --config " + quote(yaml("a.yaml", dir.path("by_tool"))));
+  ASSERT_EQ(tool.code, 0) << tool.err;
+  LocalLaunch l;
+  l.nprocs = 2;
+  l.exe = kChild;
+  l.args = {"session", yaml("b.yaml", dir.path("by_session"))};
+  l.tool = "launch_test";
+  ASSERT_EQ(run_local_ranks(l), 0);
+  const std::string a = slurp(dir.path("by_tool/model.safetensors")),
+                    b = slurp(dir.path("by_session/model.safetensors"));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the two-rank Sessions saved other weights than strata-train --gpus 2";
+  dir.remove();
+}
+
 // A rank whose peers never arrive ends with an error naming them, within the timeout.
 TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
   using namespace tool_test;
