@@ -5,7 +5,7 @@
 #   STRATA_DEMO_BUILD: the build directory (default build-demo; tools end up in its tools/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh build  # the build's packages only (the test suite's and fuzzers' are larger)
 export PATH="$PATH:/usr/local/cuda/bin"
 dir=${STRATA_DEMO_BUILD:-build-demo}
 cores=$(nproc)
