@@ -7,6 +7,7 @@
 #include "engine/arena.h"
 #include "engine/cost_model.h"
 #include "kernels/backend_sim.h"
+#include "model/run/launch.h"
 
 namespace strata {
 
@@ -40,7 +41,9 @@ std::shared_ptr<Device> make_backend(const std::string& name, const DeviceOption
     impl->be = make_sim_backend(so);
   } else {
     impl->backend = resolve_backend_name(name);
-    impl->be = make_backend(impl->backend, opt.memory_bytes);
+    // One rank of a launched job (torchrun, srun): its own GPU, LOCAL_RANK, as strata-train's ranks.
+    const LaunchEnv env = read_launch_env();
+    impl->be = default_platform().make_backend(impl->backend, opt.memory_bytes, env.world > 1 ? env.local_rank : -1);
   }
   return std::make_shared<Device>(std::move(impl));
 }
