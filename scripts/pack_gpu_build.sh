@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds for sm_90a into build-dev and copies what the GPU host needs (test binaries, tools)
-# into .devbuild/ (git-ignored), small enough to carry to the GPU host.
+# into .devbuild/ (git-ignored), small enough to carry to the GPU host. There, from the repository
+# root: scripts/gpu.sh SUBCOMMAND [.devbuild] [ARGS] (scripts/gpu.sh help lists the subcommands).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null

@@ -10,7 +10,7 @@ ctest --test-dir build --output-on-failure -j2 "$@" || status=$?
 if ! nvidia-smi >/dev/null 2>&1; then
   n=$(ctest --test-dir build -N -L gpu | sed -n 's/^Total Tests: //p')
   echo "NOTE: ${n:-the} gpu-labelled tests were SKIPPED: no GPU on this machine (ctest lists them as skipped; ctest --test-dir build -V -L gpu shows each one's reason)."
-  echo "      Run them on the GPU host: scripts/pack_gpu_build.sh here, then scripts/gpu_session.sh .devbuild there."
+  echo "      Run them on the GPU host: scripts/pack_gpu_build.sh here, then scripts/gpu.sh suite .devbuild there."
 fi
 # The installed package: cmake --install to a fresh prefix, then each example (examples/*) as an
 # outside project would build it — find_package(strata CONFIG) against that prefix only — and run.
