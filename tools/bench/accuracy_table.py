@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Forecast vs measured: runs strata-plan (sim backend, no GPU) for every strata-bench line of the
-given JSONL files (scripts/gpu_accuracy.sh, the tier and paging benchmarks, the planner acceptance
+given JSONL files (scripts/gpu.sh accuracy, the tier and paging benchmarks, the planner acceptance
 run) and prints a markdown table.
   python3 tools/bench/accuracy_table.py build/tools/strata-plan PROFILE MEASURED.jsonl [MORE.jsonl ...]
-Lines measured with --config PLAN.yaml carry the YAML's path in "config" (gpu_plan_acceptance.sh);
+Lines measured with --config PLAN.yaml carry the YAML's path in "config" (scripts/gpu.sh plan_acceptance);
 the host column is the slot store's pinned pool (the weight pager's fixed reservation is left out,
 as strata-bench reports it).
 """

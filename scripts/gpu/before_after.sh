@@ -1,12 +1,10 @@
-#!/usr/bin/env bash
-# On the GPU host: the main benchmarks with two builds in one command, each config's pair run back to
-# back on the same GPU (before, then after): 1B and 8B, keep and gradient checkpointing, one
-# state-offload row, and (with 2+ GPUs) one data-parallel row through strata-train --gpus 2.
-#   scripts/gpu_before_after.sh BEFORE_DIR AFTER_DIR     (each with tools/strata-bench, strata-train, strata-make-tiny)
+# the main benchmarks with two builds in one command (before and after a change), each pair back to back
+# On the GPU host: 1B and 8B, keep and gradient checkpointing, one state-offload row, and (with 2+ GPUs)
+# one data-parallel row through strata-train --gpus 2; each config's two builds run back to back on GPU 0.
+#   scripts/gpu.sh before_after AFTER_DIR BEFORE_DIR   (each with tools/strata-bench, strata-train, strata-make-tiny)
 # One JSON line per run in $OUT/before_after.jsonl; a table on stdout.
 set -u
-before=$1 after=$2
-out=${OUT:-/tmp/strata-out}; mkdir -p "$out"
+after=$dir before=${1:?BEFORE_DIR}
 export NCCL_NVLS_ENABLE=0
 log="$out/before_after.jsonl"; : > "$log"
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l); $(date -u +%FT%TZ)"
