@@ -1,5 +1,5 @@
 # the deferred optimizer update against the eager one, state on the host (check | h200-ratio | h100-8b)
-# On the GPU host: the deferred optimizer update (model/optimizer.h) against the eager one, with the
+# On the GPU host: the deferred optimizer update (model/train/optimizer.h) against the eager one, with the
 # state on the host tier, and the all-device plan and Hugging Face as baselines in the same command.
 #   scripts/gpu.sh bench_defer DIR PART     PART: check | h200-ratio | h100-8b
 # Appends JSON lines to $OUT/defer.jsonl (strata-bench and hf_bench.py), stderr to $OUT/defer.err.

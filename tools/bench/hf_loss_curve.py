@@ -5,7 +5,7 @@ compares its loss curve with strata's `--json` output.
 
   python3 hf_loss_curve.py --model DIR --data tokens.bin --seq 128 --batch 8 --steps 100 --lr 3e-3 \
       --strata strata_steps.jsonl
-Batches follow model/data.cpp: row r of step s starts at ((s*B + r) * seq) mod (n - seq - 1).
+Batches follow model/data/data.cpp: row r of step s starts at ((s*B + r) * seq) mod (n - seq - 1).
 """
 import argparse
 import json
