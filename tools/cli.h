@@ -35,7 +35,7 @@ class Args {
         v = "1";
       }
       if (!known.count(k) && !flags.count(k))
-        throw ConfigError(fmt::format("unknown option --{} (see --help)", k), "command line", k);
+        throw ConfigError(fmt::format("unknown option --{}", k), "command line", k);
       values_[k] = v;
     }
   }

@@ -16,6 +16,7 @@
 #include "model/llama/llama.h"
 #include "model/llama/rng.h"
 #include "model/llama/shapes.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tools/backend_select.h"
@@ -62,36 +63,16 @@ static const char* kUsage =
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv,
-                {"shape",
-                 "model",
-                 "seq",
-                 "batch",
-                 "mode",
-                 "plan",
-                 "steps",
-                 "warmup",
-                 "backend",
-                 "lora-rank",
-                 "device-memory",
-                 "loss-chunk",
-                 "peak-tflops",
-                 "offload-dir",
-                 "measure-disk",
-                 "config",
-                 "max-grad-norm",
-                 "state-offloading",
-                 "state-offloading-layers",
-                 "master-weights",
-                 "optimizer-state",
-                 "mlp-tiles",
-                 "pad-vocab",
-                 "pack",
-                 "gradients",
-                 "state-offloading-tier"},
-                {"help", "layer-offloading", "loss-recompute", "eager-update"});
+    // The tool's own flags; the settings' flags (--loss-chunk, --gradients, ...) come from the settings table.
+    std::set<std::string> options = {"shape",  "model",   "seq",       "batch",       "mode",         "plan",   "steps",
+                                     "warmup", "backend", "lora-rank", "peak-tflops", "measure-disk", "config", "pack"},
+                          switches = {"help", "loss-recompute", "eager-update"};
+    for (const std::string& f : setting_flags(Tool::bench, false)) options.insert(f);
+    for (const std::string& f : setting_flags(Tool::bench, true)) switches.insert(f);
+    cli::Args a(argc, argv, options, switches);
     if (a.has("help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs((kUsage + std::string("settings (YAML key; default; range):\n") + settings_usage(Tool::bench)).c_str(),
+                 stdout);
       return 0;
     }
     if (a.has("measure-disk")) {
@@ -117,17 +98,15 @@ int main(int argc, char** argv) {
       apply_yaml(tc, a.str("config"));
       plan_name = "config:" + a.str("config") + " (" + tc.plan.preset + ")";
     }
+    apply_flags(tc, {a.values().begin(), a.values().end()}, Tool::bench);
     const std::string be_name = resolve_backend_name(a.str("backend", "auto"));
-    auto be = make_backend(be_name, a.has("device-memory") ? parse_bytes(a.str("device-memory"), "--device-memory")
-                                                           : tc.device_budget_bytes);
+    auto be = make_backend(be_name, tc.device_budget_bytes);
 
     ModelOptions mo;
-    mo.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
-    mo.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
-                                               : tc.pad_vocab_multiple;
+    mo.loss_chunk_tokens = tc.loss_chunk_tokens;
+    mo.pad_vocab_multiple = tc.pad_vocab_multiple;
     mo.loss_grad_in_forward = !a.has("loss-recompute");
-    mo.mlp_tiles =
-        std::max(1, a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles);
+    mo.mlp_tiles = std::max(1, tc.mlp_tiles);
     if (mode == "frozen") {
       mo.train_base = false;
       mo.train_norms = true;
@@ -141,32 +120,20 @@ int main(int argc, char** argv) {
     TrainOptions to;
     if (a.has("config"))
       to.plan = tc.plan;
-    else
-      to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
-    to.tiers.offload_dir = a.str("offload-dir", tc.offload_dir);
+    else  // the preset's activation rules; the state flags' placement stays
+      (to.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan")).take_state(tc.plan);
+    to.tiers.offload_dir = tc.offload_dir;
     if (a.has("state-offloading-tier") && !a.has("state-offloading"))
       throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
                         "command line", "state-offloading-tier");
-    if (a.has("state-offloading"))
-      to.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
-                                   parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
-    if (a.has("state-offloading-layers"))
-      to.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
-    if (a.has("layer-offloading")) to.plan.set_layer_weights(Decision::page, "--layer-offloading");
     mo.page_layers = to.plan.pages_layer_weights();
     mo.state_dir = to.tiers.offload_dir;  // state on the disk tier: its file beside the activations'
     to.optimizer.defer_update = !a.has("eager-update");
     to.optimizer.update_in_backward = !a.has("eager-update");
     mo.state_plan = to.plan;
     mo.recipe = tc.recipe;
-    if (a.has("master-weights")) mo.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
-    if (a.has("optimizer-state"))
-      mo.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
-    if (a.has("gradients")) mo.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
     to.adam.lr = 1e-5f;
-    to.max_grad_norm = a.has("max-grad-norm") ? check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative,
-                                                             Origin::flag("max-grad-norm"))
-                                              : tc.max_grad_norm;  // --config's, else strata-train's default
+    to.max_grad_norm = tc.max_grad_norm;  // the flag's, else --config's, else strata-train's default
 
     using Clock = std::chrono::steady_clock;
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
@@ -266,7 +233,7 @@ int main(int argc, char** argv) {
                  med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
     return 0;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "strata-bench: %s\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "strata-bench: error: %s\nsee strata-bench --help\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-bench: error: %s\n", e.what());

@@ -337,29 +337,29 @@ void apply_yaml(TrainConfig& c, const std::string& path) {
 
 // ---- one key, the command line -----------------------------------------------------------------
 
-void apply_setting(TrainConfig& c, const std::string& key, const std::string& value, const std::string& source) {
-  const Setting* s = find_setting(key);
-  if (!s) {
-    const std::string hint = suggest_setting(key);
-    throw ConfigError(fmt::format("{}: unknown setting '{}'{}", source, key, hint.empty() ? "" : " (" + hint + ")"),
-                      source, key);
-  }
-  YAML::Node node(value);
-  if (s->type == SettingType::structured) {
+void apply_settings(TrainConfig& c, const std::vector<std::pair<std::string, std::string>>& values,
+                    const std::string& source) {
+  SettingsReader reader(c, source);
+  for (const auto& [key, value] : values) {
+    const Setting* s = find_setting(key);
+    if (!s) {
+      const std::string hint = suggest_setting(key);
+      throw ConfigError(fmt::format("{}: unknown setting '{}'{}", source, key, hint.empty() ? "" : " (" + hint + ")"),
+                        source, key);
+    }
     try {
-      node = YAML::Load(value);
+      // A structured value is YAML ("{every: 2}"); any other is the text as given, as a flag's is.
+      const YAML::Node node = s->type == SettingType::structured ? YAML::Load(value) : YAML::Node(value);
+      s->set(c, SettingValue(*s, node, Origin{source + ": " + key, source, key}, ValueSource::api), reader);
     } catch (const YAML::Exception& e) {
       throw ConfigError(fmt::format("{}: {}: not valid YAML: {}", source, key, e.msg), source, key);
     }
   }
-  SettingsReader reader(c, source);
-  SettingValue v(*s, node, Origin{source + ": " + key, source, key}, ValueSource::api);
-  try {
-    s->set(c, v, reader);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}: {}: {}", source, key, e.msg), source, key);
-  }
   reader.finish(c);
+}
+
+void apply_setting(TrainConfig& c, const std::string& key, const std::string& value, const std::string& source) {
+  apply_settings(c, {{key, value}}, source);
 }
 
 std::string get_setting(const TrainConfig& c, const std::string& key) {

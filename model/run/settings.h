@@ -54,6 +54,9 @@ const Setting* find_setting(std::string_view key);
 // "did you mean `learning_rate`?" for the nearest key or alias within a small edit distance, else "".
 std::string suggest_setting(std::string_view key);
 
+// Sets each (key, YAML text) in order, as one YAML file named `source` with those keys would.
+void apply_settings(TrainConfig& c, const std::vector<std::pair<std::string, std::string>>& values,
+                    const std::string& source);
 // Sets `key` (a key or alias) from its YAML text ("4", "{every: 2}") as a one-key YAML file named
 // `source` would: ConfigError naming the key, the rule and the value; ConfigError with a
 // suggestion for an unknown key.
