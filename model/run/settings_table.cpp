@@ -141,7 +141,7 @@ const std::vector<Setting>& settings() {
      "Hugging Face Llama checkpoint directory", set_text<&C::model_dir>, get_text<&C::model_dir>, T},
     {"data", {"dataset"}, "data", "FILE", SettingType::text, {}, "", "(required unless datasets)",
      "token file (docs/FORMATS.md)", set_text<&C::data_path>, get_text<&C::data_path>, T},
-    {"datasets", {}, "", "", SettingType::structured, {}, "", "",
+    {"datasets", {}, "", "", SettingType::structured, {}, "", "-",
      "text or jsonl datasets instead of data: a list of {path, type: completion|alpaca|chat, field}",
      set_datasets, get_datasets},
     {"tokenizer", {}, "", "", SettingType::text, {}, "", "base_model",
@@ -158,7 +158,8 @@ const std::vector<Setting>& settings() {
      "with datasets: whole examples packed into each row, each attending only to itself",
      set_bool<&C::sample_packing>, get_bool<&C::sample_packing>, T},
     {"backend", {}, "backend", "NAME", SettingType::choice, {}, "auto, cpu, cuda, sim", "auto",
-     "the backend (auto: cuda where built and a GPU is present, else cpu)", set_text<&C::backend>,
+     "the backend (auto: cuda where built and a GPU is present, else cpu)",
+     [](C& c, const V& v, R&) { c.backend = v.choice(); },
      get_text<&C::backend>, T},
     // ---- shape and loop
     {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kAtLeast1, "", "128", "tokens per row",
