@@ -290,7 +290,10 @@ const std::vector<Setting>& settings() {
      T | P},
     {"zero_stage", {}, "zero-stage", "N", SettingType::integer, {0, 3}, "", "0",
      "ZeRO: 1 shards the optimizer state over the ranks, 2 the gradients too, 3 the layers' weights too",
-     [](C& c, const V& v, R&) { c.zero_stage = parse_zero_stage(v.integer(), v.origin()); }, get_int<&C::zero_stage>,
+     [](C& c, const V& v, R&) {
+       // Read wide, so the refusal says what each stage does.
+       c.zero_stage = parse_zero_stage(v.integer_in(Range{-kIntMax, kIntMax}), v.origin());
+     }, get_int<&C::zero_stage>,
      T | P},
     {"sequence_parallel", {}, "sequence-parallel", "N", SettingType::integer, kAtLeast1, "", "1",
      "groups of N ranks share each row, seq/N tokens each (DeepSpeed-Ulysses); 1: off",

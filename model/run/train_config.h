@@ -12,7 +12,6 @@
 
 namespace strata {
 
-
 // Where a setting came from, for its error message and the ConfigError's fields: a YAML key
 // ("run.yaml: weight_decay"; file "run.yaml", field "weight_decay") or a flag ("--weight-decay";
 // file "command line", field "weight-decay").
@@ -57,8 +56,8 @@ struct TrainConfig {
   // zero_stage (ModelOptions::zero, model/llama/zero.h): 1 shards the optimizer state over the data-parallel
   // ranks, 2 the gradients too, 3 the layers' weights too (gathered per layer); 0 (the default) does not.
   int zero_stage = 0;
-  // sequence_parallel (model/llama/seq_parallel.h): groups of N ranks share each row, each holding sequence_len / N of its
-  // tokens, with all-to-alls around attention; 1 (the default): off. N must divide the ranks (--gpus).
+  // sequence_parallel (model/llama/seq_parallel.h): groups of N ranks share each row, each holding sequence_len / N of
+  // its tokens, with all-to-alls around attention; 1 (the default): off. N must divide the ranks (--gpus).
   int sequence_parallel = 1;
   int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)
   uint64_t seed = 0;

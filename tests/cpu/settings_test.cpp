@@ -213,7 +213,7 @@ TEST(settings, out_of_range_values_name_the_key_the_range_and_the_value) {
   refused("device_memory: 0\n", "device_memory", {"run.yaml:1: device_memory", "above 0", "default"});
   refused("host_memory_budget: 0\n", "host_memory_budget", {"above 0", "no host tier"});
   refused("disk_memory_budget: 0GiB\n", "disk_memory_budget", {"above 0"});
-  refused("zero_stage: 4\n", "zero_stage", {"0", "3", "got 4"});
+  refused("zero_stage: 4\n", "zero_stage", {"run.yaml:1: zero_stage must be 0", "3 (layer weights too)", "got 4"});
   refused("warmup_ratio: 1\n", "warmup_ratio", {"[0, 1)", "got 1"});
   refused("pad_vocab_multiple: 65537\n", "pad_vocab_multiple", {"65536", "65537"});
   refused("gradient_checkpointing: {every: 0}\n", "gradient_checkpointing.every", {">= 1", "got 0"});
