@@ -83,6 +83,7 @@ TrainConfig to_train_config(const SessionConfig& c) {
   t.recipe.moments = parse_optimizer_state(c.optimizer_state, "SessionConfig::optimizer_state");
   t.recipe.gradients = parse_gradients(c.gradients, "SessionConfig::gradients");
   t.output_dir = c.output_dir;
+  apply_settings(t, c.more, "SessionConfig");
   return t;
 }
 
@@ -119,6 +120,10 @@ SessionConfig from_train_config(const TrainConfig& t) {
   c.optimizer_state = optimizer_state_name(t.recipe.moments);
   c.gradients = gradients_name(t.recipe.gradients);
   c.output_dir = t.output_dir;
+  // What the typed fields leave out, found by the table's getters rather than listed by hand.
+  const TrainConfig typed = to_train_config(c);
+  for (const Setting& s : settings())
+    if (const std::string v = s.get(t); v != s.get(typed)) c.more.emplace_back(std::string(s.key), v);
   return c;
 }
 
@@ -232,3 +237,23 @@ ForecastReport from_forecast(const Forecast& f) {
 }
 
 }  // namespace strata::api
+
+namespace strata {
+
+void SessionConfig::set(const std::string& key, const std::string& value) {
+  TrainConfig t = api::to_train_config(*this);
+  apply_setting(t, key, value, "SessionConfig");
+  *this = api::from_train_config(t);
+}
+
+std::string SessionConfig::get(const std::string& key) const {
+  return get_setting(api::to_train_config(*this), key);
+}
+
+std::vector<std::string> SessionConfig::keys() {
+  std::vector<std::string> out;
+  for (const Setting& s : settings()) out.emplace_back(s.key);
+  return out;
+}
+
+}  // namespace strata

@@ -3,6 +3,7 @@
 #pragma once
 #include "model/plan/forecast.h"
 #include "model/plan/planner.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "strata/strata.h"

@@ -14,7 +14,7 @@ endif()
 
 # docs_check (ctest, label cpu): every flag README.md and docs/USER_GUIDE.md give strata-train,
 # strata-bench and strata-plan is in the tool's --help and the reverse; every YAML key in the
-# guide's tables is one model/train_config.cpp reads and the reverse. tests/docs_check.py says
+# guide's tables is one of the settings table's (strata-train --settings-markdown) and the reverse. tests/docs_check.py says
 # how it reads the docs. Deferred to the end of the root CMakeLists.txt, where include(CTest)
 # has set BUILD_TESTING.
 set(STRATA_DOCS_CHECK_SCRIPT ${PROJECT_SOURCE_DIR}/tests/docs_check.py)
@@ -34,5 +34,9 @@ function(strata_add_docs_check)
   add_test(NAME docs_check COMMAND ${Python3_EXECUTABLE} ${STRATA_DOCS_CHECK_SCRIPT} --root ${PROJECT_SOURCE_DIR}
                                    ${tools})
   set_tests_properties(docs_check PROPERTIES LABELS cpu)
+  # The guide's option table is `strata-train --settings-markdown` (tests/settings_doc_check.py --write regenerates it).
+  add_test(NAME settings_doc_check COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/settings_doc_check.py --root
+                                           ${PROJECT_SOURCE_DIR} --train $<TARGET_FILE:strata-train>)
+  set_tests_properties(settings_doc_check PROPERTIES LABELS cpu)
 endfunction()
 cmake_language(DEFER CALL strata_add_docs_check)

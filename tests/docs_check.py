@@ -7,8 +7,9 @@ Run by ctest as `docs_check` (label cpu; registered in cmake/checks.cmake):
 Checks, failing with file:line for each mismatch:
   1. every `--flag` the README and docs/USER_GUIDE.md give a checked tool is in that tool's --help;
   2. every `--flag` in a tool's --help is documented for that tool in docs/USER_GUIDE.md;
-  3. every YAML key in a USER_GUIDE table's YAML column is a key apply_yaml_text() reads
-     (model/run/train_config.cpp), and every key it reads is in such a column.
+  3. every YAML key in a USER_GUIDE table's YAML column is a key of the settings table (the YAML
+     column of `strata-train --settings-markdown`, keys and aliases), and every one of those is in
+     such a column.
 
 How the docs are read (plain rules, so a doc writer can predict them):
   - A tool's flags are the `--flags` in its --help output, less those right after another
@@ -23,7 +24,7 @@ How the docs are read (plain rules, so a doc writer can predict them):
     (strata-calibrate) makes its section unchecked.
   - YAML keys: in a table whose header has a column starting with "YAML", each code span in that
     column names the key before its first ':' (`plan: {...}` is `plan`); spans starting with
-    `--` are flags and are skipped.
+    `--` are flags and are skipped. A cell may hold an escaped pipe (`\\|`).
 """
 import argparse
 import re
@@ -109,15 +110,15 @@ def help_flags(name, exe):
     return set(FLAG.findall(text))
 
 
-def table_yaml_keys(path):
-    """{key: 'file:line'} from the YAML column of every table that has one."""
+def table_yaml_keys(text, name):
+    """{key: 'name:line'} from the YAML column of every table in markdown `text` that has one."""
     keys = {}
     col = None
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.startswith("|"):
             col = None
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         if col is None:  # a table's header row
             col = next((i for i, c in enumerate(cells) if c.startswith("YAML")), -1)
             continue
@@ -126,18 +127,16 @@ def table_yaml_keys(path):
         for span in SPAN.findall(cells[col]):
             m = YAML_KEY.match(span.strip())
             if m and not span.startswith("-"):
-                keys.setdefault(m.group(1), f"{path.name}:{n}")
+                keys.setdefault(m.group(1), f"{name}:{n}")
     return keys
 
 
-def parser_yaml_keys(path):
-    """The top-level keys apply_yaml_text() compares against (`key == "name"`)."""
-    text = path.read_text()
-    start = text.find("void apply_yaml_text(")
-    if start < 0:
-        raise SystemExit(f"docs_check: apply_yaml_text not found in {path}")
-    end = text.find("\n}\n", start)
-    return set(re.findall(r'\bkey == "([a-z_0-9]+)"', text[start:end]))
+def settings_yaml_keys(exe):
+    """The settings table's keys and aliases: the YAML column of `strata-train --settings-markdown`."""
+    out = subprocess.run([exe, "--settings-markdown"], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise SystemExit(f"docs_check: {exe} --settings-markdown exited {out.returncode}: {out.stderr}")
+    return set(table_yaml_keys(out.stdout, "settings"))
 
 
 def main():
@@ -161,13 +160,13 @@ def main():
         for f in sorted(have - set(in_guide[name])):
             errors.append(f"{guide.name}: {name} --{f} is in `{name} --help` but not documented")
 
-    documented = table_yaml_keys(guide)
-    parsed = parser_yaml_keys(args.root / "model" / "run" / "train_config.cpp")
+    documented = table_yaml_keys(guide.read_text(), guide.name)
+    parsed = settings_yaml_keys(tools["strata-train"])
     for k, where in sorted(documented.items()):
         if k not in parsed:
-            errors.append(f"{where}: YAML key {k} is documented but apply_yaml_text does not read it")
+            errors.append(f"{where}: YAML key {k} is documented but is no key of the settings table")
     for k in sorted(parsed - set(documented)):
-        errors.append(f"{guide.name}: YAML key {k} is read by apply_yaml_text but in no YAML column")
+        errors.append(f"{guide.name}: YAML key {k} is in the settings table but in no YAML column")
 
     for e in errors:
         print(e)

@@ -35,7 +35,7 @@ class Args {
         v = "1";
       }
       if (!known.count(k) && !flags.count(k))
-        throw ConfigError(fmt::format("unknown option --{} (see --help)", k), "command line", k);
+        throw ConfigError(fmt::format("unknown option --{}", k), "command line", k);
       values_[k] = v;
     }
   }
@@ -65,6 +65,8 @@ class Args {
     throw ConfigError(fmt::format("--{} expects a number, got '{}'", k, str(k)), "command line", k);
   }
   const std::vector<std::string>& positional() const { return positional_; }
+  // Every --name given, with its value ("1" for a switch): what apply_flags reads.
+  const std::map<std::string, std::string>& values() const { return values_; }
 
  private:
   std::map<std::string, std::string> values_;

@@ -17,6 +17,7 @@
 #include "model/llama/rng.h"
 #include "model/llama/shapes.h"
 #include "model/run/job.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tools/backend_select.h"
@@ -63,36 +64,16 @@ static const char* kUsage =
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv,
-                {"shape",
-                 "model",
-                 "seq",
-                 "batch",
-                 "mode",
-                 "plan",
-                 "steps",
-                 "warmup",
-                 "backend",
-                 "lora-rank",
-                 "device-memory",
-                 "loss-chunk",
-                 "peak-tflops",
-                 "offload-dir",
-                 "measure-disk",
-                 "config",
-                 "max-grad-norm",
-                 "state-offloading",
-                 "state-offloading-layers",
-                 "master-weights",
-                 "optimizer-state",
-                 "mlp-tiles",
-                 "pad-vocab",
-                 "pack",
-                 "gradients",
-                 "state-offloading-tier"},
-                {"help", "layer-offloading", "loss-recompute", "eager-update"});
+    // The tool's own flags; the settings' flags (--loss-chunk, --gradients, ...) come from the settings table.
+    std::set<std::string> options = {"shape",  "model",   "seq",       "batch",       "mode",         "plan",   "steps",
+                                     "warmup", "backend", "lora-rank", "peak-tflops", "measure-disk", "config", "pack"},
+                          switches = {"help", "loss-recompute", "eager-update"};
+    for (const std::string& f : setting_flags(Tool::bench, false)) options.insert(f);
+    for (const std::string& f : setting_flags(Tool::bench, true)) switches.insert(f);
+    cli::Args a(argc, argv, options, switches);
     if (a.has("help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs((kUsage + std::string("settings (YAML key; default; range):\n") + settings_usage(Tool::bench)).c_str(),
+                 stdout);
       return 0;
     }
     if (a.has("measure-disk")) {
@@ -120,15 +101,11 @@ int main(int argc, char** argv) {
       // The config's plan runs as written (strata-plan --write-config wrote it): no planning here.
       tc.memory_budget_bytes = tc.host_budget_bytes = tc.disk_budget_bytes = 0;
     }
+    apply_flags(tc, {a.values().begin(), a.values().end()}, Tool::bench);
     tc.backend = a.str("backend", "auto");
-    if (a.has("device-memory")) tc.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
     tc.seq = seq;
     tc.batch = batch;
     tc.lr = 1e-5f;
-    tc.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
-    if (a.has("pad-vocab"))
-      tc.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
-    if (a.has("mlp-tiles")) tc.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
     if (mode == "frozen") {
       tc.freeze_base = true;
     } else if (mode == "lora") {
@@ -137,24 +114,14 @@ int main(int argc, char** argv) {
     } else if (mode != "full") {
       throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
     }
-    if (!a.has("config")) tc.plan = preset_plan(plan_name, 1, "--plan", "command line", "plan");
-    tc.offload_dir = a.str("offload-dir", tc.offload_dir);
+    if (!a.has("config")) {  // the preset's activation rules; the state flags' placement stays
+      Plan preset = preset_plan(plan_name, 1, "--plan", "command line", "plan");
+      preset.take_state(tc.plan);
+      tc.plan = preset;
+    }
     if (a.has("state-offloading-tier") && !a.has("state-offloading"))
       throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
                         "command line", "state-offloading-tier");
-    if (a.has("state-offloading"))
-      tc.plan.set_state_offloading(a.str("state-offloading"), "--state-offloading",
-                                   parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
-    if (a.has("state-offloading-layers"))
-      tc.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
-    if (a.has("layer-offloading")) tc.plan.set_layer_weights(Decision::page, "--layer-offloading");
-    if (a.has("master-weights")) tc.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
-    if (a.has("optimizer-state"))
-      tc.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
-    if (a.has("gradients")) tc.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
-    if (a.has("max-grad-norm"))  // else --config's, else strata-train's default
-      tc.max_grad_norm =
-          check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative, Origin::flag("max-grad-norm"));
 
     using Clock = std::chrono::steady_clock;
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
@@ -266,7 +233,7 @@ int main(int argc, char** argv) {
                  med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
     return 0;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "strata-bench: %s\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "strata-bench: error: %s\nsee strata-bench --help\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-bench: error: %s\n", e.what());

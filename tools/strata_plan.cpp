@@ -18,6 +18,7 @@
 #include "model/plan/forecast.h"
 #include "model/plan/planner.h"
 #include "model/plan/timeline_svg.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "tools/cli.h"
 #include "tools/plan_report.h"
@@ -104,34 +105,18 @@ int main(int argc, char** argv) {
   bool json_out = false, have_budget = false, max_seq = false;
   int seq_multiple = 1024, seq_limit = 0;
   try {
-    std::set<std::string> options = {"model",
-                                     "seq",
-                                     "batch",
-                                     "mode",
-                                     "lora-rank",
-                                     "lora-alpha",
-                                     "loss-chunk",
-                                     "config",
-                                     "preset",
-                                     "every",
-                                     "budget",
-                                     "profile",
-                                     "mirror",
-                                     "device-name",
-                                     "write-config",
-                                     "svg",
-                                     "host-budget",
-                                     "disk-budget",
-                                     "state-offloading",
-                                     "state-offloading-layers",
-                                     "data",
-                                     "state-offloading-tier"};
-    options.insert({"master-weights", "optimizer-state", "seq-multiple", "seq-limit", "mlp-tiles", "gpus", "pack",
-                    "grad-reduce", "pad-vocab", "zero-stage", "gradients", "sequence-parallel", "rank",
-                    "max-grad-norm"});
-    cli::Args a(argc, argv, options, {"json", "help", "layer-offloading", "max-seq"});
+    // The tool's own flags; the settings' flags (--loss-chunk, --gradients, ...) come from the settings table.
+    std::set<std::string> options = {"model",        "seq",          "batch", "mode",   "lora-rank",
+                                     "config",       "preset",       "every", "budget", "profile",
+                                     "mirror",       "device-name",  "svg",   "data",   "seq-limit",
+                                     "write-config", "seq-multiple", "gpus",  "pack",   "rank"},
+                          switches = {"json", "help", "max-seq"};
+    for (const std::string& f : setting_flags(Tool::plan, false)) options.insert(f);
+    for (const std::string& f : setting_flags(Tool::plan, true)) switches.insert(f);
+    cli::Args a(argc, argv, options, switches);
     if (a.has("help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs((kUsage + std::string("settings (YAML key; default; range):\n") + settings_usage(Tool::plan)).c_str(),
+                 stdout);
       return 0;
     }
     if (!a.has("model")) throw ConfigError("--model DIR|config.json|NAME is required", "command line", "model");
@@ -150,6 +135,7 @@ int main(int argc, char** argv) {
     TrainConfig tc;  // strata-train's defaults, then --config, then the command line
     tc.seq = 0;
     if (a.has("config")) apply_yaml(tc, a.str("config"));
+    apply_flags(tc, {a.values().begin(), a.values().end()}, Tool::plan);
     model_spec = a.str("model");
     req.model = resolve_model(model_spec);
     // What strata-train also needs to run the written config alone: the checkpoint directory
@@ -170,7 +156,7 @@ int main(int argc, char** argv) {
     };
     req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
     req.batch = int_flag("batch", tc.batch, 1);
-    req.sequence_parallel = int_flag("sequence-parallel", tc.sequence_parallel, 1);
+    req.sequence_parallel = tc.sequence_parallel;
     req.gpus = int_flag("gpus", req.sequence_parallel, 1);  // --sequence-parallel N alone: N GPUs
     if (req.gpus % req.sequence_parallel != 0)
       throw ConfigError(fmt::format("--sequence-parallel {} must divide --gpus {} (data-parallel groups of {} ranks)",
@@ -183,30 +169,20 @@ int main(int argc, char** argv) {
         throw ConfigError(fmt::format("--pack {} must divide --seq {}", pack, req.seq), "command line", "pack");
       for (long i = 0; i < long(req.batch) * req.seq; ++i) req.positions.push_back(int32_t(i % (req.seq / pack)));
     }
-    if (a.has("grad-reduce")) {
-      tc.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
-      tc.grad_reduce_origin = Origin::flag("grad-reduce");
-    }
-    if (a.has("gradients")) tc.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
-    check_grad_reduce(tc);
     req.grad_reduce = effective_grad_reduce(tc);
     if (tc.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
-    req.zero_stage =
-        a.has("zero-stage") ? parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage")) : tc.zero_stage;
+    req.zero_stage = tc.zero_stage;
     if (req.zero_stage) run_keys += fmt::format("zero_stage: {}\n", req.zero_stage);
     req.rank = int_flag("rank", 0, 0);  // ZeRO's shares differ between ranks
     if (req.rank >= req.gpus)
       throw ConfigError(
           fmt::format("--rank {} is not one of the --gpus {} ranks (0..{})", req.rank, req.gpus, req.gpus - 1),
           "command line", "rank");
-    req.loss_chunk_tokens = int_flag("loss-chunk", tc.loss_chunk_tokens, 1);
-    req.mlp_tiles = a.has("mlp-tiles") ? parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles")) : tc.mlp_tiles;
-    req.pad_vocab_multiple = a.has("pad-vocab") ? check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"))
-                                                : tc.pad_vocab_multiple;
+    req.loss_chunk_tokens = tc.loss_chunk_tokens;
+    req.mlp_tiles = tc.mlp_tiles;
+    req.pad_vocab_multiple = tc.pad_vocab_multiple;
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
-    req.lora_alpha = a.has("lora-alpha")
-                         ? check_number(a.number("lora-alpha", 0), NumberRule::positive, Origin::flag("lora-alpha"))
-                         : tc.lora.alpha;
+    req.lora_alpha = tc.lora.alpha;
     req.mode = tc.lora.enabled() ? TrainMode::lora : tc.freeze_base ? TrainMode::frozen : TrainMode::full;
     if (a.has("lora-rank")) req.mode = TrainMode::lora;
     if (a.has("mode")) req.mode = parse_train_mode(a.str("mode"));
@@ -222,27 +198,15 @@ int main(int argc, char** argv) {
       req.plan = preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset");
       req.plan.take_state(tc.plan);
     }
-    if (a.has("layer-offloading")) req.plan.set_layer_weights(Decision::page, "--layer-offloading");
     req.recipe = tc.recipe;
-    req.max_grad_norm = a.has("max-grad-norm") ? check_number(a.number("max-grad-norm", 1.0), NumberRule::non_negative,
-                                                              Origin::flag("max-grad-norm"))
-                                               : tc.max_grad_norm;
+    req.max_grad_norm = tc.max_grad_norm;
     if (req.max_grad_norm != TrainConfig{}.max_grad_norm)
       run_keys += fmt::format("max_grad_norm: {}\n", req.max_grad_norm);
-    if (a.has("master-weights")) req.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
-    if (a.has("optimizer-state"))
-      req.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
     if (a.has("state-offloading-tier") && !a.has("state-offloading"))
       throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
                         "command line", "state-offloading-tier");
-    if (a.has("state-offloading"))
-      req.plan.set_state_offloading(
-          a.str("state-offloading"), "--state-offloading",
-          parse_state_tier(a.str("state-offloading-tier", "host"), "--state-offloading-tier"));
-    if (a.has("state-offloading-layers"))
-      req.plan.parse_state_offloading_layers(a.str("state-offloading-layers"), "--state-offloading-layers");
-    if (a.has("host-budget")) host_budget = parse_bytes(a.str("host-budget"), "--host-budget");
-    if (a.has("disk-budget")) disk_budget = parse_bytes(a.str("disk-budget"), "--disk-budget");
+    host_budget = tc.host_budget_bytes;
+    disk_budget = tc.disk_budget_bytes;
     req.profile = find_profile(a.str("profile", "h100_80gb"));
     const std::string mirror = a.str("mirror", "cuda");
     if (mirror != "cuda" && mirror != "cpu")
@@ -258,7 +222,7 @@ int main(int argc, char** argv) {
     json_out = a.has("json");
     device = current_device(a);
   } catch (const Error& e) {
-    std::fprintf(stderr, "strata-plan: %s\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "strata-plan: error: %s\nsee strata-plan --help\n", e.what());
     return 2;
   }
 

@@ -13,6 +13,7 @@
 #include "model/plan/forecast.h"
 #include "model/run/job.h"
 #include "model/run/launch.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "model/run/train_loop.h"
 #include "tools/backend_select.h"
@@ -20,19 +21,18 @@
 
 using namespace strata;
 
+// The settings' flags come from the settings table (model/run/settings.h); these are the tool's own.
+static const char* kUsageHead =
+    "usage: strata-train --model DIR --data FILE [--config FILE.yaml] [options]\n"
+    "  --config FILE.yaml             the settings of a YAML file, applied before the flags below\n"
+    "  --profile NAME|FILE.json       with --budget: the device profile the planner prices steps with\n"
+    "  --gpus N                       N data-parallel ranks on this node, one process per GPU\n"
+    "  --json                         one JSON object per step on stdout\n"
+    "  --write-config FILE.yaml       write the effective settings (every one not at its default) and exit\n"
+    "  --settings-markdown            print the settings table (docs/USER_GUIDE.md's) and exit\n"
+    "  --help                         this text\n"
+    "settings (YAML key; default; range):\n";
 static const char* kUsage =
-    "usage: strata-train --model DIR --data FILE [--seq 128] [--batch 1] [--steps 10] [--lr 1e-3]\n"
-    "                    [--backend cpu|cuda|auto] [--config FILE.yaml] [--json]\n"
-    "                    [--lora-rank R] [--lora-alpha A] [--freeze-base] [--device-memory BYTES]\n"
-    "                    [--max-grad-norm 1.0] [--weight-decay 0] [--warmup-steps 0] [--save DIR]\n"
-    "                    [--offload-dir DIR] [--budget BYTES [--host-budget BYTES] [--disk-budget BYTES]\n"
-    "                    [--profile NAME|FILE.json]]\n"
-    "                    [--master-weights fp32|none] [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16]\n"
-    "                    [--seed 0] [--loss-chunk 512] [--epochs N] [--grad-accum 1] [--lr-scheduler "
-    "constant|linear|cosine]\n"
-    "                    [--gpus N [--grad-reduce fp32|bf16] [--zero-stage 0|1|2|3] [--sequence-parallel N]]\n"
-    "                    [--save-steps 0] [--resume auto|DIR]\n"
-    "                    [--mlp-tiles auto|N] [--sample-packing] [--pad-vocab 64] [--help]\n"
     "Command-line options override the YAML file. --json prints one JSON object per step on stdout.\n"
     "Instead of --data, the --config file may list datasets (completion, alpaca or chat; .txt or .jsonl),\n"
     "tokenised with the tokenizer of base_model (or tokenizer) and cached next to each file.\n"
@@ -160,107 +160,28 @@ int main(int argc, char** argv) {
     // SIGINT/SIGTERM: a --save in progress removes its temp file, then the signal ends the run
     // as it would have (the disk tier's offload file has no name to leave behind).
     io::remove_temps_on_signals();
-    cli::Args a(argc, argv,
-                {"model",
-                 "data",
-                 "seq",
-                 "batch",
-                 "steps",
-                 "lr",
-                 "backend",
-                 "config",
-                 "lora-rank",
-                 "lora-alpha",
-                 "device-memory",
-                 "max-grad-norm",
-                 "weight-decay",
-                 "warmup-steps",
-                 "save",
-                 "seed",
-                 "loss-chunk",
-                 "offload-dir",
-                 "budget",
-                 "host-budget",
-                 "disk-budget",
-                 "profile",
-                 "master-weights",
-                 "optimizer-state",
-                 "epochs",
-                 "grad-accum",
-                 "lr-scheduler",
-                 "save-steps",
-                 "resume",
-                 "mlp-tiles",
-                 "grad-reduce",
-                 "pad-vocab",
-                 "zero-stage",
-                 "gradients",
-                 "sequence-parallel"},
-                {"json", "freeze-base", "sample-packing", "help"});
+    std::set<std::string> valued = {"config", "profile", "write-config"},
+                          switches = {"json", "help", "settings-markdown"};
+    for (const std::string& f : setting_flags(Tool::train, false)) valued.insert(f);
+    for (const std::string& f : setting_flags(Tool::train, true)) switches.insert(f);
+    cli::Args a(argc, argv, valued, switches);
     if (a.has("help")) {
-      std::fputs(kUsage, stdout);
+      std::fputs((kUsageHead + settings_usage(Tool::train) + kUsage).c_str(), stdout);
+      return 0;
+    }
+    if (a.has("settings-markdown")) {
+      std::fputs(settings_markdown().c_str(), stdout);
       return 0;
     }
     cfg.backend = "auto";
     if (a.has("config")) apply_yaml(cfg, a.str("config"));
-    // Each flag is checked as it is read, by the rules the YAML keys follow (model/run/train_config.h):
-    // its error names the flag; a YAML value's error names the file and the key.
-    auto int_flag = [&](const char* k, int& dst, int lo) {
-      if (a.has(k)) dst = check_int(a.integer(k, 0), lo, Origin::flag(k));
-    };
-    auto num_flag = [&](const char* k, float& dst, NumberRule rule) {
-      if (a.has(k)) dst = check_number(a.number(k, 0), rule, Origin::flag(k));
-    };
-    cfg.model_dir = a.str("model", cfg.model_dir);
-    cfg.data_path = a.str("data", cfg.data_path);
-    int_flag("seq", cfg.seq, 1);
-    int_flag("batch", cfg.batch, 1);
-    int_flag("steps", cfg.steps, 0);
-    if (a.has("steps")) cfg.steps_given = true;
-    num_flag("epochs", cfg.num_epochs, NumberRule::positive);
-    int_flag("grad-accum", cfg.grad_accum, 1);
-    if (a.has("lr-scheduler"))
-      cfg.lr_scheduler = parse_lr_scheduler(a.str("lr-scheduler"), Origin::flag("lr-scheduler"));
-    int_flag("save-steps", cfg.save_steps, 0);
-    if (a.has("resume")) cfg.resume_from_checkpoint = parse_resume(a.str("resume"));
-    num_flag("lr", cfg.lr, NumberRule::positive);
-    cfg.backend = a.str("backend", cfg.backend);
-    num_flag("max-grad-norm", cfg.max_grad_norm, NumberRule::non_negative);
-    num_flag("weight-decay", cfg.weight_decay, NumberRule::non_negative);
-    int_flag("warmup-steps", cfg.warmup_steps, 0);
-    if (a.has("seed")) {
-      const long seed = a.integer("seed", 0);
-      if (seed < 0) throw ConfigError(fmt::format("--seed must be >= 0, got {}", seed), "command line", "seed");
-      cfg.seed = uint64_t(seed);
+    // Each flag is checked as it is read, by the rules its YAML key follows (model/run/settings.h): its
+    // error names the flag; a YAML value's error names the file, the line and the key.
+    apply_flags(cfg, {a.values().begin(), a.values().end()}, Tool::train);
+    if (a.has("write-config")) {
+      io::write_file_atomic(a.str("write-config"), write_config(cfg, "# strata-train --write-config\n"));
+      return 0;
     }
-    int_flag("loss-chunk", cfg.loss_chunk_tokens, 1);
-    if (a.has("mlp-tiles")) cfg.mlp_tiles = parse_mlp_tiles(a.str("mlp-tiles"), Origin::flag("mlp-tiles"));
-    if (a.has("grad-reduce")) {
-      cfg.grad_reduce = parse_grad_reduce(a.str("grad-reduce"), Origin::flag("grad-reduce"));
-      cfg.grad_reduce_origin = Origin::flag("grad-reduce");
-    }
-    if (a.has("zero-stage")) cfg.zero_stage = parse_zero_stage(a.integer("zero-stage", 0), Origin::flag("zero-stage"));
-    int_flag("sequence-parallel", cfg.sequence_parallel, 1);
-    if (a.has("pad-vocab"))
-      cfg.pad_vocab_multiple = check_pad_vocab(a.integer("pad-vocab", 0), Origin::flag("pad-vocab"));
-    int_flag("lora-rank", cfg.lora.rank, 0);  // 0: no LoRA (turns off a config's adapter)
-    num_flag("lora-alpha", cfg.lora.alpha, NumberRule::positive);
-    if (a.has("freeze-base")) cfg.freeze_base = true;
-    if (a.has("sample-packing")) cfg.sample_packing = true;
-    if (a.has("device-memory")) cfg.device_budget_bytes = parse_bytes(a.str("device-memory"), "--device-memory");
-    if (a.has("save")) cfg.output_dir = a.str("save");
-    if (a.has("offload-dir")) cfg.offload_dir = a.str("offload-dir");
-    if (a.has("budget")) {
-      cfg.memory_budget_bytes = parse_bytes(a.str("budget"), "--budget");
-      if (!cfg.memory_budget_bytes) throw ConfigError("--budget must be above 0", "command line", "budget");
-    }
-    if (a.has("master-weights")) cfg.recipe.master = parse_master_weights(a.str("master-weights"), "--master-weights");
-    if (a.has("optimizer-state"))
-      cfg.recipe.moments = parse_optimizer_state(a.str("optimizer-state"), "--optimizer-state");
-    if (a.has("gradients")) cfg.recipe.gradients = parse_gradients(a.str("gradients"), "--gradients");
-    check_grad_reduce(cfg);
-    if (a.has("host-budget")) cfg.host_budget_bytes = parse_bytes(a.str("host-budget"), "--host-budget");
-    if (a.has("disk-budget")) cfg.disk_budget_bytes = parse_bytes(a.str("disk-budget"), "--disk-budget");
     if (a.has("profile")) {
       profile = a.str("profile");
       find_profile(profile);  // a bad name or file fails here, before any model is loaded
@@ -307,13 +228,19 @@ int main(int argc, char** argv) {
     if (cfg.data_path.empty() && cfg.datasets.empty())
       throw ConfigError("--data FILE (or data or datasets in the --config file) is required", "command line", "data");
   } catch (const Error& e) {
-    std::fprintf(stderr, "strata-train: %s\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "strata-train: error: %s\nsee strata-train --help\n", e.what());
     return 2;
   }
 
   std::FILE* info = json ? stderr : stdout;  // with --json, stdout carries only the JSON lines
   // Ranks other than 0 train silently (errors still reach stderr); rank 0 prints and writes files.
-  const LaunchEnv env = read_launch_env();
+  LaunchEnv env;
+  try {
+    env = read_launch_env();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata-train: error: %s\n", e.what());
+    return 2;
+  }
   if (env.rank > 0) {
     info = nullptr;
     json = false;
@@ -358,6 +285,9 @@ int main(int argc, char** argv) {
       if (info) print_done(info, job, res);
       if (!job.config().output_dir.empty()) job.save(job.config().output_dir);
       return 0;
+    } catch (const ConfigError& e) {  // settings that cannot run (a budget nothing fits, ranks that do not divide)
+      std::fprintf(stderr, "strata-train: error: %s\n", e.what());
+      return 2;
     } catch (const Error& e) {
       std::fprintf(stderr, "strata-train: error: %s\n", e.what());
       return 1;

@@ -130,7 +130,8 @@ struct MemoryPlan {
   MemoryPlan& set_state_offloading_layers(const std::string& level, int layers);
 };
 
-// strata-train's settings, field for field (docs/USER_GUIDE.md names the YAML key of each).
+// strata-train's settings: every key of its settings table (docs/USER_GUIDE.md), through set/get
+// by YAML key; the common ones also as the typed fields below.
 struct SessionConfig {
   std::string model_dir;        // base_model: a Hugging Face checkpoint directory
   std::string data_path;        // data: a token file (docs/FORMATS.md); empty: only step(batch) is used
@@ -161,6 +162,16 @@ struct SessionConfig {
   std::string optimizer_state = "fp32";  // fp32 | bf16 | 8bit
   std::string gradients = "fp32";        // fp32 | bf16: the trainable parameters' gradients
   std::string output_dir;                // save() without an argument writes here
+
+  // Any setting by its YAML key (or alias), its value as YAML text: set("gradient_accumulation_steps",
+  // "4"), set("gradient_checkpointing", "{every: 2}"); get("zero_stage") -> "0" ("" = not set). The
+  // typed fields above are the same settings (set("seq", "256") sets `seq`). ConfigError naming the
+  // key for a bad value, or an unknown key (with the nearest known one).
+  void set(const std::string& key, const std::string& value);
+  std::string get(const std::string& key) const;
+  static std::vector<std::string> keys();  // every setting's YAML key, in the table's order
+  // The settings the typed fields do not hold, (key, YAML value), kept by set() and apply_yaml.
+  std::vector<std::pair<std::string, std::string>> more;
 };
 
 // Applies a strata-train YAML file (or text) on top of `cfg`, with strata-train's checks: a bad

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "model/run/checkpoint.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/llama.h"
-#include "model/plan/planner.h"
 #include "model/llama/rng.h"
+#include "model/plan/forecast.h"
+#include "model/plan/planner.h"
+#include "model/run/checkpoint.h"
 #include "model/run/train_config.h"
 #include "model/run/train_loop.h"
 #include "model/train/trainer.h"
@@ -287,7 +287,7 @@ TEST(GradsBf16Ops, ConfigKeysFlagsAndTheirErrors) {
       [&] { apply_yaml_text(bad, "grad_reduce_dtype: fp32\ngradients: bf16\n", "g.yaml"); });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->field, "grad_reduce_dtype");
-  EXPECT_NE(std::string(e->what()).find("g.yaml: grad_reduce_dtype is fp32"), std::string::npos) << e->what();
+  EXPECT_NE(std::string(e->what()).find("g.yaml:1: grad_reduce_dtype is fp32"), std::string::npos) << e->what();
   // The same from a flag after the file (as strata-train applies them), and the default says nothing.
   TrainConfig flag;
   apply_yaml_text(flag, "gradients: bf16\n", "g.yaml");

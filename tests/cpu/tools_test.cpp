@@ -188,7 +188,7 @@ TEST_F(tools, plan_out_of_range_flags_exit_2_naming_the_flag) {
        }) {
     Proc r = run(kPlan + " --model " + quote(model()) + " --mirror cpu --device-name cpu " + c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
-    EXPECT_NE(r.err.find("strata-plan: " + c.flag + " must be"), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find("strata-plan: error: " + c.flag + " must be"), std::string::npos) << c.args << "\n" << r.err;
     EXPECT_EQ(r.out.find("peak device memory"), std::string::npos) << c.args << " forecast:\n" << r.out;
   }
   Proc ok = run(kPlan + " --model " + quote(model()) + " --mirror cpu --device-name cpu --seq 16");
@@ -398,7 +398,10 @@ TEST_F(tools, train_bad_usage_exits_2_naming_the_flag) {
     Proc r = run(kTrain + " " + c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.flag), std::string::npos) << c.args << "\n" << r.err;
-    EXPECT_NE(r.err.find("usage"), std::string::npos) << c.args << "\n" << r.err;
+    // One line for the error, one for the hint: not the whole usage.
+    EXPECT_EQ(r.err.rfind("strata-train: error: ", 0), 0u) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find("\nsee strata-train --help\n"), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << c.args << "\n" << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
 }
@@ -450,10 +453,11 @@ TEST_F(tools, train_config_errors_name_the_yaml_file_and_key) {
     std::ofstream(cfg) << c.yaml;
     Proc r = run(train_cmd("--steps 1 --config " + quote(cfg)));
     EXPECT_EQ(r.code, 2) << c.yaml << "\n" << r.err;
-    EXPECT_NE(r.err.find("strata-train: " + cfg + ": "), std::string::npos) << c.yaml << "\n" << r.err;
+    EXPECT_NE(r.err.find("strata-train: error: " + cfg + ":"), std::string::npos) << c.yaml << "\n" << r.err;
     EXPECT_NE(r.err.find(c.key), std::string::npos) << c.yaml << "\n" << r.err;
     EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
-    const std::string first = r.err.substr(0, r.err.find('\n'));  // the usage text follows
+    EXPECT_EQ(r.err.find(".cpp:"), std::string::npos) << "a source location: " << r.err;
+    const std::string first = r.err.substr(0, r.err.find('\n'));  // the hint line follows
     EXPECT_EQ(first.find("--"), std::string::npos) << "names a flag: " << first;
   }
 }
