@@ -285,10 +285,7 @@ int main(int argc, char** argv) {
       if (info) print_done(info, job, res);
       if (!job.config().output_dir.empty()) job.save(job.config().output_dir);
       return 0;
-    } catch (const ConfigError& e) {  // settings that cannot run (a budget nothing fits, ranks that do not divide)
-      std::fprintf(stderr, "strata-train: error: %s\n", e.what());
-      return 2;
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // found building or running the job (a budget nothing fits: exit 1, as documented)
       std::fprintf(stderr, "strata-train: error: %s\n", e.what());
       return 1;
     } catch (const std::exception& e) {

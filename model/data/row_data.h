@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/llama/rng.h"
 #include "model/llama/batch.h"
+#include "model/llama/rng.h"
 
 namespace strata {
 

@@ -1,5 +1,6 @@
-// LlamaModel's construction (model/llama/llama.h): the parameters of a config, their state tiers (ModelOptions::state_plan),
-// the weight pager of layer_weights: page or ZeRO-3, LoRA adapters, and the host and disk state laid out.
+// LlamaModel's construction (model/llama/llama.h): the parameters of a config, their state tiers
+// (ModelOptions::state_plan), the weight pager of layer_weights: page or ZeRO-3, LoRA adapters, and the host and disk
+// state laid out.
 #include "model/llama/llama.h"
 
 #include <fmt/format.h>

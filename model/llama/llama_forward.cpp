@@ -43,7 +43,8 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
 ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training,
                              double packed_pairs, const SeqShard& sp) {
   const int Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
-  // Sequence parallelism: this rank's T/n tokens of each row; attention over all T on its heads (model/llama/seq_parallel.h).
+  // Sequence parallelism: this rank's T/n tokens of each row; attention over all T on its heads
+  // (model/llama/seq_parallel.h).
   const int n = sp.size();
   const int Hkv_sp = seq_parallel_kv_heads(cfg_, n);  // KV heads after replication (Hkv without sp)
   check_seq_parallel_len(T, n);

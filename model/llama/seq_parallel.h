@@ -10,8 +10,8 @@
 // them) when lcm(Hkv, n) divides num_attention_heads; anything else is refused.
 //
 // Gradients: each rank's weight gradients are the sums over its tokens; the trainer's data-parallel all-reduce
-// (model/train/optimizer.h) sums them over every rank, and the loss is the token-weighted mean over every rank's tokens,
-// so the step equals one rank training on the whole rows (to the rounding of another summation order).
+// (model/train/optimizer.h) sums them over every rank, and the loss is the token-weighted mean over every rank's
+// tokens, so the step equals one rank training on the whole rows (to the rounding of another summation order).
 #pragma once
 #include <cstdint>
 #include <vector>

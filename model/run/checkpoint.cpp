@@ -20,8 +20,8 @@
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
-#include "model/run/checkpoint_pieces.h"
 #include "model/llama/zero.h"
+#include "model/run/checkpoint_pieces.h"
 
 namespace strata {
 

@@ -34,8 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "model/llama/llama.h"
 #include "model/data/row_data.h"
+#include "model/llama/llama.h"
 #include "model/run/train_config.h"
 
 namespace strata {

@@ -12,9 +12,9 @@
 #include "engine/error.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
+#include "model/llama/zero.h"
 #include "model/run/checkpoint.h"
 #include "model/run/checkpoint_pieces.h"
-#include "model/llama/zero.h"
 
 namespace strata {
 

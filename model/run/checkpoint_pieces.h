@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "model/run/checkpoint.h"
 #include "model/llama/llama.h"
+#include "model/run/checkpoint.h"
 
 namespace strata::checkpoint_detail {
 

@@ -3,11 +3,11 @@
 // 4 KiB smaller), the reservation adds the stated headroom, and the request carries the run's
 // plan, recipe, mode and paging so a leaner plan reserves less.
 #include "model/plan/arena_sizing.h"
-#include "model/run/forecast_request.h"
 
 #include <gtest/gtest.h>
 
 #include "engine/error.h"
+#include "model/run/forecast_request.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/tiny_model.h"
 

@@ -15,13 +15,13 @@
 #include <thread>
 
 #include "engine/comm.h"
-#include "model/run/checkpoint.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/data/row_data.h"
+#include "model/llama/zero.h"
+#include "model/plan/forecast.h"
+#include "model/run/checkpoint.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
-#include "model/llama/zero.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"
 #include "tests/cpu/tiny_model.h"

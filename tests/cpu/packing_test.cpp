@@ -15,9 +15,9 @@
 #include "kernels/rope.h"
 #include "kernels_test_util.h"
 #include "model/data/datasets.h"
-#include "model/plan/forecast.h"
-#include "model/llama/llama.h"
 #include "model/data/row_data.h"
+#include "model/llama/llama.h"
+#include "model/plan/forecast.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/sim_twin.h"
 

@@ -14,8 +14,8 @@
 
 #include "io/safetensors.h"
 #include "kernels/lm_head_ce.h"
-#include "model/run/checkpoint.h"
 #include "model/llama/rng.h"
+#include "model/run/checkpoint.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/sim_twin.h"
 #include "tests/cpu/train_loop_util.h"

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "engine/comm.h"
-#include "model/run/checkpoint.h"
-#include "model/llama/llama.h"
 #include "model/data/row_data.h"
+#include "model/llama/llama.h"
+#include "model/run/checkpoint.h"
 #include "model/train/trainer.h"
 
 namespace strata::test_util {

@@ -1,5 +1,5 @@
-// Sequence parallelism (model/llama/seq_parallel.h) on the cpu communicator, ranks as threads: N ranks share each row of
-// the global batch (each holds T/N tokens; all-to-alls around attention) against one rank training on the whole
+// Sequence parallelism (model/llama/seq_parallel.h) on the cpu communicator, ranks as threads: N ranks share each row
+// of the global batch (each holds T/N tokens; all-to-alls around attention) against one rank training on the whole
 // rows. What is bit-exact, and what only to rounding:
 //  - the forward: every rank's logits are exactly one rank's logits of its tokens (the ops before and after attention
 //    work token by token, and attention on a head sees the same whole sequence), packed rows included;
@@ -23,8 +23,8 @@
 #include "engine/comm.h"
 #include "engine/ops.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/data/row_data.h"
+#include "model/plan/forecast.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/tiny_model.h"

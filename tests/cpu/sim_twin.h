@@ -8,8 +8,8 @@
 
 #include "engine/backend.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/llama.h"
+#include "model/plan/forecast.h"
 #include "model/train/trainer.h"
 #include "tiny_model.h"
 

@@ -16,11 +16,11 @@
 #include <optional>
 
 #include "engine/backend.h"
-#include "model/run/checkpoint.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/llama.h"
+#include "model/plan/forecast.h"
 #include "model/plan/planner.h"
+#include "model/run/checkpoint.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/expect_error.h"

@@ -11,10 +11,10 @@
 
 #include "engine/backend.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/llama.h"
-#include "model/plan/planner.h"
 #include "model/llama/rng.h"
+#include "model/plan/forecast.h"
+#include "model/plan/planner.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/run_result.h"

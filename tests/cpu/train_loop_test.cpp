@@ -12,9 +12,9 @@
 #include <numbers>
 #include <set>
 
+#include "model/data/row_data.h"
 #include "model/train/grad_accum.h"
 #include "model/train/lr_schedule.h"
-#include "model/data/row_data.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/train_loop_util.h"
 
@@ -290,7 +290,7 @@ TEST(RowData, HeldOutRowsNeverTrainAndEveryEpochVisitsEachTrainingRowOnce) {
   // The float a YAML value is kept in (0.100000001): still 5 rows, not 6.
   EXPECT_EQ(split_rows(50, double(0.1f), 7).val.size(), 5u);
   EXPECT_EQ(split_rows(30, double(0.1f), 7).val.size(), 3u);
-  EXPECT_EQ(split_rows(50, 0.1, 7).val, s.val);    // the seed fixes them
+  EXPECT_EQ(split_rows(50, 0.1, 7).val, s.val);  // the seed fixes them
   TokenRows rows(synthetic_tokens(50 * 8 + 1, 61, 1), 8);
   ASSERT_EQ(rows.rows(), 50);
   RowSampler sampler(s.train, 3);

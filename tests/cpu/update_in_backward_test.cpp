@@ -18,8 +18,8 @@
 #include "engine/backend.h"
 #include "engine/error.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/llama.h"
+#include "model/plan/forecast.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/tiny_model.h"
 

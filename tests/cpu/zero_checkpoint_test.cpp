@@ -1,7 +1,7 @@
-// ZeRO-1 and ZeRO-2 checkpoints (model/run/checkpoint.h): every rank writes its shard of the optimizer state, rank 0 the
-// rest. A run stopped and resumed from such a checkpoint is bit-identical to the uninterrupted one on cpu;
-// its weights file equals an unsharded run's; a failure on one rank makes every rank fail and leaves no
-// checkpoint and no temp behind. Another number of ranks resumes them: tests/cpu/zero_reshard_test.cpp.
+// ZeRO-1 and ZeRO-2 checkpoints (model/run/checkpoint.h): every rank writes its shard of the optimizer state, rank 0
+// the rest. A run stopped and resumed from such a checkpoint is bit-identical to the uninterrupted one on cpu; its
+// weights file equals an unsharded run's; a failure on one rank makes every rank fail and leaves no checkpoint and no
+// temp behind. Another number of ranks resumes them: tests/cpu/zero_reshard_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <span>
 
 #include "engine/comm.h"
-#include "model/run/checkpoint.h"
 #include "model/data/data.h"
 #include "model/data/row_data.h"
+#include "model/run/checkpoint.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"

@@ -20,9 +20,9 @@
 
 #include "engine/comm.h"
 #include "io/safetensors.h"
-#include "model/run/checkpoint.h"
 #include "model/data/data.h"
 #include "model/data/row_data.h"
+#include "model/run/checkpoint.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/rank_threads.h"
 #include "tests/cpu/run_result.h"

@@ -12,8 +12,8 @@
 #include "engine/ops.h"
 #include "gpu_test_util.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/llama.h"
+#include "model/plan/forecast.h"
 #include "model/train/trainer.h"
 #include "small_llama.h"
 

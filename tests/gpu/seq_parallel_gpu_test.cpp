@@ -1,8 +1,8 @@
-// Sequence parallelism on GPUs (model/llama/seq_parallel.h): the block-copy kernel against the cpu reference, and N ranks
-// (one process per GPU, NCCL all-to-alls; the test re-executes itself as the ranks, as comm_gpu_test does) against
-// one GPU on the same rows: each rank's logits are one GPU's logits of its tokens, and 6 training steps (clipping
-// on) give one GPU's losses. Tolerances (bf16): the GEMMs run on T/N rows instead of T (cuBLASLt may pick other
-// algorithms) and attention on H/N heads, so activations differ by bf16 rounding: logits within 0.03 + 1% of the
+// Sequence parallelism on GPUs (model/llama/seq_parallel.h): the block-copy kernel against the cpu reference, and N
+// ranks (one process per GPU, NCCL all-to-alls; the test re-executes itself as the ranks, as comm_gpu_test does)
+// against one GPU on the same rows: each rank's logits are one GPU's logits of its tokens, and 6 training steps
+// (clipping on) give one GPU's losses. Tolerances (bf16): the GEMMs run on T/N rows instead of T (cuBLASLt may pick
+// other algorithms) and attention on H/N heads, so activations differ by bf16 rounding: logits within 0.03 + 1% of the
 // logit's magnitude; losses within 5e-3 relative. Fewer than 2 GPUs, or a build without NCCL: those cases skip.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -10,8 +10,8 @@
 #include "gpu_test_util.h"
 #include "kernels/attention_workspace.h"
 #include "model/data/data.h"
-#include "model/plan/forecast.h"
 #include "model/llama/shapes.h"
+#include "model/plan/forecast.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/attention_cuda.h"
