@@ -49,6 +49,9 @@ struct Plan {
   // forward, recompute and backward order). YAML `layer_weights: page` (older spelling
   // `layer_offloading: true`). One decision for the class: every layer pages, or none does.
   Decision layer_weights = Decision::keep;
+  // Each layer's MLP over this many row tiles (mlp_tiles); 0 = auto: untiled unless the budget
+  // planner tiles it to fit. The planner's result carries its choice here.
+  int mlp_tiles = 0;
   // Whether the plan pages the layer weights: the one place the model's bool is derived from
   // (ModelOptions::page_layers, the tools' and the library's `layer_offloading`).
   bool pages_layer_weights() const { return layer_weights == Decision::page; }

@@ -129,7 +129,7 @@ json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_
             {"sim_runs", pr.sim_runs},
             {"label", pr.label},
             {"layer_offloading", pr.plan.pages_layer_weights()},
-            {"mlp_tiles", pr.mlp_tiles}};
+            {"mlp_tiles", pr.plan.mlp_tiles}};
   if (!pr.rank_peak_bytes.empty()) {  // ZeRO: the plan fits every rank; the forecast is max_rank's
     j["rank_peak_bytes"] = pr.rank_peak_bytes;
     j["max_rank"] = pr.rank;

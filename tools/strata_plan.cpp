@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
           fmt::format("--rank {} is not one of the --gpus {} ranks (0..{})", req.rank, req.gpus, req.gpus - 1),
           "command line", "rank");
     req.loss_chunk_tokens = tc.loss_chunk_tokens;
-    req.mlp_tiles = tc.mlp_tiles;
+    req.mlp_tiles = tc.plan.mlp_tiles;
     req.pad_vocab_multiple = tc.pad_vocab_multiple;
     req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
     req.lora_alpha = tc.lora.alpha;
@@ -315,7 +315,7 @@ int main(int argc, char** argv) {
       print_rank_peaks(info, pr);
       f = std::move(pr.forecast);
       plan = pr.plan;
-      req.mlp_tiles = pr.mlp_tiles;
+      req.mlp_tiles = pr.plan.mlp_tiles;
       const std::string why = ms.at_limit
                                   ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
                                   : fmt::format("{} tokens do not fit", ms.next_seq);
@@ -338,7 +338,7 @@ int main(int argc, char** argv) {
       }
       f = std::move(pr.forecast);
       plan = pr.plan;
-      req.mlp_tiles = pr.mlp_tiles;
+      req.mlp_tiles = pr.plan.mlp_tiles;
       if (!pr.rank_peak_bytes.empty()) req.rank = pr.rank;
       std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
                    format_bytes(budget).c_str(), pr.sim_runs, pr.tried.size());

@@ -584,7 +584,7 @@ PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets
   ForecastRequest r = base;
   r.mlp_tiles = tiles;
   PlanResult pr = plan_search(r, budgets, diagnose);
-  pr.mlp_tiles = tiles;
+  pr.plan.mlp_tiles = tiles;  // the plan carries what the planner decided
   if (tiles > 1) {
     const std::string tail = fmt::format(" + MLP in {} tiles", tiles);
     if (!pr.label.empty()) pr.label += tail;

@@ -85,7 +85,6 @@ struct PlanResult {
   std::string short_tier_label;
   std::vector<PlanTried> tried;
   int sim_runs = 0;
-  int mlp_tiles = 1;  // the MLP's row tiles the plan runs with (ModelOptions::mlp_tiles)
   // ZeRO over several ranks (zero_stage >= 1, gpus > 1), where the ranks' shares and so their peaks differ:
   // the chosen plan fits every rank; `forecast` is rank `rank`'s, the largest peak, and rank_peak_bytes each
   // rank's peak (bytes) under the plan. Empty otherwise (every rank's forecast is the same).
@@ -96,8 +95,8 @@ struct PlanResult {
 // With ZeRO over several ranks the plan must fit every rank (PlanResult::rank_peak_bytes): the search runs on
 // the rank with the largest peak under base.plan (base.rank is not used), every rank is forecast under the
 // chosen plan, and a shortfall on any rank searches again under a device budget lowered by it.
-// The MLP's tile count: base.mlp_tiles when set (> 0); when 0 (auto) the search runs untiled first,
-// and only when nothing fits untiled tries 2, 4, ... 64 tiles (while a tile keeps at least 64 rows;
+// The MLP's tile count: base.mlp_tiles (the request's plan.mlp_tiles) when set (> 0); when 0 (auto) the search runs
+// untiled first, and only when nothing fits untiled tries 2, 4, ... 64 tiles (while a tile keeps at least 64 rows;
 // never with LoRA adapters on the MLP): the most tiles first (nothing fitting is diagnosed there,
 // the least memory), then the fewest tiles that fit by bisection, or twice that many when faster.
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets);

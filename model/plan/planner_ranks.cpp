@@ -46,7 +46,7 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
     }
     ForecastRequest c = r;
     c.plan = pr.plan;
-    c.mlp_tiles = pr.mlp_tiles;
+    c.mlp_tiles = pr.plan.mlp_tiles;
     pr.rank_peak_bytes.assign(size_t(base.gpus), 0);
     size_t short_by = 0;
     int largest = -1;  // the fitting rank with the largest peak

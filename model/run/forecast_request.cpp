@@ -14,7 +14,7 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   req.lora_targets = cfg.lora.target_modules;
   req.loss_chunk_tokens = cfg.loss_chunk_tokens;
   req.pad_vocab_multiple = cfg.pad_vocab_multiple;
-  req.mlp_tiles = cfg.mlp_tiles;
+  req.mlp_tiles = cfg.plan.mlp_tiles;
   req.recipe = cfg.recipe;
   req.max_grad_norm = cfg.max_grad_norm;
   req.plan = cfg.plan;

@@ -196,7 +196,6 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
                  format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(), f.peak_phase.c_str(),
                  f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s);
     c.plan = pr.plan;
-    c.mlp_tiles = pr.mlp_tiles;
     planned_ = std::move(pr);
   }
 

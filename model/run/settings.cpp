@@ -251,6 +251,7 @@ void SettingsReader::finish(TrainConfig& c) {
                               : (state_plan.state.empty() ? "explicit" : state_plan.state_preset + " + explicit");
   }
   c.plan.layer_weights = weights;  // this source's decision, else the one before it
+  c.plan.mlp_tiles = mlp_tiles;
   if (has_explicit) {
     // An explicit table goes before the preset's rules: first match wins.
     c.plan.overrides = explicit_plan.rules;

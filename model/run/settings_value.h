@@ -63,7 +63,8 @@ class SettingValue {
 // layer_weights and layer_offloading must agree. finish() applies it.
 class SettingsReader {
  public:
-  SettingsReader(const TrainConfig& c, std::string source) : source(std::move(source)), weights(c.plan.layer_weights) {}
+  SettingsReader(const TrainConfig& c, std::string source)
+      : source(std::move(source)), weights(c.plan.layer_weights), mlp_tiles(c.plan.mlp_tiles) {}
   std::string source;
   Plan explicit_plan, state_plan;
   std::string state_level = "none", state_where;
@@ -73,6 +74,7 @@ class SettingsReader {
   Decision weights;         // layer_weights (or layer_offloading) as this source gives it
   std::string weights_key;  // the key (or flag) that gave it, with its value as written
   std::string weights_shown;
+  int mlp_tiles;  // mlp_tiles: a preset key later in the source replaces the plan, so it goes in at the end
   void finish(TrainConfig& c);
 };
 

@@ -46,9 +46,6 @@ struct TrainConfig {
   size_t host_budget_bytes = 0;    // the planner's host-tier budget (host_memory_budget; 0 = no host tier)
   size_t disk_budget_bytes = 0;    // the planner's disk-tier budget (disk_memory_budget; 0 = no disk tier)
   int loss_chunk_tokens = 512;
-  // mlp_tiles (ModelOptions::mlp_tiles): N >= 1 row tiles per layer's MLP; 0 = auto: the budget
-  // planner chooses when it plans (memory_budget), else 1 (untiled).
-  int mlp_tiles = 0;
   // grad_reduce_dtype (OptimizerOptions::reduce_dtype): what data-parallel ranks sum fp32 gradients
   // in; where it was set (empty `where`: the default). With gradients: bf16 the sums are bf16 anyway.
   DType grad_reduce = DType::f32;

@@ -328,7 +328,7 @@ TEST(MlpTiles, PlannerTilesOnlyWhenNothingFitsUntiled) {
   // The lowest memory untiled (the planner's minimum) and tiled (gradient checkpointing, 8 tiles).
   const PlanResult untiled_min = plan_for_budget(mlp_heavy(Plan::keep_everything(), 1), size_t(1) << 20);
   ASSERT_FALSE(untiled_min.found);
-  EXPECT_EQ(untiled_min.mlp_tiles, 1);
+  EXPECT_EQ(untiled_min.plan.mlp_tiles, 1);
   const Forecast tiled_gc = forecast(mlp_heavy(Plan::gradient_checkpointing(1), 8));
   ASSERT_LT(tiled_gc.high_water_bytes, untiled_min.minimum_bytes);
 
@@ -336,18 +336,18 @@ TEST(MlpTiles, PlannerTilesOnlyWhenNothingFitsUntiled) {
   const Forecast keep = forecast(mlp_heavy(Plan::keep_everything(), 1));
   const PlanResult roomy = plan_for_budget(mlp_heavy(Plan::keep_everything(), 0), keep.high_water_bytes + (1 << 20));
   ASSERT_TRUE(roomy.found);
-  EXPECT_EQ(roomy.mlp_tiles, 1);
+  EXPECT_EQ(roomy.plan.mlp_tiles, 1);
 
   // Below the untiled minimum: auto tiles, fixed 1 finds nothing.
   const size_t budget = (tiled_gc.high_water_bytes + untiled_min.minimum_bytes) / 2;
   EXPECT_FALSE(plan_for_budget(mlp_heavy(Plan::keep_everything(), 1), budget).found);
   const PlanResult pr = plan_for_budget(mlp_heavy(Plan::keep_everything(), 0), budget);
   ASSERT_TRUE(pr.found) << pr.label;
-  EXPECT_GT(pr.mlp_tiles, 1);
-  EXPECT_NE(pr.label.find(fmt::format("MLP in {} tiles", pr.mlp_tiles)), std::string::npos) << pr.label;
+  EXPECT_GT(pr.plan.mlp_tiles, 1);
+  EXPECT_NE(pr.label.find(fmt::format("MLP in {} tiles", pr.plan.mlp_tiles)), std::string::npos) << pr.label;
   EXPECT_LE(pr.forecast.high_water_bytes, budget);
   // The plan runs on cpu within the budget, at the forecast peak.
-  ForecastRequest r = mlp_heavy(pr.plan, pr.mlp_tiles);  // the plan's layer_weights included
+  ForecastRequest r = mlp_heavy(pr.plan, pr.plan.mlp_tiles);  // the plan's layer_weights included
   const sim_twin::CpuStep cpu = sim_twin::cpu_step(r, budget, pr.plan);
   ASSERT_TRUE(cpu.fits);
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes);
@@ -355,7 +355,7 @@ TEST(MlpTiles, PlannerTilesOnlyWhenNothingFitsUntiled) {
   const std::string yaml = plan_yaml(r, pr.plan, pr.forecast, budget);
   TrainConfig tc;
   apply_yaml_text(tc, yaml, "plan.yaml");
-  EXPECT_EQ(tc.mlp_tiles, pr.mlp_tiles) << yaml;
+  EXPECT_EQ(tc.plan.mlp_tiles, pr.plan.mlp_tiles) << yaml;
 }
 
 TEST(MlpTiles, BadValuesAreRefusedNamingTheKey) {
@@ -370,9 +370,9 @@ TEST(MlpTiles, BadValuesAreRefusedNamingTheKey) {
   }
   TrainConfig tc;
   apply_yaml_text(tc, "mlp_tiles: 6\n", "run.yaml");
-  EXPECT_EQ(tc.mlp_tiles, 6);
+  EXPECT_EQ(tc.plan.mlp_tiles, 6);
   apply_yaml_text(tc, "mlp_tiles: auto\n", "run.yaml");
-  EXPECT_EQ(tc.mlp_tiles, 0);
+  EXPECT_EQ(tc.plan.mlp_tiles, 0);
 
   auto be = make_cpu_backend(size_t(64) << 20);
   ModelOptions mo;

@@ -88,7 +88,7 @@ TEST(Planner, BudgetTooSmallNamesTheMinimum) {
 void expect_fits_on_cpu(const ForecastRequest& base, const PlanResult& pr) {
   ForecastRequest r = base;
   r.plan = pr.plan;  // its layer_weights included
-  r.mlp_tiles = pr.mlp_tiles;
+  r.mlp_tiles = pr.plan.mlp_tiles;
   CpuStep cpu = cpu_step(r, pr.budgets.device, pr.plan);
   ASSERT_TRUE(cpu.fits) << pr.label;
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes) << pr.label;
@@ -362,7 +362,7 @@ TEST(Planner, ZeroPlanFitsEveryRankNotOnlyRankZero) {
     for (int q = 0; q < base.gpus; ++q) {
       ForecastRequest r = base;
       r.plan = pr.plan;
-      r.mlp_tiles = pr.mlp_tiles;
+      r.mlp_tiles = pr.plan.mlp_tiles;
       r.rank = q;
       r.budget = budget;
       const Forecast f = forecast(r);

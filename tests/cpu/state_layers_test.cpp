@@ -248,7 +248,7 @@ TEST(StateLayers, PlannerMovesOnlyTheLayersTheBudgetNeedsAndItsYamlRunsTheSame) 
     EXPECT_LT(pr.forecast.state_bytes_moved, all_on_host.state_bytes_moved) << pr.label;
   }
   ForecastRequest chosen = sim_twin::tiny_request(pr.plan);
-  chosen.mlp_tiles = pr.mlp_tiles;
+  chosen.mlp_tiles = pr.plan.mlp_tiles;
   const sim_twin::CpuStep cpu = sim_twin::cpu_step(chosen, budget, pr.plan);
   ASSERT_TRUE(cpu.fits) << pr.label;
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes);
@@ -319,7 +319,7 @@ TEST(StateLayers, PlannerSplitsLayerInputsOverHostAndDiskWhenNeitherHoldsThemAll
   EXPECT_LE(pr.forecast.peak_host_bytes, tb.host);
   EXPECT_LE(pr.forecast.peak_disk_bytes, tb.disk);
   ForecastRequest chosen = request(pr.plan);
-  chosen.mlp_tiles = pr.mlp_tiles;  // the planner may tile the MLP
+  chosen.mlp_tiles = pr.plan.mlp_tiles;  // the planner may tile the MLP
   const sim_twin::CpuStep cpu = sim_twin::cpu_step(chosen, tb.device, pr.plan);
   ASSERT_TRUE(cpu.fits) << pr.label;
   EXPECT_EQ(cpu.peak, pr.forecast.peak_bytes);

@@ -86,7 +86,7 @@ TEST(LrSchedule, ValuesAtKnownSteps) {
 TEST(TrainLoop, TheModelGetsTheConfigsMlpTiles) {
   TrainConfig cfg;
   EXPECT_EQ(model_options(cfg).mlp_tiles, 1) << "auto: untiled";
-  cfg.mlp_tiles = 4;
+  cfg.plan.mlp_tiles = 4;
   EXPECT_EQ(model_options(cfg).mlp_tiles, 4);
 }
 
