@@ -18,6 +18,7 @@
 #include "model/plan/forecast.h"
 #include "model/plan/planner.h"
 #include "model/plan/timeline_svg.h"
+#include "model/run/forecast_request.h"
 #include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "tools/cli.h"
@@ -137,7 +138,6 @@ int main(int argc, char** argv) {
     if (a.has("config")) apply_yaml(tc, a.str("config"));
     apply_flags(tc, {a.values().begin(), a.values().end()}, Tool::plan);
     model_spec = a.str("model");
-    req.model = resolve_model(model_spec);
     // What strata-train also needs to run the written config alone: the checkpoint directory
     // (not a built-in name or a bare config.json) and the data (--data, or --config's data).
     {
@@ -154,9 +154,32 @@ int main(int argc, char** argv) {
     auto int_flag = [&](const char* k, int def, int lo) {
       return a.has(k) ? check_int(a.integer(k, 0), lo, Origin::flag(k)) : def;
     };
-    req.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
-    req.batch = int_flag("batch", tc.batch, 1);
-    req.sequence_parallel = tc.sequence_parallel;
+    // The run's settings, then its forecast request as the run builder makes it (model/run/forecast_request.h);
+    // the tool's own flags (--seq, --batch, --mode, --preset, --gpus, --rank, --pack) on top.
+    tc.seq = max_seq ? 0 : int_flag("seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
+    tc.batch = int_flag("batch", tc.batch, 1);
+    const TrainMode mode = a.has("mode")        ? parse_train_mode(a.str("mode"))
+                           : a.has("lora-rank") ? TrainMode::lora
+                           : tc.lora.enabled()  ? TrainMode::lora
+                           : tc.freeze_base     ? TrainMode::frozen
+                                                : TrainMode::full;
+    tc.lora.rank = mode == TrainMode::lora ? int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1) : 0;
+    tc.freeze_base = mode == TrainMode::frozen;
+    if (a.has("preset")) {  // the preset's activation rules; the config's state placement stays
+      Plan preset = preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset");
+      preset.take_state(tc.plan);
+      preset.mlp_tiles = tc.plan.mlp_tiles;
+      tc.plan = preset;
+    }
+    if (a.has("state-offloading-tier") && !a.has("state-offloading"))
+      throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
+                        "command line", "state-offloading-tier");
+    const std::string mirror = a.str("mirror", "cuda");
+    if (mirror != "cuda" && mirror != "cpu")
+      throw ConfigError("--mirror must be cuda or cpu", "command line", "mirror");
+    req = train_forecast_request(tc, resolve_model(model_spec), mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda,
+                                 find_profile(a.str("profile", "h100_80gb")));
+    req.lora_rank = std::max(1, tc.lora.rank);
     req.gpus = int_flag("gpus", req.sequence_parallel, 1);  // --sequence-parallel N alone: N GPUs
     if (req.gpus % req.sequence_parallel != 0)
       throw ConfigError(fmt::format("--sequence-parallel {} must divide --gpus {} (data-parallel groups of {} ranks)",
@@ -169,23 +192,13 @@ int main(int argc, char** argv) {
         throw ConfigError(fmt::format("--pack {} must divide --seq {}", pack, req.seq), "command line", "pack");
       for (long i = 0; i < long(req.batch) * req.seq; ++i) req.positions.push_back(int32_t(i % (req.seq / pack)));
     }
-    req.grad_reduce = effective_grad_reduce(tc);
     if (tc.grad_reduce == DType::bf16) run_keys += "grad_reduce_dtype: bf16\n";
-    req.zero_stage = tc.zero_stage;
     if (req.zero_stage) run_keys += fmt::format("zero_stage: {}\n", req.zero_stage);
     req.rank = int_flag("rank", 0, 0);  // ZeRO's shares differ between ranks
     if (req.rank >= req.gpus)
       throw ConfigError(
           fmt::format("--rank {} is not one of the --gpus {} ranks (0..{})", req.rank, req.gpus, req.gpus - 1),
           "command line", "rank");
-    req.loss_chunk_tokens = tc.loss_chunk_tokens;
-    req.mlp_tiles = tc.plan.mlp_tiles;
-    req.pad_vocab_multiple = tc.pad_vocab_multiple;
-    req.lora_rank = int_flag("lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1);
-    req.lora_alpha = tc.lora.alpha;
-    req.mode = tc.lora.enabled() ? TrainMode::lora : tc.freeze_base ? TrainMode::frozen : TrainMode::full;
-    if (a.has("lora-rank")) req.mode = TrainMode::lora;
-    if (a.has("mode")) req.mode = parse_train_mode(a.str("mode"));
     if (max_seq) {
       seq_multiple = int_flag("seq-multiple", 1024, 1);
       // Every length tried splits evenly over a sequence-parallel group (as max_seq_for_budget rounds it).
@@ -193,25 +206,10 @@ int main(int argc, char** argv) {
       seq_limit = int_flag("seq-limit", default_max_seq_limit(req.model), seq_multiple);
     } else if (req.seq < 1)  // the flags and the YAML keys are checked as read; only a missing --seq is left
       throw ConfigError("--seq N (or sequence_len in the --config file) is required", "command line", "seq");
-    req.plan = tc.plan;
-    if (a.has("preset")) {  // the preset's activation rules; the config's state placement stays
-      req.plan = preset_plan(a.str("preset"), int_flag("every", 1, 1), "--preset", "command line", "preset");
-      req.plan.take_state(tc.plan);
-    }
-    req.recipe = tc.recipe;
-    req.max_grad_norm = tc.max_grad_norm;
     if (req.max_grad_norm != TrainConfig{}.max_grad_norm)
       run_keys += fmt::format("max_grad_norm: {}\n", req.max_grad_norm);
-    if (a.has("state-offloading-tier") && !a.has("state-offloading"))
-      throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
-                        "command line", "state-offloading-tier");
     host_budget = tc.host_budget_bytes;
     disk_budget = tc.disk_budget_bytes;
-    req.profile = find_profile(a.str("profile", "h100_80gb"));
-    const std::string mirror = a.str("mirror", "cuda");
-    if (mirror != "cuda" && mirror != "cpu")
-      throw ConfigError("--mirror must be cuda or cpu", "command line", "mirror");
-    req.mirror = mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
     have_budget = a.has("budget");
     if (have_budget)
       budget = parse_bytes(a.str("budget"), "--budget");
