@@ -1,22 +1,30 @@
 # the main benchmarks with two builds in one command (before and after a change), each pair back to back
 # On the GPU host: 1B and 8B, keep and gradient checkpointing, one state-offload row, and (with 2+ GPUs)
 # one data-parallel row through strata-train --gpus 2; each config's two builds run back to back on GPU 0.
-#   scripts/gpu.sh before_after AFTER_DIR BEFORE_DIR   (each with tools/strata-bench, strata-train, strata-make-tiny)
-# One JSON line per run in $OUT/before_after.jsonl; a table on stdout.
+#   [REPEAT=N] [PART=all|single|dp] scripts/gpu.sh before_after AFTER_DIR BEFORE_DIR
+# (each DIR with tools/strata-bench, strata-train, strata-make-tiny). REPEAT=N runs each single-GPU pair N times,
+# the order alternating (before-after, after-before, ...) so drift does not favour one build; the table
+# gives each build's median. One JSON line per run in $OUT/before_after.jsonl; a table on stdout.
 set -u
 after=$dir before=${1:?BEFORE_DIR}
 export NCCL_NVLS_ENABLE=0
-log="$out/before_after.jsonl"; : > "$log"
+log="$out/before_after.jsonl"; : >> "$log"
+part=${PART:-all}
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l); $(date -u +%FT%TZ)"
 hf_recipe=(--master-weights none --optimizer-state bf16 --gradients bf16)
 bench() {  # NAME FLAGS...
   local name=$1; shift
-  for which in before after; do
+  [ "$part" = dp ] && return
+  local order i
+  for ((i = 0; i < ${REPEAT:-1}; i++)); do
+  order="before after"; ((i % 2)) && order="after before"
+  for which in $order; do
     local d=$before; [ $which = after ] && d=$after
     local line
     line=$(CUDA_VISIBLE_DEVICES=0 "$d/tools/strata-bench" --backend cuda --steps 4 --warmup 2 "$@" 2>>"$out/bench.err" | tail -1)
     [ -n "$line" ] || line='{"error": "no output"}'
     echo "{\"row\": \"$name\", \"build\": \"$which\", \"result\": $line}" | tee -a "$log" >/dev/null
+  done
   done
 }
 bench "1B full 4096 keep" --shape Llama-3.2-1B --seq 4096 --mode full --plan keep
@@ -25,7 +33,7 @@ bench "1B full 4096 keep, optimizer state on the host" --shape Llama-3.2-1B --se
   --state-offloading optimizer
 bench "8B frozen 8192 gc" --shape Llama-3-8B --seq 8192 --mode frozen --plan gc
 bench "8B full 4096 gc, HF recipe" --shape Llama-3-8B --seq 4096 --mode full --plan gc "${hf_recipe[@]}"
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+if [ "$part" != single ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   m=/tmp/ba-1b
   "$after/tools/strata-make-tiny" $m --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --intermediate 8192 \
     --vocab 128256 --tied --max-pos 8192 --tokens 400000 --dtype bf16 >/dev/null
@@ -49,10 +57,13 @@ python3 - "$log" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
-for r in rows: by.setdefault(r["row"], {})[r["build"]] = r["result"]
+for r in rows: by.setdefault(r["row"], {}).setdefault(r["build"], []).append(r["result"])
+def med(runs):  # the run with the median tokens/s
+    runs = sorted(runs, key=lambda x: x.get("tokens_per_s", 0))
+    return runs[len(runs) // 2] if runs else {}
 print(f"{'row':58} {'before tok/s':>12} {'after tok/s':>12} {'ratio':>6} {'before peak':>14} {'after peak':>14}")
 for name, b in by.items():
-    x, y = b.get("before", {}), b.get("after", {})
+    x, y = med(b.get("before", [])), med(b.get("after", []))
     tx, ty = x.get("tokens_per_s", 0), y.get("tokens_per_s", 0)
     print(f"{name:58} {tx:>12.0f} {ty:>12.0f} {ty / tx if tx else 0:>6.3f} {x.get('peak_arena_bytes', 0):>14} {y.get('peak_arena_bytes', 0):>14}")
 PY
