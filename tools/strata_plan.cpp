@@ -19,6 +19,7 @@
 #include "model/plan/planner.h"
 #include "model/plan/timeline_svg.h"
 #include "model/run/forecast_request.h"
+#include "model/run/job.h"
 #include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "tools/cli.h"
@@ -319,7 +320,8 @@ int main(int argc, char** argv) {
                                   : fmt::format("{} tokens do not fit", ms.next_seq);
       std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, req.batch,
                    why.c_str(), ms.tried.size(), ms.sim_runs);
-      std::fprintf(info, "planner: %s under %s\n", pr.label.c_str(), format_bytes(budget).c_str());
+      std::fprintf(info, "%s\n",
+                   wrap_list(fmt::format("planner: {} under {}", pr.label, format_bytes(budget))).c_str());
       if (!json_out)
         std::printf(
             "longest sequence: %d tokens\nchosen plan: %s\n"
@@ -338,8 +340,10 @@ int main(int argc, char** argv) {
       plan = pr.plan;
       req.mlp_tiles = pr.plan.mlp_tiles;
       if (!pr.rank_peak_bytes.empty()) req.rank = pr.rank;
-      std::fprintf(info, "planner: %s under %s (%d sim runs, %zu plans tried)\n", pr.label.c_str(),
-                   format_bytes(budget).c_str(), pr.sim_runs, pr.tried.size());
+      std::fprintf(info, "%s\n",
+                   wrap_list(fmt::format("planner: {} under {} ({} sim runs, {} plans tried)", pr.label,
+                                         format_bytes(budget), pr.sim_runs, pr.tried.size()))
+                       .c_str());
       print_rank_peaks(info, pr);
     } else {
       if (!budget) {

@@ -73,9 +73,27 @@ std::string budget_failure(const TrainConfig& cfg, const PlanResult& pr) {
   return s;
 }
 
+std::string wrap_list(const std::string& text, size_t width, const std::string& indent) {
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t comma = text.find(", ", at);
+    const size_t end = comma == std::string::npos ? text.size() : comma + 2;
+    const std::string item = text.substr(at, end - at);
+    if (!line.empty() && line.size() + item.size() > width + 1) {  // the trailing space of ", " may hang over
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + "\n";
+      line = indent;
+    }
+    line += item;
+    at = end;
+  }
+  return out + line;
+}
+
 std::string format_plan_table(const std::string& preset, const std::vector<PlanRow>& rows) {
-  std::string s =
-      fmt::format("plan ({}):\n  {:<24} {:<10} {:>8} {:>14}\n", preset, "class", "decision", "count", "bytes");
+  std::string s = wrap_list(fmt::format("plan ({}):", preset)) +
+                  fmt::format("\n  {:<24} {:<10} {:>8} {:>14}\n", "class", "decision", "count", "bytes");
   for (const PlanRow& r : rows)
     s += fmt::format("  {:<24} {:<10} {:>8} {:>14}\n", r.cls, r.decision, r.count, format_bytes(r.bytes));
   return s;
@@ -185,11 +203,14 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
     PlanResult pr = plan_run_to_budget(c, mc_, be_name_, be_->device_name(), opt_.profile, env_.world, env_.rank);
     if (!pr.found) throw ConfigError(budget_failure(c, pr), origin_file(c), "memory_budget");
     const Forecast& f = pr.forecast;
-    std::fprintf(
-        info, "planner: %s fits a budget of %s (sim mirroring the %s backend, profile %s; %d sim runs)\n",
-        pr.label.c_str(), format_bytes(c.memory_budget_bytes).c_str(), be_name_ == "cuda" ? "cuda" : "cpu",
-        (opt_.profile.empty() ? profile_for_device(be_->device_name()) : find_profile(opt_.profile)).name.c_str(),
-        pr.sim_runs);
+    const std::string profile_name =
+        (opt_.profile.empty() ? profile_for_device(be_->device_name()) : find_profile(opt_.profile)).name;
+    std::fprintf(info, "%s\n",
+                 wrap_list(fmt::format("planner: {} fits a budget of {} (sim mirroring the {} backend, profile {}; {} "
+                                       "sim runs)",
+                                       pr.label, format_bytes(c.memory_budget_bytes),
+                                       be_name_ == "cuda" ? "cuda" : "cpu", profile_name, pr.sim_runs))
+                     .c_str());
     std::fprintf(info,
                  "forecast: peak %s (high-water %s) in %s | step %.4f s (forward %.4f, backward %.4f of which "
                  "recompute %.4f, optimizer %.4f)\n",

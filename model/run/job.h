@@ -61,6 +61,9 @@ size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, co
                            const LaunchEnv& env, std::string* note = nullptr);
 // The built-in profile whose `match` is in the device name, else h100_80gb.
 DeviceProfile profile_for_device(const std::string& device);
+// `text` broken after ", " so that lines stay within `width` characters (an item longer than that stays
+// whole); continuation lines start with `indent`. The planner's labels list many slot classes.
+std::string wrap_list(const std::string& text, size_t width = 100, const std::string& indent = "    ");
 // "plan (preset):" and one line per class, as the tools print it.
 std::string format_plan_table(const std::string& preset, const std::vector<PlanRow>& rows);
 
