@@ -64,6 +64,10 @@ case $sub in
     (($#)) && shift
     ;;
 esac
+# A build carried packed (scripts/pack_gpu_build.sh): unpacked here when the build directory is missing.
+if [[ ! -d $dir && -f .carry/devbuild.tar.xz ]]; then
+  tar -xJf .carry/devbuild.tar.xz || exit 3
+fi
 out=${OUT:-/tmp/strata-out}
 mkdir -p "$out"
 export OUT=$out
