@@ -17,6 +17,7 @@ int main() {
     cfg.seq = 64;
     cfg.batch = 4;
     cfg.lr = 3e-3f;
+    cfg.steps = 20;  // max_steps: the loop's length (its schedule and its end)
     strata::Session session(strata::make_backend("cpu"), cfg);
     std::printf("%zu parameters on %s (arena %zu bytes)\n", session.parameters(),
                 session.device().description().c_str(), session.device().arena_budget_bytes());
@@ -28,7 +29,7 @@ int main() {
       std::printf("step %2d | loss %.4f | grad norm %.3f | %.0f tok/s\n", m.step, double(m.loss), double(m.grad_norm),
                   m.tokens_per_s);
     });
-    for (int i = 0; i < 20; ++i)
+    for (int i = 0; i < cfg.steps; ++i)
       if (session.step().diverged()) return 1;
     session.save(dir + "/trained");
     std::printf("loss %.4f -> %.4f; saved to %s/trained\n", double(first), double(last), dir.c_str());
