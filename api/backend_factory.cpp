@@ -1,7 +1,7 @@
 #include "api/backend_factory.h"
 
 #ifdef STRATA_HAVE_CUDA
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 #endif
 
 namespace strata {

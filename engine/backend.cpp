@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "io/uring_file.h"
+#include "engine/uring_file.h"
 
 namespace strata {
 
@@ -106,7 +106,7 @@ void Backend::download_master(float*, Tensor, Tensor) {
   throw UnsupportedError(fmt::format("the {} backend keeps whole f32 masters (no split masters)", name()));
 }
 std::unique_ptr<DiskFile> Backend::open_disk_file(const std::string& dir, size_t bytes) {
-  return std::make_unique<io::UringFile>(dir, bytes);
+  return std::make_unique<UringFile>(dir, bytes);
 }
 
 }  // namespace strata

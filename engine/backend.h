@@ -8,10 +8,8 @@
 
 #include "engine/arena.h"
 #include "engine/disk_file.h"
+#include "engine/op_params.h"
 #include "engine/tensor.h"
-#include "kernels/adamw.h"
-#include "kernels/block_copy.h"
-#include "kernels/rope.h"
 
 namespace strata {
 
@@ -132,7 +130,7 @@ class Backend {
   // Copies issued on `lane` from now on start after copy t (of the other lane) landed; neither the
   // compute stream nor the host waits. (Default: copy_wait_compute, correct but it stalls compute.)
   virtual void copy_wait_lane(CopyLane lane, CopyTicket t);
-  // The disk tier's file of `bytes` inside `dir`: by default a real io::UringFile (io_uring, O_DIRECT); the sim
+  // The disk tier's file of `bytes` inside `dir`: by default a real UringFile (io_uring, O_DIRECT); the sim
   // backend returns one that moves no bytes and only costs time. IoError naming the path on failure.
   virtual std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes);
 

@@ -1,7 +1,7 @@
 // The sim backend (see backend_sim.h). Each op: the cost of its kernels onto the model clock,
 // then (mirror = cuda) the same arena allocations kernels/backend_cuda.cpp makes in that op,
 // in the same order, with the same tags, freed in the same (reverse-declaration) order.
-#include "kernels/backend_sim.h"
+#include "engine/backend_sim.h"
 
 #include <fmt/format.h>
 
@@ -53,7 +53,7 @@ class SimBackendImpl;
 
 // The disk tier on the sim (backend_sim.h): no file is created and no byte moves. Each ticket is a
 // request on the backend's one disk queue; it checks requests and reports failures (the test hook)
-// with io::UringFile's messages, so the slot store sees the same file.
+// with UringFile's messages, so the slot store sees the same file.
 class SimDiskFile final : public DiskFile {
  public:
   SimDiskFile(SimBackendImpl& be, const std::string& dir, size_t capacity_bytes);
@@ -67,7 +67,7 @@ class SimDiskFile final : public DiskFile {
   void inject_read_failure(int nth, int err) override;
 
  private:
-  static constexpr size_t kPieceBytes = size_t(1) << 20;  // io::UringFile's request size: the hook counts these
+  static constexpr size_t kPieceBytes = size_t(1) << 20;  // UringFile's request size: the hook counts these
   struct Request {
     double end_s = 0;  // model time the request completes
     size_t offset = 0;

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <map>
 
-#include "kernels/comm_sim.h"
+#include "engine/comm_sim.h"
 #include "model/shapes.h"
 
 namespace strata {

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/rope.h"
+#include "engine/op_params.h"
 #include "model/llama_internal.h"
 #include "model/rng.h"
 

@@ -14,8 +14,8 @@
 #include "model/shapes.h"
 
 #ifdef STRATA_HAVE_CUDA
+#include "engine/backend_cuda.h"
 #include "kernels/attention_cuda.h"
-#include "kernels/backend_cuda.h"
 
 using namespace strata;
 
