@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/op_scratch.h"
 #include "kernels/attention_workspace.h"
-#include "kernels/grad_scratch.h"
 
 namespace strata {
 
@@ -20,7 +20,6 @@ const char* sim_mirror_name(SimMirror m) {
 
 namespace {
 
-constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;  // cuda::Gemm::kWorkspaceBytes
 constexpr size_t kUnbounded = size_t(1) << 50;
 
 double B(const Tensor& t) {
@@ -93,7 +92,7 @@ class SimBackendImpl final : public SimBackend {
       : opt_(o), cost_(o.profile), arena_("device", o.budget ? o.budget : kUnbounded, nullptr) {
     arena_.set_clock([this] { return now_; });
     arena_.set_logging(o.log_events);
-    if (cuda()) gemm_ws_ = Buffer(arena_, DType::u8, Shape{int64_t(kCublasLtWorkspaceBytes)}, "workspace.cublaslt");
+    if (cuda()) gemm_ws_ = Scratch(arena_, gemm_scratch());
     desc_ = fmt::format("sim ({} profile, mirrors the {} backend)", o.profile.name, sim_mirror_name(o.mirror));
   }
 
@@ -226,11 +225,10 @@ class SimBackendImpl final : public SimBackend {
     const double rows_f32 = double(dout.numel()) * 4;
     if (!dwte.defined() || dwte.dtype != DType::bf16 || tokens.numel() == 0)
       return bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
-    // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (kernels/grad_scratch.h): clear the map and
+    // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (engine/op_scratch.h): clear the map and
     // the rows, mark and number the rows, add the tokens' rows, fold each hit row into dwte once.
-    EmbeddingGradScratch sc;
-    if (cuda()) sc = embedding_grad_scratch(arena_, tokens.numel(), dwte.shape[0], dwte.shape[1]);
-    const double slots = double(std::min(tokens.numel(), dwte.shape[0])), C = cols(dwte);
+    const Scratch sc = take(embedding_grad_scratch(tokens.numel(), dwte.shape[0], dwte.shape[1]));
+    const double slots = double(embedding_grad_slots(tokens.numel(), dwte.shape[0])), C = cols(dwte);
     const double map = 4.0 * (double(dwte.shape[0]) + slots + 1);
     const double t = cost_.memory(map + slots * C * 4) + cost_.memory(B(tokens) + map) +
                      cost_.memory(B(dout) + B(tokens) + 2 * rows_f32) + cost_.memory(slots * C * (4 + 2 * 2));
@@ -244,8 +242,7 @@ class SimBackendImpl final : public SimBackend {
     if (!dw.defined() || dw.dtype != DType::bf16)
       return bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * B(dw)));
     // bf16 weight gradient: backend_cuda.cpp's fp32 column sums, then their fold into dw.
-    Buffer sums;
-    if (cuda()) sums = grad_sums_scratch(arena_, dw.numel());
+    const Scratch sums = take(grad_sums_scratch(dw.numel()));
     const double sum_bytes = 4.0 * double(dw.numel());
     bwd(OpKind::rmsnorm,
         cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * sum_bytes) +
@@ -279,7 +276,8 @@ class SimBackendImpl final : public SimBackend {
     const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
               d = int(q.shape[3]);
     const bool cudnn = cuda() && !seg.packed();
-    Buffer ws = workspace(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0);
+    const Scratch ws = take(
+        attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0));
     fwd(OpKind::attention, attention_time(b, t, hq, d, false, seg));
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
@@ -288,12 +286,7 @@ class SimBackendImpl final : public SimBackend {
               d = int(q.shape[3]);
     double extra = 0;
     int kernels = 1;
-    Buffer sq, sk, sv;  // backend_cuda.cpp: scratch for gradients nobody needs
-    if (cuda()) {
-      scratch_if_undefined(dq, q, sq);
-      scratch_if_undefined(dk, k, sk);
-      scratch_if_undefined(dv, v, sv);
-    }
+    const Scratch unused = take(attention_unused_grad_scratch(dq, dk, dv, q, k, v));
     const bool accumulate = acc_dq || acc_dk || acc_dv;  // backend_cuda.cpp: one mode for all three
     if (cuda() && accumulate) {
       if (!acc_dq && dq.defined()) zero(dq);
@@ -301,7 +294,8 @@ class SimBackendImpl final : public SimBackend {
       if (!acc_dv && dv.defined()) zero(dv);
     }
     const bool cudnn = cuda() && !seg.packed();
-    Buffer ws = workspace(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
+    const Scratch ws =
+        take(attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0));
     if (cudnn && attention_uses_cudnn(d)) {
       // cuDNN overwrites: the engine accumulates through scratch + three adds. (The fp32 dQ
       // accumulator is zeroed by cuDNN itself from 9.6 on; the engine no longer memsets it.)
@@ -325,8 +319,8 @@ class SimBackendImpl final : public SimBackend {
   void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
     if (!db.defined()) return;
     if (db.dtype != DType::bf16) return bwd(OpKind::bias, cost_.memory(B(dy) + rw(db, acc_db)));
-    Buffer sums;  // bf16 gradient: backend_cuda.cpp's fp32 column sums, then their fold into db
-    if (cuda()) sums = grad_sums_scratch(arena_, db.numel());
+    // bf16 gradient: backend_cuda.cpp's fp32 column sums, then their fold into db.
+    const Scratch sums = take(grad_sums_scratch(db.numel()));
     const double sum_bytes = 4.0 * double(db.numel());
     bwd(OpKind::bias, cost_.memory(B(dy) + sum_bytes) + cost_.memory(sum_bytes + rw(db, acc_db)), 2);
   }
@@ -336,13 +330,7 @@ class SimBackendImpl final : public SimBackend {
   // The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding.
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits, token_loss, n_valid;
-    if (cuda()) {
-      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-      token_loss = Buffer(arena_, DType::f32, Shape{N}, "loss.token_loss");
-      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    }
+    const Scratch sc = take(lm_head_ce_scratch(LmHeadPass::fwd, N, V, chunk));
     double t = 0;
     int kernels = 0;
     const double es = double(dtype_size(x.dtype));
@@ -358,13 +346,7 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
                       int, bool acc_dx, bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits, dlogits, n_valid;
-    if (cuda()) {
-      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-      dlogits = Buffer(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
-      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    }
+    const Scratch sc = take(lm_head_ce_scratch(LmHeadPass::bwd, N, V, chunk));
     const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
     double t = cost_.memory(double(N) * 4);
     int kernels = 1;
@@ -385,14 +367,7 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, int, float,
                            bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits, dlogits, token_loss, n_valid;
-    if (cuda()) {
-      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-      dlogits = Buffer(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
-      token_loss = Buffer(arena_, DType::f32, Shape{N}, "loss.token_loss");
-      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    }
+    const Scratch sc = take(lm_head_ce_scratch(LmHeadPass::fwd_grad, N, V, chunk));
     const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
     double t = cost_.memory(double(N) * 4);                                  // count valid targets
     int kernels = 1;
@@ -552,19 +527,13 @@ class SimBackendImpl final : public SimBackend {
     now_ += s;
     times_.copy_s += s;
   }
-  // backend_cuda.cpp's workspace(): no allocation for 0 bytes.
-  Buffer workspace(size_t bytes) {
-    return bytes ? Buffer(arena_, DType::u8, Shape{int64_t(bytes)}, "workspace.attn") : Buffer();
-  }
-  void scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
-    if (g.defined()) return;
-    scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
-  }
+  // An op's scratch (engine/op_scratch.h), taken as backend_cuda.cpp takes it; the cpu backend takes none.
+  Scratch take(const ScratchList& l) { return cuda() ? Scratch(arena_, l) : Scratch(); }
 
   SimOptions opt_;
   CostModel cost_;
   Arena arena_;
-  Buffer gemm_ws_;
+  Scratch gemm_ws_;
   std::string desc_;
   double now_ = 0;                           // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;                 // the next compute op starts no earlier (copy_wait_compute)
