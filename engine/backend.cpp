@@ -6,13 +6,6 @@
 
 namespace strata {
 
-const char* op_kind_name(OpKind k) {
-  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",    "add",
-                                "bias",      "lm_head_ce", "lm_head_logits", "adamw", "grad_norm", "block_copy"};
-  static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::count_));
-  return names[int(k)];
-}
-
 std::string support_summary(const Backend& be) {
   std::string s;
   for (int k = 0; k < int(OpKind::count_); ++k) {

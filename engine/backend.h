@@ -9,27 +9,11 @@
 #include "engine/arena.h"
 #include "engine/disk_file.h"
 #include "engine/op_params.h"
+#include "engine/op_table.h"
 #include "engine/tensor.h"
 
 namespace strata {
 
-enum class OpKind {
-  embedding,
-  rmsnorm,
-  linear,
-  rope,
-  attention,
-  swiglu,
-  add,
-  bias,
-  lm_head_ce,
-  lm_head_logits,
-  adamw,
-  grad_norm,
-  block_copy,
-  count_
-};
-const char* op_kind_name(OpKind k);
 class Backend;
 // "embedding bf16, rmsnorm bf16, ..., adamw f32, ...": what Backend::supports says, for messages.
 std::string support_summary(const Backend& be);

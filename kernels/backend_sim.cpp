@@ -29,6 +29,11 @@ double B(const Tensor& t) {
 double rw(const Tensor& g, bool acc) {
   return (acc ? 2.0 : 1.0) * B(g);
 }
+// A memory-bound op's bytes, from the op table (engine/op_table.h).
+double bytes(OpKind k, bool backward, const OpCostArgs& a) {
+  const OpInfo& i = op_info(k);
+  return (backward ? i.bwd_bytes : i.fwd_bytes)(a);
+}
 double rows(const Tensor& t) {
   return double(t.numel() / t.shape[t.shape.nd - 1]);
 }
@@ -218,7 +223,7 @@ class SimBackendImpl final : public SimBackend {
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
-    fwd(OpKind::embedding, cost_.memory(2 * B(out) + B(tokens)));
+    fwd(OpKind::embedding, cost_.memory(bytes(OpKind::embedding, false, {{out, tokens, wte}})));
   }
   void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
     if (dwte.defined() && !acc_dwte) zero(dwte);  // both backends: the kernel adds rows into a zeroed table
@@ -235,12 +240,13 @@ class SimBackendImpl final : public SimBackend {
     bwd(OpKind::embedding, t, 4);
   }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float) override {
-    fwd(OpKind::rmsnorm, cost_.memory(B(x) + B(out) + B(w) + B(rstd)));
+    fwd(OpKind::rmsnorm, cost_.memory(bytes(OpKind::rmsnorm, false, {{out, rstd, x, w}})));
   }
   void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
                    bool acc_dw) override {
     if (!dw.defined() || dw.dtype != DType::bf16)
-      return bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * B(dw)));
+      return bwd(OpKind::rmsnorm,
+                 cost_.memory(bytes(OpKind::rmsnorm, true, {{dx, dw, dout, x, w, rstd}, {acc_dx, acc_dw}})));
     // bf16 weight gradient: backend_cuda.cpp's fp32 column sums, then their fold into dw.
     const Scratch sums = take(grad_sums_scratch(dw.numel()));
     const double sum_bytes = 4.0 * double(dw.numel());
@@ -260,10 +266,10 @@ class SimBackendImpl final : public SimBackend {
     bwd(OpKind::linear, t, int(dx.defined()) + int(dw.defined()));
   }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor) override {
-    fwd(OpKind::rope, cost_.memory(B(x) + B(out) + B(pos)));
+    fwd(OpKind::rope, cost_.memory(bytes(OpKind::rope, false, {{out, x, pos}})));
   }
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor, bool acc_dx) override {
-    bwd(OpKind::rope, cost_.memory(B(dout) + rw(dx, acc_dx) + B(pos)));
+    bwd(OpKind::rope, cost_.memory(bytes(OpKind::rope, true, {{dx, dout, pos}, {acc_dx}})));
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D].
   // Packed rows (sample packing) take the flash kernel on cuda (backend_cuda.cpp): no workspace, and
@@ -308,24 +314,28 @@ class SimBackendImpl final : public SimBackend {
     bwd(OpKind::attention, attention_time(b, t, hq, d, true, seg) + extra, kernels);
   }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
-    fwd(OpKind::swiglu, cost_.memory(B(gate) + B(up) + B(out)));
+    fwd(OpKind::swiglu, cost_.memory(bytes(OpKind::swiglu, false, {{out, gate, up}})));
   }
   void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
                   bool acc_dup) override {
-    bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + rw(dgate, acc_dgate) + rw(dup, acc_dup)));
+    bwd(OpKind::swiglu,
+        cost_.memory(bytes(OpKind::swiglu, true, {{dgate, dup, dout, gate, up}, {acc_dgate, acc_dup}})));
   }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float) override { fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out))); }
-  void bias_fwd(Tensor y, Tensor b) override { fwd(OpKind::bias, cost_.memory(2 * B(y) + B(b))); }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float) override {
+    fwd(OpKind::add, cost_.memory(bytes(OpKind::add, false, {{out, a, b}})));
+  }
+  void bias_fwd(Tensor y, Tensor b) override { fwd(OpKind::bias, cost_.memory(bytes(OpKind::bias, false, {{y, b}}))); }
   void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
     if (!db.defined()) return;
-    if (db.dtype != DType::bf16) return bwd(OpKind::bias, cost_.memory(B(dy) + rw(db, acc_db)));
+    if (db.dtype != DType::bf16)
+      return bwd(OpKind::bias, cost_.memory(bytes(OpKind::bias, true, {{db, dy}, {acc_db}})));
     // bf16 gradient: backend_cuda.cpp's fp32 column sums, then their fold into db.
     const Scratch sums = take(grad_sums_scratch(db.numel()));
     const double sum_bytes = 4.0 * double(db.numel());
     bwd(OpKind::bias, cost_.memory(B(dy) + sum_bytes) + cost_.memory(sum_bytes + rw(db, acc_db)), 2);
   }
   void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
-    bwd(OpKind::add, cost_.memory(B(dout) + rw(da, acc_da) + rw(db, acc_db)));
+    bwd(OpKind::add, cost_.memory(bytes(OpKind::add, true, {{da, db, dout}, {acc_da, acc_db}})));
   }
   // The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding.
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int) override {
