@@ -123,9 +123,15 @@ class Backend {
   // false overwrites it (the first write), so nobody zeroes a gradient before backward.
   virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) = 0;
   virtual void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) = 0;
-  virtual void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) = 0;
-  virtual void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                           bool acc_dw) = 0;
+  // The table-dispatched ops (engine/op_table.h STRATA_DISPATCHED_OPS): one entry point; the named forms below
+  // pack their arguments into an OpCall.
+  virtual void run(OpKind k, const OpCall& c) = 0;
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+    run(OpKind::rmsnorm, {{out, rstd, x, w}, {}, eps, false});
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx, bool acc_dw) {
+    run(OpKind::rmsnorm, {{dx, dw, dout, x, w, rstd}, {acc_dx, acc_dw}, 0, true});
+  }
   virtual void linear_fwd(Tensor y, Tensor x, Tensor w) = 0;
   virtual void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) = 0;
   virtual void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) = 0;
@@ -135,15 +141,18 @@ class Backend {
   virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) = 0;
   virtual void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                              Tensor lse, bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) = 0;
-  virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
-  virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                          bool acc_dup) = 0;
-  virtual void add_fwd(Tensor out, Tensor a, Tensor b, float scale) = 0;
-  virtual void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) = 0;
+  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) { run(OpKind::swiglu, {{out, gate, up}}); }
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate, bool acc_dup) {
+    run(OpKind::swiglu, {{dgate, dup, dout, gate, up}, {acc_dgate, acc_dup}, 0, true});
+  }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) { run(OpKind::add, {{out, a, b}, {}, scale, false}); }
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) {
+    run(OpKind::add, {{da, db, dout}, {acc_da, acc_db}, scale, true});
+  }
   // A projection's bias: y [N, O] += b [O] in place; db [O] (f32, a parameter gradient) (+)= the
   // column sums of dy [N, O].
-  virtual void bias_fwd(Tensor y, Tensor b) = 0;
-  virtual void bias_bwd(Tensor db, Tensor dy, bool acc_db) = 0;
+  void bias_fwd(Tensor y, Tensor b) { run(OpKind::bias, {{y, b}}); }
+  void bias_bwd(Tensor db, Tensor dy, bool acc_db) { run(OpKind::bias, {{db, dy}, {acc_db}, 0, true}); }
   // loss [1] f32 (mean over targets >= 0), lse [N] f32. w [V, C] holds `vocab` <= V real rows; the
   // rest is padding (a vocabulary padded to a GEMM-friendly size): those logits take no part in the
   // softmax (probability 0, gradient 0, so dw's padded rows get exact zeros). A target >= vocab is

@@ -59,7 +59,7 @@ ScratchList lm_head_ce_scratch(LmHeadPass pass, int64_t N, int64_t V, int64_t ch
   return l;
 }
 
-Scratch::Scratch(Arena& arena, const ScratchList& specs) {
+ScratchSet::ScratchSet(Arena& arena, const ScratchList& specs) {
   bufs_.reserve(specs.size());
   for (const ScratchSpec& s : specs) {
     tags_.push_back(s.tag);
@@ -67,7 +67,7 @@ Scratch::Scratch(Arena& arena, const ScratchList& specs) {
   }
 }
 
-Scratch& Scratch::operator=(Scratch&& o) noexcept {
+ScratchSet& ScratchSet::operator=(ScratchSet&& o) noexcept {
   if (this != &o) {
     release();
     tags_ = std::move(o.tags_);
@@ -76,12 +76,12 @@ Scratch& Scratch::operator=(Scratch&& o) noexcept {
   return *this;
 }
 
-void Scratch::release() {
+void ScratchSet::release() {
   while (!bufs_.empty()) bufs_.pop_back();
   tags_.clear();
 }
 
-Tensor Scratch::at(std::string_view tag) const {
+Tensor ScratchSet::at(std::string_view tag) const {
   for (size_t i = 0; i < bufs_.size(); ++i)
     if (tag == tags_[i]) return bufs_[i].view();
   return Tensor();

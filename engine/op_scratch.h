@@ -69,13 +69,13 @@ ScratchList lm_head_ce_scratch(LmHeadPass pass, int64_t N, int64_t V, int64_t ch
 
 // The arena blocks of one ScratchList, taken in its order and freed in reverse (as locals declared in that order
 // would be), so the arena's event log is the same whichever backend takes them.
-class Scratch {
+class ScratchSet {
  public:
-  Scratch() = default;
-  Scratch(Arena& arena, const ScratchList& specs);
-  Scratch(Scratch&&) = default;
-  Scratch& operator=(Scratch&& o) noexcept;
-  ~Scratch() { release(); }
+  ScratchSet() = default;
+  ScratchSet(Arena& arena, const ScratchList& specs);
+  ScratchSet(ScratchSet&&) = default;
+  ScratchSet& operator=(ScratchSet&& o) noexcept;
+  ~ScratchSet() { release(); }
   void release();                         // frees the blocks, last first
   Tensor at(std::string_view tag) const;  // the block of that tag; undefined when none
   Tensor operator[](size_t i) const { return bufs_[i].view(); }
@@ -94,7 +94,7 @@ struct LossScratch {
         dlogits(blocks.at(scratch_tag::dlogits_chunk)),
         token_loss(blocks.at(scratch_tag::token_loss)),
         n_valid(blocks.at(scratch_tag::n_valid)) {}
-  Scratch blocks;
+  ScratchSet blocks;
   Tensor logits, dlogits, token_loss, n_valid;
 };
 

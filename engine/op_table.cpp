@@ -15,68 +15,94 @@ double rw(const Tensor& g, bool acc) {
 }
 
 // Each cost sums its terms in the order the sim always has, so forecasts stay bit-identical.
+OpKernelBytes one(double b) {
+  return OpKernelBytes{}.add(b);
+}
 // embedding_fwd(out, tokens, wte): a row gathered per token.
-double embedding_fwd(const OpCostArgs& a) {
-  return 2 * B(a.t[0]) + B(a.t[1]);
+OpKernelBytes embedding_fwd(const OpCall& c) {
+  return one(2 * B(c.t[0]) + B(c.t[1]));
 }
 // rmsnorm_fwd(out, rstd, x, w)
-double rmsnorm_fwd(const OpCostArgs& a) {
-  return B(a.t[2]) + B(a.t[0]) + B(a.t[3]) + B(a.t[1]);
+OpKernelBytes rmsnorm_fwd(const OpCall& c) {
+  return one(B(c.t[2]) + B(c.t[0]) + B(c.t[3]) + B(c.t[1]));
 }
-// rmsnorm_bwd(dx, dw, dout, x, w, rstd), dw f32 (added into by atomics)
-double rmsnorm_bwd(const OpCostArgs& a) {
-  return B(a.t[2]) + B(a.t[3]) + B(a.t[4]) + B(a.t[5]) + rw(a.t[0], a.acc[0]) + 2 * B(a.t[1]);
+// rmsnorm_bwd(dx, dw, dout, x, w, rstd): f32 dw added into by atomics; bf16 dw through fp32 column sums, folded.
+OpKernelBytes rmsnorm_bwd(const OpCall& c) {
+  const Tensor &dx = c.t[0], &dw = c.t[1];
+  const double in = B(c.t[2]) + B(c.t[3]) + B(c.t[4]) + B(c.t[5]);
+  if (!dw.defined() || dw.dtype != DType::bf16) return one(in + rw(dx, c.acc[0]) + 2 * B(dw));
+  const double sum_bytes = 4.0 * double(dw.numel());
+  return OpKernelBytes{}.add(in + rw(dx, c.acc[0]) + 2 * sum_bytes).add(sum_bytes + rw(dw, c.acc[1]));
+}
+ScratchList rmsnorm_scratch(const OpCall& c) {
+  const Tensor& dw = c.t[1];
+  return c.backward && dw.defined() && dw.dtype == DType::bf16 ? grad_sums_scratch(dw.numel()) : ScratchList{};
 }
 // rope_fwd(out, x, pos, inv_freq)
-double rope_fwd(const OpCostArgs& a) {
-  return B(a.t[1]) + B(a.t[0]) + B(a.t[2]);
+OpKernelBytes rope_fwd(const OpCall& c) {
+  return one(B(c.t[1]) + B(c.t[0]) + B(c.t[2]));
 }
 // rope_bwd(dx, dout, pos, inv_freq)
-double rope_bwd(const OpCostArgs& a) {
-  return B(a.t[1]) + rw(a.t[0], a.acc[0]) + B(a.t[2]);
+OpKernelBytes rope_bwd(const OpCall& c) {
+  return one(B(c.t[1]) + rw(c.t[0], c.acc[0]) + B(c.t[2]));
 }
 // swiglu_fwd(out, gate, up)
-double swiglu_fwd(const OpCostArgs& a) {
-  return B(a.t[1]) + B(a.t[2]) + B(a.t[0]);
+OpKernelBytes swiglu_fwd(const OpCall& c) {
+  return one(B(c.t[1]) + B(c.t[2]) + B(c.t[0]));
 }
 // swiglu_bwd(dgate, dup, dout, gate, up)
-double swiglu_bwd(const OpCostArgs& a) {
-  return B(a.t[2]) + B(a.t[3]) + B(a.t[4]) + rw(a.t[0], a.acc[0]) + rw(a.t[1], a.acc[1]);
+OpKernelBytes swiglu_bwd(const OpCall& c) {
+  return one(B(c.t[2]) + B(c.t[3]) + B(c.t[4]) + rw(c.t[0], c.acc[0]) + rw(c.t[1], c.acc[1]));
 }
 // add_fwd(out, a, b)
-double add_fwd(const OpCostArgs& a) {
-  return B(a.t[1]) + B(a.t[2]) + B(a.t[0]);
+OpKernelBytes add_fwd(const OpCall& c) {
+  return one(B(c.t[1]) + B(c.t[2]) + B(c.t[0]));
 }
 // add_bwd(da, db, dout)
-double add_bwd(const OpCostArgs& a) {
-  return B(a.t[2]) + rw(a.t[0], a.acc[0]) + rw(a.t[1], a.acc[1]);
+OpKernelBytes add_bwd(const OpCall& c) {
+  return one(B(c.t[2]) + rw(c.t[0], c.acc[0]) + rw(c.t[1], c.acc[1]));
 }
 // bias_fwd(y, b): y read and written in place.
-double bias_fwd(const OpCostArgs& a) {
-  return 2 * B(a.t[0]) + B(a.t[1]);
+OpKernelBytes bias_fwd(const OpCall& c) {
+  return one(2 * B(c.t[0]) + B(c.t[1]));
 }
-// bias_bwd(db, dy), db f32
-double bias_bwd(const OpCostArgs& a) {
-  return B(a.t[1]) + rw(a.t[0], a.acc[0]);
+// bias_bwd(db, dy): nothing without db; a bf16 db through fp32 column sums, as rmsnorm's.
+OpKernelBytes bias_bwd(const OpCall& c) {
+  const Tensor &db = c.t[0], &dy = c.t[1];
+  if (!db.defined()) return {};
+  if (db.dtype != DType::bf16) return one(B(dy) + rw(db, c.acc[0]));
+  const double sum_bytes = 4.0 * double(db.numel());
+  return OpKernelBytes{}.add(B(dy) + sum_bytes).add(sum_bytes + rw(db, c.acc[0]));
+}
+ScratchList bias_scratch(const OpCall& c) {
+  const Tensor& db = c.t[0];
+  return c.backward && db.defined() && db.dtype == DType::bf16 ? grad_sums_scratch(db.numel()) : ScratchList{};
 }
 
 using namespace scratch_tag;
 
 const std::array<OpInfo, size_t(OpKind::count_)>& table() {
   static const std::array<OpInfo, size_t(OpKind::count_)> t = {{
-      {OpKind::embedding, "embedding", {grad_rows, grad_row_map}, embedding_fwd, nullptr},
-      {OpKind::rmsnorm, "rmsnorm", {grad_sums}, rmsnorm_fwd, rmsnorm_bwd},
-      {OpKind::linear, "linear", {cublaslt}, nullptr, nullptr},
+      {OpKind::embedding, "embedding", {grad_rows, grad_row_map}, embedding_fwd},
+      {OpKind::rmsnorm,
+       "rmsnorm",
+       {grad_sums},
+       rmsnorm_fwd,
+       rmsnorm_bwd,
+       rmsnorm_scratch,
+       "rmsnorm_fwd",
+       "rmsnorm_bwd"},
+      {OpKind::linear, "linear", {cublaslt}},
       {OpKind::rope, "rope", {}, rope_fwd, rope_bwd},
-      {OpKind::attention, "attention", {attn_unused_grad, attn_workspace}, nullptr, nullptr},
-      {OpKind::swiglu, "swiglu", {}, swiglu_fwd, swiglu_bwd},
-      {OpKind::add, "add", {}, add_fwd, add_bwd},
-      {OpKind::bias, "bias", {grad_sums}, bias_fwd, bias_bwd},
-      {OpKind::lm_head_ce, "lm_head_ce", {logits_chunk, dlogits_chunk, token_loss, n_valid}, nullptr, nullptr},
-      {OpKind::lm_head_logits, "lm_head_logits", {}, nullptr, nullptr},
-      {OpKind::adamw, "adamw", {}, nullptr, nullptr},
-      {OpKind::grad_norm, "grad_norm", {}, nullptr, nullptr},
-      {OpKind::block_copy, "block_copy", {seq_parallel}, nullptr, nullptr},
+      {OpKind::attention, "attention", {attn_unused_grad, attn_workspace}},
+      {OpKind::swiglu, "swiglu", {}, swiglu_fwd, swiglu_bwd, nullptr, "swiglu_fwd", "swiglu_bwd"},
+      {OpKind::add, "add", {}, add_fwd, add_bwd, nullptr, "add_fwd", "add_bwd"},
+      {OpKind::bias, "bias", {grad_sums}, bias_fwd, bias_bwd, bias_scratch, "bias_fwd", "bias_bwd"},
+      {OpKind::lm_head_ce, "lm_head_ce", {logits_chunk, dlogits_chunk, token_loss, n_valid}},
+      {OpKind::lm_head_logits, "lm_head_logits", {}},
+      {OpKind::adamw, "adamw", {}},
+      {OpKind::grad_norm, "grad_norm", {}},
+      {OpKind::block_copy, "block_copy", {seq_parallel}},
   }};
   return t;
 }

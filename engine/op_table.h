@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/op_scratch.h"
 #include "engine/tensor.h"
 
 namespace strata {
@@ -27,19 +28,40 @@ enum class OpKind {
   count_
 };
 
-// An op's tensors in the order of its Backend method (outputs first), and its gradient outputs' accumulate flags.
-struct OpCostArgs {
+// The ops reached through Backend::run: each backend's implementation sits beside the op's kernels
+// (kernels/<op>_cpu.cpp, kernels/<op>.cu, declared in kernels/op_dispatch.h); the sim reads cost and scratch here.
+#define STRATA_DISPATCHED_OPS(X) X(rmsnorm) X(swiglu) X(add) X(bias)
+
+// An op's call: its tensors in the order of its Backend method (outputs first), its gradient outputs' accumulate
+// flags, its one float parameter (add's scale, rmsnorm's eps) and whether it is the backward.
+struct OpCall {
   std::array<Tensor, 8> t;
   std::array<bool, 4> acc{};
+  float scalar = 0;
+  bool backward = false;
 };
-using OpBytes = double (*)(const OpCostArgs&);
+
+// HBM bytes of each kernel a memory-bound op launches, in launch order (none: nothing runs).
+struct OpKernelBytes {
+  std::array<double, 4> bytes{};
+  int n = 0;
+  OpKernelBytes& add(double b) {
+    bytes[size_t(n++)] = b;
+    return *this;
+  }
+};
+using OpCost = OpKernelBytes (*)(const OpCall&);
+using OpScratch = ScratchList (*)(const OpCall&);
 
 struct OpInfo {
   OpKind kind;
   const char* name;
   std::vector<std::string_view> scratch_tags;  // what the cuda backend (and the sim mirroring it) may take
-  OpBytes fwd_bytes = nullptr;                 // HBM bytes moved; null: priced by flops in the sim
-  OpBytes bwd_bytes = nullptr;                 // the same for the backward (f32 parameter gradients)
+  OpCost fwd_cost = nullptr;                   // memory-bound: bytes per kernel; null: priced by flops in the sim
+  OpCost bwd_cost = nullptr;
+  OpScratch scratch = nullptr;      // dispatched ops: the cuda backend's scratch for a call (null: none)
+  const char* fwd_label = nullptr;  // the profiler's names (dispatched ops)
+  const char* bwd_label = nullptr;
 };
 
 const OpInfo& op_info(OpKind k);

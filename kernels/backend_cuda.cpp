@@ -21,6 +21,7 @@
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_cuda.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/resources_cuda.h"
 
@@ -208,23 +209,9 @@ class CudaBackend final : public Backend {
     const int N = I(tokens.numel()), C = cols(dout), V = I(dwte.shape[0]);
     if (dwte.dtype != DType::bf16) return cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), N, C, s());
     if (N == 0) return;
-    const Scratch sc(arena_, embedding_grad_scratch(N, V, C));
+    const ScratchSet sc(arena_, embedding_grad_scratch(N, V, C));
     cuda::embedding_bwd_bf16(B(dwte), B(dout), tokens.i32(), N, C, V, F(sc.at(scratch_tag::grad_rows)),
                              sc.at(scratch_tag::grad_row_map).i32(), I(embedding_grad_slots(N, V)), s());
-  }
-  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
-    OpProfiler::Scope prof_(&prof_data_, "rmsnorm_fwd", s());
-    cuda::rmsnorm_fwd(B(out), F(rstd), B(x), B(w), rows(x), cols(x), eps, s());
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                   bool acc_dw) override {
-    OpProfiler::Scope prof_(&prof_data_, "rmsnorm_bwd", s());
-    if (!dw.defined() || dw.dtype != DType::bf16)
-      return cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw, s());
-    // bf16 weight gradient: the column sums in fp32 scratch (overwritten), then one rounding each.
-    const Scratch sums(arena_, grad_sums_scratch(dw.numel()));
-    cuda::rmsnorm_bwd(B(dx), F(sums[0]), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, false, s());
-    cuda::grad_fold_bf16(B(dw), F(sums[0]), size_t(dw.numel()), acc_dw, s());
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     OpProfiler::Scope prof_(&prof_data_, "linear_fwd", s());
@@ -266,7 +253,7 @@ class CudaBackend final : public Backend {
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     if (const int32_t* pos = packed_pos(seg, q))
       return cuda::flash_attention_fwd(B(out), F(lse), B(q), B(k), B(v), sh, s(), pos);
-    const Scratch ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, false)));
+    const ScratchSet ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, false)));
     attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
@@ -274,7 +261,7 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "attention_bwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     // A gradient nobody needs still has to land somewhere: scratch from the arena, overwritten.
-    const Scratch unused(arena_, attention_unused_grad_scratch(dq, dk, dv, q, k, v));
+    const ScratchSet unused(arena_, attention_unused_grad_scratch(dq, dk, dv, q, k, v));
     size_t next = 0;  // the scratch blocks in dq, dk, dv order
     bf16* pq = dq.defined() ? B(dq) : B(unused[next++]);
     bf16* pk = dk.defined() ? B(dk) : B(unused[next++]);
@@ -289,37 +276,22 @@ class CudaBackend final : public Backend {
     }
     if (const int32_t* pos = packed_pos(seg, q))  // the flash kernel adds in place: no scratch
       return cuda::flash_attention_bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, s(), pos);
-    const Scratch ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, true)));
+    const ScratchSet ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, true)));
     attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, ws_ptr(ws), ws_bytes(ws), s());
   }
-  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
-    OpProfiler::Scope prof_(&prof_data_, "swiglu_fwd", s());
-    cuda::swiglu_fwd(B(out), B(gate), B(up), long(gate.numel()), s());
-  }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                  bool acc_dup) override {
-    OpProfiler::Scope prof_(&prof_data_, "swiglu_bwd", s());
-    cuda::swiglu_bwd(B(dgate), B(dup), B(dout), B(gate), B(up), long(dout.numel()), acc_dgate, acc_dup, s());
-  }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
-    OpProfiler::Scope prof_(&prof_data_, "add_fwd", s());
-    cuda::add_fwd(B(out), B(a), B(b), scale, long(a.numel()), s());
-  }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
-    OpProfiler::Scope prof_(&prof_data_, "add_bwd", s());
-    cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), acc_da, acc_db, s());
-  }
-  void bias_fwd(Tensor y, Tensor b) override {
-    OpProfiler::Scope prof_(&prof_data_, "bias_fwd", s());
-    cuda::bias_fwd(B(y), B(b), long(rows(y)), long(cols(y)), s());
-  }
-  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (!db.defined()) return;
-    OpProfiler::Scope prof_(&prof_data_, "bias_bwd", s());
-    if (db.dtype != DType::bf16) return cuda::bias_bwd(F(db), B(dy), long(rows(dy)), long(cols(dy)), acc_db, s());
-    const Scratch sums(arena_, grad_sums_scratch(db.numel()));  // as rmsnorm_bwd's bf16 weight gradient
-    cuda::bias_bwd(F(sums[0]), B(dy), long(rows(dy)), long(cols(dy)), false, s());
-    cuda::grad_fold_bf16(B(db), F(sums[0]), size_t(db.numel()), acc_db, s());
+  // The table-dispatched ops: the scratch of the op's description, then its implementation beside its kernels.
+  void run(OpKind k, const OpCall& c) override {
+    using Impl = void (*)(const OpCall&, const CudaOpContext&);
+#define STRATA_CUDA_IMPL(op) {OpKind::op, op##_cuda},
+    static const std::pair<OpKind, Impl> impls[] = {STRATA_DISPATCHED_OPS(STRATA_CUDA_IMPL)};
+#undef STRATA_CUDA_IMPL
+    const OpInfo& info = op_info(k);
+    if ((c.backward ? info.bwd_cost : info.fwd_cost)(c).n == 0) return;  // nothing to run (a bias without db)
+    OpProfiler::Scope prof_(&prof_data_, c.backward ? info.bwd_label : info.fwd_label, s());
+    const ScratchSet sc = info.scratch ? ScratchSet(arena_, info.scratch(c)) : ScratchSet();
+    for (const auto& [kind, impl] : impls)
+      if (kind == k) return impl(c, CudaOpContext{s(), sc});
+    throw UnsupportedError(fmt::format("the cuda backend has no dispatched {}", op_kind_name(k)));
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
@@ -459,7 +431,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  cudaStream_t s() const { return stream_.get(); }
+  cudaStream_t s() const {
+    return stream_.get();
+  }
   // A split master: lo i16 and hi (the compute weights) bf16 of the same shape.
   static void check_split(Tensor lo, Tensor hi) {
     STRATA_CHECK(lo.defined() && hi.defined() && lo.dtype == DType::i16 && hi.dtype == DType::bf16 &&
@@ -537,8 +511,12 @@ class CudaBackend final : public Backend {
   }
   // Workspaces come from the arena. Freed on return while kernels may still run: safe because
   // every launch is on the one compute stream, so any later user of the block is ordered after.
-  static void* ws_ptr(const Scratch& b) { return b.size() ? b[0].data : nullptr; }
-  static size_t ws_bytes(const Scratch& b) { return b.size() ? b[0].bytes() : 0; }
+  static void* ws_ptr(const ScratchSet& b) {
+    return b.size() ? b[0].data : nullptr;
+  }
+  static size_t ws_bytes(const ScratchSet& b) {
+    return b.size() ? b[0].bytes() : 0;
+  }
 
   OpProfiler prof_data_;  // first member: destroyed last, after the stream drained
   std::string desc_;
@@ -555,7 +533,7 @@ class CudaBackend final : public Backend {
   std::map<CopyTicket, InFlight> in_flight_;
   std::vector<Event> spare_events_;  // completion events to reuse
   CopyTicket last_ticket_ = 0;
-  Scratch gemm_ws_;
+  ScratchSet gemm_ws_;
   cuda::Gemm gemm_;
   cuda::Attention attn_;
 };

@@ -29,10 +29,10 @@ double B(const Tensor& t) {
 double rw(const Tensor& g, bool acc) {
   return (acc ? 2.0 : 1.0) * B(g);
 }
-// A memory-bound op's bytes, from the op table (engine/op_table.h).
-double bytes(OpKind k, bool backward, const OpCostArgs& a) {
+// A one-kernel memory-bound op's bytes, from the op table (engine/op_table.h).
+double bytes(OpKind k, bool backward, const OpCall& c) {
   const OpInfo& i = op_info(k);
-  return (backward ? i.bwd_bytes : i.fwd_bytes)(a);
+  return (backward ? i.bwd_cost : i.fwd_cost)(c).bytes[0];
 }
 double rows(const Tensor& t) {
   return double(t.numel() / t.shape[t.shape.nd - 1]);
@@ -97,7 +97,7 @@ class SimBackendImpl final : public SimBackend {
       : opt_(o), cost_(o.profile), arena_("device", o.budget ? o.budget : kUnbounded, nullptr) {
     arena_.set_clock([this] { return now_; });
     arena_.set_logging(o.log_events);
-    if (cuda()) gemm_ws_ = Scratch(arena_, gemm_scratch());
+    if (cuda()) gemm_ws_ = ScratchSet(arena_, gemm_scratch());
     desc_ = fmt::format("sim ({} profile, mirrors the {} backend)", o.profile.name, sim_mirror_name(o.mirror));
   }
 
@@ -232,28 +232,22 @@ class SimBackendImpl final : public SimBackend {
       return bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
     // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (engine/op_scratch.h): clear the map and
     // the rows, mark and number the rows, add the tokens' rows, fold each hit row into dwte once.
-    const Scratch sc = take(embedding_grad_scratch(tokens.numel(), dwte.shape[0], dwte.shape[1]));
+    const ScratchSet sc = take(embedding_grad_scratch(tokens.numel(), dwte.shape[0], dwte.shape[1]));
     const double slots = double(embedding_grad_slots(tokens.numel(), dwte.shape[0])), C = cols(dwte);
     const double map = 4.0 * (double(dwte.shape[0]) + slots + 1);
     const double t = cost_.memory(map + slots * C * 4) + cost_.memory(B(tokens) + map) +
                      cost_.memory(B(dout) + B(tokens) + 2 * rows_f32) + cost_.memory(slots * C * (4 + 2 * 2));
     bwd(OpKind::embedding, t, 4);
   }
-  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float) override {
-    fwd(OpKind::rmsnorm, cost_.memory(bytes(OpKind::rmsnorm, false, {{out, rstd, x, w}})));
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                   bool acc_dw) override {
-    if (!dw.defined() || dw.dtype != DType::bf16)
-      return bwd(OpKind::rmsnorm,
-                 cost_.memory(bytes(OpKind::rmsnorm, true, {{dx, dw, dout, x, w, rstd}, {acc_dx, acc_dw}})));
-    // bf16 weight gradient: backend_cuda.cpp's fp32 column sums, then their fold into dw.
-    const Scratch sums = take(grad_sums_scratch(dw.numel()));
-    const double sum_bytes = 4.0 * double(dw.numel());
-    bwd(OpKind::rmsnorm,
-        cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * sum_bytes) +
-            cost_.memory(sum_bytes + rw(dw, acc_dw)),
-        2);
+  // The table-dispatched ops: their scratch and memory-bound cost from the op table, one kernel per entry.
+  void run(OpKind k, const OpCall& c) override {
+    const OpInfo& info = op_info(k);
+    const ScratchSet sc = take(info.scratch ? info.scratch(c) : ScratchList{});
+    const OpKernelBytes kb = (c.backward ? info.bwd_cost : info.fwd_cost)(c);
+    if (kb.n == 0) return;
+    double t = 0;
+    for (int i = 0; i < kb.n; ++i) t += cost_.memory(kb.bytes[size_t(i)]);
+    charge(k, t, kb.n, !c.backward);
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     fwd(OpKind::linear, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y)));
@@ -282,7 +276,7 @@ class SimBackendImpl final : public SimBackend {
     const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
               d = int(q.shape[3]);
     const bool cudnn = cuda() && !seg.packed();
-    const Scratch ws = take(
+    const ScratchSet ws = take(
         attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0));
     fwd(OpKind::attention, attention_time(b, t, hq, d, false, seg));
   }
@@ -292,7 +286,7 @@ class SimBackendImpl final : public SimBackend {
               d = int(q.shape[3]);
     double extra = 0;
     int kernels = 1;
-    const Scratch unused = take(attention_unused_grad_scratch(dq, dk, dv, q, k, v));
+    const ScratchSet unused = take(attention_unused_grad_scratch(dq, dk, dv, q, k, v));
     const bool accumulate = acc_dq || acc_dk || acc_dv;  // backend_cuda.cpp: one mode for all three
     if (cuda() && accumulate) {
       if (!acc_dq && dq.defined()) zero(dq);
@@ -300,7 +294,7 @@ class SimBackendImpl final : public SimBackend {
       if (!acc_dv && dv.defined()) zero(dv);
     }
     const bool cudnn = cuda() && !seg.packed();
-    const Scratch ws =
+    const ScratchSet ws =
         take(attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0));
     if (cudnn && attention_uses_cudnn(d)) {
       // cuDNN overwrites: the engine accumulates through scratch + three adds. (The fp32 dQ
@@ -313,34 +307,10 @@ class SimBackendImpl final : public SimBackend {
     }
     bwd(OpKind::attention, attention_time(b, t, hq, d, true, seg) + extra, kernels);
   }
-  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
-    fwd(OpKind::swiglu, cost_.memory(bytes(OpKind::swiglu, false, {{out, gate, up}})));
-  }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                  bool acc_dup) override {
-    bwd(OpKind::swiglu,
-        cost_.memory(bytes(OpKind::swiglu, true, {{dgate, dup, dout, gate, up}, {acc_dgate, acc_dup}})));
-  }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float) override {
-    fwd(OpKind::add, cost_.memory(bytes(OpKind::add, false, {{out, a, b}})));
-  }
-  void bias_fwd(Tensor y, Tensor b) override { fwd(OpKind::bias, cost_.memory(bytes(OpKind::bias, false, {{y, b}}))); }
-  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (!db.defined()) return;
-    if (db.dtype != DType::bf16)
-      return bwd(OpKind::bias, cost_.memory(bytes(OpKind::bias, true, {{db, dy}, {acc_db}})));
-    // bf16 gradient: backend_cuda.cpp's fp32 column sums, then their fold into db.
-    const Scratch sums = take(grad_sums_scratch(db.numel()));
-    const double sum_bytes = 4.0 * double(db.numel());
-    bwd(OpKind::bias, cost_.memory(B(dy) + sum_bytes) + cost_.memory(sum_bytes + rw(db, acc_db)), 2);
-  }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
-    bwd(OpKind::add, cost_.memory(bytes(OpKind::add, true, {{da, db, dout}, {acc_da, acc_db}})));
-  }
   // The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding.
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const Scratch sc = take(lm_head_ce_scratch(LmHeadPass::fwd, N, V, chunk));
+    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::fwd, N, V, chunk));
     double t = 0;
     int kernels = 0;
     const double es = double(dtype_size(x.dtype));
@@ -356,7 +326,7 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
                       int, bool acc_dx, bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const Scratch sc = take(lm_head_ce_scratch(LmHeadPass::bwd, N, V, chunk));
+    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::bwd, N, V, chunk));
     const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
     double t = cost_.memory(double(N) * 4);
     int kernels = 1;
@@ -377,7 +347,7 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, int, float,
                            bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const Scratch sc = take(lm_head_ce_scratch(LmHeadPass::fwd_grad, N, V, chunk));
+    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::fwd_grad, N, V, chunk));
     const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
     double t = cost_.memory(double(N) * 4);                                  // count valid targets
     int kernels = 1;
@@ -538,12 +508,12 @@ class SimBackendImpl final : public SimBackend {
     times_.copy_s += s;
   }
   // An op's scratch (engine/op_scratch.h), taken as backend_cuda.cpp takes it; the cpu backend takes none.
-  Scratch take(const ScratchList& l) { return cuda() ? Scratch(arena_, l) : Scratch(); }
+  ScratchSet take(const ScratchList& l) { return cuda() ? ScratchSet(arena_, l) : ScratchSet(); }
 
   SimOptions opt_;
   CostModel cost_;
   Arena arena_;
-  Scratch gemm_ws_;
+  ScratchSet gemm_ws_;
   std::string desc_;
   double now_ = 0;                           // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;                 // the next compute op starts no earlier (copy_wait_compute)
