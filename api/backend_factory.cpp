@@ -5,7 +5,7 @@
 #ifdef STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 #endif
 #ifdef STRATA_HAVE_NCCL
 #include "kernels/comm_nccl.h"

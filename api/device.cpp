@@ -5,8 +5,8 @@
 
 #include "api/backend_factory.h"
 #include "engine/arena.h"
+#include "engine/backend_sim.h"
 #include "engine/cost_model.h"
-#include "kernels/backend_sim.h"
 #include "model/run/launch.h"
 
 namespace strata {

@@ -2,16 +2,9 @@
 
 #include <fmt/format.h>
 
-#include "io/uring_file.h"
+#include "engine/uring_file.h"
 
 namespace strata {
-
-const char* op_kind_name(OpKind k) {
-  static const char* names[] = {"embedding", "rmsnorm",    "linear",         "rope",  "attention", "swiglu",    "add",
-                                "bias",      "lm_head_ce", "lm_head_logits", "adamw", "grad_norm", "block_copy"};
-  static_assert(sizeof(names) / sizeof(names[0]) == size_t(OpKind::count_));
-  return names[int(k)];
-}
 
 std::string support_summary(const Backend& be) {
   std::string s;
@@ -106,7 +99,7 @@ void Backend::download_master(float*, Tensor, Tensor) {
   throw UnsupportedError(fmt::format("the {} backend keeps whole f32 masters (no split masters)", name()));
 }
 std::unique_ptr<DiskFile> Backend::open_disk_file(const std::string& dir, size_t bytes) {
-  return std::make_unique<io::UringFile>(dir, bytes);
+  return std::make_unique<UringFile>(dir, bytes);
 }
 
 }  // namespace strata

@@ -8,30 +8,12 @@
 
 #include "engine/arena.h"
 #include "engine/disk_file.h"
+#include "engine/op_params.h"
+#include "engine/op_table.h"
 #include "engine/tensor.h"
-#include "kernels/adamw.h"
-#include "kernels/block_copy.h"
-#include "kernels/rope.h"
 
 namespace strata {
 
-enum class OpKind {
-  embedding,
-  rmsnorm,
-  linear,
-  rope,
-  attention,
-  swiglu,
-  add,
-  bias,
-  lm_head_ce,
-  lm_head_logits,
-  adamw,
-  grad_norm,
-  block_copy,
-  count_
-};
-const char* op_kind_name(OpKind k);
 class Backend;
 // "embedding bf16, rmsnorm bf16, ..., adamw f32, ...": what Backend::supports says, for messages.
 std::string support_summary(const Backend& be);
@@ -132,7 +114,7 @@ class Backend {
   // Copies issued on `lane` from now on start after copy t (of the other lane) landed; neither the
   // compute stream nor the host waits. (Default: copy_wait_compute, correct but it stalls compute.)
   virtual void copy_wait_lane(CopyLane lane, CopyTicket t);
-  // The disk tier's file of `bytes` inside `dir`: by default a real io::UringFile (io_uring, O_DIRECT); the sim
+  // The disk tier's file of `bytes` inside `dir`: by default a real UringFile (io_uring, O_DIRECT); the sim
   // backend returns one that moves no bytes and only costs time. IoError naming the path on failure.
   virtual std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes);
 
@@ -141,9 +123,15 @@ class Backend {
   // false overwrites it (the first write), so nobody zeroes a gradient before backward.
   virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) = 0;
   virtual void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) = 0;
-  virtual void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) = 0;
-  virtual void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                           bool acc_dw) = 0;
+  // The table-dispatched ops (engine/op_table.h STRATA_DISPATCHED_OPS): one entry point; the named forms below
+  // pack their arguments into an OpCall.
+  virtual void run(OpKind k, const OpCall& c) = 0;
+  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+    run(OpKind::rmsnorm, {{out, rstd, x, w}, {}, eps, false});
+  }
+  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx, bool acc_dw) {
+    run(OpKind::rmsnorm, {{dx, dw, dout, x, w, rstd}, {acc_dx, acc_dw}, 0, true});
+  }
   virtual void linear_fwd(Tensor y, Tensor x, Tensor w) = 0;
   virtual void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) = 0;
   virtual void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) = 0;
@@ -153,15 +141,18 @@ class Backend {
   virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) = 0;
   virtual void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
                              Tensor lse, bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) = 0;
-  virtual void swiglu_fwd(Tensor out, Tensor gate, Tensor up) = 0;
-  virtual void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                          bool acc_dup) = 0;
-  virtual void add_fwd(Tensor out, Tensor a, Tensor b, float scale) = 0;
-  virtual void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) = 0;
+  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) { run(OpKind::swiglu, {{out, gate, up}}); }
+  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate, bool acc_dup) {
+    run(OpKind::swiglu, {{dgate, dup, dout, gate, up}, {acc_dgate, acc_dup}, 0, true});
+  }
+  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) { run(OpKind::add, {{out, a, b}, {}, scale, false}); }
+  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) {
+    run(OpKind::add, {{da, db, dout}, {acc_da, acc_db}, scale, true});
+  }
   // A projection's bias: y [N, O] += b [O] in place; db [O] (f32, a parameter gradient) (+)= the
   // column sums of dy [N, O].
-  virtual void bias_fwd(Tensor y, Tensor b) = 0;
-  virtual void bias_bwd(Tensor db, Tensor dy, bool acc_db) = 0;
+  void bias_fwd(Tensor y, Tensor b) { run(OpKind::bias, {{y, b}}); }
+  void bias_bwd(Tensor db, Tensor dy, bool acc_db) { run(OpKind::bias, {{db, dy}, {acc_db}, 0, true}); }
   // loss [1] f32 (mean over targets >= 0), lse [N] f32. w [V, C] holds `vocab` <= V real rows; the
   // rest is padding (a vocabulary padded to a GEMM-friendly size): those logits take no part in the
   // softmax (probability 0, gradient 0, so dw's padded rows get exact zeros). A target >= vocab is

@@ -53,7 +53,7 @@ struct DeviceProfile {
   double adamw_q8_gelems = 0;
   double launch_overhead_us = 0;  // no kernel is shorter than this
 
-  // Collectives between ranks (kernels/comm_sim.h): NCCL's bus bandwidth as nccl-tests defines it (a ring
+  // Collectives between ranks (engine/comm_sim.h): NCCL's bus bandwidth as nccl-tests defines it (a ring
   // all_reduce moves 2(N-1)/N of the buffer through each rank at this rate) and a fixed latency per
   // collective. Missing from a JSON file: these defaults, an all-reduce of 1 GiB through NCCL on H100s
   // (329 GB/s bus bandwidth on 2 GPUs, 355 on 4, 361 on 8, measured through PyTorch on this project's

@@ -1,5 +1,5 @@
 // The disk tier's backing file as the slot store sees it: asynchronous writes and reads at 4 KiB-aligned offsets,
-// each a ticket to poll or wait on. io::UringFile (io/uring_file.h) is the real one; the sim backend's moves no
+// each a ticket to poll or wait on. UringFile (engine/uring_file.h) is the real one; the sim backend's moves no
 // bytes and only advances its clock (kernels/backend_sim.cpp). Backend::open_disk_file chooses.
 #pragma once
 #include <cstddef>

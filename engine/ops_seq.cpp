@@ -14,12 +14,13 @@
 #include <cstddef>
 
 #include "engine/comm.h"
+#include "engine/op_scratch.h"
 #include "engine/ops.h"
 
 namespace strata::ops {
 namespace {
 
-constexpr const char* kScratch = "workspace.seq_parallel";
+constexpr const char* kScratch = scratch_tag::seq_parallel;
 
 Tensor flat(const Tensor& t) {
   return Tensor(t.data, t.dtype, Shape{t.numel()});

@@ -21,7 +21,7 @@
 //                         tile and each LM-head chunk is its own GEMM, beta = 1 after the first, as
 //                         PyTorch with bf16 parameters), or one whole op for the column sums of RMSNorm
 //                         weights and biases and for the embedding's rows (summed in fp32 over the op's
-//                         tokens first: an fp32 scratch on cuda, kernels/grad_scratch.h). The norm,
+//                         tokens first: an fp32 scratch on cuda, engine/op_scratch.h). The norm,
 //                         clipping and AdamW read the bf16 values widened (exact). The cpu backend
 //                         (f32 compute) stores and rounds the same way at the same points, so its bf16
 //                         gradients are the reference the tests check every plan and tier against.

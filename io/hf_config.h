@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/rope.h"
+#include "engine/op_params.h"
 
 namespace strata::io {
 

@@ -1,25 +1,13 @@
-// AdamW with decoupled weight decay (PyTorch's torch.optim.AdamW semantics) and global-norm
-// gradient clipping. All buffers fp32 of n elements.
+// AdamW (engine/op_params.h AdamWParams) and global-norm gradient clipping: the cpu reference.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "engine/dtype.h"
+#include "engine/op_params.h"
 #include "engine/state_recipe.h"
 
 namespace strata {
-// Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu); the sim
-// charges one launch per this many.
-constexpr int kOptimizerListTensors = 48;
-
-struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-};
-
 // One tensor's state for the precision-generic step (engine/state_recipe.h), host pointers.
 struct AdamWState {
   float* master = nullptr;  // the fp32 master; null: master_weights none, `weights` updated in place

@@ -1,5 +1,6 @@
 // Residual add out = a + s * b and its backward. Elementwise, fp32 math, 16-byte accesses where aligned.
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -62,3 +63,13 @@ void add_bwd(bf16* da, bf16* db, const bf16* dout, float s, long n, bool acc_da,
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+void add_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
+  if (!c.backward) return cuda::add_fwd(bf16(t[0]), bf16(t[1]), bf16(t[2]), c.scalar, long(t[1].numel()), s);
+  cuda::add_bwd(bf16(t[0]), bf16(t[1]), bf16(t[2]), c.scalar, long(t[2].numel()), c.acc[0], c.acc[1], s);
+}
+}  // namespace strata

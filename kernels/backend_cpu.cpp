@@ -13,6 +13,7 @@
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/lm_head_ce.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -137,13 +138,6 @@ class CpuBackend final : public Backend {
     if (!acc_dwte) zero(dwte);  // rows no token hit get zeros; the others add, in token order
     cpu::embedding_bwd(G(dwte), F(dout), tokens.i32(), I(tokens.numel()), cols(dout), I(dwte.shape[0]));
   }
-  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
-    cpu::rmsnorm_fwd(F(out), F(rstd), F(x), F(w), rows(x), cols(x), eps);
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                   bool acc_dw) override {
-    cpu::rmsnorm_bwd(F(dx), G(dw), F(dout), F(x), F(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw);
-  }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     cpu::linear_fwd(F(y), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
   }
@@ -176,23 +170,16 @@ class CpuBackend final : public Backend {
                  "attention: the packed positions are not [B*T] i32");
     return seg.pos.i32();
   }
-  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
-    cpu::swiglu_fwd(F(out), F(gate), F(up), long(gate.numel()));
+  void run(OpKind k, const OpCall& c) override {
+    using Impl = void (*)(const OpCall&);
+#define STRATA_CPU_IMPL(op) {OpKind::op, op##_cpu},
+    static const std::pair<OpKind, Impl> impls[] = {STRATA_DISPATCHED_OPS(STRATA_CPU_IMPL)};
+#undef STRATA_CPU_IMPL
+    for (const auto& [kind, impl] : impls)
+      if (kind == k) return impl(c);
+    throw UnsupportedError(std::string("the cpu backend has no dispatched ") + op_kind_name(k));
   }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                  bool acc_dup) override {
-    cpu::swiglu_bwd(F(dgate), F(dup), F(dout), F(gate), F(up), long(gate.numel()), acc_dgate, acc_dup);
-  }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
-    cpu::add_fwd(F(out), F(a), F(b), scale, long(a.numel()));
-  }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
-    cpu::add_bwd(F(da), F(db), F(dout), scale, long(dout.numel()), acc_da, acc_db);
-  }
-  void bias_fwd(Tensor y, Tensor b) override { cpu::bias_fwd(F(y), F(b), long(rows(y)), long(cols(y))); }
-  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (db.defined()) cpu::bias_bwd(G(db), F(dy), long(rows(dy)), long(cols(dy)), acc_db);
-  }
+
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     loss.f32()[0] =
         cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk, nullptr, vocab);

@@ -2,7 +2,7 @@
 // stream, cuBLASLt GEMMs, cuDNN (or flash fallback) attention and the hand-written kernels of
 // kernels/ops_cuda.h. bf16 activations and weights, fp32 master weights and moments (or lower, per the
 // recipe); parameter gradients fp32, or bf16 with gradients: bf16 (each write rounds once: the GEMMs
-// write bf16 directly, the atomics-summing kernels through the fp32 scratch of kernels/grad_scratch.h).
+// write bf16 directly, the atomics-summing kernels through the fp32 scratch of engine/op_scratch.h).
 // Host/disk tier transfers run on a separate copy stream, handed off through events.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -17,10 +17,11 @@
 
 #include "engine/backend.h"
 #include "engine/master_split.h"
+#include "engine/op_scratch.h"
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm_cuda.h"
-#include "kernels/grad_scratch.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 #include "kernels/resources_cuda.h"
 
@@ -63,8 +64,8 @@ class CudaBackend final : public Backend {
         budget_(checked_budget(budget, desc_)),
         mem_(budget_),
         arena_("device", budget_, mem_.base()),
-        gemm_ws_(arena_, DType::u8, Shape{int64_t(cuda::Gemm::kWorkspaceBytes)}, "workspace.cublaslt"),
-        gemm_(gemm_ws_.view().data, cuda::Gemm::kWorkspaceBytes) {}
+        gemm_ws_(arena_, gemm_scratch()),
+        gemm_(gemm_ws_[0].data, cuda::Gemm::kWorkspaceBytes) {}
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_.get());
@@ -208,23 +209,9 @@ class CudaBackend final : public Backend {
     const int N = I(tokens.numel()), C = cols(dout), V = I(dwte.shape[0]);
     if (dwte.dtype != DType::bf16) return cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), N, C, s());
     if (N == 0) return;
-    const EmbeddingGradScratch sc = embedding_grad_scratch(arena_, N, V, C);
-    cuda::embedding_bwd_bf16(B(dwte), B(dout), tokens.i32(), N, C, V, F(sc.rows.view()), sc.map.view().i32(),
-                             I(sc.slots), s());
-  }
-  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
-    OpProfiler::Scope prof_(&prof_data_, "rmsnorm_fwd", s());
-    cuda::rmsnorm_fwd(B(out), F(rstd), B(x), B(w), rows(x), cols(x), eps, s());
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                   bool acc_dw) override {
-    OpProfiler::Scope prof_(&prof_data_, "rmsnorm_bwd", s());
-    if (!dw.defined() || dw.dtype != DType::bf16)
-      return cuda::rmsnorm_bwd(B(dx), F(dw), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, acc_dw, s());
-    // bf16 weight gradient: the column sums in fp32 scratch (overwritten), then one rounding each.
-    const Buffer sums = grad_sums_scratch(arena_, dw.numel());
-    cuda::rmsnorm_bwd(B(dx), F(sums.view()), B(dout), B(x), B(w), F(rstd), rows(x), cols(x), acc_dx, false, s());
-    cuda::grad_fold_bf16(B(dw), F(sums.view()), size_t(dw.numel()), acc_dw, s());
+    const ScratchSet sc(arena_, embedding_grad_scratch(N, V, C));
+    cuda::embedding_bwd_bf16(B(dwte), B(dout), tokens.i32(), N, C, V, F(sc.at(scratch_tag::grad_rows)),
+                             sc.at(scratch_tag::grad_row_map).i32(), I(embedding_grad_slots(N, V)), s());
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     OpProfiler::Scope prof_(&prof_data_, "linear_fwd", s());
@@ -266,7 +253,7 @@ class CudaBackend final : public Backend {
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     if (const int32_t* pos = packed_pos(seg, q))
       return cuda::flash_attention_fwd(B(out), F(lse), B(q), B(k), B(v), sh, s(), pos);
-    Buffer ws = workspace(attn_.workspace_bytes(sh, false), "workspace.attn");
+    const ScratchSet ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, false)));
     attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
@@ -274,10 +261,11 @@ class CudaBackend final : public Backend {
     OpProfiler::Scope prof_(&prof_data_, "attention_bwd", s());
     cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
     // A gradient nobody needs still has to land somewhere: scratch from the arena, overwritten.
-    Buffer sq, sk, sv;
-    bf16* pq = scratch_if_undefined(dq, q, sq);
-    bf16* pk = scratch_if_undefined(dk, k, sk);
-    bf16* pv = scratch_if_undefined(dv, v, sv);
+    const ScratchSet unused(arena_, attention_unused_grad_scratch(dq, dk, dv, q, k, v));
+    size_t next = 0;  // the scratch blocks in dq, dk, dv order
+    bf16* pq = dq.defined() ? B(dq) : B(unused[next++]);
+    bf16* pk = dk.defined() ? B(dk) : B(unused[next++]);
+    bf16* pv = dv.defined() ? B(dv) : B(unused[next++]);
     // One mode for all three: an overwrite lets cuDNN write them in place; adding goes through
     // scratch and three adds. Mixed flags (no op records them today) add, into zeroed ones.
     const bool accumulate = acc_dq || acc_dk || acc_dv;
@@ -288,69 +276,47 @@ class CudaBackend final : public Backend {
     }
     if (const int32_t* pos = packed_pos(seg, q))  // the flash kernel adds in place: no scratch
       return cuda::flash_attention_bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, s(), pos);
-    Buffer ws = workspace(attn_.workspace_bytes(sh, true), "workspace.attn");
+    const ScratchSet ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, true)));
     attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, ws_ptr(ws), ws_bytes(ws), s());
   }
-  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
-    OpProfiler::Scope prof_(&prof_data_, "swiglu_fwd", s());
-    cuda::swiglu_fwd(B(out), B(gate), B(up), long(gate.numel()), s());
-  }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                  bool acc_dup) override {
-    OpProfiler::Scope prof_(&prof_data_, "swiglu_bwd", s());
-    cuda::swiglu_bwd(B(dgate), B(dup), B(dout), B(gate), B(up), long(dout.numel()), acc_dgate, acc_dup, s());
-  }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override {
-    OpProfiler::Scope prof_(&prof_data_, "add_fwd", s());
-    cuda::add_fwd(B(out), B(a), B(b), scale, long(a.numel()), s());
-  }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
-    OpProfiler::Scope prof_(&prof_data_, "add_bwd", s());
-    cuda::add_bwd(B(da), B(db), B(dout), scale, long(dout.numel()), acc_da, acc_db, s());
-  }
-  void bias_fwd(Tensor y, Tensor b) override {
-    OpProfiler::Scope prof_(&prof_data_, "bias_fwd", s());
-    cuda::bias_fwd(B(y), B(b), long(rows(y)), long(cols(y)), s());
-  }
-  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (!db.defined()) return;
-    OpProfiler::Scope prof_(&prof_data_, "bias_bwd", s());
-    if (db.dtype != DType::bf16) return cuda::bias_bwd(F(db), B(dy), long(rows(dy)), long(cols(dy)), acc_db, s());
-    const Buffer sums = grad_sums_scratch(arena_, db.numel());  // as rmsnorm_bwd's bf16 weight gradient
-    cuda::bias_bwd(F(sums.view()), B(dy), long(rows(dy)), long(cols(dy)), false, s());
-    cuda::grad_fold_bf16(B(db), F(sums.view()), size_t(db.numel()), acc_db, s());
+  // The table-dispatched ops: the scratch of the op's description, then its implementation beside its kernels.
+  void run(OpKind k, const OpCall& c) override {
+    using Impl = void (*)(const OpCall&, const CudaOpContext&);
+#define STRATA_CUDA_IMPL(op) {OpKind::op, op##_cuda},
+    static const std::pair<OpKind, Impl> impls[] = {STRATA_DISPATCHED_OPS(STRATA_CUDA_IMPL)};
+#undef STRATA_CUDA_IMPL
+    const OpInfo& info = op_info(k);
+    if ((c.backward ? info.bwd_cost : info.fwd_cost)(c).n == 0) return;  // nothing to run (a bias without db)
+    OpProfiler::Scope prof_(&prof_data_, c.backward ? info.bwd_label : info.fwd_label, s());
+    const ScratchSet sc = info.scratch ? ScratchSet(arena_, info.scratch(c)) : ScratchSet();
+    for (const auto& [kind, impl] : impls)
+      if (kind == k) return impl(c, CudaOpContext{s(), sc});
+    throw UnsupportedError(fmt::format("the cuda backend has no dispatched {}", op_kind_name(k)));
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-    Buffer token_loss(arena_, DType::f32, Shape{N}, "loss.token_loss");
-    Buffer n_valid(arena_, DType::f32, Shape{1}, "loss.n_valid");
+    const LossScratch sc(arena_, LmHeadPass::fwd, N, V, chunk);
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const int n = std::min(chunk, N - r0);
-      gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_fwd(F(lse) + r0, F(token_loss.view()) + r0, F(logits.view()), targets.i32() + r0, n, V, vocab,
-                         s());
+      gemm_.logits_f32(F(sc.logits), B(x) + size_t(r0) * C, B(w), n, C, V, s());
+      cuda::ce_chunk_fwd(F(lse) + r0, F(sc.token_loss) + r0, F(sc.logits), targets.i32() + r0, n, V, vocab, s());
     }
-    cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
-    cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
+    cuda::ce_count_valid(F(sc.n_valid), targets.i32(), N, s());
+    cuda::ce_finalize(F(loss), F(sc.token_loss), F(sc.n_valid), N, s());
   }
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
                       int vocab, bool acc_dx, bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-    Buffer dlogits(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
-    Buffer n_valid(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
+    const LossScratch sc(arena_, LmHeadPass::bwd, N, V, chunk);
+    cuda::ce_count_valid(F(sc.n_valid), targets.i32(), N, s());
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const int n = std::min(chunk, N - r0);
-      gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_bwd(B(dlogits.view()), F(logits.view()), F(lse) + r0, targets.i32() + r0, F(dloss),
-                         F(n_valid.view()), n, V, vocab, s());
-      chunk_grads(dx, dw, dlogits, x, w, r0, n, acc_dx, acc_dw);
+      gemm_.logits_f32(F(sc.logits), B(x) + size_t(r0) * C, B(w), n, C, V, s());
+      cuda::ce_chunk_bwd(B(sc.dlogits), F(sc.logits), F(lse) + r0, targets.i32() + r0, F(dloss), F(sc.n_valid), n, V,
+                         vocab, s());
+      chunk_grads(dx, dw, sc.dlogits, x, w, r0, n, acc_dx, acc_dw);
     }
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
   }
@@ -360,20 +326,16 @@ class CudaBackend final : public Backend {
                            float dloss_assumed, bool acc_dw) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd_grad", s());
     const int N = rows(x), C = cols(x), V = I(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-    Buffer dlogits(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
-    Buffer token_loss(arena_, DType::f32, Shape{N}, "loss.token_loss");
-    Buffer n_valid(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    cuda::ce_count_valid(F(n_valid.view()), targets.i32(), N, s());
+    const LossScratch sc(arena_, LmHeadPass::fwd_grad, N, V, chunk);
+    cuda::ce_count_valid(F(sc.n_valid), targets.i32(), N, s());
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const int n = std::min(chunk, N - r0);
-      gemm_.logits_f32(F(logits.view()), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_fwd_bwd(F(token_loss.view()) + r0, B(dlogits.view()), F(logits.view()), targets.i32() + r0,
-                             F(n_valid.view()), dloss_assumed, n, V, vocab, s());
-      chunk_grads(dx, dw, dlogits, x, w, r0, n, false, acc_dw);
+      gemm_.logits_f32(F(sc.logits), B(x) + size_t(r0) * C, B(w), n, C, V, s());
+      cuda::ce_chunk_fwd_bwd(F(sc.token_loss) + r0, B(sc.dlogits), F(sc.logits), targets.i32() + r0, F(sc.n_valid),
+                             dloss_assumed, n, V, vocab, s());
+      chunk_grads(dx, dw, sc.dlogits, x, w, r0, n, false, acc_dw);
     }
-    cuda::ce_finalize(F(loss), F(token_loss.view()), F(n_valid.view()), N, s());
+    cuda::ce_finalize(F(loss), F(sc.token_loss), F(sc.n_valid), N, s());
     if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
   }
   void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
@@ -469,7 +431,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  cudaStream_t s() const { return stream_.get(); }
+  cudaStream_t s() const {
+    return stream_.get();
+  }
   // A split master: lo i16 and hi (the compute weights) bf16 of the same shape.
   static void check_split(Tensor lo, Tensor hi) {
     STRATA_CHECK(lo.defined() && hi.defined() && lo.dtype == DType::i16 && hi.dtype == DType::bf16 &&
@@ -481,15 +445,14 @@ class CudaBackend final : public Backend {
   }
   // The LM head's per-chunk gradients from the chunk's dlogits [n, V]: dx rows [r0, r0 + n) are the
   // chunk's own; dw sums over chunks, so only the first chunk may overwrite it.
-  void chunk_grads(Tensor dx, Tensor dw, const Buffer& dlogits, Tensor x, Tensor w, int r0, int n, bool acc_dx,
-                   bool acc_dw) {
+  void chunk_grads(Tensor dx, Tensor dw, Tensor dlogits, Tensor x, Tensor w, int r0, int n, bool acc_dx, bool acc_dw) {
     const int C = cols(x), V = I(w.shape[0]);
-    if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits.view()), B(w), n, C, V, acc_dx, s());
+    if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits), B(w), n, C, V, acc_dx, s());
     if (!dw.defined()) return;
     if (dw.dtype == DType::bf16)  // gradients: bf16: rounded once per chunk, as each chunk is one GEMM
-      gemm_.linear_bwd_dw(B(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+      gemm_.linear_bwd_dw(B(dw), B(dlogits), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
     else
-      gemm_.linear_bwd_dw(F(dw), B(dlogits.view()), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
+      gemm_.linear_bwd_dw(F(dw), B(dlogits), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
   }
   CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, CopyLane lane) {
     reap_finished();
@@ -548,15 +511,11 @@ class CudaBackend final : public Backend {
   }
   // Workspaces come from the arena. Freed on return while kernels may still run: safe because
   // every launch is on the one compute stream, so any later user of the block is ordered after.
-  Buffer workspace(size_t bytes, const char* tag) {
-    return bytes ? Buffer(arena_, DType::u8, Shape{int64_t(bytes)}, tag) : Buffer();
+  static void* ws_ptr(const ScratchSet& b) {
+    return b.size() ? b[0].data : nullptr;
   }
-  static void* ws_ptr(const Buffer& b) { return b.allocated() ? b.view().data : nullptr; }
-  static size_t ws_bytes(const Buffer& b) { return b.allocated() ? b.view().bytes() : 0; }
-  bf16* scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
-    if (g.defined()) return B(g);
-    scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
-    return B(scratch.view());
+  static size_t ws_bytes(const ScratchSet& b) {
+    return b.size() ? b[0].bytes() : 0;
   }
 
   OpProfiler prof_data_;  // first member: destroyed last, after the stream drained
@@ -574,7 +533,7 @@ class CudaBackend final : public Backend {
   std::map<CopyTicket, InFlight> in_flight_;
   std::vector<Event> spare_events_;  // completion events to reuse
   CopyTicket last_ticket_ = 0;
-  Buffer gemm_ws_;
+  ScratchSet gemm_ws_;
   cuda::Gemm gemm_;
   cuda::Attention attn_;
 };

@@ -1,7 +1,7 @@
 // The sim backend (see backend_sim.h). Each op: the cost of its kernels onto the model clock,
 // then (mirror = cuda) the same arena allocations kernels/backend_cuda.cpp makes in that op,
 // in the same order, with the same tags, freed in the same (reverse-declaration) order.
-#include "kernels/backend_sim.h"
+#include "engine/backend_sim.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/op_scratch.h"
 #include "kernels/attention_workspace.h"
-#include "kernels/grad_scratch.h"
 
 namespace strata {
 
@@ -20,7 +20,6 @@ const char* sim_mirror_name(SimMirror m) {
 
 namespace {
 
-constexpr size_t kCublasLtWorkspaceBytes = size_t(32) << 20;  // cuda::Gemm::kWorkspaceBytes
 constexpr size_t kUnbounded = size_t(1) << 50;
 
 double B(const Tensor& t) {
@@ -29,6 +28,11 @@ double B(const Tensor& t) {
 // Bytes a gradient write moves: read and written when it adds, written when it overwrites.
 double rw(const Tensor& g, bool acc) {
   return (acc ? 2.0 : 1.0) * B(g);
+}
+// A one-kernel memory-bound op's bytes, from the op table (engine/op_table.h).
+double bytes(OpKind k, bool backward, const OpCall& c) {
+  const OpInfo& i = op_info(k);
+  return (backward ? i.bwd_cost : i.fwd_cost)(c).bytes[0];
 }
 double rows(const Tensor& t) {
   return double(t.numel() / t.shape[t.shape.nd - 1]);
@@ -53,7 +57,7 @@ class SimBackendImpl;
 
 // The disk tier on the sim (backend_sim.h): no file is created and no byte moves. Each ticket is a
 // request on the backend's one disk queue; it checks requests and reports failures (the test hook)
-// with io::UringFile's messages, so the slot store sees the same file.
+// with UringFile's messages, so the slot store sees the same file.
 class SimDiskFile final : public DiskFile {
  public:
   SimDiskFile(SimBackendImpl& be, const std::string& dir, size_t capacity_bytes);
@@ -67,7 +71,7 @@ class SimDiskFile final : public DiskFile {
   void inject_read_failure(int nth, int err) override;
 
  private:
-  static constexpr size_t kPieceBytes = size_t(1) << 20;  // io::UringFile's request size: the hook counts these
+  static constexpr size_t kPieceBytes = size_t(1) << 20;  // UringFile's request size: the hook counts these
   struct Request {
     double end_s = 0;  // model time the request completes
     size_t offset = 0;
@@ -93,7 +97,7 @@ class SimBackendImpl final : public SimBackend {
       : opt_(o), cost_(o.profile), arena_("device", o.budget ? o.budget : kUnbounded, nullptr) {
     arena_.set_clock([this] { return now_; });
     arena_.set_logging(o.log_events);
-    if (cuda()) gemm_ws_ = Buffer(arena_, DType::u8, Shape{int64_t(kCublasLtWorkspaceBytes)}, "workspace.cublaslt");
+    if (cuda()) gemm_ws_ = ScratchSet(arena_, gemm_scratch());
     desc_ = fmt::format("sim ({} profile, mirrors the {} backend)", o.profile.name, sim_mirror_name(o.mirror));
   }
 
@@ -219,38 +223,31 @@ class SimBackendImpl final : public SimBackend {
   }
 
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
-    fwd(OpKind::embedding, cost_.memory(2 * B(out) + B(tokens)));
+    fwd(OpKind::embedding, cost_.memory(bytes(OpKind::embedding, false, {{out, tokens, wte}})));
   }
   void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
     if (dwte.defined() && !acc_dwte) zero(dwte);  // both backends: the kernel adds rows into a zeroed table
     const double rows_f32 = double(dout.numel()) * 4;
     if (!dwte.defined() || dwte.dtype != DType::bf16 || tokens.numel() == 0)
       return bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
-    // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (kernels/grad_scratch.h): clear the map and
+    // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (engine/op_scratch.h): clear the map and
     // the rows, mark and number the rows, add the tokens' rows, fold each hit row into dwte once.
-    EmbeddingGradScratch sc;
-    if (cuda()) sc = embedding_grad_scratch(arena_, tokens.numel(), dwte.shape[0], dwte.shape[1]);
-    const double slots = double(std::min(tokens.numel(), dwte.shape[0])), C = cols(dwte);
+    const ScratchSet sc = take(embedding_grad_scratch(tokens.numel(), dwte.shape[0], dwte.shape[1]));
+    const double slots = double(embedding_grad_slots(tokens.numel(), dwte.shape[0])), C = cols(dwte);
     const double map = 4.0 * (double(dwte.shape[0]) + slots + 1);
     const double t = cost_.memory(map + slots * C * 4) + cost_.memory(B(tokens) + map) +
                      cost_.memory(B(dout) + B(tokens) + 2 * rows_f32) + cost_.memory(slots * C * (4 + 2 * 2));
     bwd(OpKind::embedding, t, 4);
   }
-  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float) override {
-    fwd(OpKind::rmsnorm, cost_.memory(B(x) + B(out) + B(w) + B(rstd)));
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                   bool acc_dw) override {
-    if (!dw.defined() || dw.dtype != DType::bf16)
-      return bwd(OpKind::rmsnorm, cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * B(dw)));
-    // bf16 weight gradient: backend_cuda.cpp's fp32 column sums, then their fold into dw.
-    Buffer sums;
-    if (cuda()) sums = grad_sums_scratch(arena_, dw.numel());
-    const double sum_bytes = 4.0 * double(dw.numel());
-    bwd(OpKind::rmsnorm,
-        cost_.memory(B(dout) + B(x) + B(w) + B(rstd) + rw(dx, acc_dx) + 2 * sum_bytes) +
-            cost_.memory(sum_bytes + rw(dw, acc_dw)),
-        2);
+  // The table-dispatched ops: their scratch and memory-bound cost from the op table, one kernel per entry.
+  void run(OpKind k, const OpCall& c) override {
+    const OpInfo& info = op_info(k);
+    const ScratchSet sc = take(info.scratch ? info.scratch(c) : ScratchList{});
+    const OpKernelBytes kb = (c.backward ? info.bwd_cost : info.fwd_cost)(c);
+    if (kb.n == 0) return;
+    double t = 0;
+    for (int i = 0; i < kb.n; ++i) t += cost_.memory(kb.bytes[size_t(i)]);
+    charge(k, t, kb.n, !c.backward);
   }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override {
     fwd(OpKind::linear, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y)));
@@ -263,10 +260,10 @@ class SimBackendImpl final : public SimBackend {
     bwd(OpKind::linear, t, int(dx.defined()) + int(dw.defined()));
   }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor) override {
-    fwd(OpKind::rope, cost_.memory(B(x) + B(out) + B(pos)));
+    fwd(OpKind::rope, cost_.memory(bytes(OpKind::rope, false, {{out, x, pos}})));
   }
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor, bool acc_dx) override {
-    bwd(OpKind::rope, cost_.memory(B(dout) + rw(dx, acc_dx) + B(pos)));
+    bwd(OpKind::rope, cost_.memory(bytes(OpKind::rope, true, {{dx, dout, pos}, {acc_dx}})));
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D].
   // Packed rows (sample packing) take the flash kernel on cuda (backend_cuda.cpp): no workspace, and
@@ -279,7 +276,8 @@ class SimBackendImpl final : public SimBackend {
     const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
               d = int(q.shape[3]);
     const bool cudnn = cuda() && !seg.packed();
-    Buffer ws = workspace(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0);
+    const ScratchSet ws = take(
+        attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0));
     fwd(OpKind::attention, attention_time(b, t, hq, d, false, seg));
   }
   void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
@@ -288,12 +286,7 @@ class SimBackendImpl final : public SimBackend {
               d = int(q.shape[3]);
     double extra = 0;
     int kernels = 1;
-    Buffer sq, sk, sv;  // backend_cuda.cpp: scratch for gradients nobody needs
-    if (cuda()) {
-      scratch_if_undefined(dq, q, sq);
-      scratch_if_undefined(dk, k, sk);
-      scratch_if_undefined(dv, v, sv);
-    }
+    const ScratchSet unused = take(attention_unused_grad_scratch(dq, dk, dv, q, k, v));
     const bool accumulate = acc_dq || acc_dk || acc_dv;  // backend_cuda.cpp: one mode for all three
     if (cuda() && accumulate) {
       if (!acc_dq && dq.defined()) zero(dq);
@@ -301,7 +294,8 @@ class SimBackendImpl final : public SimBackend {
       if (!acc_dv && dv.defined()) zero(dv);
     }
     const bool cudnn = cuda() && !seg.packed();
-    Buffer ws = workspace(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0);
+    const ScratchSet ws =
+        take(attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0));
     if (cudnn && attention_uses_cudnn(d)) {
       // cuDNN overwrites: the engine accumulates through scratch + three adds. (The fp32 dQ
       // accumulator is zeroed by cuDNN itself from 9.6 on; the engine no longer memsets it.)
@@ -313,36 +307,10 @@ class SimBackendImpl final : public SimBackend {
     }
     bwd(OpKind::attention, attention_time(b, t, hq, d, true, seg) + extra, kernels);
   }
-  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override {
-    fwd(OpKind::swiglu, cost_.memory(B(gate) + B(up) + B(out)));
-  }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                  bool acc_dup) override {
-    bwd(OpKind::swiglu, cost_.memory(B(dout) + B(gate) + B(up) + rw(dgate, acc_dgate) + rw(dup, acc_dup)));
-  }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float) override { fwd(OpKind::add, cost_.memory(B(a) + B(b) + B(out))); }
-  void bias_fwd(Tensor y, Tensor b) override { fwd(OpKind::bias, cost_.memory(2 * B(y) + B(b))); }
-  void bias_bwd(Tensor db, Tensor dy, bool acc_db) override {
-    if (!db.defined()) return;
-    if (db.dtype != DType::bf16) return bwd(OpKind::bias, cost_.memory(B(dy) + rw(db, acc_db)));
-    Buffer sums;  // bf16 gradient: backend_cuda.cpp's fp32 column sums, then their fold into db
-    if (cuda()) sums = grad_sums_scratch(arena_, db.numel());
-    const double sum_bytes = 4.0 * double(db.numel());
-    bwd(OpKind::bias, cost_.memory(B(dy) + sum_bytes) + cost_.memory(sum_bytes + rw(db, acc_db)), 2);
-  }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float, bool acc_da, bool acc_db) override {
-    bwd(OpKind::add, cost_.memory(B(dout) + rw(da, acc_da) + rw(db, acc_db)));
-  }
   // The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding.
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits, token_loss, n_valid;
-    if (cuda()) {
-      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-      token_loss = Buffer(arena_, DType::f32, Shape{N}, "loss.token_loss");
-      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    }
+    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::fwd, N, V, chunk));
     double t = 0;
     int kernels = 0;
     const double es = double(dtype_size(x.dtype));
@@ -358,13 +326,7 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
                       int, bool acc_dx, bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits, dlogits, n_valid;
-    if (cuda()) {
-      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-      dlogits = Buffer(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
-      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    }
+    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::bwd, N, V, chunk));
     const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
     double t = cost_.memory(double(N) * 4);
     int kernels = 1;
@@ -385,14 +347,7 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, int, float,
                            bool acc_dw) override {
     const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const int n_max = std::min(chunk, N);
-    Buffer logits, dlogits, token_loss, n_valid;
-    if (cuda()) {
-      logits = Buffer(arena_, DType::f32, Shape{n_max, V}, "loss.logits_chunk");
-      dlogits = Buffer(arena_, DType::bf16, Shape{n_max, V}, "loss.dlogits_chunk");
-      token_loss = Buffer(arena_, DType::f32, Shape{N}, "loss.token_loss");
-      n_valid = Buffer(arena_, DType::f32, Shape{1}, "loss.n_valid");
-    }
+    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::fwd_grad, N, V, chunk));
     const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
     double t = cost_.memory(double(N) * 4);                                  // count valid targets
     int kernels = 1;
@@ -552,19 +507,13 @@ class SimBackendImpl final : public SimBackend {
     now_ += s;
     times_.copy_s += s;
   }
-  // backend_cuda.cpp's workspace(): no allocation for 0 bytes.
-  Buffer workspace(size_t bytes) {
-    return bytes ? Buffer(arena_, DType::u8, Shape{int64_t(bytes)}, "workspace.attn") : Buffer();
-  }
-  void scratch_if_undefined(const Tensor& g, const Tensor& like, Buffer& scratch) {
-    if (g.defined()) return;
-    scratch = Buffer(arena_, DType::bf16, like.shape, "attn.unused_grad");
-  }
+  // An op's scratch (engine/op_scratch.h), taken as backend_cuda.cpp takes it; the cpu backend takes none.
+  ScratchSet take(const ScratchList& l) { return cuda() ? ScratchSet(arena_, l) : ScratchSet(); }
 
   SimOptions opt_;
   CostModel cost_;
   Arena arena_;
-  Buffer gemm_ws_;
+  ScratchSet gemm_ws_;
   std::string desc_;
   double now_ = 0;                           // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;                 // the next compute op starts no earlier (copy_wait_compute)

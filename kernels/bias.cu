@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -83,3 +84,19 @@ void bias_bwd(float* db, const bf16* dy, long N, long O, bool acc, cudaStream_t 
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+// A bf16 db through the fp32 column sums of its scratch, as rmsnorm's weight gradient.
+void bias_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
+  if (!c.backward) return cuda::bias_fwd(bf16(t[0]), bf16(t[1]), long(rows(t[0])), long(cols(t[0])), s);
+  const Tensor &db = t[0], &dy = t[1];
+  if (!db.defined()) return;
+  if (db.dtype != DType::bf16) return cuda::bias_bwd(f32(db), bf16(dy), long(rows(dy)), long(cols(dy)), c.acc[0], s);
+  float* sums = f32(ctx.scratch[0]);
+  cuda::bias_bwd(sums, bf16(dy), long(rows(dy)), long(cols(dy)), false, s);
+  cuda::grad_fold_bf16(bf16(db), sums, size_t(db.numel()), c.acc[0], s);
+}
+}  // namespace strata

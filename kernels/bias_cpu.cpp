@@ -1,6 +1,7 @@
 #include <vector>
 
 #include "kernels/bias.h"
+#include "kernels/op_dispatch.h"
 
 namespace strata::cpu {
 
@@ -24,3 +25,13 @@ void bias_bwd(GradOut g, const float* dy, long N, long O, bool acc) {
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// bias_fwd(y, b) in place and bias_bwd(db, dy; acc_db).
+void bias_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  if (!c.backward) return cpu::bias_fwd(f32(t[0]), f32(t[1]), long(rows(t[0])), long(cols(t[0])));
+  if (t[0].defined()) cpu::bias_bwd(grad_out(t[0]), f32(t[1]), long(rows(t[1])), long(cols(t[1])), c.acc[0]);
+}
+}  // namespace strata

@@ -1,4 +1,4 @@
-#include "kernels/comm_sim.h"
+#include "engine/comm_sim.h"
 
 #include <fmt/format.h>
 

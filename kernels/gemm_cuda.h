@@ -13,13 +13,15 @@
 #include <cstddef>
 #include <memory>
 
+#include "engine/op_scratch.h"
+
 namespace strata::cuda {
 
 using bf16 = __nv_bfloat16;
 
 class Gemm {
  public:
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // what cuBLASLt wants on Hopper
+  static constexpr size_t kWorkspaceBytes = kGemmWorkspaceBytes;  // engine/op_scratch.h: the sim takes the same
 
   // workspace: device memory, >= 256-byte aligned, alive as long as this object.
   Gemm(void* workspace, size_t workspace_bytes);

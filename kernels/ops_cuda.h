@@ -25,7 +25,7 @@ void embedding_fwd(bf16* out, const int32_t* tokens, const bf16* wte, int N, int
 // zero dwte first.
 void embedding_bwd(float* dwte, const bf16* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
 // dwte [V, C] bf16 += (gradients: bf16): each row the N tokens hit is summed in fp32 first (atomics,
-// in no fixed order) in the compacted scratch kernels/grad_scratch.h describes, rows [slots, C] f32
+// in no fixed order) in the compacted scratch engine/op_scratch.h describes, rows [slots, C] f32
 // and map [V + slots + 1] i32 (slots = min(N, V)), then added into dwte once, rounded to nearest
 // even. To overwrite, zero dwte first.
 void embedding_bwd_bf16(bf16* dwte, const bf16* dout, const int32_t* tokens, int N, int C, int V, float* rows,

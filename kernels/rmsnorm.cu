@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -315,3 +316,21 @@ void rmsnorm_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf1
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+// rmsnorm_cpu's call on the cuda backend; a bf16 dw through the fp32 column sums of its scratch, folded once.
+void rmsnorm_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
+  const int N = int(rows(t[2])), C = int(cols(t[2]));
+  if (!c.backward) return cuda::rmsnorm_fwd(bf16(t[0]), f32(t[1]), bf16(t[2]), bf16(t[3]), N, C, c.scalar, s);
+  const Tensor& dw = t[1];
+  if (!dw.defined() || dw.dtype != DType::bf16)
+    return cuda::rmsnorm_bwd(bf16(t[0]), f32(dw), bf16(t[2]), bf16(t[3]), bf16(t[4]), f32(t[5]), N, C, c.acc[0],
+                             c.acc[1], s);
+  float* sums = f32(ctx.scratch[0]);
+  cuda::rmsnorm_bwd(bf16(t[0]), sums, bf16(t[2]), bf16(t[3]), bf16(t[4]), f32(t[5]), N, C, c.acc[0], false, s);
+  cuda::grad_fold_bf16(bf16(dw), sums, size_t(dw.numel()), c.acc[1], s);
+}
+}  // namespace strata

@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "kernels/grad_cpu.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/rmsnorm.h"
 
 namespace strata::cpu {
@@ -50,3 +51,15 @@ void rmsnorm_bwd(float* dx, GradOut dw, const float* dout, const float* x, const
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// rmsnorm_fwd(out, rstd, x, w; eps) and rmsnorm_bwd(dx, dw, dout, x, w, rstd; acc_dx, acc_dw).
+void rmsnorm_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  if (!c.backward)
+    return cpu::rmsnorm_fwd(f32(t[0]), f32(t[1]), f32(t[2]), f32(t[3]), int(rows(t[2])), int(cols(t[2])), c.scalar);
+  cpu::rmsnorm_bwd(f32(t[0]), grad_out(t[1]), f32(t[2]), f32(t[3]), f32(t[4]), f32(t[5]), int(rows(t[3])),
+                   int(cols(t[3])), c.acc[0], c.acc[1]);
+}
+}  // namespace strata

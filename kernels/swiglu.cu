@@ -3,6 +3,7 @@
 // correctly rounded reciprocal: accurate to a few fp32 ulp, far below a bf16 ulp, and the accurate
 // expf with an IEEE divide costs enough instructions to make the forward compute-bound.
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -76,3 +77,14 @@ void swiglu_bwd(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate, cons
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+void swiglu_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
+  if (!c.backward) return cuda::swiglu_fwd(bf16(t[0]), bf16(t[1]), bf16(t[2]), long(t[1].numel()), s);
+  cuda::swiglu_bwd(bf16(t[0]), bf16(t[1]), bf16(t[2]), bf16(t[3]), bf16(t[4]), long(t[2].numel()), c.acc[0], c.acc[1],
+                   s);
+}
+}  // namespace strata

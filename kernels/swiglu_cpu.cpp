@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/grad_cpu.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/swiglu.h"
 
 namespace strata::cpu {
@@ -26,3 +27,13 @@ void swiglu_bwd(float* dgate, float* dup, const float* dout, const float* gate, 
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// swiglu_fwd(out, gate, up) and swiglu_bwd(dgate, dup, dout, gate, up; acc_dgate, acc_dup).
+void swiglu_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  if (!c.backward) return cpu::swiglu_fwd(f32(t[0]), f32(t[1]), f32(t[2]), long(t[1].numel()));
+  cpu::swiglu_bwd(f32(t[0]), f32(t[1]), f32(t[2]), f32(t[3]), f32(t[4]), long(t[3].numel()), c.acc[0], c.acc[1]);
+}
+}  // namespace strata

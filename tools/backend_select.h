@@ -3,5 +3,5 @@
 #pragma once
 #include "api/backend_factory.h"
 #ifdef STRATA_HAVE_CUDA
-#include "kernels/backend_cuda.h"  // cuda_device_present() and friends, for tools that call them directly
+#include "engine/backend_cuda.h"  // cuda_device_present() and friends, for tools that call them directly
 #endif

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/uring_file.h"
 #include "io/hf_config.h"
-#include "io/uring_file.h"
 #include "model/llama/llama.h"
 #include "model/llama/rng.h"
 #include "model/llama/shapes.h"
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
     }
     if (a.has("measure-disk")) {
       // The O_DIRECT bandwidth of a directory, for the disk tier's "same disk, same run" baseline.
-      auto [w, r] = io::measure_direct_bandwidth(a.str("measure-disk"), size_t(4) << 30);
+      auto [w, r] = measure_direct_bandwidth(a.str("measure-disk"), size_t(4) << 30);
       std::printf("{\"engine\": \"odirect\", \"dir\": \"%s\", \"write_GBps\": %.3f, \"read_GBps\": %.3f}\n",
                   a.str("measure-disk").c_str(), w, r);
       return 0;

@@ -25,10 +25,10 @@
 #ifdef STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "io/uring_file.h"
+#include "engine/backend_cuda.h"
+#include "engine/uring_file.h"
 #include "kernels/adamw.h"
 #include "kernels/attention_workspace.h"
-#include "kernels/backend_cuda.h"
 #include "model/llama/rng.h"
 #endif
 
@@ -499,14 +499,14 @@ int main(int argc, char** argv) {
     }
 
     // The disk tier: sequential O_DIRECT bandwidth of DIR, 4 MiB requests at queue depth 8
-    // (io::measure_direct_bandwidth; the write includes the final fdatasync).
+    // (measure_direct_bandwidth; the write includes the final fdatasync).
     char date[32];
     std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
     if (a.has("disk")) {
       const std::string dir = a.str("disk");
       const size_t bytes = size_t(quick ? 1 : 4) * size_t(kGiB);
-      const auto [w, r] = io::measure_direct_bandwidth(dir, bytes);
+      const auto [w, r] = measure_direct_bandwidth(dir, bytes);
       p.disk_write_gbps = w;
       p.disk_read_gbps = r;
       p.disk_source = fmt::format(

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/rope.h"
+#include "engine/op_params.h"
 #include "model/llama/llama_internal.h"
 #include "model/llama/rng.h"
 

@@ -7,7 +7,8 @@
 #include <filesystem>
 #include <map>
 
-#include "kernels/comm_sim.h"
+#include "engine/comm_sim.h"
+#include "engine/op_scratch.h"
 #include "model/llama/shapes.h"
 
 namespace strata {
@@ -78,11 +79,6 @@ std::string fold_layers(const std::string& cls) {
 
 namespace {
 
-bool is_workspace(const std::string& tag) {
-  return tag.rfind("workspace.", 0) == 0 || tag == "loss.logits_chunk" || tag == "loss.dlogits_chunk" ||
-         tag == "loss.token_loss" || tag == "loss.n_valid" || tag == "attn.unused_grad";
-}
-
 // The breakdown category of an arena tag.
 std::string category(const std::string& tag) {
   if (tag == "weights") return "weights (fp32 master)";
@@ -92,7 +88,7 @@ std::string category(const std::string& tag) {
   if (tag == "grads" || tag == "adam.m" || tag == "adam.v") return tag;
   if (tag == "grads.host_tier") return "gradients on their way to the host tier";
   if (tag == "optimizer.staging") return "optimizer staging (host-tier state)";
-  if (is_workspace(tag)) return "workspaces";
+  if (is_scratch_tag(tag)) return "workspaces";
   if (tag.rfind("grad:", 0) == 0) return "activation gradients";
   if (tag.rfind("batch.", 0) == 0 || tag == "rope.inv_freq" || tag == "grad_norm" || tag == "eval.logits")
     return "other (batch, rope table, norm scalar)";

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "engine/arena.h"
+#include "engine/backend_sim.h"
 #include "engine/cost_model.h"
 #include "engine/plan.h"
 #include "io/hf_config.h"
-#include "kernels/backend_sim.h"
 #include "model/llama/llama.h"
 #include "model/train/trainer.h"
 
@@ -43,7 +43,7 @@ struct ForecastRequest {
   // (Optimizer::begin_update_in_backward), which moves its staging and transfers there.
   float max_grad_norm = 1.0f;
   // Data-parallel ranks: the forecast is one rank's (each runs the same schedule on its batch rows),
-  // its gradients all-reduced on the sim communicator (kernels/comm_sim.h, the profile's bus bandwidth).
+  // its gradients all-reduced on the sim communicator (engine/comm_sim.h, the profile's bus bandwidth).
   int gpus = 1;
   DType grad_reduce = DType::f32;  // the dtype the ranks sum gradients in (OptimizerOptions::reduce_dtype)
   // ZeRO stage (ModelOptions::zero): 1 with gpus > 1 forecasts one rank (`rank`), which holds the optimizer

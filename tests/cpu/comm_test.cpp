@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/comm_sim.h"
 #include "engine/cost_model.h"
 #include "engine/rendezvous.h"
-#include "kernels/comm_sim.h"
 #include "tests/cpu/expect_error.h"
 
 using namespace strata;

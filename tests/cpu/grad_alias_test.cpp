@@ -61,19 +61,10 @@ class CountingBackend final : public Backend {
   void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc) override {
     in_->embedding_bwd(dwte, dout, tokens, acc);
   }
-  void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
-    in_->rmsnorm_fwd(out, rstd, x, w, eps);
-  }
-  void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx,
-                   bool acc_dw) override {
-    in_->rmsnorm_bwd(dx, dw, dout, x, w, rstd, acc_dx, acc_dw);
-  }
   void linear_fwd(Tensor y, Tensor x, Tensor w) override { in_->linear_fwd(y, x, w); }
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
     in_->linear_bwd(dx, dw, dy, x, w, acc_dx, acc_dw);
   }
-  void bias_fwd(Tensor y, Tensor b) override { in_->bias_fwd(y, b); }
-  void bias_bwd(Tensor db, Tensor dy, bool acc) override { in_->bias_bwd(db, dy, acc); }
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override { in_->rope_fwd(out, x, pos, inv_freq); }
   void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc) override {
     in_->rope_bwd(dx, dout, pos, inv_freq, acc);
@@ -85,16 +76,10 @@ class CountingBackend final : public Backend {
                      bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
     in_->attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, acc_dq, acc_dk, acc_dv, seg);
   }
-  void swiglu_fwd(Tensor out, Tensor gate, Tensor up) override { in_->swiglu_fwd(out, gate, up); }
-  void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate,
-                  bool acc_dup) override {
-    in_->swiglu_bwd(dgate, dup, dout, gate, up, acc_dgate, acc_dup);
-  }
-  void add_fwd(Tensor out, Tensor a, Tensor b, float scale) override { in_->add_fwd(out, a, b, scale); }
-  void add_bwd(Tensor da, Tensor db, Tensor dout, float scale, bool acc_da, bool acc_db) override {
-    add_bwd_calls++;
-    add_bwd_da_calls += da.defined();
-    in_->add_bwd(da, db, dout, scale, acc_da, acc_db);
+  // The table-dispatched ops (rmsnorm, swiglu, add, bias), counting add's backward.
+  void run(OpKind k, const OpCall& c) override {
+    if (k == OpKind::add && c.backward) add_bwd_calls++, add_bwd_da_calls += c.t[0].defined();
+    in_->run(k, c);
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
     in_->lm_head_ce_fwd(loss, lse, x, w, targets, chunk, vocab);

@@ -19,10 +19,10 @@
 #include <random>
 
 #include "engine/error.h"
-#include "io/uring_file.h"
+#include "engine/uring_file.h"
 #include "tests/cpu/expect_error.h"
 
-namespace strata::io {
+namespace strata {
 namespace {
 
 constexpr size_t KiB = 1024, MiB = 1024 * KiB;
@@ -361,4 +361,4 @@ TEST_F(io_uring_file, MeasureDirectBandwidthIsPositive) {
 }
 
 }  // namespace
-}  // namespace strata::io
+}  // namespace strata

@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/backend_sim.h"
 #include "engine/cost_model.h"
 #include "kernels/attention_workspace.h"
-#include "kernels/backend_sim.h"
 #include "model/data/data.h"
 #include "model/plan/forecast.h"
 #include "model/plan/timeline_svg.h"
@@ -192,7 +192,7 @@ TEST(Sim, DispatchMirrorsTheBackend) {
 }
 
 // The disk queue: serial, starting no earlier than the host issues a request; done once the clock
-// passed its end; a wait moves the clock there. Requests are checked and fail as io::UringFile's do.
+// passed its end; a wait moves the clock there. Requests are checked and fail as UringFile's do.
 TEST(Sim, DiskFileIsASerialQueueOnTheClock) {
   SimOptions so;
   so.profile = find_profile("h100_80gb");

@@ -18,7 +18,7 @@
 #ifdef STRATA_HAVE_NCCL
 #include <cuda_runtime.h>
 
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 #include "kernels/comm_nccl.h"
 #endif
 

@@ -25,9 +25,9 @@
 #include "small_llama.h"
 
 #ifdef STRATA_HAVE_CUDA
+#include "engine/backend_cuda.h"
 #include "engine/master_split.h"
 #include "kernels/adamw.h"
-#include "kernels/backend_cuda.h"
 #include "kernels/ops_cuda.h"
 
 using namespace strata;

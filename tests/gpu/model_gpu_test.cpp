@@ -21,7 +21,7 @@
 #include "tests/golden_reference.h"
 
 #ifdef STRATA_HAVE_CUDA
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 
 using namespace strata;
 

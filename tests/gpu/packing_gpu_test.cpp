@@ -17,8 +17,8 @@
 #include "model/train/trainer.h"
 
 #ifdef STRATA_HAVE_CUDA
+#include "engine/backend_cuda.h"
 #include "kernels/attention_cuda.h"
-#include "kernels/backend_cuda.h"
 
 using namespace strata;
 using namespace gpu_test;

@@ -19,7 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/backend.h"
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 #include "model/train/trainer.h"
 #endif
 #ifdef STRATA_HAVE_NCCL

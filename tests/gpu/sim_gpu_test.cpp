@@ -14,8 +14,8 @@
 #include "model/plan/forecast.h"
 
 #ifdef STRATA_HAVE_CUDA
+#include "engine/backend_cuda.h"
 #include "kernels/attention_cuda.h"
-#include "kernels/backend_cuda.h"
 
 using namespace strata;
 
@@ -221,7 +221,7 @@ TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
 }
 
 // gradients: bf16: the bf16 gradient buffers and the fp32 scratch of the norm, bias and embedding
-// gradients (kernels/grad_scratch.h) are the cuda backend's, block for block, on every tier.
+// gradients (engine/op_scratch.h) are the cuda backend's, block for block, on every tier.
 TEST(SimVsCuda, Bf16GradientsScheduleAndPeakAreEqual) {
   STRATA_REQUIRE_GPU();
   const StateRecipe g16{MasterWeights::fp32, OptimizerState::fp32, GradPrecision::bf16};

@@ -14,7 +14,7 @@
 #include "small_llama.h"
 
 #ifdef STRATA_HAVE_CUDA
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 
 using namespace strata;
 

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "engine/backend.h"
-#include "kernels/backend_cuda.h"
+#include "engine/backend_cuda.h"
 
 using namespace gpu_test;
 using namespace strata;

@@ -24,8 +24,8 @@
 #include <cuda_runtime.h>
 
 #include "engine/backend.h"
+#include "engine/backend_cuda.h"
 #include "engine/rendezvous.h"
-#include "kernels/backend_cuda.h"
 #include "kernels/comm_nccl.h"
 #include "model/plan/forecast.h"
 #include "model/train/trainer.h"

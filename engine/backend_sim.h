@@ -1,3 +1,4 @@
+// Declared for the engine and the layers above; defined in kernels/backend_sim.cpp.
 // The sim backend: no data at all. Its arena has a null base and its tensors null data pointers;
 // every op only advances a model clock by what the cost model says it takes, and makes exactly
 // the arena allocations the mirrored backend (cpu or cuda) makes inside that op — same sizes,
@@ -53,7 +54,7 @@ struct SimTimes {
   double disk_busy_s = 0;               // the disk queue busy
   size_t disk_write_bytes = 0, disk_read_bytes = 0;
   double recompute_s = 0;
-  double comm_wait_s = 0;        // the clock stalled on collectives: the host waiting, or compute (kernels/comm_sim.h)
+  double comm_wait_s = 0;        // the clock stalled on collectives: the host waiting, or compute (engine/comm_sim.h)
   double comm_contention_s = 0;  // compute time lost to collectives running beside it
   long kernels = 0;
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached
@@ -66,7 +67,7 @@ class SimBackend : public Backend {
   virtual void reset_times() = 0;  // zeroes the per-op sums and phase marks (not the clock)
   virtual SimMirror mirror() const = 0;
   virtual const CostModel& cost() const = 0;
-  // A collective's timeline (kernels/comm_sim.h) meets this one: host false, the next compute op
+  // A collective's timeline (engine/comm_sim.h) meets this one: host false, the next compute op
   // starts no earlier than t_s (as copy_wait_compute); host true, the clock waits until t_s.
   virtual void wait_for_event(double t_s, bool host) = 0;
   // Compute beside a collective runs slower (DeviceProfile::nccl_compute_overlap): the compute

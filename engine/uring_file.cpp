@@ -1,4 +1,4 @@
-#include "io/uring_file.h"
+#include "engine/uring_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,7 +16,7 @@
 
 #include "engine/error.h"
 
-namespace strata::io {
+namespace strata {
 namespace {
 
 constexpr unsigned kMaxQueueDepth = 4096;
@@ -379,4 +379,4 @@ std::pair<double, double> measure_direct_bandwidth(const std::string& dir, size_
   return {write_gbps, read_gbps};
 }
 
-}  // namespace strata::io
+}  // namespace strata

@@ -13,7 +13,7 @@
 
 struct io_uring;
 
-namespace strata::io {
+namespace strata {
 
 class UringFile final : public DiskFile {
  public:
@@ -101,4 +101,4 @@ class UringFile final : public DiskFile {
 // fdatasync. IoError when `dir`'s filesystem refuses O_DIRECT (a buffered number would measure the page cache).
 std::pair<double, double> measure_direct_bandwidth(const std::string& dir, size_t bytes);
 
-}  // namespace strata::io
+}  // namespace strata

@@ -1,3 +1,4 @@
+// Declared for the engine and the layers above; defined in kernels/comm_sim.cpp.
 // The sim communicator (engine/comm.h): no data; each collective takes the time of NCCL's ring on
 // the profile's bus bandwidth (DeviceProfile::nccl_busbw_gbps, nccl_latency_us) on a communication
 // timeline beside the sim backend's compute clock, and allocates nothing (the nccl communicator
@@ -22,9 +23,9 @@
 #pragma once
 #include <memory>
 
+#include "engine/backend_sim.h"
 #include "engine/comm.h"
 #include "engine/cost_model.h"
-#include "kernels/backend_sim.h"
 
 namespace strata {
 

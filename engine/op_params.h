@@ -1,0 +1,53 @@
+// The parameters of ops that the layers above the kernels name: the engine's Backend, io's config reader and
+// the model pass these; kernels/ implements the ops (kernels/adamw.h, block_copy.h, rope.h).
+#pragma once
+#include <cstdint>
+
+namespace strata {
+
+// Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu); the sim
+// charges one launch per this many.
+constexpr int kOptimizerListTensors = 48;
+
+// AdamW with decoupled weight decay (PyTorch's torch.optim.AdamW semantics).
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+// A strided copy of blocks: the layout changes around sequence parallelism's all-to-alls (engine/ops_seq.cpp) and
+// GQA's KV-head replication. `outer` x `inner` blocks of `e` contiguous elements; block (i, j) goes from
+// in + i * in_outer + j * in_inner to out + i * out_outer + j * out_inner (strides in elements), and is added into
+// out when `accumulate` (a gradient's later write), else overwrites it. Blocks must not overlap in out.
+// Example: swapping the two leading axes of [a, b, e] into [b, a, e] is BlockCopy::swap_axes(a, b, e).
+struct BlockCopy {
+  int64_t outer = 1, inner = 1, e = 1;
+  int64_t in_outer = 0, in_inner = 0;    // elements between blocks of in
+  int64_t out_outer = 0, out_inner = 0;  // elements between blocks of out
+  // One past the last element read / written (0 for no blocks).
+  int64_t in_span() const { return count() ? (outer - 1) * in_outer + (inner - 1) * in_inner + e : 0; }
+  int64_t out_span() const { return count() ? (outer - 1) * out_outer + (inner - 1) * out_inner + e : 0; }
+  int64_t count() const { return outer * inner * e; }  // elements copied
+  // in [a, b, e] -> out [b, a, e]: out[j, i, :] = in[i, j, :].
+  static BlockCopy swap_axes(int64_t a, int64_t b, int64_t e) { return {a, b, e, b * e, e, e, a * e}; }
+};
+
+// rope_scaling as in config.json; type "default" (none) or "llama3".
+struct RopeScaling {
+  bool llama3 = false;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
+}  // namespace strata
+
+namespace strata::cpu {
+// inv_freq[i] = 1 / theta^(2i/D), then llama3 frequency scaling when enabled (as transformers does).
+// Defined in kernels/rope_cpu.cpp: the model builds its rope table on the host with it.
+void rope_inv_freq(float* inv_freq, int D, float theta, const RopeScaling& scaling);
+}  // namespace strata::cpu
