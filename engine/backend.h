@@ -44,7 +44,7 @@ using CopyTicket = uint64_t;
 // The copy streams ("lanes"). Copies on one lane complete in issue order; the two lanes run
 // concurrently, so a device -> host stream of copies on one overlaps a host -> device stream on the
 // other (the link is full duplex). `main` serves the tiers (slot store, weight pager, optimizer
-// uploads); `second` the persistent state's downloads (model/optimizer.h).
+// uploads); `second` the persistent state's downloads (model/train/optimizer.h).
 enum class CopyLane : uint8_t { main, second };
 
 class Backend {
@@ -193,9 +193,9 @@ class Backend {
   virtual void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) {
     for (const Tensor& g : gs) grad_norm_sq(out, g);
   }
-  // ZeRO-2's global norm (model/optimizer.h). `parts` [2 * n] i32 holds n partial squared norms of 8 bytes each in
-  // the backend's own representation, all-zero bits meaning 0: grad_norm_sq_part adds g's sum of squares into part k;
-  // grad_norm_sq_add_parts adds parts 0..n-1, in order, into out [1] f32 with grad_norm_sq's arithmetic. Parts each
+  // ZeRO-2's global norm (model/train/optimizer.h). `parts` [2 * n] i32 holds n partial squared norms of 8 bytes each
+  // in the backend's own representation, all-zero bits meaning 0: grad_norm_sq_part adds g's sum of squares into part
+  // k; grad_norm_sq_add_parts adds parts 0..n-1, in order, into out [1] f32 with grad_norm_sq's arithmetic. Parts each
   // formed on one rank and summed over the ranks as i32 words (one nonzero word a slot: exact for any bits) give
   // out as grad_norm_sq_list over the same gradients in the same order would, on cpu bit for bit (a part is the
   // double grad_norm_sq adds); cuda keeps an f32 in a part's first word, as its kernels accumulate in fp32.

@@ -104,7 +104,7 @@ struct Plan {
 
 // The named activation presets: one table for every place a preset is named (strata-plan --preset,
 // strata-bench --plan, the YAML keys gradient_checkpointing / selective_recompute /
-// activation_offloading) and for writing a plan back as YAML (model/planner.cpp plan_yaml).
+// activation_offloading) and for writing a plan back as YAML (model/plan/planner.cpp plan_yaml).
 struct PresetInfo {
   std::string_view name;        // strata-plan --preset: "keep", "gradient_checkpointing", ...
   std::string_view short_name;  // strata-bench --plan: "keep", "gc", "selective", "offload", ...

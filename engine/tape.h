@@ -193,7 +193,7 @@ class Tape {
   // and right before its backward, after its saved inputs are materialised (the weight pager).
   void set_node_hook(std::function<void(int node, TapePhase)> hook) { hook_ = std::move(hook); }
   // Called first thing in a node's forward (not its replays), before its outputs are allocated: the
-  // optimizer applies the pending updates of the parameters that node reads (model/optimizer.h).
+  // optimizer applies the pending updates of the parameters that node reads (model/train/optimizer.h).
   void set_state_hook(std::function<void(int node)> hook) { state_hook_ = std::move(hook); }
   // Parameter gradients: `sink` provides a lazy parameter's gradient tensor at its first write;
   // `final` runs after the backward of the node that writes a group of parameters' gradients for the

@@ -18,7 +18,7 @@
 //
 // Two sources fill a slot, with the same slots, states, hook and prefetch order:
 //  - host (layer_offloading): the layer's block uploaded from the host reservation over PCIe (a copy ticket);
-//  - gather (ZeRO-3, model/zero.h): the layer's weights come from the ranks holding them, one fused
+//  - gather (ZeRO-3, model/llama/zero.h): the layer's weights come from the ranks holding them, one fused
 //    Communicator::broadcast_many a layer (a comm ticket), every weight from its root. A weight this rank holds
 //    (root == rank) is resident: it takes no slot space, view() is its own tensor (set_resident), and the
 //    broadcast sends from it. Every rank runs the same tape and so fills the same layers in the same order: the

@@ -424,7 +424,7 @@ class SimBackendImpl final : public SimBackend {
   }
   bool in_backward() const { return times_.backward_start_s >= 0 && times_.optimizer_start_s < 0; }
   // The optimizer phase starts at the first update after backward: a deferred update applied in
-  // forward (model/optimizer.h) is forward time, and one during backward (no clipping) backward time.
+  // forward (model/train/optimizer.h) is forward time, and one during backward (no clipping) backward time.
   void mark_optimizer() {
     if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0 && backward_ended_)
       times_.optimizer_start_s = now_;

@@ -5,7 +5,7 @@
 // A target < 0 is ignored (loss 0, gradient 0); a target >= vocab makes that row's loss and gradient
 // NaN, since the device cannot throw and a silent out-of-range read would hide the bug.
 // Rows are V long (the row stride); only the first `vocab` columns are the vocabulary, the rest is
-// padding (model/llama.h pads it to a multiple of 64): masked to -inf in the log-sum-exp and given
+// padding (model/llama/llama.h pads it to a multiple of 64): masked to -inf in the log-sum-exp and given
 // dlogits 0, so the padded rows of the LM head's gradient are exact zeros.
 // count_valid and finalize are single-block, fixed-order reductions (deterministic).
 #include <cmath>

@@ -4,7 +4,7 @@
 // (a target < 0 is ignored, like Hugging Face's -100), lse [N] (saved: log-sum-exp of the logits).
 // The loss is the mean over non-ignored tokens.
 // `vocab` (0: V) is the real vocabulary: w's rows vocab..V-1 are padding (a vocabulary padded to a
-// multiple of 64, model/llama.h). Their logits take no part in the softmax: probability 0, so their
+// multiple of 64, model/llama/llama.h). Their logits take no part in the softmax: probability 0, so their
 // dlogits, their dw rows (overwritten or added) and their share of dx are exact zeros, and the loss,
 // lse and the real rows' gradients are the same bits as with w's first `vocab` rows alone. A target
 // >= vocab is out of range.

@@ -1,6 +1,6 @@
 // Shared by train_loop_test and resume_test: a tiny model, its trainer and a TrainLoop built from
 // a TrainConfig as strata-train builds them (cpu backend, random base weights), and a snapshot of
-// every trainable parameter's state bytes, read from memory independently of model/checkpoint.cpp.
+// every trainable parameter's state bytes, read from memory independently of model/run/checkpoint.cpp.
 #pragma once
 #include <cstdio>
 #include <cstring>

@@ -107,7 +107,7 @@ void compare(const Case& c, size_t budget) {
   TokenBatcher data(synthetic_tokens(size_t(c.B) * c.T * 4 + 16, c.model.vocab_size, 3), c.B, c.T);
   StepStats first = tr.step(data.next());
   // A step that leaves its streamed update to the next forward: the forecast reports a second step (which
-  // applies it), its events follow the first's, and its peak is the larger of the two (model/forecast.cpp).
+  // applies it), its events follow the first's, and its peak is the larger of the two (model/plan/forecast.cpp).
   if (tr.optimizer().pending())
     first.peak_device_bytes = std::max(first.peak_device_bytes, tr.step(data.next()).peak_device_bytes);
   std::vector<ArenaEvent> ev = be->arena().events();
