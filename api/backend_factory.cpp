@@ -7,9 +7,6 @@
 
 #include "engine/backend_cuda.h"
 #endif
-#ifdef STRATA_HAVE_NCCL
-#include "kernels/comm_nccl.h"
-#endif
 
 namespace strata {
 
@@ -47,16 +44,11 @@ Platform default_platform() {
     }
     return make_backend(name, bytes);
   };
-  p.make_comm = [](Rendezvous& rdv, Backend& be, const LaunchEnv& env, int group) -> std::unique_ptr<Communicator> {
+  p.make_comm = [](Rendezvous&, Backend& be, const LaunchEnv&, int) -> std::unique_ptr<Communicator> {
     if (be.name() != "cuda") return nullptr;  // the cpu communicator
-#ifdef STRATA_HAVE_NCCL
-    NcclOptions o{env.local_rank, be.native_stream(), env.timeout_s};
-    if (group > 1) o.group_size = group;
-    return make_nccl_communicator(rdv, o);
-#else
     throw UnsupportedError(
-        "several ranks on the cuda backend need NCCL, which this build does not have (built without nccl.h)");
-#endif
+        "several ranks on the cuda backend need NCCL: strata-train has it where it was built with nccl.h; the "
+        "library's Platform takes a make_comm that makes one (tools/platform.h shows how)");
   };
   return p;
 }

@@ -18,8 +18,8 @@ std::string resolve_backend_name(const std::string& name);
 // for an unknown name, or "cuda" in a build without the cuda backend.
 std::unique_ptr<Backend> make_backend(const std::string& name, size_t budget);
 
-// The run builder's backends and communicators (model/run/job.h): cpu and cuda where built, NCCL
-// between cuda ranks where built (UnsupportedError for several cuda ranks without it).
+// The run builder's backends and communicators (model/run/job.h): cpu and cuda where built; between
+// cuda ranks an UnsupportedError (the installed library carries no NCCL: tools/platform.h adds it).
 Platform default_platform();
 
 // Whether this build has the cuda backend.

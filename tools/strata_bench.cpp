@@ -23,6 +23,7 @@
 #include "tools/backend_select.h"
 #include "tools/cli.h"
 #include "tools/kernel_trace.h"
+#include "tools/platform.h"
 
 using namespace strata;
 
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
       to.optimizer.defer_update = !eager;
       to.optimizer.update_in_backward = !eager;
     };
-    Job job(tc, default_platform(), jo);
+    Job job(tc, tools::platform(), jo);
     Backend* be = &job.backend();
     const std::string be_name = job.backend_name();
     LlamaModel& model = job.model();

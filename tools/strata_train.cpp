@@ -18,6 +18,7 @@
 #include "model/run/train_loop.h"
 #include "tools/backend_select.h"
 #include "tools/cli.h"
+#include "tools/platform.h"
 
 using namespace strata;
 
@@ -254,7 +255,7 @@ int main(int argc, char** argv) {
       jo.json = json;
       jo.profile = profile;
       jo.stop_requested = [] { return StopSignals::requested(); };
-      Job job(cfg, default_platform(), jo);
+      Job job(cfg, tools::platform(), jo);
       if (info) print_setup(info, job);
       LoopResult res;
       {
