@@ -18,7 +18,7 @@ struct AdamWParams {
   float weight_decay = 0.0f;
 };
 
-// A strided copy of blocks: the layout changes around sequence parallelism's all-to-alls (engine/ops_seq.cpp) and
+// A strided copy of blocks: the layout changes around sequence parallelism's all-to-alls (engine/ops/seq.cpp) and
 // GQA's KV-head replication. `outer` x `inner` blocks of `e` contiguous elements; block (i, j) goes from
 // in + i * in_outer + j * in_inner to out + i * out_outer + j * out_inner (strides in elements), and is added into
 // out when `accumulate` (a gradient's later write), else overwrites it. Blocks must not overlap in out.

@@ -1,6 +1,7 @@
 // The op table: one entry per OpKind with its name, the scratch tags its description (engine/op_scratch.h) may
 // return, and its cost where it is memory-bound (bytes as a function of the arguments; the sim's cost model turns
-// them into time). GEMM- and attention-shaped ops price flops in the sim (kernels/backend_sim.cpp).
+// them into time). GEMM- and attention-shaped ops price flops in the sim (kernels/backend_sim.cpp). Each entry is
+// written beside the op's tape op (engine/ops/<op>.cpp); this header lists the ops.
 #pragma once
 #include <array>
 #include <string_view>
@@ -11,21 +12,18 @@
 
 namespace strata {
 
+// Every op, in OpKind order. An op's description (OpInfo) and its tape op live together in engine/ops/<op>.cpp
+// (op_desc::<op>()); its kernels in kernels/<op>_cpu.cpp and kernels/<op>.cu.
+#define STRATA_OPS(X)                                                                                         \
+  X(embedding)                                                                                                \
+  X(rmsnorm) X(linear) X(rope) X(attention) X(swiglu) X(add) X(bias) X(lm_head_ce) X(lm_head_logits) X(adamw) \
+      X(grad_norm) X(block_copy)
+
 enum class OpKind {
-  embedding,
-  rmsnorm,
-  linear,
-  rope,
-  attention,
-  swiglu,
-  add,
-  bias,
-  lm_head_ce,
-  lm_head_logits,
-  adamw,
-  grad_norm,
-  block_copy,
-  count_
+#define STRATA_OP_KIND(op) op,
+  STRATA_OPS(STRATA_OP_KIND)
+#undef STRATA_OP_KIND
+      count_
 };
 
 // The ops reached through Backend::run: each backend's implementation sits beside the op's kernels
@@ -66,5 +64,12 @@ struct OpInfo {
 
 const OpInfo& op_info(OpKind k);
 const char* op_kind_name(OpKind k);
+
+// Each op's description, defined in engine/ops/<op>.cpp.
+namespace op_desc {
+#define STRATA_OP_DESC(op) const OpInfo& op();
+STRATA_OPS(STRATA_OP_DESC)
+#undef STRATA_OP_DESC
+}  // namespace op_desc
 
 }  // namespace strata

@@ -32,7 +32,7 @@ VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
 // packed_pos < 0: one causal sequence a row.
 std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq, int Hkv, int D,
                               const std::string& prefix, VId packed_pos = -1, double pairs = 0);
-// Sequence parallelism (engine/ops_seq.cpp): each rank holds Tl = T/n consecutive tokens of every row (n = the
+// Sequence parallelism (engine/ops/seq.cpp): each rank holds Tl = T/n consecutive tokens of every row (n = the
 // communicator's ranks). seq_to_heads: x [B*Tl, H*D] (this rank's tokens, every head) -> [B*T, (H/n)*D] (every token,
 // this rank's H/n heads: [B, T, H/n, D] for attention), by an all-to-all; heads_to_seq: the reverse. Each is the
 // other's backward; they save nothing (a replay runs the collective again, as every rank does). UnsupportedError

@@ -1,0 +1,26 @@
+// What the op files (engine/ops/*.cpp) share: the compute dtype, 2-D views, and the byte terms their costs sum.
+#pragma once
+#include "engine/op_table.h"
+#include "engine/ops.h"
+
+namespace strata::ops::detail {
+
+inline DType act(Tape& t) {
+  return t.backend().compute_dtype();
+}
+inline Shape rows_by(const Shape& x, int64_t cols) {
+  return Shape{x.numel() / x[x.nd - 1], cols};
+}
+inline double B(const Tensor& t) {
+  return t.defined() ? double(t.bytes()) : 0.0;
+}
+// Bytes a gradient write moves: read and written when it adds, written when it overwrites.
+inline double rw(const Tensor& g, bool acc) {
+  return (acc ? 2.0 : 1.0) * B(g);
+}
+// Each cost sums its terms in the order the sim always has, so forecasts stay bit-identical.
+inline OpKernelBytes one(double b) {
+  return OpKernelBytes{}.add(b);
+}
+
+}  // namespace strata::ops::detail
