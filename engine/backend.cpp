@@ -62,18 +62,6 @@ void Backend::check_cast(const Tensor& dst, const Tensor& src) {
                                     dtype_name(src.dtype), src.numel(), dtype_name(dst.dtype), dst.numel()));
 }
 
-void Backend::block_copy(Tensor, Tensor in, const BlockCopy&, bool) {
-  throw UnsupportedError(fmt::format("the {} backend has no {} block_copy", name(), dtype_name(in.dtype)));
-}
-
-void Backend::grad_norm_sq_part(Tensor, size_t, Tensor) {
-  throw UnsupportedError(fmt::format("the {} backend has no per-parameter gradient norm parts (zero_stage 2)", name()));
-}
-
-void Backend::grad_norm_sq_add_parts(Tensor, Tensor, size_t) {
-  throw UnsupportedError(fmt::format("the {} backend has no per-parameter gradient norm parts (zero_stage 2)", name()));
-}
-
 void Backend::check_norm_parts(const Tensor& parts, size_t k) {
   STRATA_CHECK(parts.dtype == DType::i32 && parts.contiguous() && size_t(parts.numel()) >= 2 * (k + 1),
                fmt::format("gradient norm parts: part {} of an {} {} tensor (want i32 [2 * parts])", k,

@@ -79,8 +79,11 @@ class Backend {
   // The argument checks of cast (Error naming both dtypes and sizes).
   static void check_cast(const Tensor& dst, const Tensor& src);
   // The strided block copy (kernels/block_copy.h) between tensors of one dtype (the compute dtype): out (+)= in's
-  // blocks. Default: UnsupportedError (the cpu, cuda and sim backends implement it).
-  virtual void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate);
+  // blocks.
+  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) {
+    check_block_copy(out, in, c);
+    run(OpKind::block_copy, {.t = {out, in}, .acc = {accumulate}, .params = &c});
+  }
   // The argument checks of block_copy (Error naming the spans and sizes).
   static void check_block_copy(const Tensor& out, const Tensor& in, const BlockCopy& c);
   // Blocks until all queued work finished (a step boundary; never inside a step).
@@ -121,21 +124,29 @@ class Backend {
   // --- ops. A backward writes each defined gradient output and skips undefined ones. Its
   // `acc_*` flag says how: true adds into the gradient (another op already wrote it this step),
   // false overwrites it (the first write), so nobody zeroes a gradient before backward.
-  virtual void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) = 0;
-  virtual void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) = 0;
   // The table-dispatched ops (engine/op_table.h STRATA_DISPATCHED_OPS): one entry point; the named forms below
   // pack their arguments into an OpCall.
   virtual void run(OpKind k, const OpCall& c) = 0;
+  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) { run(OpKind::embedding, {{out, tokens, wte}}); }
+  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) {
+    run(OpKind::embedding, {{dwte, dout, tokens}, {acc_dwte}, 0, true});
+  }
   void rmsnorm_fwd(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
     run(OpKind::rmsnorm, {{out, rstd, x, w}, {}, eps, false});
   }
   void rmsnorm_bwd(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool acc_dx, bool acc_dw) {
     run(OpKind::rmsnorm, {{dx, dw, dout, x, w, rstd}, {acc_dx, acc_dw}, 0, true});
   }
-  virtual void linear_fwd(Tensor y, Tensor x, Tensor w) = 0;
-  virtual void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) = 0;
-  virtual void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) = 0;
-  virtual void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) = 0;
+  // y [N, O] = x [N, I] w^T; backward: dx (+)= dy w, dw (+)= dy^T x (x undefined for a frozen weight).
+  void linear_fwd(Tensor y, Tensor x, Tensor w) { run(OpKind::linear, {{y, x, w}}); }
+  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) {
+    run(OpKind::linear, {{dx, dw, dy, x, w}, {acc_dx, acc_dw}, 0, true});
+  }
+  // x [N, H, D] (or [B, T, H, D]) at positions pos [N] i32, frequencies inv_freq [D/2] f32.
+  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) { run(OpKind::rope, {{out, x, pos, inv_freq}}); }
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) {
+    run(OpKind::rope, {{dx, dout, pos, inv_freq}, {acc_dx}, 0, true});
+  }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D], out [B,T,Hq,D], lse [B,Hq,T]; `seg` packed: attention within
   // each example of a row (AttnSegments).
   virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) = 0;
@@ -172,26 +183,14 @@ class Backend {
   // so it writes NaN into dx (the gradient norm shows it).
   virtual void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
                                     bool acc_dx) = 0;
-  virtual void lm_head_logits(Tensor logits, Tensor x, Tensor w) = 0;
+  // logits [N, V] f32 = x w^T (evaluation: no backward).
+  void lm_head_logits(Tensor logits, Tensor x, Tensor w) { run(OpKind::lm_head_logits, {{logits, x, w}}); }
   // out [1] f32 += sum of squares of g.
-  virtual void grad_norm_sq(Tensor out, Tensor g) = 0;
-  // One AdamW step of one tensor. `master`: the fp32 master weights; `param_out` (may be undefined)
-  // receives the updated weights in the compute dtype. With a split master (`master` of dtype i16,
-  // see master_dtype()) param_out is required: it holds the master's high half and is read as well
-  // as written. Without a master (master_weights: none, engine/state_recipe.h) param_out is the
-  // weights, read, updated in fp32 and written back rounded. The moments' dtype says their precision:
-  // f32, bf16, or u8 codes with f32 scales m_scale/v_scale [quant_blocks(n)] (kernels/quant8.h).
-  // The clip scale min(1, max_norm / sqrt(norm_sq)) is formed from the device scalar norm_sq, so
-  // clipping never forces a host sync.
-  struct AdamWSlot {
-    Tensor master, m, v, g, param_out;
-    Tensor m_scale, v_scale;  // 8-bit moments only
-  };
-  virtual void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) = 0;
-  // The list forms the trainer calls, over every trainable parameter at once: the same results as
-  // the per-tensor calls in order (a backend may launch once per many tensors).
-  virtual void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) {
-    for (const Tensor& g : gs) grad_norm_sq(out, g);
+  void grad_norm_sq(Tensor out, Tensor g) { run(OpKind::grad_norm, {{out, g}}); }
+  // The list form the trainer calls, over every trainable parameter at once: the same sum as the per-tensor calls
+  // in order (a backend may launch once per many tensors).
+  void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) {
+    run(OpKind::grad_norm, {.t = {out}, .form = 1, .tensors = gs});
   }
   // ZeRO-2's global norm (model/train/optimizer.h). `parts` [2 * n] i32 holds n partial squared norms of 8 bytes each
   // in the backend's own representation, all-zero bits meaning 0: grad_norm_sq_part adds g's sum of squares into part
@@ -199,13 +198,27 @@ class Backend {
   // formed on one rank and summed over the ranks as i32 words (one nonzero word a slot: exact for any bits) give
   // out as grad_norm_sq_list over the same gradients in the same order would, on cpu bit for bit (a part is the
   // double grad_norm_sq adds); cuda keeps an f32 in a part's first word, as its kernels accumulate in fp32.
-  // Default: UnsupportedError (the cpu, cuda and sim backends implement them).
-  virtual void grad_norm_sq_part(Tensor parts, size_t k, Tensor g);
-  virtual void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n);
+  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) {
+    check_norm_parts(parts, k);
+    run(OpKind::grad_norm, {.t = {parts, g}, .form = 2, .n = int64_t(k)});
+  }
+  void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n) {
+    if (n == 0) return;
+    check_norm_parts(parts, n - 1);
+    run(OpKind::grad_norm, {.t = {out, parts}, .form = 3, .n = int64_t(n)});
+  }
   static void check_norm_parts(const Tensor& parts, size_t k);  // Error unless parts is i32 with a part k
-  virtual void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm,
-                               const AdamWParams& p, int t) {
-    for (const AdamWSlot& s : slots) adamw_step(s, norm_sq, max_norm, p, t);
+  // One AdamW step of one tensor (engine/op_params.h AdamWSlot). The clip scale min(1, max_norm / sqrt(norm_sq)) is
+  // formed from the device scalar norm_sq, so clipping never forces a host sync.
+  using AdamWSlot = strata::AdamWSlot;
+  void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) {
+    run(OpKind::adamw, {.t = {norm_sq}, .scalar = max_norm, .n = t, .params = &p, .slots = {&s, 1}});
+  }
+  // Over every trainable parameter at once: the same results as the per-tensor calls in order (a backend may
+  // launch once per many tensors; every slot of one call shares one state precision).
+  void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm, const AdamWParams& p,
+                       int t) {
+    run(OpKind::adamw, {.t = {norm_sq}, .scalar = max_norm, .form = 1, .n = t, .params = &p, .slots = slots});
   }
 
   // The accumulating forms of two backward ops (strata-calibrate times these).

@@ -1,13 +1,19 @@
 // The parameters of ops that the layers above the kernels name: the engine's Backend, io's config reader and
 // the model pass these; kernels/ implements the ops (kernels/adamw.h, block_copy.h, rope.h).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+
+#include "engine/tensor.h"
 
 namespace strata {
 
 // Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu); the sim
 // charges one launch per this many.
 constexpr int kOptimizerListTensors = 48;
+inline int optimizer_list_launches(size_t tensors) {
+  return int((tensors + kOptimizerListTensors - 1) / kOptimizerListTensors);
+}
 
 // AdamW with decoupled weight decay (PyTorch's torch.optim.AdamW semantics).
 struct AdamWParams {
@@ -16,6 +22,17 @@ struct AdamWParams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+};
+
+// One AdamW step's tensors (Backend::adamw_step). `master`: the fp32 master weights; `param_out` (may be undefined)
+// receives the updated weights in the compute dtype. With a split master (`master` of dtype i16, see
+// Backend::master_dtype()) param_out is required: it holds the master's high half and is read as well as written.
+// Without a master (master_weights: none, engine/state_recipe.h) param_out is the weights, read, updated in fp32 and
+// written back rounded. The moments' dtype says their precision: f32, bf16, or u8 codes with f32 scales
+// m_scale/v_scale [quant_blocks(n)] (kernels/quant8.h).
+struct AdamWSlot {
+  Tensor master, m, v, g, param_out;
+  Tensor m_scale, v_scale;  // 8-bit moments only
 };
 
 // A strided copy of blocks: the layout changes around sequence parallelism's all-to-alls (engine/ops/seq.cpp) and

@@ -4,9 +4,13 @@
 // written beside the op's tape op (engine/ops/<op>.cpp); this header lists the ops.
 #pragma once
 #include <array>
+#include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
+#include "engine/cost_model.h"
+#include "engine/op_params.h"
 #include "engine/op_scratch.h"
 #include "engine/tensor.h"
 
@@ -14,10 +18,11 @@ namespace strata {
 
 // Every op, in OpKind order. An op's description (OpInfo) and its tape op live together in engine/ops/<op>.cpp
 // (op_desc::<op>()); its kernels in kernels/<op>_cpu.cpp and kernels/<op>.cu.
-#define STRATA_OPS(X)                                                                                         \
-  X(embedding)                                                                                                \
-  X(rmsnorm) X(linear) X(rope) X(attention) X(swiglu) X(add) X(bias) X(lm_head_ce) X(lm_head_logits) X(adamw) \
-      X(grad_norm) X(block_copy)
+// clang-format off
+#define STRATA_OPS(X)                                                                                   \
+  X(embedding) X(rmsnorm) X(linear) X(rope) X(attention) X(swiglu) X(add) X(bias) X(lm_head_ce)         \
+  X(lm_head_logits) X(adamw) X(grad_norm) X(block_copy)
+// clang-format on
 
 enum class OpKind {
 #define STRATA_OP_KIND(op) op,
@@ -27,16 +32,29 @@ enum class OpKind {
 };
 
 // The ops reached through Backend::run: each backend's implementation sits beside the op's kernels
-// (kernels/<op>_cpu.cpp, kernels/<op>.cu, declared in kernels/op_dispatch.h); the sim reads cost and scratch here.
-#define STRATA_DISPATCHED_OPS(X) X(rmsnorm) X(swiglu) X(add) X(bias)
+// (kernels/<op>_cpu.cpp, kernels/<op>.cu or <op>_cuda.cpp, declared in kernels/op_dispatch.h); the sim reads cost
+// and scratch here. attention and lm_head_ce keep Backend methods of their own (their scratch depends on the
+// backend's cuDNN plans and loss-chunk passes).
+// clang-format off
+#define STRATA_DISPATCHED_OPS(X)                                                                        \
+  X(embedding) X(rmsnorm) X(linear) X(rope) X(swiglu) X(add) X(bias) X(lm_head_logits) X(adamw)         \
+  X(grad_norm) X(block_copy)
+// clang-format on
 
 // An op's call: its tensors in the order of its Backend method (outputs first), its gradient outputs' accumulate
-// flags, its one float parameter (add's scale, rmsnorm's eps) and whether it is the backward.
+// flags, its float parameter (add's scale, rmsnorm's eps, adamw's max_norm), whether it is the backward, which of
+// the op's forms it is (grad_norm: one tensor, a list, a part, the parts' sum), integer parameters (adamw's step,
+// a norm part's index), a parameter struct (AdamWParams, BlockCopy) and the list forms' tensors or slots.
 struct OpCall {
   std::array<Tensor, 8> t;
   std::array<bool, 4> acc{};
   float scalar = 0;
   bool backward = false;
+  uint8_t form = 0;
+  int64_t n = 0;
+  const void* params = nullptr;
+  std::span<const Tensor> tensors{};
+  std::span<const AdamWSlot> slots{};
 };
 
 // HBM bytes of each kernel a memory-bound op launches, in launch order (none: nothing runs).
@@ -51,6 +69,28 @@ struct OpKernelBytes {
 using OpCost = OpKernelBytes (*)(const OpCall&);
 using OpScratch = ScratchList (*)(const OpCall&);
 
+// What an op's price (below) reads of the sim backend: its cost model, the backend it mirrors, a memset charged at
+// once (a gradient the kernel adds into, zeroed first) and the optimizer's phase mark.
+class OpSim {
+ public:
+  virtual const CostModel& cost() const = 0;
+  virtual bool mirrors_cuda() const = 0;
+  virtual void zero_first(const Tensor& t) = 0;
+  virtual void optimizer_starts() = 0;
+
+ protected:
+  ~OpSim() = default;
+};
+// An op's time on the sim's clock, its kernel launches and whether it counts as forward work (a replay in backward
+// is recompute).
+struct OpTime {
+  double s = 0;
+  int kernels = 1;
+  bool fwd = true;
+};
+// Ops that are not one memory-bound kernel per pass (GEMMs, the optimizer, the list forms) price themselves.
+using OpPrice = OpTime (*)(const OpCall&, OpSim&);
+
 struct OpInfo {
   OpKind kind;
   const char* name;
@@ -60,6 +100,7 @@ struct OpInfo {
   OpScratch scratch = nullptr;      // dispatched ops: the cuda backend's scratch for a call (null: none)
   const char* fwd_label = nullptr;  // the profiler's names (dispatched ops)
   const char* bwd_label = nullptr;
+  OpPrice price = nullptr;  // set: the sim charges this instead of fwd_cost / bwd_cost
 };
 
 const OpInfo& op_info(OpKind k);

@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/parallel.h"
 #include "kernels/adamw.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/quant8.h"
 
 namespace strata::cpu {
@@ -213,3 +214,52 @@ void adamw_step_parallel(const AdamWState& s, const AdamWParams& p, int t, float
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+namespace {
+
+void step_one(const AdamWSlot& s, const Tensor& norm_sq, float max_norm, const AdamWParams& p, int t) {
+  float scale = 1.0f;
+  if (max_norm > 0) {
+    float norm = std::sqrt(norm_sq.f32()[0]);
+    if (norm > max_norm) scale = max_norm / (norm + 1e-6f);
+  }
+  const size_t n = size_t(s.g.numel());
+  STRATA_CHECK(s.m.dtype == s.v.dtype && size_t(s.m.numel()) == n && size_t(s.v.numel()) == n,
+               "adamw_step: m and v must match the gradient");
+  AdamWState st;
+  st.master = s.master.defined() ? s.master.f32() : nullptr;
+  STRATA_CHECK(!st.master || size_t(s.master.numel()) == n, "adamw_step: the master must match the gradient");
+  if (s.param_out.defined()) {
+    STRATA_CHECK(size_t(s.param_out.numel()) == n, "adamw_step: the weights must match the gradient");
+    st.weights = s.param_out.data;
+    st.weights_dtype = s.param_out.dtype;
+  }
+  st.m = s.m.data;
+  st.v = s.v.data;
+  st.moments = s.m.dtype == DType::f32    ? OptimizerState::fp32
+               : s.m.dtype == DType::bf16 ? OptimizerState::bf16
+                                          : OptimizerState::q8;
+  if (st.moments == OptimizerState::q8) {
+    STRATA_CHECK(s.m.dtype == DType::u8 && s.m_scale.defined() && s.v_scale.defined() &&
+                     size_t(s.m_scale.numel()) == quant_blocks(n) && size_t(s.v_scale.numel()) == quant_blocks(n),
+                 "adamw_step: 8-bit moments need u8 codes and one f32 scale per block");
+    st.m_scale = s.m_scale.f32();
+    st.v_scale = s.v_scale.f32();
+  }
+  STRATA_CHECK(s.g.dtype == DType::f32 || s.g.dtype == DType::bf16, "adamw_step: gradients must be f32 or bf16");
+  st.g = s.g.data;
+  st.grad_dtype = s.g.dtype;
+  st.n = n;
+  cpu::adamw_step_parallel(st, p, t, scale, 16);
+}
+
+}  // namespace
+
+// adamw_step(norm_sq; slots, max_norm, params, t) and its list form: the slots one after another.
+void adamw_cpu(const OpCall& c) {
+  const auto& p = *static_cast<const AdamWParams*>(c.params);
+  for (const AdamWSlot& s : c.slots) step_one(s, c.t[0], c.scalar, p, int(c.n));
+}
+
+}  // namespace strata

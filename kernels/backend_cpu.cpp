@@ -125,35 +125,6 @@ class CpuBackend final : public Backend {
       convert_to_f32(dst.f32(), src.data, src.dtype, size_t(src.numel()));
   }
 
-  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) override {
-    check_block_copy(out, in, c);
-    cpu::block_copy(F(out), F(in), c, accumulate);
-  }
-
-  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
-    cpu::embedding_fwd(F(out), tokens.i32(), F(wte), I(tokens.numel()), cols(wte));
-  }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
-    if (!dwte.defined()) return;
-    if (!acc_dwte) zero(dwte);  // rows no token hit get zeros; the others add, in token order
-    cpu::embedding_bwd(G(dwte), F(dout), tokens.i32(), I(tokens.numel()), cols(dout), I(dwte.shape[0]));
-  }
-  void linear_fwd(Tensor y, Tensor x, Tensor w) override {
-    cpu::linear_fwd(F(y), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
-  }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
-    // x is undefined when the weight is frozen (it was not saved): shapes come from dy and w.
-    cpu::linear_bwd(F(dx), G(dw), F(dy), F(x), F(w), rows(dy), cols(w), I(w.shape[0]), acc_dx, acc_dw);
-  }
-  // x is [N, H, D] (or [B, T, H, D], flattened over tokens).
-  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
-    int D = cols(x), H = I(x.shape[x.shape.nd - 2]);
-    cpu::rope_fwd(F(out), F(x), pos.i32(), F(inv_freq), I(pos.numel()), H, D);
-  }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) override {
-    int D = cols(dout), H = I(dout.shape[dout.shape.nd - 2]);
-    cpu::rope_bwd(F(dx), F(dout), pos.i32(), F(inv_freq), I(pos.numel()), H, D, acc_dx);
-  }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
     cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]),
                        I(q.shape[3]), seg_pos(seg, q));
@@ -197,72 +168,6 @@ class CpuBackend final : public Backend {
   void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
                             bool acc_dx) override {
     cpu::lm_head_ce_bwd_saved(F(dx), F(saved_dx), dloss.f32()[0], dloss_assumed, dw_written, long(dx.numel()), acc_dx);
-  }
-  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
-    cpu::lm_head_logits(F(logits), F(x), F(w), rows(x), cols(x), I(w.shape[0]));
-  }
-  void grad_norm_sq(Tensor out, Tensor g) override {
-    const double s = g.dtype == DType::bf16
-                         ? cpu::sum_squares_bf16(static_cast<const uint16_t*>(g.data), size_t(g.numel()))
-                         : cpu::sum_squares(F(g), size_t(g.numel()));
-    out.f32()[0] = float(double(out.f32()[0]) + s);
-  }
-  // A part is the double grad_norm_sq would add (its bits in two i32 words), so the parts added in order
-  // give grad_norm_sq's float(double(out) + s) steps bit for bit.
-  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) override {
-    check_norm_parts(parts, k);
-    const double s = g.dtype == DType::bf16
-                         ? cpu::sum_squares_bf16(static_cast<const uint16_t*>(g.data), size_t(g.numel()))
-                         : cpu::sum_squares(F(g), size_t(g.numel()));
-    std::byte* slot = static_cast<std::byte*>(parts.data) + k * sizeof(double);
-    double d;
-    std::memcpy(&d, slot, sizeof d);
-    d += s;
-    std::memcpy(slot, &d, sizeof d);
-  }
-  void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n) override {
-    if (n == 0) return;
-    check_norm_parts(parts, n - 1);
-    for (size_t k = 0; k < n; ++k) {
-      double s;
-      std::memcpy(&s, static_cast<const std::byte*>(parts.data) + k * sizeof(double), sizeof s);
-      out.f32()[0] = float(double(out.f32()[0]) + s);
-    }
-  }
-  void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
-    float scale = 1.0f;
-    if (max_norm > 0) {
-      float norm = std::sqrt(norm_sq.f32()[0]);
-      if (norm > max_norm) scale = max_norm / (norm + 1e-6f);
-    }
-    const size_t n = size_t(s.g.numel());
-    STRATA_CHECK(s.m.dtype == s.v.dtype && size_t(s.m.numel()) == n && size_t(s.v.numel()) == n,
-                 "adamw_step: m and v must match the gradient");
-    AdamWState st;
-    st.master = s.master.defined() ? F(s.master) : nullptr;
-    STRATA_CHECK(!st.master || size_t(s.master.numel()) == n, "adamw_step: the master must match the gradient");
-    if (s.param_out.defined()) {
-      STRATA_CHECK(size_t(s.param_out.numel()) == n, "adamw_step: the weights must match the gradient");
-      st.weights = s.param_out.data;
-      st.weights_dtype = s.param_out.dtype;
-    }
-    st.m = s.m.data;
-    st.v = s.v.data;
-    st.moments = s.m.dtype == DType::f32    ? OptimizerState::fp32
-                 : s.m.dtype == DType::bf16 ? OptimizerState::bf16
-                                            : OptimizerState::q8;
-    if (st.moments == OptimizerState::q8) {
-      STRATA_CHECK(s.m.dtype == DType::u8 && s.m_scale.defined() && s.v_scale.defined() &&
-                       size_t(s.m_scale.numel()) == quant_blocks(n) && size_t(s.v_scale.numel()) == quant_blocks(n),
-                   "adamw_step: 8-bit moments need u8 codes and one f32 scale per block");
-      st.m_scale = F(s.m_scale);
-      st.v_scale = F(s.v_scale);
-    }
-    STRATA_CHECK(s.g.dtype == DType::f32 || s.g.dtype == DType::bf16, "adamw_step: gradients must be f32 or bf16");
-    st.g = s.g.data;
-    st.grad_dtype = s.g.dtype;
-    st.n = n;
-    cpu::adamw_step_parallel(st, p, t, scale, 16);
   }
 
  private:

@@ -143,13 +143,6 @@ class CudaBackend final : public Backend {
       cuda::bf16_to_f32(F(dst), B(src), size_t(src.numel()), s());
   }
 
-  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) override {
-    check_block_copy(out, in, c);
-    STRATA_CHECK(in.dtype == DType::bf16, "block_copy: the cuda backend copies bf16 activations");
-    OpProfiler::Scope prof_(&prof_data_, "block_copy", s());
-    cuda::block_copy(B(out), B(in), c, accumulate, s());
-  }
-
   // --- tier transfers. Each copy is ordered after everything queued on the compute stream so
   // far (an event recorded there, waited on by the copy stream), so a source still being written
   // or a destination block still being read by queued ops is safe. One copy stream per CopyLane:
@@ -198,44 +191,6 @@ class CudaBackend final : public Backend {
       STRATA_CUDA(cudaStreamWaitEvent(copy_streams_[size_t(lane)].get(), it->second.done.get(), 0));
   }
 
-  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
-    OpProfiler::Scope prof_(&prof_data_, "embedding_fwd", s());
-    cuda::embedding_fwd(B(out), tokens.i32(), B(wte), I(tokens.numel()), cols(wte), s());
-  }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
-    OpProfiler::Scope prof_(&prof_data_, "embedding_bwd", s());
-    if (!dwte.defined()) return;
-    if (!acc_dwte) zero(dwte);  // the kernel adds rows by atomics; rows no token hit stay zero
-    const int N = I(tokens.numel()), C = cols(dout), V = I(dwte.shape[0]);
-    if (dwte.dtype != DType::bf16) return cuda::embedding_bwd(F(dwte), B(dout), tokens.i32(), N, C, s());
-    if (N == 0) return;
-    const ScratchSet sc(arena_, embedding_grad_scratch(N, V, C));
-    cuda::embedding_bwd_bf16(B(dwte), B(dout), tokens.i32(), N, C, V, F(sc.at(scratch_tag::grad_rows)),
-                             sc.at(scratch_tag::grad_row_map).i32(), I(embedding_grad_slots(N, V)), s());
-  }
-  void linear_fwd(Tensor y, Tensor x, Tensor w) override {
-    OpProfiler::Scope prof_(&prof_data_, "linear_fwd", s());
-    gemm_.linear_fwd(B(y), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
-  }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
-    OpProfiler::Scope prof_(&prof_data_, "linear_bwd", s());
-    const int N = rows(dy), In = cols(w), O = I(w.shape[0]);
-    if (dx.defined()) gemm_.linear_bwd_dx(B(dx), B(dy), B(w), N, In, O, acc_dx, s());
-    if (!dw.defined()) return;
-    if (dw.dtype == DType::bf16)  // gradients: bf16: the GEMM writes bf16, one rounding per element
-      gemm_.linear_bwd_dw(B(dw), B(dy), B(x), N, In, O, acc_dw, s());
-    else
-      gemm_.linear_bwd_dw(F(dw), B(dy), B(x), N, In, O, acc_dw, s());
-  }
-  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override {
-    OpProfiler::Scope prof_(&prof_data_, "rope_fwd", s());
-    cuda::rope_fwd(B(out), B(x), pos.i32(), F(inv_freq), I(pos.numel()), I(x.shape[x.shape.nd - 2]), cols(x), s());
-  }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) override {
-    OpProfiler::Scope prof_(&prof_data_, "rope_bwd", s());
-    cuda::rope_bwd(B(dx), B(dout), pos.i32(), F(inv_freq), I(pos.numel()), I(dout.shape[dout.shape.nd - 2]), cols(dout),
-                   acc_dx, s());
-  }
   // Packed rows (sample packing) run the flash kernel with the rows' positions: cuDNN's graphs here
   // know only the causal mask (its ragged layout would need a graph per segment count).
   static const int32_t* packed_pos(const AttnSegments& seg, const Tensor& q) {
@@ -286,11 +241,13 @@ class CudaBackend final : public Backend {
     static const std::pair<OpKind, Impl> impls[] = {STRATA_DISPATCHED_OPS(STRATA_CUDA_IMPL)};
 #undef STRATA_CUDA_IMPL
     const OpInfo& info = op_info(k);
-    if ((c.backward ? info.bwd_cost : info.fwd_cost)(c).n == 0) return;  // nothing to run (a bias without db)
-    OpProfiler::Scope prof_(&prof_data_, c.backward ? info.bwd_label : info.fwd_label, s());
+    const OpCost cost = c.backward ? info.bwd_cost : info.fwd_cost;
+    if (cost && cost(c).n == 0) return;  // nothing to run (a bias without db)
+    const char* label = c.backward && info.bwd_label ? info.bwd_label : info.fwd_label;
+    OpProfiler::Scope prof_(&prof_data_, label ? label : info.name, s());
     const ScratchSet sc = info.scratch ? ScratchSet(arena_, info.scratch(c)) : ScratchSet();
     for (const auto& [kind, impl] : impls)
-      if (kind == k) return impl(c, CudaOpContext{s(), sc});
+      if (kind == k) return impl(c, CudaOpContext{s(), sc, gemm_, *this});
     throw UnsupportedError(fmt::format("the cuda backend has no dispatched {}", op_kind_name(k)));
   }
   void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
@@ -342,92 +299,6 @@ class CudaBackend final : public Backend {
                             bool acc_dx) override {
     OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd_saved", s());
     cuda::ce_dx_from_saved(B(dx), B(saved_dx), F(dloss), dloss_assumed, dw_written, size_t(dx.numel()), acc_dx, s());
-  }
-  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
-    OpProfiler::Scope prof_(&prof_data_, "lm_head_logits", s());
-    gemm_.logits_f32(F(logits), B(x), B(w), rows(x), cols(x), I(w.shape[0]), s());
-  }
-  void grad_norm_sq(Tensor out, Tensor g) override {
-    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
-    if (g.dtype == DType::bf16) return cuda::sum_squares_bf16(F(out), B(g), size_t(g.numel()), s());
-    cuda::sum_squares(F(out), F(g), size_t(g.numel()), s());
-  }
-  void adamw_step(const AdamWSlot& a, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
-    adamw_step_list({a}, norm_sq, max_norm, p, t);
-  }
-  void grad_norm_sq_list(Tensor out, const std::vector<Tensor>& gs) override {
-    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
-    // f32 and bf16 gradients (gradients: bf16) each in their own launches; the sum is one either way.
-    std::vector<const float*> ptrs;
-    std::vector<const bf16*> ptrs_bf16;
-    std::vector<size_t> ns, ns_bf16;
-    for (const Tensor& g : gs) {
-      if (g.dtype == DType::bf16) {
-        ptrs_bf16.push_back(B(g));
-        ns_bf16.push_back(size_t(g.numel()));
-      } else {
-        ptrs.push_back(F(g));
-        ns.push_back(size_t(g.numel()));
-      }
-    }
-    if (!ptrs.empty()) cuda::sum_squares_list(F(out), ptrs.data(), ns.data(), int(ptrs.size()), s());
-    if (!ptrs_bf16.empty())
-      cuda::sum_squares_list_bf16(F(out), ptrs_bf16.data(), ns_bf16.data(), int(ptrs_bf16.size()), s());
-  }
-  // A part holds an f32 in its first word (its second stays zero): sum_squares adds into it atomically, as into
-  // the one norm scalar otherwise.
-  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) override {
-    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
-    check_norm_parts(parts, k);
-    float* slot = static_cast<float*>(parts.data) + 2 * k;
-    if (g.dtype == DType::bf16) return cuda::sum_squares_bf16(slot, B(g), size_t(g.numel()), s());
-    cuda::sum_squares(slot, F(g), size_t(g.numel()), s());
-  }
-  void grad_norm_sq_add_parts(Tensor out, Tensor parts, size_t n) override {
-    OpProfiler::Scope prof_(&prof_data_, "grad_norm_sq", s());
-    if (n == 0) return;
-    check_norm_parts(parts, n - 1);
-    cuda::add_parts(F(out), static_cast<const float*>(parts.data), 2, int(n), s());
-  }
-  void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor norm_sq, float max_norm, const AdamWParams& p,
-                       int t) override {
-    OpProfiler::Scope prof_(&prof_data_, "adamw_step", s());
-    if (slots.empty()) return;
-    // Every slot of one call shares one precision (the model's recipe): split fp32 masters with f32
-    // moments take the vectorised kernel, any other recipe the generic one.
-    const bool split = slots[0].master.defined();
-    const DType mdt = slots[0].m.dtype, gdt = slots[0].g.dtype;
-    for (const AdamWSlot& a : slots) {
-      STRATA_CHECK(a.master.defined() == split && a.m.dtype == mdt && a.v.dtype == mdt && a.g.dtype == gdt,
-                   "adamw_step_list: the slots of one call must share one state precision");
-      STRATA_CHECK(gdt == DType::f32 || gdt == DType::bf16, "adamw_step_list: gradients must be f32 or bf16");
-      if (split) check_split(a.master, a.param_out);
-      STRATA_CHECK(a.param_out.defined() && a.param_out.dtype == DType::bf16 && a.param_out.numel() == a.g.numel(),
-                   "adamw_step_list: cuda updates bf16 weights of the gradient's size");
-    }
-    if (split && mdt == DType::f32 && gdt == DType::f32) {
-      std::vector<cuda::AdamWTensors> ts;
-      for (const AdamWSlot& a : slots)
-        ts.push_back(
-            {static_cast<int16_t*>(a.master.data), B(a.param_out), F(a.m), F(a.v), F(a.g), size_t(a.g.numel())});
-      return cuda::adamw_step_list(ts.data(), int(ts.size()), F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
-                                   p.weight_decay, t, s());
-    }
-    const OptimizerState moments = mdt == DType::f32    ? OptimizerState::fp32
-                                   : mdt == DType::bf16 ? OptimizerState::bf16
-                                                        : OptimizerState::q8;
-    STRATA_CHECK(moments != OptimizerState::q8 || mdt == DType::u8, "adamw_step_list: moments must be f32, bf16 or u8");
-    std::vector<cuda::AdamWAnyTensors> ts;
-    for (const AdamWSlot& a : slots) {
-      const bool q = moments == OptimizerState::q8;
-      STRATA_CHECK(!q || (a.m_scale.defined() && a.v_scale.defined()), "adamw_step_list: 8-bit moments need scales");
-      const bool g16 = gdt == DType::bf16;  // read widened by the kernel (gradients: bf16)
-      ts.push_back({split ? static_cast<int16_t*>(a.master.data) : nullptr, B(a.param_out), a.m.data, a.v.data,
-                    q ? F(a.m_scale) : nullptr, q ? F(a.v_scale) : nullptr, g16 ? nullptr : F(a.g), size_t(a.g.numel()),
-                    g16 ? B(a.g) : nullptr});
-    }
-    cuda::adamw_step_any(ts.data(), int(ts.size()), split, moments, F(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
-                         p.weight_decay, t, s());
   }
 
  private:

@@ -29,11 +29,6 @@ double B(const Tensor& t) {
 double rw(const Tensor& g, bool acc) {
   return (acc ? 2.0 : 1.0) * B(g);
 }
-// A one-kernel memory-bound op's bytes, from the op table (engine/op_table.h).
-double bytes(OpKind k, bool backward, const OpCall& c) {
-  const OpInfo& i = op_info(k);
-  return (backward ? i.bwd_cost : i.fwd_cost)(c).bytes[0];
-}
 double rows(const Tensor& t) {
   return double(t.numel() / t.shape[t.shape.nd - 1]);
 }
@@ -215,55 +210,21 @@ class SimBackendImpl final : public SimBackend {
     memset(cost_.memory(B(dst) + B(src)));
   }
 
-  void block_copy(Tensor out, Tensor in, const BlockCopy& c, bool accumulate) override {
-    check_block_copy(out, in, c);
-    const double bytes = double(c.count()) * double(dtype_size(in.dtype));
-    // Never counted as recompute: the backend cannot tell a replayed all-to-all's copies from backward's.
-    charge(OpKind::block_copy, cost_.memory((accumulate ? 3 : 2) * bytes), 1, false);
-  }
-
-  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override {
-    fwd(OpKind::embedding, cost_.memory(bytes(OpKind::embedding, false, {{out, tokens, wte}})));
-  }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc_dwte) override {
-    if (dwte.defined() && !acc_dwte) zero(dwte);  // both backends: the kernel adds rows into a zeroed table
-    const double rows_f32 = double(dout.numel()) * 4;
-    if (!dwte.defined() || dwte.dtype != DType::bf16 || tokens.numel() == 0)
-      return bwd(OpKind::embedding, cost_.memory(B(dout) + B(tokens) + 2 * rows_f32));
-    // bf16 gradients: backend_cuda.cpp's compacted fp32 rows (engine/op_scratch.h): clear the map and
-    // the rows, mark and number the rows, add the tokens' rows, fold each hit row into dwte once.
-    const ScratchSet sc = take(embedding_grad_scratch(tokens.numel(), dwte.shape[0], dwte.shape[1]));
-    const double slots = double(embedding_grad_slots(tokens.numel(), dwte.shape[0])), C = cols(dwte);
-    const double map = 4.0 * (double(dwte.shape[0]) + slots + 1);
-    const double t = cost_.memory(map + slots * C * 4) + cost_.memory(B(tokens) + map) +
-                     cost_.memory(B(dout) + B(tokens) + 2 * rows_f32) + cost_.memory(slots * C * (4 + 2 * 2));
-    bwd(OpKind::embedding, t, 4);
-  }
-  // The table-dispatched ops: their scratch and memory-bound cost from the op table, one kernel per entry.
+  // The table-dispatched ops: their scratch from the op table, then their price, or their memory-bound cost (one
+  // kernel per entry).
   void run(OpKind k, const OpCall& c) override {
     const OpInfo& info = op_info(k);
     const ScratchSet sc = take(info.scratch ? info.scratch(c) : ScratchList{});
+    if (info.price) {
+      Pricer p(*this);
+      const OpTime t = info.price(c, p);
+      return charge(k, t.s, t.kernels, t.fwd);
+    }
     const OpKernelBytes kb = (c.backward ? info.bwd_cost : info.fwd_cost)(c);
     if (kb.n == 0) return;
     double t = 0;
     for (int i = 0; i < kb.n; ++i) t += cost_.memory(kb.bytes[size_t(i)]);
     charge(k, t, kb.n, !c.backward);
-  }
-  void linear_fwd(Tensor y, Tensor x, Tensor w) override {
-    fwd(OpKind::linear, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y)));
-  }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
-    const double n = rows(dy), in = cols(w), o = double(w.shape[0]);
-    double t = 0;
-    if (dx.defined()) t += cost_.gemm(n, in, o, B(dy) + B(w) + rw(dx, acc_dx));
-    if (dw.defined()) t += cost_.gemm(o, in, n, B(dy) + n * in * dtype_size(dy.dtype) + rw(dw, acc_dw));
-    bwd(OpKind::linear, t, int(dx.defined()) + int(dw.defined()));
-  }
-  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor) override {
-    fwd(OpKind::rope, cost_.memory(bytes(OpKind::rope, false, {{out, x, pos}})));
-  }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor, bool acc_dx) override {
-    bwd(OpKind::rope, cost_.memory(bytes(OpKind::rope, true, {{dx, dout, pos}, {acc_dx}})));
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D].
   // Packed rows (sample packing) take the flash kernel on cuda (backend_cuda.cpp): no workspace, and
@@ -366,58 +327,21 @@ class SimBackendImpl final : public SimBackend {
   void lm_head_ce_bwd_saved(Tensor dx, Tensor, Tensor saved_dx, float, bool, bool acc_dx) override {
     bwd(OpKind::lm_head_ce, cost_.memory(B(saved_dx) + rw(dx, acc_dx) + 4));
   }
-  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override {
-    fwd(OpKind::lm_head_logits, cost_.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits)));
-  }
-  // The trainer sums the norm in backward, as gradients become final: backward time.
-  void grad_norm_sq(Tensor out, Tensor g) override { charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false); }
-  void adamw_step(const AdamWSlot& a, Tensor, float, const AdamWParams&, int) override {
-    mark_optimizer();
-    charge(OpKind::adamw, adamw_time(adamw_bytes(a), q8_elems(a)), 1, false);
-  }
-  // The cuda backend launches once per kOptimizerListTensors tensors (kernels/adamw.cu).
-  void grad_norm_sq_list(Tensor, const std::vector<Tensor>& gs) override {
-    double bytes = 0;
-    for (const Tensor& g : gs) bytes += B(g);
-    charge(OpKind::grad_norm, cost_.memory(bytes), list_launches(gs.size()), false);
-  }
-  // As cuda: a memset-free sum of squares into its part, and one single-thread kernel adding the parts.
-  void grad_norm_sq_part(Tensor parts, size_t k, Tensor g) override {
-    check_norm_parts(parts, k);
-    charge(OpKind::grad_norm, cost_.memory(B(g)), 1, false);
-  }
-  void grad_norm_sq_add_parts(Tensor, Tensor parts, size_t n) override {
-    if (n == 0) return;
-    check_norm_parts(parts, n - 1);
-    charge(OpKind::grad_norm, cost_.memory(double(n) * 8 + 8), 1, false);
-  }
-  void adamw_step_list(const std::vector<AdamWSlot>& slots, Tensor, float, const AdamWParams&, int) override {
-    mark_optimizer();
-    double bytes = 0, q8 = 0;
-    for (const AdamWSlot& a : slots) bytes += adamw_bytes(a), q8 += q8_elems(a);
-    charge(OpKind::adamw, adamw_time(bytes, q8), list_launches(slots.size()), false);
-  }
 
  private:
-  // HBM bytes of one AdamW step: master, m and v read and written, g read; a whole master's compute
-  // copy is written, a split master's (its high half) read and written.
-  static double adamw_bytes(const AdamWSlot& a) {
-    double bytes = 2 * (B(a.master) + B(a.m) + B(a.v) + B(a.m_scale) + B(a.v_scale)) + B(a.g);
-    // A split master's high half, or the weights themselves without a master: read and written.
-    if (a.param_out.defined() && (!a.master.defined() || a.master.dtype == DType::i16))
-      return bytes + 2 * B(a.param_out);
-    if (a.param_out.defined() && a.param_out.dtype != a.master.dtype) bytes += B(a.param_out);
-    return bytes;
-  }
-  // 8-bit moments: the kernel is bound by its arithmetic (DeviceProfile::adamw_q8_gelems) or its bytes.
-  static double q8_elems(const AdamWSlot& a) { return a.m.dtype == DType::u8 ? double(a.g.numel()) : 0.0; }
-  double adamw_time(double bytes, double q8) const {
-    const double t = cost_.memory(bytes);
-    const double rate = opt_.profile.adamw_q8_gelems;
-    return rate > 0 && q8 > 0 ? std::max(t, q8 / (rate * 1e9)) : t;
-  }
-  static int list_launches(size_t n) { return int((n + kOptimizerListTensors - 1) / kOptimizerListTensors); }
   bool cuda() const { return opt_.mirror == SimMirror::cuda; }
+  // What an op's price reads of this backend (engine/op_table.h OpSim).
+  class Pricer final : public OpSim {
+   public:
+    explicit Pricer(SimBackendImpl& b) : b_(b) {}
+    const CostModel& cost() const override { return b_.cost_; }
+    bool mirrors_cuda() const override { return b_.cuda(); }
+    void zero_first(const Tensor& t) override { b_.zero(t); }
+    void optimizer_starts() override { b_.mark_optimizer(); }
+
+   private:
+    SimBackendImpl& b_;
+  };
   AttnWorkspaceParams attn_params() const {
     return {opt_.profile.attention_plan_ws_fwd_bytes, opt_.profile.attention_plan_ws_bwd_bytes,
             opt_.profile.attention_plan_ws_bwd_gqa_copies, opt_.profile.attention_dq_accum};

@@ -2,6 +2,7 @@
 // and stride is a multiple of 8 elements and both pointers are 16-byte aligned) per thread-step; fp32 math to add.
 #include "kernels/block_copy.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -49,3 +50,12 @@ void block_copy(bf16* out, const bf16* in, const BlockCopy& c, bool accumulate, 
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+// block_copy(out, in; accumulate) with its BlockCopy (checked by Backend::block_copy): bf16 activations.
+void block_copy_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  STRATA_CHECK(c.t[1].dtype == DType::bf16, "block_copy: the cuda backend copies bf16 activations");
+  cuda::block_copy(dispatch::bf16(c.t[0]), dispatch::bf16(c.t[1]), *static_cast<const BlockCopy*>(c.params), c.acc[0],
+                   static_cast<cudaStream_t>(ctx.stream));
+}
+}  // namespace strata

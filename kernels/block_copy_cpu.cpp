@@ -1,5 +1,6 @@
 // The strided block copy (kernels/block_copy.h), cpu reference: blocks in (i, j) order, elements in order.
 #include "kernels/block_copy.h"
+#include "kernels/op_dispatch.h"
 
 namespace strata::cpu {
 
@@ -16,3 +17,10 @@ void block_copy(float* out, const float* in, const BlockCopy& c, bool accumulate
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// block_copy(out, in; accumulate) with its BlockCopy (checked by Backend::block_copy).
+void block_copy_cpu(const OpCall& c) {
+  cpu::block_copy(dispatch::f32(c.t[0]), dispatch::f32(c.t[1]), *static_cast<const BlockCopy*>(c.params), c.acc[0]);
+}
+}  // namespace strata

@@ -6,7 +6,10 @@
 // zero row (fwd) and is skipped (bwd); the data loader owns the upper bound.
 #include <algorithm>
 
+#include "engine/backend.h"
+#include "engine/op_scratch.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -152,3 +155,23 @@ void embedding_bwd_bf16(bf16* dwte, const bf16* dout, const int32_t* tokens, int
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+// embedding_fwd(out, tokens, wte) and embedding_bwd(dwte, dout, tokens; acc_dwte): the kernel adds rows by atomics
+// (an overwrite zeroes dwte first; rows no token hit stay zero); a bf16 dwte through the op's compacted fp32 rows.
+void embedding_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
+  if (!c.backward)
+    return cuda::embedding_fwd(bf16(t[0]), t[1].i32(), bf16(t[2]), int(t[1].numel()), int(cols(t[2])), s);
+  const Tensor &dwte = t[0], &dout = t[1], &tokens = t[2];
+  if (!dwte.defined()) return;
+  if (!c.acc[0]) ctx.be.zero(dwte);
+  const int N = int(tokens.numel()), C = int(cols(dout)), V = int(dwte.shape[0]);
+  if (dwte.dtype != DType::bf16) return cuda::embedding_bwd(f32(dwte), bf16(dout), tokens.i32(), N, C, s);
+  if (N == 0) return;
+  cuda::embedding_bwd_bf16(bf16(dwte), bf16(dout), tokens.i32(), N, C, V, f32(ctx.scratch.at(scratch_tag::grad_rows)),
+                           ctx.scratch.at(scratch_tag::grad_row_map).i32(), int(embedding_grad_slots(N, V)), s);
+}
+}  // namespace strata

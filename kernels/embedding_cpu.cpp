@@ -4,6 +4,7 @@
 
 #include "engine/error.h"
 #include "kernels/embedding.h"
+#include "kernels/op_dispatch.h"
 
 namespace strata::cpu {
 
@@ -46,3 +47,16 @@ void embedding_bwd(GradOut g, const float* dout, const int32_t* tokens, int N, i
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// embedding_fwd(out, tokens, wte) and embedding_bwd(dwte, dout, tokens; acc_dwte): rows no token hit get zeros
+// (an overwrite zeroes the table first), the others add, in token order.
+void embedding_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  if (!c.backward) return cpu::embedding_fwd(f32(t[0]), t[1].i32(), f32(t[2]), int(t[1].numel()), int(cols(t[2])));
+  if (!t[0].defined()) return;
+  if (!c.acc[0]) std::memset(t[0].data, 0, t[0].bytes());
+  cpu::embedding_bwd(grad_out(t[0]), f32(t[1]), t[2].i32(), int(t[2].numel()), int(cols(t[1])), int(t[0].shape[0]));
+}
+}  // namespace strata

@@ -7,6 +7,7 @@
 #include "kernels/dot_cpu.h"
 #include "kernels/grad_cpu.h"
 #include "kernels/linear.h"
+#include "kernels/op_dispatch.h"
 
 namespace strata::cpu {
 
@@ -50,3 +51,16 @@ void linear_bwd(float* dx, GradOut dw, const float* dy, const float* x, const fl
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// linear_fwd(y, x, w) and linear_bwd(dx, dw, dy, x, w; acc_dx, acc_dw). x is undefined when the weight is frozen
+// (it was not saved): shapes come from dy and w.
+void linear_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  if (!c.backward)
+    return cpu::linear_fwd(f32(t[0]), f32(t[1]), f32(t[2]), int(rows(t[1])), int(cols(t[1])), int(t[2].shape[0]));
+  cpu::linear_bwd(f32(t[0]), grad_out(t[1]), f32(t[2]), f32(t[3]), f32(t[4]), int(rows(t[2])), int(cols(t[4])),
+                  int(t[4].shape[0]), c.acc[0], c.acc[1]);
+}
+}  // namespace strata

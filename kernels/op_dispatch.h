@@ -3,7 +3,10 @@
 #pragma once
 #include <cstdint>
 
-#ifdef __CUDACC__
+// The cuda implementations: kernels/<op>.cu, or host code in kernels/<op>_cuda.cpp that defines
+// STRATA_CUDA_OP_IMPL before including this header.
+#if defined(__CUDACC__) || defined(STRATA_CUDA_OP_IMPL)
+#define STRATA_OP_DISPATCH_CUDA 1
 #include <cuda_bf16.h>
 #endif
 
@@ -13,11 +16,19 @@
 
 namespace strata {
 
-// What a cuda implementation runs with: the compute stream (a cudaStream_t) and its scratch, taken by the backend
-// from the op's description (OpInfo::scratch) in the description's order.
+class Backend;
+namespace cuda {
+class Gemm;
+}
+
+// What a cuda implementation runs with: the compute stream (a cudaStream_t), its scratch, taken by the backend
+// from the op's description (OpInfo::scratch) in the description's order, the backend's cuBLASLt GEMMs and the
+// backend itself (for zero()).
 struct CudaOpContext {
   void* stream;
   const ScratchSet& scratch;
+  cuda::Gemm& gemm;
+  Backend& be;
 };
 
 #define STRATA_DECLARE_OP_IMPLS(op) \
@@ -42,7 +53,7 @@ inline cpu::GradOut grad_out(const Tensor& t) {
   if (t.dtype == DType::bf16) return cpu::GradOut::bf16(static_cast<uint16_t*>(t.data));
   return t.f32();
 }
-#ifdef __CUDACC__
+#ifdef STRATA_OP_DISPATCH_CUDA
 // A bf16 activation of the cuda backend (null when undefined).
 inline __nv_bfloat16* bf16(const Tensor& t) {
   if (!t.defined()) return nullptr;

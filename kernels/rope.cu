@@ -5,6 +5,7 @@
 // D % 16 == 0 and the pointers are aligned. Backward rotates by the negative angle (R^T) and
 // adds into dx or overwrites it. `out` may alias `x`.
 #include "kernels/cuda_common.cuh"
+#include "kernels/op_dispatch.h"
 #include "kernels/ops_cuda.h"
 
 namespace strata::cuda {
@@ -86,3 +87,16 @@ void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_f
 }
 
 }  // namespace strata::cuda
+
+namespace strata {
+// rope_fwd(out, x, pos, inv_freq) and rope_bwd(dx, dout, pos, inv_freq; acc_dx); x [N, H, D].
+void rope_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const cudaStream_t s = static_cast<cudaStream_t>(ctx.stream);
+  const Tensor& x = t[1];
+  const int N = int(t[2].numel()), H = int(x.shape[x.shape.nd - 2]), D = int(cols(x));
+  if (!c.backward) return cuda::rope_fwd(bf16(t[0]), bf16(x), t[2].i32(), f32(t[3]), N, H, D, s);
+  cuda::rope_bwd(bf16(t[0]), bf16(x), t[2].i32(), f32(t[3]), N, H, D, c.acc[0], s);
+}
+}  // namespace strata

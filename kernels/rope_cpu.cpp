@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "kernels/grad_cpu.h"
+#include "kernels/op_dispatch.h"
 #include "kernels/rope.h"
 
 namespace strata::cpu {
@@ -83,3 +84,16 @@ void rope_bwd(float* dx, const float* dout, const int32_t* pos, const float* inv
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// rope_fwd(out, x, pos, inv_freq) and rope_bwd(dx, dout, pos, inv_freq; acc_dx); x is [N, H, D] (or [B, T, H, D],
+// flattened over tokens).
+void rope_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const Tensor& x = t[1];
+  const int D = int(cols(x)), H = int(x.shape[x.shape.nd - 2]), N = int(t[2].numel());
+  if (!c.backward) return cpu::rope_fwd(f32(t[0]), f32(x), t[2].i32(), f32(t[3]), N, H, D);
+  cpu::rope_bwd(f32(t[0]), f32(x), t[2].i32(), f32(t[3]), N, H, D, c.acc[0]);
+}
+}  // namespace strata

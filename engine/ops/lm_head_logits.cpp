@@ -3,9 +3,19 @@
 
 namespace strata {
 
-// One GEMM, priced by flops in the sim.
+namespace {
+using namespace ops::detail;
+// lm_head_logits(logits, x, w): one GEMM.
+OpTime lm_head_logits_price(const OpCall& c, OpSim& sim) {
+  const Tensor &logits = c.t[0], &x = c.t[1], &w = c.t[2];
+  return {sim.cost().gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits))};
+}
+}  // namespace
+
 const OpInfo& op_desc::lm_head_logits() {
-  static const OpInfo i{OpKind::lm_head_logits, "lm_head_logits", {}};
+  static const OpInfo i{
+      OpKind::lm_head_logits, "lm_head_logits", {}, nullptr, nullptr, nullptr, "lm_head_logits", nullptr,
+      lm_head_logits_price};
   return i;
 }
 

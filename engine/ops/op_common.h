@@ -18,6 +18,12 @@ inline double B(const Tensor& t) {
 inline double rw(const Tensor& g, bool acc) {
   return (acc ? 2.0 : 1.0) * B(g);
 }
+inline double rows(const Tensor& t) {
+  return double(t.numel() / t.shape[t.shape.nd - 1]);
+}
+inline double cols(const Tensor& t) {
+  return double(t.shape[t.shape.nd - 1]);
+}
 // Each cost sums its terms in the order the sim always has, so forecasts stay bit-identical.
 inline OpKernelBytes one(double b) {
   return OpKernelBytes{}.add(b);

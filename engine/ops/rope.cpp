@@ -51,7 +51,7 @@ OpKernelBytes rope_bwd(const OpCall& c) {
 }  // namespace
 
 const OpInfo& op_desc::rope() {
-  static const OpInfo i{OpKind::rope, "rope", {}, rope_fwd, rope_bwd};
+  static const OpInfo i{OpKind::rope, "rope", {}, rope_fwd, rope_bwd, nullptr, "rope_fwd", "rope_bwd"};
   return i;
 }
 

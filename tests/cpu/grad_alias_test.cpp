@@ -57,18 +57,6 @@ class CountingBackend final : public Backend {
   std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes) override {
     return in_->open_disk_file(dir, bytes);
   }
-  void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) override { in_->embedding_fwd(out, tokens, wte); }
-  void embedding_bwd(Tensor dwte, Tensor dout, Tensor tokens, bool acc) override {
-    in_->embedding_bwd(dwte, dout, tokens, acc);
-  }
-  void linear_fwd(Tensor y, Tensor x, Tensor w) override { in_->linear_fwd(y, x, w); }
-  void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) override {
-    in_->linear_bwd(dx, dw, dy, x, w, acc_dx, acc_dw);
-  }
-  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) override { in_->rope_fwd(out, x, pos, inv_freq); }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc) override {
-    in_->rope_bwd(dx, dout, pos, inv_freq, acc);
-  }
   void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
     in_->attention_fwd(out, lse, q, k, v, seg);
   }
@@ -76,7 +64,7 @@ class CountingBackend final : public Backend {
                      bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
     in_->attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, acc_dq, acc_dk, acc_dv, seg);
   }
-  // The table-dispatched ops (rmsnorm, swiglu, add, bias), counting add's backward.
+  // The table-dispatched ops, counting add's backward.
   void run(OpKind k, const OpCall& c) override {
     if (k == OpKind::add && c.backward) add_bwd_calls++, add_bwd_da_calls += c.t[0].defined();
     in_->run(k, c);
@@ -95,11 +83,6 @@ class CountingBackend final : public Backend {
   void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
                             bool acc_dx) override {
     in_->lm_head_ce_bwd_saved(dx, dloss, saved_dx, dloss_assumed, dw_written, acc_dx);
-  }
-  void lm_head_logits(Tensor logits, Tensor x, Tensor w) override { in_->lm_head_logits(logits, x, w); }
-  void grad_norm_sq(Tensor out, Tensor g) override { in_->grad_norm_sq(out, g); }
-  void adamw_step(const AdamWSlot& s, Tensor norm_sq, float max_norm, const AdamWParams& p, int t) override {
-    in_->adamw_step(s, norm_sq, max_norm, p, t);
   }
 
  private:
