@@ -124,7 +124,7 @@ class Backend {
   // --- ops. A backward writes each defined gradient output and skips undefined ones. Its
   // `acc_*` flag says how: true adds into the gradient (another op already wrote it this step),
   // false overwrites it (the first write), so nobody zeroes a gradient before backward.
-  // The table-dispatched ops (engine/op_table.h STRATA_DISPATCHED_OPS): one entry point; the named forms below
+  // The table-dispatched ops (engine/op_table.h STRATA_OPS): one entry point; the named forms below
   // pack their arguments into an OpCall.
   virtual void run(OpKind k, const OpCall& c) = 0;
   void embedding_fwd(Tensor out, Tensor tokens, Tensor wte) { run(OpKind::embedding, {{out, tokens, wte}}); }
@@ -149,9 +149,16 @@ class Backend {
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D], out [B,T,Hq,D], lse [B,Hq,T]; `seg` packed: attention within
   // each example of a row (AttnSegments).
-  virtual void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) = 0;
-  virtual void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out,
-                             Tensor lse, bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) = 0;
+  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) {
+    run(OpKind::attention, {.t = {out, lse, q, k, v, seg.pos}, .pairs = seg.pairs});
+  }
+  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
+                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) {
+    run(OpKind::attention, {.t = {dq, dk, dv, dout, q, k, v, out, lse, seg.pos},
+                            .acc = {acc_dq, acc_dk, acc_dv},
+                            .backward = true,
+                            .pairs = seg.pairs});
+  }
   void swiglu_fwd(Tensor out, Tensor gate, Tensor up) { run(OpKind::swiglu, {{out, gate, up}}); }
   void swiglu_bwd(Tensor dgate, Tensor dup, Tensor dout, Tensor gate, Tensor up, bool acc_dgate, bool acc_dup) {
     run(OpKind::swiglu, {{dgate, dup, dout, gate, up}, {acc_dgate, acc_dup}, 0, true});
@@ -167,22 +174,44 @@ class Backend {
   // loss [1] f32 (mean over targets >= 0), lse [N] f32. w [V, C] holds `vocab` <= V real rows; the
   // rest is padding (a vocabulary padded to a GEMM-friendly size): those logits take no part in the
   // softmax (probability 0, gradient 0, so dw's padded rows get exact zeros). A target >= vocab is
-  // out of range.
-  virtual void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) = 0;
+  // out of range. The four passes are the op's forms (engine/ops/lm_head_ce.cpp).
+  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) {
+    run(OpKind::lm_head_ce, {.t = {loss, lse, x, w, targets}, .form = 0, .n = chunk, .n2 = vocab});
+  }
   // dloss [1] f32 is the incoming gradient of the loss.
-  virtual void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse,
-                              int chunk, int vocab, bool acc_dx, bool acc_dw) = 0;
+  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
+                      int vocab, bool acc_dx, bool acc_dw) {
+    run(OpKind::lm_head_ce, {.t = {dx, dw, dloss, x, w, targets, lse},
+                             .acc = {acc_dx, acc_dw},
+                             .backward = true,
+                             .form = 1,
+                             .n = chunk,
+                             .n2 = vocab});
+  }
   // The training variant (no logits recompute): the forward, and from each chunk's logits at once
   // the gradients for dL = dloss_assumed * loss: dx [N, C] (x's dtype, overwritten: the op saves it)
   // and dw [V, C] f32 ((+)= by acc_dw; undefined for a frozen head: skipped). Same results as
   // lm_head_ce_fwd then lm_head_ce_bwd with dloss = dloss_assumed and acc_dx false.
-  virtual void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk,
-                                   int vocab, float dloss_assumed, bool acc_dw) = 0;
+  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
+                           float dloss_assumed, bool acc_dw) {
+    run(OpKind::lm_head_ce, {.t = {loss, dx, dw, x, w, targets},
+                             .acc = {false, acc_dw},
+                             .scalar = dloss_assumed,
+                             .form = 2,
+                             .n = chunk,
+                             .n2 = vocab});
+  }
   // Its backward: dx (+)= saved_dx * dloss[0] / dloss_assumed. With dw_written (the forward wrote
   // a weight gradient for dloss_assumed), any other dloss is an error: cpu throws; cuda cannot,
   // so it writes NaN into dx (the gradient norm shows it).
-  virtual void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
-                                    bool acc_dx) = 0;
+  void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
+                            bool acc_dx) {
+    run(OpKind::lm_head_ce, {.t = {dx, dloss, saved_dx},
+                             .acc = {acc_dx, dw_written},
+                             .scalar = dloss_assumed,
+                             .backward = true,
+                             .form = 3});
+  }
   // logits [N, V] f32 = x w^T (evaluation: no backward).
   void lm_head_logits(Tensor logits, Tensor x, Tensor w) { run(OpKind::lm_head_logits, {{logits, x, w}}); }
   // out [1] f32 += sum of squares of g.

@@ -31,27 +31,22 @@ enum class OpKind {
       count_
 };
 
-// The ops reached through Backend::run: each backend's implementation sits beside the op's kernels
+// Every op reaches the backends through Backend::run: each backend's implementation sits beside the op's kernels
 // (kernels/<op>_cpu.cpp, kernels/<op>.cu or <op>_cuda.cpp, declared in kernels/op_dispatch.h); the sim reads cost
-// and scratch here. attention and lm_head_ce keep Backend methods of their own (their scratch depends on the
-// backend's cuDNN plans and loss-chunk passes).
-// clang-format off
-#define STRATA_DISPATCHED_OPS(X)                                                                        \
-  X(embedding) X(rmsnorm) X(linear) X(rope) X(swiglu) X(add) X(bias) X(lm_head_logits) X(adamw)         \
-  X(grad_norm) X(block_copy)
-// clang-format on
-
+// and scratch here.
 // An op's call: its tensors in the order of its Backend method (outputs first), its gradient outputs' accumulate
-// flags, its float parameter (add's scale, rmsnorm's eps, adamw's max_norm), whether it is the backward, which of
-// the op's forms it is (grad_norm: one tensor, a list, a part, the parts' sum), integer parameters (adamw's step,
-// a norm part's index), a parameter struct (AdamWParams, BlockCopy) and the list forms' tensors or slots.
+// flags, its float parameter (add's scale, rmsnorm's eps, adamw's max_norm, the LM head's assumed dloss), whether
+// it is the backward, which of the op's forms it is (grad_norm: one tensor, a list, a part, the parts' sum; the LM
+// head's four passes), integer parameters (adamw's step, a norm part's index, the LM head's chunk and vocabulary),
+// attention's packed pairs, a parameter struct (AdamWParams, BlockCopy) and the list forms' tensors or slots.
 struct OpCall {
-  std::array<Tensor, 8> t;
+  std::array<Tensor, 10> t;
   std::array<bool, 4> acc{};
   float scalar = 0;
   bool backward = false;
   uint8_t form = 0;
-  int64_t n = 0;
+  int64_t n = 0, n2 = 0;
+  double pairs = 0;
   const void* params = nullptr;
   std::span<const Tensor> tensors{};
   std::span<const AdamWSlot> slots{};
@@ -66,15 +61,27 @@ struct OpKernelBytes {
     return *this;
   }
 };
-using OpCost = OpKernelBytes (*)(const OpCall&);
-using OpScratch = ScratchList (*)(const OpCall&);
+// What a scratch description asks of the backend that runs the op: the cuda backend answers from the cuDNN plans
+// it builds, the sim mirroring it from the same sizing rules (kernels/attention_workspace.h).
+class OpEnv {
+ public:
+  // The cuDNN attention workspace for q [b, t, hq, d], k/v [b, t, hkv, d]; 0: none (the flash kernel).
+  virtual size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward) = 0;
 
-// What an op's price (below) reads of the sim backend: its cost model, the backend it mirrors, a memset charged at
-// once (a gradient the kernel adds into, zeroed first) and the optimizer's phase mark.
-class OpSim {
+ protected:
+  ~OpEnv() = default;
+};
+using OpCost = OpKernelBytes (*)(const OpCall&);
+using OpScratch = ScratchList (*)(const OpCall&, OpEnv&);
+
+// What an op's price (below) reads of the sim backend: its cost model, the backend it mirrors, which attention
+// kernel cuda takes for a head size, a memset charged at once (a gradient the kernel adds into, zeroed first) and
+// the optimizer's phase mark.
+class OpSim : public OpEnv {
  public:
   virtual const CostModel& cost() const = 0;
   virtual bool mirrors_cuda() const = 0;
+  virtual bool attention_uses_cudnn(int head_dim) const = 0;
   virtual void zero_first(const Tensor& t) = 0;
   virtual void optimizer_starts() = 0;
 
@@ -100,7 +107,8 @@ struct OpInfo {
   OpScratch scratch = nullptr;      // dispatched ops: the cuda backend's scratch for a call (null: none)
   const char* fwd_label = nullptr;  // the profiler's names (dispatched ops)
   const char* bwd_label = nullptr;
-  OpPrice price = nullptr;  // set: the sim charges this instead of fwd_cost / bwd_cost
+  OpPrice price = nullptr;                   // set: the sim charges this instead of fwd_cost / bwd_cost
+  std::array<const char*, 4> form_labels{};  // set: the profiler's name of each form (the LM head's passes)
 };
 
 const OpInfo& op_info(OpKind k);

@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "kernels/attention.h"
 #include "kernels/grad_cpu.h"
+#include "kernels/op_dispatch.h"
 
 namespace strata::cpu {
 namespace {
@@ -127,3 +128,23 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dout, const flo
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// attention_fwd(out, lse, q, k, v, pos) and attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, pos; acc_dq, acc_dk,
+// acc_dv): pos [B*T] i32 defined for packed rows.
+void attention_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const Tensor &q = t[c.backward ? 4 : 2], &k = t[c.backward ? 5 : 3], &pos = t[c.backward ? 9 : 5];
+  const int B = int(q.shape[0]), T = int(q.shape[1]), Hq = int(q.shape[2]), Hkv = int(k.shape[2]), D = int(q.shape[3]);
+  const int32_t* packed = nullptr;
+  if (pos.defined()) {
+    STRATA_CHECK(pos.dtype == DType::i32 && pos.numel() == q.shape[0] * q.shape[1],
+                 "attention: the packed positions are not [B*T] i32");
+    packed = pos.i32();
+  }
+  if (!c.backward) return cpu::attention_fwd(f32(t[0]), f32(t[1]), f32(q), f32(k), f32(t[4]), B, T, Hq, Hkv, D, packed);
+  cpu::attention_bwd(f32(t[0]), f32(t[1]), f32(t[2]), f32(t[3]), f32(q), f32(k), f32(t[6]), f32(t[7]), f32(t[8]), B, T,
+                     Hq, Hkv, D, c.acc[0], c.acc[1], c.acc[2], packed);
+}
+}  // namespace strata

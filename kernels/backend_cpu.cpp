@@ -1,45 +1,14 @@
 // The cpu backend: fp32 reference kernels over an arena carved from one anonymous mapping.
 #include <sys/mman.h>
 
-#include <cmath>
 #include <cstring>
 
 #include "engine/backend.h"
-#include "kernels/adamw.h"
-#include "kernels/add.h"
-#include "kernels/attention.h"
-#include "kernels/bias.h"
-#include "kernels/block_copy.h"
-#include "kernels/embedding.h"
-#include "kernels/linear.h"
-#include "kernels/lm_head_ce.h"
 #include "kernels/op_dispatch.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/swiglu.h"
 
 namespace strata {
 
 namespace {
-
-float* F(const Tensor& t) {
-  return t.defined() ? t.f32() : nullptr;
-}
-// A parameter gradient the kernels write: f32, bf16 (gradients: bf16), or none.
-cpu::GradOut G(const Tensor& t) {
-  if (!t.defined()) return {};
-  if (t.dtype == DType::bf16) return cpu::GradOut::bf16(static_cast<uint16_t*>(t.data));
-  return t.f32();
-}
-int I(int64_t x) {
-  return int(x);
-}
-int rows(const Tensor& t) {
-  return I(t.numel() / t.shape[t.shape.nd - 1]);
-}
-int cols(const Tensor& t) {
-  return I(t.shape[t.shape.nd - 1]);
-}
 
 // One anonymous mapping backs the whole arena; pages are only touched as blocks are used.
 class AnonMapping {
@@ -125,49 +94,13 @@ class CpuBackend final : public Backend {
       convert_to_f32(dst.f32(), src.data, src.dtype, size_t(src.numel()));
   }
 
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
-    cpu::attention_fwd(F(out), F(lse), F(q), F(k), F(v), I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]),
-                       I(q.shape[3]), seg_pos(seg, q));
-  }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
-    cpu::attention_bwd(F(dq), F(dk), F(dv), F(dout), F(q), F(k), F(v), F(out), F(lse), I(q.shape[0]), I(q.shape[1]),
-                       I(q.shape[2]), I(k.shape[2]), I(q.shape[3]), acc_dq, acc_dk, acc_dv, seg_pos(seg, q));
-  }
-  // The packed rows' positions [B*T] (null: unpacked), checked against q [B, T, Hq, D].
-  static const int32_t* seg_pos(const AttnSegments& seg, const Tensor& q) {
-    if (!seg.packed()) return nullptr;
-    STRATA_CHECK(seg.pos.dtype == DType::i32 && seg.pos.numel() == q.shape[0] * q.shape[1],
-                 "attention: the packed positions are not [B*T] i32");
-    return seg.pos.i32();
-  }
+  // Every op (engine/op_table.h STRATA_OPS): its cpu implementation beside its kernels (kernels/op_dispatch.h).
   void run(OpKind k, const OpCall& c) override {
     using Impl = void (*)(const OpCall&);
-#define STRATA_CPU_IMPL(op) {OpKind::op, op##_cpu},
-    static const std::pair<OpKind, Impl> impls[] = {STRATA_DISPATCHED_OPS(STRATA_CPU_IMPL)};
+#define STRATA_CPU_IMPL(op) op##_cpu,
+    static const Impl impls[] = {STRATA_OPS(STRATA_CPU_IMPL)};
 #undef STRATA_CPU_IMPL
-    for (const auto& [kind, impl] : impls)
-      if (kind == k) return impl(c);
-    throw UnsupportedError(std::string("the cpu backend has no dispatched ") + op_kind_name(k));
-  }
-
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
-    loss.f32()[0] =
-        cpu::lm_head_ce_fwd(F(lse), F(x), F(w), targets.i32(), rows(x), cols(x), I(w.shape[0]), chunk, nullptr, vocab);
-  }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      int vocab, bool acc_dx, bool acc_dw) override {
-    cpu::lm_head_ce_bwd(F(dx), G(dw), dloss.f32()[0], F(x), F(w), targets.i32(), F(lse), rows(x), cols(x),
-                        I(w.shape[0]), chunk, acc_dx, acc_dw, vocab);
-  }
-  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
-                           float dloss_assumed, bool acc_dw) override {
-    loss.f32()[0] = cpu::lm_head_ce_fwd_grad(F(dx), G(dw), dloss_assumed, F(x), F(w), targets.i32(), rows(x), cols(x),
-                                             I(w.shape[0]), chunk, acc_dw, nullptr, vocab);
-  }
-  void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
-                            bool acc_dx) override {
-    cpu::lm_head_ce_bwd_saved(F(dx), F(saved_dx), dloss.f32()[0], dloss_assumed, dw_written, long(dx.numel()), acc_dx);
+    impls[size_t(k)](c);
   }
 
  private:

@@ -47,16 +47,6 @@ bf16* B(const Tensor& t) {
 float* F(const Tensor& t) {
   return t.defined() ? t.f32() : nullptr;
 }
-int I(int64_t x) {
-  return int(x);
-}
-int rows(const Tensor& t) {
-  return I(t.numel() / t.shape[t.shape.nd - 1]);
-}
-int cols(const Tensor& t) {
-  return I(t.shape[t.shape.nd - 1]);
-}
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(size_t budget)
@@ -191,117 +181,35 @@ class CudaBackend final : public Backend {
       STRATA_CUDA(cudaStreamWaitEvent(copy_streams_[size_t(lane)].get(), it->second.done.get(), 0));
   }
 
-  // Packed rows (sample packing) run the flash kernel with the rows' positions: cuDNN's graphs here
-  // know only the causal mask (its ragged layout would need a graph per segment count).
-  static const int32_t* packed_pos(const AttnSegments& seg, const Tensor& q) {
-    if (!seg.packed()) return nullptr;
-    STRATA_CHECK(seg.pos.dtype == DType::i32 && seg.pos.numel() == q.shape[0] * q.shape[1],
-                 "attention: the packed positions are not [B*T] i32");
-    if (q.shape[3] > 128)
-      STRATA_THROW(UnsupportedError, fmt::format("sample packing on cuda runs the flash attention kernel, which "
-                                                 "takes head_dim <= 128 (this model's is {}); turn packing off",
-                                                 q.shape[3]));
-    return seg.pos.i32();
-  }
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
-    OpProfiler::Scope prof_(&prof_data_, "attention_fwd", s());
-    cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
-    if (const int32_t* pos = packed_pos(seg, q))
-      return cuda::flash_attention_fwd(B(out), F(lse), B(q), B(k), B(v), sh, s(), pos);
-    const ScratchSet ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, false)));
-    attn_.fwd(B(out), F(lse), B(q), B(k), B(v), sh, ws_ptr(ws), ws_bytes(ws), s());
-  }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
-    OpProfiler::Scope prof_(&prof_data_, "attention_bwd", s());
-    cuda::AttnShape sh{I(q.shape[0]), I(q.shape[1]), I(q.shape[2]), I(k.shape[2]), I(q.shape[3])};
-    // A gradient nobody needs still has to land somewhere: scratch from the arena, overwritten.
-    const ScratchSet unused(arena_, attention_unused_grad_scratch(dq, dk, dv, q, k, v));
-    size_t next = 0;  // the scratch blocks in dq, dk, dv order
-    bf16* pq = dq.defined() ? B(dq) : B(unused[next++]);
-    bf16* pk = dk.defined() ? B(dk) : B(unused[next++]);
-    bf16* pv = dv.defined() ? B(dv) : B(unused[next++]);
-    // One mode for all three: an overwrite lets cuDNN write them in place; adding goes through
-    // scratch and three adds. Mixed flags (no op records them today) add, into zeroed ones.
-    const bool accumulate = acc_dq || acc_dk || acc_dv;
-    if (accumulate) {
-      if (!acc_dq && dq.defined()) zero(dq);
-      if (!acc_dk && dk.defined()) zero(dk);
-      if (!acc_dv && dv.defined()) zero(dv);
-    }
-    if (const int32_t* pos = packed_pos(seg, q))  // the flash kernel adds in place: no scratch
-      return cuda::flash_attention_bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, s(), pos);
-    const ScratchSet ws(arena_, attention_workspace_scratch(attn_.workspace_bytes(sh, true)));
-    attn_.bwd(pq, pk, pv, B(dout), B(q), B(k), B(v), B(out), F(lse), sh, accumulate, ws_ptr(ws), ws_bytes(ws), s());
-  }
-  // The table-dispatched ops: the scratch of the op's description, then its implementation beside its kernels.
+  // Every op (engine/op_table.h STRATA_OPS): the scratch of the op's description, then its implementation beside
+  // its kernels (kernels/op_dispatch.h).
   void run(OpKind k, const OpCall& c) override {
     using Impl = void (*)(const OpCall&, const CudaOpContext&);
-#define STRATA_CUDA_IMPL(op) {OpKind::op, op##_cuda},
-    static const std::pair<OpKind, Impl> impls[] = {STRATA_DISPATCHED_OPS(STRATA_CUDA_IMPL)};
+#define STRATA_CUDA_IMPL(op) op##_cuda,
+    static const Impl impls[] = {STRATA_OPS(STRATA_CUDA_IMPL)};
 #undef STRATA_CUDA_IMPL
     const OpInfo& info = op_info(k);
     const OpCost cost = c.backward ? info.bwd_cost : info.fwd_cost;
     if (cost && cost(c).n == 0) return;  // nothing to run (a bias without db)
-    const char* label = c.backward && info.bwd_label ? info.bwd_label : info.fwd_label;
-    OpProfiler::Scope prof_(&prof_data_, label ? label : info.name, s());
-    const ScratchSet sc = info.scratch ? ScratchSet(arena_, info.scratch(c)) : ScratchSet();
-    for (const auto& [kind, impl] : impls)
-      if (kind == k) return impl(c, CudaOpContext{s(), sc, gemm_, *this});
-    throw UnsupportedError(fmt::format("the cuda backend has no dispatched {}", op_kind_name(k)));
-  }
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
-    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd", s());
-    const int N = rows(x), C = cols(x), V = I(w.shape[0]);
-    const LossScratch sc(arena_, LmHeadPass::fwd, N, V, chunk);
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-      const int n = std::min(chunk, N - r0);
-      gemm_.logits_f32(F(sc.logits), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_fwd(F(lse) + r0, F(sc.token_loss) + r0, F(sc.logits), targets.i32() + r0, n, V, vocab, s());
-    }
-    cuda::ce_count_valid(F(sc.n_valid), targets.i32(), N, s());
-    cuda::ce_finalize(F(loss), F(sc.token_loss), F(sc.n_valid), N, s());
-  }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      int vocab, bool acc_dx, bool acc_dw) override {
-    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd", s());
-    const int N = rows(x), C = cols(x), V = I(w.shape[0]);
-    const LossScratch sc(arena_, LmHeadPass::bwd, N, V, chunk);
-    cuda::ce_count_valid(F(sc.n_valid), targets.i32(), N, s());
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-      const int n = std::min(chunk, N - r0);
-      gemm_.logits_f32(F(sc.logits), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_bwd(B(sc.dlogits), F(sc.logits), F(lse) + r0, targets.i32() + r0, F(dloss), F(sc.n_valid), n, V,
-                         vocab, s());
-      chunk_grads(dx, dw, sc.dlogits, x, w, r0, n, acc_dx, acc_dw);
-    }
-    if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
-  }
-  // The training variant: per chunk one logits GEMM, then ce_chunk_fwd_bwd's loss terms and dlogits,
-  // then the dx GEMM (into the op's saved dx) and the dw GEMM, with lm_head_ce_bwd's flags and order.
-  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
-                           float dloss_assumed, bool acc_dw) override {
-    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_fwd_grad", s());
-    const int N = rows(x), C = cols(x), V = I(w.shape[0]);
-    const LossScratch sc(arena_, LmHeadPass::fwd_grad, N, V, chunk);
-    cuda::ce_count_valid(F(sc.n_valid), targets.i32(), N, s());
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-      const int n = std::min(chunk, N - r0);
-      gemm_.logits_f32(F(sc.logits), B(x) + size_t(r0) * C, B(w), n, C, V, s());
-      cuda::ce_chunk_fwd_bwd(F(sc.token_loss) + r0, B(sc.dlogits), F(sc.logits), targets.i32() + r0, F(sc.n_valid),
-                             dloss_assumed, n, V, vocab, s());
-      chunk_grads(dx, dw, sc.dlogits, x, w, r0, n, false, acc_dw);
-    }
-    cuda::ce_finalize(F(loss), F(sc.token_loss), F(sc.n_valid), N, s());
-    if (N == 0 && dw.defined() && !acc_dw) zero(dw);  // no chunk ran: the overwrite still owes zeros
-  }
-  void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
-                            bool acc_dx) override {
-    OpProfiler::Scope prof_(&prof_data_, "lm_head_ce_bwd_saved", s());
-    cuda::ce_dx_from_saved(B(dx), B(saved_dx), F(dloss), dloss_assumed, dw_written, size_t(dx.numel()), acc_dx, s());
+    const char* label = info.form_labels[c.form]       ? info.form_labels[c.form]
+                        : c.backward && info.bwd_label ? info.bwd_label
+                        : info.fwd_label               ? info.fwd_label
+                                                       : info.name;
+    OpProfiler::Scope prof_(&prof_data_, label, s());
+    Env env{attn_};
+    const ScratchSet sc = info.scratch ? ScratchSet(arena_, info.scratch(c, env)) : ScratchSet();
+    impls[size_t(k)](c, CudaOpContext{s(), sc, gemm_, attn_, *this});
   }
 
  private:
+  // What the ops' scratch descriptions ask: the cuDNN attention workspace of the plan this backend builds.
+  struct Env final : OpEnv {
+    explicit Env(cuda::Attention& a) : attn(a) {}
+    size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward) override {
+      return attn.workspace_bytes(cuda::AttnShape{b, t, hq, hkv, d}, backward);
+    }
+    cuda::Attention& attn;
+  };
   cudaStream_t s() const {
     return stream_.get();
   }
@@ -313,17 +221,6 @@ class CudaBackend final : public Backend {
                              "got {} [{}] and {} [{}]",
                              lo.defined() ? dtype_name(lo.dtype) : "none", lo.defined() ? lo.numel() : 0,
                              hi.defined() ? dtype_name(hi.dtype) : "none", hi.defined() ? hi.numel() : 0));
-  }
-  // The LM head's per-chunk gradients from the chunk's dlogits [n, V]: dx rows [r0, r0 + n) are the
-  // chunk's own; dw sums over chunks, so only the first chunk may overwrite it.
-  void chunk_grads(Tensor dx, Tensor dw, Tensor dlogits, Tensor x, Tensor w, int r0, int n, bool acc_dx, bool acc_dw) {
-    const int C = cols(x), V = I(w.shape[0]);
-    if (dx.defined()) gemm_.linear_bwd_dx(B(dx) + size_t(r0) * C, B(dlogits), B(w), n, C, V, acc_dx, s());
-    if (!dw.defined()) return;
-    if (dw.dtype == DType::bf16)  // gradients: bf16: rounded once per chunk, as each chunk is one GEMM
-      gemm_.linear_bwd_dw(B(dw), B(dlogits), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
-    else
-      gemm_.linear_bwd_dw(F(dw), B(dlogits), B(x) + size_t(r0) * C, n, C, V, acc_dw || r0 > 0, s());
   }
   CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, CopyLane lane) {
     reap_finished();
@@ -379,14 +276,6 @@ class CudaBackend final : public Backend {
   void copy_out(void* dst, const void* src, size_t bytes) {
     STRATA_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s()));
     STRATA_CUDA(cudaStreamSynchronize(s()));
-  }
-  // Workspaces come from the arena. Freed on return while kernels may still run: safe because
-  // every launch is on the one compute stream, so any later user of the block is ordered after.
-  static void* ws_ptr(const ScratchSet& b) {
-    return b.size() ? b[0].data : nullptr;
-  }
-  static size_t ws_bytes(const ScratchSet& b) {
-    return b.size() ? b[0].bytes() : 0;
   }
 
   OpProfiler prof_data_;  // first member: destroyed last, after the stream drained

@@ -25,16 +25,6 @@ constexpr size_t kUnbounded = size_t(1) << 50;
 double B(const Tensor& t) {
   return t.defined() ? double(t.bytes()) : 0.0;
 }
-// Bytes a gradient write moves: read and written when it adds, written when it overwrites.
-double rw(const Tensor& g, bool acc) {
-  return (acc ? 2.0 : 1.0) * B(g);
-}
-double rows(const Tensor& t) {
-  return double(t.numel() / t.shape[t.shape.nd - 1]);
-}
-double cols(const Tensor& t) {
-  return double(t.shape[t.shape.nd - 1]);
-}
 
 // Host memory that does not exist: the slot store and the pager only compute offsets from it.
 class SimHostReservation final : public HostReservation {
@@ -214,9 +204,9 @@ class SimBackendImpl final : public SimBackend {
   // kernel per entry).
   void run(OpKind k, const OpCall& c) override {
     const OpInfo& info = op_info(k);
-    const ScratchSet sc = take(info.scratch ? info.scratch(c) : ScratchList{});
+    Pricer p(*this);
+    const ScratchSet sc = take(info.scratch ? info.scratch(c, p) : ScratchList{});
     if (info.price) {
-      Pricer p(*this);
       const OpTime t = info.price(c, p);
       return charge(k, t.s, t.kernels, t.fwd);
     }
@@ -225,107 +215,6 @@ class SimBackendImpl final : public SimBackend {
     double t = 0;
     for (int i = 0; i < kb.n; ++i) t += cost_.memory(kb.bytes[size_t(i)]);
     charge(k, t, kb.n, !c.backward);
-  }
-  // q [B,T,Hq,D], k/v [B,T,Hkv,D].
-  // Packed rows (sample packing) take the flash kernel on cuda (backend_cuda.cpp): no workspace, and
-  // the work is the pairs the segments attend, not B·T²/2.
-  double attention_time(int b, int t, int hq, int d, bool backward, const AttnSegments& seg) const {
-    return seg.packed() ? cost_.attention_pairs(double(b) * t, seg.pairs, hq, d, backward)
-                        : cost_.attention(b, t, hq, d, backward);
-  }
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
-    const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
-              d = int(q.shape[3]);
-    const bool cudnn = cuda() && !seg.packed();
-    const ScratchSet ws = take(
-        attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, false, attn_params()) : 0));
-    fwd(OpKind::attention, attention_time(b, t, hq, d, false, seg));
-  }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
-    const int b = int(q.shape[0]), t = int(q.shape[1]), hq = int(q.shape[2]), hkv = int(k.shape[2]),
-              d = int(q.shape[3]);
-    double extra = 0;
-    int kernels = 1;
-    const ScratchSet unused = take(attention_unused_grad_scratch(dq, dk, dv, q, k, v));
-    const bool accumulate = acc_dq || acc_dk || acc_dv;  // backend_cuda.cpp: one mode for all three
-    if (cuda() && accumulate) {
-      if (!acc_dq && dq.defined()) zero(dq);
-      if (!acc_dk && dk.defined()) zero(dk);
-      if (!acc_dv && dv.defined()) zero(dv);
-    }
-    const bool cudnn = cuda() && !seg.packed();
-    const ScratchSet ws =
-        take(attention_workspace_scratch(cudnn ? attention_workspace_bytes(b, t, hq, hkv, d, true, attn_params()) : 0));
-    if (cudnn && attention_uses_cudnn(d)) {
-      // cuDNN overwrites: the engine accumulates through scratch + three adds. (The fp32 dQ
-      // accumulator is zeroed by cuDNN itself from 9.6 on; the engine no longer memsets it.)
-      const double nq = double(q.numel()), nkv = double(k.numel());
-      if (accumulate) {
-        extra += cost_.memory(3 * 2 * nq) + 2 * cost_.memory(3 * 2 * nkv);
-        kernels += 3;
-      }
-    }
-    bwd(OpKind::attention, attention_time(b, t, hq, d, true, seg) + extra, kernels);
-  }
-  // The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding.
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int) override {
-    const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::fwd, N, V, chunk));
-    double t = 0;
-    int kernels = 0;
-    const double es = double(dtype_size(x.dtype));
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-      const double n = std::min(chunk, N - r0);
-      t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
-      t += cost_.memory(n * V * 4 + n * 12);                    // softmax statistics and token loss
-      kernels += 2;
-    }
-    t += 2 * cost_.memory(double(N) * 4);  // count valid targets, finalize the mean
-    fwd(OpKind::lm_head_ce, t, kernels + 2);
-  }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      int, bool acc_dx, bool acc_dw) override {
-    const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::bwd, N, V, chunk));
-    const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
-    double t = cost_.memory(double(N) * 4);
-    int kernels = 1;
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-      const double n = std::min(chunk, N - r0);
-      t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);
-      t += cost_.memory(n * V * (4 + dl) + n * 8);
-      kernels += 2;
-      if (dx.defined()) t += cost_.gemm(n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es), ++kernels;
-      if (dw.defined()) t += cost_.gemm(V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
-    }
-    if (N == 0 && dw.defined() && !acc_dw) zero(dw);
-    bwd(OpKind::lm_head_ce, t, kernels);
-  }
-  // The training variant: backend_cuda.cpp's allocations; per chunk the logits GEMM, one kernel
-  // reading the f32 logits twice (statistics, then dlogits) and the dx and dw GEMMs that the old
-  // backward ran after recomputing the logits.
-  void lm_head_ce_fwd_grad(Tensor, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor, int chunk, int, float,
-                           bool acc_dw) override {
-    const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]);
-    const ScratchSet sc = take(lm_head_ce_scratch(LmHeadPass::fwd_grad, N, V, chunk));
-    const double es = double(dtype_size(x.dtype)), dl = cuda() ? 2.0 : 4.0;  // dlogits element size
-    double t = cost_.memory(double(N) * 4);                                  // count valid targets
-    int kernels = 1;
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-      const double n = std::min(chunk, N - r0);
-      t += cost_.gemm(n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
-      t += cost_.memory(n * V * (4 + 4 + dl) + n * 8);          // statistics, token loss, dlogits
-      kernels += 2;
-      if (dx.defined()) t += cost_.gemm(n, C, V, n * V * dl + B(w) + n * C * es), ++kernels;
-      if (dw.defined()) t += cost_.gemm(V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
-    }
-    t += cost_.memory(double(N) * 4);  // finalize the mean
-    fwd(OpKind::lm_head_ce, t, kernels + 1);
-    if (N == 0 && dw.defined() && !acc_dw) zero(dw);
-  }
-  void lm_head_ce_bwd_saved(Tensor dx, Tensor, Tensor saved_dx, float, bool, bool acc_dx) override {
-    bwd(OpKind::lm_head_ce, cost_.memory(B(saved_dx) + rw(dx, acc_dx) + 4));
   }
 
  private:
@@ -336,6 +225,10 @@ class SimBackendImpl final : public SimBackend {
     explicit Pricer(SimBackendImpl& b) : b_(b) {}
     const CostModel& cost() const override { return b_.cost_; }
     bool mirrors_cuda() const override { return b_.cuda(); }
+    size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward) override {
+      return strata::attention_workspace_bytes(b, t, hq, hkv, d, backward, b_.attn_params());
+    }
+    bool attention_uses_cudnn(int head_dim) const override { return strata::attention_uses_cudnn(head_dim); }
     void zero_first(const Tensor& t) override { b_.zero(t); }
     void optimizer_starts() override { b_.mark_optimizer(); }
 

@@ -13,6 +13,7 @@
 #include "kernels/dot_cpu.h"
 #include "kernels/grad_cpu.h"
 #include "kernels/lm_head_ce.h"
+#include "kernels/op_dispatch.h"
 
 namespace strata::cpu {
 namespace {
@@ -185,3 +186,36 @@ void lm_head_logits(float* logits, const float* x, const float* w, int N, int C,
 }
 
 }  // namespace strata::cpu
+
+namespace strata {
+// The four passes (engine/ops/lm_head_ce.cpp): 0 lm_head_ce_fwd(loss, lse, x, w, targets), 1 lm_head_ce_bwd(dx, dw,
+// dloss, x, w, targets, lse; acc_dx, acc_dw), 2 lm_head_ce_fwd_grad(loss, dx, dw, x, w, targets; dloss_assumed,
+// acc_dw), 3 lm_head_ce_bwd_saved(dx, dloss, saved_dx; acc_dx, dw_written); n: chunk rows, n2: the vocabulary.
+void lm_head_ce_cpu(const OpCall& c) {
+  using namespace dispatch;
+  const auto& t = c.t;
+  const int chunk = int(c.n), vocab = int(c.n2);
+  switch (c.form) {
+    case 0: {
+      const Tensor &x = t[2], &w = t[3];
+      t[0].f32()[0] = cpu::lm_head_ce_fwd(f32(t[1]), f32(x), f32(w), t[4].i32(), int(rows(x)), int(cols(x)),
+                                          int(w.shape[0]), chunk, nullptr, vocab);
+      return;
+    }
+    case 1: {
+      const Tensor &x = t[3], &w = t[4];
+      return cpu::lm_head_ce_bwd(f32(t[0]), grad_out(t[1]), t[2].f32()[0], f32(x), f32(w), t[5].i32(), f32(t[6]),
+                                 int(rows(x)), int(cols(x)), int(w.shape[0]), chunk, c.acc[0], c.acc[1], vocab);
+    }
+    case 2: {
+      const Tensor &x = t[3], &w = t[4];
+      t[0].f32()[0] =
+          cpu::lm_head_ce_fwd_grad(f32(t[1]), grad_out(t[2]), c.scalar, f32(x), f32(w), t[5].i32(), int(rows(x)),
+                                   int(cols(x)), int(w.shape[0]), chunk, c.acc[1], nullptr, vocab);
+      return;
+    }
+    default:
+      cpu::lm_head_ce_bwd_saved(f32(t[0]), f32(t[2]), t[1].f32()[0], c.scalar, c.acc[1], long(t[0].numel()), c.acc[0]);
+  }
+}
+}  // namespace strata

@@ -1,4 +1,4 @@
-// The implementations of the table-dispatched ops (engine/op_table.h STRATA_DISPATCHED_OPS), each defined beside its
+// The implementations of the table-dispatched ops (engine/op_table.h STRATA_OPS), each defined beside its
 // kernels: <op>_cpu in kernels/<op>_cpu.cpp, <op>_cuda in kernels/<op>.cu. The backends find them by the op list.
 #pragma once
 #include <cstdint>
@@ -19,22 +19,24 @@ namespace strata {
 class Backend;
 namespace cuda {
 class Gemm;
-}
+class Attention;
+}  // namespace cuda
 
 // What a cuda implementation runs with: the compute stream (a cudaStream_t), its scratch, taken by the backend
-// from the op's description (OpInfo::scratch) in the description's order, the backend's cuBLASLt GEMMs and the
-// backend itself (for zero()).
+// from the op's description (OpInfo::scratch) in the description's order, the backend's cuBLASLt GEMMs and cuDNN
+// attention plans, and the backend itself (for zero()).
 struct CudaOpContext {
   void* stream;
   const ScratchSet& scratch;
   cuda::Gemm& gemm;
+  cuda::Attention& attn;
   Backend& be;
 };
 
 #define STRATA_DECLARE_OP_IMPLS(op) \
   void op##_cpu(const OpCall& c);   \
   void op##_cuda(const OpCall& c, const CudaOpContext& ctx);
-STRATA_DISPATCHED_OPS(STRATA_DECLARE_OP_IMPLS)
+STRATA_OPS(STRATA_DECLARE_OP_IMPLS)
 #undef STRATA_DECLARE_OP_IMPLS
 
 namespace dispatch {

@@ -53,10 +53,66 @@ std::pair<VId, VId> attention(Tape& t, VId q, VId k, VId v, int B, int T, int Hq
 
 }  // namespace ops
 
-// Priced by flops in the sim; its scratch is the cuDNN workspace and the gradients nobody wants.
+namespace {
+using namespace ops::detail;
+
+// attention_fwd(out, lse, q, k, v, pos) and attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, pos): pos defined for
+// packed rows, which take the flash kernel on cuda (no workspace; the work is the pairs the segments attend).
+const Tensor& q_of(const OpCall& c) {
+  return c.t[c.backward ? 4 : 2];
+}
+const Tensor& k_of(const OpCall& c) {
+  return c.t[c.backward ? 5 : 3];
+}
+bool packed(const OpCall& c) {
+  return c.t[c.backward ? 9 : 5].defined();
+}
+// A gradient nobody needs still lands somewhere: bf16 scratch shaped like its input (backward), then the cuDNN
+// workspace (unpacked rows).
+ScratchList attention_scratch(const OpCall& c, OpEnv& env) {
+  const Tensor &q = q_of(c), &k = k_of(c);
+  ScratchList l;
+  if (c.backward) l = attention_unused_grad_scratch(c.t[0], c.t[1], c.t[2], q, k, c.t[6]);
+  if (packed(c)) return l;
+  const ScratchList ws = attention_workspace_scratch(env.attention_workspace_bytes(
+      int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2]), int(q.shape[3]), c.backward));
+  l.insert(l.end(), ws.begin(), ws.end());
+  return l;
+}
+double attention_time(const OpCall& c, const CostModel& cost) {
+  const Tensor& q = q_of(c);
+  const double b = double(q.shape[0]), t = double(q.shape[1]), hq = double(q.shape[2]), d = double(q.shape[3]);
+  return packed(c) ? cost.attention_pairs(b * t, c.pairs, hq, d, c.backward) : cost.attention(b, t, hq, d, c.backward);
+}
+// On cuda one mode serves all three gradients: an overwrite lets cuDNN write them in place; adding zeroes the
+// overwritten ones and goes through scratch and three adds.
+OpTime attention_price(const OpCall& c, OpSim& sim) {
+  if (!c.backward) return {attention_time(c, sim.cost())};
+  const Tensor &dq = c.t[0], &dk = c.t[1], &dv = c.t[2], &q = q_of(c), &k = k_of(c);
+  double extra = 0;
+  int kernels = 1;
+  const bool accumulate = c.acc[0] || c.acc[1] || c.acc[2];
+  if (sim.mirrors_cuda() && accumulate) {
+    if (!c.acc[0] && dq.defined()) sim.zero_first(dq);
+    if (!c.acc[1] && dk.defined()) sim.zero_first(dk);
+    if (!c.acc[2] && dv.defined()) sim.zero_first(dv);
+  }
+  if (sim.mirrors_cuda() && !packed(c) && sim.attention_uses_cudnn(int(q.shape[3])) && accumulate) {
+    // cuDNN overwrites: the engine accumulates through scratch + three adds.
+    const double nq = double(q.numel()), nkv = double(k.numel());
+    extra += sim.cost().memory(3 * 2 * nq) + 2 * sim.cost().memory(3 * 2 * nkv);
+    kernels += 3;
+  }
+  return {attention_time(c, sim.cost()) + extra, kernels, false};
+}
+
+}  // namespace
+
 const OpInfo& op_desc::attention() {
   using namespace scratch_tag;
-  static const OpInfo i{OpKind::attention, "attention", {attn_unused_grad, attn_workspace}};
+  static const OpInfo i{OpKind::attention, "attention",     {attn_unused_grad, attn_workspace},
+                        nullptr,           nullptr,         attention_scratch,
+                        "attention_fwd",   "attention_bwd", attention_price};
   return i;
 }
 

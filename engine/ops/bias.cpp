@@ -19,7 +19,7 @@ OpKernelBytes bias_bwd(const OpCall& c) {
   const double sum_bytes = 4.0 * double(db.numel());
   return OpKernelBytes{}.add(B(dy) + sum_bytes).add(sum_bytes + rw(db, c.acc[0]));
 }
-ScratchList bias_scratch(const OpCall& c) {
+ScratchList bias_scratch(const OpCall& c, OpEnv&) {
   const Tensor& db = c.t[0];
   return c.backward && db.defined() && db.dtype == DType::bf16 ? grad_sums_scratch(db.numel()) : ScratchList{};
 }

@@ -37,7 +37,7 @@ OpKernelBytes embedding_fwd(const OpCall& c) {
   return one(2 * B(c.t[0]) + B(c.t[1]));
 }
 // embedding_bwd(dwte, dout, tokens): a bf16 dwte (gradients: bf16) adds through compacted fp32 rows of the tokens hit.
-ScratchList embedding_scratch(const OpCall& c) {
+ScratchList embedding_scratch(const OpCall& c, OpEnv&) {
   const Tensor &dwte = c.t[0], &tokens = c.t[2];
   if (!c.backward || !dwte.defined() || dwte.dtype != DType::bf16 || tokens.numel() == 0) return {};
   return embedding_grad_scratch(tokens.numel(), dwte.shape[0], dwte.shape[1]);

@@ -2,6 +2,8 @@
 // mean loss [1] f32, never the whole [N, V] logits.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/op_scratch.h"
 #include "engine/ops/op_common.h"
 
@@ -83,10 +85,82 @@ VId lm_head_ce(Tape& t, VId x, VId w, VId targets, int chunk_tokens, bool grad_i
 
 }  // namespace ops
 
-// Priced by flops in the sim; its scratch is one chunk's logits and dlogits, the per-token loss and the count.
+namespace {
+using namespace ops::detail;
+
+// The forms: 0 lm_head_ce_fwd(loss, lse, x, w, targets), 1 lm_head_ce_bwd(dx, dw, dloss, x, w, targets, lse),
+// 2 lm_head_ce_fwd_grad(loss, dx, dw, x, w, targets), 3 lm_head_ce_bwd_saved(dx, dloss, saved_dx); n: the chunk
+// rows, n2: the real vocabulary.
+const Tensor& x_of(const OpCall& c) {
+  return c.t[c.form == 0 ? 2 : 3];
+}
+const Tensor& w_of(const OpCall& c) {
+  return c.t[c.form == 0 ? 3 : 4];
+}
+// One chunk's f32 logits, its bf16 dlogits, the per-token loss and the count of valid targets, by pass.
+ScratchList lm_head_ce_op_scratch(const OpCall& c, OpEnv&) {
+  if (c.form == 3) return {};
+  const LmHeadPass pass = c.form == 0 ? LmHeadPass::fwd : c.form == 1 ? LmHeadPass::bwd : LmHeadPass::fwd_grad;
+  const Tensor &x = x_of(c), &w = w_of(c);
+  return lm_head_ce_scratch(pass, int64_t(rows(x)), w.shape[0], c.n);
+}
+// The cost is the padded shape's (w's rows): the cuda kernels run every column, masking the padding. Per chunk:
+// the logits GEMM (f32), then the softmax statistics and token loss (forward), the dlogits (backward), and the dx
+// and dw GEMMs; the backward recomputes the logits, the training variant reads them twice instead.
+OpTime lm_head_ce_price(const OpCall& c, OpSim& sim) {
+  const CostModel& cost = sim.cost();
+  if (c.form == 3) {
+    const Tensor &dx = c.t[0], &saved_dx = c.t[2];
+    return {cost.memory(B(saved_dx) + rw(dx, c.acc[0]) + 4), 1, false};
+  }
+  const Tensor &x = x_of(c), &w = w_of(c);
+  const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]), chunk = int(c.n);
+  const double es = double(dtype_size(x.dtype)), dl = sim.mirrors_cuda() ? 2.0 : 4.0;  // dlogits element size
+  if (c.form == 0) {
+    double t = 0;
+    int kernels = 0;
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+      const double n = std::min(chunk, N - r0);
+      t += cost.gemm(n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
+      t += cost.memory(n * V * 4 + n * 12);                    // softmax statistics and token loss
+      kernels += 2;
+    }
+    t += 2 * cost.memory(double(N) * 4);  // count valid targets, finalize the mean
+    return {t, kernels + 2};
+  }
+  const bool bwd = c.form == 1;
+  const Tensor &dx = bwd ? c.t[0] : c.t[1], &dw = bwd ? c.t[1] : c.t[2];
+  const bool acc_dx = bwd && c.acc[0], acc_dw = c.acc[1];
+  if (N == 0 && dw.defined() && !acc_dw) sim.zero_first(dw);  // no chunk runs: the overwrite still owes zeros
+  double t = cost.memory(double(N) * 4);                      // count valid targets
+  int kernels = 1;
+  for (int r0 = 0; r0 < N; r0 += chunk) {
+    const double n = std::min(chunk, N - r0);
+    t += cost.gemm(n, V, C, n * C * es + B(w) + n * V * 4);
+    t += cost.memory(n * V * (bwd ? 4 + dl : 4 + 4 + dl) + n * 8);  // statistics (and token loss), dlogits
+    kernels += 2;
+    if (dx.defined()) t += cost.gemm(n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es), ++kernels;
+    if (dw.defined()) t += cost.gemm(V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
+  }
+  if (bwd) return {t, kernels, false};
+  t += cost.memory(double(N) * 4);  // finalize the mean
+  return {t, kernels + 1};
+}
+
+}  // namespace
+
 const OpInfo& op_desc::lm_head_ce() {
   using namespace scratch_tag;
-  static const OpInfo i{OpKind::lm_head_ce, "lm_head_ce", {logits_chunk, dlogits_chunk, token_loss, n_valid}};
+  static const OpInfo i{OpKind::lm_head_ce,
+                        "lm_head_ce",
+                        {logits_chunk, dlogits_chunk, token_loss, n_valid},
+                        nullptr,
+                        nullptr,
+                        lm_head_ce_op_scratch,
+                        "lm_head_ce_fwd",
+                        "lm_head_ce_bwd",
+                        lm_head_ce_price,
+                        {"lm_head_ce_fwd", "lm_head_ce_bwd", "lm_head_ce_fwd_grad", "lm_head_ce_bwd_saved"}};
   return i;
 }
 

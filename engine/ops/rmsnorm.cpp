@@ -68,7 +68,7 @@ OpKernelBytes rmsnorm_bwd(const OpCall& c) {
   const double sum_bytes = 4.0 * double(dw.numel());
   return OpKernelBytes{}.add(in + rw(dx, c.acc[0]) + 2 * sum_bytes).add(sum_bytes + rw(dw, c.acc[1]));
 }
-ScratchList rmsnorm_scratch(const OpCall& c) {
+ScratchList rmsnorm_scratch(const OpCall& c, OpEnv&) {
   const Tensor& dw = c.t[1];
   return c.backward && dw.defined() && dw.dtype == DType::bf16 ? grad_sums_scratch(dw.numel()) : ScratchList{};
 }

@@ -57,32 +57,10 @@ class CountingBackend final : public Backend {
   std::unique_ptr<DiskFile> open_disk_file(const std::string& dir, size_t bytes) override {
     return in_->open_disk_file(dir, bytes);
   }
-  void attention_fwd(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, const AttnSegments& seg) override {
-    in_->attention_fwd(out, lse, q, k, v, seg);
-  }
-  void attention_bwd(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse,
-                     bool acc_dq, bool acc_dk, bool acc_dv, const AttnSegments& seg) override {
-    in_->attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, acc_dq, acc_dk, acc_dv, seg);
-  }
   // The table-dispatched ops, counting add's backward.
   void run(OpKind k, const OpCall& c) override {
     if (k == OpKind::add && c.backward) add_bwd_calls++, add_bwd_da_calls += c.t[0].defined();
     in_->run(k, c);
-  }
-  void lm_head_ce_fwd(Tensor loss, Tensor lse, Tensor x, Tensor w, Tensor targets, int chunk, int vocab) override {
-    in_->lm_head_ce_fwd(loss, lse, x, w, targets, chunk, vocab);
-  }
-  void lm_head_ce_bwd(Tensor dx, Tensor dw, Tensor dloss, Tensor x, Tensor w, Tensor targets, Tensor lse, int chunk,
-                      int vocab, bool acc_dx, bool acc_dw) override {
-    in_->lm_head_ce_bwd(dx, dw, dloss, x, w, targets, lse, chunk, vocab, acc_dx, acc_dw);
-  }
-  void lm_head_ce_fwd_grad(Tensor loss, Tensor dx, Tensor dw, Tensor x, Tensor w, Tensor targets, int chunk, int vocab,
-                           float dloss_assumed, bool acc_dw) override {
-    in_->lm_head_ce_fwd_grad(loss, dx, dw, x, w, targets, chunk, vocab, dloss_assumed, acc_dw);
-  }
-  void lm_head_ce_bwd_saved(Tensor dx, Tensor dloss, Tensor saved_dx, float dloss_assumed, bool dw_written,
-                            bool acc_dx) override {
-    in_->lm_head_ce_bwd_saved(dx, dloss, saved_dx, dloss_assumed, dw_written, acc_dx);
   }
 
  private:
