@@ -151,18 +151,24 @@ void pre_tokenize(const TokenizerModel& m, size_t step, TextRef piece, bool at_s
 }
 
 // The ByteLevel post-processor's trim_offsets (tokenizers' process_offsets): a token's leading and
-// trailing spaces (Ġ or White_Space characters of its string) are left out of its offsets.
-// An added token's string there is the text it matched, with the spaces lstrip/rstrip took.
-void trim_offsets(const TokenizerModel& m, const Sink& sink, size_t first) {
+// trailing spaces (Ġ or White_Space characters of its string) are left out of its offsets, counted
+// in characters of the text (transformers' offsets are characters when they are trimmed). An added
+// token's string there is the text it matched, with the spaces lstrip/rstrip took.
+void trim_offsets(const TokenizerModel& m, std::string_view text, const Sink& sink, size_t first) {
   auto is_space = [](uint32_t cp) { return cp == 0x120 || char_class(cp) == CharClass::kSpace; };
+  auto char_start = [&](uint32_t i) {
+    while (i > 0 && (uint8_t(text[i]) & 0xC0) == 0x80) --i;
+    return i;
+  };
   const std::vector<int32_t>& ids = sink.ids;
   std::vector<std::pair<uint32_t, uint32_t>>& offsets = *sink.offsets;
   size_t next_added = 0;
+  std::vector<uint32_t> cps;
   for (size_t i = first; i < ids.size(); ++i) {
     std::string_view t = m.tokens[size_t(ids[i])];
     if (next_added < sink.added_text.size() && sink.added_text[next_added].first == i)
       t = sink.added_text[next_added++].second;
-    std::vector<uint32_t> cps;
+    cps.clear();
     for (size_t k = 0; k < t.size();) {
       uint32_t cp;
       k += size_t(utf8_decode(t, k, &cp));
@@ -175,9 +181,15 @@ void trim_offsets(const TokenizerModel& m, const Sink& sink, size_t first) {
     if (leading > 0) {
       bool is_first = i == first || b == 0;
       if (is_first && m.trim_prefix_space && leading == 1) leading = 0;
-      b = std::min<uint32_t>(b + uint32_t(leading), e);
+      for (; leading > 0 && b < e; --leading) b += uint32_t(utf8_length(uint8_t(text[b])));
+      b = std::min(b, e);
     }
-    if (trailing > 0 && e >= trailing) e = std::max<uint32_t>(e - uint32_t(trailing), b);
+    if (trailing > 0) {
+      size_t chars_before = 0;  // of text[0, e), counted up to `trailing`
+      for (uint32_t k = e; k > 0 && chars_before < trailing; k = char_start(k - 1)) ++chars_before;
+      if (chars_before >= trailing)
+        for (; trailing > 0 && e > b; --trailing) e = char_start(e - 1);
+    }
   }
 }
 
@@ -230,7 +242,7 @@ void encode_impl(const TokenizerModel& m, std::string_view text, bool add_specia
       }
     }
   }
-  if (out.offsets && m.trim_offsets) trim_offsets(m, out, first);
+  if (out.offsets && m.trim_offsets) trim_offsets(m, text, out, first);
   if (add_special_tokens) add_template(m.template_suffix);
 }
 

@@ -274,7 +274,7 @@ void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field
                               : SplitBehavior::kContiguous;
   } else if (t == "Whitespace") {
     s.kind = PreTokenizerStep::kSplit;
-    s.splitter.regex = char_regex("\\w+|[^\\w\\s]+");
+    s.splitter.word_runs = true;
     s.splitter.behavior = SplitBehavior::kRemoved;
     s.splitter.invert = true;
   } else if (t == "WhitespaceSplit") {

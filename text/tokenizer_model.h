@@ -92,8 +92,11 @@ struct NormalizerStep {
 // How a Split step finds its matches: by hand for the two known regexes, Oniguruma for others,
 // or a literal string; then tokenizers' behavior and invert.
 struct Splitter {
-  std::shared_ptr<const Regex> regex;  // null: `fast` or `literal`
+  std::shared_ptr<const Regex> regex;  // null: `fast`, `word_runs` or `literal`
   bool fast = false;
+  // The Whitespace pre-tokenizer's \w+|[^\w\s]+, which tokenizers runs on the Rust regex crate
+  // (whose \w differs from Oniguruma's: U+200D is a word character there).
+  bool word_runs = false;
   SplitRegex fast_regex = SplitRegex::kLlama3;
   std::string literal;
   SplitBehavior behavior = SplitBehavior::kIsolated;

@@ -131,6 +131,28 @@ TextRef strip_text(TextRef in, bool left, bool right) {
   return in.sub(begin, end);
 }
 
+namespace {
+
+// The matches of \w+|[^\w\s]+ (Rust regex classes): runs of word characters, runs of others.
+void find_word_runs(std::string_view s, std::vector<Span>& out) {
+  int run = 0;  // 0: none, 1: word characters, 2: others
+  uint32_t begin = 0;
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    int len = utf8_decode(s, i, &cp);
+    int kind = is_word_char(cp) ? 1 : char_class(cp) == CharClass::kSpace ? 0 : 2;
+    if (kind != run) {
+      if (run) out.push_back({begin, uint32_t(i)});
+      begin = uint32_t(i);
+      run = kind;
+    }
+    i += size_t(len);
+  }
+  if (run) out.push_back({begin, uint32_t(s.size())});
+}
+
+}  // namespace
+
 void Splitter::split(std::string_view s, std::vector<Span>& out) const {
   if (fast && behavior == SplitBehavior::kIsolated && !invert) {
     split_regex(s, fast_regex, out);  // every match is a piece; the regex leaves no gaps
@@ -142,6 +164,8 @@ void Splitter::split(std::string_view s, std::vector<Span>& out) const {
   matches.clear();
   if (regex)
     regex->find_all(s, found);
+  else if (word_runs)
+    find_word_runs(s, found);
   else if (fast)
     split_regex(s, fast_regex, found);
   else
