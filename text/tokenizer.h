@@ -1,13 +1,19 @@
 // A tokenizer read from a Hugging Face checkpoint's tokenizer.json (+ tokenizer_config.json) that
-// gives the ids Hugging Face `tokenizers` gives. Two kinds, both BPE:
-//  - byte-level BPE as Llama 3 (Split on its regex, ByteLevel, ignore_merges, ByteLevel decoder)
-//    and Qwen2 / Qwen2.5 / Qwen3 (NFC normalizer, Split on Qwen's one-digit regex, ByteLevel);
-//  - SentencePiece-style BPE with byte fallback as Llama 2, TinyLlama, Mistral (Prepend/Replace
-//    normalizer or a Metaspace pre-tokenizer, <0xNN> tokens, fused <unk>).
-// Added tokens are matched first (special, lstrip, rstrip, single_word, normalized); the
-// post-processor template adds BOS/EOS. Normalizers: Prepend, Replace, NFC, NFD, NFKC, NFKD (in a
-// Sequence or alone). Anything else (WordPiece, Unigram, another regex, Lowercase...) is refused
-// with a ConfigError naming the file, the field and the value found.
+// gives the ids (and offsets) Hugging Face `tokenizers` gives, for BPE models:
+//  - byte-level BPE: Llama 3, Qwen2/2.5/3, Mistral-Nemo (tekken), GPT-2 and its family (SmolLM,
+//    Phi, OLMo: ByteLevel with its own regex, add_prefix_space, trim_offsets), DeepSeek (a Sequence
+//    of Splits with Digits); ignore_merges;
+//  - SentencePiece-style BPE with byte fallback: Llama 2, Mistral, Gemma (Prepend/Replace or
+//    Metaspace with prepend_scheme, <0xNN> tokens, fused <unk>).
+// Every Split and Replace regex runs on Oniguruma (the engine `tokenizers` uses, linked statically);
+// Llama 3's and Qwen2's split regexes also have a hand-written fast path, tested equal to it.
+// Normalizers: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Strip, Replace, Prepend, ByteLevel.
+// Pre-tokenizers: Sequence, Split (every behaviour, invert), ByteLevel, Metaspace, Digits,
+// Whitespace, WhitespaceSplit, Punctuation. Decoders: Sequence, ByteLevel, Metaspace, Replace,
+// ByteFallback, Fuse, Strip. Post-processors: TemplateProcessing, ByteLevel, Sequence. Added
+// tokens are matched first (special, lstrip, rstrip, single_word, normalized). Anything else
+// (WordPiece, Unigram, BertNormalizer, a regex Oniguruma cannot compile...) is refused with a
+// ConfigError naming the file, the field path and the value found.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -21,7 +21,10 @@ PIECES = (list("abcXYZ'sStTdDmMlLrReEvV ") + [" ", "  ", "\t", "\n", "\r\n", "\r
           # for the normalizers: marks to compose and reorder, jamo, compatibility characters
           "\u0301", "\u0323", "\u0308", "\u0345", "\u0313", "\u05ae", "\u0315", "\u1dfa", "\u093c", "\u09be",
           "\u1100", "\u1161", "\u11a8", "\uac00", "ﬁ", "①", "Ａ", "ﾊ", "\u309a", "\u212b", "\u0958", "\u0344",
-          "<|endoftext|>", "<|im_end|>", "<think>"])
+          "<|endoftext|>", "<|im_end|>", "<think>",
+          # for the regex tokenizers: case changes, slashes, added tokens with lstrip/rstrip
+          "Camel", "HTTP", "iPhone", "/", "//", "a/b", "[INST]", "[SEP]", " [SEP] ", "World", " World ", "ẞ", "İ",
+          "\u01c5", "\u1f88", "\U0001F44D\U0001F3FD", "\u200d"])
 
 
 def random_char(rng):
@@ -42,7 +45,9 @@ def main():
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     texts = [random_text(rng) for _ in range(count)]
     failures = 0
-    for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk", "qwen25"):
+    for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk", "qwen25",
+                 "gpt2", "tekken", "deepseek", "normalizers_mix", "splits_mix", "whitespace_mix",
+                 "byte_level_normalizer"):
         tok = Tokenizer.from_file(str(HERE / name / "tokenizer.json"))
         config = json.loads((HERE / name / "tokenizer_config.json").read_text())
         if config.get("add_eos_token"):  # the template transformers' LlamaTokenizerFast builds
