@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Differential check: random strings through Hugging Face tokenizers and strata-tokenize must give
-the same ids (with special tokens) and the same decoded text. Not a ctest (needs `tokenizers`):
+the same ids (with special tokens), the same offsets and the same decoded text. Not a ctest (needs `tokenizers`):
     python3 tests/tokenizer/compare_random.py BUILD/tools/strata-tokenize [count] [seed]
 """
 import json
@@ -54,15 +54,23 @@ def main():
             tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
                                                                special_tokens=[("<s>", 1), ("</s>", 2)])
         stdin = "".join(json.dumps(t) + "\n" for t in texts)
-        out = subprocess.run([tool, "--tokenizer", str(HERE / name), "--jsonl"], input=stdin.encode(),
+        out = subprocess.run([tool, "--tokenizer", str(HERE / name), "--jsonl", "--offsets"], input=stdin.encode(),
                              capture_output=True, check=True).stdout.decode().split("\n")
-        for t, line in zip(texts, out):
-            want = tok.encode(t).ids
-            got = [int(x) for x in line.split()]
+        for k, t in enumerate(texts):
+            enc = tok.encode(t)
+            want = enc.ids
+            got = [int(x) for x in out[2 * k].split()]
             if got != want:
                 failures += 1
                 if failures <= 10:
                     print(f"{name}: {t!r}\n  want {want}\n  got  {got}")
+            # offsets: tokenizers gives characters; strata bytes
+            want_off = [len(t[:b].encode()) for o in enc.offsets for b in o]
+            got_off = [int(x) for x in out[2 * k + 1].split()]
+            if got_off != want_off:
+                failures += 1
+                if failures <= 10:
+                    print(f"{name} offsets: {t!r}\n  want {want_off}\n  got  {got_off}")
         # decode of the reference ids, with the special tokens kept
         for t in texts[:300]:
             ids = tok.encode(t, add_special_tokens=False).ids
