@@ -544,19 +544,21 @@ TEST(TokenizerRefuses, HostileFiles) {
 
 // Threads share one Tokenizer (the caches are per thread) and get the ids one thread gets.
 TEST(Tokenizer, ThreadsShareOneTokenizer) {
-  Tokenizer tok = Tokenizer::load(kDir + "/llama3");
-  std::vector<std::string> texts = corpus();
-  std::vector<std::vector<int32_t>> want;
-  for (const std::string& t : texts) want.push_back(tok.encode(t));
-  std::vector<int> wrong(4, 0);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < 4; ++k)
-    threads.emplace_back([&, k] {
-      for (int rep = 0; rep < 20; ++rep)
-        for (size_t i = 0; i < texts.size(); ++i) wrong[size_t(k)] += tok.encode(texts[i]) != want[i];
-    });
-  for (std::thread& t : threads) t.join();
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(wrong[size_t(k)], 0) << "thread " << k;
+  for (const char* name : {"llama3", "tekken"}) {  // the hand-written regex, then Oniguruma
+    Tokenizer tok = Tokenizer::load(kDir + "/" + name);
+    std::vector<std::string> texts = corpus();
+    std::vector<std::vector<int32_t>> want;
+    for (const std::string& t : texts) want.push_back(tok.encode(t));
+    std::vector<int> wrong(4, 0);
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 4; ++k)
+      threads.emplace_back([&, k] {
+        for (int rep = 0; rep < 20; ++rep)
+          for (size_t i = 0; i < texts.size(); ++i) wrong[size_t(k)] += tok.encode(texts[i]) != want[i];
+      });
+    for (std::thread& t : threads) t.join();
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(wrong[size_t(k)], 0) << name << " thread " << k;
+  }
 }
 
 }  // namespace
