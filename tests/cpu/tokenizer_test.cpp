@@ -192,6 +192,22 @@ TEST(Tokenizer, ByteLevelNormalizerMatchesHuggingFace) {
   expect_matches_reference(Tokenizer::load(kDir + "/byte_level_normalizer"), "byte_level_normalizer", false);
 }
 
+// Regexes whose matches are empty (lookaheads): tokenizers keeps the empty matches as pieces
+// until the behaviour has merged them, then drops the empty ones.
+TEST(Tokenizer, EmptyRegexMatchesLikeHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/lookahead_split"), "lookahead_split");
+}
+
+// DeepSeek-V3's Splits: \p{N}{1,3}, kana and CJK runs, \p{P}\p{S}\p{M} classes.
+TEST(Tokenizer, DeepSeekV3SplitsMatchHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/deepseek_v3"), "deepseek_v3");
+}
+
+// Gemma's layout: a Replace(" ", "▁") normalizer alone, byte fallback, BOS from the config.
+TEST(Tokenizer, GemmaLayoutMatchesHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/gemma"), "gemma");
+}
+
 // Random strings over tricky pieces and any code point (all planes, unassigned ones too).
 std::vector<std::string> adversarial_strings(size_t count, uint64_t seed) {
   const std::vector<std::string> pieces = {"a",

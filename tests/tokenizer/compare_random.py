@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Differential check: random strings through Hugging Face tokenizers and strata-tokenize must give
 the same ids (with special tokens), the same offsets and the same decoded text. Not a ctest (needs `tokenizers`):
-    python3 tests/tokenizer/compare_random.py BUILD/tools/strata-tokenize [count] [seed]
+    python3 tests/tokenizer/compare_random.py BUILD/tools/strata-tokenize [count] [seed] [name,name...]
 """
 import json
 import random
@@ -45,9 +45,12 @@ def main():
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     texts = [random_text(rng) for _ in range(count)]
     failures = 0
+    names = sys.argv[4].split(",") if len(sys.argv) > 4 else None
     for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk", "qwen25",
                  "gpt2", "tekken", "deepseek", "normalizers_mix", "splits_mix", "whitespace_mix",
-                 "byte_level_normalizer"):
+                 "byte_level_normalizer", "lookahead_split", "deepseek_v3", "gemma"):
+        if names and name not in names:
+            continue
         tok = Tokenizer.from_file(str(HERE / name / "tokenizer.json"))
         config = json.loads((HERE / name / "tokenizer_config.json").read_text())
         if config.get("add_eos_token"):  # the template transformers' LlamaTokenizerFast builds

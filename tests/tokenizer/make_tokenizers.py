@@ -345,6 +345,39 @@ def whitespace_mix(gpt2_tok):
     return gpt2_variant(gpt2_tok, pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Sequence(steps)))
 
 
+def lookahead_split(gpt2_tok):
+    """SuperBPE-style number splitting: a lookahead regex whose matches are empty (groups of three
+    digits from the right), after \\p{N}+ runs, then ByteLevel."""
+    steps = [pre_tokenizers.Split(Regex(r"\p{N}+"), behavior="isolated"),
+             pre_tokenizers.Split(Regex(r"(?=(\d{3})+(?!\d))"), behavior="isolated"),
+             pre_tokenizers.Split(Regex(r"(?=[A-Z])"), behavior="merged_with_next"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    return gpt2_variant(gpt2_tok, pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Sequence(steps)))
+
+
+def deepseek_v3(gpt2_tok):
+    """DeepSeek-V3's pre-tokenizer: Splits on \\p{N}{1,3}, CJK runs and a \\p{P}\\p{S}\\p{M} regex."""
+    big = (r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"
+           r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    steps = [pre_tokenizers.Split(Regex(r"\p{N}{1,3}"), behavior="isolated"),
+             pre_tokenizers.Split(Regex("[" + _char_class([(0x4E00, 0x9FA5), (0x3040, 0x309F), (0x30A0, 0x30FF)])
+                                        + "]+"), behavior="isolated"),
+             pre_tokenizers.Split(Regex(big), behavior="isolated"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)]
+    return gpt2_variant(gpt2_tok, pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Sequence(steps)))
+
+
+def gemma(base):
+    """Gemma's layout: Replace(" ", "▁") alone (no Prepend), byte fallback, <bos> template."""
+    j = json.loads(base.to_str())
+    j["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+    j["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True,
+                                               "add_eos_token": False}
+
+
 def byte_level_normalizer(gpt2_tok):
     """The ByteLevel normalizer, then a split before each Ġ (a space's character)."""
     return gpt2_variant(gpt2_tok, normalizer={"type": "ByteLevel"},
@@ -506,7 +539,9 @@ def main():
     g2 = gpt2()
     kinds += (("gpt2", g2), ("tekken", tekken()), ("deepseek", deepseek(g2[0])),
               ("normalizers_mix", normalizers_mix(g2[0])), ("splits_mix", splits_mix(g2[0])),
-              ("whitespace_mix", whitespace_mix(g2[0])), ("byte_level_normalizer", byte_level_normalizer(g2[0])))
+              ("whitespace_mix", whitespace_mix(g2[0])), ("byte_level_normalizer", byte_level_normalizer(g2[0])),
+              ("lookahead_split", lookahead_split(g2[0])), ("deepseek_v3", deepseek_v3(g2[0])),
+              ("gemma", gemma(base)))
     for name, (tok, config) in kinds:
         d = HERE / name
         d.mkdir(exist_ok=True)
