@@ -1,9 +1,11 @@
 #include "text/regex.h"
 
+#include <fmt/format.h>
 #include <oniguruma.h>
 
 #include <mutex>
 
+#include "engine/error.h"
 #include "text/unicode.h"
 
 namespace strata::text {
@@ -56,7 +58,15 @@ void Regex::find_all(std::string_view s, std::vector<Span>& out) const {
   while (from <= s.size()) {
     onig_region_clear(region.get());
     int pos = onig_search(reg, start, end, start + from, end, region.get(), ONIG_OPTION_NONE);
-    if (pos < 0) return;  // ONIG_MISMATCH (or an error, which ends the search as the crate does)
+    if (pos == ONIG_MISMATCH) return;
+    if (pos < 0) {
+      OnigUChar buf[ONIG_MAX_ERROR_MESSAGE_LEN];
+      onig_error_code_to_str(buf, pos);
+      STRATA_THROW(ConfigError,
+                   fmt::format("{}: field '{}': the regex {} fails on a {}-byte text: {}", file, field, pattern_,
+                               s.size(), reinterpret_cast<const char*>(buf)),
+                   file, field);
+    }
     size_t b = size_t(region->beg[0]), e = size_t(region->end[0]);
     if (b == e && have_last && last_end == e) {
       from += from < s.size() ? size_t(utf8_length(uint8_t(s[from]))) : 1;

@@ -23,10 +23,13 @@ class Regex {
 
   // Appends the matches in s (valid UTF-8) left to right: each search starts where the last match
   // ended (lookbehind sees the whole string); an empty match right after the last match is skipped
-  // by one character (the onig crate's FindMatches). Safe on several threads at once.
+  // by one character (the onig crate's FindMatches). Safe on several threads at once. Where
+  // Oniguruma gives up (a pattern that backtracks past its retry limit on this text), ConfigError
+  // naming `file` and `field`: the pieces would otherwise silently differ.
   void find_all(std::string_view s, std::vector<Span>& out) const;
 
   const std::string& pattern() const { return pattern_; }
+  std::string file, field;  // where the pattern was read, for errors
 
  private:
   Regex() = default;

@@ -113,8 +113,10 @@ constexpr std::string_view kByteLevelRegex =
 std::shared_ptr<const Regex> compile(const Reader& r, const std::string& pattern, const std::string& field,
                                      const json& v) {
   std::string error;
-  std::shared_ptr<const Regex> re = Regex::compile(pattern, &error);
+  std::unique_ptr<Regex> re = Regex::compile(pattern, &error);
   if (!re) r.bad(field, v, fmt::format("Oniguruma cannot compile it: {}", error));
+  re->file = r.file;
+  re->field = field;
   return re;
 }
 
@@ -227,10 +229,12 @@ std::shared_ptr<const Regex> char_regex(std::string_view pattern) {
   for (const auto& re : compiled)
     if (re->pattern() == pattern) return re;
   std::string error;
-  std::shared_ptr<const Regex> re = Regex::compile(pattern, &error);
+  std::unique_ptr<Regex> re = Regex::compile(pattern, &error);
   STRATA_CHECK(re, fmt::format("built-in regex {}: {}", pattern, error));
-  compiled.push_back(re);
-  return re;
+  re->file = "(built in)";
+  re->field = std::string(pattern);
+  compiled.push_back(std::move(re));
+  return compiled.back();
 }
 
 std::shared_ptr<const Regex> byte_level_regex() {
