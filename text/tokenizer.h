@@ -68,7 +68,7 @@ class Tokenizer {
   int32_t eos_id() const;      // tokenizer_config.json's eos_token, -1 if none
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string_view id_to_token(int32_t id) const;  // "" for an id without a token
-  bool byte_level() const;                         // Llama 3 kind (else SentencePiece-style)
+  bool byte_level() const;                         // a ByteLevel pre-tokenizer or normalizer (else SentencePiece-style)
 
  private:
   explicit Tokenizer(std::shared_ptr<const TokenizerModel> m) : m_(std::move(m)) {}

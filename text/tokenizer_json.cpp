@@ -222,7 +222,7 @@ SplitBehavior read_behavior(const Reader& r, const json& p, const std::string& f
 }
 
 // The regexes of the built-in pre-tokenizers, compiled once.
-std::shared_ptr<const Regex> char_regex(std::string_view pattern) {
+std::shared_ptr<const Regex> builtin_regex(std::string_view pattern) {
   static std::mutex mu;
   static std::vector<std::shared_ptr<const Regex>> compiled;
   std::lock_guard<std::mutex> lock(mu);
@@ -238,7 +238,7 @@ std::shared_ptr<const Regex> char_regex(std::string_view pattern) {
 }
 
 std::shared_ptr<const Regex> byte_level_regex() {
-  return char_regex(kByteLevelRegex);
+  return builtin_regex(kByteLevelRegex);
 }
 
 void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field, std::vector<PreTokenizerStep>& out,
@@ -272,7 +272,8 @@ void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field
     if (s.use_regex) s.splitter.regex = byte_level_regex();
   } else if (t == "Digits") {
     s.kind = PreTokenizerStep::kSplit;
-    s.splitter.regex = char_regex("\\p{N}");  // Rust's char::is_numeric: Nd, Nl, No
+    s.splitter.char_set = kNumericRanges;
+    s.splitter.char_set_count = kNumericRangeCount;
     s.splitter.behavior = r.boolean(p, "individual_digits", field + ".individual_digits", false)
                               ? SplitBehavior::kIsolated
                               : SplitBehavior::kContiguous;
@@ -283,12 +284,12 @@ void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field
     s.splitter.invert = true;
   } else if (t == "WhitespaceSplit") {
     s.kind = PreTokenizerStep::kSplit;
-    s.splitter.regex = char_regex("\\s");  // char::is_whitespace: White_Space, as Oniguruma's \s
+    s.splitter.regex = builtin_regex("\\s");  // char::is_whitespace: White_Space, as Oniguruma's \s
     s.splitter.behavior = SplitBehavior::kRemoved;
   } else if (t == "Punctuation") {
     s.kind = PreTokenizerStep::kSplit;
-    // char::is_ascii_punctuation || the Unicode P categories, one character per match.
-    s.splitter.regex = char_regex("[\\p{P}!-/:-@\\[-`{-~]");
+    s.splitter.char_set = kPunctuationRanges;
+    s.splitter.char_set_count = kPunctuationRangeCount;
     s.splitter.behavior = Reader::get(p, "behavior") ? read_behavior(r, p, field) : SplitBehavior::kIsolated;
   } else if (t == "Metaspace") {
     s.kind = PreTokenizerStep::kMetaspace;
@@ -529,6 +530,7 @@ Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& j
   m->normalized_tokens.build(std::move(norm_patterns), std::move(norm_tokens));
   for (const PreTokenizerStep& s : m->pre_tokenizer)
     m->byte_level = m->byte_level || s.kind == PreTokenizerStep::kByteLevel;
+  for (const NormalizerStep& s : m->normalizer) m->byte_level = m->byte_level || s.kind == NormalizerStep::kByteLevel;
 
   Tokenizer tok(m);
   if (config_json) {

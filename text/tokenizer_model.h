@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "text/bpe.h"
+#include "text/char_tables.h"
 #include "text/normalize.h"
 #include "text/pretokenize.h"
 #include "text/regex.h"
@@ -92,11 +93,15 @@ struct NormalizerStep {
 // How a Split step finds its matches: by hand for the two known regexes, Oniguruma for others,
 // or a literal string; then tokenizers' behavior and invert.
 struct Splitter {
-  std::shared_ptr<const Regex> regex;  // null: `fast`, `word_runs` or `literal`
+  std::shared_ptr<const Regex> regex;  // null: `fast`, `word_runs`, `char_set` or `literal`
   bool fast = false;
   // The Whitespace pre-tokenizer's \w+|[^\w\s]+, which tokenizers runs on the Rust regex crate
   // (whose \w differs from Oniguruma's: U+200D is a word character there).
   bool word_runs = false;
+  // Digits and Punctuation: each character of these (tokenizers' Rust data, text/char_tables.h)
+  // is a match of its own. Null: none.
+  const CodeRange* char_set = nullptr;
+  size_t char_set_count = 0;
   SplitRegex fast_regex = SplitRegex::kLlama3;
   std::string literal;
   SplitBehavior behavior = SplitBehavior::kIsolated;

@@ -3,7 +3,7 @@
 // range; an inserted character takes the range of the character before it.
 #include <algorithm>
 
-#include "text/case_tables.h"
+#include "text/char_tables.h"
 #include "text/tokenizer_model.h"
 #include "text/unicode.h"
 
@@ -48,6 +48,12 @@ void byte_level_text(TextRef in, AlignedText& out) {
     byte_level_append(out.s, in.s.substr(i, 1));
     out.align.resize(out.s.size(), in.align[i]);
   }
+}
+
+bool in_ranges(const CodeRange* ranges, size_t count, uint32_t cp) {
+  const CodeRange* end = ranges + count;
+  const CodeRange* r = std::upper_bound(ranges, end, cp, [](uint32_t c, const CodeRange& x) { return c < x.lo; });
+  return r != ranges && cp <= (r - 1)->hi;
 }
 
 namespace {
@@ -166,6 +172,13 @@ void Splitter::split(std::string_view s, std::vector<Span>& out) const {
     regex->find_all(s, found);
   else if (word_runs)
     find_word_runs(s, found);
+  else if (char_set)
+    for (size_t i = 0; i < s.size();) {
+      uint32_t cp;
+      int len = utf8_decode(s, i, &cp);
+      if (in_ranges(char_set, char_set_count, cp)) found.push_back({uint32_t(i), uint32_t(i + size_t(len))});
+      i += size_t(len);
+    }
   else if (fast)
     split_regex(s, fast_regex, found);
   else

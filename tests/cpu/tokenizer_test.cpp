@@ -189,7 +189,9 @@ TEST(Tokenizer, WhitespacePreTokenizersMatchHuggingFace) {
 }
 
 TEST(Tokenizer, ByteLevelNormalizerMatchesHuggingFace) {
-  expect_matches_reference(Tokenizer::load(kDir + "/byte_level_normalizer"), "byte_level_normalizer", false);
+  Tokenizer tok = Tokenizer::load(kDir + "/byte_level_normalizer");
+  EXPECT_TRUE(tok.byte_level());
+  expect_matches_reference(tok, "byte_level_normalizer", false);
 }
 
 // Regexes whose matches are empty (lookaheads): tokenizers keeps the empty matches as pieces

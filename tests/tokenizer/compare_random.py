@@ -24,7 +24,8 @@ PIECES = (list("abcXYZ'sStTdDmMlLrReEvV ") + [" ", "  ", "\t", "\n", "\r\n", "\r
           "<|endoftext|>", "<|im_end|>", "<think>",
           # for the regex tokenizers: case changes, slashes, added tokens with lstrip/rstrip
           "Camel", "HTTP", "iPhone", "/", "//", "a/b", "[INST]", "[SEP]", " [SEP] ", "World", " World ", "ẞ", "İ",
-          "\u01c5", "\u1f88", "\U0001F44D\U0001F3FD", "\u200d"])
+          "\u01c5", "\u1f88", "\U0001F44D\U0001F3FD", "\u200d",
+          "\U00011DE0", "\U00016FF4", "\u166d", "\U000111C9", "\U00010D6E", "\U00011944"])
 
 
 def random_char(rng):

@@ -187,6 +187,8 @@ REGEX_LINES = [
     "  <|endoftext|>  Hello World hello world HELLO WORLD",
     "'Tis the season; I'd've; O'NEILL's",
     "\u0130stanbul \u0049\u0307 \u1E9E \u03A3\u03A3 \u01C5 \u1F88",
+    # numbers and punctuation where tokenizers' Rust data and Oniguruma's differ
+    "x\U00011DE0\U00011DE9y \U00016FF4 \u166d\U000111C9 \U00010D6E\U00011944 12\u00bd3",
 ]
 
 
