@@ -2,6 +2,8 @@
 """Differential check: random strings through Hugging Face tokenizers and strata-tokenize must give
 the same ids (with special tokens), the same offsets and the same decoded text. Not a ctest (needs `tokenizers`):
     python3 tests/tokenizer/compare_random.py BUILD/tools/strata-tokenize [count] [seed] [name,name...]
+With count "all", the texts are every Unicode scalar value instead: runs of 48 consecutive code
+points, and 16 of them at a time each between a letter and a digit (46,336 texts).
 """
 import json
 import random
@@ -40,11 +42,22 @@ def random_text(rng):
     return "".join(rng.choice(PIECES) if rng.random() < 0.8 else random_char(rng) for _ in range(rng.randint(0, 40)))
 
 
+def every_code_point():
+    scalars = [c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF]
+    texts = []
+    for i in range(0, len(scalars), 48):
+        chunk = scalars[i:i + 48]
+        texts.append("".join(chr(c) for c in chunk))
+        texts.append(" ".join("a" + chr(c) + "1" for c in chunk[:16]))
+    return texts
+
+
 def main():
     tool = sys.argv[1]
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+    count = sys.argv[2] if len(sys.argv) > 2 else "3000"
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 1)
-    texts = [random_text(rng) for _ in range(count)]
+    texts = every_code_point() if count == "all" else [random_text(rng) for _ in range(int(count))]
+    count = len(texts)
     failures = 0
     names = sys.argv[4].split(",") if len(sys.argv) > 4 else None
     for name in ("llama3", "llama2", "mistral", "metaspace_split", "qwen2", "llama3_prefix", "spm_unk", "qwen25",
