@@ -67,8 +67,10 @@ TEST(LaunchEnv, Torchrun) {
                        {"LOCAL_WORLD_SIZE", "4"},
                        {"MASTER_ADDR", "node0"},
                        {"MASTER_PORT", "29501"},
-                       {"STRATA_COMM_TIMEOUT", "12.5"}});
+                       {"STRATA_COMM_TIMEOUT", "12.5"},
+                       {"STRATA_JOB_SECRET", "0123456789abcdef0123"}});
   EXPECT_EQ(e.launcher, "torchrun");
+  EXPECT_EQ(e.secret, "0123456789abcdef0123");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world, 8);
   EXPECT_EQ(e.local_rank, 1);
@@ -80,6 +82,8 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(o.rank, 5);
   EXPECT_EQ(o.world, 8);
   EXPECT_EQ(o.master_port, 29501);
+  EXPECT_EQ(o.secret, "0123456789abcdef0123");
+  EXPECT_EQ(o.local_world, 4);
   // One rank needs no master.
   LaunchEnv one = parse({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   EXPECT_EQ(one.world, 1);
@@ -90,8 +94,13 @@ TEST(LaunchEnv, Torchrun) {
 // TORCHELASTIC_USE_AGENT_STORE=True): rank 0 listens on the next port, which every rank computes alike.
 // STRATA_RENDEZVOUS_PORT overrides the port under any launcher.
 TEST(LaunchEnv, TorchrunAgentStoreKeepsMasterPortAndRendezvousTakesTheNext) {
-  Env env{{"RANK", "1"},        {"WORLD_SIZE", "4"},      {"LOCAL_RANK", "1"},
-          {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  Env env{{"RANK", "1"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_RANK", "1"},
+          {"MASTER_ADDR", "h"},
+          {"MASTER_PORT", "29500"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+          {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   LaunchEnv e = parse(env);
   EXPECT_EQ(e.master_port, 29501);
   EXPECT_EQ(e.rendezvous().master_port, 29501);
@@ -114,8 +123,13 @@ TEST(LaunchEnv, TorchrunAgentStoreKeepsMasterPortAndRendezvousTakesTheNext) {
     EXPECT_NE(std::string(err.what()).find("STRATA_RENDEZVOUS_PORT"), std::string::npos) << err.what();
   }
   // Under srun there is no agent store: MASTER_PORT as it is, and the override too.
-  Env slurm{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},    {"SLURM_LOCALID", "0"},
-            {"MASTER_ADDR", "h"},  {"MASTER_PORT", "29600"}, {"STRATA_RENDEZVOUS_PORT", "29700"}};
+  Env slurm{{"SLURM_PROCID", "0"},
+            {"SLURM_NTASKS", "2"},
+            {"SLURM_LOCALID", "0"},
+            {"MASTER_ADDR", "h"},
+            {"MASTER_PORT", "29600"},
+            {"STRATA_RENDEZVOUS_PORT", "29700"},
+            {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   EXPECT_EQ(parse(slurm).master_port, 29700);
 }
 
@@ -124,7 +138,8 @@ TEST(LaunchEnv, Slurm) {
           {"SLURM_NTASKS", "4"},
           {"SLURM_LOCALID", "1"},
           {"SLURM_NTASKS_PER_NODE", "2"},
-          {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"}};
+          {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"},
+          {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   LaunchEnv e = parse(env);
   EXPECT_EQ(e.launcher, "slurm");
   EXPECT_EQ(e.rank, 3);
@@ -146,7 +161,8 @@ TEST(LaunchEnv, Slurm) {
 }
 
 TEST(LaunchEnv, BadValuesNameTheVariableAndTheExpectedValue) {
-  const Env ok{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}};
+  const Env ok{{"RANK", "1"},        {"WORLD_SIZE", "4"},     {"LOCAL_RANK", "1"},
+               {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}, {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   auto with = [&](const std::string& k, const char* v) {
     Env e = ok;
     if (v)
@@ -178,6 +194,31 @@ TEST(LaunchEnv, BadValuesNameTheVariableAndTheExpectedValue) {
   EXPECT_EQ(f8, "LOCAL_RANK");
   auto [f9, m9] = with("STRATA_COMM_TIMEOUT", "0");
   EXPECT_EQ(f9, "STRATA_COMM_TIMEOUT");
+  // A deadline past the clock's range would wrap (every wait failing at once): capped at 7 days.
+  for (const char* t : {"1e10", "inf", "nan", "604801"}) {
+    auto [f, m] = with("STRATA_COMM_TIMEOUT", t);
+    EXPECT_EQ(f, "STRATA_COMM_TIMEOUT") << t;
+    EXPECT_TRUE(has(m, fmt::format("STRATA_COMM_TIMEOUT='{}': expected seconds > 0 and <= 604800", t))) << m;
+  }
+  EXPECT_EQ(parse([&] {
+              Env e = ok;
+              e["STRATA_COMM_TIMEOUT"] = "604800";
+              return e;
+            }())
+                .timeout_s,
+            604800);
+  // Several ranks need the job secret: unset or short is refused, saying how to set it.
+  auto [fs1, ms1] = with("STRATA_JOB_SECRET", nullptr);
+  EXPECT_EQ(fs1, "STRATA_JOB_SECRET");
+  EXPECT_TRUE(has(ms1, "STRATA_JOB_SECRET is not set for a job of 4 ranks")) << ms1;
+  EXPECT_TRUE(has(ms1, "openssl rand -hex 32")) << ms1;
+  auto [fs2, ms2] = with("STRATA_JOB_SECRET", "short");
+  EXPECT_EQ(fs2, "STRATA_JOB_SECRET");
+  EXPECT_TRUE(has(ms2, "has 5 characters: expected 16 to 1024")) << ms2;
+  auto [fs3, ms3] = bad({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"MASTER_ADDR", "h"}});
+  EXPECT_EQ(fs3, "STRATA_JOB_SECRET");
+  // One rank needs none.
+  EXPECT_EQ(parse({{"RANK", "0"}, {"WORLD_SIZE", "1"}}).secret, "");
   auto [fa, ma] = bad({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}});
   EXPECT_EQ(fa, "MASTER_ADDR");
   EXPECT_TRUE(has(ma, "SLURM_LAUNCH_NODE_IPADDR")) << ma;
@@ -206,6 +247,13 @@ TEST(LaunchEnv, GpusFlag) {
   EXPECT_THROW(take({"t", "--gpus", "0"}, rest), ConfigError);
   EXPECT_THROW(take({"t", "--gpus", "two"}, rest), ConfigError);
   EXPECT_THROW(take({"t", "--gpus"}, rest), ConfigError);
+  // At most kMaxLocalGpus on one node; nothing wraps.
+  EXPECT_EQ(take({"t", "--gpus", std::to_string(kMaxLocalGpus)}, rest), kMaxLocalGpus);
+  for (const char* n : {"65", "2147483647", "4294967298", "99999999999999999999"}) {
+    auto e = test_util::catch_as<ConfigError>([&] { take({"t", "--gpus", n}, rest); });
+    ASSERT_TRUE(e) << n;
+    EXPECT_TRUE(has(e->what(), fmt::format("got '{}'", n))) << e->what();
+  }
 }
 
 // --- the TCP rendezvous, ranks as threads.
@@ -315,7 +363,7 @@ TEST(Rendezvous, PortInUseAndBadAddressAreClearErrors) {
   auto e = test_util::catch_as<IoError>([&] { Rendezvous::join(RendezvousOptions{"127.0.0.1", port, 0, 2, 1}); });
   ::close(s);
   ASSERT_TRUE(e);
-  EXPECT_TRUE(has(e->what(), fmt::format("cannot listen on port {} (MASTER_PORT)", port))) << e->what();
+  EXPECT_TRUE(has(e->what(), fmt::format("cannot listen on 127.0.0.1 port {} (MASTER_PORT)", port))) << e->what();
   EXPECT_TRUE(has(e->what(), "Address already in use")) << e->what();
   auto b = test_util::catch_as<ConfigError>([&] {
     Rendezvous::join(RendezvousOptions{"no-such-host.invalid", 29500, 1, 2, 1});
@@ -486,7 +534,8 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
   const Proc p =
       dir.run(fmt::format("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
-                          "STRATA_COMM_TIMEOUT=2 {} --model {} --data {} --seq 32 --steps 2 --backend cpu",
+                          "STRATA_JOB_SECRET=0123456789abcdef STRATA_COMM_TIMEOUT=2 {} --model {} --data {} --seq 32 "
+                          "--steps 2 --backend cpu",
                           pick_free_port(), kTrain, quote(dir.path("tiny")), quote(dir.path("tiny/tokens.bin"))));
   EXPECT_NE(p.code, 0) << p.err;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
