@@ -80,9 +80,21 @@ struct CheckpointEntry {
   std::string path;
 };
 std::vector<CheckpointEntry> list_checkpoints(const std::string& output_dir);
-// Removes all but the newest `keep` (0 keeps all); returns the paths removed.
+// Every entry named checkpoint-<n> in output_dir, whatever it is (files and links too), by step.
+std::vector<CheckpointEntry> list_checkpoint_names(const std::string& output_dir);
+// Removes all but the newest `keep` (0 keeps all) of those strata wrote; returns the paths removed.
 std::vector<std::string> prune_checkpoints(const std::string& output_dir, int keep);
-// Removes hidden temp directories of saves whose process is gone; returns how many.
+// A directory holding a trainer_state.json of format strata-checkpoint (not a symbolic link).
+bool is_strata_checkpoint(const std::string& dir) noexcept;
+// IoError naming `final_dir` when something strata did not write (a file, a link, a foreign directory)
+// holds a checkpoint's path: strata never deletes or replaces it.
+void check_checkpoint_path_free(const std::string& final_dir);
+// Crash recovery: a complete temp directory of a save whose process is gone (".checkpoint-<n>.tmp.<pid>",
+// or ".checkpoint-<n>.old.tmp.<pid>", the new copy preferred) becomes checkpoint-<n> where that name is
+// free. resolve_checkpoint("auto") and every save call it first. Returns how many it restored.
+size_t restore_killed_checkpoints(const std::string& output_dir) noexcept;
+// Restores as above, then removes the temp directories of saves whose process is gone: partial ones, and
+// complete ones only where checkpoint-<n> is complete too (never the last complete copy). Returns how many.
 size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept;
 
 // resume_from_checkpoint: "auto" is the newest checkpoint in output_dir, anything else a directory
