@@ -101,6 +101,14 @@ size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept;
 // that must hold trainer_state.json. ConfigError naming the key when there is none.
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
 
+// trainer_state.json of checkpoint `dir`, every counter range-checked before conversion (global_step and
+// total_steps 0..2^31-1, data.epoch 0..2^31-1, data.index 0..9e15, the RNG states 64-bit) and global_step
+// equal to the N of a directory named checkpoint-N. FormatError naming the file and the field.
+CheckpointState read_trainer_state(const std::string& dir);
+// The data position against the step: epoch x train_rows + index rows drawn must be step x rows_per_step
+// (every step draws the same rows), and index at most train_rows. FormatError naming the file and field.
+void check_data_position(const std::string& dir, const CheckpointState& st, long train_rows, long rows_per_step);
+
 // Loads a checkpoint into a model built as the run that saved it (its base weights loaded), on any
 // number of ranks and ZeRO stage: checks train_config.json against `config_json` (a field that must
 // match and differs is a FormatError naming the file and the field), then restores every trainable

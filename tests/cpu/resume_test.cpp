@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model/run/checkpoint.h"
@@ -526,5 +529,90 @@ TEST(Resume, APathInTheWayOfACheckpointIsAnErrorNamingIt) {
   fs::create_directories(dir_out + "/checkpoint-3");
   EXPECT_TRUE(prune_checkpoints(dir_out, 1).empty());
   EXPECT_TRUE(fs::exists(dir_out + "/checkpoint-2/notes.txt"));
+  s.remove();
+}
+
+// Everything read back on resume is checked like a checkpoint's weights, before any step: a NaN or negative
+// Adam second moment, a NaN first moment, a global_step of 2^32 + 2 (it resumed as step 2), an epoch of 2^40,
+// a step that is not the directory's name, a data position that disagrees with the step. Each is an error
+// naming the file and the field (exit 1), and nothing is trained.
+TEST(Resume, CorruptOptimizerStateOrCountersAreRefusedBeforeAnyStep) {
+  using namespace strata::tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch s;
+  s.create("strata_corrupt_state");
+  ASSERT_TRUE(s.ok());
+  const std::string model = s.path("tiny");
+  ASSERT_EQ(s.run(kMakeTiny + " " + quote(model) +
+                  " --layers 1 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 "
+                  "--vocab 64 --tokens 4000")
+                .code,
+            0);
+  const std::string base = fmt::format("{} --model {} --data {} --backend cpu --seq 16 --batch 2 --json", kTrain,
+                                       quote(model), quote(model + "/tokens.bin"));
+  const std::string pristine = s.path("pristine");
+  ASSERT_EQ(s.run(base + " --steps 4 --save-steps 2 --save " + quote(pristine)).code, 0);
+  int case_n = 0;
+  // Copies the run, applies `damage` to its checkpoint-2, resumes from it: must fail naming `file` and `what`.
+  auto refused = [&](const std::function<void(const std::string&)>& damage, const std::string& file,
+                     const std::string& what) {
+    const std::string w = s.path(fmt::format("case{}", case_n++));
+    fs::copy(pristine, w, fs::copy_options::recursive);
+    damage(w + "/checkpoint-2");
+    const Proc p = s.run(fmt::format("{} --steps 4 --save {} --resume {}", base, quote(w), quote(w + "/checkpoint-2")));
+    EXPECT_GE(p.code, 1) << what;
+    EXPECT_LE(p.code, 127) << what;
+    EXPECT_NE(p.err.find(w + "/checkpoint-2/" + file), std::string::npos) << p.err;
+    EXPECT_NE(p.err.find(what), std::string::npos) << p.err;
+    EXPECT_EQ(p.out.find("\"step\""), std::string::npos) << "trained: " << p.out;
+  };
+  // One value of a tensor of optimizer.safetensors, by name suffix.
+  auto poke = [](const std::string& dir, const std::string& suffix, float value) {
+    const std::string path = dir + "/optimizer.safetensors";
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), std::streamsize(n));
+    const json h = json::parse(header);
+    for (const auto& [name, t] : h.items()) {
+      if (name == "__metadata__" || !name.ends_with(suffix) || t["dtype"] != "F32") continue;
+      f.seekp(std::streamoff(8 + n + t["data_offsets"][0].get<uint64_t>() + 4 * 3));
+      f.write(reinterpret_cast<const char*>(&value), 4);
+      return name;
+    }
+    ADD_FAILURE() << "no F32 tensor *" << suffix << " in " << path;
+    return std::string();
+  };
+  auto state = [](const std::string& dir, const std::function<void(json&)>& edit) {
+    json j = json::parse(slurp(dir + "/trainer_state.json"));
+    edit(j);
+    std::ofstream(dir + "/trainer_state.json") << j.dump(2);
+  };
+  refused([&](const std::string& d) { poke(d, ".v", -1.0f); }, "optimizer.safetensors",
+          "a negative Adam second moment");
+  refused([&](const std::string& d) { poke(d, ".v", std::nanf("")); }, "optimizer.safetensors", "a non-finite value");
+  refused([&](const std::string& d) { poke(d, ".m", std::numeric_limits<float>::infinity()); }, "optimizer.safetensors",
+          ".m' holds inf at index 3");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["global_step"] = (uint64_t(1) << 32) + 2; }); },
+          "trainer_state.json", "field global_step is 4294967298, expected an integer from 0 to 2147483647");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["global_step"] = -1; }); }, "trainer_state.json",
+          "field global_step is -1");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["global_step"] = 3; }); }, "trainer_state.json",
+          "field global_step is 3, but the directory is named checkpoint-2");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["epoch"] = uint64_t(1) << 40; }); },
+          "trainer_state.json", "field data.epoch is 1099511627776");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["epoch"] = 1; }); }, "trainer_state.json",
+          "the trainer state is inconsistent");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["index"] = 1; }); }, "trainer_state.json",
+          "the trainer state is inconsistent");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["trainer_rng"] = -5; }); }, "trainer_state.json",
+          "field trainer_rng is -5");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["index"] = "7"; }); }, "trainer_state.json",
+          "field data.index is \"7\"");
+  // The untouched copy resumes.
+  const Proc ok = s.run(
+      fmt::format("{} --steps 4 --save {} --resume {}", base, quote(pristine), quote(pristine + "/checkpoint-2")));
+  EXPECT_EQ(ok.code, 0) << ok.err;
   s.remove();
 }
