@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <map>
 #include <thread>
@@ -481,8 +482,14 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
                              " --seq 32 --steps 4 --lr 3e-3 --backend cpu --json";
   const Proc one = dir.run(kTrain + " --batch 4" + common);
   ASSERT_EQ(one.code, 0) << one.err;
-  const Proc two = dir.run(kTrain + " --gpus 2 --batch 2 --save " + quote(dir.path("out")) + common);
+  // MASTER_PORT from the environment is the port --gpus' rank 0 listens on (on 127.0.0.1); the banner
+  // names the launcher --gpus.
+  const int port = pick_free_port();
+  const Proc two = dir.run(fmt::format("env MASTER_PORT={} ", port) + kTrain + " --gpus 2 --batch 2 --save " +
+                           quote(dir.path("out")) + common);
   ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_TRUE(has(two.err, fmt::format("data parallel: 2 ranks (--gpus), 2 on this node; rank 0 of 127.0.0.1:{}", port)))
+      << two.err;
   const std::vector<double> a = json_losses(one.out), b = json_losses(two.out);
   ASSERT_EQ(a.size(), 4u) << one.out;
   ASSERT_EQ(b.size(), 4u) << "rank 0 alone prints its steps:\n" << two.out;
@@ -490,6 +497,60 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i + 1;
   EXPECT_EQ(::access(dir.path("out/model.safetensors").c_str(), R_OK), 0) << "rank 0 saves the model";
   dir.remove();
+}
+
+// The probe against strata-train itself: rank 0 of a job started by hand, a stranger sends one header
+// claiming 2^40 bytes (it was std::bad_alloc on rank 0), then a stranger stalls; the real rank 1 still joins
+// and both train to the end. A rank 1 with another secret fails naming STRATA_JOB_SECRET.
+TEST(Launcher, StrataTrainRankZeroSurvivesStrangersOnItsPort) {
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch a, b;
+  a.create("strata_rdv_attack_a");
+  b.create("strata_rdv_attack_b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a.run(kMakeTiny + " " + quote(a.path("tiny"))).code, 0);
+  const int port = pick_free_port();
+  auto rank = [&](int r, const std::string& secret) {
+    return fmt::format("env RANK={} WORLD_SIZE=2 LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+                       "STRATA_JOB_SECRET={} STRATA_COMM_TIMEOUT=30 {} --model {} --data {} --seq 32 --steps 2 "
+                       "--backend cpu --json",
+                       r, r, port, secret, kTrain, quote(a.path("tiny")), quote(a.path("tiny/tokens.bin")));
+  };
+  auto r0 = std::async(std::launch::async, [&] { return a.run(rank(0, "the-job-secret-0123456789")); });
+  auto connect = [&] {
+    for (int i = 0; i < 500; ++i) {
+      int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(uint16_t(port));
+      if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return s;
+      ::close(s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  };
+  const int bomb = connect();
+  ASSERT_GE(bomb, 0) << "rank 0 never listened";
+  const uint32_t h[4] = {0x53545241, 1, 0, 1u << 8};  // magic, hello, length 2^40 (little-endian 64 bits)
+  ASSERT_EQ(::send(bomb, h, sizeof(h), MSG_NOSIGNAL), ssize_t(sizeof(h)));
+  char buf[64];
+  while (::recv(bomb, buf, sizeof(buf), 0) > 0) {
+  }  // rank 0 drops it: EOF
+  ::close(bomb);
+  const int staller = connect();  // connects, sends nothing, stays open
+  const Proc wrong = b.run(rank(1, "another-secret-0123456789"));
+  EXPECT_EQ(wrong.code, 1) << wrong.err;
+  EXPECT_TRUE(has(wrong.err, "STRATA_JOB_SECRET must be the same on every rank")) << wrong.err;
+  const Proc r1 = b.run(rank(1, "the-job-secret-0123456789"));
+  const Proc p0 = r0.get();
+  ::close(staller);
+  EXPECT_EQ(r1.code, 0) << r1.err;
+  EXPECT_EQ(p0.code, 0) << p0.err;
+  EXPECT_EQ(json_losses(p0.out).size(), 2u) << p0.out;
+  a.remove();
+  b.remove();
 }
 
 // The library's Session under a launcher's environment is one rank of the job: two processes of
