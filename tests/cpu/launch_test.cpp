@@ -488,7 +488,8 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
   const Proc two = dir.run(fmt::format("env MASTER_PORT={} ", port) + kTrain + " --gpus 2 --batch 2 --save " +
                            quote(dir.path("out")) + common);
   ASSERT_EQ(two.code, 0) << two.err;
-  EXPECT_TRUE(has(two.err, fmt::format("data parallel: 2 ranks (--gpus), 2 on this node; rank 0 of 127.0.0.1:{}", port)))
+  EXPECT_TRUE(
+      has(two.err, fmt::format("data parallel: 2 ranks (--gpus), 2 on this node; rank 0 of 127.0.0.1:{}", port)))
       << two.err;
   const std::vector<double> a = json_losses(one.out), b = json_losses(two.out);
   ASSERT_EQ(a.size(), 4u) << one.out;
@@ -512,10 +513,11 @@ TEST(Launcher, StrataTrainRankZeroSurvivesStrangersOnItsPort) {
   ASSERT_EQ(a.run(kMakeTiny + " " + quote(a.path("tiny"))).code, 0);
   const int port = pick_free_port();
   auto rank = [&](int r, const std::string& secret) {
-    return fmt::format("env RANK={} WORLD_SIZE=2 LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
-                       "STRATA_JOB_SECRET={} STRATA_COMM_TIMEOUT=30 {} --model {} --data {} --seq 32 --steps 2 "
-                       "--backend cpu --json",
-                       r, r, port, secret, kTrain, quote(a.path("tiny")), quote(a.path("tiny/tokens.bin")));
+    return fmt::format(
+        "env RANK={} WORLD_SIZE=2 LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+        "STRATA_JOB_SECRET={} STRATA_COMM_TIMEOUT=30 {} --model {} --data {} --seq 32 --steps 2 "
+        "--backend cpu --json",
+        r, r, port, secret, kTrain, quote(a.path("tiny")), quote(a.path("tiny/tokens.bin")));
   };
   auto r0 = std::async(std::launch::async, [&] { return a.run(rank(0, "the-job-secret-0123456789")); });
   auto connect = [&] {
