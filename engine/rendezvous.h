@@ -38,7 +38,7 @@ struct RendezvousOptions {
         secret(std::move(secret_)),
         local_world(local_world_) {}
   std::string master_addr = "127.0.0.1";  // a host name or IPv4 address where rank 0 runs
-  int master_port = 29500;                // rank 0 listens on it (all interfaces)
+  int master_port = 29500;                // rank 0 listens on it, on master_addr only
   int rank = 0, world = 1;
   double timeout_s = 300;                 // every wait: connecting, every rank arriving, every message
   std::string port_name = "MASTER_PORT";  // where master_port came from, for errors
