@@ -116,9 +116,11 @@ void check_data_position(const std::string& dir, const CheckpointState& st, long
 // the file and the tensor on a missing tensor, another dtype or shape, or a tensor that is not that
 // file's rank's; naming the file and zero_shards for a missing shard). Returns trainer_state.json's state.
 // Sharded now: each rank restores the state of the parameters it owns and the weights of the others';
-// with `sum`, a failure on any rank makes every rank throw.
+// with `sum`, a failure on any rank makes every rank throw. `check_state` (e.g. check_data_position) sees
+// trainer_state.json once train_config.json matched, before anything is copied in.
 CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
-                                const RankSum& sum = {});
+                                const RankSum& sum = {},
+                                const std::function<void(const CheckpointState&)>& check_state = {});
 
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model from
 // `from` into `to` where they exist (atomically each). Returns how many were copied.

@@ -298,7 +298,7 @@ void check_data_position(const std::string& dir, const CheckpointState& st, long
 }
 
 CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
-                                const RankSum& sum) {
+                                const RankSum& sum, const std::function<void(const CheckpointState&)>& check_state) {
   // The run must be the one that saved it, in every field the state's layout or the data order
   // depends on; the learning rate, the step count and the schedule may change.
   model.sync_state();  // a pending update must not land on the restored state
@@ -349,6 +349,7 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
     }
   }
   const CheckpointState st = read_trainer_state(dir);
+  if (check_state) check_state(st);
   // Every parameter this rank holds the state of (all of them, unsharded) gets its whole state; with ZeRO-1/2
   // the others (owned by other ranks now) their weights only. Each from the file that holds it.
   const ZeroOptions& z = model.options().zero;

@@ -1,6 +1,6 @@
 // The environment's switches (engine/switches.h) are parsed in one place: flags are off only for
-// "0", unset or empty keep their default, numbers that do not parse or lie outside [0, 1e6] keep theirs, TMPDIR sets the
-// default temp directory.
+// "0", unset or empty keep their default, numbers that do not parse or lie outside [0, 1e6] keep theirs, TMPDIR sets
+// the default temp directory.
 #include "engine/switches.h"
 
 #include <gtest/gtest.h>
