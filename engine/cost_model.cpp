@@ -1,9 +1,14 @@
 #include "engine/cost_model.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -193,11 +198,37 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
 }
 
 DeviceProfile load_profile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot open the device profile", path), path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return profile_from_json(ss.str(), path);
+  // O_NONBLOCK, then fstat: a FIFO or device named by --profile is refused at once instead of waited on
+  // (engine sits below io/regular_file.h, so the check is restated here). At most 1 MiB.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    STRATA_THROW(IoError, fmt::format("{}: cannot open the device profile: {}", path, std::strerror(errno)), path);
+  struct stat st {};
+  std::string text;
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  constexpr off_t kMax = off_t(1) << 20;
+  if (regular && st.st_size <= kMax) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    text.resize(size_t(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t k = ::read(fd, text.data() + got, text.size() - got);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) break;
+      got += size_t(k);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  if (!regular)
+    STRATA_THROW(
+        IoError,
+        fmt::format("{}: the device profile is not a regular file (a FIFO, device, socket or directory)", path), path);
+  if (st.st_size > kMax)
+    STRATA_THROW(IoError,
+                 fmt::format("{}: the device profile is {} bytes, over the 1 MiB a profile can be", path, st.st_size),
+                 path);
+  return profile_from_json(text, path);
 }
 
 void save_profile(const DeviceProfile& p, const std::string& path) {

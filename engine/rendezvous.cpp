@@ -1,4 +1,7 @@
 // The TCP rendezvous (engine/rendezvous.h). Messages are framed as {magic, tag, length} + bytes.
+// The join: rank 0 sends each new connection a challenge (32 random bytes); the peer answers with a
+// hello {rank, world, its own nonce, HMAC(secret, both nonces, rank, world)}; rank 0 checks the MAC
+// (constant time) and, once every rank is in, welcomes each with HMAC(secret, the nonces swapped).
 // Rank 0 holds one connection per rank; a collective is: every rank sends to rank 0, rank 0 answers
 // every rank. Sockets are blocking with SO_SNDTIMEO (a send cannot block forever); receives go
 // through poll() against one deadline per wait, over all peers at once, so a timeout names exactly
@@ -23,6 +26,7 @@
 #include <utility>
 
 #include "engine/error.h"
+#include "engine/hmac.h"
 
 namespace strata {
 
@@ -30,8 +34,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMagic = 0x53545241;  // "STRA"
-enum Tag : uint32_t { kHello = 1, kWelcome = 2, kData = 3, kAbort = 4 };
-constexpr uint64_t kMaxMessage = uint64_t(1) << 40;
+enum Tag : uint32_t { kHello = 1, kWelcome = 2, kData = 3, kAbort = 4, kChallenge = 5, kRefused = 6 };
+constexpr uint64_t kMaxJoinMessage = 4096;           // bytes: any message before the join completes
+constexpr uint64_t kMaxMessage = uint64_t(1) << 36;  // bytes: a collective's message between joined ranks
+constexpr size_t kNonce = 32;
+constexpr size_t kHelloBytes = 8 + kNonce + 32;  // rank, world, the peer's nonce, the MAC
+constexpr size_t kMaxPending = 64;               // connections in their handshake at once; the oldest goes
 
 struct FrameHeader {
   uint32_t magic, tag;
@@ -97,10 +105,15 @@ bool send_frame(int fd, uint32_t tag, std::span<const std::byte> data) {
   return send_all(&h, sizeof(h)) && send_all(data.data(), data.size());
 }
 
-// One frame being received without blocking (fed whenever poll says the socket is readable).
+// One frame being received without blocking (fed whenever poll says the socket is readable). The
+// length is checked against `max_len` before anything is allocated, and the payload buffer grows with
+// the bytes that actually arrive (a header claiming 2^36 bytes costs nothing until they come).
 struct Reader {
+  Reader() = default;
+  explicit Reader(uint64_t max) : max_len(max) {}
+  uint64_t max_len = kMaxMessage;
   FrameHeader h{};
-  size_t got = 0;  // bytes of header + payload received
+  size_t header_got = 0, payload_got = 0;
   std::vector<std::byte> data;
   bool done = false;
   // Reads what is available. Returns false on EOF or error (`err` says which), or a bad frame.
@@ -108,29 +121,38 @@ struct Reader {
     while (!done) {
       std::byte* dst;
       size_t want;
-      if (got < sizeof(h)) {
-        dst = reinterpret_cast<std::byte*>(&h) + got;
-        want = sizeof(h) - got;
+      if (header_got < sizeof(h)) {
+        dst = reinterpret_cast<std::byte*>(&h) + header_got;
+        want = sizeof(h) - header_got;
       } else {
-        dst = data.data() + (got - sizeof(h));
-        want = sizeof(h) + h.len - got;
+        if (payload_got == data.size())
+          data.resize(size_t(std::min<uint64_t>(h.len, std::max<uint64_t>(2 * data.size(), 1 << 20))));
+        dst = data.data() + payload_got;
+        want = data.size() - payload_got;
       }
-      ssize_t k = want ? ::recv(fd, dst, want, MSG_DONTWAIT) : 0;
-      if (want && k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      if (want && k < 0 && errno == EINTR) continue;
-      if (want && k <= 0) {
+      ssize_t k = ::recv(fd, dst, want, MSG_DONTWAIT);
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
         err = k == 0 ? "closed its connection (did it exit?)" : "connection failed: " + errstr(errno);
         return false;
       }
-      got += size_t(k);
-      if (got == sizeof(h) && want) {
-        if (h.magic != kMagic || h.len > kMaxMessage) {
+      if (header_got < sizeof(h)) {
+        header_got += size_t(k);
+        if (header_got < sizeof(h)) continue;
+        if (h.magic != kMagic) {
           err = "sent a message that is not strata's rendezvous protocol (another program on this port?)";
           return false;
         }
-        data.resize(h.len);
+        if (h.len > max_len) {
+          err = fmt::format("sent a message of {} bytes, over the {} allowed here", h.len, max_len);
+          return false;
+        }
+        data.reserve(size_t(std::min<uint64_t>(h.len, 1 << 20)));
+      } else {
+        payload_got += size_t(k);
       }
-      if (got >= sizeof(h) && got == sizeof(h) + h.len) done = true;
+      if (header_got == sizeof(h) && payload_got == h.len) done = true;
     }
     return true;
   }
@@ -144,8 +166,8 @@ struct Peer {
 // Receives one frame from each peer before the deadline. On a timeout `missing` lists the peers whose
 // frame did not arrive; on a failure `failed` names the first peer that failed and `err` why.
 bool recv_frames(const std::vector<Peer>& peers, Clock::time_point deadline, std::vector<Reader>& out,
-                 std::vector<int>& missing, int& failed, std::string& err) {
-  out.assign(peers.size(), Reader{});
+                 std::vector<int>& missing, int& failed, std::string& err, uint64_t max_len = kMaxMessage) {
+  out.assign(peers.size(), Reader{max_len});
   failed = -1;
   for (;;) {
     std::vector<pollfd> pfd;
@@ -194,6 +216,26 @@ sockaddr_in resolve(const RendezvousOptions& o) {
   return a;
 }
 
+// The proof of the secret: HMAC over a label (hello or welcome: one cannot stand for the other), the
+// two nonces in the label's order, and the claimed rank and world (so they cannot be swapped).
+Digest join_mac(const std::string& secret, const char* label, std::span<const uint8_t> first,
+                std::span<const uint8_t> second, int32_t rank, int32_t world) {
+  std::vector<uint8_t> m(label, label + std::strlen(label));
+  m.insert(m.end(), first.begin(), first.end());
+  m.insert(m.end(), second.begin(), second.end());
+  for (int32_t v : {rank, world})
+    for (int b = 0; b < 4; ++b) m.push_back(uint8_t(uint32_t(v) >> (8 * b)));
+  return hmac_sha256({reinterpret_cast<const uint8_t*>(secret.data()), secret.size()}, m);
+}
+
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 class TcpRendezvous final : public Rendezvous {
  public:
   explicit TcpRendezvous(const RendezvousOptions& o) : o_(o) {
@@ -204,12 +246,16 @@ class TcpRendezvous final : public Rendezvous {
     if (o.master_port < 1 || o.master_port > 65535)
       STRATA_THROW(ConfigError, fmt::format("rendezvous: MASTER_PORT {} is outside 1-65535", o.master_port),
                    "environment", "MASTER_PORT");
+    if (!(o.timeout_s > 0) || o.timeout_s > kMaxCommTimeoutS)
+      STRATA_THROW(ConfigError,
+                   fmt::format("rendezvous: timeout {} s (STRATA_COMM_TIMEOUT) is outside (0, {}] s", o.timeout_s,
+                               kMaxCommTimeoutS),
+                   "environment", "STRATA_COMM_TIMEOUT");
     if (o.world == 1) return;
     const sockaddr_in addr = resolve(o);
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
+    const auto deadline = after(o.timeout_s);
     if (o.rank == 0)
-      listen_and_accept(deadline);
+      listen_and_accept(addr, deadline);
     else
       connect_to_root(addr, deadline);
   }
@@ -259,7 +305,9 @@ class TcpRendezvous final : public Rendezvous {
   void barrier() override { gather({}, "barrier"); }
 
   void abort(const std::string& reason) override {
-    std::span<const std::byte> msg(reinterpret_cast<const std::byte*>(reason.data()), reason.size());
+    // Within what a joining rank accepts (kMaxJoinMessage).
+    std::span<const std::byte> msg(reinterpret_cast<const std::byte*>(reason.data()),
+                                   std::min<size_t>(reason.size(), 2048));
     if (o_.rank == 0)
       for (const Peer& p : peers_) send_frame(p.fd, kAbort, msg);
     else if (root_.get() >= 0)
@@ -267,96 +315,160 @@ class TcpRendezvous final : public Rendezvous {
   }
 
  private:
-  void listen_and_accept(Clock::time_point deadline) {
+  // Rank 0: listens on the address MASTER_ADDR resolves to and serves every connection's handshake side
+  // by side, until world - 1 ranks have proved they hold the secret. A connection that stalls, breaks
+  // the protocol or fails the proof is dropped and counted; only an authenticated rank's bad claim
+  // (another world size, a rank taken) stops the job.
+  void listen_and_accept(const sockaddr_in& addr, Clock::time_point deadline) {
+    char ip[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
+    const bool loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
+    if (loopback && o_.local_world > 0 && o_.local_world < o_.world)
+      STRATA_THROW(ConfigError,
+                   fmt::format("rendezvous: MASTER_ADDR '{}' resolves to {} on rank 0's node, a loopback address, "
+                               "but the job spans several nodes ({} of its {} ranks on this one): the others cannot "
+                               "reach it; set MASTER_ADDR to this node's network address",
+                               o_.master_addr, ip, o_.local_world, o_.world),
+                   "environment", "MASTER_ADDR");
     Fd ls(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (ls.get() < 0) STRATA_THROW(IoError, "rendezvous: socket() failed: " + errstr(errno), endpoint(o_));
     int one = 1;
     ::setsockopt(ls.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // not past a live listener
-    sockaddr_in any{};
-    any.sin_family = AF_INET;
-    any.sin_addr.s_addr = htonl(INADDR_ANY);
-    any.sin_port = htons(uint16_t(o_.master_port));
-    if (::bind(ls.get(), reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 || ::listen(ls.get(), 128) != 0) {
+    if (::bind(ls.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(ls.get(), 128) != 0) {
       const int e = errno;
       STRATA_THROW(
           IoError,
-          fmt::format("rendezvous: rank 0 cannot listen on port {} ({}): {}{}", o_.master_port, o_.port_name, errstr(e),
+          fmt::format("rendezvous: rank 0 cannot listen on {} port {} ({}): {}{}", ip, o_.master_port, o_.port_name,
+                      errstr(e),
                       e == EADDRINUSE ? "; another job (or an earlier run still exiting) holds the port: choose "
                                         "another MASTER_PORT, or set STRATA_RENDEZVOUS_PORT"
-                                      : ""),
+                      : e == EADDRNOTAVAIL
+                          ? fmt::format("; MASTER_ADDR '{}' is not an address of rank 0's host (rank 0 listens "
+                                        "only on the address the other ranks connect to)",
+                                        o_.master_addr)
+                          : ""),
           endpoint(o_));
     }
+    struct Pending {
+      Fd fd;
+      Reader hello;
+      Clock::time_point until;
+      std::string nonce;
+    };
+    std::vector<Pending> pending;
     std::vector<bool> joined(size_t(o_.world), false);
     joined[0] = true;
+    welcome_.assign(size_t(o_.world), Digest{});
+    const double handshake_s = std::min(o_.handshake_s, o_.timeout_s);
     while (int(peers_.size()) < o_.world - 1) {
+      const auto now = Clock::now();
+      for (size_t i = pending.size(); i-- > 0;)
+        if (now >= pending[i].until) ++stalled_, pending.erase(pending.begin() + ptrdiff_t(i));
       const double left = seconds_left(deadline);
-      pollfd p{ls.get(), POLLIN, 0};
-      int n = left > 0 ? ::poll(&p, 1, int(std::min(left * 1000 + 1, 1e9))) : 0;
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
+      if (left <= 0) {
         std::vector<int> missing;
         for (int r = 1; r < o_.world; ++r)
           if (!joined[size_t(r)]) missing.push_back(r);
-        fail(fmt::format("rendezvous: {} of {} did not connect to rank 0 at {} within {} s", rank_list(missing),
-                         o_.world, endpoint(o_), o_.timeout_s));
+        fail(fmt::format("rendezvous: {} of {} did not connect to rank 0 at {} within {} s{}", rank_list(missing),
+                         o_.world, endpoint(o_), o_.timeout_s, refusals()));
       }
-      Fd c(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (c.get() < 0) continue;
-      set_send_timeout(c.get(), o_.timeout_s);
-      // The hello: {rank, world}.
-      std::vector<Reader> got;
-      std::vector<int> missing;
-      int failed;
-      std::string err;
-      if (!recv_frames({Peer{-1, c.get()}}, deadline, got, missing, failed, err) || got[0].h.tag != kHello ||
-          got[0].data.size() != 8)
-        continue;  // not one of ours, or it went away: keep waiting for the real ranks
-      int32_t hello[2];
-      std::memcpy(hello, got[0].data.data(), 8);
-      if (hello[1] != o_.world)
-        fail(fmt::format("rendezvous: rank {} says the world size is {}, rank 0 says {} (WORLD_SIZE differs between "
-                         "ranks)",
-                         hello[0], hello[1], o_.world),
-             &c);
-      if (hello[0] < 1 || hello[0] >= o_.world || joined[size_t(hello[0])])
-        fail(fmt::format("rendezvous: two ranks claim rank {} (or it is outside 1..{}): RANK must be distinct "
-                         "on every process",
-                         hello[0], o_.world - 1),
-             &c);
-      joined[size_t(hello[0])] = true;
-      peers_.push_back(Peer{hello[0], c.get()});
-      fds_.push_back(std::move(c));
+      double wait = left;
+      for (const Pending& p : pending) wait = std::min(wait, seconds_left(p.until));
+      std::vector<pollfd> pfd{{ls.get(), POLLIN, 0}};
+      for (const Pending& p : pending) pfd.push_back({p.fd.get(), POLLIN, 0});
+      const int n = ::poll(pfd.data(), pfd.size(), int(std::clamp(wait * 1000 + 1, 0.0, 1e9)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("rendezvous: rank 0: poll failed: " + errstr(errno));
+      std::vector<size_t> drop;
+      for (size_t j = 1; j < pfd.size(); ++j) {
+        if (!pfd[j].revents) continue;
+        Pending& p = pending[j - 1];
+        std::string err;
+        if (!p.hello.feed(p.fd.get(), err)) {
+          if (err.rfind("closed", 0) != 0) ++garbled_;
+          drop.push_back(j - 1);
+        } else if (p.hello.done) {
+          admit(p.fd, p.hello, p.nonce, joined);  // moves the fd out when it joins
+          drop.push_back(j - 1);
+        }
+      }
+      for (size_t k = drop.size(); k-- > 0;) pending.erase(pending.begin() + ptrdiff_t(drop[k]));
+      if (pfd[0].revents & POLLIN) {
+        Fd c(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (c.get() < 0) continue;
+        set_send_timeout(c.get(), handshake_s);
+        if (pending.size() >= kMaxPending) ++stalled_, pending.erase(pending.begin());
+        std::string nonce = random_bytes(kNonce);
+        if (!send_frame(c.get(), kChallenge, std::as_bytes(std::span(nonce.data(), nonce.size())))) continue;
+        pending.push_back(Pending{std::move(c), Reader{kMaxJoinMessage}, after(handshake_s), std::move(nonce)});
+      }
     }
     std::sort(peers_.begin(), peers_.end(), [](const Peer& a, const Peer& b) { return a.rank < b.rank; });
-    for (const Peer& p : peers_) send_or_fail(p, kWelcome, {}, "rendezvous");
+    for (const Peer& p : peers_)
+      send_or_fail(p, kWelcome, std::as_bytes(std::span(welcome_[size_t(p.rank)])), "rendezvous");
+  }
+
+  // Rank 0: a complete hello on `fd`. Joins its rank when the proof holds; refuses it (and says why)
+  // when it does not; stops the job when a rank that proved the secret claims what cannot be.
+  void admit(Fd& fd, const Reader& r, const std::string& nonce0, std::vector<bool>& joined) {
+    if (r.h.tag != kHello || r.data.size() != kHelloBytes) {
+      ++garbled_;
+      return;
+    }
+    int32_t hello[2];
+    std::memcpy(hello, r.data.data(), 8);
+    const auto* nonce1 = reinterpret_cast<const uint8_t*>(r.data.data()) + 8;
+    const auto* mac = nonce1 + kNonce;
+    const Digest want =
+        join_mac(o_.secret, "strata-rendezvous hello", bytes_of(nonce0), {nonce1, kNonce}, hello[0], hello[1]);
+    if (!constant_time_equal(want, {mac, 32})) {
+      ++refused_;
+      const std::string why =
+          "rank 0 refused this connection: its proof of the job secret does not match (STRATA_JOB_SECRET must be "
+          "the same on every rank of the job)";
+      send_frame(fd.get(), kRefused, std::as_bytes(std::span(why.data(), why.size())));
+      return;
+    }
+    if (hello[1] != o_.world)
+      fail(fmt::format("rendezvous: rank {} says the world size is {}, rank 0 says {} (WORLD_SIZE differs between "
+                       "ranks)",
+                       hello[0], hello[1], o_.world),
+           &fd);
+    if (hello[0] < 1 || hello[0] >= o_.world || joined[size_t(hello[0])])
+      fail(fmt::format("rendezvous: two ranks claim rank {} (or it is outside 1..{}): RANK must be distinct "
+                       "on every process",
+                       hello[0], o_.world - 1),
+           &fd);
+    joined[size_t(hello[0])] = true;
+    welcome_[size_t(hello[0])] =
+        join_mac(o_.secret, "strata-rendezvous welcome", {nonce1, kNonce}, bytes_of(nonce0), hello[0], hello[1]);
+    set_send_timeout(fd.get(), o_.timeout_s);
+    peers_.push_back(Peer{hello[0], fd.get()});
+    fds_.push_back(std::move(fd));
+  }
+
+  // What rank 0 turned away while it waited, for the timeout's message.
+  std::string refusals() const {
+    if (!refused_ && !stalled_ && !garbled_) return "";
+    std::string s = "; meanwhile rank 0 dropped";
+    const char* sep = " ";
+    if (refused_) {
+      s += fmt::format(
+          "{}{} connection{} whose proof of the job secret did not match (is STRATA_JOB_SECRET the "
+          "same on every rank?)",
+          sep, refused_, refused_ > 1 ? "s" : "");
+      sep = ", ";
+    }
+    if (stalled_)
+      s += fmt::format("{}{} that sent no hello within {} s", sep, stalled_, std::min(o_.handshake_s, o_.timeout_s)),
+          sep = ", ";
+    if (garbled_) s += fmt::format("{}{} that did not speak strata's rendezvous protocol", sep, garbled_);
+    return s;
   }
 
   void connect_to_root(const sockaddr_in& addr, Clock::time_point deadline) {
     std::string last = "no attempt";
-    for (;;) {
-      Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-      if (s.get() < 0) STRATA_THROW(IoError, "rendezvous: socket() failed: " + errstr(errno), endpoint(o_));
-      int rc = ::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-      if (rc != 0 && errno == EINPROGRESS) {
-        pollfd p{s.get(), POLLOUT, 0};
-        const double left = std::max(0.0, std::min(seconds_left(deadline), 5.0));
-        if (::poll(&p, 1, int(left * 1000)) == 1) {
-          int e = 0;
-          socklen_t len = sizeof(e);
-          ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &e, &len);
-          rc = e ? -1 : 0;
-          errno = e ? e : ETIMEDOUT;
-        } else {
-          errno = ETIMEDOUT;
-        }
-      }
-      if (rc == 0) {
-        ::fcntl(s.get(), F_SETFL, ::fcntl(s.get(), F_GETFL) & ~O_NONBLOCK);
-        set_send_timeout(s.get(), o_.timeout_s);
-        root_ = std::move(s);
-        break;
-      }
-      last = errstr(errno);
+    while (!try_join(addr, deadline, last)) {
       if (seconds_left(deadline) <= 0)
         STRATA_THROW(Error, fmt::format("rendezvous: rank {} could not reach rank 0 at {} within {} s (last error: "
                                         "{}); is rank 0 running, and are MASTER_ADDR and {} the same on "
@@ -364,11 +476,86 @@ class TcpRendezvous final : public Rendezvous {
                                         o_.rank, endpoint(o_), o_.timeout_s, last, o_.port_name));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    int32_t hello[2] = {o_.rank, o_.world};
-    send_or_fail(Peer{0, root_.get()}, kHello, std::as_bytes(std::span(hello)), "rendezvous");
+  }
+
+  // One attempt at joining. False (`last` says why) when no connection was made, or rank 0 dropped it
+  // before answering the hello: try again. Throws when rank 0 refused or aborted, or is not rank 0.
+  bool try_join(const sockaddr_in& addr, Clock::time_point deadline, std::string& last) {
+    Fd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (s.get() < 0) STRATA_THROW(IoError, "rendezvous: socket() failed: " + errstr(errno), endpoint(o_));
+    int rc = ::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{s.get(), POLLOUT, 0};
+      const double left = std::max(0.0, std::min(seconds_left(deadline), 5.0));
+      if (::poll(&p, 1, int(left * 1000)) == 1) {
+        int e = 0;
+        socklen_t len = sizeof(e);
+        ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &e, &len);
+        rc = e ? -1 : 0;
+        errno = e ? e : ETIMEDOUT;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc != 0) {
+      last = errstr(errno);
+      return false;
+    }
+    ::fcntl(s.get(), F_SETFL, ::fcntl(s.get(), F_GETFL) & ~O_NONBLOCK);
+    set_send_timeout(s.get(), o_.timeout_s);
+    auto next = [&](Clock::time_point until, Reader& out) {
+      std::vector<Reader> got;
+      std::vector<int> missing;
+      int failed;
+      std::string err;
+      if (!recv_frames({Peer{0, s.get()}}, until, got, missing, failed, err, kMaxJoinMessage)) {
+        last = failed >= 0 ? "rank 0 " + err : "no answer from rank 0";
+        return false;
+      }
+      out = std::move(got[0]);
+      const std::string text(reinterpret_cast<const char*>(out.data.data()), out.data.size());
+      if (out.h.tag == kAbort)
+        STRATA_THROW(Error, fmt::format("rendezvous: rank {}: rank 0 stopped the job: {}", o_.rank, text));
+      if (out.h.tag == kRefused)
+        STRATA_THROW(Error,
+                     fmt::format("rendezvous: rank {} cannot join the job at {}: {}", o_.rank, endpoint(o_), text));
+      return true;
+    };
+    Reader challenge;
+    if (!next(deadline, challenge)) return false;
+    if (challenge.h.tag != kChallenge || challenge.data.size() != kNonce)
+      STRATA_THROW(Error, fmt::format("rendezvous: rank {}: the program at {} did not send strata's join challenge "
+                                      "(another program on the port, or an older strata as rank 0?)",
+                                      o_.rank, endpoint(o_)));
+    const std::string nonce1 = random_bytes(kNonce);
+    const auto nonce0 = std::span(reinterpret_cast<const uint8_t*>(challenge.data.data()), kNonce);
+    const Digest mac = join_mac(o_.secret, "strata-rendezvous hello", nonce0, bytes_of(nonce1), o_.rank, o_.world);
+    std::vector<std::byte> hello(kHelloBytes);
+    const int32_t rw[2] = {o_.rank, o_.world};
+    std::memcpy(hello.data(), rw, 8);
+    std::memcpy(hello.data() + 8, nonce1.data(), kNonce);
+    std::memcpy(hello.data() + 8 + kNonce, mac.data(), 32);
+    if (!send_frame(s.get(), kHello, hello)) {
+      last = "sending the hello failed: " + errstr(errno);
+      return false;
+    }
     deadline_ = deadline + grace();
-    Reader r = recv_one("rendezvous", true);
-    if (r.h.tag != kWelcome) STRATA_THROW(Error, "rendezvous: rank 0 answered with an unexpected message");
+    Reader welcome;
+    if (!next(deadline_, welcome)) {
+      if (seconds_left(deadline_) <= 0)
+        STRATA_THROW(Error, fmt::format("rendezvous: rendezvous on rank {}: no answer from rank 0 within {} s "
+                                        "(another rank has not arrived, or rank 0 is stuck)",
+                                        o_.rank, o_.timeout_s));
+      return false;
+    }
+    const Digest want = join_mac(o_.secret, "strata-rendezvous welcome", bytes_of(nonce1), nonce0, o_.rank, o_.world);
+    if (welcome.h.tag != kWelcome ||
+        !constant_time_equal(want, {reinterpret_cast<const uint8_t*>(welcome.data.data()), welcome.data.size()}))
+      STRATA_THROW(Error, fmt::format("rendezvous: rank {}: the welcome from {} does not prove the job secret: it is "
+                                      "not this job's rank 0 (another job's, or STRATA_JOB_SECRET differs)",
+                                      o_.rank, endpoint(o_)));
+    root_ = std::move(s);
+    return true;
   }
 
   // Rank 0 gives up: tells every connected rank why, then throws.
@@ -390,8 +577,7 @@ class TcpRendezvous final : public Rendezvous {
 
   // Rank 0: one frame from every rank (kData), or fail naming who did not send, died, or aborted.
   std::vector<Reader> recv_all(const char* what) {
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
+    const auto deadline = after(o_.timeout_s);
     std::vector<Reader> got;
     std::vector<int> missing;
     int failed;
@@ -417,11 +603,7 @@ class TcpRendezvous final : public Rendezvous {
 
   // A non-root rank: the next frame from rank 0.
   Reader recv_one(const char* what, bool use_join_deadline = false) {
-    const auto deadline =
-        use_join_deadline
-            ? deadline_
-            : Clock::now() + grace() +
-                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
+    const auto deadline = use_join_deadline ? deadline_ : after(o_.timeout_s) + grace();
     std::vector<Reader> got;
     std::vector<int> missing;
     int failed;
@@ -463,6 +645,8 @@ class TcpRendezvous final : public Rendezvous {
   std::vector<Peer> peers_;  // rank 0: (rank, fd), rank order
   Fd root_;                  // other ranks: the connection to rank 0
   Clock::time_point deadline_;
+  std::vector<Digest> welcome_;                  // rank 0: each rank's welcome MAC, sent once all joined
+  int refused_ = 0, stalled_ = 0, garbled_ = 0;  // rank 0: connections dropped during the join, by cause
 };
 
 }  // namespace

@@ -11,12 +11,13 @@ Switches Switches::from(const std::function<const char*(const char*)>& get) {
     const char* e = get(name);
     if (e && *e) v = std::string(e) != "0";
   };
+  // A number in [0, 1e6] (range-checked before the conversion: 1e30 must not wrap an int); else the default.
   auto number = [&](const char* name, auto& v) {
     const char* e = get(name);
     if (!e || !*e) return;
     char* end = nullptr;
     const double d = std::strtod(e, &end);
-    if (end && *end == '\0') v = static_cast<std::remove_reference_t<decltype(v)>>(d);
+    if (end && *end == '\0' && d >= 0 && d <= 1e6) v = static_cast<std::remove_reference_t<decltype(v)>>(d);
   };
   flag("STRATA_GEMM_TUNE", s.gemm_tune);
   flag("STRATA_GEMM_VERBOSE", s.gemm_verbose);

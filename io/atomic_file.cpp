@@ -143,8 +143,22 @@ size_t remove_stale_temps(const std::string& dir) noexcept {
   return removed;
 }
 
+long kill_point() noexcept {
+  static const long at = [] {
+    const char* v = std::getenv("STRATA_TEST_KILL_AT");
+    char* end = nullptr;
+    const long n = v ? std::strtol(v, &end, 10) : 0;
+    return v && *v && !*end && n > 0 ? n : 0;
+  }();
+  static std::atomic<long> calls{0};
+  const long n = calls.fetch_add(1) + 1;
+  if (n == at) ::raise(SIGKILL);
+  return n;
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   remove_stale_temps(parent_dir(path_));  // a killed save must not leave its temp behind for good
+  kill_point();
   static std::atomic<unsigned> counter{0};
   // O_EXCL + a pid/counter suffix: concurrent writers never share a temp file. Mode 0666 & ~umask,
   // as a plain open() would give, unlike mkstemp's 0600.
@@ -190,6 +204,7 @@ void AtomicFile::write(const void* data, size_t bytes) {
   auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
     size_t chunk = bytes < (size_t(1) << 30) ? bytes : (size_t(1) << 30);
+    kill_point();
     ssize_t n = ::write(fd_, p, chunk);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
@@ -204,6 +219,7 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::commit() {
   if (fd_ < 0) STRATA_THROW(IoError, fmt::format("{}: commit after commit or failure", path_), path_);
+  kill_point();
   if (::fsync(fd_) != 0) {
     int e = errno;
     abandon();
@@ -216,6 +232,7 @@ void AtomicFile::commit() {
     abandon();
     STRATA_THROW(IoError, fmt::format("{}: close failed: {}", path_, errno_str(e)), path_);
   }
+  kill_point();
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     int e = errno;
     std::string tmp = tmp_;  // abandon() clears tmp_

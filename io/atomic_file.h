@@ -30,6 +30,13 @@ void remove_temps_on_signals();
 // temps it unlinked.
 int unlink_live_temps() noexcept;
 
+// Test hook for crash safety: every file-system mutation of a save calls it first (AtomicFile: the
+// temp's creation, each write, the fsync, the rename; the checkpoint writer: each directory it creates,
+// renames or removes). With STRATA_TEST_KILL_AT=N in the environment the Nth call in this process
+// raises SIGKILL, so a test can stop a save at every step in turn; unset, it only counts. Returns the
+// number of calls so far.
+long kill_point() noexcept;
+
 // Streaming form for large payloads (checkpoints): write() any number of times, then commit().
 // Destroying it uncommitted (e.g. after an exception) unlinks the temp file. Move-only.
 class AtomicFile {

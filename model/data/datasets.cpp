@@ -145,8 +145,9 @@ std::string cache_bytes(const std::vector<Example>& ex) {
   return out;
 }
 
-// False for anything but a complete cache file (then the dataset is tokenised again).
-bool parse_cache(const std::string& b, std::vector<Example>& ex) {
+// False for anything but a complete cache file whose every id is a token of the tokenizer (0 <= id < vocab)
+// and every flag 0 or 1: verified in full here, not when a row is drawn (then the dataset is tokenised again).
+bool parse_cache(const std::string& b, std::vector<Example>& ex, int32_t vocab) {
   size_t at = 0;
   auto get = [&](void* p, size_t n) {
     if (b.size() - at < n) return false;
@@ -164,6 +165,8 @@ bool parse_cache(const std::string& b, std::vector<Example>& ex) {
     e.ids.resize(len);
     e.trained.resize(len);
     if (!get(e.ids.data(), size_t(len) * 4) || !get(e.trained.data(), len)) return false;
+    for (size_t i = 0; i < len; ++i)
+      if (e.ids[i] < 0 || e.ids[i] >= vocab || e.trained[i] > 1) return false;
   }
   return at == b.size();
 }
@@ -285,7 +288,8 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
   std::error_code ec;
   if (fs::is_regular_file(r.cache_file, ec)) {
     try {
-      if (parse_cache(io::read_regular_file(r.cache_file, "the dataset cache", kMaxSource), r.examples)) {
+      if (parse_cache(io::read_regular_file(r.cache_file, "the dataset cache", kMaxSource), r.examples,
+                      tok.vocab_size())) {
         r.cache_hit = true;
         return r;
       }

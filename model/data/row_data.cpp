@@ -55,6 +55,11 @@ RowSplit split_rows(long rows, double val_set_size, uint64_t seed, const std::st
     const double frac = std::strtod(fmt::format("{}", float(val_set_size)).c_str(), nullptr);
     n_val = long(std::ceil(frac * double(rows)));
   } else if (val_set_size >= 1) {
+    // Compared as a double first: a count past the long range must not be converted (1e19 held out nothing).
+    if (val_set_size >= double(rows))
+      throw ConfigError(
+          fmt::format("{}: val_set_size {} holds out all {} rows, leaving none to train on", file, val_set_size, rows),
+          file, "val_set_size");
     if (val_set_size != std::floor(val_set_size))
       throw ConfigError(fmt::format("{}: val_set_size {} is neither a fraction below 1 nor a whole count of rows", file,
                                     val_set_size),

@@ -49,6 +49,14 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
+// Removes a checkpoint directory strata wrote (a temp, or an older copy): trainer_state.json first, so a
+// removal killed half-way leaves a directory that no longer looks complete (and is never restored).
+void remove_copy(const fs::path& dir) noexcept {
+  std::error_code ec;
+  fs::remove(dir / kState, ec);
+  fs::remove_all(dir, ec);
+}
+
 // The pid in ".checkpoint-<step>.tmp.<pid>", or 0.
 pid_t temp_owner(const std::string& name) {
   if (!name.starts_with(".checkpoint-")) return 0;
@@ -172,23 +180,150 @@ int copy_tokenizer_files(const std::string& from, const std::string& to) {
   return n;
 }
 
-size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept {
-  size_t removed = 0;
+bool is_strata_checkpoint(const std::string& dir) noexcept {
+  std::error_code ec;
+  if (fs::is_symlink(dir, ec) || !fs::is_directory(dir, ec) || !fs::is_regular_file(dir + "/" + kState, ec))
+    return false;
+  try {
+    const json j = json::parse(io::read_regular_file(dir + "/" + kState, "trainer_state.json", size_t(1) << 20));
+    return j.is_object() && j.value("format", "") == "strata-checkpoint";
+  } catch (...) {
+    return false;
+  }
+}
+
+void check_checkpoint_path_free(const std::string& final_dir) {
+  std::error_code ec;
+  const fs::file_status s = fs::symlink_status(final_dir, ec);
+  if (!fs::exists(s) || is_strata_checkpoint(final_dir)) return;
+  throw IoError(fmt::format("{}: the checkpoint's path is taken by a {} that strata did not write (no "
+                            "trainer_state.json of format strata-checkpoint in it); strata never replaces it: move "
+                            "it away or choose another output_dir",
+                            final_dir,
+                            fs::is_symlink(s)        ? "symbolic link"
+                            : fs::is_directory(s)    ? "directory"
+                            : fs::is_regular_file(s) ? "regular file"
+                                                     : "special file"),
+                final_dir);
+}
+
+namespace {
+
+// The step in ".checkpoint-<step>.tmp.<pid>" or ".checkpoint-<step>.old.tmp.<pid>", or -1.
+int temp_step(const std::string& name) {
+  if (!name.starts_with(".checkpoint-")) return -1;
+  const size_t dot = name.find('.', 12);
+  const std::string digits = name.substr(12, dot == std::string::npos ? std::string::npos : dot - 12);
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoi(digits);
+}
+
+// The dead writers' temp directories in `output_dir`, the new copies (".tmp.") before the old (".old.tmp.").
+std::vector<fs::path> dead_temps(const std::string& output_dir) {
+  std::vector<fs::path> out;
   std::error_code ec;
   for (fs::directory_iterator it(output_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const pid_t pid = temp_owner(name);
     if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    out.push_back(it->path());
+  }
+  std::stable_partition(out.begin(), out.end(),
+                        [](const fs::path& p) { return p.filename().string().find(".old.tmp.") == std::string::npos; });
+  return out;
+}
+
+}  // namespace
+
+size_t restore_killed_checkpoints(const std::string& output_dir) noexcept {
+  size_t restored = 0;
+  for (const fs::path& t : dead_temps(output_dir)) {
+    const int step = temp_step(t.filename().string());
+    if (step < 0 || !is_strata_checkpoint(t.string())) continue;
+    const std::string final_dir = fmt::format("{}/checkpoint-{}", output_dir, step);
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(final_dir, ec))) continue;
+    io::kill_point();
+    fs::rename(t, final_dir, ec);
+    if (ec) continue;  // another rank restored it first, or the directory is read-only: leave it
+    fsync_dir(output_dir);
+    ++restored;
+    fmt::print(stderr, "strata: restored {} from {}, a complete copy a killed save left\n", final_dir, t.string());
+  }
+  return restored;
+}
+
+size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept {
+  restore_killed_checkpoints(output_dir);
+  size_t removed = 0;
+  for (const fs::path& t : dead_temps(output_dir)) {
+    const int step = temp_step(t.filename().string());
+    const std::string final_dir = fmt::format("{}/checkpoint-{}", output_dir, step);
+    const bool complete = is_strata_checkpoint(t.string());
+    // A complete copy goes only when checkpoint-<step> is one too (it is then an older copy of that step).
+    if (complete && (step < 0 || !is_strata_checkpoint(final_dir))) continue;
     std::error_code rm;
-    fs::remove_all(it->path(), rm);
+    io::kill_point();
+    fs::remove(t / kState, rm);
+    fs::remove_all(t, rm);
     if (!rm) {
       ++removed;
-      fmt::print(stderr, "strata: removed {}, a partial checkpoint left by process {} (no longer running)\n",
-                 it->path().string(), pid);
+      fmt::print(stderr, "strata: removed {}, {} left by process {} (no longer running)\n", t.string(),
+                 complete ? fmt::format("an older copy of {}", final_dir) : "a partial checkpoint",
+                 temp_owner(t.filename().string()));
     }
   }
   return removed;
 }
+
+namespace {
+
+// Publishes the complete temp directory `tmp` as `final_dir`. A checkpoint of the same step already there
+// (a run resumed from an earlier one saves it again) is exchanged with it in one atomic rename
+// (renameat2 RENAME_EXCHANGE), so checkpoint-<step> is a complete copy at every instant; the old copy,
+// now at the temp's name, is then removed. Where the file system cannot exchange, the old copy moves
+// aside first, and a kill between the two renames leaves both copies complete under temp names, which
+// restore_killed_checkpoints puts back.
+void publish_checkpoint(const std::string& tmp, const std::string& final_dir, const std::string& output_dir, int step) {
+  check_checkpoint_path_free(final_dir);
+  io::kill_point();
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0) {
+    fsync_dir(output_dir);
+    return;
+  }
+  int e = errno;
+  const bool exchange = !std::getenv("STRATA_TEST_RENAME_FALLBACK");  // tests the path of other file systems
+  if (e == EEXIST && exchange) {
+    io::kill_point();
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(output_dir);
+      io::kill_point();
+      remove_copy(tmp);  // the old copy
+      return;
+    }
+    e = errno;
+  }
+  if (e != EEXIST && e != EINVAL && e != ENOSYS && e != ENOTSUP)
+    throw IoError(fmt::format("{}: cannot rename {} into place: {}", final_dir, tmp, std::strerror(e)), final_dir);
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    const std::string old = fmt::format("{}/.checkpoint-{}.old.tmp.{}", output_dir, step, ::getpid());
+    fs::remove_all(old, ec);
+    io::kill_point();
+    fs::rename(final_dir, old);
+    io::kill_point();
+    fs::rename(tmp, final_dir);
+    fsync_dir(output_dir);
+    io::kill_point();
+    remove_copy(old);
+  } else {
+    io::kill_point();
+    fs::rename(tmp, final_dir);
+  }
+  fsync_dir(output_dir);
+}
+
+}  // namespace
 
 namespace {
 
@@ -221,18 +356,7 @@ void finish_checkpoint(const std::string& tmp, const std::string& final_dir, con
   io::write_file_atomic(tmp + "/" + kState, state.dump(2) + "\n");
   done(kState);
   fsync_dir(tmp);
-  // Complete: the temp takes the checkpoint's name (a checkpoint of the same step moves aside first).
-  std::error_code ec;
-  if (fs::exists(final_dir)) {
-    const std::string old = fmt::format("{}/.checkpoint-{}.old.tmp.{}", output_dir, st.step, ::getpid());
-    fs::remove_all(old, ec);
-    fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(tmp, final_dir);
-  }
-  fsync_dir(output_dir);
+  publish_checkpoint(tmp, final_dir, output_dir, st.step);
 }
 
 // ZeRO-3: the fp32 weights of a layer matrix rank 0 does not hold, from its owner's shard (`<name>`: fp32, or bf16
@@ -267,6 +391,7 @@ std::string save_sharded(const std::string& output_dir, Backend& be, const Llama
     try {
       fs::create_directories(output_dir);
       remove_stale_checkpoint_temps(output_dir);  // before any rank writes into a temp of this save
+      check_checkpoint_path_free(final_dir);
     } catch (...) {
       err = current_error(final_dir);
     }
@@ -293,7 +418,7 @@ std::string save_sharded(const std::string& output_dir, Backend& be, const Llama
   try {
     agree(sum, err, final_dir, "write their shard of the optimizer state", z.world);
   } catch (...) {
-    if (lead) fs::remove_all(tmp, ec);
+    if (lead) remove_copy(tmp);
     throw;
   }
   if (lead) {
@@ -318,7 +443,7 @@ std::string save_sharded(const std::string& output_dir, Backend& be, const Llama
       finish_checkpoint(tmp, final_dir, output_dir, model, st, w, fp32_of);
     } catch (...) {
       err = current_error(final_dir);
-      fs::remove_all(tmp, ec);
+      remove_copy(tmp);
     }
   }
   agree(sum, err, final_dir, "complete the checkpoint (rank 0 writes the weights and the trainer state)", z.world);
@@ -340,6 +465,7 @@ std::string save_checkpoint(const std::string& output_dir, Backend& be, const Ll
   fs::create_directories(output_dir);
   remove_stale_checkpoint_temps(output_dir);
   const std::string final_dir = fmt::format("{}/checkpoint-{}", output_dir, st.step);
+  check_checkpoint_path_free(final_dir);
   const std::string tmp = fmt::format("{}/.checkpoint-{}.tmp.{}", output_dir, st.step, ::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -352,21 +478,23 @@ std::string save_checkpoint(const std::string& output_dir, Backend& be, const Ll
     if (w.after_file) w.after_file(kOptimizer);
     finish_checkpoint(tmp, final_dir, output_dir, model, st, w, {});
   } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp, ec);
+    remove_copy(tmp);
     throw IoError(fmt::format("{}: cannot write the checkpoint: {}", final_dir, e.what()), final_dir);
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    remove_copy(tmp);
     throw;
   }
   return final_dir;
 }
 
-std::vector<CheckpointEntry> list_checkpoints(const std::string& output_dir) {
+namespace {
+std::vector<CheckpointEntry> checkpoint_entries(const std::string& output_dir, bool directories_only) {
   std::vector<CheckpointEntry> out;
   std::error_code ec;
   for (fs::directory_iterator it(output_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!name.starts_with("checkpoint-") || !it->is_directory()) continue;
+    std::error_code e2;
+    if (!name.starts_with("checkpoint-") || (directories_only && !it->is_directory(e2))) continue;
     const std::string digits = name.substr(11);
     if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
     out.push_back({std::stoi(digits), it->path().string()});
@@ -374,12 +502,22 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& output_dir) {
   std::sort(out.begin(), out.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
   return out;
 }
+}  // namespace
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& output_dir) {
+  return checkpoint_entries(output_dir, true);
+}
+
+std::vector<CheckpointEntry> list_checkpoint_names(const std::string& output_dir) {
+  return checkpoint_entries(output_dir, false);
+}
 
 std::vector<std::string> prune_checkpoints(const std::string& output_dir, int keep) {
   std::vector<std::string> removed;
   if (keep <= 0) return removed;
   std::vector<CheckpointEntry> all = list_checkpoints(output_dir);
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {
+    if (!is_strata_checkpoint(all[i].path)) continue;  // not ours: never removed
     std::error_code ec;
     fs::remove_all(all[i].path, ec);
     if (ec)
@@ -396,6 +534,7 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
           "resume_from_checkpoint: true/auto resumes from the newest checkpoint in output_dir, and "
           "no output_dir (--save) is given",
           "config", "resume_from_checkpoint");
+    restore_killed_checkpoints(output_dir);  // a save killed between its renames left the newest aside
     std::vector<CheckpointEntry> all = list_checkpoints(output_dir);
     if (all.empty())
       throw ConfigError(fmt::format("resume_from_checkpoint: no checkpoint-<step> directory in {}", output_dir),

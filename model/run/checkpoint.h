@@ -80,14 +80,34 @@ struct CheckpointEntry {
   std::string path;
 };
 std::vector<CheckpointEntry> list_checkpoints(const std::string& output_dir);
-// Removes all but the newest `keep` (0 keeps all); returns the paths removed.
+// Every entry named checkpoint-<n> in output_dir, whatever it is (files and links too), by step.
+std::vector<CheckpointEntry> list_checkpoint_names(const std::string& output_dir);
+// Removes all but the newest `keep` (0 keeps all) of those strata wrote; returns the paths removed.
 std::vector<std::string> prune_checkpoints(const std::string& output_dir, int keep);
-// Removes hidden temp directories of saves whose process is gone; returns how many.
+// A directory holding a trainer_state.json of format strata-checkpoint (not a symbolic link).
+bool is_strata_checkpoint(const std::string& dir) noexcept;
+// IoError naming `final_dir` when something strata did not write (a file, a link, a foreign directory)
+// holds a checkpoint's path: strata never deletes or replaces it.
+void check_checkpoint_path_free(const std::string& final_dir);
+// Crash recovery: a complete temp directory of a save whose process is gone (".checkpoint-<n>.tmp.<pid>",
+// or ".checkpoint-<n>.old.tmp.<pid>", the new copy preferred) becomes checkpoint-<n> where that name is
+// free. resolve_checkpoint("auto") and every save call it first. Returns how many it restored.
+size_t restore_killed_checkpoints(const std::string& output_dir) noexcept;
+// Restores as above, then removes the temp directories of saves whose process is gone: partial ones, and
+// complete ones only where checkpoint-<n> is complete too (never the last complete copy). Returns how many.
 size_t remove_stale_checkpoint_temps(const std::string& output_dir) noexcept;
 
 // resume_from_checkpoint: "auto" is the newest checkpoint in output_dir, anything else a directory
 // that must hold trainer_state.json. ConfigError naming the key when there is none.
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
+
+// trainer_state.json of checkpoint `dir`, every counter range-checked before conversion (global_step and
+// total_steps 0..2^31-1, data.epoch 0..2^31-1, data.index 0..9e15, the RNG states 64-bit) and global_step
+// equal to the N of a directory named checkpoint-N. FormatError naming the file and the field.
+CheckpointState read_trainer_state(const std::string& dir);
+// The data position against the step: epoch x train_rows + index rows drawn must be step x rows_per_step
+// (every step draws the same rows), and index at most train_rows. FormatError naming the file and field.
+void check_data_position(const std::string& dir, const CheckpointState& st, long train_rows, long rows_per_step);
 
 // Loads a checkpoint into a model built as the run that saved it (its base weights loaded), on any
 // number of ranks and ZeRO stage: checks train_config.json against `config_json` (a field that must
@@ -96,9 +116,11 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
 // the file and the tensor on a missing tensor, another dtype or shape, or a tensor that is not that
 // file's rank's; naming the file and zero_shards for a missing shard). Returns trainer_state.json's state.
 // Sharded now: each rank restores the state of the parameters it owns and the weights of the others';
-// with `sum`, a failure on any rank makes every rank throw.
+// with `sum`, a failure on any rank makes every rank throw. `check_state` (e.g. check_data_position) sees
+// trainer_state.json once train_config.json matched, before anything is copied in.
 CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
-                                const RankSum& sum = {});
+                                const RankSum& sum = {},
+                                const std::function<void(const CheckpointState&)>& check_state = {});
 
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model from
 // `from` into `to` where they exist (atomically each). Returns how many were copied.

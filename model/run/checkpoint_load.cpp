@@ -48,6 +48,37 @@ const io::TensorInfo& state_tensor(const io::SafetensorsFile& f, const std::stri
   return *t;
 }
 
+// A state tensor's values, as a resumed run would train from them: every float finite, and a second moment
+// (`.v`) or a block scale (`_scale`) non-negative. Checked before anything is copied in, like a
+// checkpoint's weights; 8-bit codes and split masters' low halves are integers, any value valid.
+void check_values(const io::SafetensorsFile& f, const std::string& path, const io::TensorInfo& t) {
+  if (t.dtype != DType::f32 && t.dtype != DType::bf16 && t.dtype != DType::f16) return;
+  const bool second_moment = t.name.ends_with(".v") || t.name.ends_with("_scale");
+  const size_t es = dtype_size(t.dtype), n = t.bytes / es;
+  constexpr size_t kChunk = size_t(1) << 16;
+  std::vector<std::byte> raw;  // the data section has no alignment guarantee: converted from a copy
+  std::vector<float> vals;
+  for (size_t at = 0; at < n; at += kChunk) {
+    const size_t k = std::min(kChunk, n - at);
+    raw.assign(f.data(t) + at * es, f.data(t) + (at + k) * es);
+    vals.resize(k);
+    convert_to_f32(vals.data(), raw.data(), t.dtype, k);
+    for (size_t i = 0; i < k; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &vals[i], 4);
+      const bool finite = (bits & 0x7f800000u) != 0x7f800000u;  // independent of -ffinite-math-only
+      if (finite && !(second_moment && vals[i] < 0)) continue;
+      throw FormatError(
+          fmt::format("{}: tensor '{}' holds {} at index {} of {}: {} (the optimizer state is corrupt)", path, t.name,
+                      vals[i], at + i, n,
+                      !finite                      ? "a non-finite value"
+                      : t.name.ends_with("_scale") ? "a negative block scale of an 8-bit moment"
+                                                   : "a negative Adam second moment (it is a mean of squares, >= 0)"),
+          path, t.name);
+    }
+  }
+}
+
 // Copies a checked piece in from the bytes of its tensor in a state file.
 void copy_piece(Backend& be, const Piece& pc, const void* src) {
   if (!pc.bytes()) return;
@@ -93,7 +124,8 @@ class SavedState {
     if (f < 0) return;  // no elements: nothing saved, nothing to restore
     const io::SafetensorsFile& file = open(f);
     for (const Piece& pc : pieces) {
-      state_tensor(file, path(f), pc.name, pc.dtype, pc.shape);
+      const io::TensorInfo& t = state_tensor(file, path(f), pc.name, pc.dtype, pc.shape);
+      if (!pc.mirror) check_values(file, path(f), t);
       restored_[size_t(f)] += !pc.mirror;
     }
   }
@@ -193,10 +225,80 @@ long micro_step_rows(const J& j) {
   return ranks.template get<long>() * batch.template get<long>();
 }
 
+// The step of a directory named checkpoint-<n>, or -1.
+long step_of_name(const std::string& dir) {
+  std::string name = fs::path(dir).filename().string();
+  if (name.empty()) name = fs::path(dir).parent_path().filename().string();  // "checkpoint-4/"
+  if (!name.starts_with("checkpoint-")) return -1;
+  const std::string digits = name.substr(11);
+  if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stol(digits);
+}
+
 }  // namespace
 
+CheckpointState read_trainer_state(const std::string& dir) {
+  const std::string st_path = dir + "/" + kState;
+  const json j = read_json(st_path);
+  // Each counter is range-checked as JSON before it is converted (2^32 + 2 must not become 2).
+  auto integer = [&](const json& v, const char* field, long double hi) -> long double {
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned() ? (long double)(v.get<uint64_t>()) > hi
+                                : v.get<int64_t>() < 0 || (long double)(v.get<int64_t>()) > hi))
+      throw FormatError(
+          fmt::format("{}: field {} is {}, expected an integer from 0 to {:.0f}", st_path, field, v.dump(), double(hi)),
+          st_path, field);
+    return v.is_number_unsigned() ? (long double)v.get<uint64_t>() : (long double)v.get<int64_t>();
+  };
+  auto field = [&](const json& obj, const char* key, const char* name) -> const json& {
+    if (!obj.is_object() || !obj.contains(key))
+      throw FormatError(fmt::format("{}: field {} is missing", st_path, name), st_path, name);
+    return obj[key];
+  };
+  constexpr long double kIntMax = 2147483647.0L, kRowsMax = 9.0e15L, kU64Max = 18446744073709551615.0L;
+  CheckpointState st;
+  st.step = int(integer(field(j, "global_step", "global_step"), "global_step", kIntMax));
+  st.total_steps = j.contains("total_steps") ? int(integer(j["total_steps"], "total_steps", kIntMax)) : 0;
+  if (j.contains("loss")) {
+    if (!j["loss"].is_number())
+      throw FormatError(fmt::format("{}: field loss is {}, expected a number", st_path, j["loss"].dump()), st_path,
+                        "loss");
+    st.loss = j["loss"].get<float>();
+  }
+  const json& data = field(j, "data", "data");
+  st.data.epoch = long(integer(field(data, "epoch", "data.epoch"), "data.epoch", kIntMax));
+  st.data.index = long(integer(field(data, "index", "data.index"), "data.index", kRowsMax));
+  st.data.epoch_rng = uint64_t(integer(field(data, "epoch_rng", "data.epoch_rng"), "data.epoch_rng", kU64Max));
+  st.trainer_rng = uint64_t(integer(field(j, "trainer_rng", "trainer_rng"), "trainer_rng", kU64Max));
+  if (j["data"]["epoch_rng"].is_number_unsigned()) st.data.epoch_rng = j["data"]["epoch_rng"].get<uint64_t>();
+  if (j["trainer_rng"].is_number_unsigned()) st.trainer_rng = j["trainer_rng"].get<uint64_t>();
+  if (const long named = step_of_name(dir); named >= 0 && named != st.step)
+    throw FormatError(
+        fmt::format("{}: field global_step is {}, but the directory is named checkpoint-{}", st_path, st.step, named),
+        st_path, "global_step");
+  return st;
+}
+
+void check_data_position(const std::string& dir, const CheckpointState& st, long train_rows, long rows_per_step) {
+  const std::string st_path = dir + "/" + kState;
+  if (train_rows <= 0 || rows_per_step <= 0) return;
+  if (st.data.index > train_rows)
+    throw FormatError(fmt::format("{}: field data.index is {}, past the {} training rows of an epoch", st_path,
+                                  st.data.index, train_rows),
+                      st_path, "data.index");
+  const __int128 drawn = __int128(st.data.epoch) * train_rows + st.data.index;
+  const __int128 want = __int128(st.step) * rows_per_step;
+  if (drawn != want)
+    throw FormatError(
+        fmt::format("{}: fields data.epoch {} and data.index {} say {} rows were drawn ({} an epoch), but "
+                    "global_step {} at {} rows a step says {}: the trainer state is inconsistent",
+                    st_path, st.data.epoch, st.data.index, (long double)drawn, train_rows, st.step, rows_per_step,
+                    (long double)want),
+        st_path, drawn / train_rows != st.data.epoch ? "data.epoch" : "data.index");
+}
+
 CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel& model, const std::string& config_json,
-                                const RankSum& sum) {
+                                const RankSum& sum, const std::function<void(const CheckpointState&)>& check_state) {
   // The run must be the one that saved it, in every field the state's layout or the data order
   // depends on; the learning rate, the step count and the schedule may change.
   model.sync_state();  // a pending update must not land on the restored state
@@ -246,22 +348,8 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
                         cfg_path, k);
     }
   }
-  const std::string st_path = dir + "/" + kState;
-  const json j = read_json(st_path);
-  CheckpointState st;
-  try {
-    st.step = j.at("global_step").get<int>();
-    st.total_steps = j.value("total_steps", 0);
-    st.loss = j.value("loss", 0.0f);
-    st.data.epoch = j.at("data").at("epoch").get<long>();
-    st.data.index = j.at("data").at("index").get<long>();
-    st.data.epoch_rng = j.at("data").at("epoch_rng").get<uint64_t>();
-    st.trainer_rng = j.at("trainer_rng").get<uint64_t>();
-  } catch (const json::exception& e) {
-    throw FormatError(fmt::format("{}: {}", st_path, e.what()), st_path, "");
-  }
-  if (st.step < 0) throw FormatError(fmt::format("{}: global_step {} < 0", st_path, st.step), st_path, "global_step");
-
+  const CheckpointState st = read_trainer_state(dir);
+  if (check_state) check_state(st);
   // Every parameter this rank holds the state of (all of them, unsharded) gets its whole state; with ZeRO-1/2
   // the others (owned by other ranks now) their weights only. Each from the file that holds it.
   const ZeroOptions& z = model.options().zero;

@@ -237,6 +237,8 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
           c.lora.enabled() ? std::vector<std::string>{"adapter_model.safetensors", "adapter_config.json"}
                            : std::vector<std::string>{"model.safetensors", "config.json"};
       check_save_dir(c.output_dir, saved * sizeof(float) + (size_t(1) << 20), files);
+      // A checkpoint's name taken by something strata did not write fails the save: say so now.
+      for (const CheckpointEntry& e : list_checkpoint_names(c.output_dir)) check_checkpoint_path_free(e.path);
     }
     model_->load(c.model_dir);
   }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/hmac.h"
 
 extern char** environ;
 
@@ -32,6 +33,10 @@ std::optional<long> env_int(const EnvLookup& get, const char* name, long lo, lon
   return x;
 }
 
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
 long require(const std::optional<long>& v, const char* name, const std::string& why) {
   if (!v)
     STRATA_THROW(ConfigError, fmt::format("environment variable {} is not set: {}", name, why), "environment", name);
@@ -49,14 +54,41 @@ void rendezvous_port_override(const EnvLookup& get, LaunchEnv& e) {
 }
 }  // namespace
 
+namespace {
+// STRATA_JOB_SECRET: what a peer must prove to join (engine/rendezvous.h). Required for several ranks:
+// without it anyone who reaches MASTER_PORT could join or stop the job.
+void job_secret(const EnvLookup& get, LaunchEnv& e) {
+  if (e.world <= 1) return;
+  const char* v = get("STRATA_JOB_SECRET");
+  const std::string how =
+      "every rank of a job needs the same secret, so that only they can join its rendezvous: export "
+      "STRATA_JOB_SECRET=$(openssl rand -hex 32) before torchrun or srun, the same value on every node "
+      "(strata-train --gpus N makes one itself)";
+  if (!v)
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("environment variable STRATA_JOB_SECRET is not set for a job of {} ranks: {}", e.world, how),
+        "environment", "STRATA_JOB_SECRET");
+  const size_t n = std::strlen(v);
+  if (n < 16 || n > 1024)
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("environment variable STRATA_JOB_SECRET has {} characters: expected 16 to 1024 ({})", n, how),
+        "environment", "STRATA_JOB_SECRET");
+  e.secret = v;
+}
+}  // namespace
+
 LaunchEnv read_launch_env(const EnvLookup& lookup) {
   const EnvLookup get = lookup ? lookup : EnvLookup([](const char* n) { return std::getenv(n); });
   LaunchEnv e;
   if (const char* t = get("STRATA_COMM_TIMEOUT")) {
     char* end = nullptr;
     const double s = std::strtod(t, &end);
-    if (!*t || *end || !(s > 0))
-      STRATA_THROW(ConfigError, fmt::format("environment variable STRATA_COMM_TIMEOUT='{}': expected seconds > 0", t),
+    if (!*t || *end || !(s > 0) || s > kMaxCommTimeoutS)
+      STRATA_THROW(ConfigError,
+                   fmt::format("environment variable STRATA_COMM_TIMEOUT='{}': expected seconds > 0 and <= {} (7 days)",
+                               t, kMaxCommTimeoutS),
                    "environment", "STRATA_COMM_TIMEOUT");
     e.timeout_s = s;
   }
@@ -105,7 +137,9 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
         e.port_name = "MASTER_PORT + 1, torchrun's agent store holding MASTER_PORT";
       }
     }
+    if (const char* l = get("STRATA_LAUNCHER"); l && std::strcmp(l, "--gpus") == 0) e.launcher = "--gpus";
     rendezvous_port_override(get, e);
+    job_secret(get, e);
     return e;
   }
   if (get("SLURM_PROCID")) {
@@ -136,6 +170,7 @@ LaunchEnv read_launch_env(const EnvLookup& lookup) {
       e.master_port = int(port().value_or(29500));
     }
     rendezvous_port_override(get, e);
+    job_secret(get, e);
     return e;
   }
   return e;
@@ -158,10 +193,13 @@ std::optional<int> take_gpus_flag(int& argc, char** argv) {
       continue;
     }
     char* end = nullptr;
+    errno = 0;
     const long x = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || x < 1 || x > 1024)
-      STRATA_THROW(ConfigError, fmt::format("--gpus expects an integer >= 1 (GPUs on this node), got '{}'", v),
-                   "command line", "gpus");
+    if (v.empty() || *end || errno == ERANGE || x < 1 || x > kMaxLocalGpus)
+      STRATA_THROW(
+          ConfigError,
+          fmt::format("--gpus expects an integer from 1 to {} (GPUs on this node), got '{}'", kMaxLocalGpus, v),
+          "command line", "gpus");
     n = int(x);
   }
   argc = out;
@@ -196,6 +234,7 @@ int run_local_ranks(const LocalLaunch& l, std::FILE* log) {
   if (l.nprocs < 1) STRATA_THROW(ConfigError, "run_local_ranks: nprocs must be >= 1", "command line", "gpus");
   const std::string exe = l.exe.empty() ? self_exe() : l.exe;
   const int port = l.master_port ? l.master_port : pick_free_port(l.master_addr);
+  const std::string secret = l.secret.empty() ? to_hex(bytes_of(random_bytes(32))) : l.secret;
   // Built before fork: the child only calls async-signal-safe functions, then execve. Also dropped: torchrun's
   // agent-store flag (these ranks are strata's own; no agent holds MASTER_PORT).
   static const char* kSet[] = {"RANK",
@@ -204,7 +243,9 @@ int run_local_ranks(const LocalLaunch& l, std::FILE* log) {
                                "LOCAL_WORLD_SIZE",
                                "MASTER_ADDR",
                                "MASTER_PORT",
-                               "TORCHELASTIC_USE_AGENT_STORE"};
+                               "TORCHELASTIC_USE_AGENT_STORE",
+                               "STRATA_JOB_SECRET",
+                               "STRATA_LAUNCHER"};
   std::vector<std::string> base;
   for (char** e = environ; *e; ++e) {
     bool ours = false;
@@ -247,6 +288,8 @@ int run_local_ranks(const LocalLaunch& l, std::FILE* log) {
     env_s.push_back(fmt::format("LOCAL_WORLD_SIZE={}", l.nprocs));
     env_s.push_back("MASTER_ADDR=" + l.master_addr);
     env_s.push_back(fmt::format("MASTER_PORT={}", port));
+    env_s.push_back("STRATA_JOB_SECRET=" + secret);  // never on a command line (ps shows those)
+    env_s.push_back("STRATA_LAUNCHER=--gpus");
     std::vector<char*> envp;
     for (auto& s : env_s) envp.push_back(s.data());
     envp.push_back(nullptr);
@@ -338,6 +381,10 @@ std::optional<int> launch_hook(int& argc, char** argv, const char* tool, bool ra
     if (gpus && *gpus > 1) {
       LocalLaunch l;
       l.nprocs = *gpus;
+      // MASTER_PORT from the environment (a free one when unset); the address is always loopback.
+      l.master_port = int(env_int([](const char* n) { return std::getenv(n); }, "MASTER_PORT", 1, 65535,
+                                  "a TCP port 1-65535 for --gpus' rank 0 to listen on (unset: a free port)")
+                              .value_or(0));
       l.tool = tool;
       for (int i = 1; i < argc; ++i) l.args.emplace_back(argv[i]);
       return run_local_ranks(l);

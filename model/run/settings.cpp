@@ -162,7 +162,7 @@ long long SettingValue::integer_in(const Range& r) const {
   if (s.empty() || end != s.data() + s.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
     fail(fmt::format("expects an integer, got '{}'", s));
   if (ec == std::errc::result_out_of_range || !r.contains(double(v))) {
-    if (r.hi == std::numeric_limits<int>::max() && !r.lo_open && !r.hi_open)
+    if (!r.lo_open && !r.hi_open && r.lo >= 0 && r.hi > 1024)  // a count: its floor first, the cap after
       fail(fmt::format("must be an integer >= {} (at most {}), got {}", fmt_bound(r.lo), fmt_bound(r.hi), s));
     fail(fmt::format("must be an integer in {}, got {}", r.text(), s));
   }
@@ -201,6 +201,10 @@ float SettingValue::number() const {
   if (!r.contains(v) || !fits_float) {
     if (r.lo == 0 && r.lo_open && std::isinf(r.hi)) fail(fmt::format("must be a positive finite number, got {}", s));
     if (r.lo == 0 && !r.lo_open && std::isinf(r.hi)) fail(fmt::format("must be a finite number >= 0, got {}", s));
+    if (r.lo == 0 && r.lo_open && !r.hi_open)
+      fail(fmt::format("must be a positive finite number at most {}, got {}", fmt_bound(r.hi), s));
+    if (r.lo == 0 && !r.lo_open && !r.hi_open && r.hi > 1)
+      fail(fmt::format("must be a finite number >= 0 and at most {}, got {}", fmt_bound(r.hi), s));
     fail(fmt::format("must be a number in {}, got {}", r.text(), s));
   }
   return float(v);

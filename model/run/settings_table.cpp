@@ -22,6 +22,18 @@ constexpr Range kPositive{0, kInf, true, true};
 constexpr Range kNonNegative{0, kInf, false, true};
 constexpr Range kUnitOpen{0, 1, false, true};
 constexpr Range kBytesAbove0{1, 18446744073709551615.0};
+// Finite bounds where nothing else bounds a value: far past any sensible setting, and every value within
+// converts to its field without overflow (a double holds whole numbers exactly up to 2^53).
+constexpr Range kSeqLen{1, 1 << 24};              // tokens: config.json's positions are at most 2^24
+constexpr Range kRowsAtOnce{1, 1 << 20};          // rows of a micro-batch, micro-batches of a step
+constexpr Range kRate{0, 1e3, true, false};       // learning rate
+constexpr Range kFactor{0, 1e6, false, false};    // weight decay, gradient norm
+constexpr Range kEpsilon{0, 1, true, false};      // Adam epsilon
+constexpr Range kEpochs{0, 1e6, true, false};     // passes over the rows
+constexpr Range kHeldOut{0, 9007199254740992.0};  // a fraction below 1 or a whole count <= 2^53
+constexpr Range kLoraRank{1, 1 << 16};
+constexpr Range kLoraAlpha{0, 1e6, true, false};
+constexpr Range kRanksAtOnce{1, 1 << 20};  // as WORLD_SIZE
 
 constexpr unsigned T = unsigned(Tool::train), P = unsigned(Tool::plan), B = unsigned(Tool::bench);
 
@@ -162,20 +174,20 @@ const std::vector<Setting>& settings() {
      [](C& c, const V& v, R&) { c.backend = v.choice(); },
      get_text<&C::backend>, T},
     // ---- shape and loop
-    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kAtLeast1, "", "128", "tokens per row",
+    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kSeqLen, "", "128", "tokens per row",
      set_int<&C::seq>, get_int<&C::seq>, T},
-    {"micro_batch_size", {"batch"}, "batch", "B", SettingType::integer, kAtLeast1, "", "1", "rows per micro-batch",
+    {"micro_batch_size", {"batch"}, "batch", "B", SettingType::integer, kRowsAtOnce, "", "1", "rows per micro-batch",
      set_int<&C::batch>, get_int<&C::batch>, T},
     {"max_steps", {"steps"}, "steps", "S", SettingType::integer, kAtLeast0, "", "10",
      "optimizer steps (when given, it wins over num_epochs)",
      [](C& c, const V& v, R&) { c.steps = int(v.integer()), c.steps_given = true; },
      [](const C& c) { return c.steps_given || c.steps != C{}.steps ? std::to_string(c.steps) : std::string(); }, T},
-    {"num_epochs", {}, "epochs", "N", SettingType::number, kPositive, "", "-",
+    {"num_epochs", {}, "epochs", "N", SettingType::number, kEpochs, "", "-",
      "without max_steps: passes over the training rows (fractions allowed)", set_num<&C::num_epochs>,
      [](const C& c) { return c.num_epochs > 0 ? fmt::format("{}", c.num_epochs) : std::string(); }, T},
-    {"gradient_accumulation_steps", {}, "grad-accum", "K", SettingType::integer, kAtLeast1, "", "1",
+    {"gradient_accumulation_steps", {}, "grad-accum", "K", SettingType::integer, kRowsAtOnce, "", "1",
      "micro-batches summed into each optimizer step", set_int<&C::grad_accum>, get_int<&C::grad_accum>, T},
-    {"learning_rate", {"lr"}, "lr", "X", SettingType::number, kPositive, "", "1e-3", "AdamW learning rate",
+    {"learning_rate", {"lr"}, "lr", "X", SettingType::number, kRate, "", "1e-3", "AdamW learning rate",
      set_num<&C::lr>, get_num<&C::lr>, T},
     {"lr_scheduler", {}, "lr-scheduler", "NAME", SettingType::choice, {}, "constant, linear, cosine", "constant",
      "the learning rate after the warmup",
@@ -185,19 +197,19 @@ const std::vector<Setting>& settings() {
      "linear warmup steps (wins over warmup_ratio)", set_int<&C::warmup_steps>, get_int<&C::warmup_steps>, T},
     {"warmup_ratio", {}, "", "", SettingType::number, kUnitOpen, "", "0",
      "warmup as a fraction of the steps, rounded up", set_num<&C::warmup_ratio>, get_num<&C::warmup_ratio>},
-    {"weight_decay", {}, "weight-decay", "X", SettingType::number, kNonNegative, "", "0",
+    {"weight_decay", {}, "weight-decay", "X", SettingType::number, kFactor, "", "0",
      "decoupled weight decay (torch AdamW semantics)", set_num<&C::weight_decay>, get_num<&C::weight_decay>, T},
     {"adam_beta1", {}, "", "", SettingType::number, kUnitOpen, "", "0.9", "AdamW beta1", set_num<&C::beta1>,
      get_num<&C::beta1>},
     {"adam_beta2", {}, "", "", SettingType::number, kUnitOpen, "", "0.999", "AdamW beta2", set_num<&C::beta2>,
      get_num<&C::beta2>},
-    {"adam_epsilon", {}, "", "", SettingType::number, kPositive, "", "1e-8", "AdamW epsilon", set_num<&C::adam_eps>,
+    {"adam_epsilon", {}, "", "", SettingType::number, kEpsilon, "", "1e-8", "AdamW epsilon", set_num<&C::adam_eps>,
      get_num<&C::adam_eps>},
-    {"max_grad_norm", {}, "max-grad-norm", "X", SettingType::number, kNonNegative, "", "1.0",
+    {"max_grad_norm", {}, "max-grad-norm", "X", SettingType::number, kFactor, "", "1.0",
      "global-norm gradient clipping; 0 disables", set_num<&C::max_grad_norm>, get_num<&C::max_grad_norm>, T | P | B},
     {"seed", {}, "seed", "N", SettingType::integer, {0, 18446744073709551615.0}, "", "0", "LoRA init seed",
      [](C& c, const V& v, R&) { c.seed = v.uint64(); }, [](const C& c) { return std::to_string(c.seed); }, T},
-    {"val_set_size", {}, "", "", SettingType::number, kNonNegative, "", "0",
+    {"val_set_size", {}, "", "", SettingType::number, kHeldOut, "", "0",
      "held-out rows: a fraction below 1 (rounded up) or a whole count", set_num<&C::val_set_size>,
      get_num<&C::val_set_size>},
     {"eval_steps", {}, "", "", SettingType::integer, kAtLeast0, "", "0",
@@ -225,10 +237,10 @@ const std::vector<Setting>& settings() {
     {"adapter", {}, "", "", SettingType::choice, {}, "lora", "-", "lora: LoRA adapters, rank 8 unless lora_r is given",
      [](C&, const V& v, R& r) { v.choice(), r.adapter_lora = true; },
      [](const C& c) { return c.lora.enabled() ? std::string("lora") : std::string(); }},
-    {"lora_r", {}, "lora-rank", "R", SettingType::integer, kAtLeast1, "", "0 (8 with adapter: lora)",
+    {"lora_r", {}, "lora-rank", "R", SettingType::integer, kLoraRank, "", "0 (8 with adapter: lora)",
      "LoRA rank; the base is frozen (--lora-rank 0 turns a config's LoRA off)", set_lora_rank,
      [](const C& c) { return std::to_string(c.lora.rank); }, T},
-    {"lora_alpha", {}, "lora-alpha", "A", SettingType::number, kPositive, "", "16", "LoRA scale alpha / r",
+    {"lora_alpha", {}, "lora-alpha", "A", SettingType::number, kLoraAlpha, "", "16", "LoRA scale alpha / r",
      [](C& c, const V& v, R&) { c.lora.alpha = v.number(); }, [](const C& c) { return fmt::format("{}", c.lora.alpha); },
      T | P},
     {"lora_target_modules", {}, "", "", SettingType::structured, {}, "", "[q_proj, k_proj, v_proj, o_proj]",
@@ -295,7 +307,7 @@ const std::vector<Setting>& settings() {
        c.zero_stage = parse_zero_stage(v.integer_in(Range{-kIntMax, kIntMax}), v.origin());
      }, get_int<&C::zero_stage>,
      T | P},
-    {"sequence_parallel", {}, "sequence-parallel", "N", SettingType::integer, kAtLeast1, "", "1",
+    {"sequence_parallel", {}, "sequence-parallel", "N", SettingType::integer, kRanksAtOnce, "", "1",
      "groups of N ranks share each row, seq/N tokens each (DeepSpeed-Ulysses); 1: off",
      set_int<&C::sequence_parallel>, get_int<&C::sequence_parallel>, T | P},
     // ---- memory plan: activations

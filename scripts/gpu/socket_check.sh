@@ -13,8 +13,9 @@ make_tiny $m --layers 4 --hidden 512 --heads 8 --kv-heads 2 --intermediate 1408 
 args=(--model $m --data $m/tokens.bin --seq 512 --batch 1 --steps 10 --lr 1e-4 --json)
 "$dir/tools/strata-train" "${args[@]}" --gpus 2 > "$out/sock-p2p.jsonl" 2> "$out/sock-p2p.log"
 echo "p2p run: exit $?"
+secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')  # every rank of a job needs the same STRATA_JOB_SECRET
 for r in 0 1; do
-  env CUDA_VISIBLE_DEVICES=$r RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+  env STRATA_JOB_SECRET=$secret CUDA_VISIBLE_DEVICES=$r RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=29611 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo \
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET STRATA_COMM_TIMEOUT=120 \
     "$dir/tools/strata-train" "${args[@]}" > "$out/sock-node$r.jsonl" 2> "$out/sock-node$r.log" &

@@ -24,6 +24,7 @@ modes=(
   "sp$n-gc|--sequence-parallel $n --config $out/gc.yaml"
   "sp2-zero2|--sequence-parallel 2 --zero-stage 2"
 )
+export STRATA_JOB_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')  # the ranks' rendezvous secret
 common=(--model $m --data $m/tokens.bin --seq 2048 --batch 1 --steps 8 --lr 1e-4 --json)
 for entry in "${modes[@]}"; do
   name=${entry%%|*}; read -r -a flags <<< "${entry#*|}"

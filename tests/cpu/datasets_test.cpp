@@ -289,6 +289,35 @@ TEST_F(Datasets, CacheHitAndInvalidation) {
   EXPECT_FALSE(damaged.cache_hit);
   EXPECT_EQ(damaged.examples, changed.examples);
   EXPECT_TRUE(load_dataset(d, tok, tokdir, nullptr).cache_hit);
+
+  // A well-formed cache holding an id outside the tokenizer's vocabulary (negative, or past it) or a flag
+  // other than 0/1 is verified in full at load and tokenised again, not refused later when its row is drawn.
+  const std::string good = [&] {
+    std::ifstream in(damaged.cache_file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  uint32_t len0 = 0;
+  std::memcpy(&len0, good.data() + 16, 4);
+  ASSERT_GT(len0, 1u);
+  struct Poke {
+    size_t at;
+    std::string bytes;
+  };
+  auto i32 = [](int32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+  for (const Poke& pk : {Poke{20 + 4, i32(-1)}, Poke{20, i32(tok.vocab_size())}, Poke{20 + 4 * len0 + 1, "\x02"}}) {
+    std::string bad = good;
+    bad.replace(pk.at, pk.bytes.size(), pk.bytes);
+    std::ofstream(damaged.cache_file, std::ios::binary | std::ios::trunc) << bad;
+    char* log = nullptr;
+    size_t log_n = 0;
+    std::FILE* warn = ::open_memstream(&log, &log_n);
+    const DatasetLoad again = load_dataset(d, tok, tokdir, warn);
+    std::fclose(warn);
+    EXPECT_FALSE(again.cache_hit) << pk.at;
+    EXPECT_EQ(again.examples, changed.examples);
+    EXPECT_NE(std::string(log).find(damaged.cache_file + " is damaged; tokenising again"), std::string::npos) << log;
+    std::free(log);
+  }
 }
 
 TEST_F(Datasets, BadRowsNameFileLineAndField) {

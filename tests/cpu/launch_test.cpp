@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <map>
 #include <thread>
@@ -67,8 +68,10 @@ TEST(LaunchEnv, Torchrun) {
                        {"LOCAL_WORLD_SIZE", "4"},
                        {"MASTER_ADDR", "node0"},
                        {"MASTER_PORT", "29501"},
-                       {"STRATA_COMM_TIMEOUT", "12.5"}});
+                       {"STRATA_COMM_TIMEOUT", "12.5"},
+                       {"STRATA_JOB_SECRET", "0123456789abcdef0123"}});
   EXPECT_EQ(e.launcher, "torchrun");
+  EXPECT_EQ(e.secret, "0123456789abcdef0123");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world, 8);
   EXPECT_EQ(e.local_rank, 1);
@@ -80,6 +83,8 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(o.rank, 5);
   EXPECT_EQ(o.world, 8);
   EXPECT_EQ(o.master_port, 29501);
+  EXPECT_EQ(o.secret, "0123456789abcdef0123");
+  EXPECT_EQ(o.local_world, 4);
   // One rank needs no master.
   LaunchEnv one = parse({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   EXPECT_EQ(one.world, 1);
@@ -90,8 +95,13 @@ TEST(LaunchEnv, Torchrun) {
 // TORCHELASTIC_USE_AGENT_STORE=True): rank 0 listens on the next port, which every rank computes alike.
 // STRATA_RENDEZVOUS_PORT overrides the port under any launcher.
 TEST(LaunchEnv, TorchrunAgentStoreKeepsMasterPortAndRendezvousTakesTheNext) {
-  Env env{{"RANK", "1"},        {"WORLD_SIZE", "4"},      {"LOCAL_RANK", "1"},
-          {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  Env env{{"RANK", "1"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_RANK", "1"},
+          {"MASTER_ADDR", "h"},
+          {"MASTER_PORT", "29500"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+          {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   LaunchEnv e = parse(env);
   EXPECT_EQ(e.master_port, 29501);
   EXPECT_EQ(e.rendezvous().master_port, 29501);
@@ -114,8 +124,13 @@ TEST(LaunchEnv, TorchrunAgentStoreKeepsMasterPortAndRendezvousTakesTheNext) {
     EXPECT_NE(std::string(err.what()).find("STRATA_RENDEZVOUS_PORT"), std::string::npos) << err.what();
   }
   // Under srun there is no agent store: MASTER_PORT as it is, and the override too.
-  Env slurm{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},    {"SLURM_LOCALID", "0"},
-            {"MASTER_ADDR", "h"},  {"MASTER_PORT", "29600"}, {"STRATA_RENDEZVOUS_PORT", "29700"}};
+  Env slurm{{"SLURM_PROCID", "0"},
+            {"SLURM_NTASKS", "2"},
+            {"SLURM_LOCALID", "0"},
+            {"MASTER_ADDR", "h"},
+            {"MASTER_PORT", "29600"},
+            {"STRATA_RENDEZVOUS_PORT", "29700"},
+            {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   EXPECT_EQ(parse(slurm).master_port, 29700);
 }
 
@@ -124,7 +139,8 @@ TEST(LaunchEnv, Slurm) {
           {"SLURM_NTASKS", "4"},
           {"SLURM_LOCALID", "1"},
           {"SLURM_NTASKS_PER_NODE", "2"},
-          {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"}};
+          {"SLURM_LAUNCH_NODE_IPADDR", "10.0.0.7"},
+          {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   LaunchEnv e = parse(env);
   EXPECT_EQ(e.launcher, "slurm");
   EXPECT_EQ(e.rank, 3);
@@ -146,7 +162,8 @@ TEST(LaunchEnv, Slurm) {
 }
 
 TEST(LaunchEnv, BadValuesNameTheVariableAndTheExpectedValue) {
-  const Env ok{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}};
+  const Env ok{{"RANK", "1"},        {"WORLD_SIZE", "4"},     {"LOCAL_RANK", "1"},
+               {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}, {"STRATA_JOB_SECRET", "0123456789abcdef0123"}};
   auto with = [&](const std::string& k, const char* v) {
     Env e = ok;
     if (v)
@@ -178,6 +195,31 @@ TEST(LaunchEnv, BadValuesNameTheVariableAndTheExpectedValue) {
   EXPECT_EQ(f8, "LOCAL_RANK");
   auto [f9, m9] = with("STRATA_COMM_TIMEOUT", "0");
   EXPECT_EQ(f9, "STRATA_COMM_TIMEOUT");
+  // A deadline past the clock's range would wrap (every wait failing at once): capped at 7 days.
+  for (const char* t : {"1e10", "inf", "nan", "604801"}) {
+    auto [f, m] = with("STRATA_COMM_TIMEOUT", t);
+    EXPECT_EQ(f, "STRATA_COMM_TIMEOUT") << t;
+    EXPECT_TRUE(has(m, fmt::format("STRATA_COMM_TIMEOUT='{}': expected seconds > 0 and <= 604800", t))) << m;
+  }
+  EXPECT_EQ(parse([&] {
+              Env e = ok;
+              e["STRATA_COMM_TIMEOUT"] = "604800";
+              return e;
+            }())
+                .timeout_s,
+            604800);
+  // Several ranks need the job secret: unset or short is refused, saying how to set it.
+  auto [fs1, ms1] = with("STRATA_JOB_SECRET", nullptr);
+  EXPECT_EQ(fs1, "STRATA_JOB_SECRET");
+  EXPECT_TRUE(has(ms1, "STRATA_JOB_SECRET is not set for a job of 4 ranks")) << ms1;
+  EXPECT_TRUE(has(ms1, "openssl rand -hex 32")) << ms1;
+  auto [fs2, ms2] = with("STRATA_JOB_SECRET", "short");
+  EXPECT_EQ(fs2, "STRATA_JOB_SECRET");
+  EXPECT_TRUE(has(ms2, "has 5 characters: expected 16 to 1024")) << ms2;
+  auto [fs3, ms3] = bad({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"MASTER_ADDR", "h"}});
+  EXPECT_EQ(fs3, "STRATA_JOB_SECRET");
+  // One rank needs none.
+  EXPECT_EQ(parse({{"RANK", "0"}, {"WORLD_SIZE", "1"}}).secret, "");
   auto [fa, ma] = bad({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}});
   EXPECT_EQ(fa, "MASTER_ADDR");
   EXPECT_TRUE(has(ma, "SLURM_LAUNCH_NODE_IPADDR")) << ma;
@@ -206,6 +248,13 @@ TEST(LaunchEnv, GpusFlag) {
   EXPECT_THROW(take({"t", "--gpus", "0"}, rest), ConfigError);
   EXPECT_THROW(take({"t", "--gpus", "two"}, rest), ConfigError);
   EXPECT_THROW(take({"t", "--gpus"}, rest), ConfigError);
+  // At most kMaxLocalGpus on one node; nothing wraps.
+  EXPECT_EQ(take({"t", "--gpus", std::to_string(kMaxLocalGpus)}, rest), kMaxLocalGpus);
+  for (const char* n : {"65", "2147483647", "4294967298", "99999999999999999999"}) {
+    auto e = test_util::catch_as<ConfigError>([&] { take({"t", "--gpus", n}, rest); });
+    ASSERT_TRUE(e) << n;
+    EXPECT_TRUE(has(e->what(), fmt::format("got '{}'", n))) << e->what();
+  }
 }
 
 // --- the TCP rendezvous, ranks as threads.
@@ -315,7 +364,7 @@ TEST(Rendezvous, PortInUseAndBadAddressAreClearErrors) {
   auto e = test_util::catch_as<IoError>([&] { Rendezvous::join(RendezvousOptions{"127.0.0.1", port, 0, 2, 1}); });
   ::close(s);
   ASSERT_TRUE(e);
-  EXPECT_TRUE(has(e->what(), fmt::format("cannot listen on port {} (MASTER_PORT)", port))) << e->what();
+  EXPECT_TRUE(has(e->what(), fmt::format("cannot listen on 127.0.0.1 port {} (MASTER_PORT)", port))) << e->what();
   EXPECT_TRUE(has(e->what(), "Address already in use")) << e->what();
   auto b = test_util::catch_as<ConfigError>([&] {
     Rendezvous::join(RendezvousOptions{"no-such-host.invalid", 29500, 1, 2, 1});
@@ -433,8 +482,15 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
                              " --seq 32 --steps 4 --lr 3e-3 --backend cpu --json";
   const Proc one = dir.run(kTrain + " --batch 4" + common);
   ASSERT_EQ(one.code, 0) << one.err;
-  const Proc two = dir.run(kTrain + " --gpus 2 --batch 2 --save " + quote(dir.path("out")) + common);
+  // MASTER_PORT from the environment is the port --gpus' rank 0 listens on (on 127.0.0.1); the banner
+  // names the launcher --gpus.
+  const int port = pick_free_port();
+  const Proc two = dir.run(fmt::format("env MASTER_PORT={} ", port) + kTrain + " --gpus 2 --batch 2 --save " +
+                           quote(dir.path("out")) + common);
   ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_TRUE(
+      has(two.err, fmt::format("data parallel: 2 ranks (--gpus), 2 on this node; rank 0 of 127.0.0.1:{}", port)))
+      << two.err;
   const std::vector<double> a = json_losses(one.out), b = json_losses(two.out);
   ASSERT_EQ(a.size(), 4u) << one.out;
   ASSERT_EQ(b.size(), 4u) << "rank 0 alone prints its steps:\n" << two.out;
@@ -442,6 +498,61 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * a[i]) << "step " << i + 1;
   EXPECT_EQ(::access(dir.path("out/model.safetensors").c_str(), R_OK), 0) << "rank 0 saves the model";
   dir.remove();
+}
+
+// The probe against strata-train itself: rank 0 of a job started by hand, a stranger sends one header
+// claiming 2^40 bytes (it was std::bad_alloc on rank 0), then a stranger stalls; the real rank 1 still joins
+// and both train to the end. A rank 1 with another secret fails naming STRATA_JOB_SECRET.
+TEST(Launcher, StrataTrainRankZeroSurvivesStrangersOnItsPort) {
+  using namespace tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch a, b;
+  a.create("strata_rdv_attack_a");
+  b.create("strata_rdv_attack_b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a.run(kMakeTiny + " " + quote(a.path("tiny"))).code, 0);
+  const int port = pick_free_port();
+  auto rank = [&](int r, const std::string& secret) {
+    return fmt::format(
+        "env RANK={} WORLD_SIZE=2 LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
+        "STRATA_JOB_SECRET={} STRATA_COMM_TIMEOUT=30 {} --model {} --data {} --seq 32 --steps 2 "
+        "--backend cpu --json",
+        r, r, port, secret, kTrain, quote(a.path("tiny")), quote(a.path("tiny/tokens.bin")));
+  };
+  auto r0 = std::async(std::launch::async, [&] { return a.run(rank(0, "the-job-secret-0123456789")); });
+  auto connect = [&] {
+    for (int i = 0; i < 500; ++i) {
+      int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(uint16_t(port));
+      if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return s;
+      ::close(s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  };
+  const int bomb = connect();
+  ASSERT_GE(bomb, 0) << "rank 0 never listened";
+  const uint32_t h[4] = {0x53545241, 1, 0, 1u << 8};  // magic, hello, length 2^40 (little-endian 64 bits)
+  ASSERT_EQ(::send(bomb, h, sizeof(h), MSG_NOSIGNAL), ssize_t(sizeof(h)));
+  char buf[64];
+  while (::recv(bomb, buf, sizeof(buf), 0) > 0) {
+  }  // rank 0 drops it: EOF
+  ::close(bomb);
+  const int staller = connect();  // connects, sends nothing, stays open
+  const Proc wrong = b.run(rank(1, "another-secret-0123456789"));
+  EXPECT_EQ(wrong.code, 1) << wrong.err;
+  EXPECT_TRUE(has(wrong.err, "STRATA_JOB_SECRET must be the same on every rank")) << wrong.err;
+  const Proc r1 = b.run(rank(1, "the-job-secret-0123456789"));
+  const Proc p0 = r0.get();
+  ::close(staller);
+  EXPECT_EQ(r1.code, 0) << r1.err;
+  EXPECT_EQ(p0.code, 0) << p0.err;
+  EXPECT_EQ(json_losses(p0.out).size(), 2u) << p0.out;
+  a.remove();
+  b.remove();
 }
 
 // The library's Session under a launcher's environment is one rank of the job: two processes of
@@ -486,7 +597,8 @@ TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
   const Proc p =
       dir.run(fmt::format("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={} "
-                          "STRATA_COMM_TIMEOUT=2 {} --model {} --data {} --seq 32 --steps 2 --backend cpu",
+                          "STRATA_JOB_SECRET=0123456789abcdef STRATA_COMM_TIMEOUT=2 {} --model {} --data {} --seq 32 "
+                          "--steps 2 --backend cpu",
                           pick_free_port(), kTrain, quote(dir.path("tiny")), quote(dir.path("tiny/tokens.bin"))));
   EXPECT_NE(p.code, 0) << p.err;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);

@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model/run/checkpoint.h"
@@ -395,4 +398,221 @@ TEST(Resume, ACheckpointLoadsAsAHuggingFaceModelOrAPeftAdapter) {
   EXPECT_EQ(ac["peft_type"], "LORA");
   EXPECT_EQ(ac["r"].get<int>(), 4);
   EXPECT_FALSE(fs::exists(lora.output_dir + "/checkpoint-2/model.safetensors"));
+}
+
+// Crash safety at every instant (issue 33): a run resumed from checkpoint-4 saves checkpoint-6 again over
+// the one already there, then the final model. STRATA_TEST_KILL_AT=N kills it (SIGKILL) at its Nth
+// file-system mutation, for every N until the run completes. After each kill a complete checkpoint-6 is
+// there or restorable, --resume auto's choice is it, and the next save's cleanup removes no complete copy.
+// Twice: with the atomic exchange of the two copies (no instant without checkpoint-6), and with the
+// fallback of file systems without it (two renames; the copy set aside is put back).
+TEST(Resume, ASaveKilledAtEveryFileSystemStepLeavesACompleteNewestCheckpoint) {
+  using namespace strata::tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch s;
+  s.create("strata_kill_every_step");
+  ASSERT_TRUE(s.ok());
+  const std::string model = s.path("tiny"), data = model + "/tokens.bin";
+  ASSERT_EQ(s.run(kMakeTiny + " " + quote(model) +
+                  " --layers 1 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 64 --tokens 4000")
+                .code,
+            0);
+  const std::string base = fmt::format("{} --model {} --data {} --backend cpu --seq 16 --batch 2 --steps 6 --json",
+                                       kTrain, quote(model), quote(data));
+  const std::string pristine = s.path("pristine");
+  Proc first = s.run(base + " --save-steps 2 --save " + quote(pristine));
+  ASSERT_EQ(first.code, 0) << first.err;
+  ASSERT_TRUE(is_strata_checkpoint(pristine + "/checkpoint-6"));
+  auto complete = [](const std::string& dir) {
+    if (!is_strata_checkpoint(dir)) return false;
+    for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.json"})
+      if (!fs::is_regular_file(dir + "/" + f)) return false;
+    std::ifstream in(dir + "/trainer_state.json");
+    return json::parse(in)["global_step"].get<int>() == 6;
+  };
+  for (const bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "two renames (no RENAME_EXCHANGE)" : "atomic exchange");
+    int n = 1, window = 0;
+    for (; n < 1000; ++n) {
+      const std::string w = s.path(fmt::format("w{}_{}", int(fallback), n));
+      fs::copy(pristine, w, fs::copy_options::recursive);
+      const Proc p = s.run(fmt::format("env STRATA_TEST_KILL_AT={} {} {} --save-steps 2 --save {} --resume {}", n,
+                                       fallback ? "STRATA_TEST_RENAME_FALLBACK=1" : "", base, quote(w),
+                                       quote(w + "/checkpoint-4")));
+      if (p.code == 0) break;
+      ASSERT_EQ(p.code, 128 + SIGKILL) << "kill point " << n << ": " << p.err;
+      const bool there = complete(w + "/checkpoint-6");
+      if (!fallback) {
+        EXPECT_TRUE(there) << "kill point " << n << ": no complete checkpoint-6 at once";
+      }
+      if (!there) ++window;
+      EXPECT_EQ(resolve_checkpoint("auto", w), w + "/checkpoint-6") << "kill point " << n;
+      EXPECT_TRUE(complete(w + "/checkpoint-6")) << "kill point " << n;
+      remove_stale_checkpoint_temps(w);  // what the next save does first
+      EXPECT_TRUE(complete(w + "/checkpoint-6")) << "kill point " << n;
+      for (int step : {2, 4}) EXPECT_TRUE(is_strata_checkpoint(fmt::format("{}/checkpoint-{}", w, step)));
+      for (const auto& e : fs::directory_iterator(w))
+        EXPECT_FALSE(e.path().filename().string().starts_with(".checkpoint-"))
+            << "kill point " << n << ": " << e.path();
+      fs::remove_all(w);
+    }
+    EXPECT_GT(n, 20) << "the save should have many steps";
+    EXPECT_LT(n, 1000) << "the run never completed";
+    if (fallback) {
+      EXPECT_GE(window, 1) << "no kill point fell between the two renames";
+    }
+  }
+  // End to end: killed between the fallback's renames, `--resume auto` restores checkpoint-6 and resumes from it.
+  const std::string w = s.path("e2e");
+  for (int n = 1; n < 1000; ++n) {
+    fs::remove_all(w);
+    fs::copy(pristine, w, fs::copy_options::recursive);
+    const Proc p =
+        s.run(fmt::format("env STRATA_TEST_KILL_AT={} STRATA_TEST_RENAME_FALLBACK=1 {} --save-steps 2 "
+                          "--save {} --resume {}",
+                          n, base, quote(w), quote(w + "/checkpoint-4")));
+    ASSERT_NE(p.code, 0) << "no kill point left checkpoint-6 aside";
+    if (fs::exists(w + "/checkpoint-6")) continue;
+    const Proc r = s.run(fmt::format("{} --steps 7 --save {} --resume auto", base, quote(w)));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find("restored " + w + "/checkpoint-6"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("resumed from " + w + "/checkpoint-6"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("partial"), std::string::npos) << r.err;
+    break;
+  }
+  s.remove();
+}
+
+// Nothing strata did not write is deleted or replaced: a file, a link or a foreign directory at a
+// checkpoint's path stops strata-train before its first step, naming the path; pruning skips it.
+TEST(Resume, APathInTheWayOfACheckpointIsAnErrorNamingIt) {
+  using namespace strata::tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch s;
+  s.create("strata_in_the_way");
+  ASSERT_TRUE(s.ok());
+  const std::string model = s.path("tiny");
+  ASSERT_EQ(s.run(kMakeTiny + " " + quote(model) +
+                  " --layers 1 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 "
+                  "--vocab 64 --tokens 4000")
+                .code,
+            0);
+  for (const char* kind : {"file", "dir", "link"}) {
+    const std::string out = s.path(std::string("out_") + kind);
+    fs::create_directories(out);
+    const std::string in_the_way = out + "/checkpoint-2";
+    if (std::string(kind) == "file") std::ofstream(in_the_way) << "mine\n";
+    if (std::string(kind) == "dir") {
+      fs::create_directories(in_the_way);
+      std::ofstream(in_the_way + "/notes.txt") << "mine\n";
+    }
+    if (std::string(kind) == "link") fs::create_directory_symlink(model, in_the_way);
+    const Proc p =
+        s.run(fmt::format("{} --model {} --data {} --backend cpu --seq 16 --batch 2 --steps 4 "
+                          "--save-steps 2 --save {} --json",
+                          kTrain, quote(model), quote(model + "/tokens.bin"), quote(out)));
+    EXPECT_GE(p.code, 1) << kind;
+    EXPECT_LE(p.code, 127) << kind;
+    EXPECT_NE(p.err.find(in_the_way + ": the checkpoint's path is taken by"), std::string::npos) << p.err;
+    EXPECT_EQ(p.out.find("\"step\""), std::string::npos) << "trained before failing: " << p.out;
+    EXPECT_TRUE(fs::exists(fs::symlink_status(in_the_way))) << kind;
+    if (std::string(kind) == "file") {
+      EXPECT_EQ(slurp(in_the_way), "mine\n");
+    } else if (std::string(kind) == "dir") {
+      EXPECT_EQ(slurp(in_the_way + "/notes.txt"), "mine\n");
+    }
+    EXPECT_EQ(list_checkpoints(out).size(), std::string(kind) == "file" ? 0u : 1u);  // a link to a directory lists
+  }
+  // Pruning keeps a foreign directory named like a checkpoint.
+  const std::string dir_out = s.path("out_dir");
+  EXPECT_TRUE(prune_checkpoints(dir_out, 0).empty());
+  fs::create_directories(dir_out + "/checkpoint-3");
+  EXPECT_TRUE(prune_checkpoints(dir_out, 1).empty());
+  EXPECT_TRUE(fs::exists(dir_out + "/checkpoint-2/notes.txt"));
+  s.remove();
+}
+
+// Everything read back on resume is checked like a checkpoint's weights, before any step: a NaN or negative
+// Adam second moment, a NaN first moment, a global_step of 2^32 + 2 (it resumed as step 2), an epoch of 2^40,
+// a step that is not the directory's name, a data position that disagrees with the step. Each is an error
+// naming the file and the field (exit 1), and nothing is trained.
+TEST(Resume, CorruptOptimizerStateOrCountersAreRefusedBeforeAnyStep) {
+  using namespace strata::tool_test;
+  ASSERT_TRUE(tools_built());
+  Scratch s;
+  s.create("strata_corrupt_state");
+  ASSERT_TRUE(s.ok());
+  const std::string model = s.path("tiny");
+  ASSERT_EQ(s.run(kMakeTiny + " " + quote(model) +
+                  " --layers 1 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 "
+                  "--vocab 64 --tokens 4000")
+                .code,
+            0);
+  const std::string base = fmt::format("{} --model {} --data {} --backend cpu --seq 16 --batch 2 --json", kTrain,
+                                       quote(model), quote(model + "/tokens.bin"));
+  const std::string pristine = s.path("pristine");
+  ASSERT_EQ(s.run(base + " --steps 4 --save-steps 2 --save " + quote(pristine)).code, 0);
+  int case_n = 0;
+  // Copies the run, applies `damage` to its checkpoint-2, resumes from it: must fail naming `file` and `what`.
+  auto refused = [&](const std::function<void(const std::string&)>& damage, const std::string& file,
+                     const std::string& what) {
+    const std::string w = s.path(fmt::format("case{}", case_n++));
+    fs::copy(pristine, w, fs::copy_options::recursive);
+    damage(w + "/checkpoint-2");
+    const Proc p = s.run(fmt::format("{} --steps 4 --save {} --resume {}", base, quote(w), quote(w + "/checkpoint-2")));
+    EXPECT_GE(p.code, 1) << what;
+    EXPECT_LE(p.code, 127) << what;
+    EXPECT_NE(p.err.find(w + "/checkpoint-2/" + file), std::string::npos) << p.err;
+    EXPECT_NE(p.err.find(what), std::string::npos) << p.err;
+    EXPECT_EQ(p.out.find("\"step\""), std::string::npos) << "trained: " << p.out;
+  };
+  // One value of a tensor of optimizer.safetensors, by name suffix.
+  auto poke = [](const std::string& dir, const std::string& suffix, float value) {
+    const std::string path = dir + "/optimizer.safetensors";
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), std::streamsize(n));
+    const json h = json::parse(header);
+    for (const auto& [name, t] : h.items()) {
+      if (name == "__metadata__" || !name.ends_with(suffix) || t["dtype"] != "F32") continue;
+      f.seekp(std::streamoff(8 + n + t["data_offsets"][0].get<uint64_t>() + 4 * 3));
+      f.write(reinterpret_cast<const char*>(&value), 4);
+      return name;
+    }
+    ADD_FAILURE() << "no F32 tensor *" << suffix << " in " << path;
+    return std::string();
+  };
+  auto state = [](const std::string& dir, const std::function<void(json&)>& edit) {
+    json j = json::parse(slurp(dir + "/trainer_state.json"));
+    edit(j);
+    std::ofstream(dir + "/trainer_state.json") << j.dump(2);
+  };
+  refused([&](const std::string& d) { poke(d, ".v", -1.0f); }, "optimizer.safetensors",
+          "a negative Adam second moment");
+  refused([&](const std::string& d) { poke(d, ".v", std::nanf("")); }, "optimizer.safetensors", "a non-finite value");
+  refused([&](const std::string& d) { poke(d, ".m", std::numeric_limits<float>::infinity()); }, "optimizer.safetensors",
+          ".m' holds inf at index 3");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["global_step"] = (uint64_t(1) << 32) + 2; }); },
+          "trainer_state.json", "field global_step is 4294967298, expected an integer from 0 to 2147483647");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["global_step"] = -1; }); }, "trainer_state.json",
+          "field global_step is -1");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["global_step"] = 3; }); }, "trainer_state.json",
+          "field global_step is 3, but the directory is named checkpoint-2");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["epoch"] = uint64_t(1) << 40; }); },
+          "trainer_state.json", "field data.epoch is 1099511627776");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["epoch"] = 1; }); }, "trainer_state.json",
+          "the trainer state is inconsistent");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["index"] = 1; }); }, "trainer_state.json",
+          "the trainer state is inconsistent");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["trainer_rng"] = -5; }); }, "trainer_state.json",
+          "field trainer_rng is -5");
+  refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["index"] = "7"; }); }, "trainer_state.json",
+          "field data.index is \"7\"");
+  // The untouched copy resumes.
+  const Proc ok = s.run(
+      fmt::format("{} --steps 4 --save {} --resume {}", base, quote(pristine), quote(pristine + "/checkpoint-2")));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  s.remove();
 }

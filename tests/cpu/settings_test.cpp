@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -218,7 +220,7 @@ TEST(settings, out_of_range_values_name_the_key_the_range_and_the_value) {
   refused("pad_vocab_multiple: 65537\n", "pad_vocab_multiple", {"65536", "65537"});
   refused("gradient_checkpointing: {every: 0}\n", "gradient_checkpointing.every", {">= 1", "got 0"});
   refused("state_offloading_layers: {level: all, layers: -1}\n", "state_offloading_layers.layers", {"got -1"});
-  refused("micro_batch_size: 4294967297\n", "micro_batch_size", {"at most 2147483647", "4294967297"});
+  refused("micro_batch_size: 4294967297\n", "micro_batch_size", {"at most 1048576", "4294967297"});
   refused("excess_length_strategy: cut\n", "excess_length_strategy", {"truncate, drop", "cut"});
   refused("backend: gpu\n", "backend", {"auto, cpu, cuda, sim", "gpu"});
 }
@@ -237,7 +239,7 @@ TEST(settings, flags_come_from_the_table_and_name_the_flag) {
   });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->field, "seq");
-  EXPECT_NE(std::string(e->what()).find("--seq must be an integer >= 1 (at most 2147483647), got 4294967312"),
+  EXPECT_NE(std::string(e->what()).find("--seq must be an integer >= 1 (at most 16777216), got 4294967312"),
             std::string::npos);
   TrainConfig b;
   apply_flags(b, {{"seq", "64"}, {"loss-chunk", "256"}}, Tool::bench);  // --seq is strata-bench's own
@@ -301,6 +303,32 @@ TEST(settings, strata_train_write_config_reads_back_the_same) {
   EXPECT_EQ(r.err, "strata-train: error: " + yaml +
                        ":2: unknown key 'lerning_rate' (did you mean `learning_rate`?)\nsee strata-train --help\n");
   dir.remove();
+}
+
+// Every number a file or flag gives is range-checked before conversion: each integer, number and byte
+// row has a finite range its field holds (a float's or an int's), so nothing converts out of range.
+TEST(settings, every_numeric_row_has_a_finite_range_its_field_holds) {
+  int checked = 0;
+  for (const Setting& s : settings()) {
+    if (s.type != SettingType::integer && s.type != SettingType::number && s.type != SettingType::bytes) continue;
+    ++checked;
+    EXPECT_TRUE(std::isfinite(s.range.lo) && std::isfinite(s.range.hi)) << s.key << " " << s.range.text();
+    EXPECT_LT(s.range.lo, s.range.hi) << s.key;
+    if (s.type == SettingType::integer && s.key != "seed") {
+      EXPECT_LE(s.range.hi, double(std::numeric_limits<int>::max())) << s.key;
+    }
+    if (s.type == SettingType::number) {
+      EXPECT_LE(s.range.hi, 9007199254740992.0) << s.key << ": past 2^53";
+    }
+  }
+  EXPECT_GE(checked, 20);
+  // The probe's values: each refused naming the key and the value, where it held out nothing or wrapped.
+  refused("val_set_size: 1e19\n", "val_set_size", {"val_set_size", "at most 9007199254740992", "1e19"});
+  refused("num_epochs: 1e300\n", "num_epochs", {"num_epochs", "1e300"});
+  refused("learning_rate: 1e30\n", "learning_rate", {"at most 1000", "1e30"});
+  refused("sequence_len: 16777217\n", "sequence_len", {"at most 16777216"});
+  refused("lora_r: 100000\n", "lora_r", {"at most 65536"});
+  EXPECT_EQ(load("val_set_size: 1e6\n").val_set_size, 1e6f);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The environment's switches (engine/switches.h) are parsed in one place: flags are off only for
-// "0", unset or empty keep their default, numbers that do not parse keep theirs, TMPDIR sets the
-// default temp directory.
+// "0", unset or empty keep their default, numbers that do not parse or lie outside [0, 1e6] keep theirs, TMPDIR sets
+// the default temp directory.
 #include "engine/switches.h"
 
 #include <gtest/gtest.h>
@@ -58,4 +58,10 @@ TEST(Switches, FlagsNumbersAndDirectories) {
   EXPECT_EQ(bad.op_profile_skip, Switches{}.op_profile_skip) << "a number that does not parse keeps the default";
   EXPECT_EQ(bad.gemm_tune_ms, 0.0);
   EXPECT_EQ(bad.temp_dir, "/tmp");
+  // Out of [0, 1e6] (an int would wrap, or it is meaningless): the default too, never converted.
+  for (const char* v : {"1e30", "-1", "nan", "inf", "4294967297"}) {
+    const Switches o = parse({{"STRATA_PROFILE_SKIP", v}, {"STRATA_GEMM_TUNE_MS", v}});
+    EXPECT_EQ(o.op_profile_skip, Switches{}.op_profile_skip) << v;
+    EXPECT_EQ(o.gemm_tune_ms, 0.0) << v;
+  }
 }

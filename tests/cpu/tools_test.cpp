@@ -527,6 +527,22 @@ TEST_F(tools, train_config_that_is_a_fifo_is_refused_at_once) {
   ::unlink(fifo.c_str());
 }
 
+// --profile naming a FIFO blocked forever in open() (strata-plan, strata-train --budget): refused at once.
+TEST_F(tools, profile_that_is_a_fifo_is_refused_at_once) {
+  const std::string fifo = path("profile_fifo.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string& cmd : {train_cmd("--steps 1 --budget 1GiB --profile " + quote(fifo)),
+                                 kPlan + " --model " + quote(model()) + " --seq 16 --profile " + quote(fifo)}) {
+    Proc r = run("timeout 20 " + cmd);
+    EXPECT_GE(r.code, 1) << cmd << "\n" << r.err;
+    EXPECT_LE(r.code, 2) << cmd << "\n" << r.err;  // not 124: timeout's
+    EXPECT_NE(r.err.find(fifo + ": the device profile is not a regular file"), std::string::npos) << r.err;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 15.0);
+  ::unlink(fifo.c_str());
+}
+
 // Before: the run trained to the end, then failed to save and lost its work.
 TEST_F(tools, train_save_into_an_impossible_dir_fails_before_the_first_step) {
   const std::string file = path("a_file");
