@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 
 namespace strata {
 
@@ -114,6 +115,7 @@ std::string profile_to_json(const DeviceProfile& p) {
 
 DeviceProfile profile_from_json(const std::string& text, const std::string& where) {
   json j;
+  if (auto deep = json_nesting_error(text)) STRATA_THROW(ConfigError, fmt::format("{}: {}", where, *deep), where, "");
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
@@ -193,11 +195,22 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
 }
 
 DeviceProfile load_profile(const std::string& path) {
+  // A regular file of at most 1 MiB (profiles are about 2 KiB): /dev/zero or a FIFO would be read
+  // forever, or waited on.
+  constexpr size_t kMaxProfileBytes = size_t(1) << 20;
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec) STRATA_THROW(IoError, fmt::format("{}: cannot open the device profile: {}", path, ec.message()), path);
+  if (!std::filesystem::is_regular_file(st))
+    STRATA_THROW(IoError, fmt::format("{}: the device profile is not a regular file", path), path);
   std::ifstream f(path);
   if (!f) STRATA_THROW(IoError, fmt::format("{}: cannot open the device profile", path), path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return profile_from_json(ss.str(), path);
+  std::string text(kMaxProfileBytes + 1, '\0');
+  f.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(f.gcount()));
+  if (text.size() > kMaxProfileBytes)
+    STRATA_THROW(IoError, fmt::format("{}: the device profile is larger than 1 MiB", path), path);
+  return profile_from_json(text, path);
 }
 
 void save_profile(const DeviceProfile& p, const std::string& path) {

@@ -2,6 +2,7 @@
 // --decode), with the tokenizer of a Hugging Face checkpoint directory (text/tokenizer.h).
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/json_limits.h"
 #include "text/tokenizer.h"
 #include "tools/cli.h"
 
@@ -49,13 +51,20 @@ int main(int argc, char** argv) {
     std::ios::sync_with_stdio(false);
     if (a.has("decode")) {
       std::vector<int32_t> ids;
-      for (long v; std::cin >> v;) {
-        if (v < 0 || v >= tok.vocab_size())
-          throw ConfigError(fmt::format("stdin: id {} is outside the vocabulary [0, {})", v, tok.vocab_size()), "stdin",
-                            "ids");
+      // Each word whole: `>> long` would stop at an id too large for a long and leave the rest unread.
+      for (std::string w; std::cin >> w;) {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+        if (end != w.data() + w.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+          throw ConfigError(
+              fmt::format("stdin: '{}' is not an integer id (expected whitespace-separated ids)", w.substr(0, 40)),
+              "stdin", "ids");
+        if (ec == std::errc::result_out_of_range || v < 0 || v >= tok.vocab_size())
+          throw ConfigError(
+              fmt::format("stdin: id {} is outside the vocabulary [0, {})", w.substr(0, 40), tok.vocab_size()), "stdin",
+              "ids");
         ids.push_back(int32_t(v));
       }
-      if (!std::cin.eof()) throw ConfigError("stdin: expected whitespace-separated integer ids", "stdin", "ids");
       std::string s = tok.decode(ids, !special);
       std::fwrite(s.data(), 1, s.size(), stdout);
       return 0;
@@ -68,6 +77,8 @@ int main(int argc, char** argv) {
       for (std::string line; std::getline(std::cin, line);) {
         ++n;
         nlohmann::json j;
+        if (auto deep = json_nesting_error(line))
+          throw ConfigError(fmt::format("stdin line {}: {}", n, *deep), "stdin", "line");
         try {
           j = nlohmann::json::parse(line);
         } catch (const nlohmann::json::exception& e) {

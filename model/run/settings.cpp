@@ -3,12 +3,14 @@
 #include "model/run/settings.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <vector>
 
 #include "io/regular_file.h"
 #include "model/run/settings_value.h"
@@ -16,6 +18,49 @@
 namespace strata {
 
 namespace {
+
+// yaml-cpp's parser refuses nesting past this depth (its DepthGuard) with YAML::DeepRecursion.
+constexpr int kMaxYamlDepth = 2000;
+
+// Loads YAML text; a parse error or nesting past kMaxYamlDepth is a ConfigError naming `path` and the line.
+YAML::Node load_yaml(const std::string& text, const std::string& path, const std::string& key) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw ConfigError(fmt::format("{}:{}: YAML nested deeper than {} levels (strata reads at most {})", path,
+                                  e.mark.line + 1, kMaxYamlDepth, kMaxYamlDepth),
+                      path, key);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.msg), path, key);
+  }
+}
+
+// A mapping anywhere under `root` that repeats a key (`plan: {L*.mlp.act: keep, L*.mlp.act: host}`): yaml-cpp
+// keeps both and a reader would silently take one. ConfigError naming the file, the key and both lines. The
+// walk keeps its own stack (the nesting is yaml-cpp's up to kMaxYamlDepth).
+void refuse_duplicate_keys(const YAML::Node& root, const std::string& path, const std::string& field) {
+  std::vector<YAML::Node> todo{root};
+  while (!todo.empty()) {
+    const YAML::Node n = todo.back();
+    todo.pop_back();
+    if (n.IsSequence()) {
+      for (const YAML::Node& e : n) todo.push_back(e);
+    } else if (n.IsMap()) {
+      std::map<std::string, int> lines;
+      for (auto kv : n) {
+        if (kv.first.IsScalar()) {
+          const int line = kv.first.Mark().line + 1;
+          auto [it, fresh] = lines.try_emplace(kv.first.Scalar(), line);
+          if (!fresh)
+            throw ConfigError(fmt::format("{}:{}: {}: key '{}' is given twice (lines {} and {}); keep one", path, line,
+                                          field, kv.first.Scalar(), it->second, line),
+                              path, field);
+        }
+        todo.push_back(kv.second);
+      }
+    }
+  }
+}
 
 std::string lower(std::string s) {
   for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
@@ -289,12 +334,7 @@ std::string suggest_setting(std::string_view key) {
 // ---- a YAML file ---------------------------------------------------------------------------------
 
 void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.msg), path, "");
-  }
+  const YAML::Node root = load_yaml(text, path, "");
   c.config_file = path;
   if (root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of keys", path), path, "");
@@ -319,6 +359,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
             fmt::format("{}:{}: {} is given twice (line {}{}); keep one", path, line, key, prev->second.second,
                         prev->second.first == key ? "" : " as " + prev->second.first),
             path, key);
+      refuse_duplicate_keys(it.second, path, key);  // inside the value (the keys above are checked by setting)
       SettingValue v(*s, it.second, Origin{fmt::format("{}:{}: {}", path, line, key), path, key}, ValueSource::yaml);
       v.set_line(line);
       s->set(c, v, reader);
@@ -350,7 +391,8 @@ void apply_settings(TrainConfig& c, const std::vector<std::pair<std::string, std
     }
     try {
       // A structured value is YAML ("{every: 2}"); any other is the text as given, as a flag's is.
-      const YAML::Node node = s->type == SettingType::structured ? YAML::Load(value) : YAML::Node(value);
+      const YAML::Node node = s->type == SettingType::structured ? load_yaml(value, source, key) : YAML::Node(value);
+      refuse_duplicate_keys(node, source, key);
       s->set(c, SettingValue(*s, node, Origin{source + ": " + key, source, key}, ValueSource::api), reader);
     } catch (const YAML::Exception& e) {
       throw ConfigError(fmt::format("{}: {}: not valid YAML: {}", source, key, e.msg), source, key);

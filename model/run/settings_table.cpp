@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "model/plan/forecast.h"
 #include "model/run/settings_structured.h"
 #include "model/run/settings_value.h"
 
@@ -44,7 +45,10 @@ std::string get_num(const C& c) {
 }
 template <auto M>
 void set_text(C& c, const V& v, R&) {
-  c.*M = v.text();
+  std::string s = v.text();
+  // `--save ''` would save nothing, `data: ""` read the current directory: an empty path means no value.
+  if (s.empty()) v.fail("is empty; leave it out for the default");
+  c.*M = std::move(s);
 }
 template <auto M>
 std::string get_text(const C& c) {
@@ -162,15 +166,15 @@ const std::vector<Setting>& settings() {
      [](C& c, const V& v, R&) { c.backend = v.choice(); },
      get_text<&C::backend>, T},
     // ---- shape and loop
-    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kAtLeast1, "", "128", "tokens per row",
+    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, {1, kMaxForecastSeq}, "", "128", "tokens per row",
      set_int<&C::seq>, get_int<&C::seq>, T},
-    {"micro_batch_size", {"batch"}, "batch", "B", SettingType::integer, kAtLeast1, "", "1", "rows per micro-batch",
+    {"micro_batch_size", {"batch"}, "batch", "B", SettingType::integer, {1, kMaxForecastSeq}, "", "1", "rows per micro-batch",
      set_int<&C::batch>, get_int<&C::batch>, T},
     {"max_steps", {"steps"}, "steps", "S", SettingType::integer, kAtLeast0, "", "10",
      "optimizer steps (when given, it wins over num_epochs)",
      [](C& c, const V& v, R&) { c.steps = int(v.integer()), c.steps_given = true; },
      [](const C& c) { return c.steps_given || c.steps != C{}.steps ? std::to_string(c.steps) : std::string(); }, T},
-    {"num_epochs", {}, "epochs", "N", SettingType::number, kPositive, "", "-",
+    {"num_epochs", {}, "epochs", "N", SettingType::number, {1e-6, 1e6}, "", "-",
      "without max_steps: passes over the training rows (fractions allowed)", set_num<&C::num_epochs>,
      [](const C& c) { return c.num_epochs > 0 ? fmt::format("{}", c.num_epochs) : std::string(); }, T},
     {"gradient_accumulation_steps", {}, "grad-accum", "K", SettingType::integer, kAtLeast1, "", "1",
@@ -295,6 +299,9 @@ const std::vector<Setting>& settings() {
        c.zero_stage = parse_zero_stage(v.integer_in(Range{-kIntMax, kIntMax}), v.origin());
      }, get_int<&C::zero_stage>,
      T | P},
+    {"plan_time_limit", {}, "plan-time-limit", "SECONDS", SettingType::number, {0, 86400}, "", "60",
+     "the budget planner stops after this long with the fastest plan found by then, and says so; 0: no limit",
+     set_num<&C::plan_time_limit_s>, get_num<&C::plan_time_limit_s>, T | P},
     {"sequence_parallel", {}, "sequence-parallel", "N", SettingType::integer, kAtLeast1, "", "1",
      "groups of N ranks share each row, seq/N tokens each (DeepSpeed-Ulysses); 1: off",
      set_int<&C::sequence_parallel>, get_int<&C::sequence_parallel>, T | P},
