@@ -23,7 +23,8 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   if (const int sp = std::max(1, base.sequence_parallel); multiple % sp != 0) multiple = std::lcm(multiple, sp);
   if (hi > kMaxForecastSeq)
     throw ConfigError(
-        fmt::format("max-seq search: the limit {} is longer than a forecast runs (at most {})", hi, kMaxForecastSeq),
+        fmt::format("max-seq search: the limit (seq-limit) {} is longer than a forecast runs (at most {})", hi,
+                    kMaxForecastSeq),
         "command line", "seq-limit");
   planner_detail::SearchClock clock(base);  // one time limit for the whole bisection
   MaxSeqResult out;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <unordered_set>
 #include <vector>
 
 #include "io/regular_file.h"
@@ -37,12 +38,21 @@ YAML::Node load_yaml(const std::string& text, const std::string& path, const std
 
 // A mapping anywhere under `root` that repeats a key (`plan: {L*.mlp.act: keep, L*.mlp.act: host}`): yaml-cpp
 // keeps both and a reader would silently take one. ConfigError naming the file, the key and both lines. The
-// walk keeps its own stack (the nesting is yaml-cpp's up to kMaxYamlDepth).
+// walk keeps its own stack (the nesting is yaml-cpp's up to kMaxYamlDepth) and visits each collection once, by
+// where it starts: an alias is the node it names, and aliases of aliases (`&b [*a, *a, ...]`, "billion laughs")
+// would otherwise expand exponentially. 2^22 values at most, whatever the document.
 void refuse_duplicate_keys(const YAML::Node& root, const std::string& path, const std::string& field) {
+  constexpr size_t kMaxValues = size_t(1) << 22;
   std::vector<YAML::Node> todo{root};
-  while (!todo.empty()) {
+  std::unordered_set<int> seen;  // Mark().pos of the collections walked
+  for (size_t visited = 0; !todo.empty(); ++visited) {
+    if (visited > kMaxValues)
+      throw ConfigError(fmt::format("{}: {}: the value expands to more than {} YAML values (aliases of aliases?)", path,
+                                    field, kMaxValues),
+                        path, field);
     const YAML::Node n = todo.back();
     todo.pop_back();
+    if ((n.IsSequence() || n.IsMap()) && !seen.insert(n.Mark().pos).second) continue;
     if (n.IsSequence()) {
       for (const YAML::Node& e : n) todo.push_back(e);
     } else if (n.IsMap()) {
@@ -142,9 +152,22 @@ bool yaml11_bool(const std::string& s, bool* value) {
 
 std::string yaml_key_of(const YAML::Node& k, const std::string& path, const std::string& parent) {
   if (k.IsScalar()) return k.Scalar();
-  YAML::Emitter e;
-  e << YAML::Flow << k;
-  std::string shown = e.good() ? e.c_str() : "?";
+  // Shown as written when small: an alias of aliases would expand without bound in the emitter.
+  size_t values = 0;
+  for (std::vector<YAML::Node> todo{k}; !todo.empty() && values <= 64; ++values) {
+    const YAML::Node n = todo.back();
+    todo.pop_back();
+    if (n.IsSequence())
+      for (const YAML::Node& e : n) todo.push_back(e);
+    else if (n.IsMap())
+      for (auto kv : n) todo.push_back(kv.first), todo.push_back(kv.second);
+  }
+  std::string shown = k.IsSequence() ? "[...]" : k.IsMap() ? "{...}" : "?";
+  if (values <= 64) {
+    YAML::Emitter e;
+    e << YAML::Flow << k;
+    if (e.good()) shown = e.c_str();
+  }
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
   const char* kind = k.IsSequence() ? "a sequence" : k.IsMap() ? "a mapping" : "null";
   const std::string in = parent.empty() ? "" : fmt::format(" in '{}'", parent);
