@@ -1,7 +1,9 @@
 #include "model/run/train_loop.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -150,6 +152,18 @@ void TrainLoop::open_metrics(int resumed_step) {
   std::error_code ec;
   const auto st = std::filesystem::status(metrics_path_, ec);
   if (!std::filesystem::exists(st) || std::filesystem::is_regular_file(st)) io::write_file_atomic(metrics_path_, kept);
+  if (std::filesystem::is_fifo(st)) {  // open() would wait for a reader: none now is an error, not a hang
+    const int fd = ::open(metrics_path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) metrics_ = ::fdopen(fd, "a");
+    if (!metrics_) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      throw IoError(fmt::format("{}: cannot open the metrics file (a named pipe): {}", metrics_path_,
+                                err == ENXIO ? "nothing reads from it" : std::strerror(err)),
+                    metrics_path_);
+    }
+    return;
+  }
   metrics_ = std::fopen(metrics_path_.c_str(), "a");
   if (!metrics_)
     throw IoError(fmt::format("{}: cannot open the metrics file: {}", metrics_path_, std::strerror(errno)),

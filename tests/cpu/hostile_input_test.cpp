@@ -427,6 +427,15 @@ TEST_F(hostile_input, tokenize_decode_refuses_ids_that_overflow) {
     EXPECT_TRUE(names(r.err, {"stdin"})) << ids;
     EXPECT_TRUE(r.out.empty()) << ids << ": decoded " << r.out;
   }
+  // stdin is bounded: an endless stream is refused at 256 MiB (a --jsonl line at 64 MiB), not read until memory
+  // runs out.
+  double s = 0;
+  Proc z = run("head -c 300M /dev/zero | " + kTokenize + " --tokenizer " + quote(kLlama3), &s);
+  EXPECT_EQ(z.code, 2) << z.err;
+  EXPECT_TRUE(names(z.err, {"stdin", "256 MiB"}));
+  Proc zl = run("head -c 100M /dev/zero | " + kTokenize + " --tokenizer " + quote(kLlama3) + " --jsonl", &s);
+  EXPECT_EQ(zl.code, 2) << zl.err;
+  EXPECT_TRUE(names(zl.err, {"stdin line 1", "64 MiB"}));
   Proc ok = run("printf '100 200' | " + kTokenize + " --tokenizer " + quote(kLlama3) + " --decode --no-special");
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_FALSE(ok.out.empty());
@@ -473,6 +482,16 @@ TEST_F(hostile_input, metrics_and_logs_on_a_full_disk_warn_and_exit_nonzero_but_
     EXPECT_EQ(r.code, 1) << r.err;
     EXPECT_TRUE(names(r.err, {"warning", "writing failed"}));
     EXPECT_TRUE(fs::exists(save + "/model.safetensors")) << r.err;
+  }
+  {  // A named pipe nothing reads: refused at once, not waited on.
+    const std::string fifo = path("metrics.fifo"), cfg = path("fifo_metrics.yaml");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    write(cfg, "metrics_file: " + fifo + "\n");
+    double s = 0;
+    Proc r = run(base + "--config " + quote(cfg), &s);
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(names(r.err, {fifo, "nothing reads from it"}));
+    EXPECT_LT(s, 20);
   }
   // The same run with room to write succeeds.
   Proc ok = run(base + "--save " + quote(path("room")));
