@@ -52,11 +52,11 @@ TEST(config_checks, keys_that_are_not_plain_strings_are_config_errors) {
 
 TEST(config_checks, integers_are_range_checked_never_truncated) {
   // 4294967312 = 2^32 + 16: read as 16 before.
-  expect_rejected("sequence_len: 4294967312\n", "sequence_len", {"4294967312", ">= 1 (at most 2147483647)"});
+  expect_rejected("sequence_len: 4294967312\n", "sequence_len", {"4294967312", "in [1, 16777216]"});
   expect_rejected("micro_batch_size: 4294967312\n", "micro_batch_size", {"4294967312"});
   expect_rejected("max_steps: 4294967312\n", "max_steps", {"4294967312"});
   expect_rejected("max_steps: -1\n", "max_steps", {">= 0", "-1"});
-  expect_rejected("sequence_len: 0\n", "sequence_len", {">= 1"});
+  expect_rejected("sequence_len: 0\n", "sequence_len", {"[1, 16777216]"});
   expect_rejected("micro_batch_size: -2\n", "micro_batch_size", {"-2"});
   expect_rejected("warmup_steps: -5\n", "warmup_steps", {"-5"});
   expect_rejected("gradient_checkpointing: {every: 0}\n", "gradient_checkpointing.every", {">= 1"});
