@@ -61,8 +61,9 @@ struct ForecastRequest {
   // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
   std::vector<int32_t> positions;
   // The budget planner (plan_for_budget, max_seq_for_budget) stops after this many seconds with the best
-  // plan found by then (PlanResult::stopped); 0: no limit. The settings' plan_time_limit.
-  double plan_time_limit_s = 60;
+  // plan found by then (PlanResult::stopped); 0 (here): no limit. The tools take it from the settings'
+  // plan_time_limit (default 60 s; train_forecast_request).
+  double plan_time_limit_s = 0;
   // Where a long search reports its progress (a line every 10 s, and one when it stops at the limit);
   // none when empty.
   std::function<void(const std::string&)> plan_progress;

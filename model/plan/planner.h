@@ -26,12 +26,11 @@
 // activations and the paging around it, and the state's tier needs a budget (ConfigError naming the
 // host or disk budget otherwise). Otherwise, with a host (or disk) budget, it chooses the state's
 // level, tier and layers too (step 5 below).
-// The whole search, max_seq_for_budget's included, is bounded by base.plan_time_limit_s (default 60 s): past it
-// no new sim run starts, and the result is the fastest plan found by then (PlanResult::stopped), with a line
-// to base.plan_progress saying so; a long search reports its progress there every 10 s.
-// The fastest fitting candidate wins. If none fits, the result names the smallest device budget
-// any candidate needs (verified by a sim run at that budget) and what host or disk budget would
-// have let a candidate fit the device budget.
+// The whole search, max_seq_for_budget's included, is bounded by base.plan_time_limit_s (the tools' default 60 s): past
+// it no new sim run starts, and the result is the fastest plan found by then (PlanResult::stopped), with a line to
+// base.plan_progress saying so; a long search reports its progress there every 10 s. The fastest fitting candidate
+// wins. If none fits, the result names the smallest device budget any candidate needs (verified by a sim run at that
+// budget) and what host or disk budget would have let a candidate fit the device budget.
 #pragma once
 #include <string>
 #include <utility>
