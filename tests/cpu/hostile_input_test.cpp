@@ -366,6 +366,11 @@ TEST_F(hostile_input, plan_searches_stop_at_their_time_limit_and_say_so) {
     EXPECT_TRUE(names(r.out + r.err, {"time limit of 3 s"})) << c << "\n" << r.out << r.err;
     EXPECT_LT(s, 60) << c;
   }
+  // strata-train's budget planner keeps the same limit: stopped before any plan, it says so.
+  Proc r = run(kTrain + " --model " + quote(model()) + " --data " + quote(model() + "/tokens.bin") +
+               " --backend cpu --seq 16 --steps 1 --budget 1GiB --plan-time-limit 0.000001");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(names(r.err, {"stopped at its time limit", "within plan_time_limit"})) << r.err;
 }
 
 // ---- checkpoints: shard names stay inside the directory; weights are floating point
