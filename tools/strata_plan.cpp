@@ -304,8 +304,11 @@ int main(int argc, char** argv) {
       PlanResult& pr = ms.plan;
       out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
       if (!ms.found) {
-        std::fprintf(stderr, "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n", ms.lo,
-                     ms.tried.size(), ms.sim_runs);
+        std::fprintf(
+            stderr,
+            ms.stopped ? "strata-plan: --max-seq: %d tokens not decided by the time limit (%zu lengths, %d sim runs)\n"
+                       : "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n",
+            ms.lo, ms.tried.size(), ms.sim_runs);
         report_unfit(pr, budget, host_budget, disk_budget, out);
         if (json_out) std::printf("%s\n", out.dump(2).c_str());
         return 1;

@@ -57,6 +57,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     out.plan = plan_for_budget(r, budgets);
     out.sim_runs += out.plan.sim_runs;
     out.stopped = planner_detail::search_stopped();
+    if (out.stopped) out.plan.sim_runs = out.sim_runs;  // what the report counts: the whole search's
     clock.finish(out.plan);
     return out;
   }
