@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/regular_file.h"
+#include "model/plan/forecast.h"
 #include "model/run/settings_value.h"
 
 namespace strata {
@@ -303,6 +304,12 @@ std::string SettingValue::choice() const {
 
 void SettingsReader::finish(TrainConfig& c) {
   check_grad_reduce(c);  // a source that sets both keys contradicting each other
+  // Each in range, but their product is what is allocated (the batch's ids alone are 8 bytes a token).
+  if (int64_t(c.seq) * c.batch > kMaxForecastTokens)
+    throw ConfigError(fmt::format("{}: micro_batch_size {} x sequence_len {} is {} tokens a micro-batch, more than "
+                                  "strata runs (at most {})",
+                                  source, c.batch, c.seq, int64_t(c.seq) * c.batch, kMaxForecastTokens),
+                      source, "micro_batch_size");
   // `adapter: lora` alone means rank 8; with lora_r (which must be >= 1) the rank given.
   if (adapter_lora && !rank_given && c.lora.rank == 0) c.lora.rank = 8;
   if (has_state) {

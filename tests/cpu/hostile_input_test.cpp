@@ -298,6 +298,12 @@ TEST_F(hostile_input, settings_out_of_range_name_the_key_and_range) {
     ASSERT_TRUE(e) << c.yaml;
     EXPECT_TRUE(names(e->what(), {"r.yaml", c.key, c.range}));
   }
+  // Each in range, their product not: refused before anything is allocated for it.
+  TrainConfig big;
+  auto eb = catch_as<ConfigError>(
+      [&] { apply_yaml_text(big, "sequence_len: 16777216\nmicro_batch_size: 16777216\n", "r.yaml"); });
+  ASSERT_TRUE(eb);
+  EXPECT_TRUE(names(eb->what(), {"r.yaml", "micro_batch_size 16777216 x sequence_len 16777216", "at most 33554432"}));
   // The seed is 64 bits end to end: 2^32 + 16 stays itself (it wrapped to 16 once), 2^64 is refused.
   TrainConfig t;
   apply_yaml_text(t, "seed: 4294967312\n", "r.yaml");
