@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 
 namespace strata {
 
@@ -119,6 +120,7 @@ std::string profile_to_json(const DeviceProfile& p) {
 
 DeviceProfile profile_from_json(const std::string& text, const std::string& where) {
   json j;
+  if (auto deep = json_nesting_error(text)) STRATA_THROW(ConfigError, fmt::format("{}: {}", where, *deep), where, "");
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {

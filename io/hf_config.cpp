@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 #include "io/regular_file.h"
 
 namespace strata::io {
@@ -215,6 +216,7 @@ const char* arch_architecture(Arch a) {
 LlamaConfig parse_llama_config(const std::string& json_text, const std::string& path_for_errors) {
   Reader r{path_for_errors};
   json j;
+  if (auto deep = json_nesting_error(json_text)) r.fail("json", *deep);
   try {
     j = json::parse(json_text);
   } catch (const json::exception& e) {

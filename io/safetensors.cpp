@@ -15,6 +15,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 
@@ -80,6 +81,8 @@ struct KeyOrder : nlohmann::json_sax<json> {
 json parse_keeping_order(const char* begin, const char* end, const std::string& path, const char* what,
                          const std::string& field, const std::string& member, std::vector<std::string>& keys) {
   json j;
+  if (auto deep = json_nesting_error(std::string_view(begin, size_t(end - begin))))
+    STRATA_THROW(FormatError, fmt::format("{}: {}: {}", path, what, *deep), path, field);
   try {
     j = json::parse(begin, end);
   } catch (const nlohmann::json::exception& ex) {
@@ -329,6 +332,14 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
       bad("weight_map." + name,
           fmt::format("weight_map['{}'] is a {}, expected a shard file name", name, file.type_name()));
     std::string shard = file.get<std::string>();
+    // A plain file name in this directory: `../x`, `/etc/x`, `a/b` and an embedded NUL (which
+    // the file system would cut the name at) would read a file the checkpoint does not hold. The
+    // file itself may be a symlink, as the Hugging Face cache makes them.
+    if (shard.find_first_of(std::string_view("/\\\0", 3)) != std::string::npos || shard == "." || shard == "..")
+      bad("weight_map." + name,
+          fmt::format("weight_map['{}'] is {}, expected a plain file name in the checkpoint directory (no '/', '\\', "
+                      "'..' or NUL)",
+                      name, json(shard).dump()));
     auto it = shard_index.find(shard);
     if (it == shard_index.end()) {
       std::string sp = join(dir, shard);
@@ -378,6 +389,12 @@ void Checkpoint::read_f32(std::string_view name, const std::vector<int64_t>& exp
     STRATA_THROW(FormatError,
                  fmt::format("{}: tensor '{}' has shape {}, expected {}", sf.path(), t.name, shape_str(t.shape),
                              shape_str(expected)),
+                 sf.path(), t.name);
+  // A weight is floating point: integers converted to floats would load a different model silently.
+  if (t.dtype != DType::f32 && t.dtype != DType::bf16 && t.dtype != DType::f16)
+    STRATA_THROW(FormatError,
+                 fmt::format("{}: tensor '{}' is stored as {}, expected a floating-point weight (F32, BF16 or F16)",
+                             sf.path(), t.name, dtype_safetensors_name(t.dtype)),
                  sf.path(), t.name);
   size_t n = t.bytes / dtype_size(t.dtype);
   const std::byte* src = sf.data(t);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 #include "io/regular_file.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_model.h"
@@ -93,6 +94,7 @@ struct Reader {
     return string(obj, "type", field + ".type");
   }
   json parse(std::string_view text) const {
+    if (auto deep = json_nesting_error(text)) fail("json", *deep);
     try {
       return json::parse(text);
     } catch (const json::exception& e) {
@@ -505,6 +507,10 @@ Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& j
   if (const json* p = Reader::get(j, "post_processor")) read_post_processor(r, *p, "post_processor", *m, &seen);
   for (int32_t id : m->template_prefix) max_id = std::max<int64_t>(max_id, id);
   for (int32_t id : m->template_suffix) max_id = std::max<int64_t>(max_id, id);
+  // No token at all: every text would encode to nothing (or fail later, far from the cause).
+  if (m->bpe->vocab().empty() && m->added.empty())
+    r.bad("model.vocab", Reader::value(j["model"], "vocab"),
+          "is empty, and there are no added_tokens: no token to encode to");
 
   m->tokens.resize(size_t(max_id + 1));
   m->special.assign(m->tokens.size(), 0);

@@ -129,7 +129,8 @@ json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_
             {"sim_runs", pr.sim_runs},
             {"label", pr.label},
             {"layer_offloading", pr.plan.pages_layer_weights()},
-            {"mlp_tiles", pr.plan.mlp_tiles}};
+            {"mlp_tiles", pr.plan.mlp_tiles},
+            {"stopped_at_time_limit", pr.stopped}};
   if (!pr.rank_peak_bytes.empty()) {  // ZeRO: the plan fits every rank; the forecast is max_rank's
     j["rank_peak_bytes"] = pr.rank_peak_bytes;
     j["max_rank"] = pr.rank;
@@ -150,6 +151,13 @@ void print_rank_peaks(std::FILE* info, const PlanResult& pr) {
 
 // Why the planner found nothing (stderr), and the same in out["planner"].
 void report_unfit(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget, json& out) {
+  if (pr.stopped) {  // no diagnosis: the search ran out of time before it found a plan
+    std::fprintf(stderr,
+                 "strata-plan: no plan found to fit a device budget of %s with %s before the search's time limit "
+                 "(%d sim runs); raise --plan-time-limit (plan_time_limit) or lower the shape\n",
+                 format_bytes(budget).c_str(), tiers_used(host_budget, disk_budget).c_str(), pr.sim_runs);
+    return;
+  }
   std::fprintf(stderr,
                "strata-plan: nothing fits a device budget of %s with %s: the lowest-memory plan (%s) needs "
                "at least %s, %s more (device tier; %d sim runs)\n",

@@ -186,7 +186,8 @@ int main(int argc, char** argv) {
       throw ConfigError(fmt::format("--sequence-parallel {} must divide --gpus {} (data-parallel groups of {} ranks)",
                                     req.sequence_parallel, req.gpus, req.sequence_parallel),
                         "command line", "sequence-parallel");
-    if (!max_seq && req.seq > 0) check_seq_parallel_len(req.seq, req.sequence_parallel);
+    if (!max_seq && req.seq > 0)  // the shape's range before anything is allocated for it (--pack's positions)
+      check_seq_parallel_len(req.seq, req.sequence_parallel), check_forecast_shape(req);
     if (const int pack = int_flag("pack", 1, 1); pack > 1) {  // rows of `pack` packed examples (sample packing)
       if (max_seq) throw ConfigError("--pack goes with --seq, not --max-seq", "command line", "pack");
       if (req.seq % pack)
@@ -303,8 +304,11 @@ int main(int argc, char** argv) {
       PlanResult& pr = ms.plan;
       out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
       if (!ms.found) {
-        std::fprintf(stderr, "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n", ms.lo,
-                     ms.tried.size(), ms.sim_runs);
+        std::fprintf(
+            stderr,
+            ms.stopped ? "strata-plan: --max-seq: %d tokens not decided by the time limit (%zu lengths, %d sim runs)\n"
+                       : "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n",
+            ms.lo, ms.tried.size(), ms.sim_runs);
         report_unfit(pr, budget, host_budget, disk_budget, out);
         if (json_out) std::printf("%s\n", out.dump(2).c_str());
         return 1;
@@ -315,9 +319,10 @@ int main(int argc, char** argv) {
       f = std::move(pr.forecast);
       plan = pr.plan;
       req.mlp_tiles = pr.plan.mlp_tiles;
-      const std::string why = ms.at_limit
-                                  ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
-                                  : fmt::format("{} tokens do not fit", ms.next_seq);
+      const std::string why =
+          ms.at_limit  ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
+          : ms.stopped ? std::string("the search's time limit; longer was not decided (--plan-time-limit)")
+                       : fmt::format("{} tokens do not fit", ms.next_seq);
       std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, req.batch,
                    why.c_str(), ms.tried.size(), ms.sim_runs);
       std::fprintf(info, "%s\n",

@@ -2,6 +2,7 @@
 // --decode), with the tokenizer of a Hugging Face checkpoint directory (text/tokenizer.h).
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/json_limits.h"
 #include "text/tokenizer.h"
 #include "tools/cli.h"
 
@@ -38,6 +40,33 @@ void print_ids(const std::vector<int32_t>& ids) {
   std::fwrite(line.data(), 1, line.size(), stdout);
 }
 
+// stdin is a stream, read with bounds: all of it (text, ids) at most kMaxStdin bytes, a --jsonl line at most
+// kMaxLine (`< /dev/zero` was read until memory ran out).
+constexpr size_t kMaxStdin = size_t(256) << 20, kMaxLine = size_t(64) << 20;
+
+std::string read_stdin() {
+  std::string s;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) {
+    if (s.size() + n > kMaxStdin)
+      throw ConfigError("stdin: more than 256 MiB; split the input (or pass --jsonl lines)", "stdin", "input");
+    s.append(buf, n);
+  }
+  return s;
+}
+
+// The next line of stdin without its newline; false at the end.
+bool read_line(std::string& line, long n) {
+  line.clear();
+  for (int ch; (ch = getc_unlocked(stdin)) != EOF;) {
+    if (ch == '\n') return true;
+    if (line.size() >= kMaxLine)
+      throw ConfigError(fmt::format("stdin line {}: longer than 64 MiB", n), "stdin", "line");
+    line.push_back(char(ch));
+  }
+  return !line.empty();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,13 +81,21 @@ int main(int argc, char** argv) {
     std::ios::sync_with_stdio(false);
     if (a.has("decode")) {
       std::vector<int32_t> ids;
-      for (long v; std::cin >> v;) {
-        if (v < 0 || v >= tok.vocab_size())
-          throw ConfigError(fmt::format("stdin: id {} is outside the vocabulary [0, {})", v, tok.vocab_size()), "stdin",
-                            "ids");
+      // Each word whole: `>> long` would stop at an id too large for a long and leave the rest unread.
+      std::istringstream in(read_stdin());
+      for (std::string w; in >> w;) {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+        if (end != w.data() + w.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+          throw ConfigError(
+              fmt::format("stdin: '{}' is not an integer id (expected whitespace-separated ids)", w.substr(0, 40)),
+              "stdin", "ids");
+        if (ec == std::errc::result_out_of_range || v < 0 || v >= tok.vocab_size())
+          throw ConfigError(
+              fmt::format("stdin: id {} is outside the vocabulary [0, {})", w.substr(0, 40), tok.vocab_size()), "stdin",
+              "ids");
         ids.push_back(int32_t(v));
       }
-      if (!std::cin.eof()) throw ConfigError("stdin: expected whitespace-separated integer ids", "stdin", "ids");
       std::string s = tok.decode(ids, !special);
       std::fwrite(s.data(), 1, s.size(), stdout);
       return 0;
@@ -68,9 +105,11 @@ int main(int argc, char** argv) {
     std::vector<int32_t> ids;
     if (a.has("jsonl")) {
       long n = 0;
-      for (std::string line; std::getline(std::cin, line);) {
+      for (std::string line; read_line(line, n + 1);) {
         ++n;
         nlohmann::json j;
+        if (auto deep = json_nesting_error(line))
+          throw ConfigError(fmt::format("stdin line {}: {}", n, *deep), "stdin", "line");
         try {
           j = nlohmann::json::parse(line);
         } catch (const nlohmann::json::exception& e) {
@@ -100,7 +139,7 @@ int main(int argc, char** argv) {
         print_ids(ids);
       }
     } else {
-      std::string s((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+      const std::string s = read_stdin();
       tok.encode_append(s, special, ids);
       bytes = s.size();
       tokens = ids.size();

@@ -285,6 +285,15 @@ int main(int argc, char** argv) {
       }
       if (info) print_done(info, job, res);
       if (!job.config().output_dir.empty()) job.save(job.config().output_dir);
+      // A metrics or progress write that failed (a full disk) was warned about when it happened; the model is
+      // saved, but the run's record is not whole.
+      if (info && (std::fflush(info) != 0 || std::ferror(info)))
+        res.output_errors.push_back("the progress output: writing failed");
+      if (!res.output_errors.empty()) {
+        for (const std::string& e : res.output_errors) std::fprintf(stderr, "strata-train: error: %s\n", e.c_str());
+        std::fprintf(stderr, "strata-train: the run trained and saved, but lost output lines (exit 1)\n");
+        return 1;
+      }
       return 0;
     } catch (const Error& e) {  // found building or running the job (a budget nothing fits: exit 1, as documented)
       std::fprintf(stderr, "strata-train: error: %s\n", e.what());

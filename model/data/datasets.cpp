@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 #include "model/data/chat_template.h"
@@ -92,6 +93,8 @@ class Encoder {
     if (eos_ >= 0 && (e.ids.empty() || e.ids.back() != eos_)) push(e, eos_, true);
     return e;
   }
+  // An example of the BOS and EOS alone: its text had no token.
+  bool empty(const Example& e) const { return e.ids.size() <= size_t(bos_ >= 0) + size_t(eos_ >= 0); }
 
  private:
   static void push(Example& e, int32_t id, bool trained) {
@@ -205,7 +208,12 @@ size_t fit_example(const Example& e, int seq, bool train_on_inputs, bool drop_ex
 
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok) {
   const Encoder enc(tok);
-  if (d.type == "completion" && is_text_file(d.path)) return {enc.encode({{contents, true}})};
+  if (d.type == "completion" && is_text_file(d.path)) {
+    Example e = enc.encode({{contents, true}});
+    if (enc.empty(e))
+      throw ConfigError(fmt::format("{}: the text file has no token (empty or blank)", d.path), d.path, "datasets");
+    return {std::move(e)};
+  }
   if (d.type != "completion" && d.type != "alpaca" && d.type != "chat")
     throw ConfigError(fmt::format("{}: dataset type '{}' is not supported", d.path, d.type), d.path, "type");
   const ChatTemplate chat = chat_template_for(tok);
@@ -227,6 +235,8 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
   }
   auto one = [&](const Line& l) -> Example {
     json j;
+    if (auto deep = json_nesting_error(l.text))
+      throw FormatError(fmt::format("{}: line {}: {}", d.path, l.no, *deep), d.path, fmt::format("line {}", l.no));
     try {
       j = json::parse(l.text);
     } catch (const json::exception& e) {
@@ -267,6 +277,11 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
   for (std::thread& th : pool) th.join();
   for (size_t t = 0; t < n_threads; ++t)
     if (errors[t]) std::rethrow_exception(errors[t]);  // ranges are in file order
+  // Every example empty: the run would train on BOS -> EOS alone.
+  if (!out.empty() && std::all_of(out.begin(), out.end(), [&](const Example& e) { return enc.empty(e); }))
+    throw ConfigError(
+        fmt::format("{}: every one of its {} examples is empty (no token but BOS and EOS)", d.path, out.size()), d.path,
+        "datasets");
   return out;
 }
 
@@ -409,7 +424,7 @@ RowStats lay_rows_packed(const std::vector<Example>& examples, int seq, int32_t 
 
 int32_t pad_id_for(const text::Tokenizer& tok, const std::string& tokenizer_dir) {
   const std::string cfg = read_if_exists(tokenizer_dir + "/tokenizer_config.json");
-  if (!cfg.empty()) {
+  if (!cfg.empty() && !json_nesting_error(cfg)) {  // Tokenizer::load refused a deep one already
     try {
       const json j = json::parse(cfg);
       if (j.contains("pad_token")) {

@@ -142,9 +142,20 @@ void breakdown_at_peak(Forecast& f) {
 
 }  // namespace
 
-Forecast forecast(const ForecastRequest& r) {
+void check_forecast_shape(const ForecastRequest& r) {
   if (r.seq < 1 || r.batch < 1)
     throw ConfigError(fmt::format("seq ({}) and batch ({}) must be >= 1", r.seq, r.batch), "command line", "seq");
+  if (r.seq > kMaxForecastSeq)
+    throw ConfigError(fmt::format("seq {} is longer than a forecast runs (at most {})", r.seq, kMaxForecastSeq),
+                      "command line", "seq");
+  if (int64_t(r.batch) * r.seq > kMaxForecastTokens)
+    throw ConfigError(fmt::format("batch {} x seq {} is {} tokens a step, more than a forecast runs (at most {})",
+                                  r.batch, r.seq, int64_t(r.batch) * r.seq, kMaxForecastTokens),
+                      "command line", "batch");
+}
+
+Forecast forecast(const ForecastRequest& r) {
+  check_forecast_shape(r);
   Forecast f;
   SimOptions so;
   so.budget = r.budget;

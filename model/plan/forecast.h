@@ -2,6 +2,7 @@
 // the sim backend — the same tape, schedule, plan and allocator as cpu/cuda — and reads the peak,
 // its breakdown and the model-time clock back from the arena's event log.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,21 @@ struct ForecastRequest {
   // Sample packing: the batch's positions [batch * seq] (Batch::positions; a row's examples restart
   // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
   std::vector<int32_t> positions;
+  // The budget planner (plan_for_budget, max_seq_for_budget) stops after this many seconds with the best
+  // plan found by then (PlanResult::stopped); 0 (here): no limit. The tools take it from the settings'
+  // plan_time_limit (default 60 s; train_forecast_request).
+  double plan_time_limit_s = 0;
+  // Where a long search reports its progress (a line every 10 s, and one when it stops at the limit);
+  // none when empty.
+  std::function<void(const std::string&)> plan_progress;
 };
+
+// The largest shape a forecast runs: longer rows or more tokens a step are a ConfigError naming
+// the field, before anything is allocated for them (the batch alone is 8 bytes a token).
+inline constexpr int kMaxForecastSeq = 1 << 24;                  // LlamaConfigLimits' positions
+inline constexpr int64_t kMaxForecastTokens = int64_t(1) << 25;  // batch * seq
+// ConfigError when `r`'s shape is outside those limits (or seq, batch < 1).
+void check_forecast_shape(const ForecastRequest& r);
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
 ModelOptions forecast_model_options(const ForecastRequest& r);

@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "model/plan/planner.h"
+#include "model/plan/planner_search.h"
 
 namespace strata {
 
@@ -20,6 +21,12 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
                       "seq-multiple");
   // Sequence parallel: every length must split evenly over the group's ranks.
   if (const int sp = std::max(1, base.sequence_parallel); multiple % sp != 0) multiple = std::lcm(multiple, sp);
+  if (hi > kMaxForecastSeq)
+    throw ConfigError(
+        fmt::format("max-seq search: the limit (seq-limit) {} is longer than a forecast runs (at most {})", hi,
+                    kMaxForecastSeq),
+        "command line", "seq-limit");
+  planner_detail::SearchClock clock(base);  // one time limit for the whole bisection
   MaxSeqResult out;
   out.multiple = multiple;
   const long k_lo = (std::max<long>(lo, multiple) + multiple - 1) / multiple;  // lengths in units of `multiple`
@@ -35,6 +42,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     r.seq = int(k * multiple);
     PlanResult pr = plan_for_budget_undiagnosed(r, budgets);
     out.sim_runs += pr.sim_runs;
+    if (pr.stopped && !pr.found) return false;  // undecided: the time limit passed
     out.tried.emplace_back(r.seq, pr.found);
     if (pr.found && r.seq > out.seq) {
       out.found = true;
@@ -48,6 +56,9 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     r.seq = out.lo;
     out.plan = plan_for_budget(r, budgets);
     out.sim_runs += out.plan.sim_runs;
+    out.stopped = planner_detail::search_stopped();
+    if (out.stopped) out.plan.sim_runs = out.sim_runs;  // what the report counts: the whole search's
+    clock.finish(out.plan);
     return out;
   }
   if (k_hi == k_lo || fits(k_hi)) {
@@ -55,9 +66,16 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     return out;
   }
   long a = k_lo, b = k_hi;  // a fits, b does not
-  while (b - a > 1) {
+  while (b - a > 1 && !planner_detail::search_stopped()) {
     const long mid = a + (b - a) / 2;
-    (fits(mid) ? a : b) = mid;
+    const bool ok = fits(mid);
+    if (planner_detail::search_stopped()) break;  // mid was not decided
+    (ok ? a : b) = mid;
+  }
+  if (planner_detail::search_stopped()) {  // the longest length verified by then; longer ones undecided
+    out.stopped = true;
+    clock.finish(out.plan);
+    return out;
   }
   out.next_seq = int(b * multiple);
   return out;

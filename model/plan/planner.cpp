@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -17,6 +19,19 @@ namespace strata {
 namespace {
 
 std::atomic<int> planner_threads{16};
+
+// The current search's clock (planner_search.h SearchClock), on the thread that runs the search.
+struct ClockState {
+  int depth = 0;  // nested entry points share the outermost one's clock
+  std::chrono::steady_clock::time_point start, next_report;
+  planner_detail::Deadline deadline = planner_detail::Deadline::max();
+  double limit_s = 0;
+  bool stopped = false;
+  int runs = 0;
+  std::function<void(const std::string&)> progress;
+};
+thread_local ClockState search_clock;
+constexpr auto kProgressEvery = std::chrono::seconds(10);
 
 std::string describe(const PlanSpec& s) {
   std::string out;
@@ -68,12 +83,17 @@ struct Search {
   struct Sims {
     Forecast f, fb;
     bool budgeted = false;
+    bool skipped = false;  // not run: the search's time limit had passed
     std::exception_ptr error;
   };
   std::map<std::string, Sims> pre;
 
-  Sims simulate(const PlanSpec& s) const {
+  Sims simulate(const PlanSpec& s, planner_detail::Deadline deadline) const {
     Sims o;
+    if (std::chrono::steady_clock::now() > deadline) {
+      o.skipped = true;
+      return o;
+    }
     try {
       ForecastRequest r = base;
       r.plan = make_plan(s, layers, fixed_state);
@@ -100,22 +120,32 @@ struct Search {
         continue;
       todo.emplace_back(std::move(label), &s);
     }
-    if (todo.size() < 2) return;  // eval runs a single one itself
+    if (todo.size() < 2 || planner_detail::out_of_time()) return;  // eval runs a single one itself
     std::vector<Sims> out(todo.size());
+    const planner_detail::Deadline deadline = planner_detail::search_deadline();  // the workers' threads have no clock
     parallel_chunks(
-        todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].second); }, size_t(planner_threads.load()));
+        todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].second, deadline); },
+        size_t(planner_threads.load()));
     for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].first), std::move(out[i]));
   }
 
   PlanTried eval(const PlanSpec& s) {
     const std::string label = describe(s);
     if (auto it = cache.find(label); it != cache.end()) return it->second;
+    // Past the time limit nothing more is tried: an untried candidate reads as not fitting, and is
+    // neither cached nor listed, so the search runs out quickly to the best found so far.
+    PlanTried untried{label};
+    if (planner_detail::out_of_time()) return untried;
     Sims sims;
     if (auto it = pre.find(label); it != pre.end()) {
       sims = std::move(it->second);
       pre.erase(it);
     } else {
-      sims = simulate(s);
+      sims = simulate(s, planner_detail::search_deadline());
+    }
+    if (sims.skipped) {  // prefetched after the limit passed
+      planner_detail::out_of_time();
+      return untried;
     }
     if (sims.error) std::rethrow_exception(sims.error);
     Forecast& f = sims.f;
@@ -140,6 +170,7 @@ struct Search {
     cache[label] = t;
     specs[label] = s;
     res.tried.push_back(t);
+    planner_detail::search_progress(sims.budgeted ? 2 : 1, have_best ? best.label : "");
     return t;
   }
 
@@ -314,6 +345,71 @@ void set_planner_threads(int threads) {
   planner_threads = std::max(threads, 1);
 }
 
+namespace planner_detail {
+
+SearchClock::SearchClock(const ForecastRequest& r) {
+  ClockState& c = search_clock;
+  outermost_ = c.depth++ == 0;
+  if (!outermost_) return;
+  c.start = std::chrono::steady_clock::now();
+  c.next_report = c.start + kProgressEvery;
+  c.limit_s = r.plan_time_limit_s;
+  c.deadline = r.plan_time_limit_s > 0 ? c.start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(r.plan_time_limit_s))
+                                       : Deadline::max();
+  c.stopped = false;
+  c.runs = 0;
+  c.progress = r.plan_progress;
+}
+
+SearchClock::~SearchClock() {
+  ClockState& c = search_clock;
+  if (--c.depth == 0) {
+    c.deadline = Deadline::max();
+    c.progress = nullptr;
+  }
+}
+
+void SearchClock::finish(PlanResult& pr) const {
+  const ClockState& c = search_clock;
+  if (!c.stopped) return;
+  pr.stopped = true;
+  if (outermost_ && c.progress)
+    c.progress(fmt::format(
+        "planner: stopped at its time limit of {} s (plan_time_limit, --plan-time-limit) after {} sim runs: {}",
+        c.limit_s, c.runs,
+        pr.found ? "the plan is the fastest found by then, not necessarily the fastest there is"
+                 : "no plan was found to fit by then; a longer limit may find one"));
+}
+
+Deadline search_deadline() {
+  return search_clock.deadline;
+}
+
+bool out_of_time() {
+  ClockState& c = search_clock;
+  if (!c.stopped && c.deadline != Deadline::max() && std::chrono::steady_clock::now() > c.deadline) c.stopped = true;
+  return c.stopped;
+}
+
+bool search_stopped() {
+  return search_clock.stopped;
+}
+
+void search_progress(int runs, const std::string& best) {
+  ClockState& c = search_clock;
+  c.runs += runs;
+  const auto now = std::chrono::steady_clock::now();
+  if (!c.progress || now < c.next_report) return;
+  c.next_report = now + kProgressEvery;
+  const double s = std::chrono::duration<double>(now - c.start).count();
+  c.progress(fmt::format("planner: {:.0f} s{}, {} sim runs; {}", s,
+                         c.limit_s > 0 ? fmt::format(" of at most {}", c.limit_s) : std::string(), c.runs,
+                         best.empty() ? std::string("no plan fits yet") : "fastest fitting so far: " + best));
+}
+
+}  // namespace planner_detail
+
 Plan make_plan(const PlanSpec& s, int layers, const Plan* fixed_state) {
   auto state = [&](Plan& p) {
     if (fixed_state) {
@@ -364,8 +460,10 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     keep.plan.set_layer_weights(Decision::keep, "planner");
   }
   keep.budget = 0;
+  if (planner_detail::out_of_time()) return res;  // the time limit passed before this search began
   Forecast kf = forecast(keep);
   res.sim_runs++;
+  planner_detail::search_progress(1);
   res.persistent_bytes = kf.persistent_bytes;
   std::vector<std::string> types;
   for (auto& row : kf.plan_rows)
@@ -378,7 +476,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   // trainable ones (a full fine-tune) not with ZeRO (refused: model/llama.cpp).
   const bool can_page = base.mode != TrainMode::full || !zero_sharded;
   std::vector<bool> paging{false};
-  if (can_page && budgets.host > 0) {
+  if (can_page && budgets.host > 0 && !planner_detail::out_of_time()) {
     ForecastRequest pr = keep;
     pr.plan.set_layer_weights(Decision::page, "planner");
     Forecast pf = forecast(pr);
@@ -526,7 +624,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       }
     }
   }
-  if (res.found || !diagnose) return res;
+  if (res.found || !diagnose || planner_detail::search_stopped()) return res;
   if (budgets.host == 0 || (can_page && paging.size() == 1)) {
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
@@ -559,6 +657,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   const PlanTried* low = nullptr;
   for (auto& t : res.tried)
     if (S.tiers_ok(t) && (!low || t.high_water_bytes < low->high_water_bytes)) low = &t;
+  if (!low || planner_detail::search_stopped()) return res;  // stopped by the time limit: no diagnosis
   const PlanSpec& ls = S.specs.at(low->label);
   ForecastRequest r = base;
   r.plan = make_plan(ls, L);

@@ -26,9 +26,11 @@
 // activations and the paging around it, and the state's tier needs a budget (ConfigError naming the
 // host or disk budget otherwise). Otherwise, with a host (or disk) budget, it chooses the state's
 // level, tier and layers too (step 5 below).
-// The fastest fitting candidate wins. If none fits, the result names the smallest device budget
-// any candidate needs (verified by a sim run at that budget) and what host or disk budget would
-// have let a candidate fit the device budget.
+// The whole search, max_seq_for_budget's included, is bounded by base.plan_time_limit_s (the tools' default 60 s): past
+// it no new sim run starts, and the result is the fastest plan found by then (PlanResult::stopped), with a line to
+// base.plan_progress saying so; a long search reports its progress there every 10 s. The fastest fitting candidate
+// wins. If none fits, the result names the smallest device budget any candidate needs (verified by a sim run at that
+// budget) and what host or disk budget would have let a candidate fit the device budget.
 #pragma once
 #include <string>
 #include <utility>
@@ -90,6 +92,9 @@ struct PlanResult {
   // rank's peak (bytes) under the plan. Empty otherwise (every rank's forecast is the same).
   std::vector<size_t> rank_peak_bytes;
   int rank = 0;
+  // The search stopped at its time limit (ForecastRequest::plan_time_limit_s): `plan` is the fastest found by
+  // then (found), or none was found by then (no diagnosis: minimum_bytes and short_tier are 0 and empty).
+  bool stopped = false;
 };
 
 // With ZeRO over several ranks the plan must fit every rank (PlanResult::rank_peak_bytes): the search runs on
@@ -126,6 +131,9 @@ struct MaxSeqResult {
   PlanResult plan;                          // plan_for_budget at seq (found), else at lo (what lo would need)
   std::vector<std::pair<int, bool>> tried;  // (length, fits) in the order the search tried them
   int sim_runs = 0;                         // forecasts over the whole search
+  // The time limit (ForecastRequest::plan_time_limit_s) stopped the search: `seq` is the longest length
+  // verified by then (next_seq 0: longer ones were not decided).
+  bool stopped = false;
 };
 MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi,
                                 int multiple = 1024);

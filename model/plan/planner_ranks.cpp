@@ -10,7 +10,9 @@
 
 namespace strata {
 
+using planner_detail::out_of_time;
 using planner_detail::plan_with_tiles;
+using planner_detail::search_progress;
 
 namespace {
 
@@ -27,9 +29,16 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
   int runs = 0, search_rank = 0;
   size_t top = 0;
   for (int q = 0; q < base.gpus; ++q) {
+    if (out_of_time()) {  // the ranks not scanned are not known to fit: no plan
+      PlanResult pr;
+      pr.budgets = budgets;
+      pr.sim_runs = runs;
+      return pr;
+    }
     r.rank = q;
     const size_t peak = forecast(r).peak_bytes;
     runs++;
+    search_progress(1);
     if (q == 0 || peak > top) top = peak, search_rank = q;
   }
   r.rank = search_rank;
@@ -51,10 +60,17 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
     size_t short_by = 0;
     int largest = -1;  // the fitting rank with the largest peak
     for (int q = 0; q < base.gpus; ++q) {
+      if (out_of_time()) {  // not verified on every rank
+        pr.found = false;
+        pr.rank_peak_bytes.clear();
+        pr.sim_runs = runs;
+        return pr;
+      }
       c.rank = q;
       c.budget = budgets.device;
       Forecast f = forecast(c);
       runs++;
+      search_progress(1);
       const bool fits = f.fits && f.peak_host_bytes <= budgets.host && f.peak_disk_bytes <= budgets.disk;
       if (!fits) {
         c.budget = 0;  // the in-use peak, as the search measures it
@@ -100,11 +116,19 @@ PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budg
 }  // namespace
 
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
-  return plan_fixed_state(base, budgets, true);
+  check_forecast_shape(base);
+  planner_detail::SearchClock clock(base);
+  PlanResult r = plan_fixed_state(base, budgets, true);
+  clock.finish(r);
+  return r;
 }
 
 PlanResult plan_for_budget_undiagnosed(const ForecastRequest& base, const TierBudgets& budgets) {
-  return plan_fixed_state(base, budgets, false);
+  check_forecast_shape(base);
+  planner_detail::SearchClock clock(base);
+  PlanResult r = plan_fixed_state(base, budgets, false);
+  clock.finish(r);
+  return r;
 }
 
 }  // namespace strata

@@ -1,11 +1,41 @@
 // The budget planner's per-rank search (model/planner.cpp), for its entry points (model/planner_ranks.cpp):
 // plan_for_budget's search on one rank's forecasts, over the MLP's tile counts (model/plan/planner.h).
 #pragma once
+#include <chrono>
+#include <string>
+
 #include "model/plan/planner.h"
 
 namespace strata::planner_detail {
 
 // diagnose: when nothing fits, also find the minimum device budget and the tier that would help.
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose);
+
+// The search's clock (ForecastRequest::plan_time_limit_s), on the calling thread: the outermost
+// entry point (plan_for_budget, max_seq_for_budget) starts it, nested ones share it. Once the limit
+// has passed, no new sim run starts: the search ends with the best plan found by then.
+class SearchClock {
+ public:
+  explicit SearchClock(const ForecastRequest& r);
+  ~SearchClock();
+  SearchClock(const SearchClock&) = delete;
+  SearchClock& operator=(const SearchClock&) = delete;
+  // Marks `pr` stopped when the limit cut the search short, and (outermost only) says so.
+  void finish(PlanResult& pr) const;
+  bool outermost() const { return outermost_; }
+
+ private:
+  bool outermost_ = false;
+};
+
+using Deadline = std::chrono::steady_clock::time_point;
+// When the current search must stop (time_point::max() without a limit or a search).
+Deadline search_deadline();
+// True once the current search's limit has passed; the search records that it stopped.
+bool out_of_time();
+// Whether the current search stopped at its limit.
+bool search_stopped();
+// `runs` more sim runs done; a progress line every 10 s of a long search (`best`: the fastest plan so far).
+void search_progress(int runs, const std::string& best = "");
 
 }  // namespace strata::planner_detail

@@ -1,5 +1,7 @@
 #include "model/run/forecast_request.h"
 
+#include <cstdio>
+
 namespace strata {
 
 ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaConfig& mc, SimMirror mirror,
@@ -27,6 +29,8 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   req.grad_reduce = effective_grad_reduce(cfg);
   req.zero_stage = cfg.zero_stage;
   req.sequence_parallel = cfg.sequence_parallel;  // the caller's req.gpus must be a multiple
+  req.plan_time_limit_s = cfg.plan_time_limit_s;
+  req.plan_progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   return req;
 }
 

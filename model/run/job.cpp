@@ -56,6 +56,12 @@ size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, co
 
 std::string budget_failure(const TrainConfig& cfg, const PlanResult& pr) {
   const size_t budget = cfg.memory_budget_bytes;
+  if (pr.stopped)  // no diagnosis: the search ran out of time first
+    return fmt::format(
+        "no plan found to fit a device budget of {} (host budget {}, disk budget {}) within plan_time_limit ({} s; "
+        "{} sim runs): raise plan_time_limit (--plan-time-limit) or lower the shape",
+        format_bytes(budget), format_bytes(cfg.host_budget_bytes), format_bytes(cfg.disk_budget_bytes),
+        cfg.plan_time_limit_s, pr.sim_runs);
   std::string s = fmt::format(
       "nothing fits a device budget of {} (host budget {}, disk budget {}): the minimum is {}, {} more, with the "
       "lowest-memory plan ({}; {} sim runs)",

@@ -3,19 +3,75 @@
 #include "model/run/settings.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <unordered_set>
+#include <vector>
 
 #include "io/regular_file.h"
+#include "model/plan/forecast.h"
 #include "model/run/settings_value.h"
 
 namespace strata {
 
 namespace {
+
+// yaml-cpp's parser refuses nesting past this depth (its DepthGuard) with YAML::DeepRecursion.
+constexpr int kMaxYamlDepth = 2000;
+
+// Loads YAML text; a parse error or nesting past kMaxYamlDepth is a ConfigError naming `path` and the line.
+YAML::Node load_yaml(const std::string& text, const std::string& path, const std::string& key) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    throw ConfigError(fmt::format("{}:{}: YAML nested deeper than {} levels (strata reads at most {})", path,
+                                  e.mark.line + 1, kMaxYamlDepth, kMaxYamlDepth),
+                      path, key);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.msg), path, key);
+  }
+}
+
+// A mapping anywhere under `root` that repeats a key (`plan: {L*.mlp.act: keep, L*.mlp.act: host}`): yaml-cpp
+// keeps both and a reader would silently take one. ConfigError naming the file, the key and both lines. The
+// walk keeps its own stack (the nesting is yaml-cpp's up to kMaxYamlDepth) and visits each collection once, by
+// where it starts: an alias is the node it names, and aliases of aliases (`&b [*a, *a, ...]`, "billion laughs")
+// would otherwise expand exponentially. 2^22 values at most, whatever the document.
+void refuse_duplicate_keys(const YAML::Node& root, const std::string& path, const std::string& field) {
+  constexpr size_t kMaxValues = size_t(1) << 22;
+  std::vector<YAML::Node> todo{root};
+  std::unordered_set<int> seen;  // Mark().pos of the collections walked
+  for (size_t visited = 0; !todo.empty(); ++visited) {
+    if (visited > kMaxValues)
+      throw ConfigError(fmt::format("{}: {}: the value expands to more than {} YAML values (aliases of aliases?)", path,
+                                    field, kMaxValues),
+                        path, field);
+    const YAML::Node n = todo.back();
+    todo.pop_back();
+    if ((n.IsSequence() || n.IsMap()) && !seen.insert(n.Mark().pos).second) continue;
+    if (n.IsSequence()) {
+      for (const YAML::Node& e : n) todo.push_back(e);
+    } else if (n.IsMap()) {
+      std::map<std::string, int> lines;
+      for (auto kv : n) {
+        if (kv.first.IsScalar()) {
+          const int line = kv.first.Mark().line + 1;
+          auto [it, fresh] = lines.try_emplace(kv.first.Scalar(), line);
+          if (!fresh)
+            throw ConfigError(fmt::format("{}:{}: {}: key '{}' is given twice (lines {} and {}); keep one", path, line,
+                                          field, kv.first.Scalar(), it->second, line),
+                              path, field);
+        }
+        todo.push_back(kv.second);
+      }
+    }
+  }
+}
 
 std::string lower(std::string s) {
   for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
@@ -97,9 +153,22 @@ bool yaml11_bool(const std::string& s, bool* value) {
 
 std::string yaml_key_of(const YAML::Node& k, const std::string& path, const std::string& parent) {
   if (k.IsScalar()) return k.Scalar();
-  YAML::Emitter e;
-  e << YAML::Flow << k;
-  std::string shown = e.good() ? e.c_str() : "?";
+  // Shown as written when small: an alias of aliases would expand without bound in the emitter.
+  size_t values = 0;
+  for (std::vector<YAML::Node> todo{k}; !todo.empty() && values <= 64; ++values) {
+    const YAML::Node n = todo.back();
+    todo.pop_back();
+    if (n.IsSequence())
+      for (const YAML::Node& e : n) todo.push_back(e);
+    else if (n.IsMap())
+      for (auto kv : n) todo.push_back(kv.first), todo.push_back(kv.second);
+  }
+  std::string shown = k.IsSequence() ? "[...]" : k.IsMap() ? "{...}" : "?";
+  if (values <= 64) {
+    YAML::Emitter e;
+    e << YAML::Flow << k;
+    if (e.good()) shown = e.c_str();
+  }
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
   const char* kind = k.IsSequence() ? "a sequence" : k.IsMap() ? "a mapping" : "null";
   const std::string in = parent.empty() ? "" : fmt::format(" in '{}'", parent);
@@ -239,6 +308,12 @@ std::string SettingValue::choice() const {
 
 void SettingsReader::finish(TrainConfig& c) {
   check_grad_reduce(c);  // a source that sets both keys contradicting each other
+  // Each in range, but their product is what is allocated (the batch's ids alone are 8 bytes a token).
+  if (int64_t(c.seq) * c.batch > kMaxForecastTokens)
+    throw ConfigError(fmt::format("{}: micro_batch_size {} x sequence_len {} is {} tokens a micro-batch, more than "
+                                  "strata runs (at most {})",
+                                  source, c.batch, c.seq, int64_t(c.seq) * c.batch, kMaxForecastTokens),
+                      source, "micro_batch_size");
   // `adapter: lora` alone means rank 8; with lora_r (which must be >= 1) the rank given.
   if (adapter_lora && !rank_given && c.lora.rank == 0) c.lora.rank = 8;
   if (has_state) {
@@ -293,12 +368,7 @@ std::string suggest_setting(std::string_view key) {
 // ---- a YAML file ---------------------------------------------------------------------------------
 
 void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}:{}: not valid YAML: {}", path, e.mark.line + 1, e.msg), path, "");
-  }
+  const YAML::Node root = load_yaml(text, path, "");
   c.config_file = path;
   if (root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of keys", path), path, "");
@@ -323,6 +393,7 @@ void apply_yaml_text(TrainConfig& c, const std::string& text, const std::string&
             fmt::format("{}:{}: {} is given twice (line {}{}); keep one", path, line, key, prev->second.second,
                         prev->second.first == key ? "" : " as " + prev->second.first),
             path, key);
+      refuse_duplicate_keys(it.second, path, key);  // inside the value (the keys above are checked by setting)
       SettingValue v(*s, it.second, Origin{fmt::format("{}:{}: {}", path, line, key), path, key}, ValueSource::yaml);
       v.set_line(line);
       s->set(c, v, reader);
@@ -354,7 +425,8 @@ void apply_settings(TrainConfig& c, const std::vector<std::pair<std::string, std
     }
     try {
       // A structured value is YAML ("{every: 2}"); any other is the text as given, as a flag's is.
-      const YAML::Node node = s->type == SettingType::structured ? YAML::Load(value) : YAML::Node(value);
+      const YAML::Node node = s->type == SettingType::structured ? load_yaml(value, source, key) : YAML::Node(value);
+      refuse_duplicate_keys(node, source, key);
       s->set(c, SettingValue(*s, node, Origin{source + ": " + key, source, key}, ValueSource::api), reader);
     } catch (const YAML::Exception& e) {
       throw ConfigError(fmt::format("{}: {}: not valid YAML: {}", source, key, e.msg), source, key);

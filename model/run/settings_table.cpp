@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "model/plan/forecast.h"
 #include "model/run/settings_structured.h"
 #include "model/run/settings_value.h"
 
@@ -56,7 +57,10 @@ std::string get_num(const C& c) {
 }
 template <auto M>
 void set_text(C& c, const V& v, R&) {
-  c.*M = v.text();
+  std::string s = v.text();
+  // `--save ''` would save nothing, `data: ""` read the current directory: an empty path means no value.
+  if (s.empty()) v.fail("is empty; leave it out for the default");
+  c.*M = std::move(s);
 }
 template <auto M>
 std::string get_text(const C& c) {
@@ -307,6 +311,9 @@ const std::vector<Setting>& settings() {
        c.zero_stage = parse_zero_stage(v.integer_in(Range{-kIntMax, kIntMax}), v.origin());
      }, get_int<&C::zero_stage>,
      T | P},
+    {"plan_time_limit", {}, "plan-time-limit", "SECONDS", SettingType::number, {0, 86400}, "", "60",
+     "the budget planner stops after this long with the fastest plan found by then, and says so; 0: no limit",
+     set_num<&C::plan_time_limit_s>, get_num<&C::plan_time_limit_s>, T | P},
     {"sequence_parallel", {}, "sequence-parallel", "N", SettingType::integer, kRanksAtOnce, "", "1",
      "groups of N ranks share each row, seq/N tokens each (DeepSpeed-Ulysses); 1: off",
      set_int<&C::sequence_parallel>, get_int<&C::sequence_parallel>, T | P},

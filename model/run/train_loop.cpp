@@ -1,8 +1,11 @@
 #include "model/run/train_loop.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -79,6 +82,11 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
   // Rows over every data-parallel rank (a sequence-parallel group's ranks share theirs).
   const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.dp_world();
   if (!cfg.steps_given && cfg.num_epochs > 0) {
+    // Less than one row in all would still run a whole step: not what was asked.
+    if (double(cfg.num_epochs) * double(split_.train.size()) < 1.0)
+      throw ConfigError(fmt::format("num_epochs {} of {} training rows is less than one row; at least {:.3g}",
+                                    cfg.num_epochs, split_.train.size(), 1.0 / double(split_.train.size())),
+                        cfg.config_file.empty() ? "config" : cfg.config_file, "num_epochs");
     const double steps = std::ceil(double(cfg.num_epochs) * double(split_.train.size()) / double(per_step));
     if (steps > 2147483647.0)
       throw ConfigError(fmt::format("num_epochs {} makes {} steps, more than 2^31 - 1", cfg.num_epochs, steps),
@@ -139,18 +147,59 @@ void TrainLoop::open_metrics(int resumed_step) {
   }
   const std::filesystem::path parent = std::filesystem::path(metrics_path_).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
-  io::write_file_atomic(metrics_path_, kept);
+  // A file is rewritten (atomically: renamed over it); anything else there, a device (/dev/full,
+  // /dev/stdout) or a pipe, is only appended to, never replaced.
+  std::error_code ec;
+  const auto st = std::filesystem::status(metrics_path_, ec);
+  if (!std::filesystem::exists(st) || std::filesystem::is_regular_file(st)) io::write_file_atomic(metrics_path_, kept);
+  if (std::filesystem::is_fifo(st)) {  // open() would wait for a reader: none now is an error, not a hang
+    const int fd = ::open(metrics_path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) metrics_ = ::fdopen(fd, "a");
+    if (!metrics_) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      throw IoError(fmt::format("{}: cannot open the metrics file (a named pipe): {}", metrics_path_,
+                                err == ENXIO ? "nothing reads from it" : std::strerror(err)),
+                    metrics_path_);
+    }
+    return;
+  }
   metrics_ = std::fopen(metrics_path_.c_str(), "a");
   if (!metrics_)
     throw IoError(fmt::format("{}: cannot open the metrics file: {}", metrics_path_, std::strerror(errno)),
                   metrics_path_);
 }
 
+void TrainLoop::check_output(std::FILE* f, const std::string& what, int err) {
+  if (!err && (!f || !std::ferror(f))) return;
+  if (!err) err = errno ? errno : EIO;
+  if (f) std::clearerr(f);
+  for (const std::string& e : r_.output_errors)
+    if (e.rfind(what + ":", 0) == 0) return;  // warned once per output
+  const std::string msg = fmt::format("{}: writing failed at step {}: {}", what, r_.steps_done, std::strerror(err));
+  r_.output_errors.push_back(msg);
+  std::fprintf(stderr,
+               "strata-train: warning: %s; later lines may be lost. The run goes on (checkpoints and the model "
+               "are separate files) and exits non-zero at the end\n",
+               msg.c_str());
+  std::fflush(stderr);
+}
+
 void TrainLoop::metrics_line(const std::string& line) {
   if (!metrics_) return;
-  std::fputs(line.c_str(), metrics_);
-  std::fputc('\n', metrics_);
-  std::fflush(metrics_);
+  errno = 0;
+  const bool ok =
+      std::fputs(line.c_str(), metrics_) >= 0 && std::fputc('\n', metrics_) != EOF && std::fflush(metrics_) == 0;
+  if (!ok) check_output(metrics_, "metrics file " + metrics_path_, errno ? errno : EIO);
+}
+
+void TrainLoop::close_metrics() {
+  if (!metrics_) return;
+  errno = 0;
+  const bool ok = std::fflush(metrics_) == 0 && !std::ferror(metrics_);
+  const int err = errno;
+  if (std::fclose(metrics_) != 0 || !ok) check_output(nullptr, "metrics file " + metrics_path_, err ? err : EIO);
+  metrics_ = nullptr;
 }
 
 std::string TrainLoop::save(int step, float loss) {
@@ -170,6 +219,7 @@ std::string TrainLoop::save(int step, float loss) {
   std::fprintf(opt_.info, "checkpoint: %s%s\n", dir.c_str(),
                pruned.empty() ? "" : fmt::format(" (removed {} older)", pruned.size()).c_str());
   std::fflush(opt_.info);
+  check_output(opt_.info, "the progress output");
   return dir;
 }
 
@@ -219,6 +269,7 @@ void TrainLoop::begin() {
       rows_.packed() ? fmt::format(" | sample packing: {} examples in {} rows", rows_.examples(), rows_.rows()).c_str()
                      : "");
   std::fflush(opt_.info);
+  check_output(opt_.info, "the progress output");
   start_ = start;
   r_.first_step = start + 1;
   r_.steps_done = start;
@@ -268,6 +319,7 @@ bool TrainLoop::step() {
           s.peak_device_bytes, s.peak_host_bytes, s.peak_disk_bytes, be_.device_used_bytes(), s.saved_bytes,
           s.recomputed_nodes, s.paged_bytes_uploaded, s.state_host_bytes, s.state_bytes_moved);
     std::fflush(stdout);
+    check_output(stdout, "standard output");
   }
   const bool log = diverged || step == start + 1 || step == total_ || step % cfg_.logging_steps == 0;
   if (log) {
@@ -279,6 +331,7 @@ bool TrainLoop::step() {
                    format_bytes(s.peak_device_bytes).c_str(), s.seconds, clock_str(elapsed).c_str(),
                    clock_str(eta).c_str());
       std::fflush(opt_.text);
+      check_output(opt_.text, "the progress output");
     }
     metrics_line(fmt::format(
         "{{\"step\": {}, \"epoch\": {:.4f}, \"loss\": {}, \"loss_mean\": {}, \"lr\": {:.6g}, "
@@ -300,10 +353,12 @@ bool TrainLoop::step() {
     if (opt_.json) {
       std::printf("{\"step\": %d, \"eval_loss\": %s}\n", step, jnum(el).c_str());
       std::fflush(stdout);
+      check_output(stdout, "standard output");
     } else if (opt_.text) {
       std::fprintf(opt_.text, "eval step %d/%d | held-out loss %.4f over %zu rows\n", step, total_, double(el),
                    split_.val.size());
       std::fflush(opt_.text);
+      check_output(opt_.text, "the progress output");
     }
   }
   int stop = opt_.stop_requested ? opt_.stop_requested() : 0;
@@ -319,8 +374,7 @@ bool TrainLoop::step() {
   if (step >= total_) {
     over_ = true;
     // The loop is over: the metrics file is complete.
-    if (metrics_) std::fclose(metrics_);
-    metrics_ = nullptr;
+    close_metrics();
     return false;
   }
   return true;
@@ -330,8 +384,7 @@ LoopResult TrainLoop::run() {
   begin();
   while (step()) {
   }
-  if (metrics_) std::fclose(metrics_);
-  metrics_ = nullptr;
+  close_metrics();
   return r_;
 }
 

@@ -43,6 +43,9 @@ struct LoopResult {
   int stopped_by = 0;  // the stop request's value when stopped early
   std::string last_checkpoint;
   std::string resumed_from;
+  // Writes of the metrics file or the progress output that failed (a full disk): each was warned about on
+  // stderr when it happened, the run went on (its saves are separate files), and the tools exit non-zero.
+  std::vector<std::string> output_errors;
 };
 
 class TrainLoop {
@@ -76,6 +79,9 @@ class TrainLoop {
   void log_step(const StepStats& s, int epoch_pct_x100, double elapsed, double eta, float window_mean);
   std::string save(int step, float loss);
   void metrics_line(const std::string& line);
+  // After a write to `f` (named `what`): a failure is warned about at once and recorded (LoopResult::output_errors).
+  void check_output(std::FILE* f, const std::string& what, int err = 0);
+  void close_metrics();
   void open_metrics(int resumed_step);
 
   TrainConfig cfg_;

@@ -534,7 +534,8 @@ TEST(TokenizerRefuses, HostileFiles) {
   expect_refused(j, "model.vocab", "[]: expected an object");
   j = llama3_json();
   json nested = {{"type", "Fuse"}};
-  for (int i = 0; i < 100; ++i) nested = {{"type", "Sequence"}, {"decoders", json::array({nested})}};
+  // 20 levels: deeper than the Sequence limit, within the JSON depth limit (kMaxJsonDepth, 128).
+  for (int i = 0; i < 20; ++i) nested = {{"type", "Sequence"}, {"decoders", json::array({nested})}};
   j["decoder"] = nested;
   std::string deep = "decoder";
   for (int i = 0; i < 9; ++i) deep += ".decoders[0]";

@@ -43,6 +43,10 @@ def bf16(*v):
     return b"".join(struct.pack("<f", x)[2:] for x in v)
 
 
+DEEP = 100000
+CACHE_MAGIC = b"STRDSET1"  # model/data/datasets.cpp kCacheMagic
+
+
 def main():
     small = [
         ("w", "F32", [2, 2], f32(1, 2, 3, 4)),
@@ -166,6 +170,46 @@ seed: 7
         "model": {"type": "BPE", "unk_token": "u", "fuse_unk": True, "byte_fallback": True,
                   "vocab": {"a": 0, "b": 1, "ab": 2, "u": 4, "<0x41>": 5}, "merges": ["a b"]}}).encode())
     put("yaml_config", "plan_many", "plan:\n" + "".join('  "L%d.attn.q": keep\n' % i for i in range(5000)))
+
+    # Deep nesting (issue 33): 100k levels overflowed the stack of every recursive reader. Each reader
+    # refuses past its depth limit (kMaxJsonDepth, yaml-cpp's 2000) before building anything.
+    deep_array = "[" * DEEP + "]" * DEEP
+    deep_object = '{"a":' * DEEP + "1" + "}" * DEEP
+    deep_cfg = dict(llama32)
+    deep_cfg["passthrough"] = "@DEEP@"
+    put("hf_config", "deep_passthrough", json.dumps(deep_cfg).replace('"@DEEP@"', deep_array))
+    put("hf_config", "deep_object", deep_object)
+    put("safetensors", "deep_header", safetensors([], header_override='{"__metadata__": %s}' % deep_array))
+    put("checkpoint_index", "deep_index",
+        ('{"weight_map": {"a": "s1.safetensors"}, "metadata": %s}' % deep_object).encode() + b"\0" + shard)
+    put("checkpoint_index", "escaping_shard",
+        json.dumps({"weight_map": {"a": "../../outside/stolen.safetensors"}}).encode() + b"\0" + shard)
+    put("checkpoint_index", "nul_shard", json.dumps({"weight_map": {"a": "s1.safetensors\0x"}}).encode() + b"\0" + shard)
+    put("tokenizer", "json_deep", b"\3" + deep_array.encode())
+    put("tokenizer", "json_deep_normalizer", b"\3" + ('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, '
+                                                       '"normalizer": %s}' % deep_object).encode())
+    put("tokenizer", "json_empty_vocab", b"\3" + b'{"model": {"type": "BPE", "vocab": {}, "merges": []}}')
+    # 7: a tokenizer_config.json beside the committed llama3 tokenizer.json.
+    put("tokenizer", "config_llama3", b"\7" + json.dumps({"bos_token": "<|begin_of_text|>",
+                                                           "eos_token": {"content": "<|eot_id|>"},
+                                                           "add_bos_token": True}).encode())
+    put("tokenizer", "config_deep_eos", b"\7" + ('{"eos_token": %s}' % deep_array).encode())
+    put("yaml_config", "deep_flow", "plan: " + "[" * DEEP + "]" * DEEP + "\n")
+    put("yaml_config", "deep_block", "datasets:\n" + "- " * DEEP + "x\n")
+    put("yaml_config", "duplicate_nested", "plan:\n  L*.mlp.act: keep\n  L*.mlp.act: host\n")
+    put("yaml_config", "yaml11_bools", "output_dir: yes\ntrain_on_inputs: on\nsample_packing: No\n")
+
+    # datasets: byte 0 picks the reader (0 completion, 1 alpaca, 2 chat JSON lines, 3 a .txt completion,
+    # 4 the token cache of a small dataset), tokenised with the committed llama3 tokenizer.
+    put("datasets", "completion", b"\0" + b'{"text": "Hello world"}\n\n{"text": "second"}\n')
+    put("datasets", "alpaca", b"\1" + json.dumps({"instruction": "Add", "input": "1 2", "output": "3"}).encode() + b"\n")
+    put("datasets", "chat", b"\2" + json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                                             {"role": "assistant", "content": "hello"}]}).encode())
+    put("datasets", "text", b"\3" + ("Some plain text. " * 50).encode())
+    put("datasets", "empty_examples", b"\0" + b'{"text": ""}\n' * 3)
+    put("datasets", "deep_line", b"\0" + ('{"text": "x", "extra": %s}' % deep_array).encode() + b"\n")
+    put("datasets", "cache", b"\4" + CACHE_MAGIC + struct.pack("<QI", 1, 2) + struct.pack("<2i", 1, 2) + b"\1\1")
+    put("datasets", "cache_negative", b"\4" + CACHE_MAGIC + struct.pack("<QI", 1, 2) + struct.pack("<2i", -5, 2) + b"\1\1")
     return 0
 
 
