@@ -128,7 +128,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     check_flag_combinations(a);
-    q.cfg.seq = 0;  // strata-train's defaults, then --config, then the command line
     if (a.has("config")) apply_yaml(q.cfg, a.str("config"));
     apply_flags(q.cfg, {a.values().begin(), a.values().end()}, Tool::plan);
     q.model = a.str("model");

@@ -13,7 +13,12 @@ namespace strata {
 // The command line as read: the run's settings and the tool's own flags (unset: not given).
 struct PlanQuestion {
   std::string model;  // --model: a checkpoint directory, a config.json or a built-in name
-  TrainConfig cfg;    // strata-train's defaults (sequence_len 0), then --config, then the settings' flags
+  // strata-train's defaults but no sequence length, then --config, then the settings' flags
+  TrainConfig cfg = [] {
+    TrainConfig c;
+    c.seq = 0;
+    return c;
+  }();
   // Checked by plan_request, the errors naming the flag.
   std::optional<long long> seq, batch, lora_rank, every, gpus, pack, rank, seq_multiple, seq_limit;
   std::optional<std::string> mode;    // full|frozen|lora (unset: lora_rank, the settings' LoRA or freeze_base)
