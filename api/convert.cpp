@@ -1,5 +1,7 @@
 #include "api/convert.h"
 
+#include "model/run/forecast_request.h"
+
 namespace strata::api {
 
 namespace {
@@ -47,13 +49,59 @@ MemoryPlan from_plan(const Plan& p) {
   return q;
 }
 
+namespace {
+
+// The typed fields SessionConfig and ForecastSpec share (the same settings under the same names), onto
+// a TrainConfig; `who` names the struct in errors.
+template <class C>
+void shared_onto(TrainConfig& t, const C& c, const std::string& who) {
+  t.seq = c.seq;
+  t.batch = c.batch;
+  t.lora.alpha = c.lora_alpha;
+  t.lora.target_modules = c.lora_target_modules;
+  t.plan = to_plan(c.plan, who + "::plan");
+  t.loss_chunk_tokens = c.loss_chunk_tokens;
+  t.pad_vocab_multiple =
+      check_pad_vocab(c.pad_vocab_multiple, {who + "::pad_vocab_multiple", who, "pad_vocab_multiple"});
+  // The older spelling of plan.layer_weights = "page" (either one pages the layers).
+  if (c.layer_offloading) t.plan.set_layer_weights(Decision::page, who + "::layer_offloading");
+  t.recipe.master = parse_master_weights(c.master_weights, who + "::master_weights");
+  t.recipe.moments = parse_optimizer_state(c.optimizer_state, who + "::optimizer_state");
+  t.recipe.gradients = parse_gradients(c.gradients, who + "::gradients");
+}
+
+template <class C>
+void shared_from(C& c, const TrainConfig& t) {
+  c.seq = t.seq;
+  c.batch = t.batch;
+  c.lora_alpha = t.lora.alpha;
+  c.lora_target_modules = t.lora.target_modules;
+  c.plan = from_plan(t.plan);
+  c.loss_chunk_tokens = t.loss_chunk_tokens;
+  c.pad_vocab_multiple = t.pad_vocab_multiple;
+  c.layer_offloading = t.plan.pages_layer_weights();  // mirrors c.plan.layer_weights
+  c.master_weights = master_weights_name(t.recipe.master);
+  c.optimizer_state = optimizer_state_name(t.recipe.moments);
+  c.gradients = gradients_name(t.recipe.gradients);
+}
+
+// The settings of `t` the typed fields of `c` leave out (its `more`), found by the table's getters
+// rather than listed by hand; `typed` is `c` without them.
+std::vector<std::pair<std::string, std::string>> untyped_settings(const TrainConfig& t, const TrainConfig& typed) {
+  std::vector<std::pair<std::string, std::string>> more;
+  for (const Setting& s : settings())
+    if (const std::string v = s.get(t); v != s.get(typed)) more.emplace_back(std::string(s.key), v);
+  return more;
+}
+
+}  // namespace
+
 TrainConfig to_train_config(const SessionConfig& c) {
   TrainConfig t;
+  shared_onto(t, c, "SessionConfig");
   t.model_dir = c.model_dir;
   t.data_path = c.data_path;
   t.backend = c.backend;
-  t.seq = c.seq;
-  t.batch = c.batch;
   t.steps = c.steps;
   t.lr = c.lr;
   t.weight_decay = c.weight_decay;
@@ -64,24 +112,13 @@ TrainConfig to_train_config(const SessionConfig& c) {
   t.warmup_steps = c.warmup_steps;
   t.freeze_base = c.freeze_base;
   t.lora.rank = c.lora_rank;
-  t.lora.alpha = c.lora_alpha;
-  t.lora.target_modules = c.lora_target_modules;
   t.lora.seed = c.seed;
-  t.plan = to_plan(c.plan, "SessionConfig::plan");
   t.device_budget_bytes = c.device_budget_bytes;
   t.memory_budget_bytes = c.memory_budget_bytes;
   t.host_budget_bytes = c.host_budget_bytes;
   t.disk_budget_bytes = c.disk_budget_bytes;
-  t.loss_chunk_tokens = c.loss_chunk_tokens;
-  t.pad_vocab_multiple = check_pad_vocab(c.pad_vocab_multiple,
-                                         {"SessionConfig::pad_vocab_multiple", "SessionConfig", "pad_vocab_multiple"});
   t.seed = c.seed;
   t.offload_dir = c.offload_dir;
-  // The older spelling of plan.layer_weights = "page" (either one pages the layers).
-  if (c.layer_offloading) t.plan.set_layer_weights(Decision::page, "SessionConfig::layer_offloading");
-  t.recipe.master = parse_master_weights(c.master_weights, "SessionConfig::master_weights");
-  t.recipe.moments = parse_optimizer_state(c.optimizer_state, "SessionConfig::optimizer_state");
-  t.recipe.gradients = parse_gradients(c.gradients, "SessionConfig::gradients");
   t.output_dir = c.output_dir;
   apply_settings(t, c.more, "SessionConfig");
   return t;
@@ -89,11 +126,10 @@ TrainConfig to_train_config(const SessionConfig& c) {
 
 SessionConfig from_train_config(const TrainConfig& t) {
   SessionConfig c;
+  shared_from(c, t);
   c.model_dir = t.model_dir;
   c.data_path = t.data_path;
   c.backend = t.backend;
-  c.seq = t.seq;
-  c.batch = t.batch;
   c.steps = t.steps;
   c.lr = t.lr;
   c.weight_decay = t.weight_decay;
@@ -104,27 +140,36 @@ SessionConfig from_train_config(const TrainConfig& t) {
   c.warmup_steps = t.warmup_steps;
   c.freeze_base = t.freeze_base;
   c.lora_rank = t.lora.rank;
-  c.lora_alpha = t.lora.alpha;
-  c.lora_target_modules = t.lora.target_modules;
-  c.plan = from_plan(t.plan);
   c.device_budget_bytes = t.device_budget_bytes;
   c.memory_budget_bytes = t.memory_budget_bytes;
   c.host_budget_bytes = t.host_budget_bytes;
   c.disk_budget_bytes = t.disk_budget_bytes;
-  c.loss_chunk_tokens = t.loss_chunk_tokens;
-  c.pad_vocab_multiple = t.pad_vocab_multiple;
   c.seed = t.seed;
   c.offload_dir = t.offload_dir;
-  c.layer_offloading = t.plan.pages_layer_weights();  // mirrors c.plan.layer_weights
-  c.master_weights = master_weights_name(t.recipe.master);
-  c.optimizer_state = optimizer_state_name(t.recipe.moments);
-  c.gradients = gradients_name(t.recipe.gradients);
   c.output_dir = t.output_dir;
-  // What the typed fields leave out, found by the table's getters rather than listed by hand.
-  const TrainConfig typed = to_train_config(c);
-  for (const Setting& s : settings())
-    if (const std::string v = s.get(t); v != s.get(typed)) c.more.emplace_back(std::string(s.key), v);
+  c.more = untyped_settings(t, to_train_config(c));
   return c;
+}
+
+TrainConfig to_train_config(const ForecastSpec& s) {
+  TrainConfig t;
+  shared_onto(t, s, "ForecastSpec");
+  const TrainMode mode = parse_train_mode(s.mode);
+  if (mode == TrainMode::lora && s.lora_rank < 1)
+    throw ConfigError("ForecastSpec::lora_rank must be 1 or more for mode lora, got " + std::to_string(s.lora_rank),
+                      "ForecastSpec", "lora_rank");
+  t.lora.rank = mode == TrainMode::lora ? s.lora_rank : 0;
+  t.freeze_base = mode == TrainMode::frozen;
+  apply_settings(t, s.more, "ForecastSpec");
+  return t;
+}
+
+void set_forecast_spec(ForecastSpec& s, const TrainConfig& t) {
+  shared_from(s, t);
+  if (t.lora.enabled()) s.lora_rank = t.lora.rank;  // otherwise kept for a later mode lora
+  s.mode = t.lora.enabled() ? "lora" : t.freeze_base ? "frozen" : "full";
+  s.more.clear();
+  s.more = untyped_settings(t, to_train_config(s));
 }
 
 StepMetrics from_step_stats(const StepStats& s) {
@@ -186,27 +231,20 @@ io::LlamaConfig to_llama_config(const ModelShape& s) {
 }
 
 ForecastRequest to_request(const ForecastSpec& s) {
-  ForecastRequest r;
-  r.model = resolve_model(s.model);
-  r.seq = s.seq;
-  r.batch = s.batch;
-  r.mode = parse_train_mode(s.mode);
-  r.lora_rank = s.lora_rank;
-  r.lora_alpha = s.lora_alpha;
-  r.lora_targets = s.lora_target_modules;
-  r.loss_chunk_tokens = s.loss_chunk_tokens;
-  r.pad_vocab_multiple =
-      check_pad_vocab(s.pad_vocab_multiple, {"ForecastSpec::pad_vocab_multiple", "ForecastSpec", "pad_vocab_multiple"});
-  r.plan = to_plan(s.plan, "ForecastSpec::plan");
-  r.profile = find_profile(s.profile);
+  const io::LlamaConfig mc = resolve_model(s.model);
+  const TrainConfig t = to_train_config(s);
+  const DeviceProfile profile = find_profile(s.profile);
   if (s.mirror != "cuda" && s.mirror != "cpu")
     throw ConfigError("ForecastSpec::mirror must be cuda or cpu, got '" + s.mirror + "'", "ForecastSpec", "mirror");
-  r.mirror = s.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
+  // The run builder's request from the settings (strata-plan's too), then what is not a setting.
+  ForecastRequest r = train_forecast_request(t, mc, s.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda, profile);
+  if (!t.lora.enabled()) r.lora_rank = s.lora_rank;
   r.budget = s.budget_bytes;
-  if (s.layer_offloading) r.plan.set_layer_weights(Decision::page, "ForecastSpec::layer_offloading");
-  r.recipe.master = parse_master_weights(s.master_weights, "ForecastSpec::master_weights");
-  r.recipe.moments = parse_optimizer_state(s.optimizer_state, "ForecastSpec::optimizer_state");
-  r.recipe.gradients = parse_gradients(s.gradients, "ForecastSpec::gradients");
+  r.gpus = s.gpus > 1 ? s.gpus : r.sequence_parallel;  // sequence_parallel alone: that many GPUs
+  if (r.gpus % r.sequence_parallel != 0)
+    throw ConfigError("ForecastSpec::gpus " + std::to_string(r.gpus) + " must be a multiple of sequence_parallel " +
+                          std::to_string(r.sequence_parallel),
+                      "ForecastSpec", "gpus");
   return r;
 }
 
@@ -247,6 +285,16 @@ void SessionConfig::set(const std::string& key, const std::string& value) {
 }
 
 std::string SessionConfig::get(const std::string& key) const {
+  return get_setting(api::to_train_config(*this), key);
+}
+
+void ForecastSpec::set(const std::string& key, const std::string& value) {
+  TrainConfig t = api::to_train_config(*this);
+  apply_setting(t, key, value, "ForecastSpec");
+  api::set_forecast_spec(*this, t);
+}
+
+std::string ForecastSpec::get(const std::string& key) const {
   return get_setting(api::to_train_config(*this), key);
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/error.h"
 
@@ -218,14 +219,37 @@ Plan Plan::keep_everything() {
   return Plan{};
 }
 
+namespace {
+
+std::optional<PresetClasses>& registered_classes() {
+  static std::optional<PresetClasses> c;
+  return c;
+}
+
+// The loss inputs are needed at once in backward: recomputing or moving them saves nothing.
+void keep_loss_inputs(Plan& p, const PresetClasses& c) {
+  for (const std::string& cls : c.loss_inputs) p.add(cls, Decision::keep);
+}
+
+}  // namespace
+
+const PresetClasses& preset_classes() {
+  const std::optional<PresetClasses>& c = registered_classes();
+  STRATA_CHECK(c.has_value(), "no model registered the slot classes the activation presets act on");
+  return *c;
+}
+
+void set_preset_classes(PresetClasses classes) {
+  registered_classes() = std::move(classes);
+}
+
 Plan Plan::gradient_checkpointing(int every) {
+  const PresetClasses& c = preset_classes();
   Plan p;
   p.preset = every == 1 ? "gradient_checkpointing" : fmt::format("gradient_checkpointing(every={})", every);
-  // The loss inputs are needed at once in backward: recomputing them saves nothing.
-  p.add("final_norm.*", Decision::keep);
-  p.add("loss.*", Decision::keep);
+  keep_loss_inputs(p, c);
   p.checkpoint_every = std::max(1, every);
-  p.add("L*", Decision::recompute);
+  p.add(c.layer, Decision::recompute);
   return p;
 }
 
@@ -234,28 +258,25 @@ Plan Plan::activation_offloading(Decision tier, bool synchronous) {
   p.preset = tier == Decision::disk ? "activation_offloading: disk"
                                     : (synchronous ? "activation_offloading: legacy" : "activation_offloading: true");
   p.sync_transfers = synchronous;
-  p.add("final_norm.*", Decision::keep);
-  p.add("loss.*", Decision::keep);
+  keep_loss_inputs(p, preset_classes());
   p.add("*", tier);
   return p;
 }
 
 Plan Plan::hidden_states() {
+  const PresetClasses& c = preset_classes();
   Plan p;
   p.preset = "activation_offloading: hidden_states";
-  p.add("final_norm.*", Decision::keep);
-  p.add("loss.*", Decision::keep);
-  p.add("L*.input", Decision::host);
-  p.add("L*", Decision::recompute);
+  keep_loss_inputs(p, c);
+  p.add(c.layer_input, Decision::host);
+  p.add(c.layer, Decision::recompute);
   return p;
 }
 
 Plan Plan::selective_recompute() {
   Plan p;
   p.preset = "selective_recompute";
-  p.add("L*.attn_norm.out", Decision::recompute);
-  p.add("L*.mlp_norm.out", Decision::recompute);
-  p.add("L*.mlp.act", Decision::recompute);
+  for (const std::string& cls : preset_classes().cheap) p.add(cls, Decision::recompute);
   return p;
 }
 

@@ -1,8 +1,9 @@
 // The memory plan: one value holding a decision for every tensor class. Saved activations: a small
-// table from saved-slot class (glob patterns such as "L*.mlp.gate") to a decision, first matching
+// table from saved-slot class (glob patterns over the model's class names) to a decision, first matching
 // rule wins, unmatched classes are kept. Persistent state: the state table (master weights,
 // gradients, Adam moments) and the layers' weight matrices (keep or page).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,10 +30,10 @@ struct Plan {
   std::string preset = "keep-everything";                   // how the plan was made, for printing
   int checkpoint_every = 0;     // >0: layer n's input is kept when n % every == 0 (Value::layer_input)
   bool sync_transfers = false;  // `activation_offloading: legacy`: copies wait at once
-  // Persistent state (per trainable parameter group: "L7", "embed", "head", "final_norm"; kinds
-  // "w.master", "grad", "adam.m", "adam.v", so classes such as "L7.adam.m"): keep (device), host,
-  // or disk (the model's state file, io_uring; not for "grad"). Its own table, so the activation
-  // presets' wide patterns ("*", "L*") never move state.
+  // Persistent state (per trainable parameter group, named by the model; kinds "w.master", "grad",
+  // "adam.m", "adam.v", so classes such as "<group>.adam.m"): keep (device), host, or disk (the
+  // model's state file, io_uring; not for "grad"). Its own table, so the activation presets' wide
+  // patterns (every class, every layer's) never move state.
   std::vector<std::pair<std::string, Decision>> state;
   std::string state_preset = "none";  // how the state table was made, for printing
   // Layer-spread state (`state_offloading_layers: {level: L, layers: k}`): the classes a
@@ -101,6 +102,19 @@ struct Plan {
   // tier, so "all" on disk sends them to the host. (The layer-spread rules above stay on the host.)
   void set_state_offloading(std::string_view level, const std::string& where, Decision tier = Decision::host);
 };
+
+// The saved-slot classes the activation presets act on, by role (glob patterns over slot classes). The
+// class names are the model's: it registers them (model/llama/slot_classes.cpp); the engine names roles.
+struct PresetClasses {
+  std::vector<std::string> loss_inputs;  // read at once by the loss's backward: every preset keeps them
+  std::string layer;                     // every saved slot of every layer: what checkpointing recomputes
+  std::string layer_input;               // a layer's input (the hidden state between layers)
+  std::vector<std::string> cheap;        // cheap to recompute (norm outputs, the MLP's activation)
+};
+// The registered model's classes; strata::Error when no model registered any.
+const PresetClasses& preset_classes();
+// Registers the model's classes (once, before the first preset is made).
+void set_preset_classes(PresetClasses classes);
 
 // The named activation presets: one table for every place a preset is named (strata-plan --preset,
 // strata-bench --plan, the YAML keys gradient_checkpointing / selective_recompute /

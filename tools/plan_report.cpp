@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 
 #include "engine/ops.h"
+#include "model/plan/timeline_svg.h"
+#include "model/run/job.h"
 
 namespace strata::tools {
 
@@ -244,6 +247,201 @@ std::string verdict(const Forecast& f, size_t budget, const std::string& budget_
                        budget_what, f.tokens_per_s);
   return fmt::format("does not fit: {} ({}) {}", format_bytes(budget), budget_what,
                      f.oom.empty() ? fmt::format("needs {} more", format_bytes(f.high_water_bytes - budget)) : f.oom);
+}
+
+void warn_profile(const std::string& device, const PlanRequest& r) {
+  const DeviceProfile& p = r.forecast.profile;
+  const size_t budget = r.budgets.device;
+  if (!device.empty() && !p.match.empty() && lower(device).find(lower(p.match)) == std::string::npos)
+    std::fprintf(stderr,
+                 "strata-plan: warning: the profile '%s' is for another GPU than this machine's '%s'; pass "
+                 "--profile for it (or run strata-calibrate) for a time forecast of this GPU\n",
+                 p.name.c_str(), device.c_str());
+  if (r.planned() && p.memory_bytes && budget > p.default_arena_bytes())
+    std::fprintf(stderr,
+                 "strata-plan: warning: --budget %s is more than a %s's arena can hold (%s: its %s less the CUDA "
+                 "context and headroom); a plan that needs it will not fit that GPU: --budget %s at most\n",
+                 format_bytes(budget).c_str(), p.name.c_str(), format_bytes(p.default_arena_bytes()).c_str(),
+                 format_bytes(p.memory_bytes).c_str(), format_bytes(p.default_arena_bytes()).c_str());
+}
+
+static bool calibrated(const DeviceProfile& p) {
+  return p.source.find("not calibrated") == std::string::npos;
+}
+
+void print_question(std::FILE* info, const std::string& model, const PlanRequest& r) {
+  const ForecastRequest& req = r.forecast;
+  const DeviceProfile& p = req.profile;
+  const io::LlamaConfig& c = req.model;
+  const size_t host_budget = r.budgets.host, disk_budget = r.budgets.disk;
+  std::fprintf(info,
+               "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %s | seq %s x batch %d "
+               "| %s training%s\n",
+               model.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+               c.head_dim, c.intermediate_size, vocab_label(c.vocab_size, req.pad_vocab_multiple).c_str(),
+               r.ask == PlanAsk::max_seq
+                   ? fmt::format("longest multiple of {} up to {}", r.seq_multiple, r.seq_limit).c_str()
+                   : std::to_string(req.seq).c_str(),
+               req.batch, train_mode_name(req.mode),
+               req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
+  if (req.gpus > 1)
+    std::fprintf(info, "ranks: %d GPUs%s; %s%s\n", req.gpus,
+                 req.sequence_parallel > 1
+                     ? fmt::format(" in {} data-parallel group{} of {} (sequence parallel: each rank holds seq/{} "
+                                   "tokens of a row, and attends over every token on {} heads)",
+                                   req.gpus / req.sequence_parallel, req.gpus / req.sequence_parallel == 1 ? "" : "s",
+                                   req.sequence_parallel, req.sequence_parallel,
+                                   req.model.num_attention_heads / req.sequence_parallel)
+                           .c_str()
+                     : " (data parallel)",
+                 (req.zero_stage > 0 && r.planned()
+                      ? std::string("the planner fits every rank and forecasts the one with the largest peak")
+                      : fmt::format("the forecast is rank {}'s", req.rank))
+                     .c_str(),
+                 req.zero_stage == 0   ? ""
+                 : req.zero_stage == 1 ? " (ZeRO-1: its share of the optimizer state)"
+                 : req.zero_stage == 2 ? " (ZeRO-2: its share of the optimizer state and of the gradients)"
+                                       : " (ZeRO-3: its share of the optimizer state, gradients and layer weights)");
+  std::fprintf(info, "sim: profile %s (%s), mirroring the %s backend's dtypes and allocations\n", p.name.c_str(),
+               calibrated(p) ? p.source.c_str() : "datasheet/anchors, NOT calibrated: times are rough",
+               sim_mirror_name(req.mirror));
+  std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
+               master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments),
+               gradients_name(req.recipe.gradients));
+  std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
+               !req.plan.pages_layer_weights() ? "no weight paging"
+               : req.mode == TrainMode::full   ? "trainable layer weights paged from host"
+                                               : "frozen layer weights paged from host",
+               host_budget ? fmt::format(", host budget {}", format_bytes(host_budget)).c_str() : "",
+               disk_budget ? fmt::format(", disk budget {}", format_bytes(disk_budget)).c_str() : "",
+               r.planned()
+                   ? fmt::format("; the planner chooses {} per slot class{}", tiers_used(host_budget, disk_budget),
+                                 req.mode != TrainMode::full && host_budget ? " and weight paging" : "")
+                         .c_str()
+                   : "");
+}
+
+// The planner's lines (budget, max-seq) and its part of the JSON; false when it found nothing.
+static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, const PlanAnswer& a, json& out) {
+  const size_t budget = r.budgets.device, host_budget = r.budgets.host, disk_budget = r.budgets.disk;
+  const PlanResult& pr = a.planner;
+  if (r.ask == PlanAsk::max_seq) {
+    const MaxSeqResult& ms = a.search;
+    json tried = json::array();
+    for (auto& [s, fit] : ms.tried) tried.push_back({{"seq", s}, {"fits", fit}});
+    out["max_seq"] = {{"found", ms.found},       {"seq", ms.seq},  {"next_seq", ms.next_seq},
+                      {"at_limit", ms.at_limit}, {"lo", ms.lo},    {"hi", ms.hi},
+                      {"multiple", ms.multiple}, {"tried", tried}, {"sim_runs", ms.sim_runs}};
+    out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
+    if (!ms.found) {
+      std::fprintf(
+          stderr,
+          ms.stopped ? "strata-plan: --max-seq: %d tokens not decided by the time limit (%zu lengths, %d sim runs)\n"
+                     : "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n",
+          ms.lo, ms.tried.size(), ms.sim_runs);
+      report_unfit(pr, budget, host_budget, disk_budget, out);
+      return false;
+    }
+    print_rank_peaks(info, pr);
+    const std::string why =
+        ms.at_limit  ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
+        : ms.stopped ? std::string("the search's time limit; longer was not decided (--plan-time-limit)")
+                     : fmt::format("{} tokens do not fit", ms.next_seq);
+    std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, a.request.batch,
+                 why.c_str(), ms.tried.size(), ms.sim_runs);
+    std::fprintf(info, "%s\n", wrap_list(fmt::format("planner: {} under {}", pr.label, format_bytes(budget))).c_str());
+    const Forecast& f = a.forecast;
+    if (!json_out)
+      std::printf(
+          "longest sequence: %d tokens\nchosen plan: %s\n"
+          "forecast: peak device %s (high-water %s), host %s, disk %s; %.0f tokens/s\n",
+          ms.seq, pr.label.c_str(), format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(),
+          format_bytes(f.peak_host_bytes).c_str(), format_bytes(f.peak_disk_bytes).c_str(), f.tokens_per_s);
+    return true;
+  }
+  out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
+  if (!pr.found) {
+    report_unfit(pr, budget, host_budget, disk_budget, out);
+    return false;
+  }
+  std::fprintf(info, "%s\n",
+               wrap_list(fmt::format("planner: {} under {} ({} sim runs, {} plans tried)", pr.label,
+                                     format_bytes(budget), pr.sim_runs, pr.tried.size()))
+                   .c_str());
+  print_rank_peaks(info, pr);
+  return true;
+}
+
+int print_answer(std::FILE* info, bool json_out, const std::string& model, const PlanRequest& r, const PlanAnswer& a) {
+  json out;
+  if (r.planned() && !print_planner(info, json_out, r, a, out)) {
+    if (json_out) std::printf("%s\n", out.dump(2).c_str());
+    return 1;
+  }
+  const ForecastRequest& req = a.request;
+  const DeviceProfile& p = req.profile;
+  const Forecast& f = a.forecast;
+  const Plan& plan = a.plan;
+  const size_t budget = a.budget, host_budget = r.budgets.host, disk_budget = r.budgets.disk;
+  const bool have_budget = r.planned();
+  if (!json_out) {
+    std::printf("%s\n", verdict(f, budget, a.budget_what).c_str());
+    std::printf("plan: %s\n", plan.preset.c_str());
+    if (req.mlp_tiles > 1)
+      std::printf(
+          "mlp tiles: %d (%lld rows each; the MLP's [tokens x intermediate] tensors exist one tile at a time)\n",
+          req.mlp_tiles, (long long)ops::mlp_tile_rows(int64_t(req.seq) * req.batch, req.mlp_tiles));
+    print_forecast(f, budget, a.budget_what);
+    print_host(f, host_budget);
+    if (have_budget) std::printf("\n# ---- strata-train --config (accepted unchanged) ----\n%s", a.yaml.c_str());
+    return 0;
+  }
+  out["model"] = model;
+  out["seq"] = req.seq;
+  out["gpus"] = req.gpus;
+  out["rank"] = req.rank;
+  out["sequence_parallel"] = req.sequence_parallel;
+  out["batch"] = req.batch;
+  out["mode"] = train_mode_name(req.mode);
+  out["master_weights"] = master_weights_name(req.recipe.master);
+  out["optimizer_state"] = optimizer_state_name(req.recipe.moments);
+  out["gradients"] = gradients_name(req.recipe.gradients);
+  out["profile"] = {{"name", p.name}, {"source", p.source}, {"calibrated", calibrated(p)}};
+  out["mirror"] = sim_mirror_name(req.mirror);
+  out["tiers"] = "device, host and disk";
+  out["disk_budget"] = disk_budget;
+  if (have_budget) out["planner_decisions"] = tiers_used(host_budget, disk_budget);
+  out["layer_offloading"] = plan.pages_layer_weights();
+  out["layer_weights"] = decision_name(plan.layer_weights);
+  out["mlp_tiles"] = std::max(1, req.mlp_tiles);
+  out["host_budget"] = host_budget;
+  if (host_budget) out["fits_host_budget"] = f.peak_host_bytes <= host_budget;
+  out["plan"] = plan.preset;
+  out["budget"] = budget;
+  out["forecast"] = forecast_json(f);
+  if (have_budget) out["config_yaml"] = a.yaml;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+void write_answer_files(std::FILE* info, const std::string& config_path, const std::string& svg_path,
+                        const std::string& model, const PlanAnswer& a) {
+  if (!config_path.empty()) {
+    std::ofstream o(config_path, std::ios::trunc);
+    o << a.yaml;
+    if (!o) throw IoError(fmt::format("{}: cannot write the config", config_path), config_path);
+    std::fprintf(info, "wrote %s\n", config_path.c_str());
+  }
+  if (!svg_path.empty()) {
+    const ForecastRequest& req = a.request;
+    std::string title =
+        fmt::format("{} seq {} x {}, {} training: device arena over one step ({} profile)\nplan: {}", model, req.seq,
+                    req.batch, train_mode_name(req.mode), req.profile.name, a.plan.preset);
+    std::ofstream o(svg_path, std::ios::trunc);
+    o << timeline_svg(a.forecast, title, a.budget);
+    if (!o) throw IoError(fmt::format("{}: cannot write the SVG", svg_path), svg_path);
+    std::fprintf(info, "wrote %s\n", svg_path.c_str());
+  }
 }
 
 }  // namespace strata::tools

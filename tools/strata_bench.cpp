@@ -2,25 +2,18 @@
 // random weights and random tokens. Prints one JSON line (and a human summary on stderr).
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "engine/uring_file.h"
-#include "io/hf_config.h"
-#include "model/llama/llama.h"
-#include "model/llama/rng.h"
-#include "model/llama/shapes.h"
-#include "model/run/job.h"
+#include "model/run/bench.h"
 #include "model/run/settings.h"
 #include "model/run/train_config.h"
-#include "model/train/trainer.h"
-#include "tools/backend_select.h"
 #include "tools/cli.h"
 #include "tools/kernel_trace.h"
 #include "tools/platform.h"
@@ -63,6 +56,47 @@ static const char* kUsage =
     "--pack N: each row holds N packed examples of seq/N tokens (sample packing: attention within each example,\n"
     "positions restarting), against the default of one sequence a row.\n";
 
+// One JSON line: what ran and what it measured.
+static std::string result_json(const BenchResult& r, const std::string& shape) {
+  auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
+  const ModelOptions& mo = r.options;
+  nlohmann::ordered_json j;  // strings escaped (a --model or --config path may hold anything)
+  j["engine"] = "strata";
+  j["backend"] = r.backend;
+  j["device"] = r.device;
+  j["shape"] = shape;
+  j["seq"] = r.seq;
+  j["batch"] = r.batch;
+  j["mode"] = r.mode;
+  j["plan"] = r.plan;
+  j["layer_offloading"] = mo.page_layers;
+  j["loss_grad_in_forward"] = mo.loss_grad_in_forward;
+  j["mlp_tiles"] = mo.mlp_tiles;
+  j["vocab"] = r.shape.vocab_size;
+  j["padded_vocab"] = r.padded_vocab;
+  j["pack"] = r.pack;
+  j["max_grad_norm"] = double(r.max_grad_norm);
+  j["step_s"] = round_to(r.step_s, 1e5);
+  j["tokens_per_s"] = round_to(r.tokens_per_s, 10);
+  j["peak_arena_bytes"] = r.peak_arena_bytes;
+  j["peak_host_bytes"] = r.peak_host_bytes;
+  j["peak_disk_bytes"] = r.peak_disk_bytes;
+  j["state_offloading"] = r.state_offloading;
+  j["master_weights"] = master_weights_name(mo.recipe.master);
+  j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
+  j["gradients"] = gradients_name(mo.recipe.gradients);
+  j["state_host_bytes"] = r.state_host_bytes;
+  j["state_host_pinned"] = r.state_host_pinned;
+  j["state_disk_bytes"] = r.state_disk_bytes;
+  j["offloaded_bytes_per_step"] = r.offloaded_bytes_per_step;
+  j["device_used_bytes"] = r.device_used_bytes;
+  j["mfu"] = round_to(r.mfu, 1e4);
+  j["loss"] = round_to(double(r.loss), 1e4);
+  j["params"] = r.params;
+  j["trainable"] = r.trainable;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 int main(int argc, char** argv) {
   try {
     // The tool's own flags; the settings' flags (--loss-chunk, --gradients, ...) come from the settings table.
@@ -84,154 +118,46 @@ int main(int argc, char** argv) {
                   a.str("measure-disk").c_str(), w, r);
       return 0;
     }
-    io::LlamaConfig c = a.has("model") ? io::read_llama_config(a.str("model")) : builtin_shape(a.str("shape", "tiny"));
-    // Integers are range-checked (4294967312 is refused, not read as 16), as strata-train's are.
-    auto int_flag = [&](const char* k, int def, int lo) { return check_int(a.integer(k, def), lo, Origin::flag(k)); };
-    const int seq = int_flag("seq", 4096, 1), batch = int_flag("batch", 1, 1);
-    const int steps = int_flag("steps", 4, 0), warmup = int_flag("warmup", 2, 0);
-    const double peak_tflops =
-        check_number(a.number("peak-tflops", 989.0), NumberRule::positive, Origin::flag("peak-tflops"));
-    const std::string mode = a.str("mode", "full");
-    std::string plan_name = a.str("plan", "keep");
-    TrainConfig tc;
-    tc.loss_chunk_tokens = 1024;
-    if (a.has("config")) {
-      if (a.has("plan")) throw ConfigError("--plan and --config exclude each other", "command line", "config");
-      apply_yaml(tc, a.str("config"));
-      plan_name = "config:" + a.str("config") + " (" + tc.plan.preset + ")";
-      // The config's plan runs as written (strata-plan --write-config wrote it): no planning here.
-      tc.memory_budget_bytes = tc.host_budget_bytes = tc.disk_budget_bytes = 0;
-    }
-    apply_flags(tc, {a.values().begin(), a.values().end()}, Tool::bench);
-    tc.backend = a.str("backend", "auto");
-    tc.seq = seq;
-    tc.batch = batch;
-    tc.lr = 1e-5f;
-    if (mode == "frozen") {
-      tc.freeze_base = true;
-    } else if (mode == "lora") {
-      tc.lora.rank = int_flag("lora-rank", 16, 1);
-      tc.lora.alpha = 2.0f * float(tc.lora.rank);
-    } else if (mode != "full") {
-      throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
-    }
-    if (!a.has("config")) {  // the preset's activation rules; the state flags' placement stays
-      Plan preset = preset_plan(plan_name, 1, "--plan", "command line", "plan");
-      preset.take_state(tc.plan);
-      tc.plan = preset;
-    }
     if (a.has("state-offloading-tier") && !a.has("state-offloading"))
       throw ConfigError("--state-offloading-tier needs --state-offloading (the level whose classes it places)",
                         "command line", "state-offloading-tier");
+    BenchQuestion q;
+    q.model = a.str("model");
+    q.shape = a.str("shape", "tiny");
+    q.config = a.str("config");
+    q.flags = {a.values().begin(), a.values().end()};
+    auto integer = [&](const char* k) { return a.has(k) ? std::optional<long long>(a.integer(k, 0)) : std::nullopt; };
+    q.seq = integer("seq"), q.batch = integer("batch"), q.steps = integer("steps"), q.warmup = integer("warmup");
+    q.lora_rank = integer("lora-rank"), q.pack = integer("pack");
+    if (a.has("peak-tflops")) q.peak_tflops = a.number("peak-tflops", 0);
+    q.mode = a.str("mode", "full");
+    if (a.has("plan")) q.plan = a.str("plan");
+    q.backend = a.str("backend", "auto");
+    q.loss_recompute = a.has("loss-recompute");
+    q.eager_update = a.has("eager-update");
 
-    using Clock = std::chrono::steady_clock;
-    auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-    const Clock::time_point t_model = Clock::now();
-    JobOptions jo;
-    jo.random_shape = c;  // random weights, random tokens: no data
-    jo.needs_data = false;
-    const bool eager = a.has("eager-update"), loss_recompute = a.has("loss-recompute");
-    jo.tune = [&](ModelOptions& mo, TrainOptions& to) {
-      mo.loss_grad_in_forward = !loss_recompute;
-      to.optimizer.defer_update = !eager;
-      to.optimizer.update_in_backward = !eager;
-    };
-    Job job(tc, tools::platform(), jo);
-    Backend* be = &job.backend();
-    const std::string be_name = job.backend_name();
-    LlamaModel& model = job.model();
-    Trainer& tr = job.trainer();
-    const ModelOptions& mo = model.options();
-    const Clock::time_point t_ready = Clock::now();
-    Rng rng(1);
-    Batch b;
-    b.B = batch;
-    b.T = seq;
-    for (long i = 0; i < long(batch) * seq; ++i) {
-      b.inputs.push_back(rng.below(c.vocab_size));
-      b.targets.push_back(rng.below(c.vocab_size));
-    }
-    // --pack N: each row as N packed examples of seq / N tokens (sample packing's attention and rope).
-    const int pack = int_flag("pack", 1, 1);
-    if (pack > 1) {
-      if (seq % pack)
-        throw ConfigError(fmt::format("--pack {} must divide --seq {}", pack, seq), "command line", "pack");
-      for (long i = 0; i < long(batch) * seq; ++i) b.positions.push_back(int32_t(i % (seq / pack)));
-    }
-    std::vector<double> times;
-    size_t peak = 0, used = 0, host_peak = 0, disk_peak = 0, offloaded = 0;
-    float loss = 0;
     // STRATA_KERNEL_TRACE=1: GPU time per kernel over the timed steps (CUPTI), beside hf_bench --profile.
     std::unique_ptr<tools::KernelTrace> trace;
-    const bool want_trace =
-        std::getenv("STRATA_KERNEL_TRACE") && std::string(std::getenv("STRATA_KERNEL_TRACE")) == "1";
-    for (int s = 0; s < warmup + steps; ++s) {
-      if (want_trace && s == warmup) {
+    BenchHooks hooks;
+    hooks.info = stderr;
+    if (const char* t = std::getenv("STRATA_KERNEL_TRACE"); t && std::string(t) == "1")
+      hooks.before_timed_steps = [&] {
         std::string why;
         trace = tools::KernelTrace::start(&why);
         if (!trace) std::fprintf(stderr, "strata-bench: no kernel trace: %s\n", why.c_str());
-      }
-      StepStats st = tr.step(b);
-      if (s == 0)  // the first step tunes the GEMM and attention plans of every new shape
-        std::fprintf(stderr, "strata-bench: setup %.1f s (model and random weights %.1f s, first step %.1f s)\n",
-                     secs(t_model, Clock::now()), secs(t_model, t_ready), st.seconds);
-      if (s >= warmup) times.push_back(st.seconds);
-      peak = std::max(peak, st.peak_device_bytes);
-      used = std::max(used, be->device_used_bytes());
-      host_peak = st.peak_host_bytes + st.state_host_bytes;
-      disk_peak = st.peak_disk_bytes + st.state_disk_bytes;
-      loss = st.loss;
-    }
-    if (trace) {
+      };
+    hooks.after_steps = [&](int steps) {
+      if (!trace) return;
       const std::string table = tools::format_kernel_table(trace->stop(), steps, 40);
       std::fprintf(stderr, "strata-bench: kernel trace through %s (the timed steps include its overhead)\n%s%s",
                    trace->library().c_str(), table.c_str(), tools::format_timeline(trace->timeline(), steps).c_str());
       trace.reset();
-    }
-    offloaded = tr.store().stats().offloaded_bytes / size_t(warmup + steps);
-    std::sort(times.begin(), times.end());
-    const double med = times.empty() ? 0 : times[times.size() / 2];
-    const long tokens = long(batch) * seq;
-    const double flops = step_flops(c, tokens, seq, mode == "full");
-    const double mfu = med > 0 ? flops / med / (peak_tflops * 1e12) : 0;
-    auto round_to = [](double v, double scale) { return std::round(v * scale) / scale; };
-    nlohmann::ordered_json j;  // strings escaped (a --model or --config path may hold anything)
-    j["engine"] = "strata";
-    j["backend"] = be_name;
-    j["device"] = be->device_name();
-    j["shape"] = a.has("model") ? a.str("model") : a.str("shape", "tiny");
-    j["seq"] = seq;
-    j["batch"] = batch;
-    j["mode"] = mode;
-    j["plan"] = plan_name;
-    j["layer_offloading"] = mo.page_layers;
-    j["loss_grad_in_forward"] = mo.loss_grad_in_forward;
-    j["mlp_tiles"] = mo.mlp_tiles;
-    j["vocab"] = c.vocab_size;
-    j["padded_vocab"] = model.padded_vocab();
-    j["pack"] = pack;
-    j["max_grad_norm"] = double(tc.max_grad_norm);
-    j["step_s"] = round_to(med, 1e5);
-    j["tokens_per_s"] = round_to(med > 0 ? tokens / med : 0.0, 10);
-    j["peak_arena_bytes"] = peak;
-    j["peak_host_bytes"] = host_peak;
-    j["peak_disk_bytes"] = disk_peak;
-    j["state_offloading"] = job.config().plan.state_label();
-    j["master_weights"] = master_weights_name(mo.recipe.master);
-    j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
-    j["gradients"] = gradients_name(mo.recipe.gradients);
-    j["state_host_bytes"] = model.state_host_bytes();
-    j["state_host_pinned"] = model.state_host_pinned();
-    j["state_disk_bytes"] = model.state_disk_bytes();
-    j["offloaded_bytes_per_step"] = offloaded;
-    j["device_used_bytes"] = used;
-    j["mfu"] = round_to(mfu, 1e4);
-    j["loss"] = round_to(double(loss), 1e4);
-    j["params"] = model.param_count();
-    j["trainable"] = model.trainable_count();
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+    };
+    const BenchResult r = run_bench(q, tools::platform(), hooks);
+    std::printf("%s\n", result_json(r, a.has("model") ? a.str("model") : q.shape).c_str());
     std::fprintf(stderr, "strata-bench: %.0f tok/s, step %.3f s, arena peak %s, device used %s, MFU %.1f%%\n",
-                 med > 0 ? tokens / med : 0.0, med, format_bytes(peak).c_str(), format_bytes(used).c_str(), 100 * mfu);
+                 r.tokens_per_s, r.step_s, format_bytes(r.peak_arena_bytes).c_str(),
+                 format_bytes(r.device_used_bytes).c_str(), 100 * r.mfu);
     return 0;
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "strata-bench: error: %s\nsee strata-bench --help\n", e.what());

@@ -278,6 +278,16 @@ struct ForecastSpec {
   size_t budget_bytes = 0;            // arena budget; 0 = unbounded
   bool layer_offloading = false;      // true: the same as plan.layer_weights = "page" (kept for older code)
   std::string master_weights = "fp32", optimizer_state = "fp32", gradients = "fp32";
+  int gpus = 1;  // data-parallel ranks (strata-plan --gpus); 1 with sequence_parallel N: N. The forecast is rank 0's
+
+  // Any training setting by its YAML key, as SessionConfig's set/get: set("zero_stage", "1"),
+  // set("max_grad_norm", "0"), set("mlp_tiles", "4"). The typed fields above are the same settings
+  // (set("sequence_len", "4096") sets `seq`; lora_r and freeze_base set `mode`). ConfigError naming
+  // the key for a bad value or an unknown key.
+  void set(const std::string& key, const std::string& value);
+  std::string get(const std::string& key) const;
+  // The settings the typed fields do not hold, (key, YAML value), kept by set().
+  std::vector<std::pair<std::string, std::string>> more;
 };
 
 struct ForecastItem {

@@ -13,12 +13,17 @@
 #include "engine/op_params.h"
 #include "model/llama/llama_internal.h"
 #include "model/llama/rng.h"
+#include "model/llama/slot_classes.h"
 
 namespace strata {
 
 using namespace llama_detail;
 
 namespace {
+// The activation presets act on the classes this model names: registered wherever the model is linked,
+// before main, so before the first preset is made.
+[[maybe_unused]] const bool kPresetClassesRegistered = (set_preset_classes(llama_preset_classes()), true);
+
 // The state-class group of a Hugging Face parameter name (LoRA adapters join their layer's).
 std::string state_group(const std::string& name) {
   const int layer = LlamaModel::layer_of_param(name);

@@ -12,6 +12,7 @@
 
 #include "api/convert.h"
 #include "model/plan/forecast.h"
+#include "model/run/plan_answer.h"
 #include "model/run/train_config.h"
 #include "strata/strata.h"
 
@@ -224,4 +225,46 @@ TEST(Api, LayerOffloadingIsTheOlderSpellingOfLayerWeightsPage) {
   EXPECT_EQ(fa.peak_bytes, fb.peak_bytes);
   EXPECT_EQ(fa.persistent_bytes, fb.persistent_bytes);
   EXPECT_GT(fa.peak_host_bytes, fn.peak_host_bytes);  // the paged layers live in host memory
+}
+
+// ForecastSpec takes every training setting by its YAML key (the settings table), and its forecast is
+// the one strata-plan answers for the same settings.
+TEST(Api, ForecastSpecTakesEverySettingAsStrataPlanDoes) {
+  strata::ForecastSpec spec;
+  spec.model = "tiny";
+  spec.set("sequence_len", "64");  // a typed field's setting sets the field
+  EXPECT_EQ(spec.seq, 64);
+  EXPECT_EQ(spec.get("micro_batch_size"), "1");
+  spec.gpus = 2;
+  const size_t ddp_peak = strata::forecast(spec).peak_bytes;
+  spec.set("zero_stage", "1");  // no typed field: kept in `more`, read by the forecast
+  EXPECT_EQ(spec.get("zero_stage"), "1");
+  ASSERT_EQ(spec.more.size(), 1u);
+  const strata::ForecastReport zero = strata::forecast(spec);
+  EXPECT_LT(zero.peak_bytes, ddp_peak);  // rank 0 holds half the optimizer state
+
+  strata::PlanQuestion q;  // strata-plan --model tiny --seq 64 --gpus 2 --zero-stage 1
+  q.model = "tiny";
+  q.seq = 64;
+  q.gpus = 2;
+  q.cfg.zero_stage = 1;
+  const strata::PlanAnswer a = strata::answer_plan(strata::plan_request(q));
+  EXPECT_EQ(zero.peak_bytes, a.forecast.peak_bytes);
+  EXPECT_EQ(zero.step_s, a.forecast.step_s);
+
+  spec.set("lora_r", "8");  // the mode follows the settings
+  EXPECT_EQ(spec.mode, "lora");
+  EXPECT_EQ(spec.lora_rank, 8);
+  try {
+    spec.set("zero_stages", "1");
+    ADD_FAILURE() << "an unknown key was accepted";
+  } catch (const strata::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_stage"), std::string::npos) << e.what();  // the suggestion
+  }
+  strata::ForecastSpec lora;
+  lora.model = "tiny";
+  lora.seq = 64;
+  lora.mode = "lora";
+  lora.lora_rank = 0;
+  EXPECT_THROW(strata::forecast(lora), strata::ConfigError);  // not silently a full fine-tune
 }

@@ -3,12 +3,15 @@
 // losses and weights, the same held-out loss — on the cpu backend.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "api/backend_factory.h"
+#include "model/run/bench.h"
 #include "strata/strata.h"
 #include "tests/cpu/tool_runner.h"
 
@@ -103,6 +106,41 @@ TEST_F(OneRun, TheSameYamlThroughStrataTrainAndSessionIsTheSameRun) {
   const std::string wa = slurp(a + "/model.safetensors"), wb = slurp(b + "/model.safetensors");
   ASSERT_FALSE(wa.empty());
   EXPECT_TRUE(wa == wb) << "the saved weights differ";
+}
+
+// strata-bench's run (model/run/bench.h): the same Job on random weights, its hooks around the timed
+// steps, and its modes as the trainable counts show them.
+TEST(Bench, RunsTheJobOnRandomWeightsAroundItsHooks) {
+  strata::BenchQuestion q;
+  q.seq = 16, q.steps = 2, q.warmup = 1;
+  q.backend = "cpu";
+  std::vector<std::string> events;
+  strata::BenchHooks hooks;
+  hooks.before_timed_steps = [&] { events.push_back("timed"); };
+  hooks.after_steps = [&](int timed) { events.push_back("after " + std::to_string(timed)); };
+  const strata::BenchResult full = strata::run_bench(q, strata::default_platform(), hooks);
+  EXPECT_EQ(events, (std::vector<std::string>{"timed", "after 2"}));
+  EXPECT_EQ(full.plan, "keep");
+  EXPECT_EQ(full.backend, "cpu");
+  EXPECT_GT(full.params, size_t(0));
+  EXPECT_EQ(full.trainable, full.params);
+  EXPECT_GT(full.peak_arena_bytes, size_t(0));
+  EXPECT_GT(full.step_s, 0.0);
+  EXPECT_NEAR(full.loss, std::log(float(full.shape.vocab_size)), 0.5);  // random weights: about ln(vocab)
+
+  q.mode = "lora";
+  q.lora_rank = 4;
+  const strata::BenchResult lora = strata::run_bench(q, strata::default_platform());
+  EXPECT_EQ(lora.params - lora.trainable, full.params);  // the base frozen, the adapters trained
+  EXPECT_GT(lora.trainable, size_t(0));
+
+  q.pack = 3;  // does not divide 16
+  try {
+    strata::run_bench(q, strata::default_platform());
+    ADD_FAILURE() << "--pack 3 with --seq 16 was accepted";
+  } catch (const strata::ConfigError& e) {
+    EXPECT_EQ(e.field, "pack");
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/plan.h"
+#include "model/llama/slot_classes.h"
 #include "model/plan/forecast.h"
 #include "model/plan/planner.h"
 #include "model/run/train_config.h"
@@ -164,4 +165,28 @@ TEST(PlanPresets, LayerWeightsTravelWithTheStateAndTakeKeepOrPage) {
   // "page" is no activation or state decision.
   EXPECT_TRUE(test_util::catch_as<ConfigError>([] { parse_decision("page", "plan.L*"); }));
   EXPECT_STREQ(decision_name(Decision::page), "page");
+}
+
+// The presets name roles; the classes are the model's (Llama's registered by model/llama/slot_classes.cpp):
+// another model's classes make the same presets over its names.
+TEST(PlanPresets, ThePresetsActOnTheClassesTheModelRegistered) {
+  EXPECT_EQ(preset_classes().layer, llama_preset_classes().layer);  // the Llama model registered its own
+  const PresetClasses llama = preset_classes();
+  set_preset_classes({.loss_inputs = {"head.*"}, .layer = "blk*", .layer_input = "blk*.in", .cheap = {"blk*.norm"}});
+  const Plan gc = Plan::gradient_checkpointing(1), hidden = Plan::hidden_states(), sel = Plan::selective_recompute();
+  const Plan off = Plan::activation_offloading(Decision::host);
+  set_preset_classes(llama);
+  EXPECT_EQ(gc.decide("blk3.attn.q"), Decision::recompute);
+  EXPECT_EQ(gc.decide("head.x"), Decision::keep);
+  EXPECT_EQ(gc.decide("final_norm.out"), Decision::keep);  // not a class of that model: no rule names it
+  EXPECT_EQ(gc.decide("blk2.in", 2), Decision::keep);      // the segment boundary: the layer input mark
+  EXPECT_EQ(hidden.decide("blk2.in"), Decision::host);
+  EXPECT_EQ(hidden.decide("blk2.mlp"), Decision::recompute);
+  EXPECT_EQ(sel.decide("blk1.norm"), Decision::recompute);
+  EXPECT_EQ(sel.decide("L1.mlp.act"), Decision::keep);
+  EXPECT_EQ(off.decide("head.x"), Decision::keep);
+  EXPECT_EQ(off.decide("blk0.anything"), Decision::host);
+  // Restored: Llama's presets again.
+  EXPECT_EQ(Plan::gradient_checkpointing(1).decide("L1.attn.q"), Decision::recompute);
+  EXPECT_EQ(Plan::selective_recompute().decide("L1.mlp.act"), Decision::recompute);
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/cost_model.h"
+#include "model/run/plan_answer.h"
 #include "model/run/train_config.h"
 #include "tool_runner.h"
 
@@ -169,6 +170,68 @@ TEST(StrataPlan, HostTierPresetsAndLayerOffloading) {
   Proc small = run_plan("--model tiny --seq 64 --preset offload --host-budget 1KiB");
   EXPECT_EQ(small.code, 0) << small.err;
   EXPECT_NE(small.out.find("does NOT fit the host budget"), std::string::npos) << small.out;
+}
+
+// The library under the tool (model/run/plan_answer.h): the budget question is the planner's answer on the
+// run's request, and the flags' errors name the flag.
+TEST(PlanAnswer, ABudgetQuestionIsThePlannersAnswerOnTheRunsRequest) {
+  PlanQuestion q;
+  q.model = "tiny";
+  q.seq = 64;
+  q.budget = "1GiB";
+  const PlanRequest r = plan_request(q);
+  EXPECT_EQ(r.ask, PlanAsk::budget);
+  EXPECT_EQ(r.budgets.device, size_t(1) << 30);
+  EXPECT_EQ(r.forecast.seq, 64);
+  const PlanAnswer a = answer_plan(r);
+  const PlanResult direct = plan_for_budget(r.forecast, r.budgets);
+  ASSERT_TRUE(a.found);
+  EXPECT_EQ(a.planner.label, direct.label);
+  EXPECT_EQ(a.plan.preset, direct.plan.preset);
+  EXPECT_EQ(a.forecast.peak_bytes, direct.forecast.peak_bytes);
+  EXPECT_NE(a.yaml.find("device_memory: 1073741824"), std::string::npos) << a.yaml;
+
+  q.budget = "1KiB";  // nothing fits: no forecast, no config
+  const PlanAnswer none = answer_plan(plan_request(q));
+  EXPECT_FALSE(none.found);
+  EXPECT_GT(none.planner.minimum_bytes, size_t(1024));
+  EXPECT_TRUE(none.yaml.empty());
+}
+
+TEST(PlanAnswer, WithoutABudgetTheVerdictIsAgainstTheProfilesDefaultArena) {
+  PlanQuestion q;
+  q.model = "tiny";
+  q.seq = 64;
+  const PlanAnswer a = answer_plan(plan_request(q));
+  EXPECT_EQ(a.budget, find_profile("h100_80gb").default_arena_bytes());
+  EXPECT_NE(a.budget_what.find("default arena"), std::string::npos);
+  EXPECT_TRUE(a.forecast.fits);
+}
+
+TEST(PlanAnswer, FlagErrorsNameTheFlag) {
+  auto field_of = [](PlanQuestion q) -> std::string {
+    q.model = "tiny";
+    try {
+      plan_request(q);
+    } catch (const ConfigError& e) {
+      return e.field;
+    }
+    return "(no error)";
+  };
+  PlanQuestion q;
+  EXPECT_EQ(field_of(q), "seq");  // no --seq, no sequence_len
+  q.seq = 64;
+  q.mirror = "gpu";
+  EXPECT_EQ(field_of(q), "mirror");
+  q.mirror = "cuda";
+  q.rank = 1;
+  EXPECT_EQ(field_of(q), "rank");  // one GPU
+  q.rank.reset();
+  q.pack = 3;
+  EXPECT_EQ(field_of(q), "pack");  // 3 does not divide 64
+  q.pack.reset();
+  q.seq = 4294967312LL;
+  EXPECT_EQ(field_of(q), "seq");  // refused, not read as 16
 }
 
 }  // namespace
