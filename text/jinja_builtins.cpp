@@ -181,7 +181,8 @@ std::string py_format(const std::string& f, const Args& a) {
       size_t e = f.find('}', k);
       if (e == std::string::npos) fail("a '{' in a format string is not closed", a.line);
       std::string field = f.substr(k + 1, e - k - 1);
-      if (field.find_first_of(":!.[") != std::string::npos) fail("format specs are not supported: {" + field + "}", a.line);
+      if (field.find_first_of(":!.[") != std::string::npos)
+        fail("format specs are not supported: {" + field + "}", a.line);
       Value v;
       if (field.empty()) {
         v = a.get(auto_index++, "");
@@ -217,12 +218,17 @@ std::string py_percent(const std::string& f, const Args& a) {
     }
     if (n >= a.pos.size()) fail("not enough arguments for format string", a.line);
     const Value& v = a.pos[n++];
-    if (c == 's') out += to_str(v);
-    else if (c == 'r') out += repr(v);
+    if (c == 's')
+      out += to_str(v);
+    else if (c == 'r')
+      out += repr(v);
     else if (c == 'd' || c == 'i') {
-      if (v.is(K::floating)) out += std::to_string(static_cast<int64_t>(v.f));
-      else out += std::to_string(int_arg(v, "%d", a.line));
-    } else fail(std::string("the format %") + c + " is not supported", a.line);
+      if (v.is(K::floating))
+        out += std::to_string(static_cast<int64_t>(v.f));
+      else
+        out += std::to_string(int_arg(v, "%d", a.line));
+    } else
+      fail(std::string("the format %") + c + " is not supported", a.line);
   }
   if (n != a.pos.size()) fail("not all arguments converted during string formatting", a.line);
   return out;
@@ -232,12 +238,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -253,7 +270,8 @@ std::string jinja_title(const std::string& s, int line) {
       out += c;
       begin = true;
     } else {
-      out += static_cast<char>(begin ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      out += static_cast<char>(begin ? std::toupper(static_cast<unsigned char>(c))
+                                     : std::tolower(static_cast<unsigned char>(c)));
       begin = false;
     }
   }
@@ -309,8 +327,10 @@ List select(Renderer& r, const Value& v, const Args& a, bool by_attr, bool keep_
       Args ta;
       ta.line = a.line;
       ta.pos.assign(a.pos.begin() + static_cast<long>(first) + 1, a.pos.end());
-      if (test == "defined" || test == "undefined") t = (test == "defined") != x.is_undefined();
-      else t = apply_test(r, test, x, ta);
+      if (test == "defined" || test == "undefined")
+        t = (test == "defined") != x.is_undefined();
+      else
+        t = apply_test(r, test, x, ta);
     }
     if (t == keep_if) out.push_back(item);
   }
@@ -321,7 +341,8 @@ List select(Renderer& r, const Value& v, const Args& a, bool by_attr, bool keep_
 
 Value getattr(const Value& obj, const std::string& name, int line) {
   switch (obj.kind) {
-    case K::undefined: fail("'" + obj.s + "' is undefined", line);
+    case K::undefined:
+      fail("'" + obj.s + "' is undefined", line);
     case K::dict:
       if (has_method(obj, name)) return bound(obj, name);
       [[fallthrough]];
@@ -332,13 +353,15 @@ Value getattr(const Value& obj, const std::string& name, int line) {
     case K::string:
       if (has_method(obj, name)) return bound(obj, name);
       [[fallthrough]];
-    default: return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + name + "'");
+    default:
+      return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + name + "'");
   }
 }
 
 Value getitem(const Value& obj, const Value& key, int line) {
   switch (obj.kind) {
-    case K::undefined: fail("'" + obj.s + "' is undefined", line);
+    case K::undefined:
+      fail("'" + obj.s + "' is undefined", line);
     case K::dict:
     case K::ns:
       if (key.is(K::string)) {
@@ -365,18 +388,21 @@ Value getitem(const Value& obj, const Value& key, int line) {
       if (i < 0 || i >= n) return Value::undefined("string index out of range");
       return Value::string(cps[static_cast<size_t>(i)]);
     }
-    default: return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + to_str(key) + "'");
+    default:
+      return Value::undefined("'" + type_name(obj) + " object' has no attribute '" + to_str(key) + "'");
   }
 }
 
 bool has_method(const Value& obj, const std::string& name) {
-  static const char* str_methods[] = {"strip",    "lstrip",  "rstrip",  "split",      "rsplit",   "startswith",
+  static const char* str_methods[] = {"strip",    "lstrip",  "rstrip",  "split",      "rsplit",     "startswith",
                                       "endswith", "upper",   "lower",   "title",      "capitalize", "replace",
-                                      "join",     "find",    "rfind",   "count",      "format",   "isdigit",
-                                      "isalpha",  "isalnum", "isspace", "splitlines", "islower",  "isupper"};
+                                      "join",     "find",    "rfind",   "count",      "format",     "isdigit",
+                                      "isalpha",  "isalnum", "isspace", "splitlines", "islower",    "isupper"};
   static const char* dict_methods[] = {"items", "keys", "values", "get"};
-  if (obj.is(K::string)) return std::find(std::begin(str_methods), std::end(str_methods), name) != std::end(str_methods);
-  if (obj.is(K::dict)) return std::find(std::begin(dict_methods), std::end(dict_methods), name) != std::end(dict_methods);
+  if (obj.is(K::string))
+    return std::find(std::begin(str_methods), std::end(str_methods), name) != std::end(str_methods);
+  if (obj.is(K::dict))
+    return std::find(std::begin(dict_methods), std::end(dict_methods), name) != std::end(dict_methods);
   return false;
 }
 
@@ -406,8 +432,10 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       return Value::string(py_strip(s, a.get(0, "chars"), name != "rstrip", name != "lstrip"));
     if (name == "split" || name == "rsplit") {
       Value maxsplit = a.get(1, "maxsplit", Value::integer(-1));
-      if (name == "rsplit" && int_arg(maxsplit, "maxsplit", line) >= 0) fail("rsplit() with maxsplit is not supported", line);
-      return Value::of_list(strings(split(s, a.get(0, "sep", Value::none()), int_arg(maxsplit, "maxsplit", line), line)));
+      if (name == "rsplit" && int_arg(maxsplit, "maxsplit", line) >= 0)
+        fail("rsplit() with maxsplit is not supported", line);
+      return Value::of_list(
+          strings(split(s, a.get(0, "sep", Value::none()), int_arg(maxsplit, "maxsplit", line), line)));
     }
     if (name == "startswith" || name == "endswith") {
       if (a.pos.size() > 1) fail(name + "() with start/end is not supported", line);
@@ -428,7 +456,8 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
     if (name == "title") return Value::string(py_title(s, line));
     if (name == "capitalize") return Value::string(capitalize(s, line));
     if (name == "replace")
-      return Value::string(replace(s, str_arg(a.get(0, "old"), "replace()", line), str_arg(a.get(1, "new"), "replace()", line),
+      return Value::string(replace(s, str_arg(a.get(0, "old"), "replace()", line),
+                                   str_arg(a.get(1, "new"), "replace()", line),
                                    int_arg(a.get(2, "count", Value::integer(-1)), "replace()", line)));
     if (name == "join") {
       std::string out;
@@ -469,8 +498,12 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       if (s.empty()) return Value::boolean(false);
       for (unsigned char c : s) {
         if (c >= 0x80) fail(name + "() of a non-ASCII string is not supported", line);
-        bool ok = name == "isdigit" ? std::isdigit(c) : name == "isalpha" ? std::isalpha(c) : name == "isalnum" ? std::isalnum(c)
-                  : name == "isspace" ? (std::isspace(c) || (c >= 0x1C && c <= 0x1F)) : name == "islower" ? !std::isupper(c) : !std::islower(c);
+        bool ok = name == "isdigit"   ? std::isdigit(c)
+                  : name == "isalpha" ? std::isalpha(c)
+                  : name == "isalnum" ? std::isalnum(c)
+                  : name == "isspace" ? (std::isspace(c) || (c >= 0x1C && c <= 0x1F))
+                  : name == "islower" ? !std::isupper(c)
+                                      : !std::islower(c);
         if (!ok) return Value::boolean(false);
       }
       if (name == "islower" || name == "isupper")
@@ -738,7 +771,8 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
   }
   if (name == "indent") {
     Value width = a.get(0, "width", Value::integer(4));
-    std::string ind = width.is(K::string) ? width.s : std::string(static_cast<size_t>(int_arg(width, "indent", line)), ' ');
+    std::string ind =
+        width.is(K::string) ? width.s : std::string(static_cast<size_t>(int_arg(width, "indent", line)), ' ');
     bool first = truthy(a.get(1, "first", Value::boolean(false)));
     bool blank = truthy(a.get(2, "blank", Value::boolean(false)));
     std::string s = to_str(v) + "\n";
@@ -746,8 +780,10 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     std::string rv;
     for (size_t k = 0; k < lines_v.list->size(); ++k) {
       const std::string& l = (*lines_v.list)[k].s;
-      if (k == 0) rv = l;
-      else rv += "\n" + ((blank || !l.empty()) ? ind + l : l);
+      if (k == 0)
+        rv = l;
+      else
+        rv += "\n" + ((blank || !l.empty()) ? ind + l : l);
     }
     return Value::string(first ? ind + rv : rv);
   }

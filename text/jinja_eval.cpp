@@ -1,9 +1,9 @@
 // The Jinja evaluator: statements write to the output, expressions evaluate with Python's
 // semantics, scopes as jinja2 keeps them (a frame per loop iteration, macros see the template's
 // top level), and Template's parse/render wrapping errors with the template's name and line.
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "engine/error.h"
 #include "text/jinja.h"
@@ -36,7 +36,9 @@ Value Renderer::lookup(const std::string& name, int line) {
   return Value::undefined(name);
 }
 
-void Renderer::assign(const std::string& name, Value v) { frames_.back()->set(name, std::move(v)); }
+void Renderer::assign(const std::string& name, Value v) {
+  frames_.back()->set(name, std::move(v));
+}
 
 std::string Renderer::capture(const Body& body) {
   std::string buf;
@@ -52,9 +54,10 @@ std::string Renderer::capture(const Body& body) {
 
 void Renderer::run(const nlohmann::ordered_json& context, std::string& out,
                    std::vector<std::pair<size_t, size_t>>& gen) {
-  if (!context.is_object()) fail("the context is not an object");
+  if (!context.is_object() && !context.is_null()) fail("the context is not an object");
   auto globals = std::make_shared<Dict>();
-  for (auto it = context.begin(); it != context.end(); ++it) globals->items.emplace_back(it.key(), from_json(it.value()));
+  for (auto it = context.begin(); it != context.end(); ++it)
+    globals->items.emplace_back(it.key(), from_json(it.value()));
   frames_ = {globals, std::make_shared<Dict>()};
   out_ = &out;
   gen_ = &gen;
@@ -77,13 +80,18 @@ static Value apply_filter_chain(Renderer& r, const Expr& f, Value v, const std::
 Renderer::Flow Renderer::exec(const Stmt& s) {
   line_ = s.line;
   switch (s.k) {
-    case Stmt::K::text: *out_ += s.text; return Flow::normal;
-    case Stmt::K::output: *out_ += to_str(eval(*s.expr)); return Flow::normal;
+    case Stmt::K::text:
+      *out_ += s.text;
+      return Flow::normal;
+    case Stmt::K::output:
+      *out_ += to_str(eval(*s.expr));
+      return Flow::normal;
     case Stmt::K::if_:
       for (const auto& [cond, body] : s.branches)
         if (truthy(eval(*cond))) return exec(body);
       return exec(s.else_body);
-    case Stmt::K::for_: return exec_for(s);
+    case Stmt::K::for_:
+      return exec_for(s);
     case Stmt::K::set: {
       Value v = eval(*s.expr);
       if (!s.ns_attr.empty()) {
@@ -110,7 +118,9 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
       *out_ += to_str(apply_filter_chain(*this, *s.filter, v, [&](const Expr& f) { return eval_args(f, 1); }));
       return Flow::normal;
     }
-    case Stmt::K::macro: assign(s.text, make_macro(s)); return Flow::normal;
+    case Stmt::K::macro:
+      assign(s.text, make_macro(s));
+      return Flow::normal;
     case Stmt::K::call_block: {
       if (s.expr->k != Expr::K::call) fail("{% call %} needs a macro call", s.line);
       auto frames = frames_;
@@ -137,8 +147,10 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
       *out_ += to_str(call(fn, a, s.line));
       return Flow::normal;
     }
-    case Stmt::K::break_: return Flow::brk;
-    case Stmt::K::continue_: return Flow::cont;
+    case Stmt::K::break_:
+      return Flow::brk;
+    case Stmt::K::continue_:
+      return Flow::cont;
     case Stmt::K::generation: {
       if (captures_ > 0) fail("{% generation %} inside a macro, call, filter or block set is not supported", s.line);
       size_t begin = out_->size();
@@ -164,8 +176,8 @@ Value Renderer::make_macro(const Stmt& s) {
       if (v.is_undefined()) v = Value::undefined(s.params[k].first);
       r.assign(s.params[k].first, v);
     }
-    if (a.pos.size() > used) fail("macro '" + s.text + "' takes not more than " + std::to_string(s.params.size()) +
-                                  " argument(s)", a.line);
+    if (a.pos.size() > used)
+      fail("macro '" + s.text + "' takes not more than " + std::to_string(s.params.size()) + " argument(s)", a.line);
     for (const auto& [k, v] : a.kw) {
       bool known = k == "caller";
       for (const auto& p : s.params) known = known || p.first == k;
@@ -257,8 +269,10 @@ Value Renderer::call(const Value& fn, const Args& a, int line) {
 
 Value Renderer::eval(const Expr& e) {
   switch (e.k) {
-    case Expr::K::literal: return e.lit;
-    case Expr::K::name: return lookup(e.name, e.line);
+    case Expr::K::literal:
+      return e.lit;
+    case Expr::K::name:
+      return lookup(e.name, e.line);
     case Expr::K::list:
     case Expr::K::tuple: {
       List items;
@@ -274,8 +288,10 @@ Value Renderer::eval(const Expr& e) {
       }
       return Value::of_dict(std::move(d));
     }
-    case Expr::K::attr: return getattr(eval(*e.args[0]), e.name, e.line);
-    case Expr::K::subscript: return getitem(eval(*e.args[0]), eval(*e.args[1]), e.line);
+    case Expr::K::attr:
+      return getattr(eval(*e.args[0]), e.name, e.line);
+    case Expr::K::subscript:
+      return getitem(eval(*e.args[0]), eval(*e.args[1]), e.line);
     case Expr::K::slice: {
       Value obj = eval(*e.args[0]);
       Args a;
@@ -290,11 +306,15 @@ Value Renderer::eval(const Expr& e) {
         Value obj = eval(*callee.args[0]);
         if (obj.is_undefined()) fail("'" + obj.s + "' is undefined", e.line);
         if (has_method(obj, callee.name)) return call_method(obj, callee.name, a);
+        bool data = obj.is(Value::Kind::string) || obj.is(Value::Kind::list) ||
+                    (obj.is(Value::Kind::dict) && !obj.dict->find(callee.name));
+        if (data) fail("the method " + type_name(obj) + "." + callee.name + "() is not supported", e.line);
         return call(getattr(obj, callee.name, e.line), a, e.line);
       }
       return call(eval(callee), a, e.line);
     }
-    case Expr::K::filter: return apply_filter(*this, e.name, eval(*e.args[0]), eval_args(e, 1));
+    case Expr::K::filter:
+      return apply_filter(*this, e.name, eval(*e.args[0]), eval_args(e, 1));
     case Expr::K::test: {
       bool r;
       if (e.name == "defined" || e.name == "undefined") {
@@ -309,11 +329,13 @@ Value Renderer::eval(const Expr& e) {
     case Expr::K::pos: {
       Value v = eval(*e.args[0]);
       if (v.is(Value::Kind::integer) || v.is(Value::Kind::boolean))
-        return Value::integer(e.k == Expr::K::neg ? -(v.is(Value::Kind::boolean) ? v.b : v.i) : (v.is(Value::Kind::boolean) ? v.b : v.i));
+        return Value::integer(e.k == Expr::K::neg ? -(v.is(Value::Kind::boolean) ? v.b : v.i)
+                                                  : (v.is(Value::Kind::boolean) ? v.b : v.i));
       if (v.is(Value::Kind::floating)) return Value::floating(e.k == Expr::K::neg ? -v.f : v.f);
       fail("bad operand type for unary " + std::string(e.k == Expr::K::neg ? "-" : "+") + ": " + type_name(v), e.line);
     }
-    case Expr::K::not_: return Value::boolean(!truthy(eval(*e.args[0])));
+    case Expr::K::not_:
+      return Value::boolean(!truthy(eval(*e.args[0])));
     case Expr::K::and_: {
       Value a = eval(*e.args[0]);
       return truthy(a) ? eval(*e.args[1]) : a;
@@ -336,8 +358,10 @@ Value Renderer::eval(const Expr& e) {
         Value right = eval(*e.args[k + 1]);
         const std::string& op = e.ops[k];
         bool r;
-        if (op == "==") r = equal(left, right);
-        else if (op == "!=") r = !equal(left, right);
+        if (op == "==")
+          r = equal(left, right);
+        else if (op == "!=")
+          r = !equal(left, right);
         else if (op == "in" || op == "not in") {
           r = apply_test(*this, "in", left, Args{{right}, {}, e.line});
           if (op == "not in") r = !r;
@@ -456,7 +480,11 @@ Rendered Template::render(const nlohmann::ordered_json& context) const {
   return r;
 }
 
-bool Template::has_generation() const { return program_->has_generation; }
-const std::string& Template::name() const { return program_->name; }
+bool Template::has_generation() const {
+  return program_->has_generation;
+}
+const std::string& Template::name() const {
+  return program_->name;
+}
 
 }  // namespace strata::text::jinja

@@ -4,12 +4,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace strata::text::jinja {
 
@@ -87,10 +86,10 @@ struct JinjaError {
 // Values (text/jinja_value.cpp).
 Value from_json(const nlohmann::ordered_json& j);
 bool truthy(const Value& v);
-std::string to_str(const Value& v);   // Python's str()
-std::string repr(const Value& v);     // Python's repr()
+std::string to_str(const Value& v);     // Python's str()
+std::string repr(const Value& v);       // Python's repr()
 std::string type_name(const Value& v);  // Python's type name, for errors
-std::string py_float(double d);       // Python's repr of a float
+std::string py_float(double d);         // Python's repr of a float
 bool equal(const Value& a, const Value& b);
 int compare(const Value& a, const Value& b, int line);  // <0, 0, >0; error for unordered types
 // json.dumps(v, ensure_ascii=False, indent, separators, sort_keys) as transformers' tojson.
@@ -107,7 +106,19 @@ std::string py_strip(std::string_view s, const Value& chars, bool left, bool rig
 
 // Tokens.
 struct Token {
-  enum class Type : uint8_t { text, var_begin, var_end, block_begin, block_end, name, string, integer, floating, op, eof };
+  enum class Type : uint8_t {
+    text,
+    var_begin,
+    var_end,
+    block_begin,
+    block_end,
+    name,
+    string,
+    integer,
+    floating,
+    op,
+    eof
+  };
   Type type;
   std::string value;
   int line;
@@ -119,14 +130,31 @@ struct Expr;
 using ExprP = std::shared_ptr<Expr>;
 struct Expr {
   enum class K : uint8_t {
-    literal, name, list, tuple, dict, attr, subscript, slice, call, filter, test,
-    neg, pos, not_, and_, or_, cond, binary, compare
+    literal,
+    name,
+    list,
+    tuple,
+    dict,
+    attr,
+    subscript,
+    slice,
+    call,
+    filter,
+    test,
+    neg,
+    pos,
+    not_,
+    and_,
+    or_,
+    cond,
+    binary,
+    compare
   };
   K k;
   int line = 0;
   Value lit;
-  std::string name;              // name, attr, filter, test, binary operator
-  std::vector<ExprP> args;       // operands; call: callee then positional; slice: obj, start, stop, step
+  std::string name;         // name, attr, filter, test, binary operator
+  std::vector<ExprP> args;  // operands; call: callee then positional; slice: obj, start, stop, step
   std::vector<std::pair<std::string, ExprP>> kwargs;
   std::vector<std::string> ops;  // compare: the operators between args
   bool negated = false;          // `is not`
@@ -136,18 +164,31 @@ struct Stmt;
 using StmtP = std::shared_ptr<Stmt>;
 using Body = std::vector<StmtP>;
 struct Stmt {
-  enum class K : uint8_t { text, output, if_, for_, set, set_block, macro, call_block, filter_block, break_, continue_, generation };
+  enum class K : uint8_t {
+    text,
+    output,
+    if_,
+    for_,
+    set,
+    set_block,
+    macro,
+    call_block,
+    filter_block,
+    break_,
+    continue_,
+    generation
+  };
   K k;
   int line = 0;
-  std::string text;                               // text; macro name; set_block name
-  ExprP expr;                                     // output; set value; for iterable; call_block call
-  std::vector<std::pair<ExprP, Body>> branches;   // if / elif
+  std::string text;                              // text; macro name; set_block name
+  ExprP expr;                                    // output; set value; for iterable; call_block call
+  std::vector<std::pair<ExprP, Body>> branches;  // if / elif
   Body body, else_body;
-  std::vector<std::string> targets;               // for / set names (more than one: unpacking)
-  std::string ns_attr;                            // set ns.attr: targets[0] is the namespace
-  ExprP cond;                                     // for ... if cond
+  std::vector<std::string> targets;                   // for / set names (more than one: unpacking)
+  std::string ns_attr;                                // set ns.attr: targets[0] is the namespace
+  ExprP cond;                                         // for ... if cond
   std::vector<std::pair<std::string, ExprP>> params;  // macro / call_block parameters, default or null
-  ExprP filter;                                   // filter_block / set_block filter (a filter Expr, args[0] null)
+  ExprP filter;                                       // filter_block / set_block filter (a filter Expr, args[0] null)
 };
 
 struct Program {
@@ -178,8 +219,8 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
 Value call_method(const Value& obj, const std::string& name, const Args& a);
 bool has_method(const Value& obj, const std::string& name);
 Value global(const std::string& name);  // range, namespace, dict, raise_exception, strftime_now; undefined if none
-Value getattr(const Value& obj, const std::string& name, int line);   // `obj.name`
-Value getitem(const Value& obj, const Value& key, int line);          // `obj[key]`
+Value getattr(const Value& obj, const std::string& name, int line);  // `obj.name`
+Value getitem(const Value& obj, const Value& key, int line);         // `obj[key]`
 
 // Evaluation (text/jinja_eval.cpp); builtins call back for filters like map('upper').
 class Renderer {

@@ -1,10 +1,10 @@
 // The Jinja lexer: template text and tags, with jinja2's whitespace control as transformers
 // configures it (trim_blocks: the newline after a block or comment tag goes; lstrip_blocks: the
 // spaces and tabs before one on its line go; `-` strips all whitespace on its side, `+` keeps it).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "text/jinja_internal.h"
 
@@ -84,8 +84,7 @@ struct Lexer {
       } else if (sign != '+' && kind != '{') {
         size_t l_pos = data.rfind('\n');
         l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
-        if ((l_pos > 0 || line_starting) &&
-            data.find_first_not_of(" \t", l_pos) == std::string::npos)
+        if ((l_pos > 0 || line_starting) && data.find_first_not_of(" \t", l_pos) == std::string::npos)
           data.resize(l_pos);
       }
       text(std::move(data), data_line);
@@ -187,7 +186,8 @@ struct Lexer {
         for (const char* o : ops2)
           if (src.substr(p, 2) == o) len = 2;
         std::string op(src.substr(p, len));
-        if (!std::strchr("+-*/%~<>=()[]{},.:|!", c) || (op == "!")) fail(fmt::format("unexpected character '{}'", op), line);
+        if (!std::strchr("+-*/%~<>=()[]{},.:|!", c) || (op == "!"))
+          fail(fmt::format("unexpected character '{}'", op), line);
         out.push_back({Token::Type::op, op, line});
         p += op.size();
       }
@@ -235,21 +235,51 @@ struct Lexer {
         put_utf8(s, cp);
       };
       switch (e) {
-        case 'n': s += '\n'; break;
-        case 't': s += '\t'; break;
-        case 'r': s += '\r'; break;
-        case '\\': s += '\\'; break;
-        case '\'': s += '\''; break;
-        case '"': s += '"'; break;
-        case '0': s += '\0'; break;
-        case 'a': s += '\a'; break;
-        case 'b': s += '\b'; break;
-        case 'f': s += '\f'; break;
-        case 'v': s += '\v'; break;
-        case '\n': ++line; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
+        case 'n':
+          s += '\n';
+          break;
+        case 't':
+          s += '\t';
+          break;
+        case 'r':
+          s += '\r';
+          break;
+        case '\\':
+          s += '\\';
+          break;
+        case '\'':
+          s += '\'';
+          break;
+        case '"':
+          s += '"';
+          break;
+        case '0':
+          s += '\0';
+          break;
+        case 'a':
+          s += '\a';
+          break;
+        case 'b':
+          s += '\b';
+          break;
+        case 'f':
+          s += '\f';
+          break;
+        case 'v':
+          s += '\v';
+          break;
+        case '\n':
+          ++line;
+          break;
+        case 'x':
+          hex(2);
+          break;
+        case 'u':
+          hex(4);
+          break;
+        case 'U':
+          hex(8);
+          break;
         default:
           s += '\\';
           s += e;

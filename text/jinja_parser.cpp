@@ -33,11 +33,16 @@ struct Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case T::eof: return "the end of the template";
-      case T::block_end: return "'%}'";
-      case T::var_end: return "'}}'";
-      case T::string: return "a string";
-      default: return "'" + t.value + "'";
+      case T::eof:
+        return "the end of the template";
+      case T::block_end:
+        return "'%}'";
+      case T::var_end:
+        return "'}}'";
+      case T::string:
+        return "a string";
+      default:
+        return "'" + t.value + "'";
     }
   }
 
@@ -497,8 +502,12 @@ struct Parser {
         while (cur().type == T::string) s += next().value;  // adjacent literals join
         return literal(Value::string(s), line);
       }
-      case T::integer: ++p; return literal(Value::integer(std::stoll(t.value)), line);
-      case T::floating: ++p; return literal(Value::floating(std::stod(t.value)), line);
+      case T::integer:
+        ++p;
+        return literal(Value::integer(std::stoll(t.value)), line);
+      case T::floating:
+        ++p;
+        return literal(Value::floating(std::stod(t.value)), line);
       case T::op:
         if (t.value == "(") {
           ++p;
@@ -545,7 +554,8 @@ struct Parser {
           return d;
         }
         [[fallthrough]];
-      default: fail("unexpected " + describe(t) + " in an expression", line);
+      default:
+        fail("unexpected " + describe(t) + " in an expression", line);
     }
   }
 };

@@ -8,7 +8,9 @@
 
 namespace strata::text::jinja {
 
-void fail(std::string message, int line) { throw JinjaError{std::move(message), line}; }
+void fail(std::string message, int line) {
+  throw JinjaError{std::move(message), line};
+}
 
 Value Value::of_list(List items, bool tuple) {
   Value v = make(Kind::list);
@@ -40,12 +42,18 @@ void Dict::set(const std::string& key, Value v) {
 
 Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value::integer(j.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::json::value_t::number_float: return Value::floating(j.get<double>());
-    case nlohmann::json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::json::value_t::null:
+      return Value::none();
+    case nlohmann::json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value::integer(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::json::value_t::number_float:
+      return Value::floating(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return Value::string(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       List items;
       for (const auto& x : j) items.push_back(from_json(x));
@@ -56,21 +64,30 @@ Value from_json(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(it.key(), from_json(it.value()));
       return Value::of_dict(std::move(d));
     }
-    default: fail("the context holds a value JSON cannot express");
+    default:
+      fail("the context holds a value JSON cannot express");
   }
 }
 
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: return false;
-    case Value::Kind::boolean: return v.b;
-    case Value::Kind::integer: return v.i != 0;
-    case Value::Kind::floating: return v.f != 0;
-    case Value::Kind::string: return !v.s.empty();
-    case Value::Kind::list: return !v.list->empty();
-    case Value::Kind::dict: return !v.dict->items.empty();
-    default: return true;
+    case Value::Kind::none:
+      return false;
+    case Value::Kind::boolean:
+      return v.b;
+    case Value::Kind::integer:
+      return v.i != 0;
+    case Value::Kind::floating:
+      return v.f != 0;
+    case Value::Kind::string:
+      return !v.s.empty();
+    case Value::Kind::list:
+      return !v.list->empty();
+    case Value::Kind::dict:
+      return !v.dict->items.empty();
+    default:
+      return true;
   }
 }
 
@@ -129,8 +146,7 @@ static uint32_t decode(std::string_view c) {
 
 bool is_py_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 std::string py_strip(std::string_view s, const Value& chars, bool left, bool right) {
@@ -186,7 +202,8 @@ static std::string repr_string(const std::string& s) {
 
 std::string repr(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::string: return repr_string(v.s);
+    case Value::Kind::string:
+      return repr_string(v.s);
     case Value::Kind::list: {
       std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
@@ -211,43 +228,66 @@ std::string repr(const Value& v) {
       }
       return out + "}>";
     }
-    default: return to_str(v);
+    default:
+      return to_str(v);
   }
 }
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "";
-    case Value::Kind::none: return "None";
-    case Value::Kind::boolean: return v.b ? "True" : "False";
-    case Value::Kind::integer: return std::to_string(v.i);
-    case Value::Kind::floating: return py_float(v.f);
-    case Value::Kind::string: return v.s;
-    case Value::Kind::callable: return "<function " + v.fn->name + ">";
-    default: return repr(v);
+    case Value::Kind::undefined:
+      return "";
+    case Value::Kind::none:
+      return "None";
+    case Value::Kind::boolean:
+      return v.b ? "True" : "False";
+    case Value::Kind::integer:
+      return std::to_string(v.i);
+    case Value::Kind::floating:
+      return py_float(v.f);
+    case Value::Kind::string:
+      return v.s;
+    case Value::Kind::callable:
+      return "<function " + v.fn->name + ">";
+    default:
+      return repr(v);
   }
 }
 
 std::string type_name(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "Undefined";
-    case Value::Kind::none: return "NoneType";
-    case Value::Kind::boolean: return "bool";
-    case Value::Kind::integer: return "int";
-    case Value::Kind::floating: return "float";
-    case Value::Kind::string: return "str";
-    case Value::Kind::list: return v.tuple ? "tuple" : "list";
-    case Value::Kind::dict: return "dict";
-    case Value::Kind::ns: return "Namespace";
-    default: return "function";
+    case Value::Kind::undefined:
+      return "Undefined";
+    case Value::Kind::none:
+      return "NoneType";
+    case Value::Kind::boolean:
+      return "bool";
+    case Value::Kind::integer:
+      return "int";
+    case Value::Kind::floating:
+      return "float";
+    case Value::Kind::string:
+      return "str";
+    case Value::Kind::list:
+      return v.tuple ? "tuple" : "list";
+    case Value::Kind::dict:
+      return "dict";
+    case Value::Kind::ns:
+      return "Namespace";
+    default:
+      return "function";
   }
 }
 
 static double num(const Value& v) {
   return v.is(Value::Kind::floating) ? v.f : v.is(Value::Kind::boolean) ? (v.b ? 1 : 0) : static_cast<double>(v.i);
 }
-static bool int_like(const Value& v) { return v.is(Value::Kind::integer) || v.is(Value::Kind::boolean); }
-static int64_t int_of(const Value& v) { return v.is(Value::Kind::boolean) ? (v.b ? 1 : 0) : v.i; }
+static bool int_like(const Value& v) {
+  return v.is(Value::Kind::integer) || v.is(Value::Kind::boolean);
+}
+static int64_t int_of(const Value& v) {
+  return v.is(Value::Kind::boolean) ? (v.b ? 1 : 0) : v.i;
+}
 
 bool equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
@@ -257,8 +297,10 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: return true;
-    case Value::Kind::string: return a.s == b.s;
+    case Value::Kind::none:
+      return true;
+    case Value::Kind::string:
+      return a.s == b.s;
     case Value::Kind::list:
       if (a.tuple != b.tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
@@ -271,7 +313,8 @@ bool equal(const Value& a, const Value& b) {
         if (!y || !equal(x, *y)) return false;
       }
       return true;
-    default: return a.dict == b.dict && a.fn == b.fn;
+    default:
+      return a.dict == b.dict && a.fn == b.fn;
   }
 }
 
@@ -293,13 +336,27 @@ static void json_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -321,13 +378,21 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
     out.append(static_cast<size_t>(indent * d), ' ');
   };
   switch (v.kind) {
-    case Value::Kind::none: out += "null"; return;
-    case Value::Kind::boolean: out += v.b ? "true" : "false"; return;
-    case Value::Kind::integer: out += std::to_string(v.i); return;
+    case Value::Kind::none:
+      out += "null";
+      return;
+    case Value::Kind::boolean:
+      out += v.b ? "true" : "false";
+      return;
+    case Value::Kind::integer:
+      out += std::to_string(v.i);
+      return;
     case Value::Kind::floating:
       out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f < 0 ? "-Infinity" : "Infinity") : py_float(v.f);
       return;
-    case Value::Kind::string: json_string(out, v.s); return;
+    case Value::Kind::string:
+      json_string(out, v.s);
+      return;
     case Value::Kind::list: {
       if (v.list->empty()) {
         out += "[]";
@@ -363,7 +428,8 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
       out += "}";
       return;
     }
-    default: fail("Object of type " + type_name(v) + " is not JSON serializable");
+    default:
+      fail("Object of type " + type_name(v) + " is not JSON serializable");
   }
 }
 
@@ -376,8 +442,10 @@ std::string to_json(const Value& v, int indent, const std::string& item_sep, con
 
 List iterate(const Value& v, int line) {
   switch (v.kind) {
-    case Value::Kind::undefined: return {};
-    case Value::Kind::list: return *v.list;
+    case Value::Kind::undefined:
+      return {};
+    case Value::Kind::list:
+      return *v.list;
     case Value::Kind::dict: {
       List keys;
       for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
@@ -388,17 +456,23 @@ List iterate(const Value& v, int line) {
       for (auto& c : code_points(v.s)) chars.push_back(Value::string(std::move(c)));
       return chars;
     }
-    default: fail("'" + type_name(v) + "' object is not iterable", line);
+    default:
+      fail("'" + type_name(v) + "' object is not iterable", line);
   }
 }
 
 int64_t length(const Value& v, int line) {
   switch (v.kind) {
-    case Value::Kind::undefined: return 0;
-    case Value::Kind::string: return static_cast<int64_t>(code_points(v.s).size());
-    case Value::Kind::list: return static_cast<int64_t>(v.list->size());
-    case Value::Kind::dict: return static_cast<int64_t>(v.dict->items.size());
-    default: fail("object of type '" + type_name(v) + "' has no len()", line);
+    case Value::Kind::undefined:
+      return 0;
+    case Value::Kind::string:
+      return static_cast<int64_t>(code_points(v.s).size());
+    case Value::Kind::list:
+      return static_cast<int64_t>(v.list->size());
+    case Value::Kind::dict:
+      return static_cast<int64_t>(v.dict->items.size());
+    default:
+      fail("object of type '" + type_name(v) + "' has no len()", line);
   }
 }
 
