@@ -38,7 +38,7 @@ if(YAML_CPP_STATIC)
 else()
   string(APPEND STRATA_PC_PRIVATE " -lyaml-cpp")
 endif()
-string(APPEND STRATA_PC_PRIVATE " ${URING_STATIC} -lpthread")
+string(APPEND STRATA_PC_PRIVATE " ${ONIG_STATIC} ${URING_STATIC} -lpthread")
 # Relocatable: the prefix is found from the .pc file's own directory.
 file(RELATIVE_PATH STRATA_PC_UP /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
 string(REGEX REPLACE "/$" "" STRATA_PC_UP "${STRATA_PC_UP}")

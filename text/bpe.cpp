@@ -23,6 +23,7 @@ struct WordCache {
 
 struct Symbol {
   int32_t id;
+  uint32_t len;        // bytes of the word it covers
   int32_t prev, next;  // indices into the symbol array, -1 at the ends
   bool removed;
 };
@@ -57,17 +58,18 @@ Bpe::Bpe(Vocab vocab, const std::vector<BpeMerge>& merges, BpeOptions options)
   }
 }
 
-void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out, std::vector<uint32_t>* ends) const {
   if (word.empty()) return;
   if (opt_.ignore_merges) {
     auto it = vocab_.find(word);
     if (it != vocab_.end()) {
       out.push_back(it->second);
+      if (ends) ends->push_back(uint32_t(word.size()));
       return;
     }
   }
-  if (word.size() >= WordCache::kMaxWordBytes) {
-    merge_word(word, out);
+  if (ends || word.size() >= WordCache::kMaxWordBytes) {
+    merge_word(word, out, ends);
     return;
   }
   thread_local WordCache cache;
@@ -81,22 +83,23 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
     return;
   }
   size_t first = out.size();
-  merge_word(word, out);
+  merge_word(word, out, nullptr);
   if (cache.words.size() >= WordCache::kMaxEntries) cache.words.clear();
   cache.words.emplace(std::string(word), std::vector<int32_t>(out.begin() + long(first), out.end()));
 }
 
-void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
+void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out, std::vector<uint32_t>* ends) const {
   thread_local std::vector<Symbol> sym;
   sym.clear();
-  auto add = [&](int32_t id) {
+  auto add = [&](int32_t id, uint32_t len) {
     int32_t i = int32_t(sym.size());
-    sym.push_back({id, i - 1, -1, false});
+    sym.push_back({id, len, i - 1, -1, false});
     if (i > 0) sym[size_t(i) - 1].next = i;
   };
   // A pending <unk>: tokenizers emits it only when the next known character (or the end) comes,
   // fusing consecutive unknown characters into one when fuse_unk is set.
   bool unk_pending = false;
+  uint32_t unk_len = 0;
   for (size_t i = 0; i < word.size();) {
     size_t len = size_t(utf8_length(uint8_t(word[i])));
     if (i + len > word.size()) len = word.size() - i;
@@ -104,25 +107,30 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     i += len;
     auto it = vocab_.find(ch);
     if (it != vocab_.end()) {
-      if (unk_pending) add(opt_.unk_id);
+      if (unk_pending) add(opt_.unk_id, unk_len);
       unk_pending = false;
-      add(it->second);
+      add(it->second, uint32_t(len));
       continue;
     }
     if (opt_.byte_fallback) {
       bool all = true;
       for (char b : ch) all = all && byte_ids_[uint8_t(b)] >= 0;
       if (all) {
-        for (char b : ch) add(byte_ids_[uint8_t(b)]);
+        for (char b : ch) add(byte_ids_[uint8_t(b)], 1);
         continue;
       }
     }
     if (opt_.unk_id >= 0) {
-      if (unk_pending && !opt_.fuse_unk) add(opt_.unk_id);
+      if (unk_pending && !opt_.fuse_unk) {
+        add(opt_.unk_id, unk_len);
+        unk_len = 0;
+      }
+      if (!unk_pending) unk_len = 0;
       unk_pending = true;
+      unk_len += uint32_t(len);
     }
   }
-  if (unk_pending) add(opt_.unk_id);
+  if (unk_pending) add(opt_.unk_id, unk_len);
 
   std::priority_queue<QueuedMerge> queue;
   for (size_t p = 0; p + 1 < sym.size(); ++p)
@@ -137,6 +145,7 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     const Rank* now = find_merge(cur.id, right.id);
     if (!now || now->merged != top.merged) continue;
     cur.id = top.merged;
+    cur.len += right.len;
     right.removed = true;
     cur.next = right.next;
     if (cur.next >= 0) sym[size_t(cur.next)].prev = top.pos;
@@ -145,7 +154,12 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     if (cur.next >= 0)
       if (const Rank* m = find_merge(cur.id, sym[size_t(cur.next)].id)) queue.push({m->rank, top.pos, m->merged});
   }
-  for (int32_t p = sym.empty() ? -1 : 0; p >= 0; p = sym[size_t(p)].next) out.push_back(sym[size_t(p)].id);
+  uint32_t end = 0;
+  for (int32_t p = sym.empty() ? -1 : 0; p >= 0; p = sym[size_t(p)].next) {
+    out.push_back(sym[size_t(p)].id);
+    end += sym[size_t(p)].len;
+    if (ends) ends->push_back(end);
+  }
 }
 
 }  // namespace strata::text

@@ -33,8 +33,9 @@ class Bpe {
   // `merges` in rank order; a pair listed twice keeps its last rank (as tokenizers' map does).
   Bpe(Vocab vocab, const std::vector<BpeMerge>& merges, BpeOptions options);
 
-  // Appends the ids of one pre-tokenized word (valid UTF-8) to `out`.
-  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Appends the ids of one pre-tokenized word (valid UTF-8) to `out`; with `ends`, also the end
+  // (bytes into word) of each token's text there.
+  void encode_word(std::string_view word, std::vector<int32_t>& out, std::vector<uint32_t>* ends = nullptr) const;
 
   const Vocab& vocab() const { return vocab_; }
 
@@ -42,7 +43,7 @@ class Bpe {
   struct Rank {
     int32_t rank, merged;
   };
-  void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  void merge_word(std::string_view word, std::vector<int32_t>& out, std::vector<uint32_t>* ends) const;
   // Open addressing (linear probing, load <= 1/2): the pair lookup is most of BPE's time.
   struct Slot {
     uint64_t key = kEmpty;  // left << 32 | right

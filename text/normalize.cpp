@@ -44,36 +44,38 @@ uint8_t failing(NormForm f) {
 struct Char {
   uint32_t cp;
   uint8_t ccc;
+  int32_t change;  // characters added (> 0) or absorbed (< 0): unicode-normalization-alignments
 };
 
 // Appends c, keeping the run of non-starters at the end sorted by class (stable).
-void push_ordered(std::vector<Char>& buf, uint32_t cp, uint8_t ccc) {
-  buf.push_back({cp, ccc});
+void push_ordered(std::vector<Char>& buf, uint32_t cp, uint8_t ccc, int32_t change) {
+  buf.push_back({cp, ccc, change});
   if (ccc == 0) return;
   size_t i = buf.size() - 1;
   while (i > 0 && buf[i - 1].ccc > ccc) {
     buf[i] = buf[i - 1];
     --i;
   }
-  buf[i] = {cp, ccc};
+  buf[i] = {cp, ccc, change};
 }
 
+// The first character of a decomposition replaces cp (change 0); the others are added (1).
 void decompose(uint32_t cp, bool compat, std::vector<Char>& buf) {
   if (cp - kSBase < kSCount) {
     uint32_t s = cp - kSBase;
-    buf.push_back({kLBase + s / kNCount, 0});
-    buf.push_back({kVBase + (s % kNCount) / kTCount, 0});
-    if (s % kTCount) buf.push_back({kTBase + s % kTCount, 0});
+    buf.push_back({kLBase + s / kNCount, 0, 0});
+    buf.push_back({kVBase + (s % kNCount) / kTCount, 0, 1});
+    if (s % kTCount) buf.push_back({kTBase + s % kTCount, 0, 1});
     return;
   }
   const NormRecord& r = norm_record(cp);
   size_t len = compat ? r.compat_len : r.canon_len;
   if (len == 0) {
-    push_ordered(buf, cp, r.ccc);
+    push_ordered(buf, cp, r.ccc, 0);
     return;
   }
   const uint32_t* d = kNormData + (compat ? r.compat_off : r.canon_off);
-  for (size_t k = 0; k < len; ++k) push_ordered(buf, d[k], norm_record(d[k]).ccc);
+  for (size_t k = 0; k < len; ++k) push_ordered(buf, d[k], norm_record(d[k]).ccc, k == 0 ? 0 : 1);
 }
 
 // The primary composite of a + b, or 0.
@@ -98,6 +100,7 @@ void compose(std::vector<Char>& buf) {
     if (have_starter && (last_ccc == -1 || (last_ccc != 0 && last_ccc < c.ccc))) {
       if (uint32_t comp = compose_pair(buf[starter].cp, c.cp)) {
         buf[starter].cp = comp;
+        buf[starter].change += c.change - 1;  // the composite absorbs c
         continue;
       }
     }
@@ -114,7 +117,9 @@ void compose(std::vector<Char>& buf) {
 }
 
 // Appends the normalized text of a segment.
-void normalize_segment(std::string_view seg, NormForm f, std::vector<Char>& buf, std::string& out) {
+// Appends the normalized text of a segment; `changes` as normalize_unicode's.
+void normalize_segment(std::string_view seg, NormForm f, std::vector<Char>& buf, std::string& out,
+                       std::vector<int32_t>* changes) {
   buf.clear();
   for (size_t i = 0; i < seg.size();) {
     uint32_t cp;
@@ -122,12 +127,15 @@ void normalize_segment(std::string_view seg, NormForm f, std::vector<Char>& buf,
     decompose(cp, compat(f), buf);
   }
   if (composes(f)) compose(buf);
-  for (const Char& c : buf) utf8_append(out, c.cp);
+  for (const Char& c : buf) {
+    utf8_append(out, c.cp);
+    if (changes) changes->push_back(c.change);
+  }
 }
 
 }  // namespace
 
-bool normalize_unicode(std::string_view s, NormForm f, std::string& out) {
+bool normalize_unicode(std::string_view s, NormForm f, std::string& out, std::vector<int32_t>* changes) {
   const uint8_t fail = failing(f);
   // A safe starter: nothing before it reorders or composes with it or anything after it.
   auto safe = [&](const NormRecord& r) { return r.ccc == 0 && !(r.flags & fail); };
@@ -136,6 +144,11 @@ bool normalize_unicode(std::string_view s, NormForm f, std::string& out) {
   std::string result;
   std::vector<Char> buf;
   bool changed = false;
+  // Unchanged text: each character replaces itself.
+  auto append_source = [&](size_t from, size_t to) {
+    if (!changes) return;
+    for (size_t k = from; k < to; k += size_t(utf8_length(uint8_t(s[k])))) changes->push_back(0);
+  };
   for (size_t i = 0; i < s.size();) {
     if (uint8_t(s[i]) < 0x80) {
       // ASCII: starters that compose with nothing before them; a run of it, 8 bytes at a time.
@@ -176,13 +189,16 @@ bool normalize_unicode(std::string_view s, NormForm f, std::string& out) {
     if (!changed) {
       result.reserve(s.size() + s.size() / 4 + 8);
       changed = true;
+      if (changes) changes->clear();
     }
+    append_source(copied, boundary);
     result.append(s.substr(copied, boundary - copied));
-    normalize_segment(s.substr(boundary, end - boundary), f, buf, result);
+    normalize_segment(s.substr(boundary, end - boundary), f, buf, result, changes);
     copied = boundary = i = end;
     last_ccc = 0;
   }
   if (!changed) return false;
+  append_source(copied, s.size());
   result.append(s.substr(copied));
   out.swap(result);
   return true;

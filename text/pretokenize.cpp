@@ -117,6 +117,68 @@ void split_regex(std::string_view s, SplitRegex r, std::vector<Span>& out) {
   }
 }
 
+void matches_from_spans(std::string_view s, const std::vector<Span>& found, bool invert, std::vector<Match>& out) {
+  uint32_t prev = 0;
+  for (const Span& f : found) {
+    if (prev != f.begin) out.push_back({prev, f.begin, invert});
+    out.push_back({f.begin, f.end, !invert});
+    prev = f.end;
+  }
+  if (prev != s.size()) out.push_back({prev, uint32_t(s.size()), invert});
+}
+
+void split_by_behavior(const std::vector<Match>& m, SplitBehavior b, std::vector<Span>& out) {
+  auto keep = [&](uint32_t begin, uint32_t end) {
+    if (begin < end) out.push_back({begin, end});
+  };
+  switch (b) {
+    case SplitBehavior::kRemoved:
+      for (const Match& x : m)
+        if (!x.matched) keep(x.begin, x.end);
+      return;
+    case SplitBehavior::kIsolated:
+      for (const Match& x : m) keep(x.begin, x.end);
+      return;
+    case SplitBehavior::kContiguous:
+    case SplitBehavior::kMergedWithPrevious: {
+      // Contiguous: a piece joins the last one when both are matches or both are not (every
+      // empty match too: pieces are merged before the empty ones are dropped).
+      std::vector<Span> acc;
+      bool previous = false;
+      for (const Match& x : m) {
+        bool join = b == SplitBehavior::kContiguous ? x.matched == previous : x.matched && !previous;
+        if (join && !acc.empty())
+          acc.back().end = x.end;
+        else
+          acc.push_back({x.begin, x.end});
+        previous = x.matched;
+      }
+      for (const Span& a : acc) keep(a.begin, a.end);
+      return;
+    }
+    case SplitBehavior::kMergedWithNext: {
+      std::vector<Span> acc;  // built from the end
+      bool previous = false;
+      for (size_t i = m.size(); i-- > 0;) {
+        const Match& x = m[i];
+        if (x.matched && !previous && !acc.empty())
+          acc.back().begin = x.begin;
+        else
+          acc.push_back({x.begin, x.end});
+        previous = x.matched;
+      }
+      for (size_t i = acc.size(); i-- > 0;) keep(acc[i].begin, acc[i].end);
+      return;
+    }
+  }
+}
+
+void find_literal(std::string_view s, std::string_view literal, std::vector<Span>& out) {
+  if (literal.empty()) return;
+  for (size_t p = s.find(literal); p != std::string_view::npos; p = s.find(literal, p + literal.size()))
+    out.push_back({uint32_t(p), uint32_t(p + literal.size())});
+}
+
 void split_before(std::string_view s, std::string_view replacement, std::vector<Span>& out) {
   if (s.empty()) return;
   uint32_t begin = 0;

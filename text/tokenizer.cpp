@@ -12,19 +12,6 @@
 namespace strata::text {
 namespace {
 
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(s);  // the loader refuses empty patterns; never loop
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  for (size_t p; (p = s.find(from, i)) != std::string_view::npos; i = p + from.size()) {
-    out.append(s.substr(i, p - i));
-    out.append(to);
-  }
-  out.append(s.substr(i));
-  return out;
-}
-
 uint32_t last_cp(std::string_view s) {
   size_t i = s.size() - 1;
   while (i > 0 && (uint8_t(s[i]) & 0xC0) == 0x80) --i;
@@ -80,46 +67,171 @@ void find_matches(const AddedTokenMatcher& matcher, std::string_view s, std::vec
   if (start_offset < s.size()) out.push_back({start_offset, s.size(), nullptr});
 }
 
-// Runs pre-tokenizer steps [step, end) on one piece, then BPE on each word.
-void pre_tokenize(const TokenizerModel& m, size_t step, std::string_view piece, bool at_start,
-                  std::vector<int32_t>& out) {
-  if (piece.empty()) return;
-  if (step == m.pre_tokenizer.size()) {
-    m.bpe->encode_word(piece, out);
+// Where the ids go, and their offsets where they are tracked.
+struct Sink {
+  std::vector<int32_t>& ids;
+  std::vector<std::pair<uint32_t, uint32_t>>* offsets;  // null: encode()
+  // With offsets: the text each added token matched (its stripped spaces too), by token index.
+  std::vector<std::pair<size_t, std::string>> added_text;
+};
+
+void encode_word(const TokenizerModel& m, TextRef w, Sink& out) {
+  if (!out.offsets) {
+    m.bpe->encode_word(w.s, out.ids);
     return;
   }
+  thread_local std::vector<uint32_t> ends;
+  ends.clear();
+  m.bpe->encode_word(w.s, out.ids, &ends);
+  uint32_t begin = 0;
+  for (uint32_t end : ends) {
+    out.offsets->push_back(w.original(begin, end));
+    begin = end;
+  }
+}
+
+// Runs pre-tokenizer steps [step, end) on one piece, then BPE on each word.
+void pre_tokenize(const TokenizerModel& m, size_t step, TextRef piece, bool at_start, Sink& out) {
+  if (piece.s.empty()) return;
+  if (step == m.pre_tokenizer.size()) {
+    encode_word(m, piece, out);
+    return;
+  }
+  const bool tracked = piece.align != nullptr;
   const PreTokenizerStep& p = m.pre_tokenizer[step];
   switch (p.kind) {
     case PreTokenizerStep::kSplit: {
       std::vector<Span> spans;
-      split_regex(piece, p.regex, spans);
-      for (const Span& s : spans)
-        pre_tokenize(m, step + 1, piece.substr(s.begin, s.end - s.begin), at_start && s.begin == 0, out);
+      p.splitter.split(piece.s, spans);
+      for (const Span& s : spans) pre_tokenize(m, step + 1, piece.sub(s.begin, s.end), at_start && s.begin == 0, out);
       return;
     }
     case PreTokenizerStep::kByteLevel: {
-      std::string mapped;
-      mapped.reserve(piece.size() + 8);
-      if (p.add_prefix_space && piece[0] != ' ') byte_level_append(mapped, " ");
-      byte_level_append(mapped, piece);
-      pre_tokenize(m, step + 1, mapped, at_start, out);
-      return;
-    }
-    case PreTokenizerStep::kMetaspace: {
-      std::string r = replace_all(piece, " ", p.replacement);
-      bool prepend = p.prepend == PreTokenizerStep::kAlways || (p.prepend == PreTokenizerStep::kFirst && at_start);
-      if (prepend && !std::string_view(r).starts_with(p.replacement)) r.insert(0, p.replacement);
-      if (!p.split) {
-        pre_tokenize(m, step + 1, r, at_start, out);
+      AlignedText prefixed, mapped;
+      if (p.add_prefix_space && piece.s[0] != ' ') {
+        prepend_text(piece, " ", prefixed);
+        piece = prefixed.ref(tracked);
+      }
+      if (!p.use_regex) {
+        byte_level_text(piece, mapped);
+        pre_tokenize(m, step + 1, mapped.ref(tracked), at_start, out);
         return;
       }
       std::vector<Span> spans;
-      split_before(r, p.replacement, spans);
-      for (const Span& s : spans)
-        pre_tokenize(m, step + 1, std::string_view(r).substr(s.begin, s.end - s.begin), at_start && s.begin == 0, out);
+      p.splitter.split(piece.s, spans);
+      for (const Span& s : spans) {
+        byte_level_text(piece.sub(s.begin, s.end), mapped);
+        pre_tokenize(m, step + 1, mapped.ref(tracked), at_start && s.begin == 0, out);
+      }
+      return;
+    }
+    case PreTokenizerStep::kMetaspace: {
+      AlignedText replaced, prefixed;
+      std::vector<Span> spaces;
+      find_literal(piece.s, " ", spaces);
+      if (!spaces.empty()) {
+        replace_text(piece, spaces, p.replacement, replaced);
+        piece = replaced.ref(tracked);
+      }
+      bool prepend = p.prepend == PreTokenizerStep::kAlways || (p.prepend == PreTokenizerStep::kFirst && at_start);
+      if (prepend && !piece.s.starts_with(p.replacement)) {
+        prepend_text(piece, p.replacement, prefixed);
+        piece = prefixed.ref(tracked);
+      }
+      if (!p.split) {
+        pre_tokenize(m, step + 1, piece, at_start, out);
+        return;
+      }
+      std::vector<Span> spans;
+      split_before(piece.s, p.replacement, spans);
+      for (const Span& s : spans) pre_tokenize(m, step + 1, piece.sub(s.begin, s.end), at_start && s.begin == 0, out);
       return;
     }
   }
+}
+
+// The ByteLevel post-processor's trim_offsets (tokenizers' process_offsets): a token's leading and
+// trailing spaces (Ġ or White_Space characters of its string) are left out of its offsets.
+// An added token's string there is the text it matched, with the spaces lstrip/rstrip took.
+void trim_offsets(const TokenizerModel& m, const Sink& sink, size_t first) {
+  auto is_space = [](uint32_t cp) { return cp == 0x120 || char_class(cp) == CharClass::kSpace; };
+  const std::vector<int32_t>& ids = sink.ids;
+  std::vector<std::pair<uint32_t, uint32_t>>& offsets = *sink.offsets;
+  size_t next_added = 0;
+  for (size_t i = first; i < ids.size(); ++i) {
+    std::string_view t = m.tokens[size_t(ids[i])];
+    if (next_added < sink.added_text.size() && sink.added_text[next_added].first == i)
+      t = sink.added_text[next_added++].second;
+    std::vector<uint32_t> cps;
+    for (size_t k = 0; k < t.size();) {
+      uint32_t cp;
+      k += size_t(utf8_decode(t, k, &cp));
+      cps.push_back(cp);
+    }
+    size_t leading = 0, trailing = 0;
+    while (leading < cps.size() && is_space(cps[leading])) ++leading;
+    while (trailing < cps.size() && is_space(cps[cps.size() - 1 - trailing])) ++trailing;
+    auto& [b, e] = offsets[i];
+    if (leading > 0) {
+      bool is_first = i == first || b == 0;
+      if (is_first && m.trim_prefix_space && leading == 1) leading = 0;
+      b = std::min<uint32_t>(b + uint32_t(leading), e);
+    }
+    if (trailing > 0 && e >= trailing) e = std::max<uint32_t>(e - uint32_t(trailing), b);
+  }
+}
+
+void encode_impl(const TokenizerModel& m, std::string_view text, bool add_special_tokens, Sink& out) {
+  std::string repaired;
+  if (utf8_valid_prefix(text) != text.size()) {
+    repaired = utf8_lossy(text);
+    text = repaired;
+  }
+  auto add_template = [&](const std::vector<int32_t>& ids) {
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    if (out.offsets) out.offsets->resize(out.ids.size(), {0, 0});
+  };
+  if (add_special_tokens) add_template(m.template_prefix);
+  const size_t first = out.ids.size();
+  // Offsets: each byte of the text aligned with its character's range.
+  std::vector<Span> align;
+  if (out.offsets) {
+    align.resize(text.size());
+    for (size_t i = 0; i < text.size();) {
+      size_t len = size_t(utf8_length(uint8_t(text[i])));
+      for (size_t k = 0; k < len; ++k) align[i + k] = {uint32_t(i), uint32_t(i + len)};
+      i += len;
+    }
+  }
+  std::vector<Piece> pieces, inner;
+  find_matches(m.raw_tokens, text, pieces);
+  AlignedText normalized, scratch;
+  for (const Piece& p : pieces) {
+    if (p.token) {
+      if (out.offsets) {
+        out.added_text.push_back({out.ids.size(), std::string(text.substr(p.begin, p.end - p.begin))});
+        out.offsets->push_back({uint32_t(p.begin), uint32_t(p.end)});
+      }
+      out.ids.push_back(p.token->id);
+      continue;
+    }
+    TextRef raw{text.substr(p.begin, p.end - p.begin), out.offsets ? align.data() + p.begin : nullptr};
+    TextRef s = m.normalize(raw, normalized, scratch);
+    find_matches(m.normalized_tokens, s.s, inner);
+    for (const Piece& q : inner) {
+      if (q.token) {
+        if (out.offsets) {
+          out.added_text.push_back({out.ids.size(), std::string(s.s.substr(q.begin, q.end - q.begin))});
+          out.offsets->push_back(s.original(uint32_t(q.begin), uint32_t(q.end)));
+        }
+        out.ids.push_back(q.token->id);
+      } else {
+        pre_tokenize(m, 0, s.sub(uint32_t(q.begin), uint32_t(q.end)), p.begin == 0 && q.begin == 0, out);
+      }
+    }
+  }
+  if (out.offsets && m.trim_offsets) trim_offsets(m, out, first);
+  if (add_special_tokens) add_template(m.template_suffix);
 }
 
 }  // namespace
@@ -177,33 +289,49 @@ const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_
   return nullptr;
 }
 
-std::string_view TokenizerModel::normalize(std::string_view s, std::string& out) const {
-  std::string next;
+TextRef TokenizerModel::normalize(TextRef s, AlignedText& out, AlignedText& scratch) const {
+  const bool tracked = s.align != nullptr;
   for (const NormalizerStep& n : normalizer) {
-    next.clear();
+    // A step reads s (a view of `out` or of the input) and writes `scratch`; the two then swap.
     switch (n.kind) {
       case NormalizerStep::kPrepend:
-        if (s.empty()) continue;
-        next.reserve(n.a.size() + s.size());
-        next.append(n.a).append(s);
+        if (s.s.empty()) continue;
+        prepend_text(s, n.a, scratch);
         break;
-      case NormalizerStep::kReplace:
-        if (s.find(n.a) == std::string_view::npos) continue;
-        next = replace_all(s, n.a, n.b);
+      case NormalizerStep::kReplace: {
+        thread_local std::vector<Span> found;
+        found.clear();
+        if (n.regex)
+          n.regex->find_all(s.s, found);
+        else
+          find_literal(s.s, n.a, found);
+        if (found.empty()) continue;
+        replace_text(s, found, n.b, scratch);
         break;
+      }
       case NormalizerStep::kUnicode:
-        if (!normalize_unicode(s, n.form, next)) continue;
+        if (!unicode_text(s, n.form, scratch)) continue;
+        break;
+      case NormalizerStep::kLowercase:
+        if (!lowercase_text(s, scratch)) continue;
+        break;
+      case NormalizerStep::kStrip:
+        s = strip_text(s, n.left, n.right);
+        continue;
+      case NormalizerStep::kByteLevel:
+        if (s.s.empty()) continue;
+        byte_level_text(s, scratch);
         break;
     }
-    out.swap(next);  // s may have viewed the old `out`: it is in `next` until the next step
-    s = out;
+    std::swap(out, scratch);
+    s = out.ref(tracked);
   }
   return s;
 }
 
 std::string TokenizerModel::normalize(std::string_view s) const {
-  std::string out;
-  return std::string(normalize(s, out));
+  AlignedText out, scratch;
+  return std::string(normalize(TextRef{s}, out, scratch).s);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
@@ -213,32 +341,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 }
 
 void Tokenizer::encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
-  const TokenizerModel& m = *m_;
-  std::string repaired;
-  if (utf8_valid_prefix(text) != text.size()) {
-    repaired = utf8_lossy(text);
-    text = repaired;
-  }
-  if (add_special_tokens) out.insert(out.end(), m.template_prefix.begin(), m.template_prefix.end());
-  std::vector<Piece> pieces, inner;
-  find_matches(m.raw_tokens, text, pieces);
-  for (const Piece& p : pieces) {
-    if (p.token) {
-      out.push_back(p.token->id);
-      continue;
-    }
-    std::string_view raw = text.substr(p.begin, p.end - p.begin);
-    std::string normalized;
-    std::string_view s = m.normalize(raw, normalized);
-    find_matches(m.normalized_tokens, s, inner);
-    for (const Piece& q : inner) {
-      if (q.token)
-        out.push_back(q.token->id);
-      else
-        pre_tokenize(m, 0, s.substr(q.begin, q.end - q.begin), p.begin == 0 && q.begin == 0, out);
-    }
-  }
-  if (add_special_tokens) out.insert(out.end(), m.template_suffix.begin(), m.template_suffix.end());
+  Sink sink{out, nullptr, {}};
+  encode_impl(*m_, text, add_special_tokens, sink);
+}
+
+Encoding Tokenizer::encode_with_offsets(std::string_view text, bool add_special_tokens) const {
+  Encoding e;
+  Sink sink{e.ids, &e.offsets, {}};
+  encode_impl(*m_, text, add_special_tokens, sink);
+  return e;
 }
 
 int32_t Tokenizer::vocab_size() const {

@@ -15,11 +15,20 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace strata::text {
 
 struct TokenizerModel;  // tokenizer_model.h
+
+struct Encoding {
+  std::vector<int32_t> ids;
+  // Byte offsets [begin, end) into the text of the characters each token came from, as Hugging
+  // Face's return_offsets_mapping gives them (in bytes, not characters); tokens added by the
+  // post-processor get {0, 0}.
+  std::vector<std::pair<uint32_t, uint32_t>> offsets;
+};
 
 // Copies share the loaded model. encode/decode may run on several threads at once (the word
 // cache is per thread).
@@ -27,15 +36,20 @@ class Tokenizer {
  public:
   // DIR/tokenizer.json, and DIR/tokenizer_config.json where it exists. ConfigError (file, field)
   // for content strata does not support or cannot read; IoError for a missing or unreadable file.
-  static Tokenizer load(const std::string& dir);
+  // regex_fast_path false runs every Split regex on Oniguruma, even the two strata also has by
+  // hand (Llama 3's and Qwen2's; the same pieces, faster): for tests and benchmarks.
+  static Tokenizer load(const std::string& dir, bool regex_fast_path = true);
   // From the texts; the names are used in errors. config_json may be null (no tokenizer_config).
   static Tokenizer parse(std::string_view tokenizer_json, const std::string& json_name, const std::string* config_json,
-                         const std::string& config_name);
+                         const std::string& config_name, bool regex_fast_path = true);
 
   // The ids of `text` (UTF-8; invalid bytes become U+FFFD first, as Rust's from_utf8_lossy).
   // With add_special_tokens, the template adds BOS/EOS: tokenizer.json's post_processor, or what
   // tokenizer_config.json's add_bos_token / add_eos_token say where it sets them.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // The same ids with their offsets (through the normalizer, back into `text`; where `text` is not
+  // valid UTF-8, into its U+FFFD-repaired form).
+  Encoding encode_with_offsets(std::string_view text, bool add_special_tokens = true) const;
   // Appends instead of returning (no allocation per call once `out` has grown).
   void encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
@@ -21,9 +22,10 @@ constexpr size_t kMaxConfigBytes = size_t(64) << 20;
 constexpr int64_t kMaxId = int64_t(1) << 22;  // ids index a table; the largest vocabularies are ~256k
 
 const char* const kSupported =
-    "strata reads BPE tokenizers of two kinds: byte-level as Llama 3 (Split on its regex + ByteLevel) and "
-    "SentencePiece-style with byte fallback as Llama 2 / Mistral (Prepend+Replace or Metaspace); normalizers "
-    "Prepend, Replace, NFC, NFD, NFKC, NFKD and a Sequence of them";
+    "strata reads BPE models; normalizers Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Strip, Replace, Prepend, "
+    "ByteLevel; pre-tokenizers Sequence, Split, ByteLevel, Metaspace, Digits, Whitespace, WhitespaceSplit, "
+    "Punctuation; decoders Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip; post-processors "
+    "Sequence, TemplateProcessing, ByteLevel";
 
 std::string shown(const json& v) {
   if (v.is_structured() && v.size() > 8) return fmt::format("{} of {} entries", v.type_name(), v.size());
@@ -104,11 +106,43 @@ void check_depth(const Reader& r, const std::string& field, const json& v) {
   if (std::count(field.begin(), field.end(), '.') > 8) r.bad(field, v, "Sequence nested more than 8 deep");
 }
 
-// A {"String": s} pattern (Replace); a regex one is refused.
+// GPT-2's split regex, which the ByteLevel pre-tokenizer runs where use_regex is true.
+constexpr std::string_view kByteLevelRegex =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+std::shared_ptr<const Regex> compile(const Reader& r, const std::string& pattern, const std::string& field,
+                                     const json& v) {
+  std::string error;
+  std::shared_ptr<const Regex> re = Regex::compile(pattern, &error);
+  if (!re) r.bad(field, v, fmt::format("Oniguruma cannot compile it: {}", error));
+  return re;
+}
+
+// A {"String": s} or {"Regex": r} pattern (Split, Replace): sets *literal or returns the regex.
+std::shared_ptr<const Regex> read_pattern(const Reader& r, const json& obj, const std::string& field,
+                                          std::string* literal) {
+  const json& p = r.object(obj, "pattern", field + ".pattern");
+  if (const json* s = Reader::get(p, "String"); s && s->is_string()) {
+    *literal = s->get<std::string>();
+    if (literal->empty()) r.bad(field + ".pattern", p, "an empty pattern");
+    return nullptr;
+  }
+  if (const json* re = Reader::get(p, "Regex"); re && re->is_string())
+    return compile(r, re->get<std::string>(), field + ".pattern", p);
+  r.bad(field + ".pattern", p, "expected {\"String\": ...} or {\"Regex\": ...}");
+}
+
+// A {"String": s} pattern (the Replace decoder).
 std::string string_pattern(const Reader& r, const json& obj, const std::string& field) {
   const json& p = r.object(obj, "pattern", field + ".pattern");
   if (const json* s = Reader::get(p, "String"); s && s->is_string()) return s->get<std::string>();
   r.bad(field + ".pattern", p, "only a {\"String\": ...} pattern is supported here");
+}
+
+NormalizerStep norm_step(NormalizerStep::Kind k) {
+  NormalizerStep s;
+  s.kind = k;
+  return s;
 }
 
 void read_normalizer(const Reader& r, const json& n, const std::string& field, std::vector<NormalizerStep>& out) {
@@ -119,17 +153,31 @@ void read_normalizer(const Reader& r, const json& n, const std::string& field, s
     for (size_t i = 0; i < list.size(); ++i)
       read_normalizer(r, list[i], fmt::format("{}.normalizers[{}]", field, i), out);
   } else if (t == "Prepend") {
-    out.push_back({NormalizerStep::kPrepend, r.string(n, "prepend", field + ".prepend"), {}});
+    NormalizerStep s = norm_step(NormalizerStep::kPrepend);
+    s.a = r.string(n, "prepend", field + ".prepend");
+    out.push_back(std::move(s));
   } else if (t == "Replace") {
-    std::string from = string_pattern(r, n, field);
-    if (from.empty()) r.bad(field + ".pattern", Reader::value(n, "pattern"), "an empty pattern");
-    out.push_back({NormalizerStep::kReplace, from, r.string(n, "content", field + ".content")});
+    NormalizerStep s = norm_step(NormalizerStep::kReplace);
+    s.regex = read_pattern(r, n, field, &s.a);
+    s.b = r.string(n, "content", field + ".content");
+    out.push_back(std::move(s));
+  } else if (t == "Lowercase") {
+    out.push_back(norm_step(NormalizerStep::kLowercase));
+  } else if (t == "Strip") {
+    NormalizerStep s = norm_step(NormalizerStep::kStrip);
+    s.left = r.boolean(n, "strip_left", field + ".strip_left", true);
+    s.right = r.boolean(n, "strip_right", field + ".strip_right", true);
+    out.push_back(std::move(s));
+  } else if (t == "ByteLevel") {
+    out.push_back(norm_step(NormalizerStep::kByteLevel));
   } else if (t == "NFC" || t == "NFD" || t == "NFKC" || t == "NFKD") {
     NormForm f = t == "NFC"    ? NormForm::kNFC
                  : t == "NFD"  ? NormForm::kNFD
                  : t == "NFKC" ? NormForm::kNFKC
                                : NormForm::kNFKD;
-    out.push_back({NormalizerStep::kUnicode, {}, {}, f});
+    NormalizerStep s = norm_step(NormalizerStep::kUnicode);
+    s.form = f;
+    out.push_back(std::move(s));
   } else {
     r.unsupported(field + ".type", Reader::value(n, "type"));
   }
@@ -158,39 +206,86 @@ void read_metaspace(const Reader& r, const json& p, const std::string& field, st
   }
 }
 
-void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field, std::vector<PreTokenizerStep>& out) {
+SplitBehavior read_behavior(const Reader& r, const json& p, const std::string& field) {
+  std::string b = r.string(p, "behavior", field + ".behavior");
+  const std::pair<const char*, SplitBehavior> names[] = {{"Removed", SplitBehavior::kRemoved},
+                                                         {"Isolated", SplitBehavior::kIsolated},
+                                                         {"MergedWithPrevious", SplitBehavior::kMergedWithPrevious},
+                                                         {"MergedWithNext", SplitBehavior::kMergedWithNext},
+                                                         {"Contiguous", SplitBehavior::kContiguous}};
+  for (const auto& [name, v] : names)
+    if (b == name) return v;
+  r.bad(field + ".behavior", Reader::value(p, "behavior"),
+        "expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous");
+}
+
+// The regexes of the built-in pre-tokenizers, compiled once.
+std::shared_ptr<const Regex> char_regex(std::string_view pattern) {
+  static std::mutex mu;
+  static std::vector<std::shared_ptr<const Regex>> compiled;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& re : compiled)
+    if (re->pattern() == pattern) return re;
+  std::string error;
+  std::shared_ptr<const Regex> re = Regex::compile(pattern, &error);
+  STRATA_CHECK(re, fmt::format("built-in regex {}: {}", pattern, error));
+  compiled.push_back(re);
+  return re;
+}
+
+std::shared_ptr<const Regex> byte_level_regex() {
+  return char_regex(kByteLevelRegex);
+}
+
+void read_pre_tokenizer(const Reader& r, const json& p, const std::string& field, std::vector<PreTokenizerStep>& out,
+                        bool use_fast_path) {
   std::string t = r.type(p, field);
   PreTokenizerStep s{};
   if (t == "Sequence") {
     check_depth(r, field, Reader::value(p, "type"));
     const json& list = r.array(p, "pretokenizers", field + ".pretokenizers");
     for (size_t i = 0; i < list.size(); ++i)
-      read_pre_tokenizer(r, list[i], fmt::format("{}.pretokenizers[{}]", field, i), out);
+      read_pre_tokenizer(r, list[i], fmt::format("{}.pretokenizers[{}]", field, i), out, use_fast_path);
     return;
   } else if (t == "Split") {
     s.kind = PreTokenizerStep::kSplit;
-    const json& pat = r.object(p, "pattern", field + ".pattern");
-    const json* re = Reader::get(pat, "Regex");
-    bool known = false;
+    Splitter& sp = s.splitter;
+    sp.regex = read_pattern(r, p, field, &sp.literal);
+    // The hand-written regexes stand in for Oniguruma where the pattern is theirs (proven equal).
     for (SplitRegex k : {SplitRegex::kLlama3, SplitRegex::kQwen2})
-      if (re && re->is_string() && re->get<std::string>() == split_regex_pattern(k)) {
-        s.regex = k;
-        known = true;
+      if (sp.regex && sp.regex->pattern() == split_regex_pattern(k)) {
+        sp.fast = true;
+        sp.fast_regex = k;
       }
-    if (!known)
-      r.bad(field + ".pattern", pat,
-            "strata implements only Llama 3's split regex (and Qwen2's one-digit variant), by hand");
-    std::string behavior = r.string(p, "behavior", field + ".behavior");
-    if (behavior != "Isolated")
-      r.bad(field + ".behavior", Reader::value(p, "behavior"), "only \"Isolated\" is supported");
-    if (r.boolean(p, "invert", field + ".invert", false))
-      r.bad(field + ".invert", Reader::value(p, "invert"), "must be false");
+    if (sp.fast && !use_fast_path) sp.fast = false;
+    if (sp.fast) sp.regex.reset();
+    sp.behavior = read_behavior(r, p, field);
+    sp.invert = r.boolean(p, "invert", field + ".invert", false);
   } else if (t == "ByteLevel") {
     s.kind = PreTokenizerStep::kByteLevel;
     s.add_prefix_space = r.boolean(p, "add_prefix_space", field + ".add_prefix_space", true);
-    if (r.boolean(p, "use_regex", field + ".use_regex", true))
-      r.bad(field + ".use_regex", Reader::value(p, "use_regex"),
-            "only use_regex false is supported (Llama 3 splits with a Split step before ByteLevel)");
+    s.use_regex = r.boolean(p, "use_regex", field + ".use_regex", true);
+    if (s.use_regex) s.splitter.regex = byte_level_regex();
+  } else if (t == "Digits") {
+    s.kind = PreTokenizerStep::kSplit;
+    s.splitter.regex = char_regex("\\p{N}");  // Rust's char::is_numeric: Nd, Nl, No
+    s.splitter.behavior = r.boolean(p, "individual_digits", field + ".individual_digits", false)
+                              ? SplitBehavior::kIsolated
+                              : SplitBehavior::kContiguous;
+  } else if (t == "Whitespace") {
+    s.kind = PreTokenizerStep::kSplit;
+    s.splitter.regex = char_regex("\\w+|[^\\w\\s]+");
+    s.splitter.behavior = SplitBehavior::kRemoved;
+    s.splitter.invert = true;
+  } else if (t == "WhitespaceSplit") {
+    s.kind = PreTokenizerStep::kSplit;
+    s.splitter.regex = char_regex("\\s");  // char::is_whitespace: White_Space, as Oniguruma's \s
+    s.splitter.behavior = SplitBehavior::kRemoved;
+  } else if (t == "Punctuation") {
+    s.kind = PreTokenizerStep::kSplit;
+    // char::is_ascii_punctuation || the Unicode P categories, one character per match.
+    s.splitter.regex = char_regex("[\\p{P}!-/:-@\\[-`{-~]");
+    s.splitter.behavior = Reader::get(p, "behavior") ? read_behavior(r, p, field) : SplitBehavior::kIsolated;
   } else if (t == "Metaspace") {
     s.kind = PreTokenizerStep::kMetaspace;
     read_metaspace(r, p, field, &s.replacement, &s.prepend);
@@ -249,7 +344,11 @@ void read_post_processor(const Reader& r, const json& p, const std::string& fiel
       read_post_processor(r, list[i], fmt::format("{}.processors[{}]", field, i), m, seen);
     return;
   }
-  if (t == "ByteLevel") return;
+  if (t == "ByteLevel") {
+    m.trim_offsets = r.boolean(p, "trim_offsets", field + ".trim_offsets", true);
+    m.trim_prefix_space = r.boolean(p, "add_prefix_space", field + ".add_prefix_space", true);
+    return;
+  }
   if (t != "TemplateProcessing") r.unsupported(field + ".type", Reader::value(p, "type"));
   if (*seen) r.bad(field, Reader::value(p, "type"), "a second TemplateProcessing");
   *seen = true;
@@ -381,7 +480,7 @@ int32_t config_token(const Reader& r, const json& c, const char* key, const Toke
 }  // namespace
 
 Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& json_name,
-                           const std::string* config_json, const std::string& config_name) {
+                           const std::string* config_json, const std::string& config_name, bool regex_fast_path) {
   auto m = std::make_shared<TokenizerModel>();
   m->json_name = json_name;
   Reader r{json_name};
@@ -391,7 +490,8 @@ Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& j
   read_model(r, r.need(j, "model", "model"), *m, &max_id);
   read_added_tokens(r, j, *m, &max_id);
   if (const json* n = Reader::get(j, "normalizer")) read_normalizer(r, *n, "normalizer", m->normalizer);
-  if (const json* p = Reader::get(j, "pre_tokenizer")) read_pre_tokenizer(r, *p, "pre_tokenizer", m->pre_tokenizer);
+  if (const json* p = Reader::get(j, "pre_tokenizer"))
+    read_pre_tokenizer(r, *p, "pre_tokenizer", m->pre_tokenizer, regex_fast_path);
   if (const json* d = Reader::get(j, "decoder")) {
     m->has_decoder = true;
     read_decoder(r, *d, "decoder", m->decoder);
@@ -453,14 +553,14 @@ Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& j
   return tok;
 }
 
-Tokenizer Tokenizer::load(const std::string& dir) {
+Tokenizer Tokenizer::load(const std::string& dir, bool regex_fast_path) {
   std::string json_path = (std::filesystem::path(dir) / "tokenizer.json").string();
   std::string config_path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
   std::string text = io::read_regular_file(json_path, "tokenizer.json", kMaxTokenizerBytes);
   std::error_code ec;
-  if (!std::filesystem::exists(config_path, ec)) return parse(text, json_path, nullptr, config_path);
+  if (!std::filesystem::exists(config_path, ec)) return parse(text, json_path, nullptr, config_path, regex_fast_path);
   std::string config = io::read_regular_file(config_path, "tokenizer_config.json", kMaxConfigBytes);
-  return parse(text, json_path, &config, config_path);
+  return parse(text, json_path, &config, config_path, regex_fast_path);
 }
 
 }  // namespace strata::text

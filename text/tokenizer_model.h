@@ -6,11 +6,13 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "text/bpe.h"
 #include "text/normalize.h"
 #include "text/pretokenize.h"
+#include "text/regex.h"
 
 namespace strata::text {
 
@@ -43,16 +45,67 @@ class AddedTokenMatcher {
   std::array<int32_t, 256> root_{};  // the root's children, -1 where none
 };
 
+// Text as tokenizers' NormalizedString holds it: for each byte of s, the byte range of the original
+// text's character it came from. `align` is null where offsets are not tracked (encode()).
+struct TextRef {
+  std::string_view s;
+  const Span* align = nullptr;
+  TextRef sub(uint32_t begin, uint32_t end) const {
+    return {s.substr(begin, end - begin), align ? align + begin : nullptr};
+  }
+  // The original range of bytes [begin, end) of s (tokenizers' convert_offsets).
+  std::pair<uint32_t, uint32_t> original(uint32_t begin, uint32_t end) const {
+    if (!align || begin >= end) return {0, 0};
+    return {align[begin].begin, align[end - 1].end};
+  }
+};
+
+// The owner of a transformed text (alignments filled only when the input had them).
+struct AlignedText {
+  std::string s;
+  std::vector<Span> align;
+  TextRef ref(bool tracked) const { return {s, tracked ? align.data() : nullptr}; }
+};
+
+// The text transforms of normalizers and pre-tokenizers, with the alignments tokenizers gives.
+// `pre` before the text: each added character aligned with the text's first (non-empty input).
+void prepend_text(TextRef in, std::string_view pre, AlignedText& out);
+// Each match replaced by `content`, aligned with the match's last character.
+void replace_text(TextRef in, const std::vector<Span>& matches, std::string_view content, AlignedText& out);
+// Each byte as GPT-2's character for it, aligned with the character the byte is part of.
+void byte_level_text(TextRef in, AlignedText& out);
+// Rust's char::to_lowercase per character; false (out untouched) where nothing changes.
+bool lowercase_text(TextRef in, AlignedText& out);
+// NFC/NFD/NFKC/NFKD; false (out untouched) where the text is already in the form.
+bool unicode_text(TextRef in, NormForm form, AlignedText& out);
+// Without leading (left) and trailing (right) White_Space characters: a view of `in`.
+TextRef strip_text(TextRef in, bool left, bool right);
+
 struct NormalizerStep {
-  enum Kind : uint8_t { kPrepend, kReplace, kUnicode } kind;
-  std::string a, b;                // Prepend: a; Replace: a -> b
-  NormForm form = NormForm::kNFC;  // kUnicode: NFC, NFD, NFKC or NFKD
+  enum Kind : uint8_t { kPrepend, kReplace, kUnicode, kLowercase, kStrip, kByteLevel } kind = kPrepend;
+  std::string a, b;                    // Prepend: a; Replace: a (a literal) -> b
+  std::shared_ptr<const Regex> regex;  // Replace with a {"Regex": ...} pattern
+  NormForm form = NormForm::kNFC;      // kUnicode: NFC, NFD, NFKC or NFKD
+  bool left = false, right = false;    // kStrip
+};
+
+// How a Split step finds its matches: by hand for the two known regexes, Oniguruma for others,
+// or a literal string; then tokenizers' behavior and invert.
+struct Splitter {
+  std::shared_ptr<const Regex> regex;  // null: `fast` or `literal`
+  bool fast = false;
+  SplitRegex fast_regex = SplitRegex::kLlama3;
+  std::string literal;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;
+  void split(std::string_view s, std::vector<Span>& out) const;
 };
 
 struct PreTokenizerStep {
   enum Kind : uint8_t { kSplit, kByteLevel, kMetaspace } kind;
-  SplitRegex regex = SplitRegex::kLlama3;
+  Splitter splitter;              // kSplit; kByteLevel with use_regex (GPT-2's regex, Isolated)
   bool add_prefix_space = false;  // ByteLevel
+  bool use_regex = false;         // ByteLevel
   std::string replacement;        // Metaspace
   enum Prepend : uint8_t { kAlways, kFirst, kNever } prepend = kAlways;
   bool split = false;  // Metaspace
@@ -80,11 +133,14 @@ struct TokenizerModel {
   std::vector<uint8_t> present;                           // by id: some token has this id
   int32_t bos_id = -1, eos_id = -1;
   bool byte_level = false;
+  // The ByteLevel post-processor's trim_offsets (and its add_prefix_space, which trimming reads).
+  bool trim_offsets = false, trim_prefix_space = false;
 
   // The normalizer applied to s (tokenizers skips empty strings: Prepend adds nothing to "").
   std::string normalize(std::string_view s) const;
-  // The same without a copy where no step changes s: returns s itself, or a view of `out`.
-  std::string_view normalize(std::string_view s, std::string& out) const;
+  // The same without a copy where no step changes s: returns `in` itself, or a view of `out`
+  // (`scratch` is a second buffer the steps alternate with).
+  TextRef normalize(TextRef in, AlignedText& out, AlignedText& scratch) const;
 };
 
 }  // namespace strata::text

@@ -9,12 +9,16 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include "expect_error.h"
 #include "strata/error.h"
 #include "text/normalize.h"
+#include "text/pretokenize.h"
+#include "text/regex.h"
+#include "text/unicode.h"
 
 namespace strata::text {
 namespace {
@@ -48,6 +52,18 @@ std::string shown(const std::vector<int32_t>& v) {
   return s;
 }
 
+std::string shown(const std::vector<std::pair<uint32_t, uint32_t>>& v) {
+  std::string s;
+  for (auto [b, e] : v) {
+    s += '(';
+    s += std::to_string(b);
+    s += ',';
+    s += std::to_string(e);
+    s += ") ";
+  }
+  return s;
+}
+
 // Every corpus line gives tokenizers' ids and decoded text; most lines decode back to themselves
 // where the tokenizer adds no prefix space.
 void expect_matches_reference(const Tokenizer& tok, const std::string& name, bool mostly_round_trips = true) {
@@ -61,6 +77,12 @@ void expect_matches_reference(const Tokenizer& tok, const std::string& name, boo
     auto plain = expected[i]["ids_plain"].get<std::vector<int32_t>>();
     std::string decoded = expected[i]["decoded"], decoded_all = expected[i]["decoded_all"];
     EXPECT_EQ(shown(tok.encode(texts[i])), shown(ids)) << name << " line " << i + 1 << ": " << texts[i];
+    // encode_with_offsets: the same ids, and tokenizers' offsets (in bytes).
+    Encoding enc = tok.encode_with_offsets(texts[i]);
+    EXPECT_EQ(shown(enc.ids), shown(ids)) << name << " line " << i + 1;
+    std::vector<std::pair<uint32_t, uint32_t>> offsets;
+    for (const json& o : expected[i]["offsets"]) offsets.push_back({o[0].get<uint32_t>(), o[1].get<uint32_t>()});
+    EXPECT_EQ(shown(enc.offsets), shown(offsets)) << name << " offsets, line " << i + 1 << ": " << texts[i];
     EXPECT_EQ(shown(tok.encode(texts[i], false)), shown(plain)) << name << " line " << i + 1;
     EXPECT_EQ(tok.decode(plain, true), decoded) << name << " line " << i + 1;
     EXPECT_EQ(tok.decode(plain, false), decoded_all) << name << " line " << i + 1;
@@ -129,6 +151,172 @@ TEST(Tokenizer, Qwen25NfcMatchesHuggingFace) {
   expect_matches_reference(tok, "qwen25");
   // Decomposed and precomposed text are the same ids.
   EXPECT_EQ(tok.encode("Cafe\u0301 \u1112\u1161\u11ab"), tok.encode("Caf\u00e9 \ud55c"));
+}
+
+// GPT-2's layout (SmolLM, Phi, OLMo): ByteLevel with its own regex and trim_offsets; added tokens
+// with lstrip, rstrip, single_word and normalized.
+TEST(Tokenizer, Gpt2MatchesHuggingFace) {
+  Tokenizer tok = Tokenizer::load(kDir + "/gpt2");
+  EXPECT_TRUE(tok.byte_level());
+  expect_matches_reference(tok, "gpt2");
+}
+
+// Mistral-Nemo's tekken: a case-aware Split regex on Oniguruma, ByteLevel, ignore_merges, <s>.
+TEST(Tokenizer, TekkenMatchesHuggingFace) {
+  Tokenizer tok = Tokenizer::load(kDir + "/tekken");
+  EXPECT_EQ(tok.bos_id(), *tok.token_to_id("<s>"));
+  expect_matches_reference(tok, "tekken");
+}
+
+// DeepSeek's Sequence of five Splits (character classes with astral ranges, \s+$), Digits, ByteLevel.
+TEST(Tokenizer, DeepSeekSplitsMatchHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/deepseek"), "deepseek");
+}
+
+// NFKC, Strip, Replace (a regex and a string), Lowercase before ByteLevel with add_prefix_space; the
+// offsets map back through each of them.
+TEST(Tokenizer, NormalizersMatchHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/normalizers_mix"), "normalizers_mix", false);
+}
+
+// Punctuation, Digits, a literal pattern and every Split behaviour, with and without invert.
+TEST(Tokenizer, SplitBehaviorsMatchHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/splits_mix"), "splits_mix", false);
+}
+
+TEST(Tokenizer, WhitespacePreTokenizersMatchHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/whitespace_mix"), "whitespace_mix", false);
+}
+
+TEST(Tokenizer, ByteLevelNormalizerMatchesHuggingFace) {
+  expect_matches_reference(Tokenizer::load(kDir + "/byte_level_normalizer"), "byte_level_normalizer", false);
+}
+
+// Random strings over tricky pieces and any code point (all planes, unassigned ones too).
+std::vector<std::string> adversarial_strings(size_t count, uint64_t seed) {
+  const std::vector<std::string> pieces = {"a",
+                                           "Z",
+                                           "'",
+                                           "s",
+                                           "S",
+                                           "t",
+                                           "re",
+                                           "VE",
+                                           "m",
+                                           "ll",
+                                           "D",
+                                           "\u017f",
+                                           "\u212a",
+                                           " ",
+                                           "  ",
+                                           "\t",
+                                           "\n",
+                                           "\r\n",
+                                           "\r",
+                                           "\u00a0",
+                                           "\u3000",
+                                           "\u2028",
+                                           "\u0085",
+                                           "\x1c",
+                                           "\u200b",
+                                           "\u180e",
+                                           "1",
+                                           "22",
+                                           "4567",
+                                           "\u0663",
+                                           "\u00b2",
+                                           "\u216b",
+                                           "\u00e9",
+                                           "e\u0301",
+                                           "\u0301",
+                                           "\u0e31",
+                                           "\u4e2d",
+                                           "\ud55c",
+                                           "\U0001F44D",
+                                           "\U0001F468\u200D\U0001F469",
+                                           "\U0001F1EB\U0001F1F7",
+                                           "\U00020000",
+                                           "\U00031350",
+                                           "\ue000",
+                                           "!",
+                                           "?!",
+                                           "...",
+                                           "_",
+                                           "-",
+                                           "/",
+                                           "<",
+                                           "\u2581",
+                                           "\x00",
+                                           "\x7f",
+                                           "\U0010fffd",
+                                           "\u0378",
+                                           "\u1c89",
+                                           "\U0001e943"};
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < count; ++i) {
+    std::string s;
+    size_t n = rng() % 40;
+    for (size_t k = 0; k < n; ++k) {
+      if (rng() % 5 != 0) {
+        s += pieces[rng() % pieces.size()];
+        continue;
+      }
+      uint32_t cp;
+      do {
+        cp = rng() % 3 == 0 ? uint32_t(rng() % 0x110000) : uint32_t(rng() % 0x3400);
+      } while (cp >= 0xD800 && cp <= 0xDFFF);
+      utf8_append(s, cp);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The hand-written Llama 3 and Qwen2 regexes give Oniguruma's pieces, on the corpus and on 20000
+// adversarial strings.
+TEST(Tokenizer, FastRegexesEqualOniguruma) {
+  std::vector<std::string> texts = corpus();
+  for (std::string& t : adversarial_strings(20000, 7)) texts.push_back(std::move(t));
+  for (SplitRegex r : {SplitRegex::kLlama3, SplitRegex::kQwen2}) {
+    std::string error;
+    std::unique_ptr<Regex> re = Regex::compile(split_regex_pattern(r), &error);
+    ASSERT_TRUE(re) << error;
+    size_t pieces = 0;
+    for (const std::string& t : texts) {
+      std::vector<Span> fast, onig;
+      split_regex(t, r, fast);
+      re->find_all(t, onig);
+      pieces += fast.size();
+      ASSERT_EQ(fast.size(), onig.size()) << t;
+      for (size_t k = 0; k < fast.size(); ++k) {
+        ASSERT_EQ(fast[k].begin, onig[k].begin) << t;
+        ASSERT_EQ(fast[k].end, onig[k].end) << t;
+      }
+    }
+    EXPECT_GT(pieces, texts.size() * 5);
+  }
+  // And whole tokenizers with the fast path off give the same encodings.
+  for (const char* name : {"llama3", "qwen25"}) {
+    Tokenizer fast = Tokenizer::load(kDir + "/" + name), onig = Tokenizer::load(kDir + "/" + name, false);
+    for (size_t i = 0; i < 2000; ++i) {
+      Encoding a = fast.encode_with_offsets(texts[i]), b = onig.encode_with_offsets(texts[i]);
+      ASSERT_EQ(a.ids, b.ids) << name << ": " << texts[i];
+      ASSERT_EQ(a.offsets, b.offsets) << name << ": " << texts[i];
+    }
+  }
+}
+
+// encode_with_offsets on text the normalizers change: each token's offsets cover original text.
+TEST(Tokenizer, OffsetsIndexTheOriginalText) {
+  Tokenizer tok = Tokenizer::load(kDir + "/llama2");
+  std::string text = "Hello  world";
+  Encoding e = tok.encode_with_offsets(text);
+  ASSERT_EQ(e.ids, tok.encode(text));
+  ASSERT_EQ(e.offsets.size(), e.ids.size());
+  EXPECT_EQ(e.offsets[0], std::make_pair(0u, 0u));  // <s>, from the template
+  for (size_t i = 1; i < e.offsets.size(); ++i) EXPECT_LE(e.offsets[i].second, text.size());
+  EXPECT_EQ(tok.encode_with_offsets(text, false).offsets.front().first, 0u);
 }
 
 // A Unicode normalizer inside a Sequence, before Prepend and Replace: the same ids as the plain
@@ -270,17 +458,26 @@ TEST(TokenizerRefuses, OtherModelsAndSteps) {
   j["model"]["type"] = "Unigram";
   expect_refused(j, "model.type", "\"Unigram\"");
   j = llama3_json();
-  j["normalizer"] = {{"type", "Lowercase"}};
-  expect_refused(j, "normalizer.type", "\"Lowercase\"");
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  expect_refused(j, "normalizer.type", "\"BertNormalizer\"");
   j = llama3_json();
-  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+";
-  expect_refused(j, "pre_tokenizer.pretokenizers[0].pattern", "\\\\w+");
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "StripAccents"}}}}};
+  expect_refused(j, "normalizer.normalizers[1].type", "\"StripAccents\"");
   j = llama3_json();
-  j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true;
-  expect_refused(j, "pre_tokenizer.pretokenizers[1].use_regex", "true");
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\\w+";
+  expect_refused(j, "pre_tokenizer.pretokenizers[0].pattern", "Oniguruma cannot compile it");
   j = llama3_json();
-  j["pre_tokenizer"] = {{"type", "Whitespace"}};
-  expect_refused(j, "pre_tokenizer.type", "\"Whitespace\"");
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", ""}};
+  expect_refused(j, "pre_tokenizer.pretokenizers[0].pattern", "an empty pattern");
+  j = llama3_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways";
+  expect_refused(j, "pre_tokenizer.pretokenizers[0].behavior", "\"Sideways\"");
+  j = llama3_json();
+  j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  expect_refused(j, "pre_tokenizer.type", "\"BertPreTokenizer\"");
+  j = llama3_json();
+  j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  expect_refused(j, "pre_tokenizer.type", "\"UnicodeScripts\"");
   j = llama3_json();
   j["decoder"] = {{"type", "WordPiece"}};
   expect_refused(j, "decoder.type", "\"WordPiece\"");

@@ -174,6 +174,21 @@ NORM_LINES = [
     "mixed: ﬁ\u0301 ①\u0301 Ａ\u0301 ﾊ\u309a \u3131\u314f \uff21\u030a",
 ]
 
+# Lines for the regex tokenizers (GPT-2, tekken, DeepSeek): case changes, slashes, emoji, code.
+REGEX_LINES = [
+    "CamelCaseWords HTTPServer iPhone XMLHttpRequest getHTTPResponseCode ÉCOLE École",
+    "path/to/file.txt https://example.com/a/b?c=1&d=2 // comment /* block */",
+    "emoji: 👍🏽 👨‍👩‍👧‍👦 🇫🇷🇩🇪 ❤️ 🙂‍↔️ 😀😃😄",
+    "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }\n\treturn sum;",
+    "x=1e-9; y = 0x1F; z = 1_000_000; w = 3.0f",
+    "   indented    spaces   and\u00a0nbsp\u2003em\u3000ideographic",
+    "Mixed 中文English日本語Text한국어123數字",
+    "MistralNemo [INST] hi [/INST] foo foobar foo. <mask> x <mask>y [SEP]  z",
+    "  <|endoftext|>  Hello World hello world HELLO WORLD",
+    "'Tis the season; I'd've; O'NEILL's",
+    "\u0130stanbul \u0049\u0307 \u1E9E \u03A3\u03A3 \u01C5 \u1F88",
+]
+
 
 def normalization_cases():
     """The tricky strings of normalization.jsonl."""
@@ -196,6 +211,144 @@ def normalization_cases():
 def training_text():
     mods = [_argparse_mod, _textwrap_mod, _json_decoder_mod]
     return LINES * 3 + [inspect.getsource(m) for m in mods]
+
+
+TEKKEN_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?"
+                r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|"
+                r"\s+(?!\S)|\s+")
+# DeepSeek (LLM, V2)'s pre-tokenizer: a Sequence of Splits, Digits, then ByteLevel. Its letter class
+# is written as code point ranges here (several of its characters change under NFC in an editor).
+_DS_LETTERS = [(0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BA), (0x1BC, 0x1BF),
+               (0x1C4, 0x293), (0x295, 0x2AF), (0x370, 0x373), (0x376, 0x377), (0x37B, 0x37D), (0x37F, 0x37F),
+               (0x386, 0x386), (0x388, 0x38A), (0x38C, 0x38C), (0x38E, 0x3A1), (0x3A3, 0x3F5), (0x3F7, 0x481),
+               (0x48A, 0x52F), (0x531, 0x556), (0x10A0, 0x10C5), (0x13A0, 0x13F5), (0x13F8, 0x13FD),
+               (0x1C90, 0x1CBA), (0x1CBD, 0x1CBF), (0x1D00, 0x1D2B), (0x1D6B, 0x1D77), (0x1D79, 0x1D9A),
+               (0x1E00, 0x1F15), (0x1F18, 0x1F1D), (0x1F20, 0x1F45), (0x1F48, 0x1F4D), (0x1F50, 0x1F57),
+               (0x1F59, 0x1F59), (0x1F5B, 0x1F5B), (0x1F5D, 0x1F5D), (0x1F5F, 0x1F7D), (0x1F80, 0x1FB4),
+               (0x1FB6, 0x1FBC), (0x1FBE, 0x1FBE), (0x1FC2, 0x1FC4), (0x1FC6, 0x1FCC), (0x1FD0, 0x1FD3),
+               (0x1FD6, 0x1FDB), (0x1FE0, 0x1FEC), (0x1FF2, 0x1FF4), (0x1FF6, 0x1FFC), (0x2102, 0x2102),
+               (0x2107, 0x2107), (0x210A, 0x2113), (0x2115, 0x2115), (0x2119, 0x211D), (0x2124, 0x2124),
+               (0x2126, 0x2126), (0x2128, 0x2128), (0x212A, 0x212D), (0x212F, 0x2134), (0x2139, 0x2139),
+               (0x213C, 0x213F), (0x2145, 0x2149), (0x214E, 0x214E), (0x2183, 0x2184), (0x2C00, 0x2C7B),
+               (0x2C7E, 0x2CE4), (0x2CEB, 0x2CEE), (0x2CF2, 0x2CF3), (0xA640, 0xA66D), (0xA680, 0xA69B),
+               (0xA722, 0xA76F), (0xA771, 0xA787), (0xA78B, 0xA78E), (0xAB70, 0xABBF), (0xFB00, 0xFB06),
+               (0xFB13, 0xFB17), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A), (0x10400, 0x1044F), (0x104B0, 0x104D3),
+               (0x104D8, 0x104FB), (0x10C80, 0x10CB2), (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943)]
+
+
+def _char_class(ranges):
+    return "".join(chr(lo) if lo == hi else f"{chr(lo)}-{chr(hi)}" for lo, hi in ranges)
+
+
+DEEPSEEK_SPLITS = [
+    r"[\r\n]",
+    r"\s?[" + _char_class(_DS_LETTERS) + "]+",
+    r"\s?[" + _char_class([(0x21, 0x2F), (0x3A, 0x7E), (0xFF01, 0xFF0F), (0xFF1A, 0xFF5E), (0x2018, 0x201F),
+                           (0x3000, 0x3002)]) + "]+",
+    r"\s+$",
+    "[" + _char_class([(0x4E00, 0x9FA5), (0x800, 0x4E00), (0xAC00, 0xD7FF)]) + "]+",
+]
+
+
+def byte_level_bpe(pre_tokenizer, extra_text=(), **bpe):
+    tok = Tokenizer(models.BPE(**bpe))
+    tok.pre_tokenizer = pre_tokenizer
+    trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_text() + list(extra_text) * 3 + REGEX_LINES * 3, trainer)
+    return tok
+
+
+def gpt2():
+    """GPT-2's layout (SmolLM, Phi, OLMo...): ByteLevel with its own regex, trim_offsets; added tokens
+    with each flag."""
+    tok = byte_level_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True))
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True, normalized=False),
+                            AddedToken("[SEP]", rstrip=True, special=True, normalized=False)])
+    tok.add_tokens([AddedToken("foo", single_word=True, normalized=False, special=False),
+                    AddedToken("hello world", normalized=True, special=False),
+                    AddedToken("World", lstrip=True, rstrip=True, normalized=True, special=False)])
+    config = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_prefix_space": False,
+              "model_max_length": 1024, "tokenizer_class": "GPT2Tokenizer"}
+    return tok, config
+
+
+def gpt2_variant(gpt2_tok, **changes):
+    j = json.loads(gpt2_tok.to_str())
+    j.update(changes)
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+
+
+def tekken():
+    """Mistral-Nemo's tekken layout: Split on its case-aware regex + ByteLevel, <s> template."""
+    tok = byte_level_bpe(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(TEKKEN_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ]), ignore_merges=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]"])
+    tok.add_tokens([AddedToken("[SEP]", lstrip=True, rstrip=True, normalized=False, special=False)])
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", bos)])
+    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    return tok, config
+
+
+def pre_tokenizer_json(p):
+    return json.loads(p.__getstate__())
+
+
+def deepseek(gpt2_tok):
+    """DeepSeek-V2's pre-tokenizer (a Sequence of Splits, Digits, ByteLevel) on the GPT-2 model."""
+    steps = [pre_tokenizers.Split(Regex(r), behavior="isolated", invert=False) for r in DEEPSEEK_SPLITS]
+    steps += [pre_tokenizers.Digits(individual_digits=True),
+              pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)]
+    return gpt2_variant(gpt2_tok, pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Sequence(steps)))
+
+
+def normalizers_mix(gpt2_tok):
+    """The normalizers (NFKC, Strip, Replace by regex and string, Lowercase) before GPT-2's ByteLevel
+    with add_prefix_space; a normalized added token ("hello world") matched after lowercasing."""
+    norm = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(left=True, right=False),
+                                 normalizers.Replace(Regex(r"\s{2,}"), "  "), normalizers.Replace("ß", "ss"),
+                                 normalizers.Lowercase()])
+    j = json.loads(gpt2_tok.to_str())
+    j["normalizer"] = json.loads(norm.__getstate__())
+    j["pre_tokenizer"]["add_prefix_space"] = True
+    j["post_processor"]["add_prefix_space"] = True
+    return Tokenizer.from_str(json.dumps(j)), {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+
+
+def splits_mix(gpt2_tok):
+    """Every Split behaviour and invert, Whitespace, Punctuation, Digits (contiguous), a literal
+    pattern; then ByteLevel on the GPT-2 model."""
+    steps = [pre_tokenizers.Punctuation(behavior="contiguous"),
+             pre_tokenizers.Digits(individual_digits=False),
+             pre_tokenizers.Split(Regex(r"[aeiou]"), behavior="merged_with_previous"),
+             pre_tokenizers.Split("th", behavior="merged_with_next"),
+             pre_tokenizers.Split(Regex(r"\p{L}+"), behavior="merged_with_next", invert=True),
+             pre_tokenizers.Split(Regex(r"\s"), behavior="contiguous", invert=True),
+             pre_tokenizers.Split(Regex(r"x"), behavior="removed"),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    return gpt2_variant(gpt2_tok, pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Sequence(steps)))
+
+
+def whitespace_mix(gpt2_tok):
+    """Whitespace (\\w+ or other non-space runs; spaces removed), WhitespaceSplit, then ByteLevel."""
+    steps = [pre_tokenizers.Whitespace(), pre_tokenizers.WhitespaceSplit(),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    return gpt2_variant(gpt2_tok, pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Sequence(steps)))
+
+
+def byte_level_normalizer(gpt2_tok):
+    """The ByteLevel normalizer, then a split before each Ġ (a space's character)."""
+    return gpt2_variant(gpt2_tok, normalizer={"type": "ByteLevel"},
+                        pre_tokenizer=pre_tokenizer_json(pre_tokenizers.Split("Ġ", behavior="merged_with_next")))
 
 
 def llama3():
@@ -343,13 +496,17 @@ def main():
         for text in normalization_cases():
             f.write(json.dumps({"text": text, **{name: n(text) for name, n in norms}}, ensure_ascii=False) + "\n")
     with open(HERE / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for line in LINES + NORM_LINES:
+        for line in LINES + NORM_LINES + REGEX_LINES:
             f.write(json.dumps({"text": line}, ensure_ascii=False) + "\n")
     base = spm_base()
     l3 = llama3()
     kinds = (("llama3", l3), ("llama2", llama2(base)), ("mistral", mistral(base)),
              ("metaspace_split", metaspace_split(base)), ("qwen2", qwen2(l3[0])),
              ("llama3_prefix", llama3_prefix(l3[0])), ("spm_unk", spm_unk(base)), ("qwen25", qwen25()))
+    g2 = gpt2()
+    kinds += (("gpt2", g2), ("tekken", tekken()), ("deepseek", deepseek(g2[0])),
+              ("normalizers_mix", normalizers_mix(g2[0])), ("splits_mix", splits_mix(g2[0])),
+              ("whitespace_mix", whitespace_mix(g2[0])), ("byte_level_normalizer", byte_level_normalizer(g2[0])))
     for name, (tok, config) in kinds:
         d = HERE / name
         d.mkdir(exist_ok=True)
@@ -361,10 +518,13 @@ def main():
             tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
                                                                special_tokens=[("<s>", 1), ("</s>", 2)])
         with open(HERE / f"expected_{name}.jsonl", "w", encoding="utf-8") as f:
-            for line in LINES + NORM_LINES:
-                ids = tok.encode(line).ids
+            for line in LINES + NORM_LINES + REGEX_LINES:
+                enc = tok.encode(line)
+                ids = enc.ids
                 plain = tok.encode(line, add_special_tokens=False).ids
-                f.write(json.dumps({"ids": ids, "ids_plain": plain,
+                # offsets in bytes (tokenizers' Python side gives characters)
+                offsets = [[len(line[:b].encode()), len(line[:e].encode())] for b, e in enc.offsets]
+                f.write(json.dumps({"ids": ids, "ids_plain": plain, "offsets": offsets,
                                     "decoded": tok.decode(plain, skip_special_tokens=True),
                                     "decoded_all": tok.decode(plain, skip_special_tokens=False)},
                                    ensure_ascii=False) + "\n")
