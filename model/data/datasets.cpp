@@ -1,6 +1,7 @@
 #include "model/data/datasets.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -200,10 +201,13 @@ size_t fit_example(const Example& e, int seq, bool train_on_inputs, bool drop_ex
 
 }  // namespace
 
-std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok) {
+std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
+                                      const ChatFormat* chat_format) {
   const Encoder enc(tok);
   if (d.type == "completion" && is_text_file(d.path)) return {enc.encode({{contents, true}})};
-  if (d.type != "completion" && d.type != "alpaca" && d.type != "chat")
+  if (d.type == "chat_template" && !chat_format)
+    throw ConfigError(fmt::format("{}: a chat_template dataset needs its chat template loaded", d.path), d.path, "type");
+  if (d.type != "completion" && d.type != "alpaca" && d.type != "chat" && d.type != "chat_template")
     throw ConfigError(fmt::format("{}: dataset type '{}' is not supported", d.path, d.type), d.path, "type");
   const ChatTemplate chat = chat_template_for(tok);
   const std::string text_field = d.field.empty() ? "text" : d.field;
@@ -223,6 +227,20 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
     if (line.find_first_not_of(" \t\r") != std::string_view::npos) lines.push_back({line, line_no});
   }
   auto one = [&](const Line& l) -> Example {
+    if (d.type == "chat_template") {
+      nlohmann::ordered_json row;
+      try {
+        row = nlohmann::ordered_json::parse(l.text);
+      } catch (const json::exception& e) {
+        throw FormatError(fmt::format("{}: line {}: not valid JSON: {}", d.path, l.no, e.what()), d.path,
+                          fmt::format("line {}", l.no));
+      }
+      if (!row.is_object())
+        throw FormatError(fmt::format("{}: line {}: expected a JSON object, got {}", d.path, l.no, row.type_name()),
+                          d.path, fmt::format("line {}", l.no));
+      ChatExample c = tokenize_chat_row(row, d.chat, *chat_format, tok, d.path, l.no);
+      return Example{std::move(c.ids), std::move(c.trained)};
+    }
     json j;
     try {
       j = json::parse(l.text);
@@ -274,6 +292,15 @@ std::string dataset_cache_path(const DatasetSpec& d, const std::string& contents
   h.add(contents);
   h.add(read_if_exists(tokenizer_dir + "/tokenizer.json"));
   h.add(read_if_exists(tokenizer_dir + "/tokenizer_config.json"));
+  if (d.type == "chat_template") {
+    const ChatTemplateOptions& o = d.chat;
+    std::string keys = fmt::format("template={} messages={} role={} content={} train={} eos={}", o.chat_template,
+                                   o.field_messages, o.role_key, o.content_key, fmt::join(o.roles_to_train, ","),
+                                   o.train_on_eos);
+    for (const auto& [to, from] : o.roles) keys += fmt::format(" {}<-{}", to, fmt::join(from, ","));
+    h.add(keys);
+    h.add(load_chat_format(o, tokenizer_dir).source);
+  }
   return fmt::format("{}.strata-cache/{:016x}.bin", d.path, h.final());
 }
 
@@ -294,7 +321,12 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
     if (warn) std::fprintf(warn, "strata-train: warning: %s is damaged; tokenising again\n", r.cache_file.c_str());
     r.examples.clear();
   }
-  r.examples = tokenize_dataset(d, contents, tok);
+  if (d.type == "chat_template") {
+    const ChatFormat f = load_chat_format(d.chat, tokenizer_dir);
+    r.examples = tokenize_dataset(d, contents, tok, &f);
+  } else {
+    r.examples = tokenize_dataset(d, contents, tok);
+  }
   try {
     fs::create_directories(fs::path(r.cache_file).parent_path());
     io::write_file_atomic(r.cache_file, cache_bytes(r.examples));
