@@ -32,9 +32,12 @@ const char* kLlama3 =
     "add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
 
 // The tokens that close a turn, where the tokenizer has them.
-const char* kEndOfTurn[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "</s>", "<|endoftext|>"};
+const char* kEndOfTurn[] = {"<|im_end|>",    "<|eot_id|>", "<|eom_id|>",   "<|end|>",
+                            "<end_of_turn>", "</s>",       "<|endoftext|>"};
 
-std::string read_file(const std::string& path, const char* what) { return io::read_regular_file(path, what, 1 << 26); }
+std::string read_file(const std::string& path, const char* what) {
+  return io::read_regular_file(path, what, 1 << 26);
+}
 
 // A token of tokenizer_config.json: a string, or an AddedToken object {"content": ...}.
 std::string token_text(const ojson& v) {
@@ -50,7 +53,9 @@ std::string token_text(const ojson& v) {
 
 }  // namespace
 
-std::vector<std::string> builtin_chat_templates() { return {"chatml", "llama3"}; }
+std::vector<std::string> builtin_chat_templates() {
+  return {"chatml", "llama3"};
+}
 
 ChatFormat load_chat_format(const ChatTemplateOptions& o, const std::string& tokenizer_dir) {
   ChatFormat f;
@@ -88,10 +93,11 @@ ChatFormat load_chat_format(const ChatTemplateOptions& o, const std::string& tok
       name = config_path;
     }
     if (f.source.empty())
-      throw ConfigError(fmt::format("{}: the tokenizer has no chat_template (and there is no chat_template.jinja beside "
-                                    "it): set the dataset's chat_template to a built-in ({}) or a .jinja file",
-                                    config_path, fmt::join(builtin_chat_templates(), ", ")),
-                        config_path, "chat_template");
+      throw ConfigError(
+          fmt::format("{}: the tokenizer has no chat_template (and there is no chat_template.jinja beside "
+                      "it): set the dataset's chat_template to a built-in ({}) or a .jinja file",
+                      config_path, fmt::join(builtin_chat_templates(), ", ")),
+          config_path, "chat_template");
   } else if (o.chat_template == "chatml" || o.chat_template == "llama3") {
     f.source = o.chat_template == "chatml" ? kChatml : kLlama3;
     name = "built-in " + o.chat_template;
@@ -120,7 +126,8 @@ ChatExample tokenize_chat_row(const ojson& row, const ChatTemplateOptions& o, co
     const ojson& m = row[fm][i];
     const std::string at = fmt::format("{}[{}]", fm, i);
     if (!m.is_object()) row_fail(file, line, at, "must be an object");
-    if (!m.contains(o.role_key) || !m[o.role_key].is_string()) row_fail(file, line, at + "." + o.role_key, "must be a string");
+    if (!m.contains(o.role_key) || !m[o.role_key].is_string())
+      row_fail(file, line, at + "." + o.role_key, "must be a string");
     std::string role = m[o.role_key].get<std::string>();
     for (const auto& [to, from] : o.roles)
       if (std::find(from.begin(), from.end(), role) != from.end()) role = to;
@@ -141,7 +148,8 @@ ChatExample tokenize_chat_row(const ojson& row, const ChatTemplateOptions& o, co
         out = std::move(aliased);
         break;
       }
-    train_message.push_back(std::find(o.roles_to_train.begin(), o.roles_to_train.end(), role) != o.roles_to_train.end());
+    train_message.push_back(std::find(o.roles_to_train.begin(), o.roles_to_train.end(), role) !=
+                            o.roles_to_train.end());
     messages.push_back(std::move(out));
   }
   ojson ctx = ojson::object();

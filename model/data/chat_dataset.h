@@ -3,11 +3,10 @@
 // does, and the tokens of the trained roles' turns are found by character offsets.
 #pragma once
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "text/jinja.h"
 #include "text/tokenizer.h"

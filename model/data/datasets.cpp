@@ -206,7 +206,8 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
   const Encoder enc(tok);
   if (d.type == "completion" && is_text_file(d.path)) return {enc.encode({{contents, true}})};
   if (d.type == "chat_template" && !chat_format)
-    throw ConfigError(fmt::format("{}: a chat_template dataset needs its chat template loaded", d.path), d.path, "type");
+    throw ConfigError(fmt::format("{}: a chat_template dataset needs its chat template loaded", d.path), d.path,
+                      "type");
   if (d.type != "completion" && d.type != "alpaca" && d.type != "chat" && d.type != "chat_template")
     throw ConfigError(fmt::format("{}: dataset type '{}' is not supported", d.path, d.type), d.path, "type");
   const ChatTemplate chat = chat_template_for(tok);
@@ -294,9 +295,9 @@ std::string dataset_cache_path(const DatasetSpec& d, const std::string& contents
   h.add(read_if_exists(tokenizer_dir + "/tokenizer_config.json"));
   if (d.type == "chat_template") {
     const ChatTemplateOptions& o = d.chat;
-    std::string keys = fmt::format("template={} messages={} role={} content={} train={} eos={}", o.chat_template,
-                                   o.field_messages, o.role_key, o.content_key, fmt::join(o.roles_to_train, ","),
-                                   o.train_on_eos);
+    std::string keys =
+        fmt::format("template={} messages={} role={} content={} train={} eos={}", o.chat_template, o.field_messages,
+                    o.role_key, o.content_key, fmt::join(o.roles_to_train, ","), o.train_on_eos);
     for (const auto& [to, from] : o.roles) keys += fmt::format(" {}<-{}", to, fmt::join(from, ","));
     h.add(keys);
     h.add(load_chat_format(o, tokenizer_dir).source);
@@ -334,6 +335,34 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
     if (warn) std::fprintf(warn, "strata-train: warning: the dataset cache was not written: %s\n", e.what());
   }
   return r;
+}
+
+void preview_dataset(std::FILE* out, const DatasetSpec& d, const text::Tokenizer& tok, const std::string& tokenizer_dir,
+                     int n) {
+  const std::string contents = io::read_regular_file(d.path, "the dataset file", kMaxSource);
+  std::fprintf(out, "=== %s (type %s)\n", d.path.c_str(), d.type.c_str());
+  if (d.type == "chat_template") {
+    const ChatFormat f = load_chat_format(d.chat, tokenizer_dir);
+    std::fprintf(out, "chat template: %s\n", f.tmpl.name().c_str());
+    preview_chat_rows(out, contents, d.chat, f, tok, d.path, n);
+    return;
+  }
+  const std::vector<Example> ex = tokenize_dataset(d, contents, tok);
+  for (size_t i = 0; i < ex.size() && i < size_t(n); ++i) {
+    const Example& e = ex[i];
+    std::string text;
+    long trained = 0;
+    for (size_t b = 0; b < e.ids.size();) {
+      size_t k = b;
+      while (k < e.ids.size() && e.trained[k] == e.trained[b]) ++k;
+      const std::string piece = tok.decode(std::span<const int32_t>(e.ids.data() + b, k - b));
+      text += e.trained[b] ? "[[" + piece + "]]" : piece;
+      if (e.trained[b]) trained += long(k - b);
+      b = k;
+    }
+    std::fprintf(out, "--- example %zu: %zu tokens, %ld trained ([[...]])\n%s\n", i + 1, e.ids.size(), trained,
+                 text.c_str());
+  }
 }
 
 bool chunks_rows(const DatasetSpec& d) {

@@ -112,4 +112,9 @@ int32_t pad_id_for(const text::Tokenizer& tok, const std::string& tokenizer_dir)
 // prints one line a dataset on `info`. ConfigError naming the file when a dataset gives no row.
 DatasetRows build_dataset_rows(const DatasetOptions& cfg, const std::string& tokenizer_dir, std::FILE* info);
 
+// strata-train --preview-data N: the first n examples of `d` as text with the trained tokens
+// between [[ and ]] and the token counts, as axolotl's preprocess debug shows them.
+void preview_dataset(std::FILE* out, const DatasetSpec& d, const text::Tokenizer& tok, const std::string& tokenizer_dir,
+                     int n);
+
 }  // namespace strata

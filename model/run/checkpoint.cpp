@@ -169,8 +169,8 @@ std::string trained_chat_template(const TrainConfig& c, const std::string& token
 
 int copy_tokenizer_files(const std::string& from, const std::string& to, const std::string& chat_template) {
   int n = 0;
-  for (const char* f :
-       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "chat_template.jinja"}) {
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                        "chat_template.jinja"}) {
     const std::string src = from + "/" + f;
     std::error_code ec;
     if (!fs::is_regular_file(src, ec)) continue;

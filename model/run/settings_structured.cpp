@@ -159,7 +159,8 @@ std::string get_datasets(const TrainConfig& c) {
     if (!d.field.empty()) e += ", field: " + yaml_quoted(d.field);
     const ChatTemplateOptions& o = d.chat;
     if (d.type == "chat_template" && !(o == ChatTemplateOptions{})) {
-      e += fmt::format(", chat_template: {}, field_messages: {}", yaml_quoted(o.chat_template), yaml_quoted(o.field_messages));
+      e += fmt::format(", chat_template: {}, field_messages: {}", yaml_quoted(o.chat_template),
+                       yaml_quoted(o.field_messages));
       e += fmt::format(", message_property_mappings: {{role: {}, content: {}}}", yaml_quoted(o.role_key),
                        yaml_quoted(o.content_key));
       std::string roles;
