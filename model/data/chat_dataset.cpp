@@ -131,13 +131,16 @@ ChatExample tokenize_chat_row(const ojson& row, const ChatTemplateOptions& o, co
     std::string role = m[o.role_key].get<std::string>();
     for (const auto& [to, from] : o.roles)
       if (std::find(from.begin(), from.end(), role) != from.end()) role = to;
-    ojson out = ojson::object();
+    ojson out = ojson::object();  // the row's key order (a template may print the message)
     for (auto it = m.begin(); it != m.end(); ++it) {
-      if (it.value().is_null() || it.key() == o.role_key || it.key() == o.content_key) continue;
-      out[it.key()] = it.value();
+      if (it.value().is_null()) continue;
+      if (it.key() == o.role_key)
+        out["role"] = role;
+      else if (it.key() == o.content_key)
+        out["content"] = it.value();
+      else if (it.key() != "role" && it.key() != "content")
+        out[it.key()] = it.value();
     }
-    out["role"] = role;
-    if (m.contains(o.content_key) && !m[o.content_key].is_null()) out["content"] = m[o.content_key];
     for (const char* k : {"reasoning_content", "thinking", "reasoning"})
       if (out.contains(k)) {
         ojson r = out[k];

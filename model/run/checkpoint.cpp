@@ -115,7 +115,21 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
   // unsharded run's config has no such field).
   if (zero_shards > 1) must["zero_shards"] = zero_shards;
   nlohmann::ordered_json datasets = nlohmann::ordered_json::array();
-  for (const DatasetSpec& d : c.datasets) datasets.push_back({{"path", d.path}, {"type", d.type}, {"field", d.field}});
+  for (const DatasetSpec& d : c.datasets) {
+    nlohmann::ordered_json e = {{"path", d.path}, {"type", d.type}, {"field", d.field}};
+    if (d.type == "chat_template") {  // the keys that decide the rows' targets
+      const ChatTemplateOptions& o = d.chat;
+      nlohmann::ordered_json roles = nlohmann::ordered_json::object();
+      for (const auto& [to, from] : o.roles) roles[to] = from;
+      e["chat"] = {{"chat_template", o.chat_template},
+                   {"field_messages", o.field_messages},
+                   {"message_property_mappings", {{"role", o.role_key}, {"content", o.content_key}}},
+                   {"roles", roles},
+                   {"roles_to_train", o.roles_to_train},
+                   {"train_on_eos", o.train_on_eos}};
+    }
+    datasets.push_back(std::move(e));
+  }
   if (!c.datasets.empty()) {
     // The rows' targets depend on these (a token file's run has none of them, as before).
     must["datasets"] = datasets;
