@@ -819,7 +819,11 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     }
     return Value::string(to_json(v, ind, item_sep, key_sep, truthy(a.get(static_cast<size_t>(-1), "sort_keys"))));
   }
-  if (name == "attr") return getattr(v, str_arg(a.get(0, "name"), "attr", line), line);
+  if (name == "attr") {  // Python's getattr only: a dict's keys are items, not attributes
+    const std::string n = str_arg(a.get(0, "name"), "attr", line);
+    if (v.is(K::dict) && !has_method(v, n)) return Value::undefined("'dict object' has no attribute '" + n + "'");
+    return getattr(v, n, line);
+  }
   if (name == "format") return Value::string(py_percent(to_str(v), a));
   if (name == "sum") {
     Value attribute = a.get(0, "attribute");

@@ -80,6 +80,25 @@ TEST(Jinja, RendersAsTransformers) {
   EXPECT_GT(raised, 20);
 }
 
+// One construct a template (tests/chat_templates/make_snippets.py): the same text, or an error where
+// transformers raises one.
+TEST(Jinja, SnippetsAsTransformers) {
+  const ojson all = ojson::parse(read(dir() + "snippets.json"));
+  ASSERT_GT(all["cases"].size(), 80u);
+  for (const auto& c : all["cases"]) {
+    const std::string src = c["template"].get<std::string>();
+    if (c.contains("error")) {
+      EXPECT_THROW(Template::parse(src, "snippet").render(all["context"]), strata::ConfigError) << src;
+      continue;
+    }
+    try {
+      EXPECT_EQ(Template::parse(src, "snippet").render(all["context"]).text, c["text"].get<std::string>()) << src;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << src << ": " << e.what();
+    }
+  }
+}
+
 // An unsupported construct is an error naming the template and the line, never a wrong rendering.
 void expect_error(const std::string& source, const std::string& needle, const ojson& ctx = ojson::object()) {
   try {
