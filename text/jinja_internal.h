@@ -222,6 +222,18 @@ Value global(const std::string& name);  // range, namespace, dict, raise_excepti
 Value getattr(const Value& obj, const std::string& name, int line);  // `obj.name`
 Value getitem(const Value& obj, const Value& key, int line);         // `obj[key]`
 
+// Helpers the built-ins share (text/jinja_builtins.cpp).
+void check_caseless(const std::string& s, const char* what, int line);  // error for non-ASCII cased letters
+std::string ascii_map(std::string s, int (*f)(int));
+std::string str_arg(const Value& v, const char* what, int line);
+int64_t int_arg(const Value& v, const char* what, int line);
+Value attr_path(const Value& item, const std::string& path, int line);  // `a.b.0` as jinja2's attrgetter
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+std::string py_percent(const std::string& f, const Args& a);  // "..." % args
+std::string html_escape(const std::string& s);
+std::string jinja_title(const std::string& s, int line);
+std::string capitalize(const std::string& s, int line);
+
 // Evaluation (text/jinja_eval.cpp); builtins call back for filters like map('upper').
 class Renderer {
  public:
