@@ -504,7 +504,9 @@ DatasetRows build_dataset_rows(const DatasetOptions& cfg, const std::string& tok
           "dataset: %s (%s%s) | %ld examples -> %ld rows of %d%s | %ld truncated, %ld dropped (longer than "
           "sequence_len), %ld with no response token in the row | %ld trained targets | cache %s %s\n",
           d.path.c_str(), d.type.c_str(),
-          d.type == "chat" ? fmt::format(", {} template", chat_template_name(chat_template_for(tok))).c_str() : "",
+          d.type == "chat"            ? fmt::format(", {} template", chat_template_name(chat_template_for(tok))).c_str()
+          : d.type == "chat_template" ? fmt::format(", {}", load_chat_format(d.chat, tokenizer_dir).tmpl.name()).c_str()
+                                      : "",
           st.examples, st.rows, cfg.seq, pack ? fmt::format(" ({} packed)", st.laid).c_str() : "", st.truncated,
           st.dropped, st.untrained, st.trained_targets, ld.cache_hit ? "hit" : "written", ld.cache_file.c_str());
     if (st.rows == 0)
