@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/data/datasets.h"
+#include "model/run/settings.h"
+#include "model/run/train_config.h"
 #include "strata/error.h"
 #include "tests/cpu/tool_runner.h"
 
@@ -129,6 +131,52 @@ TEST_F(ChatDatasets, TemplatesItCannotMaskAreErrors) {
   // chat_template.jinja beside tokenizer_config.json wins, as in transformers.
   std::ofstream(dir + "/chat_template.jinja") << "{{ messages[0].content }}";
   EXPECT_EQ(load_chat_format(o, dir).source, "{{ messages[0].content }}");
+}
+
+// axolotl's keys in YAML: read, written back by --write-config, and refused where wrong.
+TEST_F(ChatDatasets, YamlKeys) {
+  TrainConfig c;
+  apply_yaml_text(c,
+                  "datasets:\n  - path: sg.jsonl\n    type: chat_template\n    chat_template: my.jinja\n"
+                  "    field_messages: conversations\n    message_property_mappings: {role: from, content: value}\n"
+                  "    roles: {user: [human, user], assistant: [gpt]}\n    roles_to_train: [assistant, tool]\n"
+                  "    train_on_eos: last\n",
+                  "chat.yaml");
+  ASSERT_EQ(c.datasets.size(), 1u);
+  const ChatTemplateOptions& o = c.datasets[0].chat;
+  EXPECT_EQ(c.datasets[0].type, "chat_template");
+  EXPECT_EQ(o.chat_template, "my.jinja");
+  EXPECT_EQ(o.field_messages, "conversations");
+  EXPECT_EQ(o.role_key, "from");
+  EXPECT_EQ(o.content_key, "value");
+  ASSERT_EQ(o.roles.size(), 2u);
+  EXPECT_EQ(o.roles[0].first, "user");
+  EXPECT_EQ(o.roles[0].second, (std::vector<std::string>{"human", "user"}));
+  EXPECT_EQ(o.roles_to_train, (std::vector<std::string>{"assistant", "tool"}));
+  EXPECT_EQ(o.train_on_eos, "last");
+  TrainConfig back;
+  apply_yaml_text(back, write_config(c), "written.yaml");
+  EXPECT_EQ(back.datasets[0].chat, o);
+  EXPECT_TRUE(same_settings(back, c));
+  TrainConfig plain;
+  apply_yaml_text(plain, "datasets: [{path: a.jsonl, type: chat_template}]", "p.yaml");
+  EXPECT_EQ(plain.datasets[0].chat, ChatTemplateOptions{});
+  for (const auto& [text, field] : std::vector<std::pair<std::string, std::string>>{
+           {"datasets: [{path: a.jsonl, type: chat, roles_to_train: [gpt]}]", "datasets[0].roles_to_train"},
+           {"datasets: [{path: a.jsonl, type: chat_template, train_on_eos: sometimes}]", "datasets[0].train_on_eos"},
+           {"datasets: [{path: a.jsonl, type: chat_template, roles: [user]}]", "datasets[0].roles"},
+           {"datasets: [{path: a.jsonl, type: chat_template, message_property_mappings: {speaker: x}}]",
+            "datasets[0].message_property_mappings.speaker"},
+           {"datasets: [{path: a.jsonl, type: chat_template, field_messages: [a]}]", "datasets[0].field_messages"},
+       }) {
+    TrainConfig t;
+    try {
+      apply_yaml_text(t, text, "bad.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.field, field) << text << ": " << e.what();
+    }
+  }
 }
 
 // strata-train on each family's tiny checkpoint: --preview-data marks the trained text, the loss
