@@ -166,6 +166,8 @@ Value Renderer::make_macro(const Stmt& s) {
   auto fn = std::make_shared<Callable>();
   fn->name = s.text;
   fn->call = [&s](Renderer& r, const Args& a) {
+    if (r.depth_ >= kMaxCallDepth) fail("macro '" + s.text + "' recurses too deep", a.line);
+    ++r.depth_;
     auto saved = r.frames_;
     r.frames_ = {saved[0], saved[1], std::make_shared<Dict>()};
     size_t used = 0;
@@ -186,6 +188,7 @@ Value Renderer::make_macro(const Stmt& s) {
     }
     std::string text = r.capture(s.body);
     r.frames_ = saved;
+    --r.depth_;
     return Value::string(text);
   };
   Value v = Value::make(Value::Kind::callable);
@@ -428,6 +431,9 @@ Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& 
     const Value& seq = a.is_number() ? b : a;
     const Value& count = a.is_number() ? a : b;
     if (!count.is(Value::Kind::integer)) return bad();
+    const size_t items = seq.is(Value::Kind::string) ? seq.s.size() : seq.is(Value::Kind::list) ? seq.list->size() : 0;
+    if (count.i * static_cast<int64_t>(items) > (1 << 26))
+      fail("a repeated sequence of more than 64 Mi items is too long for a chat template", line);
     if (seq.is(Value::Kind::string)) {
       std::string out;
       for (int64_t k = 0; k < count.i; ++k) out += seq.s;

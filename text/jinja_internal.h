@@ -260,6 +260,8 @@ class Renderer {
   std::string* out_ = nullptr;
   std::vector<std::pair<size_t, size_t>>* gen_ = nullptr;
   int captures_ = 0;  // > 0 while rendering into a macro's, set block's or filter's buffer
+  int depth_ = 0;     // macro calls under way (a recursive macro stops at kMaxCallDepth)
+  static constexpr int kMaxCallDepth = 100;
   int line_ = 0;
 };
 

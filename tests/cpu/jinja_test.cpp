@@ -122,6 +122,8 @@ TEST(Jinja, UnsupportedConstructsNameFileAndLine) {
   expect_error("{{ 'unterminated }}", "a string literal is not closed");
   expect_error("{{ 'É' | lower }}", "non-ASCII cased letters is not supported");
   expect_error("{{ x | tojson(ensure_ascii=true) }}", "ensure_ascii=true) is not supported", {{"x", 1}});
+  expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}", "macro 'f' recurses too deep");
+  expect_error("{{ 'x' * 100000000 }}", "too long for a chat template");
 }
 
 TEST(Jinja, UndefinedAsJinja2Default) {
