@@ -98,6 +98,22 @@ CONVERSATIONS = {
         {"role": "user", "content": "And 9?"},
         {"role": "assistant", "content": "<think>\n9 = 3 * 3.\n</think>\n\nNo, 9 is not prime."},
     ],
+    "tool_calls_multi": [
+        {"role": "user", "content": "Weather in Paris and Rome, in °F?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "callparis", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"f\"}"}},
+                {"id": "callrome1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": {"city": "Rome", "unit": "f", "days": [1, 2.5]}}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "callparis", "content": "70"},
+        {"role": "tool", "tool_call_id": "callrome1", "content": "{\"temp\": 75, \"sky\": \"clear\"}"},
+        {"role": "assistant", "content": "Paris 70°F, Rome 75°F."},
+    ],
     "content_parts": [
         {"role": "user", "content": [{"type": "text", "text": "Part one. "}, {"type": "text", "text": "Part two."}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Answer in parts."}]},
@@ -136,7 +152,7 @@ def main():
         for conv_name, conv in CONVERSATIONS.items():
             for agp in (False, True):
                 for extra in [{}] + EXTRA.get(name, []):
-                    tools = TOOLS if conv_name == "tools" else None
+                    tools = TOOLS if conv_name.startswith("tool") else None
                     kwargs = dict(SPECIAL[family(name)], **extra)
                     # The context exactly as the template sees it (apply_chat_template's normalisation).
                     messages = _alias_reasoning_fields(_normalize_chat_messages(copy.deepcopy(conv)))
