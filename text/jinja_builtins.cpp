@@ -232,7 +232,7 @@ std::string py_percent(const std::string& f, const Args& a) {
     } else
       fail(std::string("the format %") + c + " is not supported", a.line);
   }
-  if (n != a.pos.size()) fail("not all arguments converted during string formatting", a.line);
+  if (n != a.pos.size() && a.kw.empty()) fail("not all arguments converted during string formatting", a.line);
   return out;
 }
 

@@ -429,8 +429,9 @@ Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& 
   }
   if (op == "*") {
     const Value& seq = a.is_number() ? b : a;
-    const Value& count = a.is_number() ? a : b;
-    if (!count.is(Value::Kind::integer)) return bad();
+    const Value& count_v = a.is_number() ? a : b;
+    if (!count_v.is(Value::Kind::integer) && !count_v.is(Value::Kind::boolean)) return bad();
+    Value count = Value::integer(count_v.is(Value::Kind::boolean) ? count_v.b : count_v.i);  // True is 1
     const size_t items = seq.is(Value::Kind::string) ? seq.s.size() : seq.is(Value::Kind::list) ? seq.list->size() : 0;
     if (count.i * static_cast<int64_t>(items) > (1 << 26))
       fail("a repeated sequence of more than 64 Mi items is too long for a chat template", line);
@@ -450,6 +451,8 @@ Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& 
     Args args;
     args.line = line;
     args.pos = b.is(Value::Kind::list) && b.tuple ? *b.list : List{b};
+    // Python takes a list or dict operand as a mapping: arguments left over are no error then.
+    if ((b.is(Value::Kind::list) && !b.tuple) || b.is(Value::Kind::dict)) args.kw.emplace_back("__mapping__", b);
     return call_method(a, "__mod__", args);
   }
   return bad();

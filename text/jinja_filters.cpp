@@ -73,7 +73,12 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
   if (name == "iterable" || name == "sequence")
     return v.is(K::list) || v.is(K::dict) || v.is(K::string) || v.is_undefined();
   if (name == "callable") return v.is(K::callable);
-  if (name == "odd" || name == "even") {
+  if (name == "odd" || name == "even") {  // value % 2 == 1 (or 0), floats included
+    if (v.is(K::floating)) {
+      double m = std::fmod(v.f, 2.0);
+      if (m < 0) m += 2.0;
+      return m == (name == "odd" ? 1.0 : 0.0);
+    }
     int64_t x = int_arg(v, name.c_str(), line);
     return ((x % 2 + 2) % 2 == 1) == (name == "odd");
   }
@@ -98,7 +103,11 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
   if (name == "in") {
     Value c = arg();
     if (c.is(K::string)) return c.s.find(str_arg(v, "'in <string>'", line)) != std::string::npos;
-    if (c.is(K::dict) || c.is(K::ns)) return v.is(K::string) && c.dict->find(v.s) != nullptr;
+    if (c.is(K::dict) || c.is(K::ns)) {
+      if (v.is(K::list) && !v.tuple) fail("unhashable type: 'list'", line);
+      if (v.is(K::dict)) fail("unhashable type: 'dict'", line);
+      return v.is(K::string) && c.dict->find(v.s) != nullptr;
+    }
     for (const auto& x : iterate(c, line))
       if (equal(x, v)) return true;
     return false;
@@ -122,7 +131,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
   if (name == "trim") return Value::string(py_strip(to_str(v), a.get(0, "chars"), true, true));
   if (name == "length" || name == "count") return Value::integer(length(v, line));
   if (name == "string") return Value::string(to_str(v));
-  if (name == "safe") return v;
+  if (name == "safe") return Value::string(to_str(v));  // Markup(value): a string, even of undefined
   if (name == "escape" || name == "e") return Value::string(html_escape(to_str(v)));
   if (name == "upper" || name == "lower") {
     std::string s = to_str(v);
@@ -170,6 +179,9 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     return Value::string(py_replace(s, to_str(a.get(0, "old")), to_str(a.get(1, "new")),
                                     int_arg(a.get(2, "count", Value::integer(-1)), "replace", line)));
   }
+  if ((name == "map" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") &&
+      !truthy(v))
+    return Value::of_list({});  // jinja2 iterates these only `if value`
   if (name == "map") {
     List out;
     Value attribute = a.get(static_cast<size_t>(-1), "attribute");
@@ -191,6 +203,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
   }
   if (name == "select" || name == "reject") return Value::of_list(select(r, v, a, false, name == "select"));
   if (name == "selectattr" || name == "rejectattr") return Value::of_list(select(r, v, a, true, name == "selectattr"));
+  if ((name == "int" || name == "float" || name == "abs") && v.is_undefined()) fail("'" + v.s + "' is undefined", line);
   if (name == "int") {
     Value dflt = a.get(0, "default", Value::integer(0));
     if (v.is(K::integer)) return v;
@@ -226,6 +239,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
   }
   if (name == "abs") {
     if (v.is(K::integer)) return Value::integer(v.i < 0 ? -v.i : v.i);
+    if (v.is(K::boolean)) return Value::integer(v.b);
     if (v.is(K::floating)) return Value::floating(std::fabs(v.f));
     fail("bad operand type for abs(): " + type_name(v), line);
   }
@@ -247,6 +261,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     return Value::of_list(std::move(out));
   }
   if (name == "indent") {
+    if (!v.is(K::string)) fail("indent() of a " + type_name(v) + ", not a string", line);
     Value width = a.get(0, "width", Value::integer(4));
     std::string ind =
         width.is(K::string) ? width.s : std::string(static_cast<size_t>(int_arg(width, "indent", line)), ' ');

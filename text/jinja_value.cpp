@@ -202,6 +202,8 @@ static std::string repr_string(const std::string& s) {
 
 std::string repr(const Value& v) {
   switch (v.kind) {
+    case Value::Kind::undefined:
+      return "Undefined";
     case Value::Kind::string:
       return repr_string(v.s);
     case Value::Kind::list: {

@@ -99,6 +99,36 @@ TEST(Jinja, SnippetsAsTransformers) {
   }
 }
 
+// Random expressions (tests/chat_templates/make_fuzz.py): never a different rendering. Where
+// transformers raises, strata raises; where it renders, strata renders the same text or says the
+// construct is not supported (counted: a few at most).
+TEST(Jinja, FuzzNeverRendersDifferently) {
+  const ojson all = ojson::parse(read(dir() + "fuzz.json"));
+  ASSERT_GE(all["cases"].size(), 1000u);
+  int same = 0, unsupported = 0;
+  for (const auto& c : all["cases"]) {
+    const std::string src = c["template"].get<std::string>();
+    std::string got;
+    try {
+      got = Template::parse(src, "fuzz").render(all["context"]).text;
+    } catch (const strata::ConfigError& e) {
+      if (c.contains("error")) continue;
+      const bool says_unsupported = std::string(e.what()).find("not supported") != std::string::npos;
+      EXPECT_TRUE(says_unsupported) << src << ": " << e.what() << "\n  transformers: " << c["text"];
+      unsupported += says_unsupported;
+      continue;
+    }
+    if (c.contains("error")) {
+      ADD_FAILURE() << src << ": rendered " << ojson(got).dump() << ", transformers raised " << c["error"];
+      continue;
+    }
+    EXPECT_EQ(got, c["text"].get<std::string>()) << src;
+    ++same;
+  }
+  EXPECT_LT(unsupported, 20);
+  EXPECT_GT(same, 500);
+}
+
 // An unsupported construct is an error naming the template and the line, never a wrong rendering.
 void expect_error(const std::string& source, const std::string& needle, const ojson& ctx = ojson::object()) {
   try {
