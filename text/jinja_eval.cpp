@@ -385,6 +385,13 @@ Value Renderer::eval(const Expr& e) {
 
 Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& b, int line) {
   if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "%" && a.is(Value::Kind::string) && b.is_undefined()) {  // Python takes Undefined as a mapping
+    Args args;
+    args.line = line;
+    args.pos = {b};
+    args.kw.emplace_back("__mapping__", b);
+    return call_method(a, "__mod__", args);
+  }
   if (a.is_undefined() || b.is_undefined()) fail("'" + (a.is_undefined() ? a.s : b.s) + "' is undefined", line);
   auto bad = [&]() -> Value {
     fail("unsupported operand types for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'", line);

@@ -83,9 +83,16 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
     return ((x % 2 + 2) % 2 == 1) == (name == "odd");
   }
   if (name == "divisibleby") {
-    int64_t d = int_arg(arg(), "divisibleby", line);
-    if (d == 0) fail("division by zero", line);
-    return int_arg(v, "divisibleby", line) % d == 0;
+    const Value d = arg();
+    if (v.is(K::floating) || d.is(K::floating)) {
+      const double x = v.is(K::floating) ? v.f : double(int_arg(v, "divisibleby", line));
+      const double y = d.is(K::floating) ? d.f : double(int_arg(d, "divisibleby", line));
+      if (y == 0) fail("float modulo", line);
+      return std::fmod(x, y) == 0;
+    }
+    const int64_t y = int_arg(d, "divisibleby", line);
+    if (y == 0) fail("division by zero", line);
+    return int_arg(v, "divisibleby", line) % y == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return equal(v, arg());
   if (name == "ne" || name == "!=") return !equal(v, arg());
@@ -249,6 +256,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     List out, keys;
     for (const auto& x : iterate(v, line)) {
       Value k = attribute.is_undefined() ? x : attr_path(x, to_str(attribute), line);
+      if ((k.is(K::list) && !k.tuple) || k.is(K::dict)) fail("unhashable type: '" + type_name(k) + "'", line);
       if (!cs && k.is(K::string)) {
         check_caseless(k.s, "unique", line);
         k.s = ascii_map(k.s, ::tolower);
