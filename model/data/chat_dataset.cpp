@@ -129,6 +129,10 @@ ChatExample tokenize_chat_row(const ojson& row, const ChatTemplateOptions& o, co
     if (!m.contains(o.role_key) || !m[o.role_key].is_string())
       row_fail(file, line, at + "." + o.role_key, "must be a string");
     std::string role = m[o.role_key].get<std::string>();
+    if (o.roles.empty()) {  // axolotl's default names: ShareGPT's human and gpt
+      if (role == "human") role = "user";
+      if (role == "gpt") role = "assistant";
+    }
     for (const auto& [to, from] : o.roles)
       if (std::find(from.begin(), from.end(), role) != from.end()) role = to;
     ojson out = ojson::object();  // the row's key order (a template may print the message)

@@ -19,7 +19,8 @@ struct ChatTemplateOptions {
   std::string field_messages = "messages";
   std::string role_key = "role";        // message_property_mappings.role
   std::string content_key = "content";  // message_property_mappings.content
-  // roles: the template's role and the dataset's names for it (e.g. user: [human], assistant: [gpt]).
+  // roles: the template's role and the dataset's names for it (e.g. user: [human], assistant: [gpt]);
+  // empty: human is user and gpt is assistant (axolotl's default).
   std::vector<std::pair<std::string, std::vector<std::string>>> roles;
   std::vector<std::string> roles_to_train = {"assistant"};
   std::string train_on_eos = "turn";  // turn (each trained turn's end), all, last or none

@@ -55,6 +55,9 @@ SETUPS = [
     {"name": "qwen3_sharegpt", "tokenizer": "qwen25", "template": "qwen3.jinja", "rows": SHAREGPT_ROWS,
      "options": {"field_messages": "conversations", "role_key": "from", "content_key": "value",
                  "roles": {"user": ["human"], "assistant": ["gpt"]}}},
+    {"name": "qwen25_sharegpt_default_roles", "tokenizer": "qwen25", "template": "qwen_25.jinja",
+     "rows": SHAREGPT_ROWS, "options": {"field_messages": "conversations", "role_key": "from", "content_key": "value",
+                                        "train_on_eos": "last"}},
     {"name": "mistral", "tokenizer": "mistral", "template": "mistral_v3_tekken.jinja", "rows": ROWS,
      "options": {}},
     {"name": "llama3", "tokenizer": "llama3", "template": "llama3_generation.jinja", "rows": ROWS,
@@ -123,6 +126,8 @@ def messages_of(row, opts):
     out = []
     for m in row[field]:
         role = m[rk]
+        if not opts.get("roles"):  # axolotl's default names
+            role = {"human": "user", "gpt": "assistant"}.get(role, role)
         for to, names in opts.get("roles", {}).items():
             if role in names:
                 role = to
