@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "io/atomic_file.h"
+#include "model/data/datasets.h"
 #include "model/plan/forecast.h"
 #include "model/run/job.h"
 #include "model/run/launch.h"
@@ -31,6 +32,7 @@ static const char* kUsageHead =
     "  --json                         one JSON object per step on stdout\n"
     "  --write-config FILE.yaml       write the effective settings (every one not at its default) and exit\n"
     "  --settings-markdown            print the settings table (docs/USER_GUIDE.md's) and exit\n"
+    "  --preview-data N               print the first N examples of each dataset (trained text in [[ ]]) and exit\n"
     "  --help                         this text\n"
     "settings (YAML key; default; range):\n";
 static const char* kUsage =
@@ -161,7 +163,7 @@ int main(int argc, char** argv) {
     // SIGINT/SIGTERM: a --save in progress removes its temp file, then the signal ends the run
     // as it would have (the disk tier's offload file has no name to leave behind).
     io::remove_temps_on_signals();
-    std::set<std::string> valued = {"config", "profile", "write-config"},
+    std::set<std::string> valued = {"config", "profile", "write-config", "preview-data"},
                           switches = {"json", "help", "settings-markdown"};
     for (const std::string& f : setting_flags(Tool::train, false)) valued.insert(f);
     for (const std::string& f : setting_flags(Tool::train, true)) switches.insert(f);
@@ -228,6 +230,17 @@ int main(int argc, char** argv) {
                         "command line", "data");
     if (cfg.data_path.empty() && cfg.datasets.empty())
       throw ConfigError("--data FILE (or data or datasets in the --config file) is required", "command line", "data");
+    if (a.has("preview-data")) {
+      const std::string ns = a.str("preview-data");
+      const int n = ns.empty() || ns.size() > 6 || !std::all_of(ns.begin(), ns.end(), ::isdigit) ? 0 : std::stoi(ns);
+      if (n <= 0 || cfg.datasets.empty())
+        throw ConfigError("--preview-data N needs N > 0 and datasets in the --config file", "command line",
+                          "preview-data");
+      const std::string tok_dir = cfg.tokenizer_dir.empty() ? cfg.model_dir : cfg.tokenizer_dir;
+      const text::Tokenizer tok = text::Tokenizer::load(tok_dir);
+      for (const DatasetSpec& d : cfg.datasets) preview_dataset(stdout, d, tok, tok_dir, n);
+      return 0;
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "strata-train: error: %s\nsee strata-train --help\n", e.what());
     return 2;

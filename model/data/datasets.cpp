@@ -1,6 +1,7 @@
 #include "model/data/datasets.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -206,7 +207,8 @@ size_t fit_example(const Example& e, int seq, bool train_on_inputs, bool drop_ex
 
 }  // namespace
 
-std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok) {
+std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
+                                      const ChatFormat* chat_format) {
   const Encoder enc(tok);
   if (d.type == "completion" && is_text_file(d.path)) {
     Example e = enc.encode({{contents, true}});
@@ -214,7 +216,10 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
       throw ConfigError(fmt::format("{}: the text file has no token (empty or blank)", d.path), d.path, "datasets");
     return {std::move(e)};
   }
-  if (d.type != "completion" && d.type != "alpaca" && d.type != "chat")
+  if (d.type == "chat_template" && !chat_format)
+    throw ConfigError(fmt::format("{}: a chat_template dataset needs its chat template loaded", d.path), d.path,
+                      "type");
+  if (d.type != "completion" && d.type != "alpaca" && d.type != "chat" && d.type != "chat_template")
     throw ConfigError(fmt::format("{}: dataset type '{}' is not supported", d.path, d.type), d.path, "type");
   const ChatTemplate chat = chat_template_for(tok);
   const std::string text_field = d.field.empty() ? "text" : d.field;
@@ -234,6 +239,20 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
     if (line.find_first_not_of(" \t\r") != std::string_view::npos) lines.push_back({line, line_no});
   }
   auto one = [&](const Line& l) -> Example {
+    if (d.type == "chat_template") {
+      nlohmann::ordered_json row;
+      try {
+        row = nlohmann::ordered_json::parse(l.text);
+      } catch (const json::exception& e) {
+        throw FormatError(fmt::format("{}: line {}: not valid JSON: {}", d.path, l.no, e.what()), d.path,
+                          fmt::format("line {}", l.no));
+      }
+      if (!row.is_object())
+        throw FormatError(fmt::format("{}: line {}: expected a JSON object, got {}", d.path, l.no, row.type_name()),
+                          d.path, fmt::format("line {}", l.no));
+      ChatExample c = tokenize_chat_row(row, d.chat, *chat_format, tok, d.path, l.no);
+      return Example{std::move(c.ids), std::move(c.trained)};
+    }
     json j;
     if (auto deep = json_nesting_error(l.text))
       throw FormatError(fmt::format("{}: line {}: {}", d.path, l.no, *deep), d.path, fmt::format("line {}", l.no));
@@ -292,6 +311,15 @@ std::string dataset_cache_path(const DatasetSpec& d, const std::string& contents
   h.add(contents);
   h.add(read_if_exists(tokenizer_dir + "/tokenizer.json"));
   h.add(read_if_exists(tokenizer_dir + "/tokenizer_config.json"));
+  if (d.type == "chat_template") {
+    const ChatTemplateOptions& o = d.chat;
+    std::string keys =
+        fmt::format("template={} messages={} role={} content={} train={} eos={}", o.chat_template, o.field_messages,
+                    o.role_key, o.content_key, fmt::join(o.roles_to_train, ","), o.train_on_eos);
+    for (const auto& [to, from] : o.roles) keys += fmt::format(" {}<-{}", to, fmt::join(from, ","));
+    h.add(keys);
+    h.add(load_chat_format(o, tokenizer_dir).source);
+  }
   return fmt::format("{}.strata-cache/{:016x}.bin", d.path, h.final());
 }
 
@@ -313,7 +341,12 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
     if (warn) std::fprintf(warn, "strata-train: warning: %s is damaged; tokenising again\n", r.cache_file.c_str());
     r.examples.clear();
   }
-  r.examples = tokenize_dataset(d, contents, tok);
+  if (d.type == "chat_template") {
+    const ChatFormat f = load_chat_format(d.chat, tokenizer_dir);
+    r.examples = tokenize_dataset(d, contents, tok, &f);
+  } else {
+    r.examples = tokenize_dataset(d, contents, tok);
+  }
   try {
     fs::create_directories(fs::path(r.cache_file).parent_path());
     io::write_file_atomic(r.cache_file, cache_bytes(r.examples));
@@ -321,6 +354,34 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
     if (warn) std::fprintf(warn, "strata-train: warning: the dataset cache was not written: %s\n", e.what());
   }
   return r;
+}
+
+void preview_dataset(std::FILE* out, const DatasetSpec& d, const text::Tokenizer& tok, const std::string& tokenizer_dir,
+                     int n) {
+  const std::string contents = io::read_regular_file(d.path, "the dataset file", kMaxSource);
+  std::fprintf(out, "=== %s (type %s)\n", d.path.c_str(), d.type.c_str());
+  if (d.type == "chat_template") {
+    const ChatFormat f = load_chat_format(d.chat, tokenizer_dir);
+    std::fprintf(out, "chat template: %s\n", f.tmpl.name().c_str());
+    preview_chat_rows(out, contents, d.chat, f, tok, d.path, n);
+    return;
+  }
+  const std::vector<Example> ex = tokenize_dataset(d, contents, tok);
+  for (size_t i = 0; i < ex.size() && i < size_t(n); ++i) {
+    const Example& e = ex[i];
+    std::string text;
+    long trained = 0;
+    for (size_t b = 0; b < e.ids.size();) {
+      size_t k = b;
+      while (k < e.ids.size() && e.trained[k] == e.trained[b]) ++k;
+      const std::string piece = tok.decode(std::span<const int32_t>(e.ids.data() + b, k - b));
+      text += e.trained[b] ? "[[" + piece + "]]" : piece;
+      if (e.trained[b]) trained += long(k - b);
+      b = k;
+    }
+    std::fprintf(out, "--- example %zu: %zu tokens, %ld trained ([[...]])\n%s\n", i + 1, e.ids.size(), trained,
+                 text.c_str());
+  }
 }
 
 bool chunks_rows(const DatasetSpec& d) {
@@ -462,7 +523,9 @@ DatasetRows build_dataset_rows(const DatasetOptions& cfg, const std::string& tok
           "dataset: %s (%s%s) | %ld examples -> %ld rows of %d%s | %ld truncated, %ld dropped (longer than "
           "sequence_len), %ld with no response token in the row | %ld trained targets | cache %s %s\n",
           d.path.c_str(), d.type.c_str(),
-          d.type == "chat" ? fmt::format(", {} template", chat_template_name(chat_template_for(tok))).c_str() : "",
+          d.type == "chat"            ? fmt::format(", {} template", chat_template_name(chat_template_for(tok))).c_str()
+          : d.type == "chat_template" ? fmt::format(", {}", load_chat_format(d.chat, tokenizer_dir).tmpl.name()).c_str()
+                                      : "",
           st.examples, st.rows, cfg.seq, pack ? fmt::format(" ({} packed)", st.laid).c_str() : "", st.truncated,
           st.dropped, st.untrained, st.trained_targets, ld.cache_hit ? "hit" : "written", ld.cache_file.c_str());
     if (st.rows == 0)

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "model/data/chat_dataset.h"
 #include "text/tokenizer.h"
 
 namespace strata {
@@ -22,8 +23,9 @@ namespace strata {
 // text field.
 struct DatasetSpec {
   std::string path;
-  std::string type = "completion";  // completion, alpaca or chat
+  std::string type = "completion";  // completion, alpaca, chat or chat_template
   std::string field;                // completion jsonl: the text field ("" = "text")
+  ChatTemplateOptions chat = {};    // chat_template: axolotl's keys (model/data/chat_dataset.h)
 };
 
 // What build_dataset_rows reads of a run's settings (model/run/train_config.h fills it).
@@ -45,10 +47,13 @@ struct Example {
 // Renders and tokenises every example of `d` from the file's bytes. FormatError naming the file,
 // the line (jsonl) and the field for a row that is not a JSON object, lacks a field, or has a
 // wrong type or role. `tok` gives BOS/EOS and the chat template.
-std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok);
+// A chat_template dataset needs `chat` (load_chat_format).
+std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
+                                      const ChatFormat* chat = nullptr);
 
 // The dataset cache's file for `d`: <path>.strata-cache/<hash>.bin, the hash over the source
-// bytes, the tokenizer files' bytes, the type, the field and kTemplateVersion.
+// bytes, the tokenizer files' bytes, the type, the field and kTemplateVersion; for chat_template,
+// the template's text and the chat keys too.
 std::string dataset_cache_path(const DatasetSpec& d, const std::string& contents, const std::string& tokenizer_dir);
 
 // tokenize_dataset through the cache: a hit reads the examples, a miss tokenises and writes them
@@ -106,5 +111,10 @@ int32_t pad_id_for(const text::Tokenizer& tok, const std::string& tokenizer_dir)
 // Loads the tokenizer from `tokenizer_dir`, every dataset (through its cache) and lays the rows;
 // prints one line a dataset on `info`. ConfigError naming the file when a dataset gives no row.
 DatasetRows build_dataset_rows(const DatasetOptions& cfg, const std::string& tokenizer_dir, std::FILE* info);
+
+// strata-train --preview-data N: the first n examples of `d` as text with the trained tokens
+// between [[ and ]] and the token counts, as axolotl's preprocess debug shows them.
+void preview_dataset(std::FILE* out, const DatasetSpec& d, const text::Tokenizer& tok, const std::string& tokenizer_dir,
+                     int n);
 
 }  // namespace strata

@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
+#include "model/data/chat_dataset.h"
 #include "model/llama/zero.h"
 #include "model/run/checkpoint_pieces.h"
 
@@ -122,7 +123,21 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
   // unsharded run's config has no such field).
   if (zero_shards > 1) must["zero_shards"] = zero_shards;
   nlohmann::ordered_json datasets = nlohmann::ordered_json::array();
-  for (const DatasetSpec& d : c.datasets) datasets.push_back({{"path", d.path}, {"type", d.type}, {"field", d.field}});
+  for (const DatasetSpec& d : c.datasets) {
+    nlohmann::ordered_json e = {{"path", d.path}, {"type", d.type}, {"field", d.field}};
+    if (d.type == "chat_template") {  // the keys that decide the rows' targets
+      const ChatTemplateOptions& o = d.chat;
+      nlohmann::ordered_json roles = nlohmann::ordered_json::object();
+      for (const auto& [to, from] : o.roles) roles[to] = from;
+      e["chat"] = {{"chat_template", o.chat_template},
+                   {"field_messages", o.field_messages},
+                   {"message_property_mappings", {{"role", o.role_key}, {"content", o.content_key}}},
+                   {"roles", roles},
+                   {"roles_to_train", o.roles_to_train},
+                   {"train_on_eos", o.train_on_eos}};
+    }
+    datasets.push_back(std::move(e));
+  }
   if (!c.datasets.empty()) {
     // The rows' targets depend on these (a token file's run has none of them, as before).
     must["datasets"] = datasets;
@@ -168,14 +183,33 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
          "\n";
 }
 
-int copy_tokenizer_files(const std::string& from, const std::string& to) {
+std::string trained_chat_template(const TrainConfig& c, const std::string& tokenizer_dir) {
+  for (const DatasetSpec& d : c.datasets)
+    if (d.type == "chat_template") return load_chat_format(d.chat, tokenizer_dir).source;
+  return {};
+}
+
+int copy_tokenizer_files(const std::string& from, const std::string& to, const std::string& chat_template) {
   int n = 0;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"}) {
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                        "chat_template.jinja"}) {
     const std::string src = from + "/" + f;
     std::error_code ec;
     if (!fs::is_regular_file(src, ec)) continue;
     io::write_file_atomic(to + "/" + f, io::read_regular_file(src, "a tokenizer file", size_t(1) << 30));
     ++n;
+  }
+  if (!chat_template.empty()) {
+    // The template the model was trained with, where transformers reads it: chat_template.jinja
+    // (transformers >= 4.43 prefers it) and tokenizer_config.json's chat_template (older ones).
+    io::write_file_atomic(to + "/chat_template.jinja", chat_template);
+    const std::string cfg_path = to + "/tokenizer_config.json";
+    nlohmann::ordered_json cfg = nlohmann::ordered_json::object();
+    std::error_code ec;
+    if (fs::is_regular_file(cfg_path, ec))
+      cfg = nlohmann::ordered_json::parse(io::read_regular_file(cfg_path, "a tokenizer file", size_t(1) << 30));
+    cfg["chat_template"] = chat_template;
+    io::write_file_atomic(cfg_path, cfg.dump(2, ' ', false) + "\n");
   }
   return n;
 }
@@ -343,7 +377,7 @@ void finish_checkpoint(const std::string& tmp, const std::string& final_dir, con
     done("model.safetensors");
   }
   const std::string& tok_dir = w.tokenizer_dir.empty() ? w.base_model_dir : w.tokenizer_dir;
-  if (!tok_dir.empty() && copy_tokenizer_files(tok_dir, tmp)) done("tokenizer files");
+  if (!tok_dir.empty() && copy_tokenizer_files(tok_dir, tmp, w.chat_template)) done("tokenizer files");
   io::write_file_atomic(tmp + "/" + kConfig, w.config_json);
   done(kConfig);
   const json state = {{"format", "strata-checkpoint"},

@@ -52,6 +52,7 @@ struct CheckpointWrite {
   std::string base_model_dir;  // tokenizer files come from here; the adapter config names it
   std::string tokenizer_dir;   // where they come from instead (the config's `tokenizer`), if not ""
   std::string config_json;     // train_config.json (checkpoint_config_json)
+  std::string chat_template;   // the chat template the run trains with ("" = none): saved with the tokenizer
   // Tests: called after each file of the checkpoint is complete (its name), before the next.
   std::function<void(const std::string&)> after_file;
 };
@@ -124,6 +125,8 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
 
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model from
 // `from` into `to` where they exist (atomically each). Returns how many were copied.
-int copy_tokenizer_files(const std::string& from, const std::string& to);
+int copy_tokenizer_files(const std::string& from, const std::string& to, const std::string& chat_template = "");
+// The template of the run's first chat_template dataset ("" if none), as load_chat_format resolves it.
+std::string trained_chat_template(const TrainConfig& c, const std::string& tokenizer_dir);
 
 }  // namespace strata

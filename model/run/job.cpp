@@ -305,7 +305,7 @@ std::string Job::save(const std::string& dir) {
     std::fprintf(opt_.info, "saved model to %s\n", dir.c_str());
   }
   if (!tokenizer_dir_.empty())
-    if (int n = copy_tokenizer_files(tokenizer_dir_, dir))
+    if (int n = copy_tokenizer_files(tokenizer_dir_, dir, trained_chat_template(cfg_, tokenizer_dir_)))
       std::fprintf(opt_.info, "copied %d tokenizer file%s from %s\n", n, n == 1 ? "" : "s", tokenizer_dir_.c_str());
   return what;
 }

@@ -1,6 +1,7 @@
 #include "model/run/settings_structured.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace strata {
 
@@ -64,6 +65,53 @@ StateParts state_parts(const Plan& p) {
   return out;
 }
 
+// One of axolotl's chat_template keys into `o`; false for a key that is not one.
+bool set_chat_key(ChatTemplateOptions& o, const std::string& key, const SettingValue& v, const std::string& at) {
+  auto strings = [&](const YAML::Node& n, const std::string& where) {
+    std::vector<std::string> out;
+    if (n.IsScalar()) return std::vector<std::string>{n.as<std::string>()};
+    if (!n.IsSequence()) v.fail_in(where, "must be a list of strings");
+    for (const auto& x : n) {
+      if (!x.IsScalar()) v.fail_in(where, "must be a list of strings");
+      out.push_back(x.as<std::string>());
+    }
+    return out;
+  };
+  if (key == "chat_template") {
+    o.chat_template = v.text();
+  } else if (key == "field_messages") {
+    o.field_messages = v.text();
+  } else if (key == "message_property_mappings") {
+    if (!v.node().IsMap()) v.fail_in(at, "must be a mapping {role: FIELD, content: FIELD}");
+    for (auto kv : v.node()) {
+      const std::string k = kv.first.as<std::string>();
+      if (!kv.second.IsScalar()) v.fail_in(at + "." + k, "must be a field name");
+      if (k == "role")
+        o.role_key = kv.second.as<std::string>();
+      else if (k == "content")
+        o.content_key = kv.second.as<std::string>();
+      else
+        v.fail_in(at + "." + k, "is an unknown key (expected role, content)");
+    }
+  } else if (key == "roles") {
+    if (!v.node().IsMap()) v.fail_in(at, "must be a mapping {ROLE: [NAMES IN THE DATASET]}");
+    o.roles.clear();
+    for (auto kv : v.node()) {
+      const std::string k = kv.first.as<std::string>();
+      o.roles.emplace_back(k, strings(kv.second, at + "." + k));
+    }
+  } else if (key == "roles_to_train") {
+    o.roles_to_train = strings(v.node(), at);
+  } else if (key == "train_on_eos") {
+    o.train_on_eos = v.text();
+    if (o.train_on_eos != "turn" && o.train_on_eos != "all" && o.train_on_eos != "last" && o.train_on_eos != "none")
+      v.fail_in(at, fmt::format("is '{}' (expected turn, all, last or none)", o.train_on_eos));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void set_datasets(TrainConfig& c, const SettingValue& v, SettingsReader&) {
   if (!v.node().IsSequence() || v.node().size() == 0)
     v.fail("expects a non-empty list of {path: FILE, type: completion|alpaca|chat}");
@@ -74,6 +122,7 @@ void set_datasets(TrainConfig& c, const SettingValue& v, SettingsReader&) {
     if (!e.IsMap()) v.fail_in(at, "must be a mapping {path: FILE, type: ...}");
     DatasetSpec d;
     d.type.clear();
+    std::vector<std::string> chat_keys;
     for (auto kv : e) {
       const std::string dk = yaml_key_of(kv.first, v.origin().file, at);
       const SettingValue field = v.child(kv.second, at + "." + dk);
@@ -83,14 +132,21 @@ void set_datasets(TrainConfig& c, const SettingValue& v, SettingsReader&) {
         d.type = field.text();
       else if (dk == "field")
         d.field = field.text();
+      else if (set_chat_key(d.chat, dk, field, at + "." + dk))
+        chat_keys.push_back(dk);
       else
-        v.fail_in(at + "." + dk, "is an unknown key (expected path, type, field)");
+        v.fail_in(at + "." + dk,
+                  "is an unknown key (expected path, type, field; for type chat_template: chat_template, "
+                  "field_messages, message_property_mappings, roles, roles_to_train, train_on_eos)");
     }
     if (d.path.empty()) v.fail_in(at + ".path", "is missing: each dataset needs a path");
     if (d.type.empty()) d.type = "completion";
-    if (d.type != "completion" && d.type != "alpaca" && d.type != "chat")
-      v.fail_in(at + ".type", fmt::format("'{}' is not supported (expected completion, alpaca or chat)", d.type));
+    if (d.type != "completion" && d.type != "alpaca" && d.type != "chat" && d.type != "chat_template")
+      v.fail_in(at + ".type",
+                fmt::format("'{}' is not supported (expected completion, alpaca, chat or chat_template)", d.type));
     if (!d.field.empty() && d.type != "completion") v.fail_in(at + ".field", "applies to type completion only");
+    if (!chat_keys.empty() && d.type != "chat_template")
+      v.fail_in(at + "." + chat_keys[0], "applies to type chat_template only");
     out.push_back(std::move(d));
   }
   c.datasets = std::move(out);
@@ -101,6 +157,23 @@ std::string get_datasets(const TrainConfig& c) {
   for (const DatasetSpec& d : c.datasets) {
     std::string e = fmt::format("path: {}, type: {}", yaml_quoted(d.path), d.type);
     if (!d.field.empty()) e += ", field: " + yaml_quoted(d.field);
+    const ChatTemplateOptions& o = d.chat;
+    if (d.type == "chat_template" && !(o == ChatTemplateOptions{})) {
+      e += fmt::format(", chat_template: {}, field_messages: {}", yaml_quoted(o.chat_template),
+                       yaml_quoted(o.field_messages));
+      e += fmt::format(", message_property_mappings: {{role: {}, content: {}}}", yaml_quoted(o.role_key),
+                       yaml_quoted(o.content_key));
+      std::string roles;
+      for (const auto& [to, from] : o.roles) {
+        std::vector<std::string> q;
+        for (const auto& f : from) q.push_back(yaml_quoted(f));
+        roles += fmt::format("{}{}: [{}]", roles.empty() ? "" : ", ", yaml_quoted(to), fmt::join(q, ", "));
+      }
+      if (!roles.empty()) e += ", roles: {" + roles + "}";
+      std::vector<std::string> q;
+      for (const auto& r : o.roles_to_train) q.push_back(yaml_quoted(r));
+      e += fmt::format(", roles_to_train: [{}], train_on_eos: {}", fmt::join(q, ", "), o.train_on_eos);
+    }
     out += (out.empty() ? "{" : ", {") + e + "}";
   }
   return out.empty() ? "" : "[" + out + "]";

@@ -158,7 +158,9 @@ const std::vector<Setting>& settings() {
     {"data", {"dataset"}, "data", "FILE", SettingType::text, {}, "", "(required unless datasets)",
      "token file (docs/FORMATS.md)", set_text<&C::data_path>, get_text<&C::data_path>, T},
     {"datasets", {}, "", "", SettingType::structured, {}, "", "-",
-     "text or jsonl datasets instead of data: a list of {path, type: completion|alpaca|chat, field}",
+     "text or jsonl datasets instead of data: a list of {path, type: completion|alpaca|chat|chat_template, field; "
+     "chat_template's keys: chat_template, field_messages, message_property_mappings, roles, roles_to_train, "
+     "train_on_eos}",
      set_datasets, get_datasets},
     {"tokenizer", {}, "", "", SettingType::text, {}, "", "base_model",
      "directory with the tokenizer.json that tokenises datasets", set_text<&C::tokenizer_dir>,

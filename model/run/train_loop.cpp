@@ -101,6 +101,9 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
                                         model.options().zero.sharded() ? trainer.world() : 0, trainer.dp_world());
   if (opt_.checkpoint.base_model_dir.empty()) opt_.checkpoint.base_model_dir = cfg.model_dir;
   if (opt_.checkpoint.tokenizer_dir.empty()) opt_.checkpoint.tokenizer_dir = cfg.tokenizer_dir;
+  if (opt_.checkpoint.chat_template.empty())
+    opt_.checkpoint.chat_template = trained_chat_template(
+        cfg, opt_.checkpoint.tokenizer_dir.empty() ? opt_.checkpoint.base_model_dir : opt_.checkpoint.tokenizer_dir);
   opt_.checkpoint.config_json = config_json_;
   metrics_path_ = !cfg.metrics_file.empty() ? cfg.metrics_file
                   : !cfg.output_dir.empty() ? cfg.output_dir + "/metrics.jsonl"

@@ -1,0 +1,39 @@
+// A Jinja interpreter for chat templates: renders a checkpoint's `chat_template` byte for byte as
+// transformers' apply_chat_template does (jinja2 with trim_blocks, lstrip_blocks, loopcontrols,
+// `{% generation %}`, raise_exception, strftime_now and transformers' tojson).
+// A construct outside the supported subset is a ConfigError naming the template and line, at parse
+// time where it can be seen then, else when it is reached.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace strata::text::jinja {
+
+struct Rendered {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> generation;  // byte spans [begin, end) of {% generation %} blocks
+};
+
+struct Program;  // the parsed template (text/jinja_internal.h)
+
+class Template {
+ public:
+  // ConfigError "<name>, line N: ..." for a syntax error or an unsupported construct.
+  static Template parse(std::string_view source, const std::string& name);
+  // The context's keys are the template's variables (messages, add_generation_prompt, bos_token...);
+  // key order is kept, as Python dicts keep it. raise_exception and errors met while rendering are
+  // ConfigErrors naming the template and line.
+  Rendered render(const nlohmann::ordered_json& context) const;
+  bool has_generation() const;  // the template marks assistant text with {% generation %}
+  const std::string& name() const;
+
+ private:
+  std::shared_ptr<const Program> program_;
+};
+
+}  // namespace strata::text::jinja
