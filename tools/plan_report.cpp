@@ -334,11 +334,11 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
                       {"multiple", ms.multiple}, {"tried", tried}, {"sim_runs", ms.sim_runs}};
     out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
     if (!ms.found) {
-      std::fprintf(
-          stderr,
-          ms.stopped ? "strata-plan: --max-seq: %d tokens not decided by the time limit (%zu lengths, %d sim runs)\n"
-                     : "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n",
-          ms.lo, ms.tried.size(), ms.sim_runs);
+      std::fprintf(stderr,
+                   ms.stopped
+                       ? "strata-plan: --max-seq: %d tokens not decided by the time limit (%zu lengths, %d sim runs)\n"
+                       : "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n",
+                   ms.lo, ms.tried.size(), ms.sim_runs);
       report_unfit(pr, budget, host_budget, disk_budget, out);
       return false;
     }

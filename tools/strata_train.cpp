@@ -10,7 +10,6 @@
 #include <optional>
 
 #include "io/atomic_file.h"
-#include "model/data/datasets.h"
 #include "model/plan/forecast.h"
 #include "model/run/job.h"
 #include "model/run/launch.h"
@@ -153,6 +152,17 @@ void print_done(std::FILE* info, Job& job, const LoopResult& res) {
 
 }  // namespace
 
+// A metrics or progress write that failed (a full disk) was warned about when it happened; the model is saved,
+// but the run's record is not whole: each loss is named and the run exits 1.
+static bool lost_output(std::FILE* info, LoopResult& res) {
+  if (info && (std::fflush(info) != 0 || std::ferror(info)))
+    res.output_errors.push_back("the progress output: writing failed");
+  for (const std::string& e : res.output_errors) std::fprintf(stderr, "strata-train: error: %s\n", e.c_str());
+  if (!res.output_errors.empty())
+    std::fprintf(stderr, "strata-train: the run trained and saved, but lost output lines (exit 1)\n");
+  return !res.output_errors.empty();
+}
+
 int main(int argc, char** argv) {
   // --gpus N, torchrun, srun (model/run/launch.h): one process per rank, data parallel (Trainer's comm).
   if (std::optional<int> rc = launch_hook(argc, argv, "strata-train", true)) return *rc;
@@ -230,17 +240,7 @@ int main(int argc, char** argv) {
                         "command line", "data");
     if (cfg.data_path.empty() && cfg.datasets.empty())
       throw ConfigError("--data FILE (or data or datasets in the --config file) is required", "command line", "data");
-    if (a.has("preview-data")) {
-      const std::string ns = a.str("preview-data");
-      const int n = ns.empty() || ns.size() > 6 || !std::all_of(ns.begin(), ns.end(), ::isdigit) ? 0 : std::stoi(ns);
-      if (n <= 0 || cfg.datasets.empty())
-        throw ConfigError("--preview-data N needs N > 0 and datasets in the --config file", "command line",
-                          "preview-data");
-      const std::string tok_dir = cfg.tokenizer_dir.empty() ? cfg.model_dir : cfg.tokenizer_dir;
-      const text::Tokenizer tok = text::Tokenizer::load(tok_dir);
-      for (const DatasetSpec& d : cfg.datasets) preview_dataset(stdout, d, tok, tok_dir, n);
-      return 0;
-    }
+    if (a.has("preview-data")) return preview_data(stdout, cfg, a.str("preview-data")), 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "strata-train: error: %s\nsee strata-train --help\n", e.what());
     return 2;
@@ -298,16 +298,7 @@ int main(int argc, char** argv) {
       }
       if (info) print_done(info, job, res);
       if (!job.config().output_dir.empty()) job.save(job.config().output_dir);
-      // A metrics or progress write that failed (a full disk) was warned about when it happened; the model is
-      // saved, but the run's record is not whole.
-      if (info && (std::fflush(info) != 0 || std::ferror(info)))
-        res.output_errors.push_back("the progress output: writing failed");
-      if (!res.output_errors.empty()) {
-        for (const std::string& e : res.output_errors) std::fprintf(stderr, "strata-train: error: %s\n", e.c_str());
-        std::fprintf(stderr, "strata-train: the run trained and saved, but lost output lines (exit 1)\n");
-        return 1;
-      }
-      return 0;
+      return lost_output(info, res) ? 1 : 0;
     } catch (const Error& e) {  // found building or running the job (a budget nothing fits: exit 1, as documented)
       std::fprintf(stderr, "strata-train: error: %s\n", e.what());
       return 1;

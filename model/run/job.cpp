@@ -310,4 +310,16 @@ std::string Job::save(const std::string& dir) {
   return what;
 }
 
+void preview_data(std::FILE* out, const TrainConfig& cfg, const std::string& n_text) {
+  const bool digits = !n_text.empty() && n_text.size() <= 6 &&
+                      std::all_of(n_text.begin(), n_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const int n = digits ? std::stoi(n_text) : 0;
+  if (n <= 0 || cfg.datasets.empty())
+    throw ConfigError("--preview-data N needs N in [1, 999999] and datasets in the --config file", "command line",
+                      "preview-data");
+  const std::string tok_dir = cfg.tokenizer_dir.empty() ? cfg.model_dir : cfg.tokenizer_dir;
+  const text::Tokenizer tok = text::Tokenizer::load(tok_dir);
+  for (const DatasetSpec& d : cfg.datasets) preview_dataset(out, d, tok, tok_dir, n);
+}
+
 }  // namespace strata

@@ -61,6 +61,10 @@ size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, co
                            const LaunchEnv& env, std::string* note = nullptr);
 // The built-in profile whose `match` is in the device name, else h100_80gb.
 DeviceProfile profile_for_device(const std::string& device);
+// strata-train --preview-data N: the first N examples of each of cfg's datasets as rendered text, trained text in
+// [[ ]], with token counts (model/data/datasets.h preview_dataset). ConfigError (field preview-data) unless
+// `n_text` is a count in [1, 999999] and the config has datasets.
+void preview_data(std::FILE* out, const TrainConfig& cfg, const std::string& n_text);
 // `text` broken after ", " so that lines stay within `width` characters (an item longer than that stays
 // whole); continuation lines start with `indent`. The planner's labels list many slot classes.
 std::string wrap_list(const std::string& text, size_t width = 100, const std::string& indent = "    ");

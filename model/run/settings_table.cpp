@@ -30,7 +30,7 @@ constexpr Range kRowsAtOnce{1, 1 << 20};          // rows of a micro-batch, micr
 constexpr Range kRate{0, 1e3, true, false};       // learning rate
 constexpr Range kFactor{0, 1e6, false, false};    // weight decay, gradient norm
 constexpr Range kEpsilon{0, 1, true, false};      // Adam epsilon
-constexpr Range kEpochs{0, 1e6, true, false};     // passes over the rows
+constexpr Range kEpochs{1e-6, 1e6};               // passes over the rows: a millionth of the rows at least
 constexpr Range kHeldOut{0, 9007199254740992.0};  // a fraction below 1 or a whole count <= 2^53
 constexpr Range kLoraRank{1, 1 << 16};
 constexpr Range kLoraAlpha{0, 1e6, true, false};

@@ -289,8 +289,8 @@ TEST_F(hostile_input, settings_out_of_range_name_the_key_and_range) {
       {"host_memory_budget: 0\n", "host_memory_budget", "above 0"},
       {"num_epochs: 1e-30\n", "num_epochs", "[1e-06, 1000000]"},
       {"output_dir: ''\n", "output_dir", "empty"},
-      {"sequence_len: 2147483647\n", "sequence_len", "[1, 16777216]"},
-      {"plan_time_limit: -1\n", "plan_time_limit", "[0, 86400]"},
+      {"sequence_len: 2147483647\n", "sequence_len", "at most 16777216"},
+      {"plan_time_limit: -1\n", "plan_time_limit", "at most 86400"},
   };
   for (const Case& c : cases) {
     TrainConfig t;
@@ -301,9 +301,9 @@ TEST_F(hostile_input, settings_out_of_range_name_the_key_and_range) {
   // Each in range, their product not: refused before anything is allocated for it.
   TrainConfig big;
   auto eb = catch_as<ConfigError>(
-      [&] { apply_yaml_text(big, "sequence_len: 16777216\nmicro_batch_size: 16777216\n", "r.yaml"); });
+      [&] { apply_yaml_text(big, "sequence_len: 16777216\nmicro_batch_size: 1048576\n", "r.yaml"); });
   ASSERT_TRUE(eb);
-  EXPECT_TRUE(names(eb->what(), {"r.yaml", "micro_batch_size 16777216 x sequence_len 16777216", "at most 33554432"}));
+  EXPECT_TRUE(names(eb->what(), {"r.yaml", "micro_batch_size 1048576 x sequence_len 16777216", "at most 33554432"}));
   // The seed is 64 bits end to end: 2^32 + 16 stays itself (it wrapped to 16 once), 2^64 is refused.
   TrainConfig t;
   apply_yaml_text(t, "seed: 4294967312\n", "r.yaml");
