@@ -472,11 +472,30 @@ static std::string located(const Program& p, const JinjaError& e, int fallback_l
   return fmt::format("{}, line {}: {}", p.name, line, e.message);
 }
 
+namespace {
+// A tag ({{ }} or {% %}) of more tokens than any chat template writes is refused before parsing: the parser and the
+// evaluator recurse once per operator of a chain or level of parentheses, so a hostile template's depth is bounded.
+constexpr size_t kMaxTagTokens = 1024;
+void check_tag_sizes(const std::vector<Token>& toks) {
+  size_t open = 0;
+  bool in_tag = false;
+  for (size_t k = 0; k < toks.size(); ++k) {
+    const Token::Type t = toks[k].type;
+    if (t == Token::Type::var_begin || t == Token::Type::block_begin) in_tag = true, open = k;
+    if (t == Token::Type::var_end || t == Token::Type::block_end) in_tag = false;
+    if (in_tag && k - open > kMaxTagTokens)
+      fail("a tag of more than " + std::to_string(kMaxTagTokens) + " tokens", toks[open].line);
+  }
+}
+}  // namespace
+
 Template Template::parse(std::string_view source, const std::string& name) {
   auto prog = std::make_shared<Program>();
   prog->name = name;
   try {
-    prog->body = parse_tokens(lex(source), &prog->has_generation);
+    const std::vector<Token> toks = lex(source);
+    check_tag_sizes(toks);
+    prog->body = parse_tokens(toks, &prog->has_generation);
   } catch (const JinjaError& e) {
     STRATA_THROW(ConfigError, located(*prog, e, 0), name, "chat_template");
   }

@@ -13,6 +13,8 @@ struct Parser {
   const std::vector<Token>& toks;
   size_t p = 0;
   bool has_generation = false;
+  int body_depth = 0;  // blocks open (if, for, macro, ...): a hostile template's nesting is bounded
+  static constexpr int kMaxBodyDepth = 100;
 
   const Token& cur() const { return toks[p]; }
   const Token& peek(size_t k = 1) const { return toks[std::min(p + k, toks.size() - 1)]; }
@@ -55,6 +57,12 @@ struct Parser {
 
   // Statements up to one of `ends` (a block tag name); leaves p at that tag's name.
   Body parse_body(const std::set<std::string>& ends, std::string* end_found) {
+    if (++body_depth > kMaxBodyDepth)
+      fail("blocks nested deeper than " + std::to_string(kMaxBodyDepth) + " levels", cur().line);
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{body_depth};
     Body body;
     while (true) {
       const Token& t = cur();

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 #include "engine/master_split.h"
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
@@ -219,7 +220,9 @@ bool is_strata_checkpoint(const std::string& dir) noexcept {
   if (fs::is_symlink(dir, ec) || !fs::is_directory(dir, ec) || !fs::is_regular_file(dir + "/" + kState, ec))
     return false;
   try {
-    const json j = json::parse(io::read_regular_file(dir + "/" + kState, "trainer_state.json", size_t(1) << 20));
+    const std::string text = io::read_regular_file(dir + "/" + kState, "trainer_state.json", size_t(1) << 20);
+    if (json_nesting_error(text)) return false;
+    const json j = json::parse(text);
     return j.is_object() && j.value("format", "") == "strata-checkpoint";
   } catch (...) {
     return false;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "engine/json_limits.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
 #include "model/llama/zero.h"
@@ -26,6 +27,7 @@ namespace {
 
 json read_json(const std::string& path) {
   const std::string text = io::read_regular_file(path, "a checkpoint file", size_t(64) << 20);
+  if (const auto deep = json_nesting_error(text)) throw FormatError(fmt::format("{}: {}", path, *deep), path, "");
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

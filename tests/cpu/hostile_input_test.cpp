@@ -23,6 +23,7 @@
 #include "model/run/train_config.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/tool_runner.h"
+#include "text/jinja.h"
 #include "text/tokenizer.h"
 
 namespace strata {
@@ -508,6 +509,44 @@ TEST_F(hostile_input, metrics_and_logs_on_a_full_disk_warn_and_exit_nonzero_but_
   // The same run with room to write succeeds.
   Proc ok = run(base + "--save " + quote(path("room")));
   EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+// A chat template from a checkpoint is input too: the parser and the evaluator recurse per level of parentheses,
+// operator of a chain and open block, so a hostile template is refused by its size before it could overflow the stack.
+TEST_F(hostile_input, deep_chat_templates_are_refused_naming_the_template_and_line) {
+  using text::jinja::Template;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}", "more than 1024 tokens"},
+      {"{{ 1" +
+           [] {
+             std::string s;
+             for (int i = 0; i < 100000; ++i) s += " + 1";
+             return s;
+           }() +
+           " }}",
+       "more than 1024 tokens"},
+      {[] {
+         std::string s;
+         for (int i = 0; i < 1000; ++i) s += "{% if true %}";
+         return s + "x";
+       }(),
+       "nested deeper than 100 levels"},
+  };
+  for (const auto& [source, why] : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = catch_as<ConfigError>([&] { Template::parse(source, "hostile.jinja"); });
+    ASSERT_TRUE(e) << why;
+    EXPECT_TRUE(names(e->what(), {"hostile.jinja", "line 1", why})) << e->what();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  }
+  // Real templates are far inside both limits: 99 nested blocks and a tag of 601 tokens still render.
+  std::string ok;
+  for (int i = 0; i < 99; ++i) ok += "{% if true %}";
+  ok += "{{ 1";
+  for (int i = 0; i < 300; ++i) ok += " + 0";
+  ok += " }}";
+  for (int i = 0; i < 99; ++i) ok += "{% endif %}";
+  EXPECT_EQ(Template::parse(ok, "ok.jinja").render(nlohmann::ordered_json::object()).text, "1");
 }
 
 }  // namespace

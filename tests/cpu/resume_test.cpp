@@ -610,6 +610,18 @@ TEST(Resume, CorruptOptimizerStateOrCountersAreRefusedBeforeAnyStep) {
           "field trainer_rng is -5");
   refused([&](const std::string& d) { state(d, [](json& j) { j["data"]["index"] = "7"; }); }, "trainer_state.json",
           "field data.index is \"7\"");
+  // Nested 100k deep: a clean error naming the file, no crash (saved elsewhere: in its own output_dir an
+  // unreadable checkpoint is a path strata did not write, refused as such).
+  {
+    const std::string w = s.path("case_deep");
+    fs::copy(pristine, w, fs::copy_options::recursive);
+    std::ofstream(w + "/checkpoint-2/trainer_state.json") << std::string(100000, '[') << std::string(100000, ']');
+    const Proc p = s.run(fmt::format("{} --steps 4 --save {} --resume {}", base, quote(s.path("case_deep_out")),
+                                     quote(w + "/checkpoint-2")));
+    EXPECT_EQ(p.code, 1) << p.err;
+    EXPECT_NE(p.err.find(w + "/checkpoint-2/trainer_state.json"), std::string::npos) << p.err;
+    EXPECT_EQ(p.out.find("\"step\""), std::string::npos) << "trained: " << p.out;
+  }
   // The untouched copy resumes.
   const Proc ok = s.run(
       fmt::format("{} --steps 4 --save {} --resume {}", base, quote(pristine), quote(pristine + "/checkpoint-2")));
