@@ -155,7 +155,7 @@ bool parse_cache(const std::string& b, std::vector<Example>& ex, int32_t vocab) 
   size_t at = 0;
   auto get = [&](void* p, size_t n) {
     if (b.size() - at < n) return false;
-    std::memcpy(p, b.data() + at, n);
+    if (n) std::memcpy(p, b.data() + at, n);  // an empty example's vector has no storage: nothing to copy
     at += n;
     return true;
   };

@@ -19,8 +19,6 @@ constexpr double kIntMax = std::numeric_limits<int>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Range kAtLeast1{1, kIntMax};
 constexpr Range kAtLeast0{0, kIntMax};
-constexpr Range kPositive{0, kInf, true, true};
-constexpr Range kNonNegative{0, kInf, false, true};
 constexpr Range kUnitOpen{0, 1, false, true};
 constexpr Range kBytesAbove0{1, 18446744073709551615.0};
 // Finite bounds where nothing else bounds a value: far past any sensible setting, and every value within
