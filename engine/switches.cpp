@@ -29,6 +29,8 @@ Switches Switches::from(const std::function<const char*(const char*)>& get) {
   number("STRATA_PROFILE_SKIP", s.op_profile_skip);
   if (const char* t = get("TMPDIR"); t && *t) s.temp_dir = t;
   if (const char* v = get("CUDA_VISIBLE_DEVICES")) s.visible_devices = v;
+  number("STRATA_TEST_KILL_AT", s.test_kill_at);
+  if (const char* v = get("STRATA_TEST_RENAME_FALLBACK"); v && *v) s.test_rename_fallback = true;
   return s;
 }
 

@@ -18,6 +18,8 @@ struct Switches {
   int op_profile_skip = 1;                // STRATA_PROFILE_SKIP=N: steps the per-op profile leaves out first
   std::string temp_dir = "/tmp";          // TMPDIR: the default directory of the disk tier's and the state's file
   std::string visible_devices = "unset";  // CUDA_VISIBLE_DEVICES, for error messages only
+  long test_kill_at = 0;                  // STRATA_TEST_KILL_AT=N (tests): SIGKILL at a save's Nth write or rename
+  bool test_rename_fallback = false;      // STRATA_TEST_RENAME_FALLBACK set (tests): no atomic exchange of copies
 
   // From a lookup (name -> value or null): flags are off only for "0" and keep their default when
   // unset or empty; numbers keep their default when they do not parse.

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "engine/error.h"
+#include "engine/switches.h"
 
 namespace strata::io {
 namespace {
@@ -144,12 +145,7 @@ size_t remove_stale_temps(const std::string& dir) noexcept {
 }
 
 long kill_point() noexcept {
-  static const long at = [] {
-    const char* v = std::getenv("STRATA_TEST_KILL_AT");
-    char* end = nullptr;
-    const long n = v ? std::strtol(v, &end, 10) : 0;
-    return v && *v && !*end && n > 0 ? n : 0;
-  }();
+  const long at = switches().test_kill_at;
   static std::atomic<long> calls{0};
   const long n = calls.fetch_add(1) + 1;
   if (n == at) ::raise(SIGKILL);

@@ -9,10 +9,7 @@
 #include "kernels/ops_cuda.h"
 
 namespace strata {
-namespace {
-
-// A split master: lo i16 and hi (the compute weights) bf16 of the same shape.
-void check_split(const Tensor& lo, const Tensor& hi) {
+void check_split_master(const Tensor& lo, const Tensor& hi) {
   STRATA_CHECK(lo.defined() && hi.defined() && lo.dtype == DType::i16 && hi.dtype == DType::bf16 &&
                    lo.numel() == hi.numel() && lo.contiguous() && hi.contiguous(),
                fmt::format("cuda keeps fp32 masters split: needs an i16 low half and the bf16 weights of one shape, "
@@ -20,8 +17,6 @@ void check_split(const Tensor& lo, const Tensor& hi) {
                            lo.defined() ? dtype_name(lo.dtype) : "none", lo.defined() ? lo.numel() : 0,
                            hi.defined() ? dtype_name(hi.dtype) : "none", hi.defined() ? hi.numel() : 0));
 }
-
-}  // namespace
 
 // adamw_step(norm_sq; slots, max_norm, params, t): every slot of one call shares one precision (the model's recipe).
 void adamw_cuda(const OpCall& c, const CudaOpContext& ctx) {
@@ -40,7 +35,7 @@ void adamw_cuda(const OpCall& c, const CudaOpContext& ctx) {
     STRATA_CHECK(a.master.defined() == split && a.m.dtype == mdt && a.v.dtype == mdt && a.g.dtype == gdt,
                  "adamw_step_list: the slots of one call must share one state precision");
     STRATA_CHECK(gdt == DType::f32 || gdt == DType::bf16, "adamw_step_list: gradients must be f32 or bf16");
-    if (split) check_split(a.master, a.param_out);
+    if (split) check_split_master(a.master, a.param_out);
     STRATA_CHECK(a.param_out.defined() && a.param_out.dtype == DType::bf16 && a.param_out.numel() == a.g.numel(),
                  "adamw_step_list: cuda updates bf16 weights of the gradient's size");
   }

@@ -97,7 +97,7 @@ class CudaBackend final : public Backend {
   void upload_i32(Tensor dst, const int32_t* src) override { copy_in(dst.data, src, dst.bytes()); }
   DType master_dtype() const override { return DType::i16; }
   void upload_master(Tensor lo, Tensor hi, const float* src) override {
-    check_split(lo, hi);
+    check_split_master(lo, hi);
     std::vector<uint16_t> h(size_t(hi.numel()));
     std::vector<int16_t> l(h.size());
     master_split(src, h.data(), l.data(), h.size());
@@ -105,7 +105,7 @@ class CudaBackend final : public Backend {
     copy_in(lo.data, l.data(), lo.bytes());
   }
   void download_master(float* dst, Tensor lo, Tensor hi) override {
-    check_split(lo, hi);
+    check_split_master(lo, hi);
     std::vector<uint16_t> h(size_t(hi.numel()));
     std::vector<int16_t> l(h.size());
     copy_out(h.data(), hi.data, hi.bytes());
@@ -212,15 +212,6 @@ class CudaBackend final : public Backend {
   };
   cudaStream_t s() const {
     return stream_.get();
-  }
-  // A split master: lo i16 and hi (the compute weights) bf16 of the same shape.
-  static void check_split(Tensor lo, Tensor hi) {
-    STRATA_CHECK(lo.defined() && hi.defined() && lo.dtype == DType::i16 && hi.dtype == DType::bf16 &&
-                     lo.numel() == hi.numel() && lo.contiguous() && hi.contiguous(),
-                 fmt::format("cuda keeps fp32 masters split: needs an i16 low half and the bf16 weights of one shape, "
-                             "got {} [{}] and {} [{}]",
-                             lo.defined() ? dtype_name(lo.dtype) : "none", lo.defined() ? lo.numel() : 0,
-                             hi.defined() ? dtype_name(hi.dtype) : "none", hi.defined() ? hi.numel() : 0));
   }
   CopyTicket enqueue_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, CopyLane lane) {
     reap_finished();

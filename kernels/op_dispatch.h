@@ -39,6 +39,10 @@ struct CudaOpContext {
 STRATA_OPS(STRATA_DECLARE_OP_IMPLS)
 #undef STRATA_DECLARE_OP_IMPLS
 
+// cuda keeps fp32 masters split (engine/master_split.h): an i16 low half `lo` and the bf16 weights `hi` of one
+// shape, contiguous; Error naming both otherwise (kernels/adamw_cuda.cpp).
+void check_split_master(const Tensor& lo, const Tensor& hi);
+
 namespace dispatch {
 inline int64_t rows(const Tensor& t) {
   return t.numel() / t.shape[t.shape.nd - 1];

@@ -18,6 +18,7 @@
 #include "engine/error.h"
 #include "engine/json_limits.h"
 #include "engine/master_split.h"
+#include "engine/switches.h"
 #include "io/atomic_file.h"
 #include "io/regular_file.h"
 #include "io/safetensors.h"
@@ -329,7 +330,7 @@ void publish_checkpoint(const std::string& tmp, const std::string& final_dir, co
     return;
   }
   int e = errno;
-  const bool exchange = !std::getenv("STRATA_TEST_RENAME_FALLBACK");  // tests the path of other file systems
+  const bool exchange = !switches().test_rename_fallback;  // tests the path of other file systems
   if (e == EEXIST && exchange) {
     io::kill_point();
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
