@@ -40,7 +40,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   auto fits = [&](long k) {
     ForecastRequest r = base;
     r.seq = int(k * multiple);
-    PlanResult pr = plan_for_budget_undiagnosed(r, budgets);
+    PlanResult pr = plan_first_fit(r, budgets);  // whether a plan fits; the fastest is searched at the answer
     out.sim_runs += pr.sim_runs;
     if (pr.stopped && !pr.found) return false;  // undecided: the time limit passed
     out.tried.emplace_back(r.seq, pr.found);
@@ -61,8 +61,20 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     clock.finish(out.plan);
     return out;
   }
+  // The fastest plan at the answer's length (the lengths tried asked only whether one fits).
+  auto fastest = [&] {
+    if (planner_detail::search_stopped()) return;
+    ForecastRequest r = base;
+    r.seq = out.seq;
+    PlanResult pr = plan_for_budget_undiagnosed(r, budgets);
+    out.sim_runs += pr.sim_runs;
+    if (pr.found) out.plan = std::move(pr);
+    out.stopped = planner_detail::search_stopped();
+  };
   if (k_hi == k_lo || fits(k_hi)) {
     out.at_limit = true;
+    fastest();
+    if (out.stopped) clock.finish(out.plan);
     return out;
   }
   long a = k_lo, b = k_hi;  // a fits, b does not
@@ -78,6 +90,8 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     return out;
   }
   out.next_seq = int(b * multiple);
+  fastest();
+  if (out.stopped) clock.finish(out.plan);
   return out;
 }
 }  // namespace strata

@@ -67,6 +67,7 @@ struct Search {
   int layers;
   PlanResult& res;
   const Plan* fixed_state;  // base.plan when it places state (every candidate keeps it), else null
+  planner_detail::Goal goal;
   std::map<std::string, PlanTried> cache;
   std::map<std::string, PlanSpec> specs;
   bool have_best = false;
@@ -76,6 +77,12 @@ struct Search {
   PlanTried short_t;
 
   bool tiers_ok(const PlanTried& t) const { return t.host_bytes <= b.host && t.disk_bytes <= b.disk; }
+  // first_fit: a plan fits, so the search is over.
+  bool done() const { return goal.first_fit && have_best; }
+  // A plan must be faster than this to matter (the goal's bound, the best found). Adding recompute, tier
+  // decisions or state moves to a candidate only adds work to its step, so what starts slower is skipped.
+  double bound() const { return std::min(goal.bound_s, have_best ? best.step_s : goal.bound_s); }
+  bool too_slow(const PlanTried& t) const { return t.step_s > bound(); }
 
   // A candidate's sim runs: unbounded (its in-use peak), then, when that fits the device and the
   // tiers, under the device budget (placement). They depend on the candidate alone, so prefetch runs
@@ -179,6 +186,7 @@ struct Search {
     PlanSpec all_layers = s;
     all_layers.checkpointed_layers = layers;
     s.checkpointed_layers = 0;
+    if (done() || too_slow(eval(s))) return;  // checkpointing only adds recompute to it
     prefetch({s, all_layers});
     if (eval(s).fits) return;  // no layer needs checkpointing
     s.checkpointed_layers = layers;
@@ -200,7 +208,7 @@ struct Search {
                                const std::vector<Decision>& decisions) {
     std::vector<PlanSpec> prefixes{cur_spec};
     PlanTried cur = eval(cur_spec);
-    while (!cur.fits) {
+    while (!cur.fits && !too_slow(cur) && !done()) {
       double best_score = -1;
       PlanSpec next;
       PlanTried next_t;
@@ -443,14 +451,15 @@ Plan make_plan(const PlanSpec& s, int layers, const Plan* fixed_state) {
 
 namespace {
 
-// diagnose: when nothing fits, also find the tier that would help and the minimum device budget
+// goal.diagnose: when nothing fits, also find the tier that would help and the minimum device budget
 // (plan_for_budget's answer); without it an unfit search returns at once (max_seq_for_budget).
-PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
+PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, const planner_detail::Goal& goal) {
   PlanResult res;
   res.budgets = budgets;
   const int L = base.model.num_hidden_layers;
   const Plan* fixed = base.plan.places_state() ? &base.plan : nullptr;
-  Search S{base, budgets, L, res, fixed, {}, {}, false, {}, {}, false, {}, {}};
+  Search S{base, budgets, L, res, fixed, goal, {}, {}, false, {}, {}, false, {}, {}};
+  const bool diagnose = goal.diagnose;
 
   // The saved class types of this model and mode (the loss path stays kept: it is needed at once).
   ForecastRequest keep = base;
@@ -506,6 +515,21 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   if (budgets.disk > 0 && !fixed)
     for (const char* level : {"optimizer", "master", "all"})
       if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
+  // The lowest-memory families of a start: checkpointing every layer, and on each tier with a budget the
+  // layer inputs there (the rest recomputed) and every layer slot there. When none of them fits the device,
+  // nothing in the start's other families (which keep more of the same slots) is taken to fit either.
+  auto floors = [&](const PlanSpec& start) {
+    std::vector<PlanSpec> v(1, start);
+    v[0].checkpoint_every = 1;
+    for (Decision d : all)
+      if (d != Decision::recompute) {
+        v.push_back(start);
+        v.back().types = {{"L*.input", d}, {"L*", Decision::recompute}};
+        v.push_back(start);
+        v.back().types = {{"L*", d}};
+      }
+    return v;
+  };
   {
     std::vector<PlanSpec> first;
     for (const auto& [level, tier] : starts)
@@ -516,6 +540,11 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
         first.back().state_tier = tier;
       }
     S.prefetch(first);
+    std::vector<PlanSpec> low;  // every start's floors at once (a coarse first pass over the starts)
+    for (const PlanSpec& st : first)
+      if (!S.eval(st).fits)
+        for (PlanSpec& f : floors(st)) low.push_back(std::move(f));
+    S.prefetch(low);
   }
   for (const auto& [level, tier] : starts)
     for (bool paged : paging) {
@@ -523,7 +552,26 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       start.layer_weights = paged ? Decision::page : Decision::keep;
       start.state_level = level;
       start.state_tier = tier;
-      if (S.eval(start).fits) continue;  // keep everything fits: nothing is faster (with this paging)
+      if (S.done()) break;
+      const PlanTried st = S.eval(start);
+      if (st.fits) continue;         // keep everything fits: nothing is faster (with this paging)
+      if (S.too_slow(st)) continue;  // every plan of this start is slower than one found
+      size_t floor_peak = std::numeric_limits<size_t>::max();
+      for (const PlanSpec& f : floors(start)) floor_peak = std::min(floor_peak, S.eval(f).peak_bytes);
+      if (floor_peak > budgets.device || S.done()) continue;  // nothing of this start fits the device
+      // 3. (first: the low-memory families give the others a step to beat) Gradient checkpointing every k
+      //    layers; on each tier with a budget, hidden_states (layer inputs there, the rest recomputed) and
+      //    everything there.
+      std::vector<PlanSpec> every;
+      for (int k = 1; k <= std::max(1, L); k *= 2) {
+        every.push_back(start);
+        every.back().checkpoint_every = k;
+      }
+      S.prefetch(every);
+      for (const PlanSpec& s : every) S.eval(s);
+      for (Decision d : all)
+        if (d != Decision::recompute) S.tier_families(start, d);
+      if (S.done()) break;
       // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
       std::vector<PlanSpec> prefixes;
       for (auto& ds : decision_sets) {
@@ -534,24 +582,13 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       for (auto& t : selective) sel.types.emplace_back(t, Decision::recompute);
       if (!sel.types.empty()) S.checkpointed(sel);
       for (auto& p : prefixes) S.checkpointed(p);
-      // 3. Gradient checkpointing every k layers; on each tier with a budget, hidden_states (layer
-      //    inputs there, the rest recomputed) and everything there.
-      std::vector<PlanSpec> every;
-      for (int k = 1; k <= std::max(1, L); k *= 2) {
-        every.push_back(start);
-        every.back().checkpoint_every = k;
-      }
-      S.prefetch(every);
-      for (const PlanSpec& s : every) S.eval(s);
-      for (Decision d : all)
-        if (d != Decision::recompute) S.tier_families(start, d);
     }
   // 4. Refine the fastest plan found, one decision at a time.
-  S.refine(all);  // keep (dropping a type from the plan) is tried there too
+  if (!S.done()) S.refine(all);  // keep (dropping a type from the plan) is tried there too
   // 5. The state per layer (Search::place) under the 8 fastest activation plans that fit the device
   //    at some state level, ranked by their fastest step at any level (the state-on-device step, when
   //    it was tried: what a placement moving less state approaches), then refine again.
-  if (levels.size() > 1) {
+  if (levels.size() > 1 && !S.done()) {
     struct Act {
       PlanSpec spec;
       double step_s;
@@ -577,8 +614,10 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     }
     std::erase_if(acts, [](const Act& a) { return !a.fits_device; });
     std::stable_sort(acts.begin(), acts.end(), [](const Act& x, const Act& y) { return x.step_s < y.step_s; });
-    for (size_t i = 0; i < std::min<size_t>(acts.size(), 8); ++i) S.place(acts[i].spec, levels);
-    S.refine(all);
+    // Placing state off the device only adds copies to an activation plan's step.
+    for (size_t i = 0; i < std::min<size_t>(acts.size(), 8) && acts[i].step_s <= S.bound() && !S.done(); ++i)
+      S.place(acts[i].spec, levels);
+    if (!S.done()) S.refine(all);
   }
 
   res.found = S.have_best;
@@ -587,7 +626,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   //    placement moving more layers can leave room for much faster activations, so with the placement
   //    fixed (as a caller's is), steps 1-4 run again for the one found and for the higher of its two levels
   //    in a quarter, half and three quarters of the layers; the fastest plan wins.
-  if (res.found && !fixed && res.plan.places_state()) {
+  if (res.found && !fixed && res.plan.places_state() && !goal.first_fit) {
     const PlanSpec& b = S.best_spec;
     std::string lower = b.state_level, upper = b.layers_level;
     Decision tier = b.state_tier;
@@ -610,7 +649,9 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       around.plan = Plan::keep_everything();
       around.plan.take_state(placement);
       around.plan.set_layer_weights(Decision::keep, "planner");  // the search tries paging itself
-      PlanResult sub = plan_search(around, budgets, false);
+      planner_detail::Goal sub_goal;
+      sub_goal.bound_s = std::min(goal.bound_s, res.forecast.step_s);  // only a faster plan replaces it
+      PlanResult sub = plan_search(around, budgets, sub_goal);
       res.sim_runs += sub.sim_runs;
       const std::string state = fmt::format(" + state: {}", around.plan.state_label());
       for (PlanTried& t : sub.tried) {
@@ -679,10 +720,11 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
 }
 
 // plan_search at one tile count; the labels say the tile count.
-PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets, int tiles, bool diagnose) {
+PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets, int tiles,
+                         const planner_detail::Goal& goal) {
   ForecastRequest r = base;
   r.mlp_tiles = tiles;
-  PlanResult pr = plan_search(r, budgets, diagnose);
+  PlanResult pr = plan_search(r, budgets, goal);
   pr.plan.mlp_tiles = tiles;  // the plan carries what the planner decided
   if (tiles > 1) {
     const std::string tail = fmt::format(" + MLP in {} tiles", tiles);
@@ -698,43 +740,62 @@ PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets
 namespace planner_detail {
 
 // The tile count too (plan_for_budget's comment): untiled first, tiles only when needed to fit.
-// The most tiles (the least memory) are searched next, so a length nothing fits at (max-seq's
-// bisection meets many) costs two searches; then the fewest tiles that fit, by bisection (fitting
-// taken as monotone in the tile count), and twice that many when faster.
-PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
-  if (base.mlp_tiles > 0) return plan_at_tiles(base, budgets, base.mlp_tiles, diagnose);
+// Whether anything fits at a tile count is asked with first-fit searches (they end at the first plan that
+// fits): the most tiles (the least memory) first, so a length nothing fits at (max-seq's bisection meets
+// many) costs two searches; then the fewest tiles that fit, by bisection (fitting taken as monotone in the
+// tile count). Only there, and at twice as many tiles (faster when the memory freed lets more be kept),
+// does the whole search run.
+PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal) {
+  if (base.mlp_tiles > 0) return plan_at_tiles(base, budgets, base.mlp_tiles, goal);
   const std::vector<int> cands = mlp_tile_candidates(base);
-  PlanResult res = plan_at_tiles(base, budgets, 1, diagnose && cands.empty());
+  Goal untiled = goal;
+  untiled.diagnose = goal.diagnose && cands.empty();
+  PlanResult res = plan_at_tiles(base, budgets, 1, untiled);
   if (res.found || cands.empty()) return res;
   int runs = res.sim_runs;
   std::vector<PlanTried> tried = std::move(res.tried);
-  std::map<size_t, PlanResult> at;  // by index into cands
-  auto search = [&](size_t i, bool diag) -> const PlanResult& {
-    if (auto it = at.find(i); it != at.end()) return it->second;
-    PlanResult pr = plan_at_tiles(base, budgets, cands[i], diag);
+  std::map<size_t, PlanResult> probes;  // first-fit searches, by index into cands
+  auto keep = [&](PlanResult& pr) {
     runs += pr.sim_runs;
     tried.insert(tried.end(), pr.tried.begin(), pr.tried.end());
-    return at.emplace(i, std::move(pr)).first->second;
   };
-  auto finish = [&](size_t i) {
-    PlanResult pr = std::move(at.at(i));
+  auto probe = [&](size_t i, bool diag) -> const PlanResult& {
+    if (auto it = probes.find(i); it != probes.end()) return it->second;
+    Goal g = goal;
+    g.first_fit = true;
+    g.diagnose = diag;
+    PlanResult pr = plan_at_tiles(base, budgets, cands[i], g);
+    keep(pr);
+    return probes.emplace(i, std::move(pr)).first->second;
+  };
+  auto finish = [&](PlanResult pr) {
     pr.sim_runs = runs;
     pr.tried = std::move(tried);
     return pr;
   };
   const size_t last = cands.size() - 1;
-  if (!search(last, diagnose).found) return finish(last);  // nothing fits at any tile count
-  size_t lo = 0, hi = last;                                // cands[hi] fits
-  while (lo < hi) {
+  if (!probe(last, goal.diagnose).found || goal.first_fit)
+    return finish(probes.at(last));  // nothing fits at any tile count, or that something fits is the answer
+  size_t lo = 0, hi = last;          // cands[hi] fits
+  while (lo < hi && !search_stopped()) {
     const size_t mid = lo + (hi - lo) / 2;
-    if (search(mid, false).found)
+    if (probe(mid, false).found)
       hi = mid;
     else
       lo = mid + 1;
   }
-  if (hi < last && search(hi + 1, false).found && at.at(hi + 1).forecast.step_s < at.at(hi).forecast.step_s)
-    return finish(hi + 1);
-  return finish(hi);
+  Goal whole = goal;
+  whole.diagnose = false;
+  PlanResult best = plan_at_tiles(base, budgets, cands[hi], whole);
+  keep(best);
+  if (!best.found) best = probes.at(hi);  // the time limit passed: the plan the probe found
+  if (hi < last && !search_stopped()) {
+    whole.bound_s = std::min(goal.bound_s, best.forecast.step_s);  // only a faster plan replaces it
+    PlanResult more = plan_at_tiles(base, budgets, cands[hi + 1], whole);
+    keep(more);
+    if (more.found && more.forecast.step_s < best.forecast.step_s) best = std::move(more);
+  }
+  return finish(std::move(best));
 }
 
 }  // namespace planner_detail

@@ -111,6 +111,9 @@ void set_planner_threads(int threads);
 // plan_for_budget that stops at once when nothing fits, with no diagnosis (what max_seq_for_budget runs
 // per length).
 PlanResult plan_for_budget_undiagnosed(const ForecastRequest& base, const TierBudgets& budgets);
+// Whether some plan fits: the search ends at the first plan that fits every budget (found; not the fastest),
+// with no diagnosis when none does (what max_seq_for_budget asks at each length it tries).
+PlanResult plan_first_fit(const ForecastRequest& base, const TierBudgets& budgets);
 // The tile counts plan_for_budget tries for an auto base (empty: tiling is not possible).
 std::vector<int> mlp_tile_candidates(const ForecastRequest& base);
 inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_budget) {

@@ -22,8 +22,8 @@ namespace {
 // one does not fit, the search runs again with the device budget lowered by the shortfall (the ranks differ
 // mostly by their persistent state: the same bytes under every plan). The result's forecast is the rank with
 // the largest peak under the chosen plan (`rank`), and rank_peak_bytes every rank's.
-PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
-  if (base.zero_stage < 1 || base.gpus < 2) return plan_with_tiles(base, budgets, diagnose);
+PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budgets, const planner_detail::Goal& goal) {
+  if (base.zero_stage < 1 || base.gpus < 2) return plan_with_tiles(base, budgets, goal);
   ForecastRequest r = base;
   r.budget = 0;
   int runs = 0, search_rank = 0;
@@ -45,7 +45,7 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
   size_t margin = 0;  // bytes the search leaves unused for the other ranks' larger peaks
   PlanResult pr;
   for (int round = 0; round <= base.gpus; ++round) {
-    pr = plan_with_tiles(r, TierBudgets{budgets.device - margin, budgets.host, budgets.disk}, diagnose);
+    pr = plan_with_tiles(r, TierBudgets{budgets.device - margin, budgets.host, budgets.disk}, goal);
     runs += pr.sim_runs;
     pr.sim_runs = runs;
     pr.rank = search_rank;
@@ -97,9 +97,9 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
 }
 
 // A fixed state placement (base.plan places state): its tiers need budgets, and the label names it.
-PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose) {
+PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budgets, const planner_detail::Goal& goal) {
   const Plan& p = base.plan;
-  if (!p.places_state()) return plan_every_rank(base, budgets, diagnose);
+  if (!p.places_state()) return plan_every_rank(base, budgets, goal);
   for (auto [tier, budget, key] : {std::tuple{Decision::host, budgets.host, "host_memory_budget"},
                                    std::tuple{Decision::disk, budgets.disk, "disk_memory_budget"}})
     if (p.state_uses(tier) && budget == 0)
@@ -108,7 +108,7 @@ PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budg
                                "planner a {} budget (--{}-budget, YAML {})",
                                p.state_label(), decision_name(tier), decision_name(tier), decision_name(tier), key),
                    "budget planner", key);
-  PlanResult r = plan_every_rank(base, budgets, diagnose);
+  PlanResult r = plan_every_rank(base, budgets, goal);
   r.label += fmt::format(" + state (fixed): {}", p.state_label());
   return r;
 }
@@ -118,7 +118,7 @@ PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budg
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
   check_forecast_shape(base);
   planner_detail::SearchClock clock(base);
-  PlanResult r = plan_fixed_state(base, budgets, true);
+  PlanResult r = plan_fixed_state(base, budgets, planner_detail::Goal{true});
   clock.finish(r);
   return r;
 }
@@ -126,7 +126,15 @@ PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budge
 PlanResult plan_for_budget_undiagnosed(const ForecastRequest& base, const TierBudgets& budgets) {
   check_forecast_shape(base);
   planner_detail::SearchClock clock(base);
-  PlanResult r = plan_fixed_state(base, budgets, false);
+  PlanResult r = plan_fixed_state(base, budgets, planner_detail::Goal{});
+  clock.finish(r);
+  return r;
+}
+
+PlanResult plan_first_fit(const ForecastRequest& base, const TierBudgets& budgets) {
+  check_forecast_shape(base);
+  planner_detail::SearchClock clock(base);
+  PlanResult r = plan_fixed_state(base, budgets, planner_detail::Goal{false, true});
   clock.finish(r);
   return r;
 }

@@ -2,14 +2,23 @@
 // plan_for_budget's search on one rank's forecasts, over the MLP's tile counts (model/plan/planner.h).
 #pragma once
 #include <chrono>
+#include <limits>
 #include <string>
 
 #include "model/plan/planner.h"
 
 namespace strata::planner_detail {
 
-// diagnose: when nothing fits, also find the minimum device budget and the tier that would help.
-PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, bool diagnose);
+// What a search is after.
+struct Goal {
+  bool diagnose = false;   // when nothing fits, also find the minimum device budget and the tier that would help
+  bool first_fit = false;  // stop at the first plan that fits every budget: whether one exists, not the fastest
+  // Only plans faster than this (seconds a step) matter: one that fast is known already (another tile count,
+  // layout or state placement). Candidates slower than it, and what only adds work to them, are not run.
+  double bound_s = std::numeric_limits<double>::infinity();
+};
+
+PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
 
 // The search's clock (ForecastRequest::plan_time_limit_s), on the calling thread: the outermost
 // entry point (plan_for_budget, max_seq_for_budget) starts it, nested ones share it. Once the limit
