@@ -284,7 +284,13 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
                    : std::to_string(req.seq).c_str(),
                req.batch, train_mode_name(req.mode),
                req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
-  if (req.gpus > 1)
+  if (r.choose_layout)
+    std::fprintf(info, "ranks: %d GPUs; the planner chooses %s\n", req.gpus,
+                 r.fixed_sp > 0      ? fmt::format("the ZeRO stage (sequence parallel {} given)", r.fixed_sp).c_str()
+                 : r.fixed_zero >= 0 ? fmt::format("the sequence-parallel degree (ZeRO-{} given)", r.fixed_zero).c_str()
+                                     : "the sequence-parallel degree and the ZeRO stage (--sequence-parallel, "
+                                       "--zero-stage fix them)");
+  else if (req.gpus > 1)
     std::fprintf(info, "ranks: %d GPUs%s; %s%s\n", req.gpus,
                  req.sequence_parallel > 1
                      ? fmt::format(" in {} data-parallel group{} of {} (sequence parallel: each rank holds seq/{} "
@@ -319,6 +325,41 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
                                  req.mode != TrainMode::full && host_budget ? " and weight paging" : "")
                          .c_str()
                    : "");
+}
+
+// The layout the planner chose for several GPUs, why, and the others tried (fastest fitting first).
+static void print_layouts(std::FILE* info, const PlanAnswer& a, json& out) {
+  const LayoutChoice& lc = a.layout;
+  const int gpus = a.request.gpus;
+  std::fprintf(info, "%s\n",
+               wrap_list(fmt::format("layout: {}{}: {}", layout_name(lc.layout, gpus),
+                                     lc.found ? "" : " (nothing fits)", lc.why))
+                   .c_str());
+  json tried = json::array();
+  for (const LayoutTried& t : lc.tried) {
+    const bool chosen = lc.found && t.fits && t.layout.sequence_parallel == lc.layout.sequence_parallel &&
+                        t.layout.zero_stage == lc.layout.zero_stage;
+    std::string line = fmt::format("  {}{}: {}", chosen ? "* " : "  ", layout_name(t.layout, gpus), t.status);
+    if (t.fits)
+      line += fmt::format(", {:.0f} tokens/s, device peak {}: {}", t.tokens_per_s, format_bytes(t.peak_bytes), t.label);
+    else if (t.status.rfind("nothing", 0) == 0)
+      line += fmt::format(" (keeping everything would give {:.0f} tokens/s)", t.bound_tokens_per_s);
+    std::fprintf(info, "%s\n", line.c_str());
+    tried.push_back({{"sequence_parallel", t.layout.sequence_parallel},
+                     {"zero_stage", t.layout.zero_stage},
+                     {"status", t.status},
+                     {"fits", t.fits},
+                     {"tokens_per_s", t.tokens_per_s},
+                     {"peak_bytes", t.peak_bytes},
+                     {"bound_tokens_per_s", t.bound_tokens_per_s},
+                     {"plan", t.label},
+                     {"sim_runs", t.sim_runs}});
+  }
+  out["layout"] = {{"found", lc.found},
+                   {"sequence_parallel", lc.layout.sequence_parallel},
+                   {"zero_stage", lc.layout.zero_stage},
+                   {"why", lc.why},
+                   {"tried", tried}};
 }
 
 // The planner's lines (budget, max-seq) and its part of the JSON; false when it found nothing.
@@ -360,6 +401,7 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
     return true;
   }
   out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
+  if (r.choose_layout) print_layouts(info, a, out);
   if (!pr.found) {
     report_unfit(pr, budget, host_budget, disk_budget, out);
     return false;

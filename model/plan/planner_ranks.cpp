@@ -16,6 +16,8 @@ using planner_detail::search_progress;
 
 namespace {
 
+constexpr int kVerifyPastLimit = 64;
+
 // ZeRO over several ranks: each rank owns another share of the state (model/llama/zero.h), so the ranks' peaks
 // differ and a plan must fit the largest. The search runs on one rank's forecasts, the rank with the largest
 // peak under the base plan; the plan it chooses is then forecast on every rank under the budgets, and while
@@ -60,7 +62,9 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
     size_t short_by = 0;
     int largest = -1;  // the fitting rank with the largest peak
     for (int q = 0; q < base.gpus; ++q) {
-      if (out_of_time()) {  // not verified on every rank
+      // A found plan is verified on every rank past the time limit too (a few runs a rank), unless the ranks
+      // are so many that this alone would take minutes.
+      if (out_of_time() && base.gpus > kVerifyPastLimit) {  // not verified on every rank
         pr.found = false;
         pr.rank_peak_bytes.clear();
         pr.sim_runs = runs;
@@ -114,6 +118,12 @@ PlanResult plan_fixed_state(const ForecastRequest& base, const TierBudgets& budg
 }
 
 }  // namespace
+
+PlanResult planner_detail::plan_for_goal(const ForecastRequest& base, const TierBudgets& budgets,
+                                         const planner_detail::Goal& goal) {
+  check_forecast_shape(base);
+  return plan_fixed_state(base, budgets, goal);
+}
 
 PlanResult plan_for_budget(const ForecastRequest& base, const TierBudgets& budgets) {
   check_forecast_shape(base);

@@ -19,6 +19,9 @@ struct Goal {
 };
 
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
+// plan_for_budget toward `goal` (its fixed state placement's checks, ZeRO's ranks, the tile counts), inside the
+// caller's SearchClock.
+PlanResult plan_for_goal(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
 
 // The search's clock (ForecastRequest::plan_time_limit_s), on the calling thread: the outermost
 // entry point (plan_for_budget, max_seq_for_budget) starts it, nested ones share it. Once the limit

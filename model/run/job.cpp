@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <span>
 
 #include "io/tokens.h"
 #include "model/data/datasets.h"
@@ -24,8 +26,13 @@ DeviceProfile profile_for_device(const std::string& device) {
   return find_profile("h100_80gb");
 }
 
+bool planner_chooses_layout(const TrainConfig& cfg, int world) {
+  return cfg.memory_budget_bytes && world > 1 && !(cfg.sequence_parallel_given && cfg.zero_stage_given);
+}
+
 PlanResult plan_run_to_budget(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
-                              const std::string& device, const std::string& profile, int world, int rank) {
+                              const std::string& device, const std::string& profile, int world, int rank,
+                              Layout* layout, std::string* why) {
   ForecastRequest req = train_forecast_request(cfg, mc, backend == "cuda" ? SimMirror::cuda : SimMirror::cpu,
                                                profile.empty() ? profile_for_device(device) : find_profile(profile));
   req.gpus = world;  // one rank's plan
@@ -35,7 +42,13 @@ PlanResult plan_run_to_budget(const TrainConfig& cfg, const io::LlamaConfig& mc,
   req.plan = Plan::keep_everything();
   req.plan.take_state(cfg.plan);
   req.plan.set_layer_weights(Decision::keep, "budget planner");
-  return plan_for_budget(req, TierBudgets{cfg.memory_budget_bytes, cfg.host_budget_bytes, cfg.disk_budget_bytes});
+  const TierBudgets budgets{cfg.memory_budget_bytes, cfg.host_budget_bytes, cfg.disk_budget_bytes};
+  if (!layout || !planner_chooses_layout(cfg, world)) return plan_for_budget(req, budgets);
+  LayoutChoice lc = plan_layout(req, budgets, cfg.sequence_parallel_given ? cfg.sequence_parallel : 0,
+                                cfg.zero_stage_given ? cfg.zero_stage : -1);
+  *layout = lc.layout;
+  if (why) *why = fmt::format("layout: {}: {}", layout_name(lc.layout, world), lc.why);
+  return std::move(lc.plan);
 }
 
 size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
@@ -184,29 +197,31 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
     rdv_ = Rendezvous::join(env_.rendezvous());  // before the backend and the communicator: they outlive neither
     std::fprintf(info, "data parallel: %d ranks (%s), %d on this node; rank 0 of %s:%d\n", env_.world,
                  env_.launcher.c_str(), env_.local_world, env_.master_addr.c_str(), env_.master_port);
-    if (c.sequence_parallel > 1)
-      std::fprintf(info,
-                   "sequence parallel: groups of %d ranks share each row (%d tokens a rank, all-to-alls around "
-                   "attention); %d data-parallel group%s\n",
-                   c.sequence_parallel, c.seq / c.sequence_parallel, env_.world / c.sequence_parallel,
-                   env_.world / c.sequence_parallel == 1 ? "" : "s");
   }
   if (!be_) {
     own_be_ = platform.make_backend(be_name_, c.device_budget_bytes, env_.local_rank);
     be_ = own_be_.get();
   }
-  if (env_.world > 1) {
-    if (platform.make_comm) comm_ = platform.make_comm(*rdv_, *be_, env_, 1);
-    if (!comm_) comm_ = make_cpu_communicator(*rdv_);
-    // Sequence parallel: the group's own communicator beside the world's, unless the group is the world.
-    if (c.sequence_parallel > 1 && c.sequence_parallel < env_.world) {
-      if (platform.make_comm) group_ = platform.make_comm(*rdv_, *be_, env_, c.sequence_parallel);
-      if (!group_) group_ = make_cpu_communicator(*rdv_, c.sequence_parallel);
-    }
-  }
-
   if (c.memory_budget_bytes) {
-    PlanResult pr = plan_run_to_budget(c, mc_, be_name_, be_->device_name(), opt_.profile, env_.world, env_.rank);
+    // Several ranks: the planner chooses what the run leaves open of the layout (sequence_parallel, zero_stage);
+    // every rank searches, and rank 0's choice is the one all take.
+    Layout layout{c.sequence_parallel, c.zero_stage};
+    std::string why;
+    PlanResult pr =
+        plan_run_to_budget(c, mc_, be_name_, be_->device_name(), opt_.profile, env_.world, env_.rank, &layout, &why);
+    if (planner_chooses_layout(c, env_.world)) {
+      const int mine[2] = {layout.sequence_parallel, layout.zero_stage};
+      const std::vector<std::byte> root = rdv_->broadcast(std::as_bytes(std::span(mine)));
+      int chosen[2];
+      std::memcpy(chosen, root.data(), sizeof chosen);
+      c.sequence_parallel = chosen[0];
+      c.zero_stage = chosen[1];
+      c.sequence_parallel_given = c.zero_stage_given = true;
+      if (chosen[0] != mine[0] || chosen[1] != mine[1])  // another answer within its time limit: rank 0's layout
+        pr = plan_run_to_budget(c, mc_, be_name_, be_->device_name(), opt_.profile, env_.world, env_.rank);
+      check_seq_parallel_len(c.seq, c.sequence_parallel);
+      std::fprintf(info, "%s\n", wrap_list(why).c_str());
+    }
     if (!pr.found) throw ConfigError(budget_failure(c, pr), origin_file(c), "memory_budget");
     const Forecast& f = pr.forecast;
     const std::string profile_name =
@@ -224,6 +239,21 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
                  f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s);
     c.plan = pr.plan;
     planned_ = std::move(pr);
+  }
+  if (env_.world > 1 && c.sequence_parallel > 1)
+    std::fprintf(info,
+                 "sequence parallel: groups of %d ranks share each row (%d tokens a rank, all-to-alls around "
+                 "attention); %d data-parallel group%s\n",
+                 c.sequence_parallel, c.seq / c.sequence_parallel, env_.world / c.sequence_parallel,
+                 env_.world / c.sequence_parallel == 1 ? "" : "s");
+  if (env_.world > 1) {
+    if (platform.make_comm) comm_ = platform.make_comm(*rdv_, *be_, env_, 1);
+    if (!comm_) comm_ = make_cpu_communicator(*rdv_);
+    // Sequence parallel: the group's own communicator beside the world's, unless the group is the world.
+    if (c.sequence_parallel > 1 && c.sequence_parallel < env_.world) {
+      if (platform.make_comm) group_ = platform.make_comm(*rdv_, *be_, env_, c.sequence_parallel);
+      if (!group_) group_ = make_cpu_communicator(*rdv_, c.sequence_parallel);
+    }
   }
 
   ModelOptions mo = model_options(c);

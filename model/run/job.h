@@ -12,6 +12,7 @@
 #include "engine/comm.h"
 #include "engine/rendezvous.h"
 #include "io/hf_config.h"
+#include "model/plan/layout.h"
 #include "model/plan/planner.h"
 #include "model/run/launch.h"
 #include "model/run/train_config.h"
@@ -50,8 +51,13 @@ struct JobOptions {
 // The budget planner for a run: the fastest plan (and MLP tile count) whose step fits cfg's
 // budgets on the sim mirroring `backend`, priced with `profile` ("": the built-in one matching
 // `device`). `world` ranks, this being rank `rank`. The result's plan is not applied.
+// With `layout` (several ranks, and sequence_parallel or zero_stage not given): the planner also chooses them
+// (model/plan/layout.h) and writes its choice there; `why` gets its line.
 PlanResult plan_run_to_budget(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
-                              const std::string& device, const std::string& profile, int world, int rank = 0);
+                              const std::string& device, const std::string& profile, int world, int rank = 0,
+                              Layout* layout = nullptr, std::string* why = nullptr);
+// Whether a run of cfg over `world` ranks under a budget leaves its layout to the planner.
+bool planner_chooses_layout(const TrainConfig& cfg, int world);
 // Why nothing fits, in lines a user can act on (the minimum, the short tier, the persistent state).
 std::string budget_failure(const TrainConfig& cfg, const PlanResult& pr);
 // The device arena a run on `backend` reserves when the settings give none: device_memory, else

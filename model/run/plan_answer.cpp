@@ -75,7 +75,6 @@ PlanRequest plan_request(const PlanQuestion& q) {
     for (long i = 0; i < long(req.batch) * req.seq; ++i) req.positions.push_back(int32_t(i % (req.seq / pack)));
   }
   if (tc.grad_reduce == DType::bf16) r.run_keys += "grad_reduce_dtype: bf16\n";
-  if (req.zero_stage) r.run_keys += fmt::format("zero_stage: {}\n", req.zero_stage);
   req.rank = flag_int(q.rank, "rank", 0, 0);  // ZeRO's shares differ between ranks
   if (req.rank >= req.gpus)
     throw flag_error(
@@ -90,6 +89,10 @@ PlanRequest plan_request(const PlanQuestion& q) {
   }
   if (req.max_grad_norm != TrainConfig{}.max_grad_norm)
     r.run_keys += fmt::format("max_grad_norm: {}\n", req.max_grad_norm);
+  // Several GPUs under a budget: what the run leaves open of the layout, the planner chooses.
+  r.choose_layout = r.ask == PlanAsk::budget && req.gpus > 1 && !(tc.sequence_parallel_given && tc.zero_stage_given);
+  r.fixed_sp = tc.sequence_parallel_given ? tc.sequence_parallel : 0;
+  r.fixed_zero = tc.zero_stage_given ? tc.zero_stage : -1;
   r.budgets.host = tc.host_budget_bytes;
   r.budgets.disk = tc.disk_budget_bytes;
   r.budgets.device = q.budget ? parse_bytes(*q.budget, "--budget") : tc.device_budget_bytes;
@@ -109,6 +112,12 @@ PlanAnswer answer_plan(const PlanRequest& r) {
       a.planner = std::move(a.search.plan);
       a.search.plan = PlanResult{};
       if (a.search.found) req.seq = a.search.seq;
+    } else if (r.choose_layout) {
+      a.layout = plan_layout(req, r.budgets, r.fixed_sp, r.fixed_zero);
+      a.planner = std::move(a.layout.plan);
+      a.layout.plan = PlanResult{};
+      req.sequence_parallel = a.layout.layout.sequence_parallel;
+      req.zero_stage = a.layout.layout.zero_stage;
     } else {
       a.planner = plan_for_budget(req, r.budgets);
     }
@@ -137,6 +146,7 @@ PlanAnswer answer_plan(const PlanRequest& r) {
     }
   }
   a.yaml = plan_yaml(req, a.plan, a.forecast, r.planned() ? a.budget : 0) + r.run_keys;
+  if (req.zero_stage) a.yaml += fmt::format("zero_stage: {}\n", req.zero_stage);
   return a;
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "model/plan/layout.h"
 #include "model/plan/planner.h"
 #include "model/run/train_config.h"
 
@@ -37,6 +38,10 @@ struct PlanRequest {
   ForecastRequest forecast;             // the run's request as the run builder makes it; max_seq: seq 0 (searched)
   TierBudgets budgets;                  // device: the budget, else the settings' device budget (0: none)
   int seq_multiple = 0, seq_limit = 0;  // max_seq: the lengths searched
+  // budget over several GPUs without both a sequence_parallel and a zero_stage given: the planner chooses the
+  // layout (model/plan/layout.h); fixed_sp (> 0) and fixed_zero (>= 0) are the ones given.
+  bool choose_layout = false;
+  int fixed_sp = 0, fixed_zero = -1;
   // YAML the written config adds to the plan's: base_model, data, grad_reduce_dtype, zero_stage, max_grad_norm.
   std::string run_keys;
   bool planned() const { return ask != PlanAsk::forecast; }
@@ -53,6 +58,7 @@ struct PlanAnswer {
   std::string budget_what;  // "the budget", "a h100_80gb (default arena: ...)", "" (none)
   PlanResult planner;       // budget, max_seq: the planner's result
   MaxSeqResult search;      // max_seq: the search (its plan moved to `planner`)
+  LayoutChoice layout;      // choose_layout: the layouts tried (its plan moved to `planner`)
   std::string yaml;         // found: the strata-train config (plan_yaml and the run keys)
 };
 PlanAnswer answer_plan(const PlanRequest& r);

@@ -309,6 +309,7 @@ const std::vector<Setting>& settings() {
      [](C& c, const V& v, R&) {
        // Read wide, so the refusal says what each stage does.
        c.zero_stage = parse_zero_stage(v.integer_in(Range{-kIntMax, kIntMax}), v.origin());
+       c.zero_stage_given = true;
      }, get_int<&C::zero_stage>,
      T | P},
     {"plan_time_limit", {}, "plan-time-limit", "SECONDS", SettingType::number, {0, 86400}, "", "60",
@@ -316,7 +317,11 @@ const std::vector<Setting>& settings() {
      set_num<&C::plan_time_limit_s>, get_num<&C::plan_time_limit_s>, T | P},
     {"sequence_parallel", {}, "sequence-parallel", "N", SettingType::integer, kRanksAtOnce, "", "1",
      "groups of N ranks share each row, seq/N tokens each (DeepSpeed-Ulysses); 1: off",
-     set_int<&C::sequence_parallel>, get_int<&C::sequence_parallel>, T | P},
+     [](C& c, const V& v, R& r) {
+       set_int<&C::sequence_parallel>(c, v, r);
+       c.sequence_parallel_given = true;
+     },
+     get_int<&C::sequence_parallel>, T | P},
     // ---- memory plan: activations
     {"gradient_checkpointing", {}, "", "", SettingType::structured, {}, "", "false",
      "true: keep each layer's input, recompute the rest; {every: N}: every N-th layer's input", set_checkpointing,

@@ -56,6 +56,9 @@ struct TrainConfig {
   // sequence_parallel (model/llama/seq_parallel.h): groups of N ranks share each row, each holding sequence_len / N of
   // its tokens, with all-to-alls around attention; 1 (the default): off. N must divide the ranks (--gpus).
   int sequence_parallel = 1;
+  // Whether the YAML or a flag gave them: with a budget and several GPUs the planner chooses the others
+  // (model/plan/layout.h).
+  bool zero_stage_given = false, sequence_parallel_given = false;
   // plan_time_limit: the budget planner's search stops after this many seconds with the best plan found (0: none)
   float plan_time_limit_s = 60;
   int pad_vocab_multiple = 64;  // ModelOptions::pad_vocab_multiple: vocabulary rows padded in memory (1: none)

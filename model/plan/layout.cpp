@@ -1,0 +1,227 @@
+#include "model/plan/layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "engine/error.h"
+#include "model/llama/seq_parallel.h"
+#include "model/plan/planner_search.h"
+
+namespace strata {
+
+std::string layout_name(const Layout& l, int gpus) {
+  const int dp = gpus / std::max(1, l.sequence_parallel);
+  const std::string zero = l.zero_stage ? fmt::format("ZeRO-{}", l.zero_stage) : std::string("no ZeRO");
+  if (l.sequence_parallel <= 1) return fmt::format("data parallel {}, {}", dp, zero);
+  return fmt::format("sequence parallel {} x data parallel {}, {}", l.sequence_parallel, dp, zero);
+}
+
+namespace {
+
+// Why `sp` ranks cannot share base's rows (empty: they can).
+std::string seq_parallel_refusal(const ForecastRequest& base, int sp) {
+  if (sp <= 1) return "";
+  try {
+    seq_parallel_kv_heads(base.model, sp);
+    if (base.seq > 0) check_seq_parallel_len(base.seq, sp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The smallest device peak of the layout's lowest-memory plans: the most MLP tiles, the layers paged and the
+// persistent state on the host where the budgets allow, and every layer checkpointed, or the layer inputs (the
+// rest recomputed) or every layer slot on a tier with a budget. When even that exceeds the device budget, the
+// layout's search would find nothing (its candidates keep more on the device). Rank 0's: the plan must fit
+// every rank, so rank 0 not fitting settles it.
+size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs) {
+  const int L = r.model.num_hidden_layers;
+  const Plan* fixed = r.plan.places_state() ? &r.plan : nullptr;
+  ForecastRequest f = r;
+  f.budget = 0;
+  f.rank = 0;
+  if (f.mlp_tiles == 0)
+    if (const std::vector<int> t = mlp_tile_candidates(r); !t.empty()) f.mlp_tiles = t.back();
+  PlanSpec lean;
+  if (budgets.host) {
+    lean.state_level = "all";
+    if (r.mode != TrainMode::full || r.zero_stage < 1) lean.layer_weights = Decision::page;
+  } else if (budgets.disk) {
+    lean.state_level = "master";
+    lean.state_tier = Decision::disk;
+  }
+  std::vector<PlanSpec> specs(1, lean);
+  specs[0].checkpoint_every = 1;
+  for (auto [d, budget] : {std::pair{Decision::host, budgets.host}, std::pair{Decision::disk, budgets.disk}})
+    if (budget) {
+      specs.push_back(lean);
+      specs.back().types = {{"L*.input", d}, {"L*", Decision::recompute}};
+      specs.push_back(lean);
+      specs.back().types = {{"L*", d}};
+    }
+  size_t low = std::numeric_limits<size_t>::max();
+  for (const PlanSpec& s : specs) {
+    if (planner_detail::out_of_time()) break;
+    f.plan = make_plan(s, L, fixed);
+    low = std::min(low, forecast(f).peak_bytes);
+    runs++;
+    planner_detail::search_progress(1);
+  }
+  return low;
+}
+
+// a is the better answer: faster per token, then the smaller device peak.
+bool better(double tps_a, size_t peak_a, double tps_b, size_t peak_b) {
+  return tps_a > tps_b || (tps_a == tps_b && peak_a < peak_b);
+}
+
+}  // namespace
+
+LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets, int fixed_sp, int fixed_zero) {
+  if (base.gpus < 2) throw ConfigError("a layout of GPUs needs at least 2 (--gpus)", "command line", "gpus");
+  planner_detail::SearchClock clock(base);  // one time limit for every layout
+  LayoutChoice out;
+  // Every layout the model allows, with keep everything's forecast: its tokens/s bound no plan of it exceeds.
+  struct Cand {
+    LayoutTried t;
+    double tokens_per_step = 0;
+    size_t keep_peak = 0;
+  };
+  std::vector<Cand> cands;
+  std::vector<LayoutTried> refused;
+  for (int sp = 1; sp <= base.gpus; ++sp) {
+    if (base.gpus % sp || (fixed_sp > 0 && sp != fixed_sp)) continue;
+    const std::string no = seq_parallel_refusal(base, sp);
+    for (int z = 0; z <= 3; ++z) {
+      if (fixed_zero >= 0 && z != fixed_zero) continue;
+      LayoutTried t;
+      t.layout = {sp, z};
+      if (!no.empty()) {
+        t.status = "not possible: " + no;
+        refused.push_back(std::move(t));
+        continue;
+      }
+      ForecastRequest r = base;
+      r.sequence_parallel = sp;
+      r.zero_stage = z;
+      r.budget = 0;
+      r.mlp_tiles = std::max(1, base.mlp_tiles);
+      try {
+        const Forecast f = forecast(r);
+        out.sim_runs++;
+        planner_detail::search_progress(1);
+        Cand c{t, f.tokens_per_s * f.step_s, f.peak_bytes};
+        c.t.bound_tokens_per_s = f.tokens_per_s;
+        cands.push_back(std::move(c));
+      } catch (const Error& e) {  // a combination the engine refuses (the message says which)
+        t.status = fmt::format("not possible: {}", e.what());
+        refused.push_back(std::move(t));
+      }
+    }
+  }
+  if (cands.empty())
+    throw ConfigError(fmt::format("no layout of {} GPUs runs this model: {}", base.gpus,
+                                  refused.empty() ? std::string("none was given") : refused.front().status),
+                      "command line", "gpus");
+  // The lowest-memory layouts first (they fit most often, and what they find bounds the rest), then the faster.
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return a.keep_peak != b.keep_peak ? a.keep_peak < b.keep_peak : a.t.bound_tokens_per_s > b.t.bound_tokens_per_s;
+  });
+  const Cand* best = nullptr;
+  auto take = [&](Cand& c, PlanResult& pr) {
+    LayoutTried& t = c.t;
+    t.sim_runs += pr.sim_runs;
+    out.sim_runs += pr.sim_runs;
+    if (!pr.found) return;
+    t.fits = true;
+    t.status = "fits";
+    t.tokens_per_s = pr.forecast.tokens_per_s;
+    t.peak_bytes = pr.forecast.peak_bytes;
+    t.label = pr.label;
+    if (!best || better(t.tokens_per_s, t.peak_bytes, best->t.tokens_per_s, best->t.peak_bytes)) {
+      best = &c;
+      out.plan = std::move(pr);
+    }
+  };
+  auto request = [&](const Cand& c) {
+    ForecastRequest r = base;
+    r.sequence_parallel = c.t.layout.sequence_parallel;
+    r.zero_stage = c.t.layout.zero_stage;
+    return r;
+  };
+  // 1. Which layouts fit at all: the lowest-memory plans' device peak, then a first-fit search (so a plan is
+  //    known early, even when the time limit cuts the rest short).
+  std::vector<Cand*> open, maybe;
+  for (Cand& c : cands) {
+    LayoutTried& t = c.t;
+    t.status = "not searched: the time limit had passed";
+    if (planner_detail::out_of_time()) continue;
+    int runs = 0;
+    const size_t low = floor_peak(request(c), budgets, runs);
+    t.sim_runs += runs;
+    out.sim_runs += runs;
+    if (low > budgets.device)
+      t.status = fmt::format("nothing fits: its lowest-memory plans need {} of device memory", format_bytes(low));
+    else
+      maybe.push_back(&c);
+  }
+  for (Cand* cp : maybe) {
+    Cand& c = *cp;
+    LayoutTried& t = c.t;
+    if (planner_detail::out_of_time()) continue;
+    PlanResult pr = planner_detail::plan_for_goal(request(c), budgets, planner_detail::Goal{false, true});
+    if (!pr.found) t.status = planner_detail::search_stopped() ? "not decided by the time limit" : "nothing fits";
+    take(c, pr);
+    if (t.fits) open.push_back(&c);
+  }
+  // 2. The fastest plan of each layout that fits, the fastest bound first; a layout whose keep-everything step
+  //    cannot beat the best found is not searched, and each search looks only for plans faster than that best.
+  std::stable_sort(open.begin(), open.end(),
+                   [](const Cand* a, const Cand* b) { return a->t.bound_tokens_per_s > b->t.bound_tokens_per_s; });
+  for (Cand* c : open) {
+    if (c != best && !better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) continue;
+    if (planner_detail::out_of_time()) break;
+    planner_detail::Goal goal;
+    if (c != best) goal.bound_s = c->tokens_per_step / best->t.tokens_per_s;  // only a faster plan matters
+    PlanResult pr = planner_detail::plan_for_goal(request(*c), budgets, goal);
+    if (pr.found && c == best) best = nullptr;  // its first fit, replaced by its fastest (the others were slower)
+    take(*c, pr);                               // not found: nothing faster than the best (the first fit stays)
+  }
+  for (Cand& c : cands) out.tried.push_back(c.t);
+  std::stable_sort(out.tried.begin(), out.tried.end(), [](const LayoutTried& a, const LayoutTried& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? better(a.tokens_per_s, a.peak_bytes, b.tokens_per_s, b.peak_bytes)
+                  : a.bound_tokens_per_s > b.bound_tokens_per_s;
+  });
+  out.tried.insert(out.tried.end(), refused.begin(), refused.end());
+  const int fitting = int(std::count_if(out.tried.begin(), out.tried.end(), [](auto& t) { return t.fits; }));
+  if (best) {
+    out.found = true;
+    out.layout = best->t.layout;
+    out.why = fmt::format(
+        "the fastest forecast that fits ({:.0f} tokens/s, device peak {}) of {} layout{} tried; {} fit",
+        best->t.tokens_per_s, format_bytes(best->t.peak_bytes), cands.size(), cands.size() == 1 ? "" : "s", fitting);
+  } else if (!planner_detail::search_stopped()) {
+    // Nothing fits: the lowest-memory layout's diagnosis (what it would need).
+    const Cand& low = cands.front();
+    out.layout = low.t.layout;
+    ForecastRequest r = base;
+    r.sequence_parallel = out.layout.sequence_parallel;
+    r.zero_stage = out.layout.zero_stage;
+    out.plan = planner_detail::plan_for_goal(r, budgets, planner_detail::Goal{true});
+    out.sim_runs += out.plan.sim_runs;
+    out.why = fmt::format("no layout of {} fits; the lowest-memory one ({}) is diagnosed", cands.size(),
+                          layout_name(out.layout, base.gpus));
+  } else {
+    out.layout = cands.front().t.layout;
+    out.why = "the time limit passed before any layout was found to fit";
+  }
+  out.plan.sim_runs = out.sim_runs;
+  clock.finish(out.plan);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,160 @@
+// The planner's layout of several GPUs (model/plan/layout.h): the sequence-parallel degree and the ZeRO stage it
+// chooses when the run leaves them open, through strata-plan's question (model/run/plan_answer.h) and strata-train's
+// planning (model/run/job.h). Everything runs on the sim backend: no GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "model/plan/layout.h"
+#include "model/run/job.h"
+#include "model/run/plan_answer.h"
+
+using namespace strata;
+
+namespace {
+
+constexpr size_t kGiB = size_t(1) << 30;
+
+// Llama-3-8B's shape (the built-in name), full fine-tune, on H200s (139 GiB), device tier only.
+ForecastRequest eight_b(int seq, int gpus) {
+  ForecastRequest r;
+  r.model = resolve_model("Llama-3-8B");
+  r.seq = seq;
+  r.gpus = gpus;
+  r.profile = find_profile("h200");
+  return r;
+}
+
+const LayoutTried& chosen(const LayoutChoice& lc) {
+  for (const LayoutTried& t : lc.tried)
+    if (t.fits && t.layout.sequence_parallel == lc.layout.sequence_parallel &&
+        t.layout.zero_stage == lc.layout.zero_stage)
+      return t;
+  ADD_FAILURE() << "the chosen layout is not among those tried";
+  return lc.tried.front();
+}
+
+}  // namespace
+
+// `--gpus 4` alone for an 8B at 1,048,576 tokens: each rank holding the whole state (data parallel, no ZeRO) fits
+// nothing, the planner finds sequence parallel over the 4 GPUs with ZeRO-3.
+TEST(PlannerLayout, FourGpusAloneFindSequenceParallelWithZero3ForAn8BAtAMillionTokens) {
+  const ForecastRequest r = eight_b(1 << 20, 4);
+  const TierBudgets budgets{130 * kGiB, 0, 0};
+  EXPECT_FALSE(plan_for_budget(r, budgets).found);  // the layout a plain --gpus 4 used to plan
+
+  const LayoutChoice lc = plan_layout(r, budgets, 0, -1);
+  ASSERT_TRUE(lc.found) << lc.why;
+  EXPECT_EQ(lc.layout.sequence_parallel, 4);
+  EXPECT_EQ(lc.layout.zero_stage, 3);
+  EXPECT_EQ(lc.tried.size(), 12u);  // sequence parallel 1, 2, 4 x ZeRO 0..3
+  // The plan is that layout's, and it fits.
+  EXPECT_TRUE(lc.plan.found);
+  EXPECT_LE(lc.plan.forecast.peak_bytes, budgets.device);
+  EXPECT_EQ(chosen(lc).peak_bytes, lc.plan.forecast.peak_bytes);
+  ForecastRequest at = r;
+  at.sequence_parallel = 4;
+  at.zero_stage = 3;
+  EXPECT_TRUE(plan_for_budget(at, budgets).found);
+}
+
+// A model whose state fits every rank many times over keeps whole rows on each GPU: sequence parallelism only adds
+// all-to-alls, so plain data parallel is the fastest, and no fitting layout is faster than the chosen one.
+TEST(PlannerLayout, SmallModelsPickPlainDataParallel) {
+  ForecastRequest r;
+  r.model = resolve_model("Llama-3.2-1B");
+  r.seq = 4096;
+  r.gpus = 4;
+  r.profile = find_profile("h100_80gb");
+  const LayoutChoice lc = plan_layout(r, TierBudgets{60 * kGiB, 0, 0}, 0, -1);
+  ASSERT_TRUE(lc.found) << lc.why;
+  EXPECT_EQ(lc.layout.sequence_parallel, 1) << lc.why;
+  const double best = chosen(lc).tokens_per_s;
+  EXPECT_GT(best, 0);
+  for (const LayoutTried& t : lc.tried) {
+    if (t.fits) {
+      EXPECT_LE(t.tokens_per_s, best) << layout_name(t.layout, 4);
+    }
+    // A layout not searched could not have been faster: keeping everything is its fastest plan.
+    if (t.status.rfind("not searched: keeping", 0) == 0) {
+      EXPECT_LE(t.bound_tokens_per_s, best);
+    }
+  }
+  EXPECT_NE(lc.why.find("fastest"), std::string::npos) << lc.why;
+}
+
+// strata-plan --gpus N --budget: what is given stays, the rest is chosen; with both given nothing is.
+TEST(PlannerLayout, ExplicitFlagsAreKept) {
+  PlanQuestion q;
+  q.model = "Llama-3.2-1B";
+  q.seq = 4096;
+  q.gpus = 4;
+  q.budget = "60GiB";
+  {
+    const PlanRequest r = plan_request(q);
+    EXPECT_TRUE(r.choose_layout);
+    EXPECT_EQ(r.fixed_sp, 0);
+    EXPECT_EQ(r.fixed_zero, -1);
+  }
+  q.cfg.sequence_parallel = 2;  // --sequence-parallel 2
+  q.cfg.sequence_parallel_given = true;
+  {
+    const PlanRequest r = plan_request(q);
+    ASSERT_TRUE(r.choose_layout);
+    const PlanAnswer a = answer_plan(r);
+    ASSERT_TRUE(a.found);
+    EXPECT_EQ(a.request.sequence_parallel, 2);
+    EXPECT_EQ(a.layout.tried.size(), 4u);  // ZeRO 0..3 at sequence parallel 2
+    for (const LayoutTried& t : a.layout.tried) EXPECT_EQ(t.layout.sequence_parallel, 2);
+    EXPECT_NE(a.yaml.find("sequence_parallel: 2"), std::string::npos) << a.yaml;
+  }
+  q.cfg.zero_stage = 1;  // --zero-stage 1 too: the layout is the run's
+  q.cfg.zero_stage_given = true;
+  {
+    const PlanRequest r = plan_request(q);
+    EXPECT_FALSE(r.choose_layout);
+    const PlanAnswer a = answer_plan(r);
+    ASSERT_TRUE(a.found);
+    EXPECT_EQ(a.request.sequence_parallel, 2);
+    EXPECT_EQ(a.request.zero_stage, 1);
+    EXPECT_TRUE(a.layout.tried.empty());
+    EXPECT_NE(a.yaml.find("zero_stage: 1"), std::string::npos) << a.yaml;
+  }
+  // A budget question on one GPU, or a forecast without a budget, has no layout to choose.
+  q = PlanQuestion{};
+  q.model = "Llama-3.2-1B";
+  q.seq = 4096;
+  q.gpus = 4;
+  EXPECT_FALSE(plan_request(q).choose_layout);
+}
+
+// strata-train --gpus N --budget: the same choice (model/run/job.h), and a given zero_stage stays.
+TEST(PlannerLayout, StrataTrainChoosesTheSameLayout) {
+  TrainConfig cfg;
+  cfg.seq = 4096;
+  cfg.memory_budget_bytes = 60 * kGiB;
+  const io::LlamaConfig mc = resolve_model("Llama-3.2-1B");
+  EXPECT_TRUE(planner_chooses_layout(cfg, 4));
+  EXPECT_FALSE(planner_chooses_layout(cfg, 1));
+  Layout layout{1, 0};
+  std::string why;
+  const PlanResult pr = plan_run_to_budget(cfg, mc, "cuda", "NVIDIA H100 80GB HBM3", "h100_80gb", 4, 0, &layout, &why);
+  ASSERT_TRUE(pr.found);
+  ForecastRequest r;
+  r.model = mc;
+  r.seq = 4096;
+  r.gpus = 4;
+  r.profile = find_profile("h100_80gb");
+  const LayoutChoice lc = plan_layout(r, TierBudgets{60 * kGiB, 0, 0}, 0, -1);
+  EXPECT_EQ(layout.sequence_parallel, lc.layout.sequence_parallel);
+  EXPECT_EQ(layout.zero_stage, lc.layout.zero_stage);
+  EXPECT_NE(why.find("layout: "), std::string::npos) << why;
+
+  cfg.zero_stage = 0;
+  cfg.zero_stage_given = true;  // --zero-stage 0: only the sequence-parallel degree is open
+  Layout given{1, 0};
+  plan_run_to_budget(cfg, mc, "cuda", "NVIDIA H100 80GB HBM3", "h100_80gb", 4, 0, &given, &why);
+  EXPECT_EQ(given.zero_stage, 0);
+  cfg.sequence_parallel_given = true;  // both given: not the planner's
+  EXPECT_FALSE(planner_chooses_layout(cfg, 4));
+}
