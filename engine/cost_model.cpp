@@ -111,6 +111,8 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["disk_write_gbps"] = p.disk_write_gbps;
   j["disk_read_gbps"] = p.disk_read_gbps;
   j["disk_source"] = p.disk_source;
+  j["pinned_alloc_gbps"] = p.pinned_alloc_gbps;
+  j["first_step_tuning_s"] = p.first_step_tuning_s;
   j["attention_plan_ws_fwd_bytes"] = p.attention_plan_ws_fwd_bytes;
   j["attention_plan_ws_bwd_bytes"] = p.attention_plan_ws_bwd_bytes;
   j["attention_plan_ws_bwd_gqa_copies"] = p.attention_plan_ws_bwd_gqa_copies;
@@ -171,6 +173,13 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.disk_write_gbps = field<double>(j, "disk_write_gbps", where, false, 0.0);
   p.disk_read_gbps = field<double>(j, "disk_read_gbps", where, false, 0.0);
   p.disk_source = field<std::string>(j, "disk_source", where, false, "");
+  p.pinned_alloc_gbps = field<double>(j, "pinned_alloc_gbps", where, false, DeviceProfile{}.pinned_alloc_gbps);
+  p.first_step_tuning_s = field<double>(j, "first_step_tuning_s", where, false, DeviceProfile{}.first_step_tuning_s);
+  if (!(p.pinned_alloc_gbps > 0))
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("{}: device profile field 'pinned_alloc_gbps' must be > 0, got {}", where, p.pinned_alloc_gbps),
+        where, "pinned_alloc_gbps");
   p.attention_plan_ws_fwd_bytes = field<size_t>(j, "attention_plan_ws_fwd_bytes", where, false, 0);
   p.attention_plan_ws_bwd_bytes = field<size_t>(j, "attention_plan_ws_bwd_bytes", where, false, 0);
   p.attention_plan_ws_bwd_gqa_copies = field<int>(j, "attention_plan_ws_bwd_gqa_copies", where, false, 0);
@@ -191,7 +200,8 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
                         {"adamw_q8_gelems", p.adamw_q8_gelems},
                         {"attention_half_tokens", p.attention_half_tokens},
                         {"attention_half_dim", p.attention_half_dim},
-                        {"nccl_latency_us", p.nccl_latency_us}})
+                        {"nccl_latency_us", p.nccl_latency_us},
+                        {"first_step_tuning_s", p.first_step_tuning_s}})
     if (!(v >= 0))
       STRATA_THROW(ConfigError,
                    fmt::format("{}: device profile field '{}' must be >= 0 (0 = not measured), got {}", where, key, v),

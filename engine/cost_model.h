@@ -73,6 +73,15 @@ struct DeviceProfile {
   double disk_write_gbps = 0, disk_read_gbps = 0;
   std::string disk_source;
 
+  // The first step's setup, before its kernels and outside the step time (Forecast::setup_s): pinned host memory
+  // (the slot store's, the weight pager's and the state's reservations) allocated at pinned_alloc_gbps, and the
+  // libraries' first-call work (cuBLASLt's heuristics, cuDNN's attention plans) as first_step_tuning_s.
+  // strata-calibrate times a 1 GiB pinned allocation. The defaults are assumptions: 1.5 GB/s is what the gap of
+  // an H100 host's first 8B step at 262144 tokens (281 s with 97 GiB pinned) over a warmed-up step (210 s on
+  // another host) would give if it were all allocation; 2 s of tuning is a guess.
+  double pinned_alloc_gbps = 1.5;
+  double first_step_tuning_s = 2.0;
+
   // cuDNN's execution-plan workspace for the attention graphs (kernels/attention_workspace.h):
   // forward a constant; backward a constant plus, for GQA, `gqa_copies` fp32 [B, Hq, T, D]
   // buffers. Only cuDNN knows it at run time; strata-calibrate records it

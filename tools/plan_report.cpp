@@ -122,6 +122,10 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
   std::printf("  time by op:");
   for (auto& [op, s] : f.time_by_op) std::printf(" %s %.1f%%", op.c_str(), pct(s, f.step_s));
   std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
+  std::printf(
+      "first step's setup, before it and not in the step time: %.1f s = pinned host allocation %.1f s (%s) + "
+      "first-call tuning %.1f s\n",
+      f.setup_s, f.setup_pinned_s, format_bytes(f.pinned_bytes).c_str(), f.setup_tuning_s);
 }
 
 json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget) {
@@ -197,6 +201,11 @@ json forecast_json(const Forecast& f) {
   for (auto& [op, s] : f.time_by_op) t[op] = s;
   return {{"fits", f.fits},
           {"oom", f.oom},
+          {"setup",
+           {{"seconds", f.setup_s},
+            {"pinned_bytes", f.pinned_bytes},
+            {"pinned_alloc_s", f.setup_pinned_s},
+            {"tuning_s", f.setup_tuning_s}}},
           {"peak_bytes", f.peak_bytes},
           {"high_water_bytes", f.high_water_bytes},
           {"persistent_bytes", f.persistent_bytes},
@@ -370,9 +379,16 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
     const MaxSeqResult& ms = a.search;
     json tried = json::array();
     for (auto& [s, fit] : ms.tried) tried.push_back({{"seq", s}, {"fits", fit}});
-    out["max_seq"] = {{"found", ms.found},       {"seq", ms.seq},  {"next_seq", ms.next_seq},
-                      {"at_limit", ms.at_limit}, {"lo", ms.lo},    {"hi", ms.hi},
-                      {"multiple", ms.multiple}, {"tried", tried}, {"sim_runs", ms.sim_runs}};
+    out["max_seq"] = {{"found", ms.found},
+                      {"seq", ms.seq},
+                      {"next_seq", ms.next_seq},
+                      {"limit_why", r.seq_limit_why},
+                      {"at_limit", ms.at_limit},
+                      {"lo", ms.lo},
+                      {"hi", ms.hi},
+                      {"multiple", ms.multiple},
+                      {"tried", tried},
+                      {"sim_runs", ms.sim_runs}};
     out["planner"] = planner_json(pr, budget, host_budget, disk_budget);
     if (!ms.found) {
       std::fprintf(stderr,
@@ -384,10 +400,10 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
       return false;
     }
     print_rank_peaks(info, pr);
-    const std::string why =
-        ms.at_limit  ? fmt::format("the search limit; longer was not tried (--seq-limit, now {})", ms.hi)
-        : ms.stopped ? std::string("the search's time limit; longer was not decided (--plan-time-limit)")
-                     : fmt::format("{} tokens do not fit", ms.next_seq);
+    const std::string why = ms.at_limit ? fmt::format("the search's upper end, {}: {}", ms.hi, r.seq_limit_why)
+                            : ms.stopped
+                                ? std::string("the search's time limit; longer was not decided (--plan-time-limit)")
+                                : fmt::format("the budgets: {} tokens do not fit", ms.next_seq);
     std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, a.request.batch,
                  why.c_str(), ms.tried.size(), ms.sim_runs);
     std::fprintf(info, "%s\n", wrap_list(fmt::format("planner: {} under {}", pr.label, format_bytes(budget))).c_str());

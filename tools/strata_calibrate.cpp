@@ -375,7 +375,12 @@ int main(int argc, char** argv) {
 
     // Pinned host copies, 1 GiB each way, on the copy stream the tiers use.
     {
+      // The first step's pinned allocations (Forecast::setup_s): one 1 GiB reservation, timed once.
+      const Clock::time_point t_alloc = Clock::now();
       auto host = be->reserve_host(size_t(kGiB));
+      const double ta = seconds_since(t_alloc);
+      row("pinned host allocation 1 GiB (once)", ta, double(kGiB) / ta / 1e9, "GB/s");
+      p.pinned_alloc_gbps = double(kGiB) / ta / 1e9;
       if (!host->pinned())
         std::fprintf(stderr, "strata-calibrate: warning: host memory is not pinned (%s)\n", host->note.c_str());
       std::fill_n(reinterpret_cast<unsigned char*>(host->base()), host->bytes(), 0x5A);

@@ -81,9 +81,11 @@ static const char* kUsage =
     "--max-seq: the longest sequence (a multiple of --seq-multiple, default 1024) whose step has a plan\n"
     "under --budget and the tier budgets, found by bisection (one planner run per length tried; fitting\n"
     "is taken as monotone in the length, and the answer is verified: it fits, the next multiple does\n"
-    "not). The search stops at --seq-limit, by default the model's max_position_embeddings (at most\n"
-    "1048576): an answer equal to the limit says so. It prints the plan and forecast at that length\n"
-    "and its strata-train config, as --budget does. Built-in model names: Llama-3.2-1B, Llama-3.2-3B,\n"
+    "not). The search stops at --seq-limit, by default the longest row the budgets could hold (a bf16\n"
+    "hidden state of every rank's tokens on the device) or 2^24: the answer says what bounded it. Each\n"
+    "length tried only asks whether a plan fits; the fastest is searched at the answer. It prints the\n"
+    "plan and forecast at that length and its strata-train config, as --budget does. Built-in model\n"
+    "names: Llama-3.2-1B, Llama-3.2-3B,\n"
     "Llama-3-8B, Llama-3.1-8B, Llama-3-70B, Qwen3-1.7B, Qwen3-8B, Qwen2.5-7B, Mistral-7B, tiny.\n";
 
 using namespace strata::tools;

@@ -128,6 +128,11 @@ struct Forecast {
   double disk_wait_s = 0;                              // the slot store (and so compute) waiting on disk requests
   long recomputed_nodes = 0;
 
+  // The first step's setup, not in step_s (the later steps have none): its pinned host reservations (slot store,
+  // weight pager, persistent state) allocated at the profile's pinned_alloc_gbps, and first_step_tuning_s.
+  size_t pinned_bytes = 0;
+  double setup_pinned_s = 0, setup_tuning_s = 0, setup_s = 0;
+
   // Time (model clock of the cost model).
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, recompute_s = 0;
   double tokens_per_s = 0;  // every rank's tokens

@@ -32,12 +32,9 @@ std::string seq_parallel_refusal(const ForecastRequest& base, int sp) {
   return "";
 }
 
-// The smallest device peak of the layout's lowest-memory plans: the most MLP tiles, the layers paged and the
-// persistent state on the host where the budgets allow, and every layer checkpointed, or the layer inputs (the
-// rest recomputed) or every layer slot on a tier with a budget. When even that exceeds the device budget, the
-// layout's search would find nothing (its candidates keep more on the device). Rank 0's: the plan must fit
-// every rank, so rank 0 not fitting settles it.
-size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs) {
+}  // namespace
+
+size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs) {
   const int L = r.model.num_hidden_layers;
   const Plan* fixed = r.plan.places_state() ? &r.plan : nullptr;
   ForecastRequest f = r;
@@ -72,6 +69,8 @@ size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& run
   }
   return low;
 }
+
+namespace {
 
 // a is the better answer: faster per token, then the smaller device peak.
 bool better(double tps_a, size_t peak_a, double tps_b, size_t peak_b) {
@@ -160,7 +159,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     t.status = "not searched: the time limit had passed";
     if (planner_detail::out_of_time()) continue;
     int runs = 0;
-    const size_t low = floor_peak(request(c), budgets, runs);
+    const size_t low = planner_detail::floor_peak(request(c), budgets, runs);
     t.sim_runs += runs;
     out.sim_runs += runs;
     if (low > budgets.device)

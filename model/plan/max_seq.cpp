@@ -11,8 +11,20 @@
 
 namespace strata {
 
-int default_max_seq_limit(const io::LlamaConfig& c) {
-  return std::min(c.max_position_embeddings, 1 << 20);
+SeqLimit max_seq_upper_bound(const ForecastRequest& r, const TierBudgets& budgets) {
+  const int sp = std::max(1, r.sequence_parallel);
+  const int64_t per_token = 2 * int64_t(r.model.hidden_size) + 12;  // bf16 hidden state + tokens, targets, positions
+  const int64_t rows = int64_t(std::max(1, r.batch));
+  const int64_t device = int64_t(budgets.device / size_t(per_token)) / rows * sp;  // tokens of a row
+  const int64_t tokens = kMaxForecastTokens / rows;
+  SeqLimit out{kMaxForecastSeq, fmt::format("the longest row a forecast runs ({})", kMaxForecastSeq)};
+  if (tokens < out.seq)
+    out = {int(tokens), fmt::format("the most tokens a forecast's step runs ({} x batch {})", tokens, rows)};
+  if (device < out.seq)
+    out = {int(device), fmt::format("the device budget: a row of more than {} tokens leaves no room for a bf16 hidden "
+                                    "state of {} x {} bytes{}",
+                                    device, r.model.hidden_size, 2, sp > 1 ? fmt::format(" over {} ranks", sp) : "")};
+  return out;
 }
 
 MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple) {
@@ -40,6 +52,15 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   auto fits = [&](long k) {
     ForecastRequest r = base;
     r.seq = int(k * multiple);
+    // Even the lowest-memory plans over the device budget: no search needed (a few sim runs, not hundreds).
+    int floor_runs = 0;
+    const size_t low = planner_detail::floor_peak(r, budgets, floor_runs);
+    out.sim_runs += floor_runs;
+    if (planner_detail::search_stopped()) return false;
+    if (low > budgets.device) {
+      out.tried.emplace_back(r.seq, false);
+      return false;
+    }
     PlanResult pr = plan_first_fit(r, budgets);  // whether a plan fits; the fastest is searched at the answer
     out.sim_runs += pr.sim_runs;
     if (pr.stopped && !pr.found) return false;  // undecided: the time limit passed

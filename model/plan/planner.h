@@ -140,8 +140,16 @@ struct MaxSeqResult {
 };
 MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi,
                                 int multiple = 1024);
-// The default upper end of the search: the model's max_position_embeddings, at most 1 << 20.
-int default_max_seq_limit(const io::LlamaConfig& c);
+// The upper end of the search when none is given: the longest length the budgets could hold. Every rank keeps a
+// whole bf16 hidden state of its tokens [T/sp, hidden] and the batch's ids (3 x 4 bytes a token) on the device at
+// once (no plan moves them off: the layers run on whole rows), so longer rows cannot fit the device budget; and
+// at most what a forecast runs (kMaxForecastSeq, kMaxForecastTokens). `why` says which bounded it. The model's
+// max_position_embeddings does not: RoPE runs past it (strata-train warns).
+struct SeqLimit {
+  int seq = 0;
+  std::string why;
+};
+SeqLimit max_seq_upper_bound(const ForecastRequest& r, const TierBudgets& budgets);
 
 // A YAML file strata-train --config accepts unchanged: the forecast's shape and mode, the arena
 // budget and the plan as explicit rules; comments carry the forecast.

@@ -19,6 +19,13 @@ struct Goal {
 };
 
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
+// The smallest device peak of r's lowest-memory plans: the most MLP tiles, the layers paged and the persistent
+// state on the host where the budgets allow, and every layer checkpointed, or the layer inputs (the rest
+// recomputed) or every layer slot on a tier with a budget. When even that exceeds the device budget, a search
+// finds nothing (its candidates keep more on the device). Rank 0's: a plan must fit every rank, so rank 0 not
+// fitting settles it. `runs`: the sim runs it took (a few).
+size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs);
+
 // plan_for_budget toward `goal` (its fixed state placement's checks, ZeRO's ranks, the tile counts), inside the
 // caller's SearchClock.
 PlanResult plan_for_goal(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);

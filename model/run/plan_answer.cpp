@@ -83,7 +83,10 @@ PlanRequest plan_request(const PlanQuestion& q) {
     r.seq_multiple = flag_int(q.seq_multiple, "seq-multiple", 1024, 1);
     // Every length tried splits evenly over a sequence-parallel group (as max_seq_for_budget rounds it).
     if (r.seq_multiple % req.sequence_parallel != 0) r.seq_multiple = std::lcm(r.seq_multiple, req.sequence_parallel);
-    r.seq_limit = flag_int(q.seq_limit, "seq-limit", default_max_seq_limit(req.model), r.seq_multiple);
+    if (q.seq_limit) {
+      r.seq_limit = flag_int(q.seq_limit, "seq-limit", 0, r.seq_multiple);
+      r.seq_limit_why = fmt::format("--seq-limit {}", r.seq_limit);
+    }
   } else if (req.seq < 1) {  // the flags and the YAML keys are checked as read; only a missing --seq is left
     throw flag_error("--seq N (or sequence_len in the --config file) is required", "seq");
   }
@@ -96,6 +99,13 @@ PlanRequest plan_request(const PlanQuestion& q) {
   r.budgets.host = tc.host_budget_bytes;
   r.budgets.disk = tc.disk_budget_bytes;
   r.budgets.device = q.budget ? parse_bytes(*q.budget, "--budget") : tc.device_budget_bytes;
+  if (max_seq && !q.seq_limit) {  // no silent cap: as long as the budgets could hold
+    const SeqLimit lim = max_seq_upper_bound(req, r.budgets);
+    r.seq_limit = lim.seq / r.seq_multiple * r.seq_multiple;
+    r.seq_limit_why = lim.why;
+    if (r.seq_limit < r.seq_multiple)
+      throw flag_error(fmt::format("--max-seq: not even {} tokens can fit: {}", r.seq_multiple, lim.why), "budget");
+  }
   return r;
 }
 

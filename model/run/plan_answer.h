@@ -38,6 +38,7 @@ struct PlanRequest {
   ForecastRequest forecast;             // the run's request as the run builder makes it; max_seq: seq 0 (searched)
   TierBudgets budgets;                  // device: the budget, else the settings' device budget (0: none)
   int seq_multiple = 0, seq_limit = 0;  // max_seq: the lengths searched
+  std::string seq_limit_why;            // max_seq: what set seq_limit (--seq-limit, or max_seq_upper_bound's why)
   // budget over several GPUs without both a sequence_parallel and a zero_stage given: the planner chooses the
   // layout (model/plan/layout.h); fixed_sp (> 0) and fixed_zero (>= 0) are the ones given.
   bool choose_layout = false;

@@ -550,3 +550,45 @@ TEST(BackendCast, RoundsToNearestEvenAndChecksItsArguments) {
   sim->synchronize();
   EXPECT_GT(sim->now_s(), t0);
 }
+
+// The first step's setup is its own figure: the pinned host reservations at the profile's rate plus the tuning
+// time, none of it in the step; without a host tier only the tuning is left.
+TEST(Sim, FirstStepSetupIsSeparateFromTheStep) {
+  ForecastRequest r = tiny_request(Plan::activation_offloading(Decision::host));
+  r.mirror = SimMirror::cuda;
+  r.profile = find_profile("h100_80gb");
+  const Forecast f = forecast(r);
+  ASSERT_TRUE(f.fits) << f.oom;
+  ASSERT_GT(f.host_reserved_bytes, 0u);
+  EXPECT_EQ(f.pinned_bytes, f.host_reserved_bytes + f.paged_host_bytes + f.state_host_bytes);
+  EXPECT_DOUBLE_EQ(f.setup_pinned_s, double(f.pinned_bytes) / (r.profile.pinned_alloc_gbps * 1e9));
+  EXPECT_DOUBLE_EQ(f.setup_tuning_s, r.profile.first_step_tuning_s);
+  EXPECT_DOUBLE_EQ(f.setup_s, f.setup_pinned_s + f.setup_tuning_s);
+
+  ForecastRequest fast = r;  // a faster allocation shortens the setup, not the step
+  fast.profile.pinned_alloc_gbps *= 4;
+  fast.profile.first_step_tuning_s = 0;
+  const Forecast g = forecast(fast);
+  EXPECT_DOUBLE_EQ(g.setup_pinned_s, f.setup_pinned_s / 4);
+  EXPECT_DOUBLE_EQ(g.setup_s, g.setup_pinned_s);
+  EXPECT_DOUBLE_EQ(g.step_s, f.step_s);
+
+  const Forecast none = forecast(tiny_request(Plan::keep_everything()));
+  EXPECT_EQ(none.pinned_bytes, 0u);
+  EXPECT_EQ(none.setup_pinned_s, 0.0);
+
+  // A profile's rate is read back from its JSON, and a rate of 0 is refused naming the field.
+  DeviceProfile p = find_profile("h200");
+  p.pinned_alloc_gbps = 3.25;
+  p.first_step_tuning_s = 0.5;
+  const DeviceProfile back = profile_from_json(profile_to_json(p), "p.json");
+  EXPECT_EQ(back.pinned_alloc_gbps, 3.25);
+  EXPECT_EQ(back.first_step_tuning_s, 0.5);
+  p.pinned_alloc_gbps = 0;
+  try {
+    profile_from_json(profile_to_json(p), "p.json");
+    ADD_FAILURE() << "a pinned_alloc_gbps of 0 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("pinned_alloc_gbps"), std::string::npos) << e.what();
+  }
+}
