@@ -235,3 +235,37 @@ TEST(PlanAnswer, FlagErrorsNameTheFlag) {
 }
 
 }  // namespace
+
+// --max-seq without --seq-limit searches as long as the budgets could hold, past max_position_embeddings, and says
+// what bounded the search; the answer is the bisection's (it fits, the next multiple does not).
+TEST(PlanAnswer, MaxSeqSearchesAsLongAsTheBudgetsCouldHold) {
+  PlanQuestion q;
+  q.model = "tiny";
+  q.max_seq = true;
+  q.budget = "128MiB";
+  const PlanRequest r = plan_request(q);
+  const io::LlamaConfig tiny = resolve_model("tiny");
+  EXPECT_GT(r.seq_limit, tiny.max_position_embeddings);
+  EXPECT_EQ(r.seq_limit % r.seq_multiple, 0);
+  EXPECT_NE(r.seq_limit_why.find("device budget"), std::string::npos) << r.seq_limit_why;
+  // The bound: a bf16 hidden state and the batch's ids of one more multiple would not fit the device.
+  EXPECT_GT(int64_t(r.seq_limit + r.seq_multiple) * (2 * tiny.hidden_size + 12), int64_t(128) << 20);
+  const PlanAnswer a = answer_plan(r);
+  ASSERT_TRUE(a.search.found);
+  EXPECT_FALSE(a.search.at_limit);  // the budgets, not the search's range, ended it
+  EXPECT_EQ(a.search.next_seq, a.search.seq + r.seq_multiple);
+  EXPECT_TRUE(a.planner.found);
+  EXPECT_LE(a.forecast.high_water_bytes, size_t(128) << 20);
+
+  q.seq_limit = 4096;  // given: the search stops there, and says so
+  const PlanRequest given = plan_request(q);
+  EXPECT_EQ(given.seq_limit, 4096);
+  EXPECT_EQ(given.seq_limit_why, "--seq-limit 4096");
+
+  // A budget too large to bound anything: the forecast's own range.
+  ForecastRequest big;
+  big.model = tiny;
+  const SeqLimit lim = max_seq_upper_bound(big, TierBudgets{size_t(1) << 50, 0, 0});
+  EXPECT_EQ(lim.seq, kMaxForecastSeq);
+  EXPECT_NE(lim.why.find("longest row"), std::string::npos) << lim.why;
+}
