@@ -63,6 +63,8 @@ static const char* kUsage =
     "--sequence-parallel N (YAML sequence_parallel): each row's tokens spread over groups of N of the ranks (N must\n"
     "divide --gpus; --seq a multiple of N): each rank holds seq/N tokens, all-to-alls around attention give it every\n"
     "token of its heads (DeepSpeed-Ulysses); the groups are data parallel (--batch rows a group).\n"
+    "--gpus N with --budget: the planner also chooses --sequence-parallel and --zero-stage where they are not\n"
+    "given (the fastest forecast per token that fits, as strata-plan --gpus N --budget; rank 0's choice wins).\n"
     "--master-weights none: no fp32 master, the bf16 weights are updated in place; --optimizer-state\n"
     "bf16|8bit: AdamW's moments rounded to bf16, or block-wise 8-bit (YAML master_weights, optimizer_state).\n"
     "--gradients bf16: every trainable parameter's gradient kept in bf16, 2 bytes instead of 4, each write rounded\n"

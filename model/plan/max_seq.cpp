@@ -48,8 +48,10 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
                       "command line", "seq-limit");
   out.lo = int(k_lo * multiple);
   out.hi = int(k_hi * multiple);
-  // One planner run per length; only the longest fitting one's result is kept.
-  auto fits = [&](long k) {
+  // One planner run per length; only the longest fitting one's result is kept. `coarse`: the low-memory families
+  // alone (planner_detail::Goal::coarse), else the whole first-fit search.
+  long floor_fail = k_hi + 1;  // the shortest length whose lowest-memory plans exceed the device budget
+  auto fits = [&](long k, bool coarse) {
     ForecastRequest r = base;
     r.seq = int(k * multiple);
     // Even the lowest-memory plans over the device budget: no search needed (a few sim runs, not hundreds).
@@ -58,10 +60,14 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     out.sim_runs += floor_runs;
     if (planner_detail::search_stopped()) return false;
     if (low > budgets.device) {
+      floor_fail = std::min(floor_fail, k);
       out.tried.emplace_back(r.seq, false);
       return false;
     }
-    PlanResult pr = plan_first_fit(r, budgets);  // whether a plan fits; the fastest is searched at the answer
+    planner_detail::Goal goal;
+    goal.first_fit = true;  // whether a plan fits; the fastest is searched at the answer
+    goal.coarse = coarse;
+    PlanResult pr = planner_detail::plan_for_goal(r, budgets, goal);
     out.sim_runs += pr.sim_runs;
     if (pr.stopped && !pr.found) return false;  // undecided: the time limit passed
     out.tried.emplace_back(r.seq, pr.found);
@@ -72,7 +78,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     }
     return out.tried.back().second;
   };
-  if (!fits(k_lo)) {  // nothing in range: say what the shortest length needs
+  if (!fits(k_lo, false)) {  // nothing in range: say what the shortest length needs
     ForecastRequest r = base;
     r.seq = out.lo;
     out.plan = plan_for_budget(r, budgets);
@@ -92,18 +98,33 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     if (pr.found) out.plan = std::move(pr);
     out.stopped = planner_detail::search_stopped();
   };
-  if (k_hi == k_lo || fits(k_hi)) {
+  auto at_limit = [&] {
     out.at_limit = true;
     fastest();
     if (out.stopped) clock.finish(out.plan);
     return out;
-  }
-  long a = k_lo, b = k_hi;  // a fits, b does not
-  while (b - a > 1 && !planner_detail::search_stopped()) {
-    const long mid = a + (b - a) / 2;
-    const bool ok = fits(mid);
-    if (planner_detail::search_stopped()) break;  // mid was not decided
-    (ok ? a : b) = mid;
+  };
+  if (k_hi == k_lo || fits(k_hi, true)) return at_limit();
+  // a fits, b does not: first by the coarse pass, then b checked by the whole search; where that finds a plan the
+  // coarse pass missed, the bisection goes on above it with whole searches, up to the device floor's limit.
+  long a = k_lo, b = k_hi;
+  auto bisect = [&](bool coarse) {
+    while (b - a > 1 && !planner_detail::search_stopped()) {
+      const long mid = a + (b - a) / 2;
+      const bool ok = fits(mid, coarse);
+      if (planner_detail::search_stopped()) break;  // mid was not decided
+      (ok ? a : b) = mid;
+    }
+  };
+  bisect(true);
+  if (!planner_detail::search_stopped() && fits(b, false)) {
+    a = b;
+    b = floor_fail;
+    if (b > k_hi) {
+      if (a == k_hi || fits(k_hi, false)) return at_limit();
+      b = k_hi;
+    }
+    bisect(false);
   }
   if (planner_detail::search_stopped()) {  // the longest length verified by then; longer ones undecided
     out.stopped = true;

@@ -571,7 +571,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       for (const PlanSpec& s : every) S.eval(s);
       for (Decision d : all)
         if (d != Decision::recompute) S.tier_families(start, d);
-      if (S.done()) break;
+      if (S.done() || goal.coarse) continue;  // coarse: the families above alone
       // 1. and 2.: greedy prefixes, each with the fewest checkpointed layers that make it fit.
       std::vector<PlanSpec> prefixes;
       for (auto& ds : decision_sets) {
@@ -584,11 +584,11 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       for (auto& p : prefixes) S.checkpointed(p);
     }
   // 4. Refine the fastest plan found, one decision at a time.
-  if (!S.done()) S.refine(all);  // keep (dropping a type from the plan) is tried there too
+  if (!S.done() && !goal.coarse) S.refine(all);  // keep (dropping a type from the plan) is tried there too
   // 5. The state per layer (Search::place) under the 8 fastest activation plans that fit the device
   //    at some state level, ranked by their fastest step at any level (the state-on-device step, when
   //    it was tried: what a placement moving less state approaches), then refine again.
-  if (levels.size() > 1 && !S.done()) {
+  if (levels.size() > 1 && !S.done() && !goal.coarse) {
     struct Act {
       PlanSpec spec;
       double step_s;
@@ -744,10 +744,12 @@ namespace planner_detail {
 // fits): the most tiles (the least memory) first, so a length nothing fits at (max-seq's bisection meets
 // many) costs two searches; then the fewest tiles that fit, by bisection (fitting taken as monotone in the
 // tile count). Only there, and at twice as many tiles (faster when the memory freed lets more be kept),
-// does the whole search run.
+// does the whole search run. A first-fit goal (whether anything fits) searches the most tiles alone.
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal) {
   if (base.mlp_tiles > 0) return plan_at_tiles(base, budgets, base.mlp_tiles, goal);
   const std::vector<int> cands = mlp_tile_candidates(base);
+  // Whether anything fits (first_fit): the most tiles alone, the least memory.
+  if (goal.first_fit && !cands.empty()) return plan_at_tiles(base, budgets, cands.back(), goal);
   Goal untiled = goal;
   untiled.diagnose = goal.diagnose && cands.empty();
   PlanResult res = plan_at_tiles(base, budgets, 1, untiled);
@@ -774,9 +776,8 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
     return pr;
   };
   const size_t last = cands.size() - 1;
-  if (!probe(last, goal.diagnose).found || goal.first_fit)
-    return finish(probes.at(last));  // nothing fits at any tile count, or that something fits is the answer
-  size_t lo = 0, hi = last;          // cands[hi] fits
+  if (!probe(last, goal.diagnose).found) return finish(probes.at(last));  // nothing fits at any tile count
+  size_t lo = 0, hi = last;                                               // cands[hi] fits
   while (lo < hi && !search_stopped()) {
     const size_t mid = lo + (hi - lo) / 2;
     if (probe(mid, false).found)
