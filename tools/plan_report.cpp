@@ -400,10 +400,13 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
       return false;
     }
     print_rank_peaks(info, pr);
-    const std::string why = ms.at_limit ? fmt::format("the search's upper end, {}: {}", ms.hi, r.seq_limit_why)
-                            : ms.stopped
-                                ? std::string("the search's time limit; longer was not decided (--plan-time-limit)")
-                                : fmt::format("the budgets: {} tokens do not fit", ms.next_seq);
+    // A time limit that passed once the length was decided (next_seq verified) cut only the plan's search short.
+    std::string why = ms.at_limit ? fmt::format("the search's upper end, {}: {}", ms.hi, r.seq_limit_why)
+                      : ms.stopped && !ms.next_seq
+                          ? std::string("the search's time limit; longer was not decided (--plan-time-limit)")
+                          : fmt::format("the budgets: {} tokens do not fit", ms.next_seq);
+    if (ms.stopped && (ms.next_seq || ms.at_limit))
+      why += "; the plan is the fastest found by the time limit (--plan-time-limit)";
     std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, a.request.batch,
                  why.c_str(), ms.tried.size(), ms.sim_runs);
     std::fprintf(info, "%s\n", wrap_list(fmt::format("planner: {} under {}", pr.label, format_bytes(budget))).c_str());

@@ -50,7 +50,6 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   out.hi = int(k_hi * multiple);
   // One planner run per length; only the longest fitting one's result is kept. `coarse`: the low-memory families
   // alone (planner_detail::Goal::coarse), else the whole first-fit search.
-  long floor_fail = k_hi + 1;  // the shortest length whose lowest-memory plans exceed the device budget
   auto fits = [&](long k, bool coarse) {
     ForecastRequest r = base;
     r.seq = int(k * multiple);
@@ -60,7 +59,6 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     out.sim_runs += floor_runs;
     if (planner_detail::search_stopped()) return false;
     if (low > budgets.device) {
-      floor_fail = std::min(floor_fail, k);
       out.tried.emplace_back(r.seq, false);
       return false;
     }
@@ -105,26 +103,15 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     return out;
   };
   if (k_hi == k_lo || fits(k_hi, true)) return at_limit();
-  // a fits, b does not: first by the coarse pass, then b checked by the whole search; where that finds a plan the
-  // coarse pass missed, the bisection goes on above it with whole searches, up to the device floor's limit.
+  // a fits, b does not, by the coarse pass: the low-memory families and the state placed per layer under them
+  // (and the device floor). A mix of per-type decisions the whole search would find might rarely fit a little
+  // longer; the time goes to the fastest plan at the answer instead.
   long a = k_lo, b = k_hi;
-  auto bisect = [&](bool coarse) {
-    while (b - a > 1 && !planner_detail::search_stopped()) {
-      const long mid = a + (b - a) / 2;
-      const bool ok = fits(mid, coarse);
-      if (planner_detail::search_stopped()) break;  // mid was not decided
-      (ok ? a : b) = mid;
-    }
-  };
-  bisect(true);
-  if (!planner_detail::search_stopped() && fits(b, false)) {
-    a = b;
-    b = floor_fail;
-    if (b > k_hi) {
-      if (a == k_hi || fits(k_hi, false)) return at_limit();
-      b = k_hi;
-    }
-    bisect(false);
+  while (b - a > 1 && !planner_detail::search_stopped()) {
+    const long mid = a + (b - a) / 2;
+    const bool ok = fits(mid, true);
+    if (planner_detail::search_stopped()) break;  // mid was not decided
+    (ok ? a : b) = mid;
   }
   if (planner_detail::search_stopped()) {  // the longest length verified by then; longer ones undecided
     out.stopped = true;

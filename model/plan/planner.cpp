@@ -588,7 +588,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
   // 5. The state per layer (Search::place) under the 8 fastest activation plans that fit the device
   //    at some state level, ranked by their fastest step at any level (the state-on-device step, when
   //    it was tried: what a placement moving less state approaches), then refine again.
-  if (levels.size() > 1 && !S.done() && !goal.coarse) {
+  if (levels.size() > 1 && !S.done()) {
     struct Act {
       PlanSpec spec;
       double step_s;
@@ -617,7 +617,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     // Placing state off the device only adds copies to an activation plan's step.
     for (size_t i = 0; i < std::min<size_t>(acts.size(), 8) && acts[i].step_s <= S.bound() && !S.done(); ++i)
       S.place(acts[i].spec, levels);
-    if (!S.done()) S.refine(all);
+    if (!S.done() && !goal.coarse) S.refine(all);
   }
 
   res.found = S.have_best;
@@ -750,10 +750,24 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
   const std::vector<int> cands = mlp_tile_candidates(base);
   // Whether anything fits (first_fit): the most tiles alone, the least memory.
   if (goal.first_fit && !cands.empty()) return plan_at_tiles(base, budgets, cands.back(), goal);
-  Goal untiled = goal;
-  untiled.diagnose = goal.diagnose && cands.empty();
-  PlanResult res = plan_at_tiles(base, budgets, 1, untiled);
-  if (res.found || cands.empty()) return res;
+  // Untiled when something fits untiled. With tiles possible, the coarse first-fit pass (the low-memory families)
+  // asks first: where none of them fits untiled the whole untiled search is skipped (a mix it might still find
+  // would be within the tiles' small cost of the tiled plan).
+  PlanResult res;
+  if (!cands.empty()) {
+    Goal probe = goal;
+    probe.diagnose = false;
+    probe.first_fit = probe.coarse = true;
+    res = plan_at_tiles(base, budgets, 1, probe);
+  }
+  if (cands.empty() || res.found) {
+    const int probe_runs = res.sim_runs;
+    Goal untiled = goal;
+    untiled.diagnose = goal.diagnose && cands.empty();
+    res = plan_at_tiles(base, budgets, 1, untiled);
+    res.sim_runs += probe_runs;
+    if (res.found || cands.empty()) return res;
+  }
   int runs = res.sim_runs;
   std::vector<PlanTried> tried = std::move(res.tried);
   std::map<size_t, PlanResult> probes;  // first-fit searches, by index into cands

@@ -13,8 +13,9 @@ namespace strata::planner_detail {
 struct Goal {
   bool diagnose = false;   // when nothing fits, also find the minimum device budget and the tier that would help
   bool first_fit = false;  // stop at the first plan that fits every budget: whether one exists, not the fastest
-  // Only the low-memory families (checkpointing every k, the tier families): a first pass whose "nothing fits"
-  // the full search may still overturn (max_seq_for_budget checks its answer's next length fully).
+  // Only the low-memory families (checkpointing every k, the tier families) and the state placed per layer
+  // under them (step 5): no greedy, no refinement. A first pass whose "nothing fits" the whole search may
+  // rarely overturn with a mix of per-type decisions.
   bool coarse = false;
   // Only plans faster than this (seconds a step) matter: one that fast is known already (another tile count,
   // layout or state placement). Candidates slower than it, and what only adds work to them, are not run.
