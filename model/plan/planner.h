@@ -124,7 +124,9 @@ inline PlanResult plan_for_budget(const ForecastRequest& base, size_t device_bud
 // [lo, hi] at which plan_for_budget finds a plan (lo is raised to `multiple` and rounded up to a
 // multiple, hi rounded down). Fitting is taken as monotone in the sequence length, so the search
 // bisects: it verifies the endpoints, and ends on a length that fits whose next multiple does not
-// (or on hi, when hi fits: longer lengths are not tried). Each length tried is one planner run.
+// (or on hi, when hi fits: longer lengths are not tried). A length tried is asked only whether a plan
+// fits: its lowest-memory plans against the device budget, then the coarse first-fit pass (low-memory
+// families and per-layer state placement, the most MLP tiles); the whole search runs once, at the answer.
 struct MaxSeqResult {
   bool found = false;                       // some length in [lo, hi] fits
   int seq = 0;                              // found: the longest length found to fit
