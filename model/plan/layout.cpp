@@ -162,7 +162,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     const size_t low = planner_detail::floor_peak(request(c), budgets, runs);
     t.sim_runs += runs;
     out.sim_runs += runs;
-    if (low > budgets.device)
+    if (planner_detail::floor_excludes(low, budgets.device))
       t.status = fmt::format("nothing fits: its lowest-memory plans need {} of device memory", format_bytes(low));
     else
       maybe.push_back(&c);

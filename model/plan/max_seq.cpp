@@ -58,7 +58,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     const size_t low = planner_detail::floor_peak(r, budgets, floor_runs);
     out.sim_runs += floor_runs;
     if (planner_detail::search_stopped()) return false;
-    if (low > budgets.device) {
+    if (planner_detail::floor_excludes(low, budgets.device)) {
       out.tried.emplace_back(r.seq, false);
       return false;
     }

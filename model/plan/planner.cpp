@@ -558,7 +558,8 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
       if (S.too_slow(st)) continue;  // every plan of this start is slower than one found
       size_t floor_peak = std::numeric_limits<size_t>::max();
       for (const PlanSpec& f : floors(start)) floor_peak = std::min(floor_peak, S.eval(f).peak_bytes);
-      if (floor_peak > budgets.device || S.done()) continue;  // nothing of this start fits the device
+      if (planner_detail::floor_excludes(floor_peak, budgets.device) || S.done())
+        continue;  // nothing of this start fits the device
       // 3. (first: the low-memory families give the others a step to beat) Gradient checkpointing every k
       //    layers; on each tier with a budget, hidden_states (layer inputs there, the rest recomputed) and
       //    everything there.

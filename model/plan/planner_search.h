@@ -29,6 +29,12 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
 // finds nothing (its candidates keep more on the device). Rank 0's: a plan must fit every rank, so rank 0 not
 // fitting settles it. `runs`: the sim runs it took (a few).
 size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs);
+// Whether a floor rules the device budget out. Not a strict bound: on a small model a mix of recomputed
+// classes can need less than checkpointing every layer (whose replay holds a whole layer's working set), so
+// only a floor an eighth over the budget counts.
+inline bool floor_excludes(size_t floor, size_t device_budget) {
+  return floor > device_budget + device_budget / 8;
+}
 
 // plan_for_budget toward `goal` (its fixed state placement's checks, ZeRO's ranks, the tile counts), inside the
 // caller's SearchClock.

@@ -646,7 +646,9 @@ TEST(StateDisk, PlannerMovesStateToDiskWhenNothingElseFits) {
   const Forecast gc = forecast(gcr);
   ASSERT_TRUE(gc.fits);
   const size_t budget = gc.high_water_bytes - (size_t(2) << 30);  // 2 GiB under: some state must move
-  const TierBudgets tb{budget, size_t(3) << 30, size_t(64) << 30};
+  // 1.25 GiB of host: the staging, not the optimizer state of the 6 layers (2.72 GiB) that would let a plan fit
+  // without the disk tier.
+  const TierBudgets tb{budget, size_t(1280) << 20, size_t(64) << 30};
   ASSERT_FALSE(plan_for_budget(base, TierBudgets{budget, tb.host, 0}).found);
   const PlanResult pr = plan_for_budget(base, tb);
   ASSERT_TRUE(pr.found) << pr.label;
