@@ -45,6 +45,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.state_plan = r.plan;
   mo.state_dir = r.tiers.offload_dir;  // the sim creates no file
   mo.recipe = r.recipe;
+  mo.fp8 = r.fp8;
   mo.zero = {r.zero_stage, r.rank, r.gpus};  // the forecast rank's share
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;

@@ -40,6 +40,7 @@ struct ForecastRequest {
   size_t budget = 0;   // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
   TierOptions tiers;   // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
   StateRecipe recipe;  // master_weights, optimizer_state (ModelOptions::recipe)
+  bool fp8 = false;    // the projections' GEMMs in FP8 (ModelOptions::fp8)
   // TrainOptions::max_grad_norm: <= 0 (no clipping) runs the streamed update during backward
   // (Optimizer::begin_update_in_backward), which moves its staging and transfers there.
   float max_grad_norm = 1.0f;

@@ -18,6 +18,7 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   req.pad_vocab_multiple = cfg.pad_vocab_multiple;
   req.mlp_tiles = cfg.plan.mlp_tiles;
   req.recipe = cfg.recipe;
+  req.fp8 = cfg.fp8;
   req.max_grad_norm = cfg.max_grad_norm;
   req.plan = cfg.plan;
   req.tiers.offload_dir = cfg.offload_dir;

@@ -291,6 +291,10 @@ const std::vector<Setting>& settings() {
      "the trainable parameters' gradients, 4 or 2 bytes each",
      [](C& c, const V& v, R&) { c.recipe.gradients = relocated(v, [&] { return parse_gradients(v.text(), ""); }); },
      [](const C& c) -> std::string { return gradients_name(c.recipe.gradients); }, T | P | B},
+    {"fp8", {}, "fp8", "", SettingType::boolean, {}, "", "false",
+     "the projections' GEMMs in FP8: E4M3 weights and activations, E5M2 gradients, each tensor scaled by its current "
+     "amax (Hopper; docs/USER_GUIDE.md)",
+     set_bool<&C::fp8>, get_bool<&C::fp8>, T | P | B},
     // ---- several GPUs
     {"grad_reduce_dtype", {}, "grad-reduce", "NAME", SettingType::choice, {}, "fp32, bf16", "fp32",
      "the dtype data-parallel ranks sum gradients in (bf16 with gradients: bf16)",

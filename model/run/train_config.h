@@ -64,6 +64,7 @@ struct TrainConfig {
   // The layers' weight matrices, frozen or trainable, paged from host: plan.layer_weights (layer_weights: page,
   // or layer_offloading: true), read as plan.pages_layer_weights().
   StateRecipe recipe;      // master_weights, optimizer_state, gradients (engine/state_recipe.h)
+  bool fp8 = false;        // the projections' GEMMs in FP8 (ModelOptions::fp8)
   std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
   // The loop (model/run/train_loop.h). `steps` counts when given (steps_given), else num_epochs does.
   bool steps_given = false;                          // max_steps / --steps was set

@@ -42,6 +42,7 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.state_plan = cfg.plan;        // the persistent state's tiers (state_offloading, state_plan, or the planner's)
   mo.state_dir = cfg.offload_dir;  // state on the disk tier: its file beside the activations' (offload_dir)
   mo.recipe = cfg.recipe;
+  mo.fp8 = cfg.fp8;
   mo.mlp_tiles = std::max(1, cfg.plan.mlp_tiles);  // auto (0) is untiled unless the planner wrote a count
   mo.zero.stage = cfg.zero_stage;                  // the caller sets zero.rank and zero.world (its launch)
   return mo;
