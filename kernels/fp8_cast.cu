@@ -3,6 +3,8 @@
 // saturation to the finite range (cvt's satfinite), NaN kept.
 #include <cuda_fp8.h>
 
+#include <string>
+
 #include "engine/op_scratch.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_cuda.h"
@@ -109,7 +111,8 @@ void fp8_quantize(const bf16* x, int64_t rows, int64_t cols, fp8::Format f, uint
                   float* partial, cudaStream_t s) {
   const int64_t m = fp8::kDimMultiple;
   STRATA_CHECK(rows > 0 && cols > 0 && rows % m == 0 && cols % m == 0,
-               fmt::format("fp8 cast: [{} x {}] is not a multiple of {} in both dimensions", rows, cols, m));
+               "fp8 cast: [" + std::to_string(rows) + " x " + std::to_string(cols) + "] is not a multiple of " +
+                   std::to_string(m) + " in both dimensions");
   STRATA_CHECK(aligned16(x) && (!out || aligned16(out)) && (!out_t || aligned16(out_t)),
                "fp8 cast: the tensors are not 16-byte aligned");
   const size_t n = size_t(rows) * size_t(cols);
