@@ -96,7 +96,9 @@ struct Gemm::Impl {
   size_t ws_bytes = 0;
   std::map<std::array<int64_t, 15>, Entry> cache;
 
-  Entry& entry(const Problem& p) {
+  // FP8: the scale pointers are set before the heuristic runs (it may pick a kernel that takes no scales
+  // otherwise); the call's own are set again at every run.
+  Entry& entry(const Problem& p, const float* a_scale, const float* b_scale) {
     auto key = p.key();
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
@@ -113,6 +115,7 @@ struct Gemm::Impl {
       if (p.fp8()) {
         const int8_t fast = p.fast_accum ? 1 : 0;
         LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+        set_scales(e, a_scale, b_scale);
       }
       LT_CHECK(cublasLtMatrixLayoutCreate(&e.c, p.c_type, p.m, p.n, p.ldc));
 
@@ -157,14 +160,17 @@ struct Gemm::Impl {
     return e;
   }
 
+  // Device pointers to the FP8 operands' dequantising factors, read when the GEMM runs.
+  static void set_scales(Entry& e, const float* a_scale, const float* b_scale) {
+    LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+  }
+
   void run(const Problem& p, const void* A, const void* B, void* C, float beta, cudaStream_t s,
            const float* a_scale = nullptr, const float* b_scale = nullptr) {
     if (p.m == 0 || p.n == 0) return;
-    Entry& e = entry(p);
-    if (p.fp8()) {  // device pointers to the operands' dequantising factors, read when the GEMM runs
-      LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
-      LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
-    }
+    Entry& e = entry(p, a_scale, b_scale);
+    if (p.fp8()) set_scales(e, a_scale, b_scale);
     // Tuning reruns the GEMM, so only where C is overwritten (beta 0); an accumulating first call
     // uses the heuristic's pick and the problem is tuned at its first overwriting call.
     if (!e.tuned && beta == 0.0f) tune_entry(p, e, A, B, C, s);
