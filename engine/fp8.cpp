@@ -62,7 +62,7 @@ void quantize(const float* x, int rows, int cols, Format f, uint8_t* out, uint8_
     if (std::isnan(a)) break;
   }
   const float s = scale_for(amax, f);
-  sb[0] = amax, sb[1] = s, sb[2] = 1.0f / s, sb[3] = 0.0f;
+  sb[kInvScale] = 1.0f / s, sb[kScale] = s, sb[kAmax] = amax, sb[3] = 0.0f;
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) {
       const uint8_t q = encode(x[size_t(r) * cols + c] * s, f);

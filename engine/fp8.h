@@ -5,7 +5,9 @@
 // A tensor's codes are its values times `scale`, rounded to nearest even and saturated to the format's finite
 // range; `scale` = max / amax, from the tensor's own current amax (1 when the amax is 0 or not finite), so the
 // largest magnitude lands on the format's largest finite value. The scale block beside the codes is kScaleFloats
-// fp32: {amax, scale, 1 / scale, 0}; a GEMM multiplies its fp32 sum by both operands' 1 / scale.
+// fp32: {1 / scale, scale, amax, 0} (kInvScale, kScale, kAmax); a GEMM multiplies its fp32 sum by both operands'
+// 1 / scale, which it reads through a pointer to the block's start (cuBLASLt's FP8 kernels refuse a scale pointer
+// that is only 8-byte aligned).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +18,8 @@ enum class Format : uint8_t { e4m3, e5m2 };
 
 inline constexpr float kMaxE4M3 = 448.0f;
 inline constexpr float kMaxE5M2 = 57344.0f;
-inline constexpr int kScaleFloats = 4;  // {amax, scale, 1 / scale, 0}
+inline constexpr int kScaleFloats = 4;  // {1 / scale, scale, amax, 0}
+inline constexpr int kInvScale = 0, kScale = 1, kAmax = 2;
 // cuBLASLt's FP8 kernels want every dimension and leading dimension a multiple of 16 (and 16-byte aligned
 // pointers): a linear layer takes the FP8 path only when its rows, inputs and outputs all are.
 inline constexpr int kDimMultiple = 16;

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const float amax = amax_s, s = scale_for(amax, max_finite);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    sb[0] = amax, sb[1] = s, sb[2] = __frcp_rn(s), sb[3] = 0.0f;
+    sb[fp8::kInvScale] = __frcp_rn(s), sb[fp8::kScale] = s, sb[fp8::kAmax] = amax, sb[3] = 0.0f;
   }
   const int64_t col_tiles = (cols + kTile - 1) / kTile;
   const int64_t r0 = (int64_t(blockIdx.x) / col_tiles) * kTile, c0 = (int64_t(blockIdx.x) % col_tiles) * kTile;

@@ -20,7 +20,7 @@ std::vector<float> round_trip(const float* x, int rows, int cols, Format f) {
   std::vector<uint8_t> q(size_t(rows) * cols);
   float sb[fp8::kScaleFloats];
   fp8::quantize(x, rows, cols, f, q.data(), nullptr, sb);
-  return decoded(q.data(), q.size(), f, sb[2]);
+  return decoded(q.data(), q.size(), f, sb[fp8::kInvScale]);
 }
 }  // namespace
 
@@ -32,7 +32,8 @@ void linear_fp8_cpu(const OpCall& c) {
   if (!c.backward) {
     const Tensor &y = t[0], &x8 = t[1], &sx = t[2], &w = t[3];
     const int N = int(rows(x8)), I = int(cols(x8)), O = int(w.shape[0]);
-    const std::vector<float> x = decoded(static_cast<const uint8_t*>(x8.data), size_t(N) * I, Format::e4m3, f32(sx)[2]);
+    const std::vector<float> x =
+        decoded(static_cast<const uint8_t*>(x8.data), size_t(N) * I, Format::e4m3, f32(sx)[fp8::kInvScale]);
     const std::vector<float> wq = round_trip(f32(w), O, I, Format::e4m3);
     return cpu::linear_fwd(f32(y), x.data(), wq.data(), N, I, O);
   }
@@ -43,7 +44,7 @@ void linear_fp8_cpu(const OpCall& c) {
   std::vector<float> x;
   if (dw.defined()) {  // x8t [I, N] back to [N, I]
     const std::vector<float> xt =
-        decoded(static_cast<const uint8_t*>(x8t.data), size_t(I) * N, Format::e4m3, f32(sx)[2]);
+        decoded(static_cast<const uint8_t*>(x8t.data), size_t(I) * N, Format::e4m3, f32(sx)[fp8::kInvScale]);
     x.resize(xt.size());
     for (int i = 0; i < I; i++)
       for (int n = 0; n < N; n++) x[size_t(n) * I + i] = xt[size_t(i) * N + n];

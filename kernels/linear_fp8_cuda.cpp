@@ -28,7 +28,8 @@ void linear_fp8_cuda(const OpCall& c, const CudaOpContext& ctx) {
     uint8_t* w8 = codes(sc.at(scratch_tag::fp8_weight));
     float* sw = f32(sc.at(scratch_tag::fp8_weight_scale));
     cuda::fp8_quantize(bf16(w), O, I, Format::e4m3, w8, nullptr, sw, partial, s);
-    return ctx.gemm.fp8(bf16(y), true, codes(x8), false, f32(sx) + 2, w8, false, sw + 2, N, O, I, false, true, s);
+    return ctx.gemm.fp8(bf16(y), true, codes(x8), false, f32(sx) + fp8::kInvScale, w8, false, sw + fp8::kInvScale, N, O,
+                        I, false, true, s);
   }
   const Tensor &dx = t[0], &dw = t[1], &dy = t[2], &x8t = t[3], &sx = t[4], &w = t[5];
   const int N = int(rows(dy)), O = int(cols(dy)), I = int(cols(w));
@@ -40,12 +41,14 @@ void linear_fp8_cuda(const OpCall& c, const CudaOpContext& ctx) {
     uint8_t* w8t = codes(sc.at(scratch_tag::fp8_weight));
     float* sw = f32(sc.at(scratch_tag::fp8_weight_scale));
     cuda::fp8_quantize(bf16(w), O, I, Format::e4m3, nullptr, w8t, sw, partial, s);
-    ctx.gemm.fp8(bf16(dx), true, dy8, true, sdy + 2, w8t, false, sw + 2, N, I, O, c.acc[0], false, s);
+    ctx.gemm.fp8(bf16(dx), true, dy8, true, sdy + fp8::kInvScale, w8t, false, sw + fp8::kInvScale, N, I, O, c.acc[0],
+                 false, s);
   }
   if (!dw.defined()) return;
   // dw[O, I] (+)= dy8t[O, N] x8t[I, N]^T, into fp32 or (gradients: bf16) bf16
   const bool dw_bf16 = dw.dtype == DType::bf16;
   void* d = dw_bf16 ? static_cast<void*>(bf16(dw)) : static_cast<void*>(f32(dw));
-  ctx.gemm.fp8(d, dw_bf16, dy8t, true, sdy + 2, codes(x8t), false, f32(sx) + 2, O, I, N, c.acc[1], false, s);
+  ctx.gemm.fp8(d, dw_bf16, dy8t, true, sdy + fp8::kInvScale, codes(x8t), false, f32(sx) + fp8::kInvScale, O, I, N,
+               c.acc[1], false, s);
 }
 }  // namespace strata

@@ -79,14 +79,14 @@ TEST(Fp8Codec, QuantizeScalesToTheAmaxAndTransposes) {
   std::vector<uint8_t> q(x.size()), qt(x.size());
   float sb[fp8::kScaleFloats];
   fp8::quantize(x.data(), R, C, Format::e4m3, q.data(), qt.data(), sb);
-  EXPECT_EQ(sb[0], 5.0f);
-  EXPECT_EQ(sb[1], 448.0f / 5.0f);
-  EXPECT_EQ(sb[2], 1.0f / sb[1]);
+  EXPECT_EQ(sb[fp8::kAmax], 5.0f);
+  EXPECT_EQ(sb[fp8::kScale], 448.0f / 5.0f);
+  EXPECT_EQ(sb[fp8::kInvScale], 1.0f / sb[fp8::kScale]);
   EXPECT_EQ(q[37], 0xfe);  // -448
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       ASSERT_EQ(q[size_t(r) * C + c], qt[size_t(c) * R + r]);
-      const float back = fp8::decode(q[size_t(r) * C + c], Format::e4m3) * sb[2], v = x[size_t(r) * C + c];
+      const float back = fp8::decode(q[size_t(r) * C + c], Format::e4m3) * sb[fp8::kInvScale], v = x[size_t(r) * C + c];
       EXPECT_LE(std::fabs(back - v), std::fabs(v) * 0.0625f + 1e-6f);  // half an ulp of 3 mantissa bits
     }
 }
