@@ -93,6 +93,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["context_bytes"] = p.context_bytes;
   j["matmul_tflops"] = p.matmul_tflops;
   if (p.matmul_fp8_tflops > 0) j["matmul_fp8_tflops"] = p.matmul_fp8_tflops;
+  if (p.fp8_cast_gbps > 0) j["fp8_cast_gbps"] = p.fp8_cast_gbps;
   j["matmul_half_dim"] = p.matmul_half_dim;
   j["matmul_unaligned_factor"] = p.matmul_unaligned_factor;
   j["attention_flash_tflops"] = p.attention_flash_tflops;
@@ -137,6 +138,12 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.matmul_tflops = field<double>(j, "matmul_tflops", where);
   p.matmul_half_dim = field<double>(j, "matmul_half_dim", where, false, 0.0);
   p.matmul_fp8_tflops = field<double>(j, "matmul_fp8_tflops", where, false, 0.0);
+  p.fp8_cast_gbps = field<double>(j, "fp8_cast_gbps", where, false, 0.0);
+  if (!(p.fp8_cast_gbps >= 0))
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: device profile field 'fp8_cast_gbps' must be >= 0 (0: hbm_gbps), got {}", where,
+                             p.fp8_cast_gbps),
+                 where, "fp8_cast_gbps");
   if (!(p.matmul_fp8_tflops >= 0))
     STRATA_THROW(ConfigError,
                  fmt::format("{}: device profile field 'matmul_fp8_tflops' must be >= 0 (0: not measured), got {}",
@@ -284,6 +291,10 @@ double gemm_at(const DeviceProfile& p, double tflops, double m, double n, double
 
 double CostModel::gemm(double m, double n, double k, double bytes) const {
   return floor(gemm_at(p_, p_.matmul_tflops, m, n, k, bytes));
+}
+
+double CostModel::fp8_cast(double bytes) const {
+  return floor(bytes / ((p_.fp8_cast_gbps > 0 ? p_.fp8_cast_gbps : p_.hbm_gbps) * 1e9));
 }
 
 double CostModel::gemm_fp8(double m, double n, double k, double bytes) const {

@@ -456,8 +456,20 @@ int main(int argc, char** argv) {
                 achieved, fitted ? "fitted" : "kept (fit not robust)", p.matmul_half_dim, p.matmul_tflops);
     if (!fitted) std::printf("    (best h %.0f, small-N rms log error %.2f)\n", best_h, small_rms);
 
-    // FP8 GEMMs (fp8: true): linear_fp8_fwd on the N = 8192 shapes, less the weight's cast (two memory-bound
-    // kernels the sim charges apart, at its own rate): the asymptote at the bf16 fit's half_dim.
+    // FP8 casts (fp8: true): a [8192, 14336] bf16 tensor to its codes in both layouts, the bytes the sim charges
+    // (an amax pass, then the cast) over the time: fp8_cast_gbps.
+    {
+      const int64_t R = 8192, Cc = 14336;
+      Buffer x = buf(DType::bf16, {R, Cc}), q = buf(DType::u8, {R, Cc}), qt = buf(DType::u8, {Cc, R}),
+             sb = buf(DType::f32, {4});
+      randomize(*be, x.view(), 1.0f, 4);
+      const double t = tm.per_call([&] { be->fp8_cast(q.view(), qt.view(), sb.view(), x.view(), 0); });
+      const double bytes = 2.0 * double(x.view().bytes()) + 2.0 * double(q.view().bytes()) + 16;
+      p.fp8_cast_gbps = bytes / t / 1e9;
+      row("fp8_cast 8192x14336 (both layouts)", t, p.fp8_cast_gbps, "GB/s");
+    }
+    // FP8 GEMMs (fp8: true): linear_fp8_fwd on the N = 8192 shapes, less the weight's cast (two kernels the sim
+    // charges apart, at the cast rate just measured): the asymptote at the bf16 fit's half_dim.
     {
       const CostModel cm(p);
       auto e = [&](double d) { return p.matmul_half_dim > 0 ? d / (d + p.matmul_half_dim) : 1.0; };
@@ -470,7 +482,7 @@ int main(int argc, char** argv) {
         be->fp8_cast(q.view(), Tensor(), sb.view(), x.view(), 0);
         const double tf = tm.per_call([&] { be->linear_fp8_fwd(y.view(), q.view(), sb.view(), w.view()); });
         const double wb = 2.0 * double(o) * double(in), dN = double(N), dI = double(in), dO = double(o);
-        const double cast = cm.memory(wb) + cm.memory(wb + dO * dI + 16);
+        const double cast = cm.fp8_cast(wb) + cm.fp8_cast(wb + dO * dI + 16);
         const double g = std::max(tf - cast, 0.5 * tf);
         row(fmt::format("linear_fp8_fwd N={} {}x{} (GEMM)", N, in, o), g, 2 * dN * dI * dO / g / 1e12, "TFLOP/s");
         work += 2 * dN * dI * dO / (e(dN) * e(dI) * e(dO));

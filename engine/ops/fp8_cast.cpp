@@ -52,8 +52,10 @@ namespace {
 using namespace ops::detail;
 // fp8_cast(out, out_t, sb, x): the amax's partial maxima (one pass over x), then the codes (x again, each output
 // written once).
-OpKernelBytes fp8_cast_fwd(const OpCall& c) {
-  return OpKernelBytes{}.add(B(c.t[3])).add(B(c.t[3]) + B(c.t[0]) + B(c.t[1]) + B(c.t[2]));
+// Priced at the profile's cast rate (CostModel::fp8_cast), not the elementwise kernels'.
+OpTime fp8_cast_price(const OpCall& c, OpSim& sim) {
+  const CostModel& cost = sim.cost();
+  return {cost.fp8_cast(B(c.t[3])) + cost.fp8_cast(B(c.t[3]) + B(c.t[0]) + B(c.t[1]) + B(c.t[2])), 2, true};
 }
 ScratchList fp8_cast_scratch(const OpCall&, OpEnv&) {
   return {{scratch_tag::fp8_amax, DType::f32, Shape{kFp8AmaxBlocks}}};
@@ -61,8 +63,8 @@ ScratchList fp8_cast_scratch(const OpCall&, OpEnv&) {
 }  // namespace
 
 const OpInfo& op_desc::fp8_cast() {
-  static const OpInfo i{OpKind::fp8_cast, "fp8_cast",       {scratch_tag::fp8_amax}, fp8_cast_fwd,
-                        nullptr,          fp8_cast_scratch, "fp8_cast_fwd",          nullptr};
+  static const OpInfo i{OpKind::fp8_cast, "fp8_cast", {scratch_tag::fp8_amax}, nullptr, nullptr, fp8_cast_scratch,
+                        "fp8_cast_fwd",   nullptr,    fp8_cast_price};
   return i;
 }
 

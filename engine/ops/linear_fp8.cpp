@@ -74,16 +74,16 @@ OpTime linear_fp8_price(const OpCall& c, OpSim& sim) {
   if (!c.backward) {
     const Tensor &y = c.t[0], &x8 = c.t[1], &w = c.t[3];
     const double n = rows(x8), in = cols(x8), o = double(w.shape[0]);
-    double s = cost.memory(B(w)) + cost.memory(B(w) + o * in + kScaleBytes);
+    double s = cost.fp8_cast(B(w)) + cost.fp8_cast(B(w) + o * in + kScaleBytes);
     s += cost.gemm_fp8(n, o, in, B(x8) + o * in + B(y));
     return {s, 3, true};
   }
   const Tensor &dx = c.t[0], &dw = c.t[1], &dy = c.t[2], &w = c.t[5];
   const double n = rows(dy), o = cols(dy), in = cols(w);
-  double s = cost.memory(B(dy)) + cost.memory(B(dy) + (double(dx.defined()) + double(dw.defined())) * n * o);
+  double s = cost.fp8_cast(B(dy)) + cost.fp8_cast(B(dy) + (double(dx.defined()) + double(dw.defined())) * n * o);
   int kernels = 2;
   if (dx.defined()) {
-    s += cost.memory(B(w)) + cost.memory(B(w) + o * in + kScaleBytes);
+    s += cost.fp8_cast(B(w)) + cost.fp8_cast(B(w) + o * in + kScaleBytes);
     s += cost.gemm_fp8(n, in, o, n * o + o * in + rw(dx, c.acc[0]));
     kernels += 3;
   }
