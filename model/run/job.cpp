@@ -208,6 +208,8 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
     // Rows sized to the data: a batch is as long as its longest row, rounded up; the forecast, the arena and the
     // planner size for the longest, and every shorter length is checked below where memory is bounded.
     c.batch_lengths = rows->bucket_lengths(row_multiple(c.sequence_parallel));
+    data_tokens_ = 0;  // the rows' tokens up to their last trained target, not their padding
+    for (long r = 0; r < rows->rows(); ++r) data_tokens_ += size_t(rows->row_len(r));
     std::fprintf(info, "%s\n", describe_batch_lengths(c, rows->longest_row()).c_str());
   } else if (!random && opt_.needs_data) {
     throw ConfigError("data FILE (--data) or datasets is required", origin_file(c), "data");
@@ -336,7 +338,7 @@ TrainLoop& Job::loop() {
 }
 
 std::string Job::plan_table() const {
-  return format_plan_table(cfg_.plan.preset, trainer_->plan_table(cfg_.batch, cfg_.seq));
+  return format_plan_table(cfg_.plan.preset, trainer_->plan_table(cfg_.batch, longest_batch_len(cfg_)));
 }
 
 LoopResult Job::run() {

@@ -99,8 +99,8 @@ class Job {
   bool has_loop() const { return bool(loop_); }
   TrainLoop& loop();  // ConfigError without data
   const std::optional<PlanResult>& budget_plan() const { return planned_; }
-  size_t data_tokens() const { return data_tokens_; }
-  std::string plan_table() const;  // format_plan_table of the resolved plan
+  size_t data_tokens() const { return data_tokens_; }  // datasets: up to each row's last trained target
+  std::string plan_table() const;                      // format_plan_table of the resolved plan (of the longest batch)
 
   // The loop to its end (resume first when the settings say so).
   LoopResult run();
