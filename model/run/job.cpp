@@ -176,9 +176,6 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
   } else {
     if (c.model_dir.empty()) throw ConfigError("base_model (--model DIR) is required", origin_file(c), "base_model");
     mc_ = io::read_llama_config(c.model_dir);
-    if (c.seq > mc_.max_position_embeddings)
-      std::fprintf(stderr, "warning: sequence_len %d exceeds max_position_embeddings %d of %s/config.json\n", c.seq,
-                   mc_.max_position_embeddings, c.model_dir.c_str());
   }
   tokenizer_dir_ = c.tokenizer_dir.empty() ? c.model_dir : c.tokenizer_dir;
   std::optional<TokenRows> rows;
@@ -214,6 +211,12 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
   } else if (!random && opt_.needs_data) {
     throw ConfigError("data FILE (--data) or datasets is required", origin_file(c), "data");
   }
+
+  // Positions reach the longest batch (rows sized to the data), not sequence_len.
+  if (!random && longest_batch_len(c) > mc_.max_position_embeddings)
+    std::fprintf(stderr, "warning: %s %d exceeds max_position_embeddings %d of %s/config.json\n",
+                 c.batch_lengths.empty() ? "sequence_len" : "the longest batch", longest_batch_len(c),
+                 mc_.max_position_embeddings, c.model_dir.c_str());
 
   // The backend: the caller's, or one whose arena on cuda is what the plan's forecast needs (other
   // processes can share the GPU).
