@@ -14,6 +14,7 @@
 #include "model/plan/arena_sizing.h"
 #include "model/run/forecast_request.h"
 #include "model/run/job.h"
+#include "tests/cpu/rank_threads.h"
 #include "tests/cpu/tool_runner.h"
 #include "tests/cpu/train_loop_util.h"
 
@@ -50,16 +51,17 @@ struct RunOut {
   std::vector<size_t> tokens;  // per step
 };
 
-// The loop on the dataset's rows with cfg.batch_lengths as given (empty: padded to seq).
-RunOut train(const TrainConfig& c) {
+// The loop on the dataset's rows with cfg.batch_lengths as given (empty: padded to seq), on `comm`'s ranks.
+RunOut train(const TrainConfig& c, DatasetRows dr, Communicator* comm = nullptr) {
   io::LlamaConfig mc = test_util::tiny_config();
   mc.vocab_size = 3008;  // the llama3 test tokenizer's
-  DatasetRows dr = build_dataset_rows(dataset_options(c), kTokDir + "/llama3", nullptr);
   test_util::Rig r;
   r.be = make_cpu_backend(size_t(256) << 20);
   r.model = std::make_unique<LlamaModel>(*r.be, mc, model_options(c));
   r.model->init_random(11);
-  r.trainer = std::make_unique<Trainer>(*r.be, *r.model, train_options(c));
+  TrainOptions to = train_options(c);
+  to.comm = comm;
+  r.trainer = std::make_unique<Trainer>(*r.be, *r.model, to);
   RunOut run;
   LoopOptions lo = test_util::quiet();
   lo.on_step = [&](const StepStats& s) { run.tokens.push_back(s.tokens); };
@@ -70,6 +72,10 @@ RunOut train(const TrainConfig& c) {
   run.result = r.loop->run();
   run.state = test_util::state_bytes(*r.model);
   return run;
+}
+
+RunOut train(const TrainConfig& c) {
+  return train(c, build_dataset_rows(dataset_options(c), kTokDir + "/llama3", nullptr));
 }
 
 }  // namespace
@@ -224,4 +230,36 @@ TEST_F(DataSizedRows, ForecastAndArenaFollowTheLongestBatch) {
   TrainConfig p = c;
   p.batch_lengths.clear();
   EXPECT_EQ(train_forecast_request(p, mc, SimMirror::cuda, find_profile("h100_80gb")).seq, 4096);
+}
+
+// Data parallel: every rank takes its rows of the same global batch, whose length is the longest of all the
+// ranks' rows, so the ranks run the same shapes; two ranks sized to the data give the padded two ranks' losses
+// and weights bit for bit, and the ranks agree.
+TEST_F(DataSizedRows, TwoRanksMatchTheirPaddedRun) {
+  TrainConfig cfg;
+  cfg.seq = 512;
+  cfg.batch = 2;
+  cfg.steps = 4;
+  cfg.steps_given = true;
+  cfg.loss_chunk_tokens = 8192;
+  cfg.datasets = {{write_examples(path("ranks.jsonl"), 16), "alpaca", ""}};
+  const DatasetRows dr = build_dataset_rows(dataset_options(cfg), kTokDir + "/llama3", nullptr);
+  TrainConfig sized = cfg;
+  sized.batch_lengths = TokenRows(dr.inputs, dr.targets, cfg.seq).bucket_lengths(kRowMultiple);
+  ASSERT_GT(sized.batch_lengths.size(), 1u);
+  auto ranks = [&](const TrainConfig& c) {
+    return test_util::run_rank_threads<RunOut>(2, [&](Communicator* comm, int) { return train(c, dr, comm); });
+  };
+  const std::vector<RunOut> a = ranks(cfg), b = ranks(sized);
+  ASSERT_EQ(a[0].result.losses.size(), 4u);
+  ASSERT_EQ(b[0].result.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(std::memcmp(&a[0].result.losses[i], &b[0].result.losses[i], 4), 0) << "step " << i + 1;
+  EXPECT_TRUE(a[0].state == b[0].state);
+  EXPECT_TRUE(b[0].state == b[1].state);
+  EXPECT_EQ(b[0].tokens, b[1].tokens);  // the same batch lengths on both ranks
+  size_t padded = 0, sized_tokens = 0;
+  for (size_t t : a[0].tokens) padded += t;
+  for (size_t t : b[0].tokens) sized_tokens += t;
+  EXPECT_LT(sized_tokens, padded);
 }
