@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "model/data/datasets.h"
 #include "model/data/row_data.h"
@@ -19,6 +21,7 @@
 #include "tests/cpu/train_loop_util.h"
 
 using namespace strata;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -262,4 +265,69 @@ TEST_F(DataSizedRows, TwoRanksMatchTheirPaddedRun) {
   for (size_t t : a[0].tokens) padded += t;
   for (size_t t : b[0].tokens) sized_tokens += t;
   EXPECT_LT(sized_tokens, padded);
+}
+
+// The tools: strata-train says the batch length it chose and why (and trains at it), --preview-data shows the rows
+// by length, and strata-plan of the dataset config forecasts the longest batch, keeping sequence_len in the config
+// it writes.
+TEST_F(DataSizedRows, ToolsSayAndUseTheBatchLength) {
+  using namespace strata::tool_test;
+  for (const std::string& bin : {kMakeTiny, kTrain, kPlan})
+    ASSERT_TRUE(fs::exists(bin)) << bin << " is missing: build the tools next to the tests";
+  const std::string model = path("tools_model");
+  Proc mk = s_.run(kMakeTiny + " " + quote(model) +
+                   " --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 64 --vocab 3008 --tokens 100");
+  ASSERT_EQ(mk.code, 0) << mk.err;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(kTokDir + "/llama3/" + f, model + "/" + f, fs::copy_options::overwrite_existing);
+  const std::string data = write_examples(path("tools.jsonl"), 9);
+  const std::string cfg = path("tools.yaml");
+  std::ofstream(cfg) << fmt::format(
+      "base_model: {}\ndatasets:\n  - path: {}\n    type: alpaca\nsequence_len: 2048\nmicro_batch_size: 3\n"
+      "max_steps: 3\n",
+      model, data);
+  const std::regex chosen(
+      R"(batches: sized to the data: the longest row is (\d+) tokens, so batches are at most (\d+) tokens \(sequence_len 2048\); each batch is as long as its longest row rounded up to a multiple of 128)");
+  Proc pv = s_.run(kTrain + " --config " + quote(cfg) + " --preview-data 1");
+  ASSERT_EQ(pv.code, 0) << pv.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(pv.out, m, chosen)) << pv.out;
+  const int longest = std::stoi(m[1]), batch_len = std::stoi(m[2]);
+  EXPECT_EQ(batch_len, (longest + 127) / 128 * 128);
+  EXPECT_LT(batch_len, 2048);
+  EXPECT_NE(pv.out.find("rows by length (a row alone in its batch): "), std::string::npos) << pv.out;
+  EXPECT_NE(pv.out.find(fmt::format("against {} padded to sequence_len", 9 * 2048)), std::string::npos) << pv.out;
+
+  Proc tr = s_.run(kTrain + " --config " + quote(cfg) + " --json");
+  ASSERT_EQ(tr.code, 0) << tr.err;
+  const std::string said = tr.out + tr.err;
+  ASSERT_TRUE(std::regex_search(said, m, chosen)) << said;
+  EXPECT_NE(said.find(fmt::format("batch 3 x seq {} at most (sized to the data; sequence_len 2048)", batch_len)),
+            std::string::npos)
+      << said;
+  int steps = 0;
+  for (const std::string& l : lines(tr.out)) {
+    if (l.rfind("{\"step\"", 0) != 0) continue;
+    const auto j = nlohmann::json::parse(l);
+    ++steps;
+    EXPECT_GT(double(j["tokens_per_s"]), 0.0);
+  }
+  EXPECT_EQ(steps, 3);
+
+  Proc pl = s_.run(kPlan + " --config " + quote(cfg) + " --model " + quote(model));
+  ASSERT_EQ(pl.code, 0) << pl.err;
+  EXPECT_NE(pl.out.find(fmt::format("| seq {} x batch 3 |", batch_len)), std::string::npos) << pl.out;
+  EXPECT_TRUE(std::regex_search(pl.out, m, chosen)) << pl.out;
+  Proc pb = s_.run(kPlan + " --config " + quote(cfg) + " --model " + quote(model) + " --budget 1GiB");
+  ASSERT_EQ(pb.code, 0) << pb.err;
+  EXPECT_NE(pb.out.find(fmt::format("sequence_len: 2048  # batches sized to the data: at most {} tokens", batch_len)),
+            std::string::npos)
+      << pb.out;
+  Proc ps = s_.run(kPlan + " --config " + quote(cfg) + " --model " + quote(model) + " --seq 2048");
+  ASSERT_EQ(ps.code, 0) << ps.err;
+  EXPECT_NE(ps.out.find("| seq 2048 x batch 3 |"), std::string::npos) << ps.out;
+  // A dataset config with a built-in model name has no tokenizer to size the rows with: said, naming the flag.
+  Proc nb = s_.run(kPlan + " --config " + quote(cfg) + " --model tiny");
+  EXPECT_EQ(nb.code, 2);
+  EXPECT_NE(nb.err.find("need a tokenizer to size the rows"), std::string::npos) << nb.err;
 }
