@@ -111,6 +111,9 @@ TEST_F(DataSizedRows, LengthsBucketsAndBatches) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].T, 8);
   EXPECT_THROW(rows.set_batch_lengths({4, 8}), Error);  // does not hold the longest row
+  rows.set_batch_lengths({4, 12});  // 8 left out (it did not fit a budget): its batches take the next longer length
+  RowSampler one({1}, 1, /*shuffle=*/false);
+  EXPECT_EQ(one.next(rows, 1).T, 12);
   EXPECT_EQ(row_multiple(1), 128);
   EXPECT_EQ(row_multiple(4), 128);
   EXPECT_EQ(row_multiple(3), 384);  // every rank of a sequence-parallel group holds T / 3 tokens
