@@ -284,6 +284,7 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
                    : std::to_string(req.seq).c_str(),
                req.batch, train_mode_name(req.mode),
                req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
+  if (!r.data_note.empty()) std::fprintf(info, "%s\n", r.data_note.c_str());
   if (req.gpus > 1)
     std::fprintf(info, "ranks: %d GPUs%s; %s%s\n", req.gpus,
                  req.sequence_parallel > 1

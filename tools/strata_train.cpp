@@ -92,11 +92,16 @@ void print_setup(std::FILE* info, Job& job) {
                    : "",
                model.param_count() / 1e6, model.trainable_count() / 1e6,
                cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
-  std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n",
-               cfg.datasets.empty()
-                   ? cfg.data_path.c_str()
-                   : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
-               job.data_tokens(), cfg.batch, cfg.seq, job.loop().total_steps(), double(cfg.lr));
+  std::fprintf(
+      info, "data: %s, %zu tokens | batch %d x seq %s | %d steps, lr %g\n",
+      cfg.datasets.empty()
+          ? cfg.data_path.c_str()
+          : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
+      job.data_tokens(), cfg.batch,
+      cfg.batch_lengths.empty()
+          ? std::to_string(cfg.seq).c_str()
+          : fmt::format("{} at most (sized to the data; sequence_len {})", cfg.batch_lengths.back(), cfg.seq).c_str(),
+      job.loop().total_steps(), double(cfg.lr));
   if (cfg.grad_accum > 1 && job.backend_name() == "cuda" && model.grads_on_host())
     std::fprintf(stderr,
                  "strata-train: note: gradient_accumulation_steps %d with the gradients on the host tier sums "

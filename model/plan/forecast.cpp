@@ -176,6 +176,7 @@ Forecast forecast(const ForecastRequest& r) {
     to.tiers = r.tiers;
     to.max_grad_norm = r.max_grad_norm;
     to.optimizer.reduce_dtype = r.grad_reduce;
+    to.batch_tokens = r.batch_tokens;
     if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
     const int sp = r.sequence_parallel;
     if (sp < 1 || r.gpus % sp != 0)

@@ -61,6 +61,9 @@ struct ForecastRequest {
   // Sample packing: the batch's positions [batch * seq] (Batch::positions; a row's examples restart
   // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
   std::vector<int32_t> positions;
+  // TrainOptions::batch_tokens: the batch blocks' size when a run's batches vary in length (rows sized to the
+  // data); the forecast of each length then places them as the run does. 0: batch * seq.
+  int64_t batch_tokens = 0;
   // The budget planner (plan_for_budget, max_seq_for_budget) stops after this many seconds with the best
   // plan found by then (PlanResult::stopped); 0 (here): no limit. The tools take it from the settings'
   // plan_time_limit (default 60 s; train_forecast_request).

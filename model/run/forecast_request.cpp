@@ -8,8 +8,9 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
                                        const DeviceProfile& profile) {
   ForecastRequest req;
   req.model = mc;
-  req.seq = cfg.seq;
+  req.seq = longest_batch_len(cfg);  // rows sized to the data: the longest batch; the others are checked by the caller
   req.batch = cfg.batch;
+  if (!cfg.batch_lengths.empty()) req.batch_tokens = int64_t(cfg.batch) * req.seq;
   req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
   req.lora_rank = cfg.lora.rank;
   req.lora_alpha = cfg.lora.alpha;

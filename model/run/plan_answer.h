@@ -4,6 +4,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/plan/planner.h"
 #include "model/run/train_config.h"
@@ -39,6 +40,11 @@ struct PlanRequest {
   int seq_multiple = 0, seq_limit = 0;  // max_seq: the lengths searched
   // YAML the written config adds to the plan's: base_model, data, grad_reduce_dtype, zero_stage, max_grad_norm.
   std::string run_keys;
+  // Rows sized to the data (a --config with datasets and no --seq): the datasets' batch lengths, the forecast
+  // being of the longest; `data_note` says so (describe_batch_lengths). The written config keeps sequence_len.
+  std::vector<int> batch_lengths;
+  int sequence_len = 0;
+  std::string data_note;
   bool planned() const { return ask != PlanAsk::forecast; }
 };
 // ConfigError naming the flag for a value out of range or a combination the planner cannot run.

@@ -178,7 +178,7 @@ const std::vector<Setting>& settings() {
      [](C& c, const V& v, R&) { c.backend = v.choice(); },
      get_text<&C::backend>, T},
     // ---- shape and loop
-    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kSeqLen, "", "128", "tokens per row",
+    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kSeqLen, "", "128", "tokens a row at most (longer examples are truncated or dropped); a batch of datasets is as long as its longest row, rounded up to 128",
      set_int<&C::seq>, get_int<&C::seq>, T},
     {"micro_batch_size", {"batch"}, "batch", "B", SettingType::integer, kRowsAtOnce, "", "1", "rows per micro-batch",
      set_int<&C::batch>, get_int<&C::batch>, T},

@@ -80,7 +80,13 @@ struct TrainConfig {
   int save_total_limit = 0;                          // checkpoints kept; 0: all
   std::string resume_from_checkpoint;                // a checkpoint directory, "auto" (newest in output_dir) or ""
   std::string config_file;                           // the YAML file applied last (named by later errors)
+  // Not a setting: the batch lengths the datasets' rows need (model/data/row_data.h, rows sized to the data),
+  // ascending; the last is what the forecast, the arena and the planner size for. Empty: every batch is seq long.
+  std::vector<int> batch_lengths;
 };
+
+// The longest batch a run of `c` takes: batch_lengths' last, else seq.
+int longest_batch_len(const TrainConfig& c);
 
 // The dataset settings of `c`, as build_dataset_rows reads them.
 DatasetOptions dataset_options(const TrainConfig& c);
