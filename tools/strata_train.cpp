@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "io/atomic_file.h"
+#include "model/llama/shapes.h"
 #include "model/plan/forecast.h"
 #include "model/run/job.h"
 #include "model/run/launch.h"
@@ -111,6 +112,9 @@ void print_setup(std::FILE* info, Job& job) {
   std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
                master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments),
                gradients_name(cfg.recipe.gradients));
+  std::fputs(
+      fp8_line(cfg.fp8, mc, int64_t(cfg.batch) * longest_batch_len(cfg) / std::max(1, cfg.sequence_parallel)).c_str(),
+      info);
   std::fputs(job.plan_table().c_str(), info);
   if (const WeightPager* pg = model.pager())
     std::fprintf(info, "weight paging: %d %s layers in a %s %s host block%s%s, %d device slots of %s\n", pg->n_layers(),

@@ -19,6 +19,7 @@
 #include "engine/ops.h"
 #include "model/data/data.h"
 #include "model/llama/llama.h"
+#include "model/llama/shapes.h"
 #include "model/plan/forecast.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/sim_twin.h"
@@ -265,6 +266,34 @@ TEST(Fp8Model, TheCudaForecastTakesTheFp8Rate) {
   bool scratch = false;
   for (const auto& e : q.events) scratch = scratch || e.tag.rfind("fp8.", 0) == 0;
   EXPECT_TRUE(scratch) << "no FP8 scratch in the cuda mirror's schedule";
+}
+
+}  // namespace
+
+namespace {
+
+// A micro-batch whose token count is no multiple of 16 keeps every projection in bf16 (cuBLASLt's FP8 kernels need
+// 16): fp8 then changes nothing, and the setup line says so.
+TEST(Fp8Model, ShapesFp8CannotTakeStayBf16) {
+  auto run = [](bool fp8) {
+    auto be = make_cpu_backend(size_t(64) << 20);
+    ModelOptions mo;
+    mo.fp8 = fp8;
+    LlamaModel model(*be, test_util::tiny_config(), mo);
+    model.init_random(11);
+    TrainOptions to;
+    Trainer tr(*be, model, to);
+    TokenBatcher data(synthetic_tokens(4000, test_util::tiny_config().vocab_size, 3), 2, 19);  // 38 tokens
+    std::vector<float> losses;
+    for (int s = 0; s < 2; ++s) losses.push_back(tr.step(data.next()).loss);
+    return losses;
+  };
+  EXPECT_EQ(run(true), run(false));
+  EXPECT_EQ(fp8_projections(test_util::tiny_config(), 38), 0);
+  EXPECT_EQ(fp8_projections(test_util::tiny_config(), 32), 7);
+  EXPECT_NE(fp8_line(true, test_util::tiny_config(), 38).find("in 0 of a layer's 7"), std::string::npos);
+  EXPECT_NE(fp8_line(true, test_util::tiny_config(), 32).find("in 7 of a layer's 7"), std::string::npos);
+  EXPECT_EQ(fp8_line(false, test_util::tiny_config(), 32), "projections: bf16 GEMMs\n");
 }
 
 }  // namespace
