@@ -310,8 +310,10 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
   std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
                master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments),
                gradients_name(req.recipe.gradients));
-  std::fputs(fp8_line(req.fp8, req.model, int64_t(req.batch) * req.seq / std::max(1, req.sequence_parallel)).c_str(),
-             info);
+  std::fputs(
+      fp8_line(req.fp8, req.model, int64_t(req.batch) * req.seq / std::max(1, req.sequence_parallel), req.mlp_tiles > 1)
+          .c_str(),
+      info);
   std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
                !req.plan.pages_layer_weights() ? "no weight paging"
                : req.mode == TrainMode::full   ? "trainable layer weights paged from host"

@@ -112,9 +112,10 @@ void print_setup(std::FILE* info, Job& job) {
   std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
                master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments),
                gradients_name(cfg.recipe.gradients));
-  std::fputs(
-      fp8_line(cfg.fp8, mc, int64_t(cfg.batch) * longest_batch_len(cfg) / std::max(1, cfg.sequence_parallel)).c_str(),
-      info);
+  std::fputs(fp8_line(cfg.fp8, mc, int64_t(cfg.batch) * longest_batch_len(cfg) / std::max(1, cfg.sequence_parallel),
+                      cfg.plan.mlp_tiles > 1)
+                 .c_str(),
+             info);
   std::fputs(job.plan_table().c_str(), info);
   if (const WeightPager* pg = model.pager())
     std::fprintf(info, "weight paging: %d %s layers in a %s %s host block%s%s, %d device slots of %s\n", pg->n_layers(),

@@ -24,8 +24,9 @@ io::LlamaConfig builtin_shape(const std::string& name);
 double step_flops(const io::LlamaConfig& c, long tokens, int seq, bool weights_train);
 
 // fp8: true: how many of a layer's 7 projections (q, k, v, o, gate, up, down) take the FP8 GEMMs at `tokens`
-// tokens a micro-batch (ops::fp8_shape_ok), and the setup line saying so ("projections: ...").
-int fp8_projections(const io::LlamaConfig& c, int64_t tokens);
-std::string fp8_line(bool fp8, const io::LlamaConfig& c, int64_t tokens);
+// tokens a micro-batch (ops::fp8_shape_ok; the MLP over row tiles, mlp_tiled, keeps its 3 in bf16), and the setup
+// line saying so ("projections: ...").
+int fp8_projections(const io::LlamaConfig& c, int64_t tokens, bool mlp_tiled = false);
+std::string fp8_line(bool fp8, const io::LlamaConfig& c, int64_t tokens, bool mlp_tiled = false);
 
 }  // namespace strata

@@ -291,6 +291,7 @@ TEST(Fp8Model, ShapesFp8CannotTakeStayBf16) {
   EXPECT_EQ(run(true), run(false));
   EXPECT_EQ(fp8_projections(test_util::tiny_config(), 38), 0);
   EXPECT_EQ(fp8_projections(test_util::tiny_config(), 32), 7);
+  EXPECT_EQ(fp8_projections(test_util::tiny_config(), 32, true), 4);  // the tiled MLP's three stay bf16
   EXPECT_NE(fp8_line(true, test_util::tiny_config(), 38).find("in 0 of a layer's 7"), std::string::npos);
   EXPECT_NE(fp8_line(true, test_util::tiny_config(), 32).find("in 7 of a layer's 7"), std::string::npos);
   EXPECT_EQ(fp8_line(false, test_util::tiny_config(), 32), "projections: bf16 GEMMs\n");
