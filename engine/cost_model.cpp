@@ -92,6 +92,8 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["memory_bytes"] = p.memory_bytes;
   j["context_bytes"] = p.context_bytes;
   j["matmul_tflops"] = p.matmul_tflops;
+  if (p.matmul_fp8_tflops > 0) j["matmul_fp8_tflops"] = p.matmul_fp8_tflops;
+  if (p.fp8_cast_gbps > 0) j["fp8_cast_gbps"] = p.fp8_cast_gbps;
   j["matmul_half_dim"] = p.matmul_half_dim;
   j["matmul_unaligned_factor"] = p.matmul_unaligned_factor;
   j["attention_flash_tflops"] = p.attention_flash_tflops;
@@ -137,6 +139,18 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.context_bytes = field<size_t>(j, "context_bytes", where, false, 0);
   p.matmul_tflops = field<double>(j, "matmul_tflops", where);
   p.matmul_half_dim = field<double>(j, "matmul_half_dim", where, false, 0.0);
+  p.matmul_fp8_tflops = field<double>(j, "matmul_fp8_tflops", where, false, 0.0);
+  p.fp8_cast_gbps = field<double>(j, "fp8_cast_gbps", where, false, 0.0);
+  if (!(p.fp8_cast_gbps >= 0))
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: device profile field 'fp8_cast_gbps' must be >= 0 (0: hbm_gbps), got {}", where,
+                             p.fp8_cast_gbps),
+                 where, "fp8_cast_gbps");
+  if (!(p.matmul_fp8_tflops >= 0))
+    STRATA_THROW(ConfigError,
+                 fmt::format("{}: device profile field 'matmul_fp8_tflops' must be >= 0 (0: not measured), got {}",
+                             where, p.matmul_fp8_tflops),
+                 where, "matmul_fp8_tflops");
   p.attention_flash_tflops =
       field<double>(j, "attention_flash_tflops", where, false, DeviceProfile{}.attention_flash_tflops);
   if (!(p.attention_flash_tflops >= 0))
@@ -275,12 +289,28 @@ double CostModel::floor(double s) const {
   return std::max(s, p_.launch_overhead_us * 1e-6);
 }
 
-double CostModel::gemm(double m, double n, double k, double bytes) const {
-  auto eff = [&](double d) { return p_.matmul_half_dim > 0 ? d / (d + p_.matmul_half_dim) : 1.0; };
+namespace {
+double gemm_at(const DeviceProfile& p, double tflops, double m, double n, double k, double bytes) {
+  auto eff = [&](double d) { return p.matmul_half_dim > 0 ? d / (d + p.matmul_half_dim) : 1.0; };
   auto aligned = [](double d) { return std::fmod(d, 8.0) == 0.0; };
-  const double share = aligned(m) && aligned(n) && aligned(k) ? 1.0 : p_.matmul_unaligned_factor;
-  const double tput = p_.matmul_tflops * 1e12 * eff(m) * eff(n) * eff(k) * share;
-  return floor(std::max(2.0 * m * n * k / tput, bytes / (p_.hbm_gbps * 1e9)));
+  const double share = aligned(m) && aligned(n) && aligned(k) ? 1.0 : p.matmul_unaligned_factor;
+  const double tput = tflops * 1e12 * eff(m) * eff(n) * eff(k) * share;
+  return std::max(2.0 * m * n * k / tput, bytes / (p.hbm_gbps * 1e9));
+}
+}  // namespace
+
+double CostModel::gemm(double m, double n, double k, double bytes) const {
+  return floor(gemm_at(p_, p_.matmul_tflops, m, n, k, bytes));
+}
+
+double CostModel::fp8_cast(double bytes) const {
+  return floor(bytes / ((p_.fp8_cast_gbps > 0 ? p_.fp8_cast_gbps : p_.hbm_gbps) * 1e9));
+}
+
+double CostModel::gemm_fp8(double m, double n, double k, double bytes) const {
+  const double tflops =
+      p_.matmul_fp8_tflops > 0 ? p_.matmul_fp8_tflops : DeviceProfile::kFp8OverBf16 * p_.matmul_tflops;
+  return floor(gemm_at(p_, tflops, m, n, k, bytes));
 }
 
 double CostModel::attention(double b, double t, double heads, double d, bool backward) const {

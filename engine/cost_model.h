@@ -21,6 +21,14 @@ struct DeviceProfile {
   // so small dimensions run below the large-shape asymptote.
   double matmul_tflops = 0;
   double matmul_half_dim = 0;
+  // FP8 GEMMs (fp8: true; E4M3/E5M2 operands, fp32 accumulation): the same model at this asymptote. 0: not measured,
+  // taken as kFp8OverBf16 x matmul_tflops (Hopper's dense FP8 peak is twice its bf16 peak; cuBLASLt's large FP8
+  // GEMMs reach about 1.8x its bf16 ones). strata-calibrate measures it.
+  double matmul_fp8_tflops = 0;
+  static constexpr double kFp8OverBf16 = 1.8;
+  // The FP8 casts (amax passes and code writes, kernels/fp8_cast.cu): bytes read + written / this (0: hbm_gbps).
+  // Their 64 x 64 tiles write bytes through shared memory, below the elementwise kernels' rate.
+  double fp8_cast_gbps = 0;
   // A GEMM with a dimension that is not a multiple of 8 (a bf16 row not 16-byte aligned: an LM head
   // over a 50257- or 128257-token vocabulary) runs at this share of the rate: cuBLASLt cannot use its
   // aligned (TMA) kernels. Measured with strata-bench on a Llama-3.2-1B shape at 4096 tokens on an
@@ -113,8 +121,10 @@ class CostModel {
   explicit CostModel(DeviceProfile p) : p_(std::move(p)) {}
   const DeviceProfile& profile() const { return p_; }
 
-  double floor(double seconds) const;                             // max(seconds, launch overhead)
-  double gemm(double m, double n, double k, double bytes) const;  // max of FLOP time and byte time
+  double floor(double seconds) const;                                 // max(seconds, launch overhead)
+  double gemm(double m, double n, double k, double bytes) const;      // max of FLOP time and byte time
+  double gemm_fp8(double m, double n, double k, double bytes) const;  // the same at the FP8 rate
+  double fp8_cast(double bytes) const;                                // an FP8 cast kernel moving `bytes`
   double attention(double b, double t, double heads, double d, bool backward) const;
   // Packed rows (sample packing): `pairs` (query, key) pairs per head over `tokens` tokens, the
   // sum of L(L+1)/2 over the examples; priced as attention() prices B·T²/2 pairs, its efficiency

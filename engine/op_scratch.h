@@ -34,7 +34,16 @@ inline constexpr const char* dlogits_chunk = "loss.dlogits_chunk";
 inline constexpr const char* token_loss = "loss.token_loss";
 inline constexpr const char* n_valid = "loss.n_valid";
 inline constexpr const char* seq_parallel = "workspace.seq_parallel";
+inline constexpr const char* fp8_amax = "fp8.amax";
+inline constexpr const char* fp8_weight = "fp8.weight";
+inline constexpr const char* fp8_weight_scale = "fp8.weight_scale";
+inline constexpr const char* fp8_grad = "fp8.grad";
+inline constexpr const char* fp8_grad_t = "fp8.grad_t";
+inline constexpr const char* fp8_grad_scale = "fp8.grad_scale";
 }  // namespace scratch_tag
+
+// The FP8 casts' amax: one fp32 partial maximum per block of the reduction, folded by the cast kernel.
+inline constexpr int64_t kFp8AmaxBlocks = 528;
 
 // Every tag a scratch description can return, and whether `tag` is one of them.
 const std::vector<std::string_view>& scratch_tags();

@@ -21,7 +21,7 @@ namespace strata {
 // clang-format off
 #define STRATA_OPS(X)                                                                                   \
   X(embedding) X(rmsnorm) X(linear) X(rope) X(attention) X(swiglu) X(add) X(bias) X(lm_head_ce)         \
-  X(lm_head_logits) X(adamw) X(grad_norm) X(block_copy)
+  X(lm_head_logits) X(adamw) X(grad_norm) X(block_copy) X(fp8_cast) X(linear_fp8)
 // clang-format on
 
 enum class OpKind {

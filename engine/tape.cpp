@@ -115,7 +115,7 @@ std::vector<VId> Tape::record(std::unique_ptr<Op> op, const std::vector<VId>& in
     v.shape = o.shape;
     v.dtype = o.dtype;
     v.producer = int(nodes_.size());
-    v.requires_grad = n.needs_backward;
+    v.requires_grad = n.needs_backward && !o.no_grad;
     v.head = head_scope_;
     values_.push_back(std::move(v));
     retained_.push_back(false);

@@ -73,6 +73,7 @@ struct OutSpec {
   std::string cls;  // slot class, e.g. "L3.attn.q"
   Shape shape;
   DType dtype;
+  bool no_grad = false;  // no gradient flows through it (FP8 codes): it never requires grad
 };
 
 // A trainable parameter whose gradient buffer the GradHooks' sink() provides at its first write each backward

@@ -40,15 +40,35 @@ int alignment(const void* p) {
 }
 
 // One column-major problem: D[m, n] = alpha op(A) op(B) + beta C, C == D.
+// FP8 (ab_type an 8-bit float): B's type may differ (E4M3 by E5M2), fast_accum skips the periodic promotion of the
+// tensor cores' partial sums to fp32 (the forward's choice, as Transformer Engine's), and the scale pointers are set
+// per call.
 struct Problem {
   bool ta, tb;
   int m, n, k;
   int lda, ldb, ldc;
   cudaDataType_t ab_type, c_type;
   int align_a, align_b, align_c;
-  std::array<int64_t, 13> key() const {
-    return {ta, tb, m, n, k, lda, ldb, ldc, int64_t(ab_type), int64_t(c_type), align_a, align_b, align_c};
+  cudaDataType_t b_type = CUDA_R_16BF;
+  bool fast_accum = false;
+  std::array<int64_t, 15> key() const {
+    return {ta,
+            tb,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            int64_t(ab_type),
+            int64_t(c_type),
+            align_a,
+            align_b,
+            align_c,
+            int64_t(b_type),
+            fast_accum};
   }
+  bool fp8() const { return ab_type == CUDA_R_8F_E4M3 || ab_type == CUDA_R_8F_E5M2; }
 };
 
 struct Entry {
@@ -74,9 +94,11 @@ struct Gemm::Impl {
   cublasLtHandle_t handle = nullptr;
   void* ws = nullptr;
   size_t ws_bytes = 0;
-  std::map<std::array<int64_t, 13>, Entry> cache;
+  std::map<std::array<int64_t, 15>, Entry> cache;
 
-  Entry& entry(const Problem& p) {
+  // FP8: the scale pointers are set before the heuristic runs (it may pick a kernel that takes no scales
+  // otherwise); the call's own are set again at every run.
+  Entry& entry(const Problem& p, const float* a_scale, const float* b_scale) {
     auto key = p.key();
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
@@ -88,7 +110,13 @@ struct Gemm::Impl {
       LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
       // Stored (pre-op) shapes: op(A) is m x k, op(B) is k x n.
       LT_CHECK(cublasLtMatrixLayoutCreate(&e.a, p.ab_type, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda));
-      LT_CHECK(cublasLtMatrixLayoutCreate(&e.b, p.ab_type, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
+      LT_CHECK(
+          cublasLtMatrixLayoutCreate(&e.b, p.fp8() ? p.b_type : p.ab_type, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
+      if (p.fp8()) {
+        const int8_t fast = p.fast_accum ? 1 : 0;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+        set_scales(e, a_scale, b_scale);
+      }
       LT_CHECK(cublasLtMatrixLayoutCreate(&e.c, p.c_type, p.m, p.n, p.ldc));
 
       cublasLtMatmulPreference_t pref = nullptr;
@@ -132,9 +160,17 @@ struct Gemm::Impl {
     return e;
   }
 
-  void run(const Problem& p, const void* A, const void* B, void* C, float beta, cudaStream_t s) {
+  // Device pointers to the FP8 operands' dequantising factors, read when the GEMM runs.
+  static void set_scales(Entry& e, const float* a_scale, const float* b_scale) {
+    LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof(a_scale)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof(b_scale)));
+  }
+
+  void run(const Problem& p, const void* A, const void* B, void* C, float beta, cudaStream_t s,
+           const float* a_scale = nullptr, const float* b_scale = nullptr) {
     if (p.m == 0 || p.n == 0) return;
-    Entry& e = entry(p);
+    Entry& e = entry(p, a_scale, b_scale);
+    if (p.fp8()) set_scales(e, a_scale, b_scale);
     // Tuning reruns the GEMM, so only where C is overwritten (beta 0); an accumulating first call
     // uses the heuristic's pick and the problem is tuned at its first overwriting call.
     if (!e.tuned && beta == 0.0f) tune_entry(p, e, A, B, C, s);
@@ -214,7 +250,7 @@ struct Gemm::Impl {
   }
 
   static constexpr int kTuneCandidates = 8, kTuneReps = 3, kTuneRounds = 3;
-  using Key = std::array<int64_t, 13>;
+  using Key = std::array<int64_t, 15>;
   static TunePicks<Key>& picks() {  // shared by every Gemm of the process
     static TunePicks<Key> p;
     return p;
@@ -290,6 +326,36 @@ void Gemm::linear_bwd_dw(bf16* dw, const bf16* dy, const bf16* x, int N, int I, 
   }
   Problem p{false, true, I, O, N, I, O, I, CUDA_R_16BF, CUDA_R_16BF, alignment(x), alignment(dy), alignment(dw)};
   impl_->run(p, x, dy, dw, accumulate ? 1.0f : 0.0f, s);
+}
+
+// D^T[N, M] = B'[N, K] A^T[K, M] (column-major): B (col-major [K, N], ld K) transposed, A (col-major [K, M]) as is:
+// the TN form cuBLASLt's FP8 kernels take.
+void Gemm::fp8(void* d, bool d_bf16, const uint8_t* a, bool a_e5m2, const float* a_inv, const uint8_t* b, bool b_e5m2,
+               const float* b_inv, int M, int N, int K, bool accumulate, bool fast_accum, cudaStream_t s) {
+  check_dims(M, K, N, "fp8 gemm");
+  STRATA_CHECK(M % 16 == 0 && N % 16 == 0 && K % 16 == 0,
+               fmt::format("fp8 gemm: M={} N={} K={} must be multiples of 16", M, N, K));
+  if (K == 0) {
+    if (!accumulate && M > 0 && N > 0) cudaMemsetAsync(d, 0, size_t(M) * N * (d_bf16 ? 2 : 4), s);
+    return;
+  }
+  auto type = [](bool e5m2) { return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; };
+  Problem p{true,
+            false,
+            N,
+            M,
+            K,
+            K,
+            K,
+            N,
+            type(b_e5m2),
+            d_bf16 ? CUDA_R_16BF : CUDA_R_32F,
+            alignment(b),
+            alignment(a),
+            alignment(d),
+            type(a_e5m2),
+            fast_accum};
+  impl_->run(p, b, a, d, accumulate ? 1.0f : 0.0f, s, b_inv, a_inv);
 }
 
 // logits^T[V, n] = w^T'[V, C] x^T[C, n], fp32 out.

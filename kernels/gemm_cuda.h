@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "engine/op_scratch.h"
@@ -39,6 +40,11 @@ class Gemm {
   // The same into a bf16 dw (gradients: bf16): fp32 accumulation, C and D bf16, so each element is
   // rounded once per call (dw = bf16(alpha * dy^T x + beta * dw), beta 1 when accumulating)
   void linear_bwd_dw(bf16* dw, const bf16* dy, const bf16* x, int N, int I, int O, bool accumulate, cudaStream_t s);
+  // FP8: d[M, N] (bf16 or fp32, row-major) (+)= (a[M, K] @ b[N, K]^T) * a_inv * b_inv, a and b FP8 codes (E4M3, or
+  // E5M2 where a_e5m2 / b_e5m2; not both E5M2), both K-contiguous, a_inv / b_inv device pointers to their 1 / scale.
+  // M, N, K multiples of 16. fast_accum: the tensor cores' fast accumulation (the forward's).
+  void fp8(void* d, bool d_bf16, const uint8_t* a, bool a_e5m2, const float* a_inv, const uint8_t* b, bool b_e5m2,
+           const float* b_inv, int M, int N, int K, bool accumulate, bool fast_accum, cudaStream_t s);
   // logits[n, V] (fp32) = x[n, C] @ w[V, C]^T
   void logits_f32(float* logits, const bf16* x, const bf16* w, int n, int C, int V, cudaStream_t s);
 

@@ -15,8 +15,9 @@ namespace strata::test {
 
 // in: random input (differentiable); idx: i32 in [lo, hi); param: f32 input; out: forward output in the loss;
 // aux: forward side output; dout: the loss weights of spec `of`; grad: the gradient of spec `of`; inout: read and
-// written in place (in the loss).
-enum class Role { in, idx, param, out, aux, dout, grad, inout };
+// written in place (in the loss); codes: u8 the case's calls write and read (FP8 codes), neither uploaded nor
+// compared.
+enum class Role { in, idx, param, out, aux, dout, grad, inout, codes };
 struct Spec {
   Role role;
   Shape shape;
@@ -31,6 +32,9 @@ struct OpCase {
   std::string label;
   std::vector<Spec> specs;
   Run fwd, bwd;  // bwd empty: no backward to check
+  // The backward is the derivative of the forward (central differences on cpu); false for FP8's straight-through
+  // gradients of a quantised forward (tests/cpu/fp8_test.cpp bounds those).
+  bool differentiable = true;
 };
 
 inline bool is_input(Role r) {
@@ -173,6 +177,32 @@ inline std::vector<OpCase> op_cases() {
        {{R::in, {N, 3, C}}, {R::inout, {3, N, C}}},
        [=](Backend& b, const std::vector<Tensor>& t) { b.block_copy(t[1], t[0], BlockCopy::swap_axes(N, 3, C), true); },
        {}});
+  // FP8 (engine/fp8.h): shapes multiples of 16, as cuBLASLt's FP8 GEMMs want; the cast's scale block compared.
+  const int N8 = 48, I8 = 80, O8 = 112;
+  c.push_back({OpKind::fp8_cast,
+               "fp8_cast",
+               {{R::in, {N8, I8}}, {R::codes, {N8, I8}}, {R::codes, {I8, N8}}, {R::aux, {4}, true}},
+               [](Backend& b, const std::vector<Tensor>& t) { b.fp8_cast(t[1], t[2], t[3], t[0], 0); },
+               {}});
+  c.push_back({OpKind::linear_fp8,
+               "linear_fp8",
+               {{R::in, {N8, I8}},
+                {R::in, {O8, I8}},
+                {R::codes, {N8, I8}},
+                {R::codes, {I8, N8}},
+                {R::aux, {4}, true},
+                {R::out, {N8, O8}},
+                {R::dout, {N8, O8}, false, 5},
+                {R::grad, {N8, I8}, false, 0},
+                {R::grad, {O8, I8}, true, 1}},
+               [](Backend& b, const std::vector<Tensor>& t) {
+                 b.fp8_cast(t[2], t[3], t[4], t[0], 0);
+                 b.linear_fp8_fwd(t[5], t[2], t[4], t[1]);
+               },
+               [](Backend& b, const std::vector<Tensor>& t) {
+                 b.linear_fp8_bwd(t[7], t[8], t[6], t[3], t[4], t[1], false, false);
+               },
+               false});
   return c;
 }
 
@@ -188,7 +218,8 @@ struct OpRig {
     std::mt19937 rng(seed);
     for (size_t i = 0; i < c.specs.size(); ++i) {
       const Spec& s = c.specs[i];
-      const DType dt = s.role == Role::idx              ? DType::i32
+      const DType dt = s.role == Role::codes            ? DType::u8
+                       : s.role == Role::idx            ? DType::i32
                        : s.f32 || s.role == Role::param ? DType::f32
                                                         : b.compute_dtype();
       bufs.emplace_back(b.arena(), dt, s.shape, "case." + c.label + "." + std::to_string(i));

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "text/jinja_internal.h"
+#include "text/py_case.h"
 
 namespace strata::text::jinja {
 
@@ -20,25 +21,6 @@ static uint32_t cp_of(const std::string& c) {
   uint32_t cp = b0 & (c.size() == 2 ? 0x1F : c.size() == 3 ? 0x0F : 0x07);
   for (size_t k = 1; k < c.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(c[k]) & 0x3F);
   return cp;
-}
-
-// Case mapping is ASCII here; a string with letters of cased scripts beyond ASCII is an error
-// rather than a rendering that differs from Python's.
-void check_caseless(const std::string& s, const char* what, int line) {
-  for (const auto& c : code_points(s)) {
-    uint32_t cp = cp_of(c);
-    if ((cp >= 0xB5 && cp <= 0x24F && cp != 0xD7 && cp != 0xF7) || (cp >= 0x370 && cp <= 0x58F) ||
-        (cp >= 0x10A0 && cp <= 0x10FF) || (cp >= 0x13A0 && cp <= 0x13FF) || (cp >= 0x1C80 && cp <= 0x1CBF) ||
-        (cp >= 0x1E00 && cp <= 0x1FFF) || (cp >= 0x2C00 && cp <= 0x2D2F) || (cp >= 0xA640 && cp <= 0xA7FF) ||
-        (cp >= 0xFB00 && cp <= 0xFB17) || (cp >= 0xFF21 && cp <= 0xFF5A) || cp >= 0x10400)
-      fail(std::string(what) + "() of a string with non-ASCII cased letters is not supported", line);
-  }
-}
-
-std::string ascii_map(std::string s, int (*f)(int)) {
-  for (auto& c : s)
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  return s;
 }
 
 std::string str_arg(const Value& v, const char* what, int line) {
@@ -263,40 +245,13 @@ std::string html_escape(const std::string& s) {
 }
 
 std::string jinja_title(const std::string& s, int line) {
-  check_caseless(s, "title", line);
-  std::string out;
-  bool begin = true;
-  for (char c : s) {
-    bool sep = std::isspace(static_cast<unsigned char>(c)) || std::strchr("-({[<", c);
-    if (sep && c) {
-      out += c;
-      begin = true;
-    } else {
-      out += static_cast<char>(begin ? std::toupper(static_cast<unsigned char>(c))
-                                     : std::tolower(static_cast<unsigned char>(c)));
-      begin = false;
-    }
-  }
-  return out;
-}
-
-static std::string py_title(const std::string& s, int line) {
-  check_caseless(s, "title", line);
-  std::string out;
-  bool prev_cased = false;
-  for (char c : s) {
-    bool alpha = std::isalpha(static_cast<unsigned char>(c));
-    out += static_cast<char>(alpha ? (prev_cased ? std::tolower(c) : std::toupper(c)) : c);
-    prev_cased = alpha;
-  }
-  return out;
+  (void)line;
+  return text::jinja_title_filter(s);
 }
 
 std::string capitalize(const std::string& s, int line) {
-  check_caseless(s, "capitalize", line);
-  std::string out = ascii_map(s, ::tolower);
-  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-  return out;
+  (void)line;
+  return text::py_capitalize(s);
 }
 
 // jinja2's undefined for a missing attribute or item.
@@ -359,10 +314,10 @@ Value getitem(const Value& obj, const Value& key, int line) {
 }
 
 bool has_method(const Value& obj, const std::string& name) {
-  static const char* str_methods[] = {"strip",    "lstrip",  "rstrip",  "split",      "rsplit",     "startswith",
-                                      "endswith", "upper",   "lower",   "title",      "capitalize", "replace",
-                                      "join",     "find",    "rfind",   "count",      "format",     "isdigit",
-                                      "isalpha",  "isalnum", "isspace", "splitlines", "islower",    "isupper"};
+  static const char* str_methods[] = {
+      "strip",   "lstrip",     "rstrip",  "split",      "rsplit",  "startswith", "endswith",  "upper",    "lower",
+      "title",   "capitalize", "replace", "join",       "find",    "rfind",      "count",     "format",   "isdigit",
+      "isalpha", "isalnum",    "isspace", "splitlines", "islower", "isupper",    "isdecimal", "isnumeric"};
   static const char* dict_methods[] = {"items", "keys", "values", "get"};
   if (obj.is(K::string))
     return std::find(std::begin(str_methods), std::end(str_methods), name) != std::end(str_methods);
@@ -414,11 +369,9 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       }
       return Value::boolean(false);
     }
-    if (name == "upper" || name == "lower") {
-      check_caseless(s, name.c_str(), line);
-      return Value::string(ascii_map(s, name == "upper" ? ::toupper : ::tolower));
-    }
-    if (name == "title") return Value::string(py_title(s, line));
+    if (name == "upper" || name == "lower")
+      return Value::string(name == "upper" ? text::py_upper(s) : text::py_lower(s));
+    if (name == "title") return Value::string(text::py_title(s));
     if (name == "capitalize") return Value::string(capitalize(s, line));
     if (name == "replace")
       return Value::string(py_replace(s, str_arg(a.get(0, "old"), "replace()", line),
@@ -459,21 +412,17 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       if (b < s.size()) lines.push_back(s.substr(b));
       return Value::of_list(strings(lines));
     }
+    if (name == "islower") return Value::boolean(text::py_islower(s));
+    if (name == "isupper") return Value::boolean(text::py_isupper(s));
     if (name.rfind("is", 0) == 0) {
-      if (s.empty()) return Value::boolean(false);
-      for (unsigned char c : s) {
-        if (c >= 0x80) fail(name + "() of a non-ASCII string is not supported", line);
-        bool ok = name == "isdigit"   ? std::isdigit(c)
-                  : name == "isalpha" ? std::isalpha(c)
-                  : name == "isalnum" ? std::isalnum(c)
-                  : name == "isspace" ? (std::isspace(c) || (c >= 0x1C && c <= 0x1F))
-                  : name == "islower" ? !std::isupper(c)
-                                      : !std::islower(c);
-        if (!ok) return Value::boolean(false);
-      }
-      if (name == "islower" || name == "isupper")
-        return Value::boolean(std::any_of(s.begin(), s.end(), [](unsigned char c) { return std::isalpha(c); }));
-      return Value::boolean(true);
+      using C = text::PyCharClass;
+      const C c = name == "isdigit"     ? C::digit
+                  : name == "isalpha"   ? C::alpha
+                  : name == "isalnum"   ? C::alnum
+                  : name == "isdecimal" ? C::decimal
+                  : name == "isnumeric" ? C::numeric
+                                        : C::space;
+      return Value::boolean(text::py_is(s, c));
     }
   }
   if (obj.is(K::dict)) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "text/jinja_internal.h"
+#include "text/py_case.h"
 
 namespace strata::text::jinja {
 
@@ -16,10 +17,7 @@ Value sorted(Renderer& r, List items, bool reverse, bool case_sensitive, const V
   (void)r;
   auto key = [&](const Value& v) {
     Value k = attribute.is_undefined() || attribute.is(K::none) ? v : attr_path(v, to_str(attribute), line);
-    if (!case_sensitive && k.is(K::string)) {
-      check_caseless(k.s, "sort", line);
-      k.s = ascii_map(k.s, ::tolower);
-    }
+    if (!case_sensitive && k.is(K::string)) k.s = text::py_lower(k.s);
     return k;
   };
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
@@ -119,16 +117,8 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
       if (equal(x, v)) return true;
     return false;
   }
-  if (name == "lower" || name == "upper") {
-    std::string s = to_str(v);
-    check_caseless(s, name.c_str(), line);
-    bool any = false;
-    for (unsigned char c : s) {
-      if (name == "lower" ? std::isupper(c) : std::islower(c)) return false;
-      any = any || std::isalpha(c);
-    }
-    return any;
-  }
+  if (name == "lower" || name == "upper")
+    return name == "lower" ? text::py_islower(to_str(v)) : text::py_isupper(to_str(v));
   if (name == "escaped") return false;
   fail("the test '" + name + "' is not supported", line);
 }
@@ -140,11 +130,8 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
   if (name == "string") return Value::string(to_str(v));
   if (name == "safe") return Value::string(to_str(v));  // Markup(value): a string, even of undefined
   if (name == "escape" || name == "e") return Value::string(html_escape(to_str(v)));
-  if (name == "upper" || name == "lower") {
-    std::string s = to_str(v);
-    check_caseless(s, name.c_str(), line);
-    return Value::string(ascii_map(s, name == "upper" ? ::toupper : ::tolower));
-  }
+  if (name == "upper" || name == "lower")
+    return Value::string(name == "upper" ? text::py_upper(to_str(v)) : text::py_lower(to_str(v)));
   if (name == "capitalize") return Value::string(capitalize(to_str(v), line));
   if (name == "title") return Value::string(jinja_title(to_str(v), line));
   if (name == "default" || name == "d") {
@@ -257,10 +244,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     for (const auto& x : iterate(v, line)) {
       Value k = attribute.is_undefined() ? x : attr_path(x, to_str(attribute), line);
       if ((k.is(K::list) && !k.tuple) || k.is(K::dict)) fail("unhashable type: '" + type_name(k) + "'", line);
-      if (!cs && k.is(K::string)) {
-        check_caseless(k.s, "unique", line);
-        k.s = ascii_map(k.s, ::tolower);
-      }
+      if (!cs && k.is(K::string)) k.s = text::py_lower(k.s);
       if (std::none_of(keys.begin(), keys.end(), [&](const Value& y) { return equal(y, k); })) {
         keys.push_back(k);
         out.push_back(x);

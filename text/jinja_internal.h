@@ -223,8 +223,6 @@ Value getattr(const Value& obj, const std::string& name, int line);  // `obj.nam
 Value getitem(const Value& obj, const Value& key, int line);         // `obj[key]`
 
 // Helpers the built-ins share (text/jinja_builtins.cpp).
-void check_caseless(const std::string& s, const char* what, int line);  // error for non-ASCII cased letters
-std::string ascii_map(std::string s, int (*f)(int));
 std::string str_arg(const Value& v, const char* what, int line);
 int64_t int_arg(const Value& v, const char* what, int line);
 Value attr_path(const Value& item, const std::string& path, int line);  // `a.b.0` as jinja2's attrgetter

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "engine/ops.h"
+#include "model/llama/shapes.h"
 #include "model/plan/timeline_svg.h"
 #include "model/run/job.h"
 
@@ -293,6 +294,7 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
                    : std::to_string(req.seq).c_str(),
                req.batch, train_mode_name(req.mode),
                req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
+  if (!r.data_note.empty()) std::fprintf(info, "%s\n", r.data_note.c_str());
   if (r.choose_layout)
     std::fprintf(info, "ranks: %d GPUs; the planner chooses %s\n", req.gpus,
                  r.fixed_sp > 0      ? fmt::format("the ZeRO stage (sequence parallel {} given)", r.fixed_sp).c_str()
@@ -323,6 +325,10 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
   std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
                master_weights_name(req.recipe.master), optimizer_state_name(req.recipe.moments),
                gradients_name(req.recipe.gradients));
+  std::fputs(
+      fp8_line(req.fp8, req.model, int64_t(req.batch) * req.seq / std::max(1, req.sequence_parallel), req.mlp_tiles > 1)
+          .c_str(),
+      info);
   std::fprintf(info, "tiers: device, host and disk; %s%s%s%s\n",
                !req.plan.pages_layer_weights() ? "no weight paging"
                : req.mode == TrainMode::full   ? "trainable layer weights paged from host"

@@ -85,6 +85,7 @@ static std::string result_json(const BenchResult& r, const std::string& shape) {
   j["master_weights"] = master_weights_name(mo.recipe.master);
   j["optimizer_state"] = optimizer_state_name(mo.recipe.moments);
   j["gradients"] = gradients_name(mo.recipe.gradients);
+  j["fp8"] = mo.fp8;
   j["state_host_bytes"] = r.state_host_bytes;
   j["state_host_pinned"] = r.state_host_pinned;
   j["state_disk_bytes"] = r.state_disk_bytes;

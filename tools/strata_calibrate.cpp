@@ -461,6 +461,43 @@ int main(int argc, char** argv) {
                 achieved, fitted ? "fitted" : "kept (fit not robust)", p.matmul_half_dim, p.matmul_tflops);
     if (!fitted) std::printf("    (best h %.0f, small-N rms log error %.2f)\n", best_h, small_rms);
 
+    // FP8 casts (fp8: true): a [8192, 14336] bf16 tensor to its codes in both layouts, the bytes the sim charges
+    // (an amax pass, then the cast) over the time: fp8_cast_gbps.
+    {
+      const int64_t R = 8192, Cc = 14336;
+      Buffer x = buf(DType::bf16, {R, Cc}), q = buf(DType::u8, {R, Cc}), qt = buf(DType::u8, {Cc, R}),
+             sb = buf(DType::f32, {4});
+      randomize(*be, x.view(), 1.0f, 4);
+      const double t = tm.per_call([&] { be->fp8_cast(q.view(), qt.view(), sb.view(), x.view(), 0); });
+      const double bytes = 2.0 * double(x.view().bytes()) + 2.0 * double(q.view().bytes()) + 16;
+      p.fp8_cast_gbps = bytes / t / 1e9;
+      row("fp8_cast 8192x14336 (both layouts)", t, p.fp8_cast_gbps, "GB/s");
+    }
+    // FP8 GEMMs (fp8: true): linear_fp8_fwd on the N = 8192 shapes, less the weight's cast (two kernels the sim
+    // charges apart, at the cast rate just measured): the asymptote at the bf16 fit's half_dim.
+    {
+      const CostModel cm(p);
+      auto e = [&](double d) { return p.matmul_half_dim > 0 ? d / (d + p.matmul_half_dim) : 1.0; };
+      double work = 0, t = 0;
+      for (auto [in, o] : shapes) {
+        const int64_t N = 8192;
+        Buffer x = buf(DType::bf16, {N, in}), w = buf(DType::bf16, {o, in}), y = buf(DType::bf16, {N, o}),
+               q = buf(DType::u8, {N, in}), sb = buf(DType::f32, {4});
+        randomize(*be, x.view(), 1.0f, 1), randomize(*be, w.view(), 0.05f, 2);
+        be->fp8_cast(q.view(), Tensor(), sb.view(), x.view(), 0);
+        const double tf = tm.per_call([&] { be->linear_fp8_fwd(y.view(), q.view(), sb.view(), w.view()); });
+        const double wb = 2.0 * double(o) * double(in), dN = double(N), dI = double(in), dO = double(o);
+        const double cast = cm.fp8_cast(wb) + cm.fp8_cast(wb + dO * dI + 16);
+        const double g = std::max(tf - cast, 0.5 * tf);
+        row(fmt::format("linear_fp8_fwd N={} {}x{} (GEMM)", N, in, o), g, 2 * dN * dI * dO / g / 1e12, "TFLOP/s");
+        work += 2 * dN * dI * dO / (e(dN) * e(dI) * e(dO));
+        t += g;
+      }
+      p.matmul_fp8_tflops = work / t / 1e12;
+      std::printf("  FP8 GEMM asymptote at half_dim %.0f: %.1f TFLOP/s (%.2fx bf16)\n", p.matmul_half_dim,
+                  p.matmul_fp8_tflops, p.matmul_fp8_tflops / p.matmul_tflops);
+    }
+
     // Attention: causal GQA, B=1 Hq=32 Hkv=8, T 2048, 8192 and 32768, D 64 and 128; FLOPs as
     // CostModel::attention counts them. The backward's accumulate adds on the cuDNN path (charged
     // by the sim at hbm rate) are taken out of the measured time first. Fitted: the efficiency

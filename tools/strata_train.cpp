@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "io/atomic_file.h"
+#include "model/llama/shapes.h"
 #include "model/plan/forecast.h"
 #include "model/run/job.h"
 #include "model/run/launch.h"
@@ -94,11 +95,16 @@ void print_setup(std::FILE* info, Job& job) {
                    : "",
                model.param_count() / 1e6, model.trainable_count() / 1e6,
                cfg.lora.enabled() ? fmt::format(" (LoRA r={})", cfg.lora.rank).c_str() : "");
-  std::fprintf(info, "data: %s, %zu tokens | batch %d x seq %d | %d steps, lr %g\n",
-               cfg.datasets.empty()
-                   ? cfg.data_path.c_str()
-                   : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
-               job.data_tokens(), cfg.batch, cfg.seq, job.loop().total_steps(), double(cfg.lr));
+  std::fprintf(
+      info, "data: %s, %zu tokens | batch %d x seq %s | %d steps, lr %g\n",
+      cfg.datasets.empty()
+          ? cfg.data_path.c_str()
+          : fmt::format("{} dataset{}", cfg.datasets.size(), cfg.datasets.size() == 1 ? "" : "s").c_str(),
+      job.data_tokens(), cfg.batch,
+      cfg.batch_lengths.empty()
+          ? std::to_string(cfg.seq).c_str()
+          : fmt::format("{} at most (sized to the data; sequence_len {})", cfg.batch_lengths.back(), cfg.seq).c_str(),
+      job.loop().total_steps(), double(cfg.lr));
   if (cfg.grad_accum > 1 && job.backend_name() == "cuda" && model.grads_on_host())
     std::fprintf(stderr,
                  "strata-train: note: gradient_accumulation_steps %d with the gradients on the host tier sums "
@@ -108,6 +114,10 @@ void print_setup(std::FILE* info, Job& job) {
   std::fprintf(info, "state precision: master_weights %s, optimizer_state %s, gradients %s\n",
                master_weights_name(cfg.recipe.master), optimizer_state_name(cfg.recipe.moments),
                gradients_name(cfg.recipe.gradients));
+  std::fputs(fp8_line(cfg.fp8, mc, int64_t(cfg.batch) * longest_batch_len(cfg) / std::max(1, cfg.sequence_parallel),
+                      cfg.plan.mlp_tiles > 1)
+                 .c_str(),
+             info);
   std::fputs(job.plan_table().c_str(), info);
   if (const WeightPager* pg = model.pager())
     std::fprintf(info, "weight paging: %d %s layers in a %s %s host block%s%s, %d device slots of %s\n", pg->n_layers(),

@@ -208,7 +208,7 @@ size_t fit_example(const Example& e, int seq, bool train_on_inputs, bool drop_ex
 }  // namespace
 
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
-                                      const ChatFormat* chat_format) {
+                                      const ChatFormat* chat_format, int threads) {
   const Encoder enc(tok);
   if (d.type == "completion" && is_text_file(d.path)) {
     Example e = enc.encode({{contents, true}});
@@ -279,7 +279,9 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
   // line in file order is the one reported, whichever thread met it.
   std::vector<Example> out(lines.size());
   const size_t n_threads =
-      std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), lines.size() / 256), 1, 16);
+      threads > 0
+          ? std::min<size_t>(size_t(threads), std::max<size_t>(lines.size(), 1))
+          : std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), lines.size() / 256), 1, 16);
   std::vector<std::exception_ptr> errors(n_threads);
   auto work = [&](size_t t) {
     const size_t lo = lines.size() * t / n_threads, hi = lines.size() * (t + 1) / n_threads;
@@ -302,6 +304,10 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
         fmt::format("{}: every one of its {} examples is empty (no token but BOS and EOS)", d.path, out.size()), d.path,
         "datasets");
   return out;
+}
+
+std::string dataset_cache_bytes(const std::vector<Example>& examples) {
+  return cache_bytes(examples);
 }
 
 std::string dataset_cache_path(const DatasetSpec& d, const std::string& contents, const std::string& tokenizer_dir) {

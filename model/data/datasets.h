@@ -48,8 +48,12 @@ struct Example {
 // the line (jsonl) and the field for a row that is not a JSON object, lacks a field, or has a
 // wrong type or role. `tok` gives BOS/EOS and the chat template.
 // A chat_template dataset needs `chat` (load_chat_format).
+// Lines are tokenised on `threads` threads (0: one per core, at most 16, and one per 256 lines), each a
+// contiguous range writing its own examples: the result, and so the cache, is the same for any count.
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
-                                      const ChatFormat* chat = nullptr);
+                                      const ChatFormat* chat = nullptr, int threads = 0);
+// The dataset cache's bytes for `examples` (what load_dataset writes).
+std::string dataset_cache_bytes(const std::vector<Example>& examples);
 
 // The dataset cache's file for `d`: <path>.strata-cache/<hash>.bin, the hash over the source
 // bytes, the tokenizer files' bytes, the type, the field and kTemplateVersion; for chat_template,

@@ -5,6 +5,11 @@
 // From a token stream, row r is the seq + 1 tokens starting at token r * seq: inputs are its first
 // seq tokens, targets the next seq (so consecutive rows share one token, and every token is a
 // target once). From a dataset (model/data/datasets.h), each row's inputs and targets are given.
+//
+// Rows sized to the data: a row's length is its last counted target's position + 1 (causal
+// attention: nothing after it changes a counted prediction), and a batch is as long as the
+// shortest allowed batch length that holds its longest row (TokenRows::set_batch_lengths; by
+// default only seq, every batch padded to seq as before).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,14 +33,29 @@ class TokenRows {
   int seq() const { return seq_; }
   bool packed() const { return !positions_.empty(); }
   long examples() const { return examples_; }  // packed: examples in the rows (else 0)
-  // Row r's inputs and targets, seq each; and its positions where `positions` is given and the rows
-  // are packed (0..seq-1 otherwise).
-  void row(long r, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr) const;
+  // Row r's first `len` inputs and targets (0: seq; at least row_len(r)); and its positions where
+  // `positions` is given and the rows are packed (0..len-1 otherwise).
+  void row(long r, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr, int len = 0) const;
+  // The tokens of row r that matter: its last counted target's position + 1 (1 for a row with none;
+  // seq for a token stream's rows).
+  int row_len(long r) const { return lengths_.empty() ? seq_ : lengths_[size_t(r)]; }
+  int longest_row() const;
+  // The batch lengths rows of these lengths need: each row's length rounded up to `multiple`, at
+  // most seq; distinct, ascending.
+  std::vector<int> bucket_lengths(int multiple) const;
+  // The lengths a batch may have (ascending, each in [1, seq], the last at least longest_row()):
+  // a batch takes the first that holds its longest row. Default: {seq}.
+  void set_batch_lengths(std::vector<int> lengths);
+  const std::vector<int>& batch_lengths() const { return batch_lengths_; }
+  // The batch length for rows whose longest is `longest` tokens.
+  int batch_len(int longest) const;
 
  private:
   std::vector<int32_t> tokens_;
   std::vector<int32_t> targets_;    // rows given whole: tokens_ holds the inputs
   std::vector<int32_t> positions_;  // packed rows only
+  std::vector<int> lengths_;        // rows given whole: row_len per row
+  std::vector<int> batch_lengths_;
   int seq_;
   long rows_;
   long examples_ = 0;
@@ -58,6 +78,12 @@ struct DataPosition {
   uint64_t epoch_rng = 0;
 };
 
+// The multiple a data-sized batch length is rounded up to: 128 tokens (the tile the GEMMs and flash
+// attention work in; each new length is one more shape for the kernels' autotuning and the memory
+// check), made a multiple of the sequence-parallel group so every rank holds T / n tokens.
+inline constexpr int kRowMultiple = 128;
+int row_multiple(int sequence_parallel);
+
 // The training rows, each epoch in a new order (Fisher-Yates from one seeded generator). A batch
 // that crosses an epoch's end continues in the next epoch's order.
 class RowSampler {
@@ -77,8 +103,9 @@ class RowSampler {
   Rng rng_;
 };
 
-// The held-out rows as batches of `batch` rows; the last one is filled with rows whose targets are
-// all ignored (-1), so every batch has the same shape and the loss counts only real tokens.
+// The held-out rows as batches of `batch` rows, each as long as TokenRows::batch_len of its rows;
+// the last one is filled with rows whose targets are all ignored (-1), so every batch has `batch`
+// rows and the loss counts only real tokens.
 // Packed rows give packed batches (Batch::positions), as RowSampler::next does.
 std::vector<Batch> eval_batches(const TokenRows& data, const std::vector<long>& rows, int batch);
 

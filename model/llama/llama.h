@@ -3,11 +3,13 @@
 // checkpoints, LoRA adapters with the base frozen, and the forward graph recorded per batch.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/ops.h"
 #include "engine/state_recipe.h"
 #include "engine/tape.h"
 #include "engine/weight_pager.h"
@@ -46,6 +48,10 @@ struct ModelOptions {
   // (ops::mlp_tiled), so only one tile's gate, up and activation exist at once, in forward and in
   // backward (which recomputes them per tile). 1: the untiled graph (gate, up, act are slot classes).
   int mlp_tiles = 1;
+  // `fp8`: the layers' projections whose shapes allow it (ops::fp8_shape_ok) run their GEMMs in FP8
+  // (ops::linear_fp8): each projection input's E4M3 codes are one fp8_cast node shared by the projections reading it
+  // (slot classes "<input class>.fp8", ".fp8t" and ".fp8.scale"); LoRA's adapters and the LM head stay in bf16.
+  bool fp8 = false;
   // `layer_offloading`: the per-layer weight matrices (not norms, biases or adapters) live in host
   // memory and are paged through two device slots by a WeightPager, frozen or trainable (full
   // fine-tune). A trainable paged weight's compute copy is its host block: the optimizer streams it
@@ -258,6 +264,9 @@ class LlamaModel {
   void download_master(const Parameter& p, float* host) const;
   // The projection `module` ("q_proj", ...) of `layer`, with its bias and LoRA adapter where they exist.
   VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& cls);
+  // fp8: the E4M3 codes of a projection input, recorded once per input and tape (the build clears them).
+  const ops::Fp8Codes& fp8_codes(Tape& t, VId x, bool transpose);
+  std::map<VId, ops::Fp8Codes> fp8_codes_;
   VId pid(Tape& t, const std::string& name);
 
   Backend& be_;

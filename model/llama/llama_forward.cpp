@@ -33,11 +33,30 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
   const std::string base = layer_name(layer, module_path(module));
   const std::string bias_name = base + ".bias";
   const VId bias = find(bias_name) ? pid(t, bias_name) : VId(-1);
-  if (!lora) return ops::linear(t, x, pid(t, base + ".weight"), bias, cls);
-  VId y = ops::linear(t, x, pid(t, base + ".weight"), bias, cls + ".base");
+  const VId w = pid(t, base + ".weight");
+  // fp8: the base projection's GEMMs in FP8 where its shape allows (the adapters stay bf16).
+  auto base_linear = [&](std::string c) {
+    const Value& wv = t.value(w);
+    const Shape& xs = t.value(x).shape;
+    if (!opt_.fp8 || !ops::fp8_shape_ok(xs.numel() / xs[xs.nd - 1], wv.shape[1], wv.shape[0]))
+      return ops::linear(t, x, w, bias, std::move(c));
+    return ops::linear_fp8(t, x, fp8_codes(t, x, wv.requires_grad), w, bias, std::move(c));
+  };
+  if (!lora) return base_linear(cls);
+  VId y = base_linear(cls + ".base");
   VId a = ops::linear(t, x, pid(t, base + ".lora_A.weight"), cls + ".lora_a");
   VId b = ops::linear(t, a, pid(t, base + ".lora_B.weight"), cls + ".lora_b");
   return ops::add(t, y, b, opt_.lora.scale(), cls);
+}
+
+const ops::Fp8Codes& LlamaModel::fp8_codes(Tape& t, VId x, bool transpose) {
+  auto it = fp8_codes_.find(x);
+  if (it != fp8_codes_.end() && (!transpose || it->second.cols >= 0)) return it->second;
+  // The projections reading one input have one trainability (the base weights'), so the first asks for all.
+  STRATA_CHECK(it == fp8_codes_.end(),
+               "fp8: an input's codes were recorded without the transpose a later "
+               "projection's gradient needs");
+  return fp8_codes_[x] = ops::fp8_cast(t, x, transpose, t.value(x).cls + ".fp8");
 }
 
 ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training,
@@ -60,6 +79,7 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
     STRATA_THROW(UnsupportedError,
                  "this model pages its layers (layer_offloading): record it on a tape the "
                  "weight pager is installed on (the Trainer's)");
+  fp8_codes_.clear();  // value ids of an earlier tape
   VId tok = t.input("tokens", tokens), tgt = t.input("targets", targets), ps = t.input("positions", pos);
   // Packed rows' attention segments: the positions of the tokens attention sees (all T of each row under sp).
   const VId seg_ps = packed_pairs <= 0 ? VId(-1) : n > 1 ? t.input("positions.rows", sp.packed_pos) : ps;

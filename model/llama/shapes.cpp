@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "engine/error.h"
+#include "engine/ops.h"
 
 namespace strata {
 
@@ -80,6 +83,29 @@ double step_flops(const io::LlamaConfig& c, long tokens, int seq, bool weights_t
   const double rows = double(tokens) / seq;
   const double attn_fwd = c.num_hidden_layers * rows * 2.0 * 2.0 * double(seq) * seq * c.num_attention_heads * D / 2;
   return fwd * (weights_train ? 3.0 : 2.0) + attn_fwd * 3.5;
+}
+
+int fp8_projections(const io::LlamaConfig& c, int64_t tokens, bool mlp_tiled) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, q = int64_t(c.num_attention_heads) * c.head_dim,
+                kv = int64_t(c.num_key_value_heads) * c.head_dim;
+  int n = 0, i = 0;
+  for (auto [in, out] : {std::pair{C, q}, {C, kv}, {C, kv}, {q, C}, {C, F}, {C, F}, {F, C}}) {
+    const bool mlp = i++ >= 4;
+    n += ops::fp8_shape_ok(tokens, in, out) && !(mlp && mlp_tiled) ? 1 : 0;
+  }
+  return n;
+}
+
+std::string fp8_line(bool fp8, const io::LlamaConfig& c, int64_t tokens, bool mlp_tiled) {
+  if (!fp8) return "projections: bf16 GEMMs\n";
+  const int n = fp8_projections(c, tokens, mlp_tiled);
+  return fmt::format(
+      "projections: FP8 GEMMs (E4M3 weights and activations, E5M2 gradients, scaled by each tensor's current amax) "
+      "in {} of a layer's 7 at {} tokens a micro-batch{}\n",
+      n, tokens,
+      mlp_tiled ? "; the MLP over row tiles in bf16"
+      : n < 7   ? "; the rest bf16 (FP8 needs tokens, inputs and outputs in multiples of 16)"
+                : "");
 }
 
 }  // namespace strata

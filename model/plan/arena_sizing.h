@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "model/plan/forecast.h"
 
@@ -23,5 +24,9 @@ inline constexpr size_t kArenaHeadroomMin = size_t(256) << 20;
 
 // Runs the forecast of `r` (unbounded arena) and sizes the reservation from it.
 ArenaSizing arena_for_plan(const ForecastRequest& r);
+// Batches of several lengths (rows sized to the data): the forecast of `r` at each length of `seqs` (r.batch_tokens
+// kept, as the run keeps its batch blocks), sized from the highest high-water among them. A best-fit arena's
+// high-water is not monotonic in the sizes it is asked for, so each length is run, not only the longest.
+ArenaSizing arena_for_lengths(const ForecastRequest& r, const std::vector<int>& seqs);
 
 }  // namespace strata

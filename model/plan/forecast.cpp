@@ -45,6 +45,7 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   mo.state_plan = r.plan;
   mo.state_dir = r.tiers.offload_dir;  // the sim creates no file
   mo.recipe = r.recipe;
+  mo.fp8 = r.fp8;
   mo.zero = {r.zero_stage, r.rank, r.gpus};  // the forecast rank's share
   if (r.mode == TrainMode::lora) {
     mo.lora.rank = r.lora_rank;
@@ -175,6 +176,7 @@ Forecast forecast(const ForecastRequest& r) {
     to.tiers = r.tiers;
     to.max_grad_norm = r.max_grad_norm;
     to.optimizer.reduce_dtype = r.grad_reduce;
+    to.batch_tokens = r.batch_tokens;
     if (r.gpus < 1) throw ConfigError(fmt::format("gpus must be >= 1, got {}", r.gpus), "command line", "gpus");
     const int sp = r.sequence_parallel;
     if (sp < 1 || r.gpus % sp != 0)

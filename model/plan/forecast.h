@@ -40,6 +40,7 @@ struct ForecastRequest {
   size_t budget = 0;   // arena budget; 0 = unbounded (the peak is the same; only placement can differ)
   TierOptions tiers;   // host/disk tier bounds (in-flight, prefetch); the sim creates no disk file
   StateRecipe recipe;  // master_weights, optimizer_state (ModelOptions::recipe)
+  bool fp8 = false;    // the projections' GEMMs in FP8 (ModelOptions::fp8)
   // TrainOptions::max_grad_norm: <= 0 (no clipping) runs the streamed update during backward
   // (Optimizer::begin_update_in_backward), which moves its staging and transfers there.
   float max_grad_norm = 1.0f;
@@ -60,6 +61,9 @@ struct ForecastRequest {
   // Sample packing: the batch's positions [batch * seq] (Batch::positions; a row's examples restart
   // at 0), so attention is priced by the pairs its examples attend. Empty: one sequence a row.
   std::vector<int32_t> positions;
+  // TrainOptions::batch_tokens: the batch blocks' size when a run's batches vary in length (rows sized to the
+  // data); the forecast of each length then places them as the run does. 0: batch * seq.
+  int64_t batch_tokens = 0;
   // The budget planner (plan_for_budget, max_seq_for_budget) stops after this many seconds with the best
   // plan found by then (PlanResult::stopped); 0 (here): no limit. The tools take it from the settings'
   // plan_time_limit (default 60 s; train_forecast_request).

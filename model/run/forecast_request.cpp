@@ -8,8 +8,9 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
                                        const DeviceProfile& profile) {
   ForecastRequest req;
   req.model = mc;
-  req.seq = cfg.seq;
+  req.seq = longest_batch_len(cfg);  // rows sized to the data: the longest batch; the others are checked by the caller
   req.batch = cfg.batch;
+  if (!cfg.batch_lengths.empty()) req.batch_tokens = int64_t(cfg.batch) * req.seq;
   req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
   req.lora_rank = cfg.lora.rank;
   req.lora_alpha = cfg.lora.alpha;
@@ -18,6 +19,7 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   req.pad_vocab_multiple = cfg.pad_vocab_multiple;
   req.mlp_tiles = cfg.plan.mlp_tiles;
   req.recipe = cfg.recipe;
+  req.fp8 = cfg.fp8;
   req.max_grad_norm = cfg.max_grad_norm;
   req.plan = cfg.plan;
   req.tiers.offload_dir = cfg.offload_dir;

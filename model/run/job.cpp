@@ -1,6 +1,7 @@
 #include "model/run/job.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -9,6 +10,7 @@
 
 #include "io/tokens.h"
 #include "model/data/datasets.h"
+#include "model/data/row_data.h"
 #include "model/llama/seq_parallel.h"
 #include "model/plan/arena_sizing.h"
 #include "model/run/checkpoint.h"
@@ -59,12 +61,50 @@ size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, co
   ForecastRequest req = train_forecast_request(cfg, mc, SimMirror::cuda, find_profile("h100_80gb"));
   req.gpus = env.world;  // this rank's peak (its bf16 gradient copies, its ZeRO share: ranks differ)
   req.rank = env.rank;
-  const ArenaSizing a = arena_for_plan(req);
+  const ArenaSizing a = cfg.batch_lengths.size() > 1 ? arena_for_lengths(req, cfg.batch_lengths) : arena_for_plan(req);
   if (note)
     *note = fmt::format(
-        "arena: {} from the plan's forecast (high-water {} + headroom {}); --device-memory / device_memory sets it",
-        format_bytes(a.bytes), format_bytes(a.high_water), format_bytes(a.headroom));
+        "arena: {} from the plan's forecast{} (high-water {} + headroom {}); --device-memory / device_memory sets it",
+        format_bytes(a.bytes),
+        cfg.batch_lengths.size() > 1 ? fmt::format(" of each of the {} batch lengths", cfg.batch_lengths.size()) : "",
+        format_bytes(a.high_water), format_bytes(a.headroom));
   return a.bytes;
+}
+
+std::vector<int> batch_lengths_within(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
+                                      const std::string& device, const std::string& profile, int world, int rank,
+                                      size_t budget) {
+  std::vector<int> kept;
+  if (cfg.batch_lengths.empty()) return kept;
+  ForecastRequest req = train_forecast_request(cfg, mc, backend == "cuda" ? SimMirror::cuda : SimMirror::cpu,
+                                               profile.empty() ? profile_for_device(device) : find_profile(profile));
+  req.gpus = world;
+  req.rank = rank;
+  req.budget = budget;
+  req.plan_progress = nullptr;
+  for (size_t i = 0; i + 1 < cfg.batch_lengths.size(); ++i) {
+    req.seq = cfg.batch_lengths[i];
+    try {
+      const Forecast f = forecast(req);
+      if (f.fits && f.high_water_bytes <= budget) kept.push_back(req.seq);
+    } catch (const OutOfMemoryError&) {  // not even the persistent state fits: the length is left out
+    }
+  }
+  kept.push_back(cfg.batch_lengths.back());  // the planned length
+  return kept;
+}
+
+std::string describe_batch_lengths(const TrainConfig& c, int longest_row) {
+  if (c.batch_lengths.empty()) return fmt::format("batches: {} tokens a row (sequence_len)", c.seq);
+  const int mult = row_multiple(c.sequence_parallel);
+  std::string s = fmt::format(
+      "batches: sized to the data: the longest row is {} tokens, so batches are at most {} tokens (sequence_len {}); "
+      "each batch is as long as its longest row rounded up to a multiple of {} (the kernels' tile{})",
+      longest_row, c.batch_lengths.back(), c.seq, mult,
+      mult != kRowMultiple ? fmt::format(", and of sequence_parallel {}", c.sequence_parallel) : "");
+  if (c.batch_lengths.size() > 1)
+    s += fmt::format(": {} lengths, {}", c.batch_lengths.size(), fmt::join(c.batch_lengths, ", "));
+  return s;
 }
 
 std::string budget_failure(const TrainConfig& cfg, const PlanResult& pr) {
@@ -149,9 +189,6 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
   } else {
     if (c.model_dir.empty()) throw ConfigError("base_model (--model DIR) is required", origin_file(c), "base_model");
     mc_ = io::read_llama_config(c.model_dir);
-    if (c.seq > mc_.max_position_embeddings)
-      std::fprintf(stderr, "warning: sequence_len %d exceeds max_position_embeddings %d of %s/config.json\n", c.seq,
-                   mc_.max_position_embeddings, c.model_dir.c_str());
   }
   tokenizer_dir_ = c.tokenizer_dir.empty() ? c.model_dir : c.tokenizer_dir;
   std::optional<TokenRows> rows;
@@ -178,9 +215,21 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
       rows.emplace(std::move(dr.inputs), std::move(dr.targets), std::move(dr.positions), c.seq, dr.examples);
     else
       rows.emplace(std::move(dr.inputs), std::move(dr.targets), c.seq);
+    // Rows sized to the data: a batch is as long as its longest row, rounded up; the forecast, the arena and the
+    // planner size for the longest, and every shorter length is checked below where memory is bounded.
+    c.batch_lengths = rows->bucket_lengths(row_multiple(c.sequence_parallel));
+    data_tokens_ = 0;  // the rows' tokens up to their last trained target, not their padding
+    for (long r = 0; r < rows->rows(); ++r) data_tokens_ += size_t(rows->row_len(r));
+    std::fprintf(info, "%s\n", describe_batch_lengths(c, rows->longest_row()).c_str());
   } else if (!random && opt_.needs_data) {
     throw ConfigError("data FILE (--data) or datasets is required", origin_file(c), "data");
   }
+
+  // Positions reach the longest batch (rows sized to the data), not sequence_len.
+  if (!random && longest_batch_len(c) > mc_.max_position_embeddings)
+    std::fprintf(stderr, "warning: %s %d exceeds max_position_embeddings %d of %s/config.json\n",
+                 c.batch_lengths.empty() ? "sequence_len" : "the longest batch", longest_batch_len(c),
+                 mc_.max_position_embeddings, c.model_dir.c_str());
 
   // The backend: the caller's, or one whose arena on cuda is what the plan's forecast needs (other
   // processes can share the GPU).
@@ -239,6 +288,16 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
                  f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s);
     c.plan = pr.plan;
     planned_ = std::move(pr);
+    if (c.batch_lengths.size() > 1) {  // planned for the longest batch: each shorter one must fit too
+      const std::vector<int> kept = batch_lengths_within(c, mc_, be_name_, be_->device_name(), opt_.profile, env_.world,
+                                                         env_.rank, c.memory_budget_bytes);
+      if (kept.size() < c.batch_lengths.size())
+        std::fprintf(info,
+                     "batch lengths: %zu of %zu do not fit the budget with this plan; their batches take the next "
+                     "longer length that does\n",
+                     c.batch_lengths.size() - kept.size(), c.batch_lengths.size());
+      c.batch_lengths = kept;
+    }
   }
   if (env_.world > 1 && c.sequence_parallel > 1)
     std::fprintf(info,
@@ -312,7 +371,7 @@ TrainLoop& Job::loop() {
 }
 
 std::string Job::plan_table() const {
-  return format_plan_table(cfg_.plan.preset, trainer_->plan_table(cfg_.batch, cfg_.seq));
+  return format_plan_table(cfg_.plan.preset, trainer_->plan_table(cfg_.batch, longest_batch_len(cfg_)));
 }
 
 LoopResult Job::run() {
@@ -350,6 +409,30 @@ void preview_data(std::FILE* out, const TrainConfig& cfg, const std::string& n_t
   const std::string tok_dir = cfg.tokenizer_dir.empty() ? cfg.model_dir : cfg.tokenizer_dir;
   const text::Tokenizer tok = text::Tokenizer::load(tok_dir);
   for (const DatasetSpec& d : cfg.datasets) preview_dataset(out, d, tok, tok_dir, n);
+  // The rows the run would take, and the batch lengths they give (rows sized to the data).
+  std::fprintf(out, "=== rows\n");
+  DatasetRows dr = build_dataset_rows(dataset_options(cfg), tok_dir, out);
+  const TokenRows rows = cfg.sample_packing ? TokenRows(std::move(dr.inputs), std::move(dr.targets),
+                                                        std::move(dr.positions), cfg.seq, dr.examples)
+                                            : TokenRows(std::move(dr.inputs), std::move(dr.targets), cfg.seq);
+  TrainConfig c = cfg;
+  c.batch_lengths = rows.bucket_lengths(row_multiple(cfg.sequence_parallel));
+  std::fprintf(out, "%s\n", describe_batch_lengths(c, rows.longest_row()).c_str());
+  std::vector<long> per_len(c.batch_lengths.size());
+  long sized = 0;
+  for (long r = 0; r < rows.rows(); ++r) {
+    const size_t k = size_t(std::lower_bound(c.batch_lengths.begin(), c.batch_lengths.end(), rows.row_len(r)) -
+                            c.batch_lengths.begin());
+    ++per_len[k];
+    sized += c.batch_lengths[k];
+  }
+  std::string hist;
+  for (size_t k = 0; k < per_len.size(); ++k)
+    if (per_len[k]) hist += fmt::format("{}{}: {}", hist.empty() ? "" : ", ", c.batch_lengths[k], per_len[k]);
+  std::fprintf(out,
+               "rows by length (a row alone in its batch): %s | %ld tokens a pass over the rows, against %ld padded "
+               "to sequence_len (%.1fx); a batch of several rows takes its longest row's length\n",
+               hist.c_str(), sized, rows.rows() * long(cfg.seq), double(rows.rows()) * cfg.seq / double(sized));
 }
 
 }  // namespace strata

@@ -65,6 +65,15 @@ std::string budget_failure(const TrainConfig& cfg, const PlanResult& pr);
 // so other processes can share the GPU; 0 elsewhere (the backend's default). `note`: how it was sized.
 size_t default_arena_bytes(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
                            const LaunchEnv& env, std::string* note = nullptr);
+// Rows sized to the data under a memory budget: the batch lengths of cfg.batch_lengths whose step, with cfg's
+// plan, fits `budget` on the sim mirroring `backend` (the longest, which the plan was made for, always stays); a
+// batch of a length left out takes the next longer one.
+std::vector<int> batch_lengths_within(const TrainConfig& cfg, const io::LlamaConfig& mc, const std::string& backend,
+                                      const std::string& device, const std::string& profile, int world, int rank,
+                                      size_t budget);
+// The line strata-train prints about its rows' length: sized to the data (the longest row, the multiple, the
+// lengths) or sequence_len.
+std::string describe_batch_lengths(const TrainConfig& c, int longest_row);
 // The built-in profile whose `match` is in the device name, else h100_80gb.
 DeviceProfile profile_for_device(const std::string& device);
 // strata-train --preview-data N: the first N examples of each of cfg's datasets as rendered text, trained text in
@@ -96,8 +105,8 @@ class Job {
   bool has_loop() const { return bool(loop_); }
   TrainLoop& loop();  // ConfigError without data
   const std::optional<PlanResult>& budget_plan() const { return planned_; }
-  size_t data_tokens() const { return data_tokens_; }
-  std::string plan_table() const;  // format_plan_table of the resolved plan
+  size_t data_tokens() const { return data_tokens_; }  // datasets: up to each row's last trained target
+  std::string plan_table() const;                      // format_plan_table of the resolved plan (of the longest batch)
 
   // The loop to its end (resume first when the settings say so).
   LoopResult run();

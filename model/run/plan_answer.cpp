@@ -6,8 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "model/data/datasets.h"
+#include "model/data/row_data.h"
 #include "model/llama/seq_parallel.h"
 #include "model/run/forecast_request.h"
+#include "model/run/job.h"
 
 namespace strata {
 
@@ -58,6 +61,27 @@ PlanRequest plan_request(const PlanQuestion& q) {
     tc.plan = preset;
   }
   if (q.mirror != "cuda" && q.mirror != "cpu") throw flag_error("--mirror must be cuda or cpu", "mirror");
+  // A config's datasets and no --seq: the forecast is of the longest batch the data gives (rows sized to the data),
+  // as strata-train's. The tokenizer is the config's, or the --model checkpoint's.
+  if (!max_seq && !q.seq && !tc.datasets.empty() && !q.pack && tc.seq > 0) {
+    std::error_code ec;
+    const std::string tok_dir = !tc.tokenizer_dir.empty()                    ? tc.tokenizer_dir
+                                : std::filesystem::is_directory(q.model, ec) ? q.model
+                                                                             : "";
+    if (tok_dir.empty())
+      throw flag_error(fmt::format("the --config's datasets need a tokenizer to size the rows: give --model a "
+                                   "checkpoint directory, tokenizer in the config, or --seq N (got --model {})",
+                                   q.model),
+                       "model");
+    DatasetRows dr = build_dataset_rows(dataset_options(tc), tok_dir, nullptr);
+    const TokenRows rows = tc.sample_packing ? TokenRows(std::move(dr.inputs), std::move(dr.targets),
+                                                         std::move(dr.positions), tc.seq, dr.examples)
+                                             : TokenRows(std::move(dr.inputs), std::move(dr.targets), tc.seq);
+    tc.batch_lengths = rows.bucket_lengths(row_multiple(tc.sequence_parallel));
+    r.batch_lengths = tc.batch_lengths;
+    r.sequence_len = tc.seq;
+    r.data_note = describe_batch_lengths(tc, rows.longest_row());
+  }
   ForecastRequest& req = r.forecast;
   req = train_forecast_request(tc, resolve_model(q.model), q.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda,
                                find_profile(q.profile));
@@ -157,6 +181,13 @@ PlanAnswer answer_plan(const PlanRequest& r) {
   }
   a.yaml = plan_yaml(req, a.plan, a.forecast, r.planned() ? a.budget : 0) + r.run_keys;
   if (req.zero_stage) a.yaml += fmt::format("zero_stage: {}\n", req.zero_stage);
+  if (!r.batch_lengths.empty()) {  // the config's sequence_len: the rows stay what they were, batches data-sized
+    const std::string planned = fmt::format("sequence_len: {}\n", req.seq);
+    if (const size_t at = a.yaml.find(planned); at != std::string::npos)
+      a.yaml.replace(at, planned.size(),
+                     fmt::format("sequence_len: {}  # batches sized to the data: at most {} tokens, as planned\n",
+                                 r.sequence_len, req.seq));
+  }
   return a;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/plan/layout.h"
 #include "model/plan/planner.h"
@@ -45,6 +46,11 @@ struct PlanRequest {
   int fixed_sp = 0, fixed_zero = -1;
   // YAML the written config adds to the plan's: base_model, data, grad_reduce_dtype, zero_stage, max_grad_norm.
   std::string run_keys;
+  // Rows sized to the data (a --config with datasets and no --seq): the datasets' batch lengths, the forecast
+  // being of the longest; `data_note` says so (describe_batch_lengths). The written config keeps sequence_len.
+  std::vector<int> batch_lengths;
+  int sequence_len = 0;
+  std::string data_note;
   bool planned() const { return ask != PlanAsk::forecast; }
 };
 // ConfigError naming the flag for a value out of range or a combination the planner cannot run.

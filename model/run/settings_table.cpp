@@ -178,7 +178,7 @@ const std::vector<Setting>& settings() {
      [](C& c, const V& v, R&) { c.backend = v.choice(); },
      get_text<&C::backend>, T},
     // ---- shape and loop
-    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kSeqLen, "", "128", "tokens per row",
+    {"sequence_len", {"seq"}, "seq", "N", SettingType::integer, kSeqLen, "", "128", "tokens a row at most (longer examples are truncated or dropped); a batch of datasets is as long as its longest row, rounded up to 128",
      set_int<&C::seq>, get_int<&C::seq>, T},
     {"micro_batch_size", {"batch"}, "batch", "B", SettingType::integer, kRowsAtOnce, "", "1", "rows per micro-batch",
      set_int<&C::batch>, get_int<&C::batch>, T},
@@ -291,6 +291,10 @@ const std::vector<Setting>& settings() {
      "the trainable parameters' gradients, 4 or 2 bytes each",
      [](C& c, const V& v, R&) { c.recipe.gradients = relocated(v, [&] { return parse_gradients(v.text(), ""); }); },
      [](const C& c) -> std::string { return gradients_name(c.recipe.gradients); }, T | P | B},
+    {"fp8", {}, "fp8", "", SettingType::boolean, {}, "", "false",
+     "the projections' GEMMs in FP8: E4M3 weights and activations, E5M2 gradients, each tensor scaled by its current "
+     "amax (Hopper; docs/USER_GUIDE.md)",
+     set_bool<&C::fp8>, get_bool<&C::fp8>, T | P | B},
     // ---- several GPUs
     {"grad_reduce_dtype", {}, "grad-reduce", "NAME", SettingType::choice, {}, "fp32, bf16", "fp32",
      "the dtype data-parallel ranks sum gradients in (bf16 with gradients: bf16)",

@@ -63,6 +63,10 @@ size_t parse_bytes(const std::string& s, const std::string& where) {
   return size_t(v * mul);
 }
 
+int longest_batch_len(const TrainConfig& c) {
+  return c.batch_lengths.empty() ? c.seq : c.batch_lengths.back();
+}
+
 DatasetOptions dataset_options(const TrainConfig& c) {
   return DatasetOptions{c.datasets, c.seq, c.train_on_inputs, c.drop_excess, c.sample_packing};
 }

@@ -67,6 +67,7 @@ struct TrainConfig {
   // The layers' weight matrices, frozen or trainable, paged from host: plan.layer_weights (layer_weights: page,
   // or layer_offloading: true), read as plan.pages_layer_weights().
   StateRecipe recipe;      // master_weights, optimizer_state, gradients (engine/state_recipe.h)
+  bool fp8 = false;        // the projections' GEMMs in FP8 (ModelOptions::fp8)
   std::string output_dir;  // where the trained model / adapter is saved (empty: not saved)
   // The loop (model/run/train_loop.h). `steps` counts when given (steps_given), else num_epochs does.
   bool steps_given = false;                          // max_steps / --steps was set
@@ -82,7 +83,13 @@ struct TrainConfig {
   int save_total_limit = 0;                          // checkpoints kept; 0: all
   std::string resume_from_checkpoint;                // a checkpoint directory, "auto" (newest in output_dir) or ""
   std::string config_file;                           // the YAML file applied last (named by later errors)
+  // Not a setting: the batch lengths the datasets' rows need (model/data/row_data.h, rows sized to the data),
+  // ascending; the last is what the forecast, the arena and the planner size for. Empty: every batch is seq long.
+  std::vector<int> batch_lengths;
 };
+
+// The longest batch a run of `c` takes: batch_lengths' last, else seq.
+int longest_batch_len(const TrainConfig& c);
 
 // The dataset settings of `c`, as build_dataset_rows reads them.
 DatasetOptions dataset_options(const TrainConfig& c);

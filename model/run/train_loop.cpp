@@ -27,6 +27,7 @@ TrainOptions train_options(const TrainConfig& cfg) {
   to.tiers.offload_dir = cfg.offload_dir;
   check_grad_reduce(cfg);
   to.optimizer.reduce_dtype = effective_grad_reduce(cfg);
+  if (!cfg.batch_lengths.empty()) to.batch_tokens = int64_t(cfg.batch) * longest_batch_len(cfg);
   return to;
 }
 
@@ -42,6 +43,7 @@ ModelOptions model_options(const TrainConfig& cfg) {
   mo.state_plan = cfg.plan;        // the persistent state's tiers (state_offloading, state_plan, or the planner's)
   mo.state_dir = cfg.offload_dir;  // state on the disk tier: its file beside the activations' (offload_dir)
   mo.recipe = cfg.recipe;
+  mo.fp8 = cfg.fp8;
   mo.mlp_tiles = std::max(1, cfg.plan.mlp_tiles);  // auto (0) is untiled unless the planner wrote a count
   mo.zero.stage = cfg.zero_stage;                  // the caller sets zero.rank and zero.world (its launch)
   return mo;
@@ -79,6 +81,7 @@ TrainLoop::TrainLoop(const TrainConfig& cfg, Backend& be, LlamaModel& model, Tra
       sampler_(split_.train, cfg.seed),
       rng_(cfg.seed ^ 0x7e41ull) {
   STRATA_CHECK(rows_.seq() == cfg.seq, "rows of another sequence_len than the config's");
+  if (!cfg.batch_lengths.empty()) rows_.set_batch_lengths(cfg.batch_lengths);
   // Rows over every data-parallel rank (a sequence-parallel group's ranks share theirs).
   const long per_step = long(cfg.batch) * cfg.grad_accum * trainer.dp_world();
   if (!cfg.steps_given && cfg.num_epochs > 0) {

@@ -96,50 +96,60 @@ void Trainer::upload(const Batch& b) {
       STRATA_THROW(ConfigError, fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch",
                    "tokens");
   pairs_ = packed_pairs(b);
-  if (const int sp = seq_parallel(); sp > 1) {
-    // This rank's T/sp tokens of each row, with their positions in the row (or example); attention's segments
-    // need every token's (packed rows).
-    const SeqSlice sl = seq_slice(b, seq_rank(), sp);
-    const int64_t m = int64_t(sl.inputs.size());
-    if (!tokens_.allocated() || tokens_.view().numel() != m) {
-      tokens_.reset();
-      targets_.reset();
-      pos_.reset();
-      tokens_ = Buffer(be_.arena(), DType::i32, Shape{m}, "batch.tokens");
-      targets_ = Buffer(be_.arena(), DType::i32, Shape{m}, "batch.targets");
-      pos_ = Buffer(be_.arena(), DType::i32, Shape{m}, "batch.positions");
-    }
-    rows_pos_.reset();
-    if (!b.positions.empty()) {
-      rows_pos_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.positions");
-      be_.upload_i32(rows_pos_.view(), b.positions.data());
-    }
-    be_.upload_i32(pos_.view(), sl.positions.data());
-    pos_packed_ = true;  // not 0..T-1 a row: an unsharded batch after this one uploads its own
-    be_.upload_i32(tokens_.view(), sl.inputs.data());
-    be_.upload_i32(targets_.view(), sl.targets.data());
-    return;
-  }
-  const bool fresh = !tokens_.allocated() || tokens_.view().numel() != n;
+  // The batch's blocks: this rank's tokens, in blocks of TrainOptions::batch_tokens (kept from step to step,
+  // so every batch length leaves the arena as the forecast does) or of this batch's size.
+  const int sp = seq_parallel();
+  const int64_t m = sp > 1 ? n / sp : n;
+  const int64_t cap = std::max<int64_t>(m, opt_.batch_tokens / sp);
+  const bool fresh =
+      !tokens_.allocated() || (opt_.batch_tokens ? tokens_.view().numel() < m : tokens_.view().numel() != m);
   if (fresh) {
     tokens_.reset();
     targets_.reset();
     pos_.reset();
-    tokens_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.tokens");
-    targets_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.targets");
-    pos_ = Buffer(be_.arena(), DType::i32, Shape{n}, "batch.positions");
+    tokens_ = Buffer(be_.arena(), DType::i32, Shape{cap}, "batch.tokens");
+    targets_ = Buffer(be_.arena(), DType::i32, Shape{cap}, "batch.targets");
+    pos_ = Buffer(be_.arena(), DType::i32, Shape{cap}, "batch.positions");
+  }
+  auto prefix = [](const Buffer& buf, int64_t k) { return Tensor(buf.view().data, DType::i32, Shape{k}); };
+  tok_ = prefix(tokens_, m);
+  tgt_ = prefix(targets_, m);
+  posv_ = prefix(pos_, m);
+  if (sp > 1) {
+    // This rank's T/sp tokens of each row, with their positions in the row (or example); attention's segments
+    // need every token's (packed rows).
+    const SeqSlice sl = seq_slice(b, seq_rank(), sp);
+    if (!b.positions.empty()) {
+      if (!rows_pos_.allocated() || rows_pos_.view().numel() < n ||
+          (!opt_.batch_tokens && rows_pos_.view().numel() != n)) {
+        rows_pos_.reset();
+        rows_pos_ = Buffer(be_.arena(), DType::i32, Shape{std::max<int64_t>(n, opt_.batch_tokens)}, "batch.positions");
+      }
+      rows_posv_ = prefix(rows_pos_, n);
+      be_.upload_i32(rows_posv_, b.positions.data());
+    } else {
+      rows_pos_.reset();
+      rows_posv_ = Tensor();
+    }
+    be_.upload_i32(posv_, sl.positions.data());
+    pos_packed_ = true;  // not 0..T-1 a row: an unsharded batch after this one uploads its own
+    be_.upload_i32(tok_, sl.inputs.data());
+    be_.upload_i32(tgt_, sl.targets.data());
+    return;
   }
   if (!b.positions.empty()) {
-    be_.upload_i32(pos_.view(), b.positions.data());
+    be_.upload_i32(posv_, b.positions.data());
     pos_packed_ = true;
-  } else if (fresh || pos_packed_) {
+  } else if (fresh || pos_packed_ || pos_len_ != b.T || pos_n_ != n) {  // pos_ holds other rows' positions
     std::vector<int32_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(i % b.T);
-    be_.upload_i32(pos_.view(), pos.data());
+    be_.upload_i32(posv_, pos.data());
     pos_packed_ = false;
+    pos_len_ = b.T;
+    pos_n_ = n;
   }
-  be_.upload_i32(tokens_.view(), b.inputs.data());
-  be_.upload_i32(targets_.view(), b.targets.data());
+  be_.upload_i32(tok_, b.inputs.data());
+  be_.upload_i32(tgt_, b.targets.data());
 }
 
 float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits) {
@@ -155,9 +165,8 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       if (std::uncaught_exceptions() > uncaught) o.reset();  // a step that completed has nothing left
     }
   } reset{model_.pager(), optimizer_};
-  const SeqShard sp{opt_.seq_comm, rows_pos_.allocated() ? rows_pos_.view() : Tensor()};
-  ForwardIds ids =
-      model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), b.B, b.T, with_backward, pairs_, sp);
+  const SeqShard sp{opt_.seq_comm, rows_posv_};
+  ForwardIds ids = model_.build(tape_, tok_, tgt_, posv_, b.B, b.T, with_backward, pairs_, sp);
   // The previous step's deferred updates land as forward reaches each parameter (model/train/optimizer.h);
   // one of a parameter this graph does not read lands now, before its gradient is zeroed below.
   optimizer_.before_forward();
@@ -179,7 +188,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
   }
   tape_.forward();
   if (logits) {
-    const int64_t n = tokens_.view().numel(), V = model_.config().vocab_size;  // this rank's tokens under sp
+    const int64_t n = tok_.numel(), V = model_.config().vocab_size;  // this rank's tokens under sp
     Buffer out(be_.arena(), DType::f32, Shape{n, V}, "eval.logits");
     model_.logits(tape_, ids.final_hidden, out.view());
     logits->resize(size_t(n * V));
@@ -209,7 +218,7 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   upload(b);
   TapeGuard guard(tape_);
   // A training step's slots.
-  model_.build(tape_, tokens_.view(), targets_.view(), pos_.view(), B, T, true, 0, SeqShard{opt_.seq_comm, Tensor()});
+  model_.build(tape_, tok_, tgt_, posv_, B, T, true, 0, SeqShard{opt_.seq_comm, Tensor()});
   tape_.apply_plan(opt_.plan);
   std::vector<PlanRow> rows;
   for (auto& v : tape_.values()) {

@@ -32,6 +32,9 @@ struct TrainOptions {
   // rank (the gradient all-reduce and the loss's sums) and holds the groups as consecutive ranks (world rank =
   // data-parallel rank * n + group rank); null: `seq_comm` itself (sequence parallel over the whole world).
   Communicator* seq_comm = nullptr;
+  // The batch blocks' size in tokens (B * the longest batch length of the run's data), allocated once so that
+  // batches of every length leave the arena as the forecast of any of them does; 0: each batch's own size.
+  int64_t batch_tokens = 0;
 };
 
 struct StepStats {
@@ -128,9 +131,12 @@ class Trainer {
   Tape tape_;
   std::weak_ptr<WeightPager> pager_;  // the model's, if it pages; gone when the model is
   Buffer tokens_, targets_, pos_;
-  Buffer rows_pos_;          // sequence parallel, packed rows: every token's position [B*T] (attention's segments)
-  bool pos_packed_ = false;  // pos_ holds a packed batch's positions, not 0..T-1 a row
-  double pairs_ = 0;         // the uploaded batch's packed_pairs
+  Buffer rows_pos_;  // sequence parallel, packed rows: every token's position [B*T] (attention's segments)
+  Tensor tok_, tgt_, posv_, rows_posv_;  // this batch's prefixes of the blocks above
+  bool pos_packed_ = false;              // pos_ holds a packed batch's positions, not 0..T-1 a row
+  int pos_len_ = 0;                      // pos_ holds 0..pos_len_-1 a row for pos_n_ tokens
+  int64_t pos_n_ = 0;
+  double pairs_ = 0;                        // the uploaded batch's packed_pairs
   std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
   // Without clipping: the step's AdamW parameters and count, for the backward whose gradients the step applies
   // (the last micro-batch's): run() begins the optimizer's update in that backward

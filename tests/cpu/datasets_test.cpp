@@ -639,3 +639,31 @@ TEST_F(Datasets, ManyLinesInOrderAndFirstBadLineNamed) {
     EXPECT_NE(std::string(e.what()).find("line 1700: field 'text' is missing"), std::string::npos) << e.what();
   }
 }
+
+// Tokenising on 1, 2, 3 or 7 threads (and the automatic count load_dataset uses) gives the same examples, so the
+// cache file is the same byte for byte: each thread writes the examples of its own contiguous range of lines.
+TEST_F(Datasets, ThreadCountLeavesTheCacheUnchanged) {
+  const text::Tokenizer tok = text::Tokenizer::load(kTokDir + "/llama3");
+  std::string text;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string q = fmt::format("Question {}: {} ¿Qué es {}? Ωμέγα 数字 {} 🙂", i,
+                                      std::string(size_t(i % 13), 'x'), i * 7, i % 5);
+    text += nlohmann::json{{"messages",
+                            {{{"role", "system"}, {"content", "Be brief."}},
+                             {{"role", "user"}, {"content", q}},
+                             {{"role", "assistant"}, {"content", fmt::format("Answer {}.", i * 3)}}}}}
+                .dump() +
+            "\n";
+  }
+  const std::string f = write("threads.jsonl", text);
+  const DatasetSpec d{f, "chat", ""};
+  const std::vector<Example> one = tokenize_dataset(d, text, tok, nullptr, 1);
+  ASSERT_EQ(one.size(), 2000u);
+  const std::string want = dataset_cache_bytes(one);
+  for (int t : {2, 3, 7}) EXPECT_EQ(dataset_cache_bytes(tokenize_dataset(d, text, tok, nullptr, t)), want) << t;
+  const DatasetLoad ld = load_dataset(d, tok, kTokDir + "/llama3", nullptr);
+  ASSERT_FALSE(ld.cache_hit);
+  std::ifstream in(ld.cache_file, std::ios::binary);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(written == want) << "the cache file differs from one thread's examples";
+}

@@ -177,7 +177,8 @@ TEST(Sim, DispatchMirrorsTheBackend) {
   auto cuda = make_sim_backend(so);
   EXPECT_EQ(support_summary(*cuda),
             "embedding bf16, rmsnorm bf16, linear bf16, rope bf16, attention bf16, swiglu bf16, add bf16, "
-            "bias bf16, lm_head_ce bf16, lm_head_logits bf16, adamw f32/bf16, grad_norm f32/bf16, block_copy bf16");
+            "bias bf16, lm_head_ce bf16, lm_head_logits bf16, adamw f32/bf16, grad_norm f32/bf16, block_copy bf16, "
+            "fp8_cast bf16, linear_fp8 bf16");
   EXPECT_EQ(cuda->master_dtype(), DType::i16);
   so.mirror = SimMirror::cpu;
   auto cpu_mirror = make_sim_backend(so);
@@ -186,7 +187,8 @@ TEST(Sim, DispatchMirrorsTheBackend) {
   // f32 compute; bf16 only where the optimizer reads bf16 gradients (gradients: bf16).
   EXPECT_EQ(support_summary(*cpu),
             "embedding f32, rmsnorm f32, linear f32, rope f32, attention f32, swiglu f32, add f32, "
-            "bias f32, lm_head_ce f32, lm_head_logits f32, adamw f32/bf16, grad_norm f32/bf16, block_copy f32");
+            "bias f32, lm_head_ce f32, lm_head_logits f32, adamw f32/bf16, grad_norm f32/bf16, block_copy f32, "
+            "fp8_cast f32, linear_fp8 f32");
   EXPECT_EQ(cpu_mirror->master_dtype(), DType::f32);
   EXPECT_EQ(cpu->master_dtype(), DType::f32);
 }

@@ -1,0 +1,147 @@
+// fp8_cast on cuda: a tensor's amax, then its FP8 codes in one or both layouts, code for code as the cpu reference
+// (kernels/fp8_cast_cpu.cpp): the same scale (an IEEE divide), the same product, round to nearest even with
+// saturation to the finite range (cvt's satfinite), NaN kept.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <string>
+
+#include "engine/op_scratch.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/fp8_cuda.h"
+#include "kernels/op_dispatch.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 64;  // a cast block's tile: 64 x 64 elements
+
+__device__ __forceinline__ float nanmax(float a, float b) {
+  return (a > b || a != a) ? a : b;  // NaN wins, as the cpu reference's amax
+}
+
+__device__ float block_nanmax(float m) {
+  __shared__ float warp_max[kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o >>= 1) m = nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  m = lane < kThreads / 32 ? warp_max[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) m = nanmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;  // every thread of warp 0 holds the block's maximum
+}
+
+// One partial maximum of |x| per block, grid-striding over 8-element (16-byte) chunks.
+__global__ void __launch_bounds__(kThreads) amax_partial_kernel(const bf16* x, size_t n8, float* partial) {
+  float m = 0.0f;
+  const uint4* v = reinterpret_cast<const uint4*>(x);
+  for (size_t i = blockIdx.x * size_t(kThreads) + threadIdx.x; i < n8; i += size_t(gridDim.x) * kThreads) {
+    const uint4 c = v[i];
+    const bf16* e = reinterpret_cast<const bf16*>(&c);
+#pragma unroll
+    for (int j = 0; j < 8; j++) m = nanmax(m, fabsf(__bfloat162float(e[j])));
+  }
+  m = block_nanmax(m);
+  if (threadIdx.x == 0) partial[blockIdx.x] = m;
+}
+
+__device__ __forceinline__ float scale_for(float amax, float max_finite) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+  const float s = __fdiv_rn(max_finite, amax);
+  return isfinite(s) ? s : 1.0f;
+}
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ uint8_t to_fp8(float v) {
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, F));
+}
+
+// 64 x 64 tiles, a block looping over them (a grid of a few blocks per SM, so each folds the amax's partials once):
+// the codes written row-major (8 bytes a thread-step) and, through shared memory, transposed (16 bytes a thread).
+template <__nv_fp8_interpretation_t F>
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const bf16* x, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* partial,
+                float* sb, float max_finite) {
+  __shared__ float amax_s;
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < int(kFp8AmaxBlocks); i += kThreads) m = nanmax(m, partial[i]);
+  m = block_nanmax(m);
+  if (threadIdx.x == 0) amax_s = m;
+  __syncthreads();
+  const float amax = amax_s, s = scale_for(amax, max_finite);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    sb[fp8::kInvScale] = __frcp_rn(s), sb[fp8::kScale] = s, sb[fp8::kAmax] = amax, sb[3] = 0.0f;
+  }
+  const int64_t col_tiles = (cols + kTile - 1) / kTile, tiles = ((rows + kTile - 1) / kTile) * col_tiles;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = (t / col_tiles) * kTile, c0 = (t % col_tiles) * kTile;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const int k = threadIdx.x + j * kThreads, r = k / 8, c = (k % 8) * 8;
+      if (r0 + r >= rows || c0 + c >= cols) continue;
+      const uint4 raw = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
+      const bf16* e = reinterpret_cast<const bf16*>(&raw);
+      uint8_t q[8];
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        q[i] = to_fp8<F>(__bfloat162float(e[i]) * s);
+        tile[r][c + i] = q[i];
+      }
+      if (out) {
+        uint2 packed;
+        memcpy(&packed, q, 8);
+        *reinterpret_cast<uint2*>(out + (r0 + r) * cols + c0 + c) = packed;
+      }
+    }
+    if (!out_t) continue;
+    __syncthreads();
+    const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
+    if (c0 + c < cols && r0 + r < rows) {
+      uint8_t q[16];
+#pragma unroll
+      for (int i = 0; i < 16; i++) q[i] = tile[r + i][c];
+      uint4 packed;
+      memcpy(&packed, q, 16);
+      *reinterpret_cast<uint4*>(out_t + (c0 + c) * rows + r0 + r) = packed;
+    }
+    __syncthreads();  // the tile is read before the next one overwrites it
+  }
+}
+
+}  // namespace
+
+void fp8_quantize(const bf16* x, int64_t rows, int64_t cols, fp8::Format f, uint8_t* out, uint8_t* out_t, float* sb,
+                  float* partial, cudaStream_t s) {
+  const int64_t m = fp8::kDimMultiple;
+  STRATA_CHECK(rows > 0 && cols > 0 && rows % m == 0 && cols % m == 0,
+               "fp8 cast: [" + std::to_string(rows) + " x " + std::to_string(cols) + "] is not a multiple of " +
+                   std::to_string(m) + " in both dimensions");
+  STRATA_CHECK(aligned16(x) && (!out || aligned16(out)) && (!out_t || aligned16(out_t)),
+               "fp8 cast: the tensors are not 16-byte aligned");
+  const size_t n = size_t(rows) * size_t(cols);
+  amax_partial_kernel<<<unsigned(kFp8AmaxBlocks), kThreads, 0, s>>>(x, n / 8, partial);
+  STRATA_LAUNCH_CHECK("fp8_amax");
+  const int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, int64_t(8) * num_sms()));
+  if (f == fp8::Format::e4m3)
+    cast_kernel<__NV_E4M3><<<grid, kThreads, 0, s>>>(x, rows, cols, out, out_t, partial, sb, fp8::kMaxE4M3);
+  else
+    cast_kernel<__NV_E5M2><<<grid, kThreads, 0, s>>>(x, rows, cols, out, out_t, partial, sb, fp8::kMaxE5M2);
+  STRATA_LAUNCH_CHECK("fp8_cast");
+}
+
+}  // namespace strata::cuda
+
+namespace strata {
+// fp8_cast(out, out_t, sb, x; form: fp8::Format), scratch {fp8.amax}.
+void fp8_cast_cuda(const OpCall& c, const CudaOpContext& ctx) {
+  using namespace dispatch;
+  const Tensor &out = c.t[0], &out_t = c.t[1], &sb = c.t[2], &x = c.t[3];
+  cuda::fp8_quantize(bf16(x), rows(x), cols(x), fp8::Format(c.form),
+                     out.defined() ? static_cast<uint8_t*>(out.data) : nullptr,
+                     out_t.defined() ? static_cast<uint8_t*>(out_t.data) : nullptr, f32(sb),
+                     f32(ctx.scratch.at(scratch_tag::fp8_amax)), static_cast<cudaStream_t>(ctx.stream));
+}
+}  // namespace strata

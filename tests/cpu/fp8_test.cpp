@@ -1,0 +1,300 @@
+// fp8: true (engine/fp8.h, engine/ops/linear_fp8.cpp) on the cpu backend, which emulates the FP8 codes the cuda
+// backend's kernels write:
+//  - the codecs: every code decodes and encodes back to itself, rounding is to nearest even, values past the finite
+//    range saturate, and the scale puts the amax on the largest finite value;
+//  - the FP8 linear layer's forward and gradients are within the error the formats allow of the exact ones;
+//  - a model trained with fp8 gives bit-identical losses and weights under every activation plan, the sim
+//    forecasts its cpu peaks byte for byte, its saved projection inputs take 1 byte an element, and its losses stay
+//    within a stated distance of full precision.
+#include "engine/fp8.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/ops.h"
+#include "model/data/data.h"
+#include "model/llama/llama.h"
+#include "model/llama/shapes.h"
+#include "model/plan/forecast.h"
+#include "model/train/trainer.h"
+#include "tests/cpu/sim_twin.h"
+#include "tests/cpu/tiny_model.h"
+
+using namespace strata;
+using fp8::Format;
+
+namespace {
+
+TEST(Fp8Codec, EveryFiniteCodeRoundTrips) {
+  for (Format f : {Format::e4m3, Format::e5m2}) {
+    int finite = 0;
+    for (int c = 0; c < 256; ++c) {
+      const float v = fp8::decode(uint8_t(c), f);
+      if (!std::isfinite(v)) continue;
+      ++finite;
+      const uint8_t back = fp8::encode(v, f);
+      if (v == 0.0f)
+        EXPECT_EQ(back & 0x7f, 0) << c;  // +-0
+      else
+        EXPECT_EQ(back, c) << "format " << int(f) << " code " << c << " value " << v;
+    }
+    EXPECT_EQ(finite, f == Format::e4m3 ? 254 : 248);  // E4M3: two NaNs; E5M2: two infinities and six NaNs
+  }
+}
+
+TEST(Fp8Codec, KnownValuesRoundingAndSaturation) {
+  EXPECT_EQ(fp8::decode(0x7e, Format::e4m3), 448.0f);
+  EXPECT_EQ(fp8::decode(0x7b, Format::e5m2), 57344.0f);
+  EXPECT_EQ(fp8::decode(0x01, Format::e4m3), std::ldexp(1.0f, -9));   // the smallest subnormal
+  EXPECT_EQ(fp8::decode(0x01, Format::e5m2), std::ldexp(1.0f, -16));  // the same in E5M2
+  EXPECT_EQ(fp8::encode(1.0f, Format::e4m3), 0x38);
+  EXPECT_EQ(fp8::encode(1.0625f, Format::e4m3), 0x38);  // halfway between 1 and 1.125: to the even code
+  EXPECT_EQ(fp8::encode(1.1875f, Format::e4m3), 0x3a);  // halfway between 1.125 and 1.25: to the even code
+  EXPECT_EQ(fp8::encode(1.05f, Format::e4m3), 0x38);
+  EXPECT_EQ(fp8::encode(1.07f, Format::e4m3), 0x39);
+  EXPECT_EQ(fp8::encode(1.1f, Format::e4m3), 0x39);
+  EXPECT_EQ(fp8::encode(-1.0f, Format::e5m2), 0xbc);
+  EXPECT_EQ(fp8::encode(1e6f, Format::e4m3), 0x7e);  // saturates to the finite maximum
+  EXPECT_EQ(fp8::encode(-INFINITY, Format::e4m3), 0xfe);
+  EXPECT_EQ(fp8::encode(1e9f, Format::e5m2), 0x7b);
+  EXPECT_TRUE(std::isnan(fp8::decode(fp8::encode(NAN, Format::e4m3), Format::e4m3)));
+  EXPECT_EQ(fp8::encode(std::ldexp(1.0f, -11), Format::e4m3), 0x00);  // a quarter of the smallest: to zero
+  EXPECT_EQ(fp8::encode(std::ldexp(3.0f, -10), Format::e4m3), 0x02);  // 1.5 subnormal quanta: to the even one
+  EXPECT_EQ(fp8::encode(std::ldexp(5.0f, -10), Format::e4m3), 0x02);  // 2.5 quanta: to the even one
+  EXPECT_EQ(fp8::scale_for(2.0f, Format::e4m3), 224.0f);
+  EXPECT_EQ(fp8::scale_for(0.0f, Format::e4m3), 1.0f);
+  EXPECT_EQ(fp8::scale_for(INFINITY, Format::e5m2), 1.0f);
+}
+
+TEST(Fp8Codec, QuantizeScalesToTheAmaxAndTransposes) {
+  const int R = 16, C = 32;
+  std::vector<float> x(size_t(R) * C);
+  std::mt19937 rng(3);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
+  x[37] = -5.0f;  // the amax
+  std::vector<uint8_t> q(x.size()), qt(x.size());
+  float sb[fp8::kScaleFloats];
+  fp8::quantize(x.data(), R, C, Format::e4m3, q.data(), qt.data(), sb);
+  EXPECT_EQ(sb[fp8::kAmax], 5.0f);
+  EXPECT_EQ(sb[fp8::kScale], 448.0f / 5.0f);
+  EXPECT_EQ(sb[fp8::kInvScale], 1.0f / sb[fp8::kScale]);
+  EXPECT_EQ(q[37], 0xfe);  // -448
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(q[size_t(r) * C + c], qt[size_t(c) * R + r]);
+      const float back = fp8::decode(q[size_t(r) * C + c], Format::e4m3) * sb[fp8::kInvScale], v = x[size_t(r) * C + c];
+      EXPECT_LE(std::fabs(back - v), std::fabs(v) * 0.0625f + 1e-6f);  // half an ulp of 3 mantissa bits
+    }
+}
+
+// The linear layer through the op table: forward against the exact product, gradients against the exact ones,
+// within the formats' rounding: each operand element carries at most a relative error u (2^-4 E4M3, 2^-3 E5M2;
+// their values are in the normal range here), so |error| <= (u_a + u_b + u_a u_b) sum |a_i b_i| (+ fp32 sums).
+TEST(Fp8Linear, WithinTheFormatsErrorOfTheExactGemms) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  const int N = 48, I = 80, O = 112;
+  std::mt19937 rng(7);
+  auto fill = [&](std::vector<float>& v, float lo, float hi) {
+    for (float& e : v) {
+      const float m = std::uniform_real_distribution<float>(lo, hi)(rng);
+      e = std::bernoulli_distribution(0.5)(rng) ? m : -m;
+    }
+  };
+  std::vector<float> x(size_t(N) * I), w(size_t(O) * I), dy(size_t(N) * O);
+  fill(x, 0.1f, 1.0f), fill(w, 0.01f, 0.05f), fill(dy, 1e-4f, 1e-3f);  // magnitudes within 10x: all normal codes
+  auto buf = [&](DType t, Shape s, const char* tag) { return Buffer(be->arena(), t, s, tag); };
+  Buffer bx = buf(DType::f32, {N, I}, "x"), bw = buf(DType::f32, {O, I}, "w"), bdy = buf(DType::f32, {N, O}, "dy");
+  Buffer x8 = buf(DType::u8, {N, I}, "x8"), x8t = buf(DType::u8, {I, N}, "x8t");
+  Buffer sx = buf(DType::f32, {fp8::kScaleFloats}, "sx"), y = buf(DType::f32, {N, O}, "y");
+  Buffer dx = buf(DType::f32, {N, I}, "dx"), dw = buf(DType::f32, {O, I}, "dw");
+  be->upload_f32(bx.view(), x.data());
+  be->upload_f32(bw.view(), w.data());
+  be->upload_f32(bdy.view(), dy.data());
+  be->fp8_cast(x8.view(), x8t.view(), sx.view(), bx.view(), uint8_t(Format::e4m3));
+  be->linear_fp8_fwd(y.view(), x8.view(), sx.view(), bw.view());
+  be->linear_fp8_bwd(dx.view(), dw.view(), bdy.view(), x8t.view(), sx.view(), bw.view(), false, false);
+  std::vector<float> gy(size_t(N) * O), gdx(size_t(N) * I), gdw(size_t(O) * I);
+  be->download_f32(gy.data(), y.view());
+  be->download_f32(gdx.data(), dx.view());
+  be->download_f32(gdw.data(), dw.view());
+  const double u4 = 1.0 / 16, u5 = 1.0 / 8, eps = 1e-5;
+  double worst = 0;  // the largest error as a share of its bound: > 0 shows the codes changed something
+  auto check = [&](double got, double exact, double abs_sum, double ua, double ub, const char* what, size_t i) {
+    const double bound = (ua + ub + ua * ub) * abs_sum + eps * abs_sum;
+    ASSERT_LE(std::fabs(got - exact), bound) << what << " " << i;
+    worst = std::max(worst, std::fabs(got - exact) / bound);
+  };
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < O; ++o) {
+      double e = 0, a = 0;
+      for (int i = 0; i < I; ++i) e += double(x[n * I + i]) * w[o * I + i], a += std::fabs(x[n * I + i] * w[o * I + i]);
+      check(gy[size_t(n) * O + o], e, a, u4, u4, "y", size_t(n) * O + o);
+    }
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < I; ++i) {
+      double e = 0, a = 0;
+      for (int o = 0; o < O; ++o)
+        e += double(dy[n * O + o]) * w[o * I + i], a += std::fabs(dy[n * O + o] * w[o * I + i]);
+      check(gdx[size_t(n) * I + i], e, a, u5, u4, "dx", size_t(n) * I + i);
+    }
+  for (int o = 0; o < O; ++o)
+    for (int i = 0; i < I; ++i) {
+      double e = 0, a = 0;
+      for (int n = 0; n < N; ++n)
+        e += double(dy[n * O + o]) * x[n * I + i], a += std::fabs(dy[n * O + o] * x[n * I + i]);
+      check(gdw[size_t(o) * I + i], e, a, u5, u4, "dw", size_t(o) * I + i);
+    }
+  EXPECT_GT(worst, 1e-3);
+}
+
+// ---- the model
+
+struct TrainRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> weights;
+  size_t peak = 0, saved_end_of_forward = 0;
+};
+
+TrainRun train(bool fp8, const Plan& plan, int steps = 3, TrainMode mode = TrainMode::full) {
+  auto be = make_cpu_backend(size_t(64) << 20);
+  ModelOptions mo;
+  mo.fp8 = fp8;
+  mo.loss_chunk_tokens = 16;
+  if (mode == TrainMode::lora) {
+    mo.train_base = false;
+    mo.lora.rank = 4;
+  }
+  LlamaModel model(*be, test_util::tiny_config(), mo);
+  model.init_random(11);
+  TrainOptions to;
+  to.adam.lr = 1e-2f;
+  to.plan = plan;
+  to.tiers.offload_dir = ::testing::TempDir();
+  Trainer tr(*be, model, to);
+  TokenBatcher data(synthetic_tokens(6000, test_util::tiny_config().vocab_size, 3), 2, 16);
+  TrainRun r;
+  for (int s = 0; s < steps; ++s) {
+    const StepStats st = tr.step(data.next());
+    r.losses.push_back(st.loss);
+    r.peak = std::max(r.peak, st.peak_device_bytes);
+    r.saved_end_of_forward = tr.tape().stats().saved_bytes_at_end_of_forward;
+  }
+  model.sync_state();
+  for (const Parameter& p : model.params()) {
+    std::vector<float> v(size_t(p.shape.numel()));
+    be->download_f32(v.data(), p.value());
+    r.weights.push_back(std::move(v));
+  }
+  return r;
+}
+
+TEST(Fp8Model, EveryPlanGivesTheSameLossesAndWeights) {
+  const TrainRun keep = train(true, Plan::keep_everything());
+  for (const auto& [name, plan] :
+       std::vector<std::pair<std::string, Plan>>{{"gc1", Plan::gradient_checkpointing(1)},
+                                                 {"gc2", Plan::gradient_checkpointing(2)},
+                                                 {"selective", Plan::selective_recompute()},
+                                                 {"offload", Plan::activation_offloading(Decision::host)},
+                                                 {"disk", Plan::activation_offloading(Decision::disk)}}) {
+    const TrainRun r = train(true, plan);
+    ASSERT_EQ(r.losses.size(), keep.losses.size());
+    EXPECT_EQ(std::memcmp(r.losses.data(), keep.losses.data(), 4 * r.losses.size()), 0) << name;
+    ASSERT_EQ(r.weights.size(), keep.weights.size());
+    for (size_t i = 0; i < r.weights.size(); ++i) EXPECT_EQ(r.weights[i], keep.weights[i]) << name << " weight " << i;
+  }
+}
+
+TEST(Fp8Model, ChangesTheTrainingWithinTheFormatsReach) {
+  const TrainRun f32 = train(false, Plan::keep_everything(), 5), q = train(true, Plan::keep_everything(), 5);
+  bool differs = false;
+  for (size_t s = 0; s < f32.losses.size(); ++s) {
+    differs = differs || f32.losses[s] != q.losses[s];
+    EXPECT_NEAR(q.losses[s], f32.losses[s], 0.02 * f32.losses[s]) << "step " << s;
+  }
+  EXPECT_TRUE(differs) << "fp8 ran no FP8 GEMM";
+  // Each projection input is saved as 1-byte codes where full precision saved 4-byte floats (cpu) for them.
+  EXPECT_LT(q.saved_end_of_forward, f32.saved_end_of_forward);
+}
+
+TEST(Fp8Model, LoraTrainsTheAdaptersOverFp8BaseProjections) {
+  const TrainRun f32 = train(false, Plan::keep_everything(), 3, TrainMode::lora);
+  const TrainRun q = train(true, Plan::keep_everything(), 3, TrainMode::lora);
+  bool differs = false;
+  for (size_t s = 0; s < q.losses.size(); ++s) {
+    differs = differs || f32.losses[s] != q.losses[s];
+    EXPECT_NEAR(q.losses[s], f32.losses[s], 0.02 * f32.losses[s]) << "step " << s;
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST(Fp8Model, TheSimForecastsTheCpuPeaksByteForByte) {
+  for (const auto& [name, plan] :
+       std::vector<std::pair<std::string, Plan>>{{"keep", Plan::keep_everything()},
+                                                 {"gc1", Plan::gradient_checkpointing(1)},
+                                                 {"offload", Plan::activation_offloading(Decision::host)}}) {
+    ForecastRequest r = sim_twin::tiny_request(plan);
+    r.seq = 16;
+    r.fp8 = true;
+    const Forecast f = forecast(r);
+    const sim_twin::CpuStep cpu = sim_twin::cpu_step(r, sim_twin::kBudget, plan);
+    ASSERT_TRUE(cpu.fits) << name;
+    EXPECT_EQ(f.peak_bytes, cpu.peak) << name;
+    EXPECT_EQ(f.high_water_bytes, cpu.high_water) << name;
+    ForecastRequest plain = r;
+    plain.fp8 = false;
+    EXPECT_NE(forecast(plain).peak_bytes, f.peak_bytes) << name << ": fp8 changed nothing the sim sees";
+  }
+}
+
+// The cuda mirror prices the FP8 GEMMs at the FP8 rate: the same step forecasts faster with fp8 on a shape whose
+// GEMMs dominate, and takes the casts' scratch.
+TEST(Fp8Model, TheCudaForecastTakesTheFp8Rate) {
+  ForecastRequest r = sim_twin::tiny_cuda_request(Plan::keep_everything());
+  r.model.hidden_size = 2048, r.model.intermediate_size = 8192, r.model.num_attention_heads = 16;
+  r.model.num_key_value_heads = 8, r.model.head_dim = 128, r.model.vocab_size = 4096;
+  r.seq = 2048, r.batch = 1, r.loss_chunk_tokens = 1024;
+  const Forecast bf16 = forecast(r);
+  r.fp8 = true;
+  const Forecast q = forecast(r);
+  EXPECT_LT(q.forward_s, bf16.forward_s);
+  EXPECT_LT(q.backward_s, bf16.backward_s);
+  bool scratch = false;
+  for (const auto& e : q.events) scratch = scratch || e.tag.rfind("fp8.", 0) == 0;
+  EXPECT_TRUE(scratch) << "no FP8 scratch in the cuda mirror's schedule";
+}
+
+}  // namespace
+
+namespace {
+
+// A micro-batch whose token count is no multiple of 16 keeps every projection in bf16 (cuBLASLt's FP8 kernels need
+// 16): fp8 then changes nothing, and the setup line says so.
+TEST(Fp8Model, ShapesFp8CannotTakeStayBf16) {
+  auto run = [](bool fp8) {
+    auto be = make_cpu_backend(size_t(64) << 20);
+    ModelOptions mo;
+    mo.fp8 = fp8;
+    LlamaModel model(*be, test_util::tiny_config(), mo);
+    model.init_random(11);
+    TrainOptions to;
+    Trainer tr(*be, model, to);
+    TokenBatcher data(synthetic_tokens(4000, test_util::tiny_config().vocab_size, 3), 2, 19);  // 38 tokens
+    std::vector<float> losses;
+    for (int s = 0; s < 2; ++s) losses.push_back(tr.step(data.next()).loss);
+    return losses;
+  };
+  EXPECT_EQ(run(true), run(false));
+  EXPECT_EQ(fp8_projections(test_util::tiny_config(), 38), 0);
+  EXPECT_EQ(fp8_projections(test_util::tiny_config(), 32), 7);
+  EXPECT_EQ(fp8_projections(test_util::tiny_config(), 32, true), 4);  // the tiled MLP's three stay bf16
+  EXPECT_NE(fp8_line(true, test_util::tiny_config(), 38).find("in 0 of a layer's 7"), std::string::npos);
+  EXPECT_NE(fp8_line(true, test_util::tiny_config(), 32).find("in 7 of a layer's 7"), std::string::npos);
+  EXPECT_EQ(fp8_line(false, test_util::tiny_config(), 32), "projections: bf16 GEMMs\n");
+}
+
+}  // namespace
