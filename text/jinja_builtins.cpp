@@ -133,6 +133,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     for (const auto& c : cps) {
       if (count < 0 || n++ < count) out += to;
       out += c;
+      check_text(out.size(), 0);
     }
     if (count < 0 || n < count) out += to;
     return out;
@@ -143,6 +144,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     size_t e = s.find(from, b);
     if (e == std::string::npos || (count >= 0 && n == count)) break;
     out += s.substr(b, e - b) + to;
+    check_text(out.size(), 0);
     b = e + from.size();
     ++n;
   }
@@ -207,6 +209,8 @@ std::string py_percent(const std::string& f, const Args& a) {
     else if (c == 'r')
       out += repr(v);
     else if (c == 'd' || c == 'i') {
+      if (v.is(K::floating) && !(std::fabs(v.f) < 9223372036854775808.0))
+        fail("%d of " + py_float(v.f) + ": a chat template's integers are 64-bit", a.line);
       if (v.is(K::floating))
         out += std::to_string(static_cast<int64_t>(v.f));
       else
@@ -328,6 +332,7 @@ bool has_method(const Value& obj, const std::string& name) {
 
 Value call_method(const Value& obj, const std::string& name, const Args& a) {
   int line = a.line;
+  charge(weight(obj), line);  // a method walks its object
   if (name == "__slice__") {
     if (obj.is(K::list)) {
       List out;
@@ -343,7 +348,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       return Value::string(out);
     }
     if (obj.is_undefined()) fail("'" + obj.s + "' is undefined", line);
-    fail("'" + type_name(obj) + "' object is not subscriptable", line);
+    fail(fmt::format("'{}' object is not subscriptable", type_name(obj)), line);  // (GCC 12 -Wrestrict on "'" + s)
   }
   if (obj.is(K::string)) {
     const std::string& s = obj.s;
@@ -382,6 +387,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       bool first = true;
       for (const auto& x : iterate(a.get(0, "iterable"), line)) {
         out += (first ? "" : s) + str_arg(x, "join()", line);
+        check_text(out.size(), line);
         first = false;
       }
       return Value::string(out);
@@ -473,9 +479,12 @@ Value global(const std::string& name) {
         if (a.pos.size() == 3) st = int_arg(a.pos[2], "range()", a.line);
       }
       if (st == 0) fail("range() arg 3 must not be zero", a.line);
+      // Its length before anything is built (in 128 bits: b, e and st may be anywhere in the 64-bit range).
+      const __int128 span = st > 0 ? __int128(e) - b : __int128(b) - e, step = st > 0 ? __int128(st) : -__int128(st);
+      const __int128 n = span <= 0 ? 0 : (span + step - 1) / step;
+      if (n > 100000) fail("range() of more than 100000 numbers is too long for a chat template", a.line);
       List out;
-      for (int64_t k = b; st > 0 ? k < e : k > e; k += st) out.push_back(Value::integer(k));
-      if (out.size() > 100000) fail("range() is too long for a chat template", a.line);
+      for (__int128 k = 0; k < n; ++k) out.push_back(Value::integer(int64_t(b + k * st)));
       return Value::of_list(std::move(out));
     });
   if (name == "strftime_now")

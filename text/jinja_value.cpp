@@ -12,16 +12,68 @@ void fail(std::string message, int line) {
   throw JinjaError{std::move(message), line};
 }
 
+namespace {
+thread_local RenderBudget* current_budget = nullptr;
+
+uint32_t depth_of(const Value& v) {
+  return v.is(Value::Kind::list) || v.is(Value::Kind::dict) ? v.depth : 0;
+}
+void check_depth(uint32_t depth) {
+  if (depth > uint32_t(kMaxValueDepth))
+    fail("lists and dicts nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+}
+}  // namespace
+
+RenderBudget::RenderBudget() : outer_(current_budget) {
+  current_budget = this;
+}
+RenderBudget::~RenderBudget() {
+  current_budget = outer_;
+}
+
+void charge(size_t units, int line) {
+  RenderBudget* b = current_budget;
+  if (!b) return;
+  if (units > kMaxRenderWork - b->used)
+    fail("the template does more work than a chat template does (more than " + std::to_string(kMaxRenderWork) +
+             " units: statements, loop iterations, macro calls, list items and 256-byte pieces of text)",
+         line);
+  b->used += units;
+}
+
+void check_text(size_t bytes, int line) {
+  if (bytes > kMaxRenderedBytes)
+    fail("a text of more than " + std::to_string(kMaxRenderedBytes >> 20) + " MiB is too long for a chat template",
+         line);
+}
+
+size_t weight(const Value& v) {
+  size_t w = 1 + v.s.size() / 256;
+  if (v.is(Value::Kind::list))
+    for (const Value& x : *v.list) w += 1 + x.s.size() / 256;
+  if (v.is(Value::Kind::dict))
+    for (const auto& [k, x] : v.dict->items) w += 1 + (k.size() + x.s.size()) / 256;
+  return w;
+}
+
 Value Value::of_list(List items, bool tuple) {
   Value v = make(Kind::list);
+  uint32_t depth = 1;
+  for (const Value& x : items) depth = std::max(depth, depth_of(x) + 1);
+  check_depth(depth);
   v.list = std::make_shared<List>(std::move(items));
   v.tuple = tuple;
+  v.depth = depth;
   return v;
 }
 
 Value Value::of_dict(Dict d) {
   Value v = make(Kind::dict);
+  uint32_t depth = 1;
+  for (const auto& [k, x] : d.items) depth = std::max(depth, depth_of(x) + 1);
+  check_depth(depth);
   v.dict = std::make_shared<Dict>(std::move(d));
+  v.depth = depth;
   return v;
 }
 
@@ -208,7 +260,10 @@ std::string repr(const Value& v) {
       return repr_string(v.s);
     case Value::Kind::list: {
       std::string out = v.tuple ? "(" : "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        out += (k ? ", " : "") + repr((*v.list)[k]);
+        check_text(out.size(), 0);
+      }
       if (v.tuple && v.list->size() == 1) out += ",";
       return out + (v.tuple ? ")" : "]");
     }
@@ -217,6 +272,7 @@ std::string repr(const Value& v) {
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
         out += (first ? "" : ", ") + repr_string(k) + ": " + repr(x);
+        check_text(out.size(), 0);
         first = false;
       }
       return out + "}";
@@ -226,6 +282,7 @@ std::string repr(const Value& v) {
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
         out += (first ? "" : ", ") + repr_string(k) + ": " + repr(x);
+        check_text(out.size(), 0);
         first = false;
       }
       return out + "}>";
@@ -292,6 +349,7 @@ static int64_t int_of(const Value& v) {
 }
 
 bool equal(const Value& a, const Value& b) {
+  charge(1, 0);
   if (a.is_number() && b.is_number()) {
     if (int_like(a) && int_like(b)) return int_of(a) == int_of(b);
     return num(a) == num(b);
@@ -321,6 +379,7 @@ bool equal(const Value& a, const Value& b) {
 }
 
 int compare(const Value& a, const Value& b, int line) {
+  charge(1, line);
   if (a.is_number() && b.is_number()) {
     if (int_like(a) && int_like(b)) return int_of(a) < int_of(b) ? -1 : int_of(a) > int_of(b);
     return num(a) < num(b) ? -1 : num(a) > num(b);
@@ -376,8 +435,9 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
                        const std::string& key_sep, bool sort_keys) {
   auto newline = [&](int d) {
     if (indent < 0) return;
+    check_text(out.size() + 1 + size_t(indent) * size_t(d), 0);
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    out.append(size_t(indent) * size_t(d), ' ');
   };
   switch (v.kind) {
     case Value::Kind::none:
@@ -405,6 +465,7 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
         if (k) out += item_sep;
         newline(depth + 1);
         json_value(out, (*v.list)[k], indent, depth + 1, item_sep, key_sep, sort_keys);
+        check_text(out.size(), 0);
       }
       newline(depth);
       out += "]";
@@ -425,6 +486,7 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
         json_string(out, items[k]->first);
         out += key_sep;
         json_value(out, items[k]->second, indent, depth + 1, item_sep, key_sep, sort_keys);
+        check_text(out.size(), 0);
       }
       newline(depth);
       out += "}";
@@ -443,6 +505,7 @@ std::string to_json(const Value& v, int indent, const std::string& item_sep, con
 }
 
 List iterate(const Value& v, int line) {
+  charge(weight(v), line);
   switch (v.kind) {
     case Value::Kind::undefined:
       return {};
