@@ -268,7 +268,7 @@ class Renderer {
   Flow exec(const Body& body);
   Flow exec(const Stmt& s);
   Flow exec_for(const Stmt& s);
-  Value eval(const Expr& e);       // eval_node, charged by what it builds
+  Value eval(const Expr& e);  // eval_node, charged by what it builds
   Value eval_node(const Expr& e);
   Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);
   Args eval_args(const Expr& e, size_t first);

@@ -362,7 +362,6 @@ TEST_F(hostile_input, plan_searches_stop_at_their_time_limit_and_say_so) {
   // Each of these ran for minutes with no output; under --plan-time-limit 3 each answers or stops and
   // says so within the limit plus the sims in flight.
   const std::vector<std::string> cases = {
-      "--model Llama-3.2-1B --seq 1024 --gpus 100000 --zero-stage 1 --budget 40GiB",
       "--model Llama-3.2-1B --seq 1048576 --budget 80GiB --host-budget 1TiB --disk-budget 10TiB",
       "--model Llama-3-8B --max-seq --budget 40GiB --host-budget 100GiB --seq-limit 1048576",
   };
@@ -379,6 +378,63 @@ TEST_F(hostile_input, plan_searches_stop_at_their_time_limit_and_say_so) {
                " --backend cpu --seq 16 --steps 1 --budget 1GiB --plan-time-limit 0.000001");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_TRUE(names(r.err, {"stopped at its time limit", "within plan_time_limit"})) << r.err;
+}
+
+// ZeRO over any rank count strata-train accepts (WORLD_SIZE up to 2^20) answers in seconds: the ranks past the
+// parameters' owners own nothing and share one forecast (it ran to the time limit before). More ranks than that,
+// or none, are refused by range before any search, naming --gpus and the range.
+TEST_F(hostile_input, plan_over_absurd_rank_counts_answers_in_seconds_or_refuses_by_range) {
+  for (const std::string gpus : {"100000", "1048576"}) {
+    double s = 0;
+    Proc r =
+        run(kPlan + " --model Llama-3.2-1B --seq 1024 --gpus " + gpus + " --zero-stage 1 --budget 40GiB --json", &s);
+    ASSERT_EQ(r.code, 0) << gpus << ": " << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_TRUE(j["planner"]["found"].get<bool>()) << gpus;
+    EXPECT_EQ(j["planner"]["rank_peak_bytes"].size(), std::stoul(gpus));
+    EXPECT_TRUE(names(r.err, {"ranks 146-" + std::to_string(std::stoul(gpus) - 1)})) << r.err.substr(0, 2000);
+    EXPECT_LT(s, 20) << gpus;
+  }
+  for (const std::string args : {"--gpus 1048577 --zero-stage 1", "--gpus 4294967312", "--gpus 0", "--gpus -3"}) {
+    double s = 0;
+    Proc r = run(kPlan + " --model Llama-3.2-1B --seq 1024 --budget 40GiB " + args, &s);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_TRUE(names(r.err, {"--gpus must be an integer >= 1 (at most 1048576)"})) << args << ": " << r.err;
+    EXPECT_LT(s, 5) << args;
+  }
+}
+
+// strata-bench's --seq and --batch are read as strata-train's (the settings' sequence_len and micro_batch_size rows):
+// the same ranges and messages, and their product's limit, before anything is allocated for them.
+TEST_F(hostile_input, bench_shape_flags_are_checked_as_strata_train_checks_them) {
+  struct Case {
+    std::string args, want;
+  };
+  const std::vector<Case> cases = {
+      {"--seq 2147483647", "--seq must be an integer >= 1 (at most 16777216), got 2147483647"},
+      {"--seq 16777217", "--seq must be an integer >= 1 (at most 16777216), got 16777217"},
+      {"--seq 0", "--seq must be an integer >= 1 (at most 16777216), got 0"},
+      {"--seq 4294967312", "got 4294967312"},
+      {"--seq 1e3", "--seq expects an integer, got '1e3'"},
+      {"--batch 2000000", "--batch must be an integer >= 1 (at most 1048576), got 2000000"},
+      {"--seq 16777216 --batch 4", "micro_batch_size 4 x sequence_len 16777216 is 67108864 tokens"},
+  };
+  for (const Case& c : cases) {
+    double s = 0;
+    Proc b = run(kBench + " --shape tiny --backend cpu --steps 0 --warmup 0 " + c.args, &s);
+    EXPECT_EQ(b.code, 2) << c.args << ": " << b.err;
+    EXPECT_TRUE(names(b.err, {c.want})) << c.args;
+    EXPECT_LT(s, 5) << c.args;
+    if (c.args.find("--batch") != std::string::npos) continue;
+    // strata-train and strata-plan say the same of --seq.
+    Proc t = run(kTrain + " --model " + quote(model()) + " --data " + quote(model() + "/tokens.bin") +
+                 " --backend cpu --steps 1 " + c.args);
+    Proc p = run(kPlan + " --model tiny " + c.args);
+    EXPECT_EQ(t.code, 2) << c.args << ": " << t.err;
+    EXPECT_EQ(p.code, 2) << c.args << ": " << p.err;
+    EXPECT_TRUE(names(t.err, {c.want})) << c.args << ": " << t.err;
+    EXPECT_TRUE(names(p.err, {c.want})) << c.args << ": " << p.err;
+  }
 }
 
 // ---- checkpoints: shard names stay inside the directory; weights are floating point
