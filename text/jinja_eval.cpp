@@ -316,8 +316,8 @@ Value Renderer::eval(const Expr& e) {
     case Expr::K::subscript:
       break;
     default:
-      charge(weight(v), e.line);
       if (v.is(Value::Kind::string)) check_text(v.s.size(), e.line);
+      charge(weight(v), e.line);
   }
   return v;
 }
@@ -500,13 +500,13 @@ Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& 
     if (!count_v.is(Value::Kind::integer) && !count_v.is(Value::Kind::boolean)) return bad();
     Value count = Value::integer(count_v.is(Value::Kind::boolean) ? count_v.b : count_v.i);  // True is 1
     if (!seq.is(Value::Kind::string) && !seq.is(Value::Kind::list)) return bad();
-    if (count.i > 0) {  // what the result would hold, before it is built
-      const size_t n = size_t(count.i);
-      if (seq.is(Value::Kind::string) && !seq.s.empty())
-        check_text(n > kMaxRenderedBytes / seq.s.size() ? kMaxRenderedBytes + 1 : n * seq.s.size(), line);
-      const size_t w = weight(seq);
-      charge(n > kMaxRenderWork / w ? kMaxRenderWork + 1 : n * w, line);
-    }
+    const size_t len = seq.is(Value::Kind::string) ? seq.s.size() : seq.list->size();
+    if (count.i <= 0 || len == 0)
+      return seq.is(Value::Kind::string) ? Value::string("") : Value::of_list({}, seq.tuple);
+    const size_t n = size_t(count.i);  // what the result would hold, checked before it is built
+    if (seq.is(Value::Kind::string)) check_text(n > kMaxRenderedBytes / len ? kMaxRenderedBytes + 1 : n * len, line);
+    const size_t w = seq.is(Value::Kind::string) ? 0 : weight(seq);  // a string is charged as its result is
+    if (w) charge(n > kMaxRenderWork / w ? kMaxRenderWork + 1 : n * w, line);
     if (seq.is(Value::Kind::string)) {
       std::string out;
       for (int64_t k = 0; k < count.i; ++k) out += seq.s;

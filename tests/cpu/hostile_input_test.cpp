@@ -605,5 +605,55 @@ TEST_F(hostile_input, deep_chat_templates_are_refused_naming_the_template_and_li
   EXPECT_EQ(Template::parse(ok, "ok.jinja").render(nlohmann::ordered_json::object()).text, "1");
 }
 
+// Hostile chat templates render to a clean error naming the template, the line and the limit, within seconds and
+// without exhausting memory: huge loops and ranges, recursion and fan-out through macros, giant repetition, text
+// that doubles, lists grown one item at a time, values nested without end, a namespace holding itself, and
+// integers past 64 bits. The same templates are seeds of fuzz_chat_template (tests/fuzz/make_corpus.py).
+TEST_F(hostile_input, hostile_chat_templates_end_in_a_clean_error_within_seconds) {
+  using text::jinja::Template;
+  struct Case {
+    std::string source, why;
+  };
+  const std::vector<Case> cases = {
+      {"{% for i in range(10**12) %}x{% endfor %}", "range() of more than 100000 numbers"},
+      {"{% for i in range(100000) %}\n{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "more work than a chat template does"},
+      {"{{ 'a' * 10**12 }}", "more than 64 MiB"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+       "more than 64 MiB"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}",
+       "more work than a chat template does"},
+      {"{% set s = 'x' * 1000000 %}{{ ([s] * 1000000) | length }}", "more work than a chat template does"},
+      {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses too deep"},
+      {"{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
+       "more work than a chat template does"},
+      {"{{ 2 ** 10**18 }}", "integer overflow"},
+      {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
+      {"{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow"},
+      {"{{ range(100000) | join('y' * 10000000) }}", "more than 64 MiB"},
+      {"{{ ('a' * 1000000).replace('a', 'b' * 1000000) }}", "more than 64 MiB"},
+      {"{{ 'a\nb' | indent(10**12) }}", "indent() width must be 0 to 4096"},
+      {"{{ [[1]] | tojson(indent=10**9) }}", "tojson indent must be at most 4096"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] %}{% endfor %}",
+       "nested deeper than 1000 levels"},
+      {"{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}", "a namespace inside a namespace"},
+      {"{{ '%d' % 1e300 }}", "integers are 64-bit"},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = catch_as<ConfigError>(
+        [&] { Template::parse(c.source, "hostile.jinja").render(nlohmann::ordered_json::object()); });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(e) << c.source;
+    EXPECT_TRUE(names(e->what(), {"hostile.jinja, line ", c.why})) << c.source << "\n" << e->what();
+    EXPECT_LT(s, 10.0) << c.source;
+  }
+  // The line is the one that did the work: the inner loop of the nested pair is on line 2.
+  auto e = catch_as<ConfigError>(
+      [&] { Template::parse(cases[1].source, "hostile.jinja").render(nlohmann::ordered_json::object()); });
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(names(e->what(), {"hostile.jinja, line 2:"})) << e->what();
+}
+
 }  // namespace
 }  // namespace strata
