@@ -79,7 +79,7 @@ Value attr_path(const Value& item, const std::string& path, int line) {
     if (e == std::string::npos) e = path.size();
     std::string part = path.substr(b, e - b);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = getitem(v, digits ? Value::integer(std::stoll(part)) : Value::string(part), line);
+    v = getitem(v, digits ? Value::integer(parse_int(part, line)) : Value::string(part), line);
     b = e + 1;
   }
   return v;
@@ -173,7 +173,7 @@ static std::string py_format(const std::string& f, const Args& a) {
       if (field.empty()) {
         v = a.get(auto_index++, "");
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-        v = a.get(std::stoul(field), "");
+        v = a.get(size_t(parse_int(field, a.line)), "");
       } else {
         v = a.get(static_cast<size_t>(-1), field.c_str());
       }
@@ -209,7 +209,7 @@ std::string py_percent(const std::string& f, const Args& a) {
     else if (c == 'r')
       out += repr(v);
     else if (c == 'd' || c == 'i') {
-      if (v.is(K::floating) && !(std::fabs(v.f) < 9223372036854775808.0))
+      if (v.is(K::floating) && !(std::isfinite(v.f) && fits_int64(v.f)))
         fail("%d of " + py_float(v.f) + ": a chat template's integers are 64-bit", a.line);
       if (v.is(K::floating))
         out += std::to_string(static_cast<int64_t>(v.f));

@@ -207,7 +207,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     if (v.is(K::integer)) return v;
     if (v.is(K::boolean)) return Value::integer(v.b);
     // int(x) of a float past the 64-bit range is an error, not undefined behaviour.
-    if (v.is(K::floating) && std::isfinite(v.f) && std::fabs(v.f) >= 9223372036854775808.0)
+    if (v.is(K::floating) && std::isfinite(v.f) && !fits_int64(v.f))
       fail("int() of " + py_float(v.f) + ": a chat template's integers are 64-bit", line);
     if (v.is(K::floating)) return std::isfinite(v.f) ? Value::integer(static_cast<int64_t>(v.f)) : dflt;
     if (v.is(K::string)) {
@@ -217,7 +217,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
         long long x = std::stoll(s, &used);
         if (used == s.size()) return Value::integer(x);
         double d = std::stod(s, &used);
-        if (used == s.size() && std::isfinite(d)) return Value::integer(static_cast<int64_t>(d));
+        if (used == s.size() && std::isfinite(d) && fits_int64(d)) return Value::integer(static_cast<int64_t>(d));
       } catch (...) {
       }
     }

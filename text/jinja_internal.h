@@ -105,6 +105,12 @@ void check_text(size_t bytes, int line);
 // The work units a value's memory stands for: 1, plus its items (a list's or dict's, shallow), plus a string's
 // 256-byte pieces (its own, or its items').
 size_t weight(const Value& v);
+// A decimal integer literal or index ("123"): an error past 64 bits, as Python's integers are unbounded.
+int64_t parse_int(const std::string& digits, int line);
+// Whether a finite double is a 64-bit integer's value once truncated (int() of it is defined).
+inline bool fits_int64(double d) {
+  return d > -9223372036854777856.0 && d < 9223372036854775808.0;
+}
 
 // Values (text/jinja_value.cpp).
 Value from_json(const nlohmann::ordered_json& j);

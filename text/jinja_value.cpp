@@ -47,6 +47,17 @@ void check_text(size_t bytes, int line) {
          line);
 }
 
+int64_t parse_int(const std::string& digits, int line) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    fail("the integer " + digits.substr(0, 40) + (digits.size() > 40 ? "..." : "") +
+             " is past 64 bits: a chat template's integers are 64-bit",
+         line);
+  if (ec != std::errc() || end != digits.data() + digits.size()) fail("'" + digits + "' is not an integer", line);
+  return v;
+}
+
 size_t weight(const Value& v) {
   size_t w = 1 + v.s.size() / 256;
   if (v.is(Value::Kind::list))

@@ -638,6 +638,8 @@ TEST_F(hostile_input, hostile_chat_templates_end_in_a_clean_error_within_seconds
        "nested deeper than 1000 levels"},
       {"{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}", "a namespace inside a namespace"},
       {"{{ '%d' % 1e300 }}", "integers are 64-bit"},
+      {"{{ (-9223372036854775808 - 1) // -1 }}", "is past 64 bits"},  // fuzz_chat_template's first finding
+      {"{{ '{99999999999999999999}'.format(1) }}", "is past 64 bits"},
   };
   for (const Case& c : cases) {
     const auto t0 = std::chrono::steady_clock::now();
