@@ -363,6 +363,7 @@ TEST_F(hostile_input, plan_searches_stop_at_their_time_limit_and_say_so) {
   // says so within the limit plus the sims in flight.
   const std::vector<std::string> cases = {
       "--model Llama-3.2-1B --seq 1048576 --budget 80GiB --host-budget 1TiB --disk-budget 10TiB",
+      "--model Llama-3-70B --seq 1048576 --budget 80GiB --host-budget 2TiB",
       "--model Llama-3-8B --max-seq --budget 40GiB --host-budget 100GiB --seq-limit 1048576",
   };
   for (const std::string& c : cases) {
