@@ -101,6 +101,7 @@ static std::vector<std::string> split(const std::string& s, const Value& sep, in
       }
       std::string word;
       while (k < cps.size() && !is_py_space(cp_of(cps[k]))) word += cps[k++];
+      charge(1, line);  // a piece: charged as it is built
       out.push_back(word);
     }
     return out;
@@ -109,11 +110,12 @@ static std::vector<std::string> split(const std::string& s, const Value& sep, in
   if (d.empty()) fail("empty separator", line);
   size_t b = 0;
   while (true) {
-    size_t e = s.find(d, b);
+    size_t e = text_find(s, d, b);
     if (e == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
       out.push_back(s.substr(b));
       return out;
     }
+    charge(1, line);
     out.push_back(s.substr(b, e - b));
     b = e + d.size();
   }
@@ -141,7 +143,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   size_t b = 0;
   int64_t n = 0;
   while (true) {
-    size_t e = s.find(from, b);
+    size_t e = text_find(s, from, b);
     if (e == std::string::npos || (count >= 0 && n == count)) break;
     out += s.substr(b, e - b) + to;
     check_text(out.size(), 0);
@@ -398,10 +400,10 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       if (name == "count") {
         if (sub.empty()) return Value::integer(length(obj, line) + 1);
         int64_t n = 0;
-        for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+        for (size_t p = text_find(s, sub); p != std::string::npos; p = text_find(s, sub, p + sub.size())) ++n;
         return Value::integer(n);
       }
-      size_t p = name == "find" ? s.find(sub) : s.rfind(sub);
+      size_t p = name == "find" ? text_find(s, sub) : text_rfind(s, sub);
       if (p == std::string::npos) return Value::integer(-1);
       return Value::integer(static_cast<int64_t>(code_points(s.substr(0, p)).size()));
     }
@@ -411,6 +413,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       size_t b = 0;
       for (size_t k = 0; k < s.size(); ++k)
         if (s[k] == '\n' || s[k] == '\r') {
+          charge(1, line);
           lines.push_back(s.substr(b, k - b));
           if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
           b = k + 1;

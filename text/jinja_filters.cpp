@@ -107,7 +107,10 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
   }
   if (name == "in") {
     Value c = arg();
-    if (c.is(K::string)) return c.s.find(str_arg(v, "'in <string>'", line)) != std::string::npos;
+    if (c.is(K::string)) {
+      charge(weight(c), line);
+      return text_find(c.s, str_arg(v, "'in <string>'", line)) != std::string::npos;
+    }
     if (c.is(K::dict) || c.is(K::ns)) {
       if (v.is(K::list) && !v.tuple) fail("unhashable type: 'list'", line);
       if (v.is(K::dict)) fail("unhashable type: 'dict'", line);

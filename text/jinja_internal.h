@@ -105,6 +105,10 @@ void check_text(size_t bytes, int line);
 // The work units a value's memory stands for: 1, plus its items (a list's or dict's, shallow), plus a string's
 // 256-byte pieces (its own, or its items').
 size_t weight(const Value& v);
+// str.find / str.rfind in linear time however the text and the needle are made (std::string::find compares the
+// whole needle at each position: 'a' * 10**7 searched for 'a' * 10**6 ~ 'b' would take hours). npos when absent.
+size_t text_find(std::string_view s, std::string_view sub, size_t from = 0);
+size_t text_rfind(std::string_view s, std::string_view sub);
 // A decimal integer literal or index ("123"): an error past 64 bits, as Python's integers are unbounded.
 int64_t parse_int(const std::string& digits, int line);
 // Whether a finite double is a 64-bit integer's value once truncated (int() of it is defined).

@@ -58,6 +58,42 @@ int64_t parse_int(const std::string& digits, int line) {
   return v;
 }
 
+namespace {
+// The first match at or after `from` of a needle of m bytes in a text of n (Knuth-Morris-Pratt: O(n + m) whatever
+// the bytes; libstdc++'s boyer_moore_searcher builds its table in O(m^2)). at(i) and pat(j) read them.
+template <class At, class Pat>
+size_t kmp_find(size_t n, At at, size_t m, Pat pat, size_t from) {
+  std::vector<uint32_t> border(m, 0);  // m <= kMaxRenderedBytes
+  for (size_t j = 1, k = 0; j < m; ++j) {
+    while (k && pat(j) != pat(k)) k = border[k - 1];
+    if (pat(j) == pat(k)) ++k;
+    border[j] = uint32_t(k);
+  }
+  for (size_t i = from, k = 0; i < n; ++i) {
+    while (k && at(i) != pat(k)) k = border[k - 1];
+    if (at(i) == pat(k)) ++k;
+    if (k == m) return i + 1 - m;
+  }
+  return std::string_view::npos;
+}
+}  // namespace
+
+size_t text_find(std::string_view s, std::string_view sub, size_t from) {
+  if (from > s.size()) return std::string_view::npos;
+  if (sub.size() <= 16) return s.find(sub, from);  // at most 16 comparisons a position
+  return kmp_find(
+      s.size(), [&](size_t i) { return s[i]; }, sub.size(), [&](size_t j) { return sub[j]; }, from);
+}
+
+size_t text_rfind(std::string_view s, std::string_view sub) {
+  if (sub.size() <= 16) return s.rfind(sub);
+  const size_t n = s.size(), m = sub.size();
+  if (m > n) return std::string_view::npos;
+  const size_t r = kmp_find(
+      n, [&](size_t i) { return s[n - 1 - i]; }, m, [&](size_t j) { return sub[m - 1 - j]; }, 0);
+  return r == std::string_view::npos ? r : n - r - m;  // the match in the reversed text ends where it starts here
+}
+
 size_t weight(const Value& v) {
   size_t w = 1 + v.s.size() / 256;
   if (v.is(Value::Kind::list))
@@ -188,6 +224,7 @@ std::string py_float(double d) {
 }
 
 std::vector<std::string> code_points(std::string_view s) {
+  charge(1 + s.size() / 16, 0);  // 32 bytes a code point: charged before they are built
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     unsigned char c = s[i];
@@ -528,6 +565,7 @@ List iterate(const Value& v, int line) {
       return keys;
     }
     case Value::Kind::string: {
+      charge(v.s.size(), line);  // a value a character: charged before they are built
       List chars;
       for (auto& c : code_points(v.s)) chars.push_back(Value::string(std::move(c)));
       return chars;

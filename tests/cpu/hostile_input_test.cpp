@@ -641,6 +641,9 @@ TEST_F(hostile_input, hostile_chat_templates_end_in_a_clean_error_within_seconds
       {"{{ '%d' % 1e300 }}", "integers are 64-bit"},
       {"{{ (-9223372036854775808 - 1) // -1 }}", "is past 64 bits"},  // fuzz_chat_template's first finding
       {"{{ '{99999999999999999999}'.format(1) }}", "is past 64 bits"},
+      {"{{ (',' * 60000000).split(',') | length }}", "more work than a chat template does"},
+      {"{{ ('a' * 60000000) | list | length }}", "more work than a chat template does"},
+      {"{{ ('a' * 60000000)[::-1] | length }}", "more work than a chat template does"},
   };
   for (const Case& c : cases) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -651,6 +654,17 @@ TEST_F(hostile_input, hostile_chat_templates_end_in_a_clean_error_within_seconds
     EXPECT_TRUE(names(e->what(), {"hostile.jinja, line ", c.why})) << c.source << "\n" << e->what();
     EXPECT_LT(s, 10.0) << c.source;
   }
+  // A needle that almost matches everywhere is found (or not) in linear time, as Python finds it.
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string found =
+      Template::parse(
+          "{% set h = 'a' * 10000000 %}{{ ('a' * 1000000 ~ 'b') in h }} {{ h.find('a' * 999999 ~ 'b') }} "
+          "{{ h.rfind('b' ~ 'a' * 999999) }} {{ h.count('a' * 5000000) }}",
+          "needle.jinja")
+          .render(nlohmann::ordered_json::object())
+          .text;
+  EXPECT_EQ(found, "False -1 -1 2");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   // The line is the one that did the work: the inner loop of the nested pair is on line 2.
   auto e = catch_as<ConfigError>(
       [&] { Template::parse(cases[1].source, "hostile.jinja").render(nlohmann::ordered_json::object()); });
