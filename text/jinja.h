@@ -19,7 +19,7 @@ namespace strata::text::jinja {
 inline constexpr size_t kMaxRenderedBytes = size_t(64) << 20;  // the rendered text, and any string a template builds
 // Work units a render may spend: one per statement run, loop iteration or macro call, per item of a list or dict an
 // expression builds or a loop walks, and per 256 bytes of text an expression builds.
-inline constexpr size_t kMaxRenderWork = size_t(1) << 20;
+inline constexpr size_t kMaxRenderWork = size_t(1) << 19;
 inline constexpr int kMaxValueDepth = 1000;  // lists and dicts nested inside each other
 
 struct Rendered {

@@ -260,18 +260,19 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
   Flow result = Flow::normal;
   for (int64_t k = 0; k < n; ++k) {
     charge(1, s.line);
-    Dict loop;
-    loop.set("index", Value::integer(k + 1));
-    loop.set("index0", Value::integer(k));
-    loop.set("revindex", Value::integer(n - k));
-    loop.set("revindex0", Value::integer(n - k - 1));
-    loop.set("first", Value::boolean(k == 0));
-    loop.set("last", Value::boolean(k == n - 1));
-    loop.set("length", Value::integer(n));
-    loop.set("depth", Value::integer(1));
-    loop.set("depth0", Value::integer(0));
-    loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined("loop.previtem"));
-    loop.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("loop.nextitem"));
+    Dict loop;  // distinct keys: appended, not looked up
+    loop.items.reserve(12);
+    loop.items.emplace_back("index", Value::integer(k + 1));
+    loop.items.emplace_back("index0", Value::integer(k));
+    loop.items.emplace_back("revindex", Value::integer(n - k));
+    loop.items.emplace_back("revindex0", Value::integer(n - k - 1));
+    loop.items.emplace_back("first", Value::boolean(k == 0));
+    loop.items.emplace_back("last", Value::boolean(k == n - 1));
+    loop.items.emplace_back("length", Value::integer(n));
+    loop.items.emplace_back("depth", Value::integer(1));
+    loop.items.emplace_back("depth0", Value::integer(0));
+    loop.items.emplace_back("previtem", k > 0 ? items[k - 1] : Value::undefined("loop.previtem"));
+    loop.items.emplace_back("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("loop.nextitem"));
     auto cycle = std::make_shared<Callable>();
     cycle->name = "loop.cycle";
     cycle->call = [k](Renderer&, const Args& a) {
@@ -280,7 +281,7 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
     };
     Value cv = Value::make(Value::Kind::callable);
     cv.fn = cycle;
-    loop.set("cycle", cv);
+    loop.items.emplace_back("cycle", cv);
     frames_.push_back(std::make_shared<Dict>());
     Value lv = Value::of_dict(std::move(loop));
     assign("loop", lv);
