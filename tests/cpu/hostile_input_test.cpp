@@ -643,6 +643,8 @@ TEST_F(hostile_input, hostile_chat_templates_end_in_a_clean_error_within_seconds
       {"{{ (-9223372036854775808 - 1) // -1 }}", "is past 64 bits"},  // fuzz_chat_template's first finding
       {"{{ '{99999999999999999999}'.format(1) }}", "is past 64 bits"},
       {"{{ (',' * 60000000).split(',') | length }}", "more work than a chat template does"},
+      {"{{ 'a\\xtz' }}", "2 hex digits expected"},  // std::stoul threw out of the lexer (fuzz_chat_template)
+      {"{{ '\\U00110000' }}", "past U+10FFFF"},
       {"{{ ('a' * 60000000) | list | length }}", "more work than a chat template does"},
       {"{{ ('a' * 60000000)[::-1] | length }}", "more work than a chat template does"},
   };
