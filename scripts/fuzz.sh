@@ -11,7 +11,7 @@
 # script; the input is left in build-fuzz/findings/<target>/: fix it, then add it to
 # tests/fuzz/crashes/<target>/.
 # Usage: scripts/fuzz.sh [target...]   (targets: safetensors checkpoint_index hf_config tokens yaml_config
-#                                      tokenizer datasets)
+#                                      tokenizer datasets chat_template)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-45}
@@ -19,7 +19,7 @@ timeout_s=${FUZZ_TIMEOUT:-10}
 seed_timeout_s=${FUZZ_SEED_TIMEOUT:-30}
 max_len=${FUZZ_MAX_LEN:-65536}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
-targets=(safetensors checkpoint_index hf_config tokens yaml_config tokenizer datasets)
+targets=(safetensors checkpoint_index hf_config tokens yaml_config tokenizer datasets chat_template)
 [ $# -gt 0 ] && targets=("$@")
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (scripts/setup.sh installs it)"; exit 1; }

@@ -14,6 +14,14 @@
 
 namespace strata::text::jinja {
 
+// What one render may build: a hostile template ends in a ConfigError naming the template and line, not a hang or
+// an exhausted memory. Chat templates of real checkpoints use a small fraction of each.
+inline constexpr size_t kMaxRenderedBytes = size_t(64) << 20;  // the rendered text, and any string a template builds
+// Work units a render may spend: one per statement run, loop iteration or macro call, per item of a list or dict an
+// expression builds or a loop walks, and per 256 bytes of text an expression builds.
+inline constexpr size_t kMaxRenderWork = size_t(1) << 19;
+inline constexpr int kMaxValueDepth = 1000;  // lists and dicts nested inside each other
+
 struct Rendered {
   std::string text;
   std::vector<std::pair<size_t, size_t>> generation;  // byte spans [begin, end) of {% generation %} blocks

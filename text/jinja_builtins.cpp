@@ -79,7 +79,7 @@ Value attr_path(const Value& item, const std::string& path, int line) {
     if (e == std::string::npos) e = path.size();
     std::string part = path.substr(b, e - b);
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = getitem(v, digits ? Value::integer(std::stoll(part)) : Value::string(part), line);
+    v = getitem(v, digits ? Value::integer(parse_int(part, line)) : Value::string(part), line);
     b = e + 1;
   }
   return v;
@@ -101,6 +101,7 @@ static std::vector<std::string> split(const std::string& s, const Value& sep, in
       }
       std::string word;
       while (k < cps.size() && !is_py_space(cp_of(cps[k]))) word += cps[k++];
+      charge(1, line);  // a piece: charged as it is built
       out.push_back(word);
     }
     return out;
@@ -109,11 +110,12 @@ static std::vector<std::string> split(const std::string& s, const Value& sep, in
   if (d.empty()) fail("empty separator", line);
   size_t b = 0;
   while (true) {
-    size_t e = s.find(d, b);
+    size_t e = text_find(s, d, b);
     if (e == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit)) {
       out.push_back(s.substr(b));
       return out;
     }
+    charge(1, line);
     out.push_back(s.substr(b, e - b));
     b = e + d.size();
   }
@@ -133,6 +135,7 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
     for (const auto& c : cps) {
       if (count < 0 || n++ < count) out += to;
       out += c;
+      check_text(out.size(), 0);
     }
     if (count < 0 || n < count) out += to;
     return out;
@@ -140,9 +143,10 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   size_t b = 0;
   int64_t n = 0;
   while (true) {
-    size_t e = s.find(from, b);
+    size_t e = text_find(s, from, b);
     if (e == std::string::npos || (count >= 0 && n == count)) break;
     out += s.substr(b, e - b) + to;
+    check_text(out.size(), 0);
     b = e + from.size();
     ++n;
   }
@@ -171,7 +175,7 @@ static std::string py_format(const std::string& f, const Args& a) {
       if (field.empty()) {
         v = a.get(auto_index++, "");
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-        v = a.get(std::stoul(field), "");
+        v = a.get(size_t(parse_int(field, a.line)), "");
       } else {
         v = a.get(static_cast<size_t>(-1), field.c_str());
       }
@@ -207,6 +211,8 @@ std::string py_percent(const std::string& f, const Args& a) {
     else if (c == 'r')
       out += repr(v);
     else if (c == 'd' || c == 'i') {
+      if (v.is(K::floating) && !(std::isfinite(v.f) && fits_int64(v.f)))
+        fail("%d of " + py_float(v.f) + ": a chat template's integers are 64-bit", a.line);
       if (v.is(K::floating))
         out += std::to_string(static_cast<int64_t>(v.f));
       else
@@ -328,6 +334,7 @@ bool has_method(const Value& obj, const std::string& name) {
 
 Value call_method(const Value& obj, const std::string& name, const Args& a) {
   int line = a.line;
+  charge(weight(obj), line);  // a method walks its object
   if (name == "__slice__") {
     if (obj.is(K::list)) {
       List out;
@@ -343,7 +350,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       return Value::string(out);
     }
     if (obj.is_undefined()) fail("'" + obj.s + "' is undefined", line);
-    fail("'" + type_name(obj) + "' object is not subscriptable", line);
+    fail(fmt::format("'{}' object is not subscriptable", type_name(obj)), line);  // (GCC 12 -Wrestrict on "'" + s)
   }
   if (obj.is(K::string)) {
     const std::string& s = obj.s;
@@ -382,6 +389,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       bool first = true;
       for (const auto& x : iterate(a.get(0, "iterable"), line)) {
         out += (first ? "" : s) + str_arg(x, "join()", line);
+        check_text(out.size(), line);
         first = false;
       }
       return Value::string(out);
@@ -392,10 +400,10 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       if (name == "count") {
         if (sub.empty()) return Value::integer(length(obj, line) + 1);
         int64_t n = 0;
-        for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+        for (size_t p = text_find(s, sub); p != std::string::npos; p = text_find(s, sub, p + sub.size())) ++n;
         return Value::integer(n);
       }
-      size_t p = name == "find" ? s.find(sub) : s.rfind(sub);
+      size_t p = name == "find" ? text_find(s, sub) : text_rfind(s, sub);
       if (p == std::string::npos) return Value::integer(-1);
       return Value::integer(static_cast<int64_t>(code_points(s.substr(0, p)).size()));
     }
@@ -405,6 +413,7 @@ Value call_method(const Value& obj, const std::string& name, const Args& a) {
       size_t b = 0;
       for (size_t k = 0; k < s.size(); ++k)
         if (s[k] == '\n' || s[k] == '\r') {
+          charge(1, line);
           lines.push_back(s.substr(b, k - b));
           if (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n') ++k;
           b = k + 1;
@@ -473,9 +482,12 @@ Value global(const std::string& name) {
         if (a.pos.size() == 3) st = int_arg(a.pos[2], "range()", a.line);
       }
       if (st == 0) fail("range() arg 3 must not be zero", a.line);
+      // Its length before anything is built (in 128 bits: b, e and st may be anywhere in the 64-bit range).
+      const __int128 span = st > 0 ? __int128(e) - b : __int128(b) - e, step = st > 0 ? __int128(st) : -__int128(st);
+      const __int128 n = span <= 0 ? 0 : (span + step - 1) / step;
+      if (n > 100000) fail("range() of more than 100000 numbers is too long for a chat template", a.line);
       List out;
-      for (int64_t k = b; st > 0 ? k < e : k > e; k += st) out.push_back(Value::integer(k));
-      if (out.size() > 100000) fail("range() is too long for a chat template", a.line);
+      for (__int128 k = 0; k < n; ++k) out.push_back(Value::integer(int64_t(b + k * st)));
       return Value::of_list(std::move(out));
     });
   if (name == "strftime_now")

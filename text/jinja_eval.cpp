@@ -36,6 +36,33 @@ Value Renderer::lookup(const std::string& name, int line) {
   return Value::undefined(name);
 }
 
+namespace {
+
+bool holds_namespace(const Value& v) {
+  if (v.is(Value::Kind::ns)) return true;
+  if (v.is(Value::Kind::list))
+    for (const Value& x : *v.list)
+      if (holds_namespace(x)) return true;
+  if (v.is(Value::Kind::dict))
+    for (const auto& [k, x] : v.dict->items)
+      if (holds_namespace(x)) return true;
+  return false;
+}
+
+// Python's integers are unbounded; a template's are 64-bit: past that is an error, not a wrapped number.
+// `op` is one of __builtin_{add,sub,mul}_overflow.
+template <typename Op>
+int64_t checked(Op op, int64_t x, int64_t y, int line) {
+  int64_t r = 0;
+  if (op(x, y, &r)) fail("integer overflow: a chat template's integers are 64-bit", line);
+  return r;
+}
+const auto add = [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); };
+const auto sub = [](int64_t x, int64_t y, int64_t* r) { return __builtin_sub_overflow(x, y, r); };
+const auto mul = [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); };
+
+}  // namespace
+
 void Renderer::assign(const std::string& name, Value v) {
   frames_.back()->set(name, std::move(v));
 }
@@ -59,6 +86,7 @@ void Renderer::run(const nlohmann::ordered_json& context, std::string& out,
   for (auto it = context.begin(); it != context.end(); ++it)
     globals->items.emplace_back(it.key(), from_json(it.value()));
   frames_ = {globals, std::make_shared<Dict>()};
+  RenderBudget budget;
   out_ = &out;
   gen_ = &gen;
   if (exec(program_.body) != Flow::normal) fail("break/continue outside a loop");
@@ -79,12 +107,15 @@ static Value apply_filter_chain(Renderer& r, const Expr& f, Value v, const std::
 
 Renderer::Flow Renderer::exec(const Stmt& s) {
   line_ = s.line;
+  charge(1, s.line);
   switch (s.k) {
     case Stmt::K::text:
       *out_ += s.text;
+      check_text(out_->size(), s.line);
       return Flow::normal;
     case Stmt::K::output:
       *out_ += to_str(eval(*s.expr));
+      check_text(out_->size(), s.line);
       return Flow::normal;
     case Stmt::K::if_:
       for (const auto& [cond, body] : s.branches)
@@ -97,6 +128,8 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
       if (!s.ns_attr.empty()) {
         Value ns = lookup(s.targets[0], s.line);
         if (!ns.is(Value::Kind::ns)) fail("can only set attributes of a namespace, not of " + type_name(ns), s.line);
+        // A namespace holding a namespace could come to hold itself: a cycle no value could print or free.
+        if (holds_namespace(v)) fail("a namespace inside a namespace's attribute is not supported", s.line);
         ns.dict->set(s.ns_attr, std::move(v));
       } else if (s.targets.size() == 1) {
         assign(s.targets[0], std::move(v));
@@ -116,6 +149,7 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
     case Stmt::K::filter_block: {
       Value v = Value::string(capture(s.body));
       *out_ += to_str(apply_filter_chain(*this, *s.filter, v, [&](const Expr& f) { return eval_args(f, 1); }));
+      check_text(out_->size(), s.line);
       return Flow::normal;
     }
     case Stmt::K::macro:
@@ -145,6 +179,7 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
       cv.fn = caller;
       a.kw.emplace_back("caller", cv);
       *out_ += to_str(call(fn, a, s.line));
+      check_text(out_->size(), s.line);
       return Flow::normal;
     }
     case Stmt::K::break_:
@@ -167,6 +202,7 @@ Value Renderer::make_macro(const Stmt& s) {
   fn->name = s.text;
   fn->call = [&s](Renderer& r, const Args& a) {
     if (r.depth_ >= kMaxCallDepth) fail("macro '" + s.text + "' recurses too deep", a.line);
+    charge(1, a.line);
     ++r.depth_;
     auto saved = r.frames_;
     r.frames_ = {saved[0], saved[1], std::make_shared<Dict>()};
@@ -223,18 +259,20 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
   const int64_t n = static_cast<int64_t>(items.size());
   Flow result = Flow::normal;
   for (int64_t k = 0; k < n; ++k) {
-    Dict loop;
-    loop.set("index", Value::integer(k + 1));
-    loop.set("index0", Value::integer(k));
-    loop.set("revindex", Value::integer(n - k));
-    loop.set("revindex0", Value::integer(n - k - 1));
-    loop.set("first", Value::boolean(k == 0));
-    loop.set("last", Value::boolean(k == n - 1));
-    loop.set("length", Value::integer(n));
-    loop.set("depth", Value::integer(1));
-    loop.set("depth0", Value::integer(0));
-    loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined("loop.previtem"));
-    loop.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("loop.nextitem"));
+    charge(1, s.line);
+    Dict loop;  // distinct keys: appended, not looked up
+    loop.items.reserve(12);
+    loop.items.emplace_back("index", Value::integer(k + 1));
+    loop.items.emplace_back("index0", Value::integer(k));
+    loop.items.emplace_back("revindex", Value::integer(n - k));
+    loop.items.emplace_back("revindex0", Value::integer(n - k - 1));
+    loop.items.emplace_back("first", Value::boolean(k == 0));
+    loop.items.emplace_back("last", Value::boolean(k == n - 1));
+    loop.items.emplace_back("length", Value::integer(n));
+    loop.items.emplace_back("depth", Value::integer(1));
+    loop.items.emplace_back("depth0", Value::integer(0));
+    loop.items.emplace_back("previtem", k > 0 ? items[k - 1] : Value::undefined("loop.previtem"));
+    loop.items.emplace_back("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("loop.nextitem"));
     auto cycle = std::make_shared<Callable>();
     cycle->name = "loop.cycle";
     cycle->call = [k](Renderer&, const Args& a) {
@@ -243,7 +281,7 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
     };
     Value cv = Value::make(Value::Kind::callable);
     cv.fn = cycle;
-    loop.set("cycle", cv);
+    loop.items.emplace_back("cycle", cv);
     frames_.push_back(std::make_shared<Dict>());
     Value lv = Value::of_dict(std::move(loop));
     assign("loop", lv);
@@ -271,6 +309,21 @@ Value Renderer::call(const Value& fn, const Args& a, int line) {
 }
 
 Value Renderer::eval(const Expr& e) {
+  Value v = eval_node(e);
+  switch (e.k) {  // what builds a value is charged by its size; a name, literal or item only refers to one
+    case Expr::K::literal:
+    case Expr::K::name:
+    case Expr::K::attr:
+    case Expr::K::subscript:
+      break;
+    default:
+      if (v.is(Value::Kind::string)) check_text(v.s.size(), e.line);
+      charge(weight(v), e.line);
+  }
+  return v;
+}
+
+Value Renderer::eval_node(const Expr& e) {
   switch (e.k) {
     case Expr::K::literal:
       return e.lit;
@@ -331,9 +384,10 @@ Value Renderer::eval(const Expr& e) {
     case Expr::K::neg:
     case Expr::K::pos: {
       Value v = eval(*e.args[0]);
-      if (v.is(Value::Kind::integer) || v.is(Value::Kind::boolean))
-        return Value::integer(e.k == Expr::K::neg ? -(v.is(Value::Kind::boolean) ? v.b : v.i)
-                                                  : (v.is(Value::Kind::boolean) ? v.b : v.i));
+      if (v.is(Value::Kind::integer) || v.is(Value::Kind::boolean)) {
+        const int64_t x = v.is(Value::Kind::boolean) ? v.b : v.i;
+        return Value::integer(e.k == Expr::K::neg ? checked(sub, 0, x, e.line) : x);
+      }
       if (v.is(Value::Kind::floating)) return Value::floating(e.k == Expr::K::neg ? -v.f : v.f);
       fail("bad operand type for unary " + std::string(e.k == Expr::K::neg ? "-" : "+") + ": " + type_name(v), e.line);
     }
@@ -401,25 +455,32 @@ Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& 
     int64_t x = a.is(Value::Kind::boolean) ? a.b : a.i, y = b.is(Value::Kind::boolean) ? b.b : b.i;
     double fx = a.is(Value::Kind::floating) ? a.f : static_cast<double>(x);
     double fy = b.is(Value::Kind::floating) ? b.f : static_cast<double>(y);
-    if (op == "+") return ints ? Value::integer(x + y) : Value::floating(fx + fy);
-    if (op == "-") return ints ? Value::integer(x - y) : Value::floating(fx - fy);
-    if (op == "*") return ints ? Value::integer(x * y) : Value::floating(fx * fy);
+    if (op == "+") return ints ? Value::integer(checked(add, x, y, line)) : Value::floating(fx + fy);
+    if (op == "-") return ints ? Value::integer(checked(sub, x, y, line)) : Value::floating(fx - fy);
+    if (op == "*") return ints ? Value::integer(checked(mul, x, y, line)) : Value::floating(fx * fy);
     if ((op == "/" || op == "//" || op == "%") && fy == 0) fail("division by zero", line);
     if (op == "/") return Value::floating(fx / fy);
+    if (ints && y == -1 && (op == "//" || op == "%")) {  // INT64_MIN / -1 overflows (and traps)
+      if (op == "%") return Value::integer(0);
+      return Value::integer(checked(sub, 0, x, line));
+    }
     if (op == "//") {
       if (ints) return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
       return Value::floating(std::floor(fx / fy));
     }
     if (op == "%") {
-      if (ints) return Value::integer(((x % y) + y) % y);
+      if (ints) return Value::integer(x % y != 0 && ((x % y < 0) != (y < 0)) ? x % y + y : x % y);
       double m = std::fmod(fx, fy);
       return Value::floating(m != 0 && ((m < 0) != (fy < 0)) ? m + fy : m);
     }
     if (op == "**") {
-      if (ints && y >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y; ++k) r *= x;
-        return Value::integer(r);
+      if (ints && y >= 0) {  // by squaring: y may be huge where x is 0, 1 or -1
+        int64_t result = 1, base = x;
+        for (int64_t k = y; k > 0; k >>= 1) {
+          if (k & 1) result = checked(mul, result, base, line);
+          if (k > 1) base = checked(mul, base, base, line);
+        }
+        return Value::integer(result);
       }
       return Value::floating(std::pow(fx, fy));
     }
@@ -439,9 +500,14 @@ Value Renderer::eval_binary(const std::string& op, const Value& a, const Value& 
     const Value& count_v = a.is_number() ? a : b;
     if (!count_v.is(Value::Kind::integer) && !count_v.is(Value::Kind::boolean)) return bad();
     Value count = Value::integer(count_v.is(Value::Kind::boolean) ? count_v.b : count_v.i);  // True is 1
-    const size_t items = seq.is(Value::Kind::string) ? seq.s.size() : seq.is(Value::Kind::list) ? seq.list->size() : 0;
-    if (count.i * static_cast<int64_t>(items) > (1 << 26))
-      fail("a repeated sequence of more than 64 Mi items is too long for a chat template", line);
+    if (!seq.is(Value::Kind::string) && !seq.is(Value::Kind::list)) return bad();
+    const size_t len = seq.is(Value::Kind::string) ? seq.s.size() : seq.list->size();
+    if (count.i <= 0 || len == 0)
+      return seq.is(Value::Kind::string) ? Value::string("") : Value::of_list({}, seq.tuple);
+    const size_t n = size_t(count.i);  // what the result would hold, checked before it is built
+    if (seq.is(Value::Kind::string)) check_text(n > kMaxRenderedBytes / len ? kMaxRenderedBytes + 1 : n * len, line);
+    const size_t w = seq.is(Value::Kind::string) ? 0 : weight(seq);  // a string is charged as its result is
+    if (w) charge(n > kMaxRenderWork / w ? kMaxRenderWork + 1 : n * w, line);
     if (seq.is(Value::Kind::string)) {
       std::string out;
       for (int64_t k = 0; k < count.i; ++k) out += seq.s;

@@ -107,7 +107,10 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
   }
   if (name == "in") {
     Value c = arg();
-    if (c.is(K::string)) return c.s.find(str_arg(v, "'in <string>'", line)) != std::string::npos;
+    if (c.is(K::string)) {
+      charge(weight(c), line);
+      return text_find(c.s, str_arg(v, "'in <string>'", line)) != std::string::npos;
+    }
     if (c.is(K::dict) || c.is(K::ns)) {
       if (v.is(K::list) && !v.tuple) fail("unhashable type: 'list'", line);
       if (v.is(K::dict)) fail("unhashable type: 'dict'", line);
@@ -125,6 +128,9 @@ bool apply_test(Renderer& r, const std::string& name, const Value& v, const Args
 
 Value apply_filter(Renderer& r, const std::string& name, const Value& v, const Args& a) {
   int line = a.line;
+  // A filter walks its input: charged by its size, except those that only look at its ends or its length.
+  if (name != "length" && name != "count" && name != "first" && name != "last" && name != "default" && name != "d")
+    charge(weight(v), line);
   if (name == "trim") return Value::string(py_strip(to_str(v), a.get(0, "chars"), true, true));
   if (name == "length" || name == "count") return Value::integer(length(v, line));
   if (name == "string") return Value::string(to_str(v));
@@ -164,6 +170,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     bool first = true;
     for (const auto& x : iterate(v, line)) {
       out += (first ? "" : sep) + to_str(attribute.is_undefined() ? x : attr_path(x, to_str(attribute), line));
+      check_text(out.size(), line);
       first = false;
     }
     return Value::string(out);
@@ -202,6 +209,9 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     Value dflt = a.get(0, "default", Value::integer(0));
     if (v.is(K::integer)) return v;
     if (v.is(K::boolean)) return Value::integer(v.b);
+    // int(x) of a float past the 64-bit range is an error, not undefined behaviour.
+    if (v.is(K::floating) && std::isfinite(v.f) && !fits_int64(v.f))
+      fail("int() of " + py_float(v.f) + ": a chat template's integers are 64-bit", line);
     if (v.is(K::floating)) return std::isfinite(v.f) ? Value::integer(static_cast<int64_t>(v.f)) : dflt;
     if (v.is(K::string)) {
       std::string s = py_strip(v.s, Value::undefined(), true, true);
@@ -210,7 +220,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
         long long x = std::stoll(s, &used);
         if (used == s.size()) return Value::integer(x);
         double d = std::stod(s, &used);
-        if (used == s.size() && std::isfinite(d)) return Value::integer(static_cast<int64_t>(d));
+        if (used == s.size() && std::isfinite(d) && fits_int64(d)) return Value::integer(static_cast<int64_t>(d));
       } catch (...) {
       }
     }
@@ -255,8 +265,9 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
   if (name == "indent") {
     if (!v.is(K::string)) fail("indent() of a " + type_name(v) + ", not a string", line);
     Value width = a.get(0, "width", Value::integer(4));
-    std::string ind =
-        width.is(K::string) ? width.s : std::string(static_cast<size_t>(int_arg(width, "indent", line)), ' ');
+    const int64_t spaces = width.is(K::string) ? 0 : int_arg(width, "indent", line);
+    if (spaces < 0 || spaces > 4096) fail("indent() width must be 0 to 4096, got " + std::to_string(spaces), line);
+    std::string ind = width.is(K::string) ? width.s : std::string(static_cast<size_t>(spaces), ' ');
     bool first = truthy(a.get(1, "first", Value::boolean(false)));
     bool blank = truthy(a.get(2, "blank", Value::boolean(false)));
     std::string s = to_str(v) + "\n";
@@ -268,6 +279,7 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
         rv = l;
       else
         rv += "\n" + ((blank || !l.empty()) ? ind + l : l);
+      check_text(rv.size(), line);
     }
     return Value::string(first ? ind + rv : rv);
   }
@@ -293,7 +305,9 @@ Value apply_filter(Renderer& r, const std::string& name, const Value& v, const A
     Value indent = a.get(0, "indent", Value::none());
     if (truthy(a.get(static_cast<size_t>(-1), "ensure_ascii", Value::boolean(false))))
       fail("tojson(ensure_ascii=true) is not supported", line);
-    int ind = indent.is(K::none) ? -1 : static_cast<int>(int_arg(indent, "tojson indent", line));
+    const int64_t ind64 = indent.is(K::none) ? -1 : int_arg(indent, "tojson indent", line);
+    if (ind64 > 4096) fail("tojson indent must be at most 4096, got " + std::to_string(ind64), line);
+    const int ind = int(std::max<int64_t>(ind64, -1));
     std::string item_sep = ind >= 0 ? "," : ", ", key_sep = ": ";
     Value seps = a.get(static_cast<size_t>(-1), "separators", Value::none());
     if (!seps.is(K::none)) {

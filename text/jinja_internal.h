@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "text/jinja.h"
+
 namespace strata::text::jinja {
 
 struct Value;
@@ -25,6 +27,7 @@ struct Value {
   Kind kind = Kind::undefined;
   bool b = false;
   bool tuple = false;  // a list that prints as a tuple
+  uint32_t depth = 0;  // list and dict levels inside (at most kMaxValueDepth)
   int64_t i = 0;
   double f = 0;
   std::string s;  // the string; for undefined, what was looked up (for errors)
@@ -82,6 +85,36 @@ struct JinjaError {
   int line = 0;  // 0: the innermost node's line is used
 };
 [[noreturn]] void fail(std::string message, int line = 0);
+
+// The render's limits (text/jinja.h): charge() spends work units of the render under way on this thread (a no-op
+// outside one), failing past kMaxRenderWork; check_text() fails for a string of more than kMaxRenderedBytes.
+void charge(size_t units, int line);
+// The budget of one render: charge() spends it while it lives (Renderer::run makes one).
+class RenderBudget {
+ public:
+  RenderBudget();
+  ~RenderBudget();
+  RenderBudget(const RenderBudget&) = delete;
+  RenderBudget& operator=(const RenderBudget&) = delete;
+  size_t used = 0;
+
+ private:
+  RenderBudget* outer_;
+};
+void check_text(size_t bytes, int line);
+// The work units a value's memory stands for: 1, plus its items (a list's or dict's, shallow), plus a string's
+// 256-byte pieces (its own, or its items').
+size_t weight(const Value& v);
+// str.find / str.rfind in linear time however the text and the needle are made (std::string::find compares the
+// whole needle at each position: 'a' * 10**7 searched for 'a' * 10**6 ~ 'b' would take hours). npos when absent.
+size_t text_find(std::string_view s, std::string_view sub, size_t from = 0);
+size_t text_rfind(std::string_view s, std::string_view sub);
+// A decimal integer literal or index ("123"): an error past 64 bits, as Python's integers are unbounded.
+int64_t parse_int(const std::string& digits, int line);
+// Whether a finite double is a 64-bit integer's value once truncated (int() of it is defined).
+inline bool fits_int64(double d) {
+  return d > -9223372036854777856.0 && d < 9223372036854775808.0;
+}
 
 // Values (text/jinja_value.cpp).
 Value from_json(const nlohmann::ordered_json& j);
@@ -245,7 +278,8 @@ class Renderer {
   Flow exec(const Body& body);
   Flow exec(const Stmt& s);
   Flow exec_for(const Stmt& s);
-  Value eval(const Expr& e);
+  Value eval(const Expr& e);  // eval_node, charged by what it builds
+  Value eval_node(const Expr& e);
   Value eval_binary(const std::string& op, const Value& a, const Value& b, int line);
   Args eval_args(const Expr& e, size_t first);
   Value lookup(const std::string& name, int line);

@@ -229,8 +229,19 @@ struct Lexer {
       if (p >= src.size()) fail("a string literal is not closed", start_line);
       char e = src[p++];
       auto hex = [&](int n) {
-        if (p + n > src.size()) fail("a bad \\x/\\u escape in a string literal", line);
-        uint32_t cp = static_cast<uint32_t>(std::stoul(std::string(src.substr(p, n)), nullptr, 16));
+        // Exactly n hex digits, a code point Unicode has (Python refuses the rest; stoul threw out of the lexer).
+        uint32_t cp = 0;
+        for (int k = 0; k < n; ++k) {
+          const char h = p + k < src.size() ? src[p + k] : '\0';
+          const int d = h >= '0' && h <= '9'   ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                               : -1;
+          if (d < 0)
+            fail("a bad \\x/\\u/\\U escape in a string literal: " + std::to_string(n) + " hex digits expected", line);
+          cp = cp * 16 + uint32_t(d);
+        }
+        if (cp > 0x10FFFF) fail("a \\U escape past U+10FFFF in a string literal", line);
         p += n;
         put_utf8(s, cp);
       };

@@ -1,5 +1,6 @@
 // The Jinja parser: tokens to the syntax tree, with jinja2's operator precedence. A statement or
 // expression outside the supported subset is an error here, at its line.
+#include <cstdlib>
 #include <set>
 
 #include "text/jinja_internal.h"
@@ -443,7 +444,7 @@ struct Parser {
         auto a = node(Expr::K::attr, line);
         if (cur().type == T::integer) {
           a->k = Expr::K::subscript;
-          a->args = {e, literal(Value::integer(std::stoll(next().value)), line)};
+          a->args = {e, literal(Value::integer(parse_int(next().value, line)), line)};
         } else {
           a->name = expect_name();
           a->args = {e};
@@ -512,10 +513,10 @@ struct Parser {
       }
       case T::integer:
         ++p;
-        return literal(Value::integer(std::stoll(t.value)), line);
+        return literal(Value::integer(parse_int(t.value, line)), line);
       case T::floating:
         ++p;
-        return literal(Value::floating(std::stod(t.value)), line);
+        return literal(Value::floating(std::strtod(t.value.c_str(), nullptr)), line);  // 1e999: inf
       case T::op:
         if (t.value == "(") {
           ++p;

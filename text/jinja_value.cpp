@@ -12,16 +12,115 @@ void fail(std::string message, int line) {
   throw JinjaError{std::move(message), line};
 }
 
+namespace {
+thread_local RenderBudget* current_budget = nullptr;
+
+uint32_t depth_of(const Value& v) {
+  return v.is(Value::Kind::list) || v.is(Value::Kind::dict) ? v.depth : 0;
+}
+void check_depth(uint32_t depth) {
+  if (depth > uint32_t(kMaxValueDepth))
+    fail("lists and dicts nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
+}
+}  // namespace
+
+RenderBudget::RenderBudget() : outer_(current_budget) {
+  current_budget = this;
+}
+RenderBudget::~RenderBudget() {
+  current_budget = outer_;
+}
+
+void charge(size_t units, int line) {
+  RenderBudget* b = current_budget;
+  if (!b) return;
+  if (units > kMaxRenderWork - b->used)
+    fail("the template does more work than a chat template does (more than " + std::to_string(kMaxRenderWork) +
+             " units: statements, loop iterations, macro calls, list items and 256-byte pieces of text)",
+         line);
+  b->used += units;
+}
+
+void check_text(size_t bytes, int line) {
+  if (bytes > kMaxRenderedBytes)
+    fail("a text of more than " + std::to_string(kMaxRenderedBytes >> 20) + " MiB is too long for a chat template",
+         line);
+}
+
+int64_t parse_int(const std::string& digits, int line) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    fail("the integer " + digits.substr(0, 40) + (digits.size() > 40 ? "..." : "") +
+             " is past 64 bits: a chat template's integers are 64-bit",
+         line);
+  if (ec != std::errc() || end != digits.data() + digits.size()) fail("'" + digits + "' is not an integer", line);
+  return v;
+}
+
+namespace {
+// The first match at or after `from` of a needle of m bytes in a text of n (Knuth-Morris-Pratt: O(n + m) whatever
+// the bytes; libstdc++'s boyer_moore_searcher builds its table in O(m^2)). at(i) and pat(j) read them.
+template <class At, class Pat>
+size_t kmp_find(size_t n, At at, size_t m, Pat pat, size_t from) {
+  std::vector<uint32_t> border(m, 0);  // m <= kMaxRenderedBytes
+  for (size_t j = 1, k = 0; j < m; ++j) {
+    while (k && pat(j) != pat(k)) k = border[k - 1];
+    if (pat(j) == pat(k)) ++k;
+    border[j] = uint32_t(k);
+  }
+  for (size_t i = from, k = 0; i < n; ++i) {
+    while (k && at(i) != pat(k)) k = border[k - 1];
+    if (at(i) == pat(k)) ++k;
+    if (k == m) return i + 1 - m;
+  }
+  return std::string_view::npos;
+}
+}  // namespace
+
+size_t text_find(std::string_view s, std::string_view sub, size_t from) {
+  if (from > s.size()) return std::string_view::npos;
+  if (sub.size() <= 16) return s.find(sub, from);  // at most 16 comparisons a position
+  return kmp_find(
+      s.size(), [&](size_t i) { return s[i]; }, sub.size(), [&](size_t j) { return sub[j]; }, from);
+}
+
+size_t text_rfind(std::string_view s, std::string_view sub) {
+  if (sub.size() <= 16) return s.rfind(sub);
+  const size_t n = s.size(), m = sub.size();
+  if (m > n) return std::string_view::npos;
+  const size_t r = kmp_find(
+      n, [&](size_t i) { return s[n - 1 - i]; }, m, [&](size_t j) { return sub[m - 1 - j]; }, 0);
+  return r == std::string_view::npos ? r : n - r - m;  // the match in the reversed text ends where it starts here
+}
+
+size_t weight(const Value& v) {
+  size_t w = 1 + v.s.size() / 256;
+  if (v.is(Value::Kind::list))
+    for (const Value& x : *v.list) w += 1 + x.s.size() / 256;
+  if (v.is(Value::Kind::dict))
+    for (const auto& [k, x] : v.dict->items) w += 1 + (k.size() + x.s.size()) / 256;
+  return w;
+}
+
 Value Value::of_list(List items, bool tuple) {
   Value v = make(Kind::list);
+  uint32_t depth = 1;
+  for (const Value& x : items) depth = std::max(depth, depth_of(x) + 1);
+  check_depth(depth);
   v.list = std::make_shared<List>(std::move(items));
   v.tuple = tuple;
+  v.depth = depth;
   return v;
 }
 
 Value Value::of_dict(Dict d) {
   Value v = make(Kind::dict);
+  uint32_t depth = 1;
+  for (const auto& [k, x] : d.items) depth = std::max(depth, depth_of(x) + 1);
+  check_depth(depth);
   v.dict = std::make_shared<Dict>(std::move(d));
+  v.depth = depth;
   return v;
 }
 
@@ -125,6 +224,7 @@ std::string py_float(double d) {
 }
 
 std::vector<std::string> code_points(std::string_view s) {
+  charge(1 + s.size() / 16, 0);  // 32 bytes a code point: charged before they are built
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     unsigned char c = s[i];
@@ -208,7 +308,10 @@ std::string repr(const Value& v) {
       return repr_string(v.s);
     case Value::Kind::list: {
       std::string out = v.tuple ? "(" : "[";
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        out += (k ? ", " : "") + repr((*v.list)[k]);
+        check_text(out.size(), 0);
+      }
       if (v.tuple && v.list->size() == 1) out += ",";
       return out + (v.tuple ? ")" : "]");
     }
@@ -217,6 +320,7 @@ std::string repr(const Value& v) {
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
         out += (first ? "" : ", ") + repr_string(k) + ": " + repr(x);
+        check_text(out.size(), 0);
         first = false;
       }
       return out + "}";
@@ -226,6 +330,7 @@ std::string repr(const Value& v) {
       bool first = true;
       for (const auto& [k, x] : v.dict->items) {
         out += (first ? "" : ", ") + repr_string(k) + ": " + repr(x);
+        check_text(out.size(), 0);
         first = false;
       }
       return out + "}>";
@@ -292,6 +397,7 @@ static int64_t int_of(const Value& v) {
 }
 
 bool equal(const Value& a, const Value& b) {
+  charge(1, 0);
   if (a.is_number() && b.is_number()) {
     if (int_like(a) && int_like(b)) return int_of(a) == int_of(b);
     return num(a) == num(b);
@@ -321,6 +427,7 @@ bool equal(const Value& a, const Value& b) {
 }
 
 int compare(const Value& a, const Value& b, int line) {
+  charge(1, line);
   if (a.is_number() && b.is_number()) {
     if (int_like(a) && int_like(b)) return int_of(a) < int_of(b) ? -1 : int_of(a) > int_of(b);
     return num(a) < num(b) ? -1 : num(a) > num(b);
@@ -376,8 +483,9 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
                        const std::string& key_sep, bool sort_keys) {
   auto newline = [&](int d) {
     if (indent < 0) return;
+    check_text(out.size() + 1 + size_t(indent) * size_t(d), 0);
     out += '\n';
-    out.append(static_cast<size_t>(indent * d), ' ');
+    out.append(size_t(indent) * size_t(d), ' ');
   };
   switch (v.kind) {
     case Value::Kind::none:
@@ -405,6 +513,7 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
         if (k) out += item_sep;
         newline(depth + 1);
         json_value(out, (*v.list)[k], indent, depth + 1, item_sep, key_sep, sort_keys);
+        check_text(out.size(), 0);
       }
       newline(depth);
       out += "]";
@@ -425,6 +534,7 @@ static void json_value(std::string& out, const Value& v, int indent, int depth, 
         json_string(out, items[k]->first);
         out += key_sep;
         json_value(out, items[k]->second, indent, depth + 1, item_sep, key_sep, sort_keys);
+        check_text(out.size(), 0);
       }
       newline(depth);
       out += "}";
@@ -443,6 +553,7 @@ std::string to_json(const Value& v, int indent, const std::string& item_sep, con
 }
 
 List iterate(const Value& v, int line) {
+  charge(weight(v), line);
   switch (v.kind) {
     case Value::Kind::undefined:
       return {};
@@ -454,6 +565,7 @@ List iterate(const Value& v, int line) {
       return keys;
     }
     case Value::Kind::string: {
+      charge(v.s.size(), line);  // a value a character: charged before they are built
       List chars;
       for (auto& c : code_points(v.s)) chars.push_back(Value::string(std::move(c)));
       return chars;

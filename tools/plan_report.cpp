@@ -147,12 +147,19 @@ json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_
   return j;
 }
 
-// ZeRO: every rank's peak under the chosen plan (the planner fitted each), and whose forecast follows.
+// ZeRO: every rank's peak under the chosen plan (the planner fitted each), and whose forecast follows; a run of
+// ranks with the same peak as one entry ("ranks 21-99999 37.05 MiB": the ranks owning no state are many).
 void print_rank_peaks(std::FILE* info, const PlanResult& pr) {
   if (pr.rank_peak_bytes.empty()) return;
   std::string peaks;
-  for (size_t q = 0; q < pr.rank_peak_bytes.size(); ++q)
-    peaks += fmt::format("{}rank {} {}", q ? ", " : "", q, format_bytes(pr.rank_peak_bytes[q]));
+  const std::vector<size_t>& p = pr.rank_peak_bytes;
+  for (size_t q = 0; q < p.size();) {
+    size_t end = q + 1;
+    while (end < p.size() && p[end] == p[q]) ++end;
+    peaks += end == q + 1 ? fmt::format("{}rank {} {}", q ? ", " : "", q, format_bytes(p[q]))
+                          : fmt::format("{}ranks {}-{} {}", q ? ", " : "", q, end - 1, format_bytes(p[q]));
+    q = end;
+  }
   std::fprintf(info, "ranks: peak device %s; the plan fits every rank, the forecast is rank %d's (the largest)\n",
                peaks.c_str(), pr.rank);
 }

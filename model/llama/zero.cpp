@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <queue>
+#include <utility>
 
 #include "engine/error.h"
 
@@ -14,13 +16,24 @@ std::vector<int> zero_owner(const std::vector<size_t>& numel, int world) {
   std::vector<size_t> order(numel.size());
   std::iota(order.begin(), order.end(), size_t(0));
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return numel[a] > numel[b]; });
-  std::vector<size_t> load(size_t(world), 0);
+  // The first least loaded rank takes each: while a rank holds nothing that is the lowest empty one, after that
+  // the lowest (load, rank) of a heap. The same owners as a scan of every rank's load, in O(P log P) for P
+  // parameters however many ranks there are (the planner builds the model once a rank it forecasts).
+  using Load = std::pair<size_t, int>;  // (elements, rank)
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loaded;
+  int next_empty = 0;
   std::vector<int> owner(numel.size(), -1);
   for (size_t i : order) {
     if (numel[i] == 0) continue;
-    const size_t r = size_t(std::min_element(load.begin(), load.end()) - load.begin());  // first least loaded
-    owner[i] = int(r);
-    load[r] += numel[i];
+    Load r{0, next_empty};
+    if (next_empty < world) {
+      ++next_empty;
+    } else {
+      r = loaded.top();
+      loaded.pop();
+    }
+    owner[i] = r.second;
+    loaded.push({r.first + numel[i], r.second});
   }
   return owner;
 }

@@ -153,6 +153,9 @@ void check_forecast_shape(const ForecastRequest& r) {
     throw ConfigError(fmt::format("batch {} x seq {} is {} tokens a step, more than a forecast runs (at most {})",
                                   r.batch, r.seq, int64_t(r.batch) * r.seq, kMaxForecastTokens),
                       "command line", "batch");
+  if (r.gpus < 1 || r.gpus > kMaxForecastRanks)
+    throw ConfigError(fmt::format("gpus {} is outside the ranks a forecast runs (1 to {})", r.gpus, kMaxForecastRanks),
+                      "command line", "gpus");
 }
 
 Forecast forecast(const ForecastRequest& r) {
@@ -171,6 +174,8 @@ Forecast forecast(const ForecastRequest& r) {
     LlamaModel model(*be, r.model, forecast_model_options(r));
     f.params = model.param_count();
     f.trainable = model.trainable_count();
+    if (r.zero_stage >= 1 && r.gpus > 1)
+      for (const Parameter& p : model.params()) f.zero_owning_ranks = std::max(f.zero_owning_ranks, p.owner + 1);
     TrainOptions to;
     to.plan = r.plan;
     to.tiers = r.tiers;

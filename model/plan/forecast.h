@@ -77,7 +77,11 @@ struct ForecastRequest {
 // the field, before anything is allocated for them (the batch alone is 8 bytes a token).
 inline constexpr int kMaxForecastSeq = 1 << 24;                  // LlamaConfigLimits' positions
 inline constexpr int64_t kMaxForecastTokens = int64_t(1) << 25;  // batch * seq
-// ConfigError when `r`'s shape is outside those limits (or seq, batch < 1).
+// Data-parallel ranks (--gpus): strata-train's WORLD_SIZE limit (model/run/launch.cpp), some 30 times the largest
+// training jobs yet (tens of thousands of GPUs). A ZeRO plan forecasts at most owners + sequence_parallel ranks
+// (plan_for_budget), so the largest answers as fast as a few hundred.
+inline constexpr int kMaxForecastRanks = 1 << 20;
+// ConfigError when `r`'s shape is outside those limits (or seq, batch, gpus < 1).
 void check_forecast_shape(const ForecastRequest& r);
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
@@ -147,6 +151,9 @@ struct Forecast {
   long kernels = 0;
 
   size_t params = 0, trainable = 0;
+  // ZeRO over several ranks: how many ranks own some parameter's state (ranks 0 .. this - 1: the owners fill the
+  // lowest ranks first, model/llama/zero.h); every rank from here on owns nothing. 0 without sharding.
+  int zero_owning_ranks = 0;
   std::vector<PlanRow> plan_rows;  // the plan resolved on this model's saved slots
   std::string device;              // the sim backend's description
 

@@ -2,6 +2,7 @@
 // peaks, around the per-rank search of model/planner.cpp (plan_with_tiles).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <tuple>
 
 #include "engine/error.h"
@@ -24,13 +25,18 @@ constexpr int kVerifyPastLimit = 64;
 // one does not fit, the search runs again with the device budget lowered by the shortfall (the ranks differ
 // mostly by their persistent state: the same bytes under every plan). The result's forecast is the rank with
 // the largest peak under the chosen plan (`rank`), and rank_peak_bytes every rank's.
+// The owners fill the lowest ranks first (model/llama/zero.h): the ranks from Forecast::zero_owning_ranks on own no
+// state and differ only by their place in a sequence-parallel group, so one forecast stands for each place and a
+// scan forecasts at most owners + sequence_parallel ranks, however many there are.
 PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budgets, const planner_detail::Goal& goal) {
   if (base.zero_stage < 1 || base.gpus < 2) return plan_with_tiles(base, budgets, goal);
   ForecastRequest r = base;
   r.budget = 0;
   int runs = 0, search_rank = 0;
   size_t top = 0;
-  for (int q = 0; q < base.gpus; ++q) {
+  const int sp = std::max(1, base.sequence_parallel);
+  int owning = base.gpus, scanned = base.gpus;  // ranks [0, scanned) are forecast, the others share one's
+  for (int q = 0; q < scanned; ++q) {
     if (out_of_time()) {  // the ranks not scanned are not known to fit: no plan
       PlanResult pr;
       pr.budgets = budgets;
@@ -38,7 +44,9 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
       return pr;
     }
     r.rank = q;
-    const size_t peak = forecast(r).peak_bytes;
+    const Forecast f = forecast(r);
+    const size_t peak = f.peak_bytes;
+    if (q == 0) owning = f.zero_owning_ranks, scanned = std::min(base.gpus, owning + sp);
     runs++;
     search_progress(1);
     if (q == 0 || peak > top) top = peak, search_rank = q;
@@ -61,10 +69,10 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
     pr.rank_peak_bytes.assign(size_t(base.gpus), 0);
     size_t short_by = 0;
     int largest = -1;  // the fitting rank with the largest peak
-    for (int q = 0; q < base.gpus; ++q) {
-      // A found plan is verified on every rank past the time limit too (a few runs a rank), unless the ranks
+    for (int q = 0; q < scanned; ++q) {
+      // A found plan is verified on every scanned rank past the time limit too (a few runs a rank), unless they
       // are so many that this alone would take minutes.
-      if (out_of_time() && base.gpus > kVerifyPastLimit) {  // not verified on every rank
+      if (out_of_time() && scanned > kVerifyPastLimit) {  // not verified on every rank
         pr.found = false;
         pr.rank_peak_bytes.clear();
         pr.sim_runs = runs;
@@ -90,6 +98,8 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
         pr.forecast = std::move(f);
       }
     }
+    for (int q = scanned; q < base.gpus; ++q)  // owning nothing: as the forecast one in the same group place
+      pr.rank_peak_bytes[size_t(q)] = pr.rank_peak_bytes[size_t(owning + (q - owning) % sp)];
     pr.sim_runs = runs;
     if (!short_by) return pr;
     margin += short_by;

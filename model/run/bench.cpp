@@ -13,11 +13,6 @@ namespace strata {
 
 namespace {
 
-// Integers range-checked as strata-train's flags are (4294967312 is refused, not read as 16).
-int flag_int(const std::optional<long long>& v, const char* name, int def, int lo) {
-  return check_int(v ? *v : def, lo, Origin::flag(name));
-}
-
 // B rows of T random tokens; with pack > 1 each row holds `pack` examples of T / pack tokens.
 Batch random_batch(int B, int T, int vocab, int pack) {
   Rng rng(1);
@@ -39,10 +34,11 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
   BenchResult r;
   const io::LlamaConfig c = !q.model.empty() ? io::read_llama_config(q.model) : builtin_shape(q.shape);
   r.shape = c;
-  r.seq = flag_int(q.seq, "seq", 4096, 1);
-  r.batch = flag_int(q.batch, "batch", 1, 1);
-  r.steps = flag_int(q.steps, "steps", 4, 0);
-  const int warmup = flag_int(q.warmup, "warmup", 2, 0);
+  r.seq = tool_flag_int(q.seq, "seq", 4096, 1);
+  r.batch = tool_flag_int(q.batch, "batch", 1, 1);
+  check_micro_batch_tokens(r.batch, r.seq, "command line");
+  r.steps = tool_flag_int(q.steps, "steps", 4, 0);
+  const int warmup = tool_flag_int(q.warmup, "warmup", 2, 0);
   const double peak_tflops =
       check_number(q.peak_tflops.value_or(989.0), NumberRule::positive, Origin::flag("peak-tflops"));
   r.mode = q.mode;
@@ -64,7 +60,7 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
   if (q.mode == "frozen") {
     tc.freeze_base = true;
   } else if (q.mode == "lora") {
-    tc.lora.rank = flag_int(q.lora_rank, "lora-rank", 16, 1);
+    tc.lora.rank = tool_flag_int(q.lora_rank, "lora-rank", 16, 1);
     tc.lora.alpha = 2.0f * float(tc.lora.rank);
   } else if (q.mode != "full") {
     throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
@@ -93,7 +89,7 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
   Trainer& tr = job.trainer();
   const Clock::time_point t_ready = Clock::now();
   // --pack N: each row as N packed examples of seq / N tokens (sample packing's attention and rope).
-  r.pack = flag_int(q.pack, "pack", 1, 1);
+  r.pack = tool_flag_int(q.pack, "pack", 1, 1);
   if (r.pack > 1 && r.seq % r.pack)
     throw ConfigError(fmt::format("--pack {} must divide --seq {}", r.pack, r.seq), "command line", "pack");
   const Batch b = random_batch(r.batch, r.seq, c.vocab_size, r.pack);

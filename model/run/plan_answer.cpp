@@ -11,15 +11,11 @@
 #include "model/llama/seq_parallel.h"
 #include "model/run/forecast_request.h"
 #include "model/run/job.h"
+#include "model/run/settings.h"
 
 namespace strata {
 
 namespace {
-
-// A tool flag's value, range-checked as strata-train's flags are (4294967312 is refused, not read as 16).
-int flag_int(const std::optional<long long>& v, const char* name, int def, int lo) {
-  return v ? check_int(*v, lo, Origin::flag(name)) : def;
-}
 
 ConfigError flag_error(const std::string& msg, const char* flag) {
   return ConfigError(msg, "command line", flag);
@@ -45,17 +41,18 @@ PlanRequest plan_request(const PlanQuestion& q) {
   }
   // The run's settings, then its forecast request as the run builder makes it (model/run/forecast_request.h);
   // the tool's own flags (--seq, --batch, --mode, --preset, --gpus, --rank, --pack) on top.
-  tc.seq = max_seq ? 0 : flag_int(q.seq, "seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
-  tc.batch = flag_int(q.batch, "batch", tc.batch, 1);
+  tc.seq = max_seq ? 0 : tool_flag_int(q.seq, "seq", tc.seq, 1);  // --max-seq: sequence_len of a --config is ignored
+  tc.batch = tool_flag_int(q.batch, "batch", tc.batch, 1);
   const TrainMode mode = q.mode              ? parse_train_mode(*q.mode)
                          : q.lora_rank       ? TrainMode::lora
                          : tc.lora.enabled() ? TrainMode::lora
                          : tc.freeze_base    ? TrainMode::frozen
                                              : TrainMode::full;
-  tc.lora.rank = mode == TrainMode::lora ? flag_int(q.lora_rank, "lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1) : 0;
+  tc.lora.rank =
+      mode == TrainMode::lora ? tool_flag_int(q.lora_rank, "lora-rank", tc.lora.rank ? tc.lora.rank : 16, 1) : 0;
   tc.freeze_base = mode == TrainMode::frozen;
   if (q.preset) {  // the preset's activation rules; the config's state placement stays
-    Plan preset = preset_plan(*q.preset, flag_int(q.every, "every", 1, 1), "--preset", "command line", "preset");
+    Plan preset = preset_plan(*q.preset, tool_flag_int(q.every, "every", 1, 1), "--preset", "command line", "preset");
     preset.take_state(tc.plan);
     preset.mlp_tiles = tc.plan.mlp_tiles;
     tc.plan = preset;
@@ -86,29 +83,30 @@ PlanRequest plan_request(const PlanQuestion& q) {
   req = train_forecast_request(tc, resolve_model(q.model), q.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda,
                                find_profile(q.profile));
   req.lora_rank = std::max(1, tc.lora.rank);
-  req.gpus = flag_int(q.gpus, "gpus", req.sequence_parallel, 1);  // --sequence-parallel N alone: N GPUs
+  req.gpus = tool_flag_int(q.gpus, "gpus", req.sequence_parallel, 1,
+                           kMaxForecastRanks);  // --sequence-parallel N alone: N GPUs
   if (req.gpus % req.sequence_parallel != 0)
     throw flag_error(fmt::format("--sequence-parallel {} must divide --gpus {} (data-parallel groups of {} ranks)",
                                  req.sequence_parallel, req.gpus, req.sequence_parallel),
                      "sequence-parallel");
   if (!max_seq && req.seq > 0)  // the shape's range before anything is allocated for it (--pack's positions)
     check_seq_parallel_len(req.seq, req.sequence_parallel), check_forecast_shape(req);
-  if (const int pack = flag_int(q.pack, "pack", 1, 1); pack > 1) {  // rows of `pack` packed examples
+  if (const int pack = tool_flag_int(q.pack, "pack", 1, 1); pack > 1) {  // rows of `pack` packed examples
     if (max_seq) throw flag_error("--pack goes with --seq, not --max-seq", "pack");
     if (req.seq % pack) throw flag_error(fmt::format("--pack {} must divide --seq {}", pack, req.seq), "pack");
     for (long i = 0; i < long(req.batch) * req.seq; ++i) req.positions.push_back(int32_t(i % (req.seq / pack)));
   }
   if (tc.grad_reduce == DType::bf16) r.run_keys += "grad_reduce_dtype: bf16\n";
-  req.rank = flag_int(q.rank, "rank", 0, 0);  // ZeRO's shares differ between ranks
+  req.rank = tool_flag_int(q.rank, "rank", 0, 0);  // ZeRO's shares differ between ranks
   if (req.rank >= req.gpus)
     throw flag_error(
         fmt::format("--rank {} is not one of the --gpus {} ranks (0..{})", req.rank, req.gpus, req.gpus - 1), "rank");
   if (max_seq) {
-    r.seq_multiple = flag_int(q.seq_multiple, "seq-multiple", 1024, 1);
+    r.seq_multiple = tool_flag_int(q.seq_multiple, "seq-multiple", 1024, 1, kMaxForecastSeq);
     // Every length tried splits evenly over a sequence-parallel group (as max_seq_for_budget rounds it).
     if (r.seq_multiple % req.sequence_parallel != 0) r.seq_multiple = std::lcm(r.seq_multiple, req.sequence_parallel);
     if (q.seq_limit) {
-      r.seq_limit = flag_int(q.seq_limit, "seq-limit", 0, r.seq_multiple);
+      r.seq_limit = tool_flag_int(q.seq_limit, "seq-limit", 0, r.seq_multiple, kMaxForecastSeq);
       r.seq_limit_why = fmt::format("--seq-limit {}", r.seq_limit);
     }
   } else if (req.seq < 1) {  // the flags and the YAML keys are checked as read; only a missing --seq is left

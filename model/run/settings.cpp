@@ -308,12 +308,7 @@ std::string SettingValue::choice() const {
 
 void SettingsReader::finish(TrainConfig& c) {
   check_grad_reduce(c);  // a source that sets both keys contradicting each other
-  // Each in range, but their product is what is allocated (the batch's ids alone are 8 bytes a token).
-  if (int64_t(c.seq) * c.batch > kMaxForecastTokens)
-    throw ConfigError(fmt::format("{}: micro_batch_size {} x sequence_len {} is {} tokens a micro-batch, more than "
-                                  "strata runs (at most {})",
-                                  source, c.batch, c.seq, int64_t(c.seq) * c.batch, kMaxForecastTokens),
-                      source, "micro_batch_size");
+  check_micro_batch_tokens(c.batch, c.seq, source);
   // `adapter: lora` alone means rank 8; with lora_r (which must be >= 1) the rank given.
   if (adapter_lora && !rank_given && c.lora.rank == 0) c.lora.rank = 8;
   if (has_state) {
@@ -459,6 +454,26 @@ std::vector<std::string> setting_flags(Tool tool, bool switches) {
   for (const Setting& s : settings())
     if (s.takes(tool) && (s.metavar.empty() == switches)) out.emplace_back(s.flag);
   return out;
+}
+
+void check_micro_batch_tokens(int batch, int seq, const std::string& source) {
+  // Each in range, but their product is what is allocated (the batch's ids alone are 8 bytes a token).
+  if (int64_t(seq) * batch > kMaxForecastTokens)
+    throw ConfigError(fmt::format("{}: micro_batch_size {} x sequence_len {} is {} tokens a micro-batch, more than "
+                                  "strata runs (at most {})",
+                                  source, batch, seq, int64_t(seq) * batch, kMaxForecastTokens),
+                      source, "micro_batch_size");
+}
+
+int tool_flag_int(const std::optional<long long>& v, const std::string& flag, int def, int lo, int hi) {
+  if (!v) return def;
+  static const Setting own_flag{};  // a tool's own flag: no row, its range from lo and hi
+  const Setting* row = &own_flag;
+  Range range{double(lo), double(hi)};
+  for (const Setting& s : settings())
+    if (s.flag == flag && s.type == SettingType::integer) row = &s, range = s.range;
+  const SettingValue value(*row, YAML::Node(std::to_string(*v)), Origin::flag(flag), ValueSource::flag);
+  return int(value.integer_in(range));
 }
 
 void apply_flags(TrainConfig& c, const std::vector<std::pair<std::string, std::string>>& flags, Tool tool) {

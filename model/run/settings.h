@@ -3,6 +3,8 @@
 // TrainConfig. The YAML reader, the tools' flags and usage, --write-config, the guide's table and
 // the public SessionConfig's set/get all walk this one table (settings_table.cpp).
 #pragma once
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -71,6 +73,15 @@ std::vector<std::string> setting_flags(Tool tool, bool switches);
 // Applies the given flags (name without "--", value; a switch's value "1" or "true"/"false") of
 // `tool` on top of `c`, each checked by its row's rules; errors name the flag.
 void apply_flags(TrainConfig& c, const std::vector<std::pair<std::string, std::string>>& flags, Tool tool);
+// A tool's own integer flag (strata-plan's and strata-bench's --seq, --batch, --gpus, ...) checked as strata-train
+// checks its flags: a flag that is also a setting's (--seq: sequence_len, --batch: micro_batch_size) by that
+// setting's range, any other by [lo, hi]; ConfigError "--seq must be an integer >= 1 (at most 16777216), got ..."
+// naming the flag. `def` when absent.
+int tool_flag_int(const std::optional<long long>& v, const std::string& flag, int def, int lo = 1,
+                  int hi = std::numeric_limits<int>::max());
+// ConfigError, naming `source`, when a micro-batch of `batch` rows of `seq` tokens is more than strata runs
+// (kMaxForecastTokens): each may be in range while their product, what is allocated, is not.
+void check_micro_batch_tokens(int batch, int seq, const std::string& source);
 // The usage lines of `tool`'s setting flags: "  --seq N  tokens per row (sequence_len; 128)".
 std::string settings_usage(Tool tool);
 

@@ -265,6 +265,35 @@ TEST(Zero, OwnersAreBalancedDeterministicAndCoverEveryParameterOnce) {
   EXPECT_THROW(zero_owner(sizes, 0), ConfigError);
 }
 
+// zero_owner places each parameter, largest first, on the first least loaded rank: the same owners as a scan of
+// every rank's load, for any rank count (more ranks than parameters too), found without walking the ranks.
+TEST(DataParallel, ZeroOwnersMatchAScanOfEveryRank) {
+  auto scan = [](const std::vector<size_t>& numel, int world) {
+    std::vector<size_t> order(numel.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return numel[a] > numel[b]; });
+    std::vector<size_t> load(size_t(world), 0);
+    std::vector<int> owner(numel.size(), -1);
+    for (size_t i : order) {
+      if (numel[i] == 0) continue;
+      const size_t r = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+      owner[i] = int(r);
+      load[r] += numel[i];
+    }
+    return owner;
+  };
+  uint64_t x = 12345;
+  auto next = [&] { return x = x * 6364136223846793005ULL + 1442695040888963407ULL, x >> 33; };
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<size_t> numel(size_t(1 + next() % 60));
+    for (auto& n : numel) n = next() % 4 == 0 ? 0 : size_t(1 + next() % (trial % 2 ? 8 : 100000));  // ties too
+    for (int world : {1, 2, 3, 7, 16, 59, 64, 1000})
+      EXPECT_EQ(zero_owner(numel, world), scan(numel, world)) << "trial " << trial << ", " << world << " ranks";
+  }
+  const std::vector<size_t> two{5, 3};
+  EXPECT_EQ(zero_owner(two, 1 << 20), (std::vector<int>{0, 1}));  // the rest own nothing
+}
+
 // ZeRO-1 against ZeRO-0 over the same ranks: the same arithmetic on the owner and exact copies
 // elsewhere, so losses, norms and weights are bit-identical (clipping on every step), with gradient
 // accumulation and every moment precision.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "engine/backend.h"
 #include "model/plan/forecast.h"
@@ -382,6 +383,47 @@ TEST(Planner, ZeroPlanFitsEveryRankNotOnlyRankZero) {
     base.zero_stage = 0;
     EXPECT_TRUE(plan_for_budget(base, forecast(base).high_water_bytes).rank_peak_bytes.empty());
   }
+}
+
+// Past the parameters' owners, ZeRO's ranks own no state: the planner forecasts one of them for each place in a
+// sequence-parallel group and lists its peak for all the others. Every rank's own forecast under the chosen plan
+// agrees with the list (stages 1-3, with and without sequence parallelism), and the sims run do not grow with the
+// rank count: 64 ranks and 1,048,576 ranks take the same number.
+TEST(Planner, ZeroRanksOwningNothingShareOneForecast) {
+  for (auto [stage, sp] : {std::pair{1, 1}, std::pair{2, 2}, std::pair{3, 4}}) {
+    ForecastRequest base = tiny_request(Plan::keep_everything());
+    base.seq = 32;  // rows split evenly over a sequence-parallel group
+    base.gpus = 64;
+    base.zero_stage = stage;
+    base.sequence_parallel = sp;
+    const int owning = forecast(base).zero_owning_ranks;
+    ASSERT_GT(owning, 0);
+    ASSERT_LT(owning + sp, base.gpus) << "the case needs ranks that own nothing";
+    const size_t budget = size_t(8) << 30;
+    const PlanResult pr = plan_for_budget(base, budget);
+    ASSERT_TRUE(pr.found);
+    ASSERT_EQ(pr.rank_peak_bytes.size(), size_t(base.gpus));
+    for (int q : {0, owning - 1, owning, owning + 1, owning + sp, base.gpus - 2, base.gpus - 1}) {
+      ForecastRequest r = base;
+      r.plan = pr.plan;
+      r.mlp_tiles = pr.plan.mlp_tiles;
+      r.rank = q;
+      r.budget = budget;
+      EXPECT_EQ(forecast(r).peak_bytes, pr.rank_peak_bytes[size_t(q)]) << "stage " << stage << ", rank " << q;
+    }
+    ForecastRequest huge = base;
+    huge.gpus = kMaxForecastRanks;
+    const auto t0 = std::chrono::steady_clock::now();
+    const PlanResult big = plan_for_budget(huge, budget);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+    ASSERT_TRUE(big.found);
+    EXPECT_EQ(big.sim_runs, pr.sim_runs) << "stage " << stage;
+    ASSERT_EQ(big.rank_peak_bytes.size(), size_t(kMaxForecastRanks));
+    EXPECT_EQ(big.rank_peak_bytes.back(), pr.rank_peak_bytes[size_t(owning + (kMaxForecastRanks - 1 - owning) % sp)]);
+  }
+  ForecastRequest over = tiny_request(Plan::keep_everything());
+  over.gpus = kMaxForecastRanks + 1;
+  EXPECT_THROW(plan_for_budget(over, size_t(8) << 30), ConfigError);
 }
 
 // A round's candidate sims run on several threads (Search::prefetch) and are consumed in the search's own

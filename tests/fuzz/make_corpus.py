@@ -210,6 +210,39 @@ seed: 7
     put("datasets", "deep_line", b"\0" + ('{"text": "x", "extra": %s}' % deep_array).encode() + b"\n")
     put("datasets", "cache", b"\4" + CACHE_MAGIC + struct.pack("<QI", 1, 2) + struct.pack("<2i", 1, 2) + b"\1\1")
     put("datasets", "cache_negative", b"\4" + CACHE_MAGIC + struct.pack("<QI", 1, 2) + struct.pack("<2i", -5, 2) + b"\1\1")
+
+    # chat_template: real templates (tests/chat_templates/templates/), the one-construct snippets, and hostile ones:
+    # deep nesting, huge loops, recursion through macros, giant repetition and ranges, integer overflow.
+    tdir = os.path.join(os.path.dirname(ROOT), "..", "chat_templates")
+    for name in sorted(os.listdir(os.path.join(tdir, "templates"))):
+        with open(os.path.join(tdir, "templates", name), "rb") as f:
+            put("chat_template", "real_" + name.replace(".jinja", ""), f.read())
+    with open(os.path.join(tdir, "snippets.json")) as f:
+        snippets = json.load(f)["cases"]
+    for k, case in enumerate(snippets[::4]):
+        put("chat_template", "snippet_%03d" % k, case["template"])
+    put("chat_template", "deep_parens", "{{ " + "(" * DEEP + "1" + ")" * DEEP + " }}")
+    put("chat_template", "deep_blocks", "{% if true %}" * 1000 + "x" + "{% endif %}" * 1000)
+    put("chat_template", "deep_fors", "{% for a in [1] %}" * 99 + "x" + "{% endfor %}" * 99)
+    put("chat_template", "long_chain", "{{ 1" + " + 1" * 20000 + " }}")
+    put("chat_template", "loop_1e12", "{% for i in range(10**12) %}x{% endfor %}")
+    put("chat_template", "loops_nested", "{% for i in range(100000) %}{% for j in range(100000) %}"
+        "{% endfor %}{% endfor %}")
+    put("chat_template", "string_1e12", "{{ 'a' * 10**12 }}")
+    put("chat_template", "string_doubling", "{% set ns = namespace(s='ab') %}{% for i in range(64) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}")
+    put("chat_template", "list_growth", "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+        "{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}")
+    put("chat_template", "repeat_big_items", "{% set s = 'x' * 1000000 %}{{ ([s] * 1000000) | length }}")
+    put("chat_template", "macro_recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
+    put("chat_template", "macro_fanout", "{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}"
+        "{% endif %}{% endmacro %}{{ f(0) }}")
+    put("chat_template", "power_overflow", "{{ 2 ** 10**18 }}{{ 9223372036854775807 + 1 }}")
+    put("chat_template", "int_min_div", "{{ (-9223372036854775807 - 1) // -1 }}{{ (-9223372036854775807 - 1) % -1 }}")
+    put("chat_template", "join_big_sep", "{{ range(100000) | join('y' * 10000000) }}")
+    put("chat_template", "replace_blowup", "{{ ('a' * 1000000).replace('a', 'b' * 1000000) }}")
+    put("chat_template", "indent_huge", "{{ 'a\\nb' | indent(10**12) }}")
+    put("chat_template", "tojson_indent", "{{ [[[[1]]]] | tojson(indent=10**9) }}")
     return 0
 
 
