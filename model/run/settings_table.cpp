@@ -16,7 +16,6 @@ using V = SettingValue;
 using R = SettingsReader;
 
 constexpr double kIntMax = std::numeric_limits<int>::max();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Range kAtLeast1{1, kIntMax};
 constexpr Range kAtLeast0{0, kIntMax};
 constexpr Range kUnitOpen{0, 1, false, true};

@@ -389,16 +389,21 @@ TEST_F(hostile_input, plan_searches_stop_at_their_time_limit_and_say_so) {
 // parameters' owners own nothing and share one forecast (it ran to the time limit before). More ranks than that,
 // or none, are refused by range before any search, naming --gpus and the range.
 TEST_F(hostile_input, plan_over_absurd_rank_counts_answers_in_seconds_or_refuses_by_range) {
+  // The yardstick is measured in the same test, so the bound holds on a slow or loaded machine: 146 ranks, where every
+  // rank owns parameters and has its own forecast. Simulating each of 10^5 ranks would cost ~700 times that; sharing
+  // the owner-less ranks' forecast keeps it within a few times.
+  const std::string plan = kPlan + " --model Llama-3.2-1B --seq 1024 --zero-stage 1 --budget 40GiB --json --gpus ";
+  double yardstick = 0;
+  ASSERT_EQ(run(plan + "146", &yardstick).code, 0);
   for (const std::string gpus : {"100000", "1048576"}) {
     double s = 0;
-    Proc r =
-        run(kPlan + " --model Llama-3.2-1B --seq 1024 --gpus " + gpus + " --zero-stage 1 --budget 40GiB --json", &s);
+    Proc r = run(plan + gpus, &s);
     ASSERT_EQ(r.code, 0) << gpus << ": " << r.err;
     const json j = json::parse(r.out);
     EXPECT_TRUE(j["planner"]["found"].get<bool>()) << gpus;
     EXPECT_EQ(j["planner"]["rank_peak_bytes"].size(), std::stoul(gpus));
     EXPECT_TRUE(names(r.err, {"ranks 146-" + std::to_string(std::stoul(gpus) - 1)})) << r.err.substr(0, 2000);
-    EXPECT_LT(s, 20) << gpus;
+    EXPECT_LT(s, 6 * yardstick + 2) << gpus << " ranks against " << yardstick << " s for 146";
   }
   for (const std::string args : {"--gpus 1048577 --zero-stage 1", "--gpus 4294967312", "--gpus 0", "--gpus -3"}) {
     double s = 0;
