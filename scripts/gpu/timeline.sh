@@ -1,14 +1,14 @@
 # strata-bench with the CUPTI kernel trace: GPU busy and idle time a step, per configuration
 # On the GPU host: strata-bench with STRATA_KERNEL_TRACE=1 (CUPTI) for each config given, for the
 # GPU's busy and idle time a step (the kernel table's last line) and the kernel table itself.
-#   scripts/gpu.sh timeline DIR "shape seq mode plan" ...
+#   scripts/gpu.sh timeline DIR "shape seq mode plan [strata-bench flags...]" ...
 set -uo pipefail
 site=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
 [ -z "${STRATA_CUPTI_LIB:-}" ] && export STRATA_CUPTI_LIB=$(ls "$site"/*/lib/libcupti.so* 2>/dev/null | head -1)
 for cfg in "$@"; do
-  read -r shape seq mode plan <<<"$cfg"
+  read -r shape seq mode plan rest <<<"$cfg"
   echo "== $cfg" | tee -a "$out/timeline.txt"
   STRATA_KERNEL_TRACE=1 "$dir/tools/strata-bench" --shape "$shape" --seq "$seq" --mode "$mode" --plan "$plan" \
-    --steps 3 --warmup 2 >>"$out/timeline.txt" 2>&1
+    --steps 3 --warmup 2 ${rest:-} >>"$out/timeline.txt" 2>&1
   grep -E "timeline|tok/s" "$out/timeline.txt" | tail -2
 done
