@@ -3,7 +3,6 @@
 // saturation to the finite range (cvt's satfinite), NaN kept.
 #include <cuda_fp8.h>
 
-#include <algorithm>
 #include <string>
 
 #include "engine/op_scratch.h"
@@ -57,8 +56,8 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
   return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, F));
 }
 
-// 64 x 64 tiles, a block looping over them (a grid of a few blocks per SM, so each folds the amax's partials once):
-// the codes written row-major (8 bytes a thread-step) and, through shared memory, transposed (16 bytes a thread).
+// One 64 x 64 tile a block: the scale from the partials, then the codes, written row-major (8 bytes a thread-step)
+// and, through shared memory, transposed (16 bytes a thread).
 template <__nv_fp8_interpretation_t F>
 __global__ void __launch_bounds__(kThreads)
     cast_kernel(const bf16* x, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* partial,
@@ -74,40 +73,36 @@ __global__ void __launch_bounds__(kThreads)
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     sb[fp8::kInvScale] = __frcp_rn(s), sb[fp8::kScale] = s, sb[fp8::kAmax] = amax, sb[3] = 0.0f;
   }
-  const int64_t col_tiles = (cols + kTile - 1) / kTile, tiles = ((rows + kTile - 1) / kTile) * col_tiles;
-  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-    const int64_t r0 = (t / col_tiles) * kTile, c0 = (t % col_tiles) * kTile;
+  const int64_t col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t r0 = (int64_t(blockIdx.x) / col_tiles) * kTile, c0 = (int64_t(blockIdx.x) % col_tiles) * kTile;
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-      const int k = threadIdx.x + j * kThreads, r = k / 8, c = (k % 8) * 8;
-      if (r0 + r >= rows || c0 + c >= cols) continue;
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
-      const bf16* e = reinterpret_cast<const bf16*>(&raw);
-      uint8_t q[8];
+  for (int j = 0; j < 2; j++) {
+    const int k = threadIdx.x + j * kThreads, r = k / 8, c = (k % 8) * 8;
+    if (r0 + r >= rows || c0 + c >= cols) continue;
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
+    const bf16* e = reinterpret_cast<const bf16*>(&raw);
+    uint8_t q[8];
 #pragma unroll
-      for (int i = 0; i < 8; i++) {
-        q[i] = to_fp8<F>(__bfloat162float(e[i]) * s);
-        tile[r][c + i] = q[i];
-      }
-      if (out) {
-        uint2 packed;
-        memcpy(&packed, q, 8);
-        *reinterpret_cast<uint2*>(out + (r0 + r) * cols + c0 + c) = packed;
-      }
+    for (int i = 0; i < 8; i++) {
+      q[i] = to_fp8<F>(__bfloat162float(e[i]) * s);
+      tile[r][c + i] = q[i];
     }
-    if (!out_t) continue;
-    __syncthreads();
-    const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
-    if (c0 + c < cols && r0 + r < rows) {
-      uint8_t q[16];
-#pragma unroll
-      for (int i = 0; i < 16; i++) q[i] = tile[r + i][c];
-      uint4 packed;
-      memcpy(&packed, q, 16);
-      *reinterpret_cast<uint4*>(out_t + (c0 + c) * rows + r0 + r) = packed;
+    if (out) {
+      uint2 packed;
+      memcpy(&packed, q, 8);
+      *reinterpret_cast<uint2*>(out + (r0 + r) * cols + c0 + c) = packed;
     }
-    __syncthreads();  // the tile is read before the next one overwrites it
   }
+  if (!out_t) return;
+  __syncthreads();
+  const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
+  if (c0 + c >= cols || r0 + r >= rows) return;
+  uint8_t q[16];
+#pragma unroll
+  for (int i = 0; i < 16; i++) q[i] = tile[r + i][c];
+  uint4 packed;
+  memcpy(&packed, q, 16);
+  *reinterpret_cast<uint4*>(out_t + (c0 + c) * rows + r0 + r) = packed;
 }
 
 }  // namespace
@@ -124,11 +119,11 @@ void fp8_quantize(const bf16* x, int64_t rows, int64_t cols, fp8::Format f, uint
   amax_partial_kernel<<<unsigned(kFp8AmaxBlocks), kThreads, 0, s>>>(x, n / 8, partial);
   STRATA_LAUNCH_CHECK("fp8_amax");
   const int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
-  const unsigned grid = unsigned(std::min<int64_t>(tiles, int64_t(8) * num_sms()));
+  STRATA_CHECK(tiles < (int64_t(1) << 31), "fp8 cast: too many tiles");
   if (f == fp8::Format::e4m3)
-    cast_kernel<__NV_E4M3><<<grid, kThreads, 0, s>>>(x, rows, cols, out, out_t, partial, sb, fp8::kMaxE4M3);
+    cast_kernel<__NV_E4M3><<<unsigned(tiles), kThreads, 0, s>>>(x, rows, cols, out, out_t, partial, sb, fp8::kMaxE4M3);
   else
-    cast_kernel<__NV_E5M2><<<grid, kThreads, 0, s>>>(x, rows, cols, out, out_t, partial, sb, fp8::kMaxE5M2);
+    cast_kernel<__NV_E5M2><<<unsigned(tiles), kThreads, 0, s>>>(x, rows, cols, out, out_t, partial, sb, fp8::kMaxE5M2);
   STRATA_LAUNCH_CHECK("fp8_cast");
 }
 
