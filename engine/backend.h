@@ -147,11 +147,15 @@ class Backend {
   void fp8_cast(Tensor out, Tensor out_t, Tensor sb, Tensor x, uint8_t f) {
     run(OpKind::fp8_cast, {.t = {out, out_t, sb, x}, .form = f});
   }
-  // y [N, O] = x w^T through FP8 GEMMs: x8 [N, I] E4M3 codes with their scale block sx (fp8_cast); w cast to E4M3
-  // in the call. Backward: dy cast to E5M2; dx (+)= dy w, dw (+)= dy^T x from x's transposed codes x8t [I, N].
-  void linear_fp8_fwd(Tensor y, Tensor x8, Tensor sx, Tensor w) { run(OpKind::linear_fp8, {{y, x8, sx, w}}); }
-  void linear_fp8_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x8t, Tensor sx, Tensor w, bool acc_dx, bool acc_dw) {
-    run(OpKind::linear_fp8, {{dx, dw, dy, x8t, sx, w}, {acc_dx, acc_dw}, 0, true});
+  // y [N, O] = x w^T through FP8 GEMMs on E4M3 codes (fp8_cast): x8 [N, I] with its scale block sx, w8 [O, I] with
+  // sw. Backward: dy cast to E5M2 in the call; dx (+)= dy w from w's transposed codes w8t [I, O], dw (+)= dy^T x from
+  // x's, x8t [I, N] (either side undefined when its gradient is).
+  void linear_fp8_fwd(Tensor y, Tensor x8, Tensor sx, Tensor w8, Tensor sw) {
+    run(OpKind::linear_fp8, {{y, x8, sx, w8, sw}});
+  }
+  void linear_fp8_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x8t, Tensor sx, Tensor w8t, Tensor sw, bool acc_dx,
+                      bool acc_dw) {
+    run(OpKind::linear_fp8, {{dx, dw, dy, x8t, sx, w8t, sw}, {acc_dx, acc_dw}, 0, true});
   }
   // x [N, H, D] (or [B, T, H, D]) at positions pos [N] i32, frequencies inv_freq [D/2] f32.
   void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) { run(OpKind::rope, {{out, x, pos, inv_freq}}); }

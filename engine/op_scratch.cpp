@@ -8,9 +8,8 @@ namespace strata {
 const std::vector<std::string_view>& scratch_tags() {
   using namespace scratch_tag;
   static const std::vector<std::string_view> tags = {
-      cublaslt,     attn_workspace,   attn_unused_grad, grad_sums,  grad_rows,     grad_row_map,
-      logits_chunk, dlogits_chunk,    token_loss,       n_valid,    seq_parallel,  fp8_amax,
-      fp8_weight,   fp8_weight_scale, fp8_grad,         fp8_grad_t, fp8_grad_scale};
+      cublaslt,   attn_workspace, attn_unused_grad, grad_sums, grad_rows, grad_row_map, logits_chunk,  dlogits_chunk,
+      token_loss, n_valid,        seq_parallel,     fp8_amax,  fp8_grad,  fp8_grad_t,   fp8_grad_scale};
   return tags;
 }
 

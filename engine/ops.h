@@ -24,10 +24,11 @@ VId linear(Tape& t, VId x, VId w, std::string cls);
 // x [N, I], w [O, I], b [O] -> x w^T + b [N, O]; the bias is added in place after the GEMM and
 // needs nothing saved for its gradient. b < 0: no bias (as linear above).
 VId linear(Tape& t, VId x, VId w, VId b, std::string cls);
-// FP8 linear layers (fp8: true; engine/fp8.h). fp8_cast: x [N, C]'s E4M3 codes for the layers that read it:
-// `rows` [N, C] (the forward GEMM's operand, read in forward only), `cols` [C, N] (their transpose, which a
-// trainable weight's gradient reads in backward; with transpose false, none: -1) and `scale` (the scale block).
-// Classes cls, cls + "t", cls + ".scale". No gradient flows through the codes: it reaches x through linear_fp8.
+// FP8 linear layers (fp8: true; engine/fp8.h). fp8_cast: x [N, C]'s E4M3 codes for the layers that read it (x an
+// activation, or a weight): `rows` [N, C] (the forward GEMM's operand, read in forward only), `cols` [C, N] (their
+// transpose, which backward reads: x's for a trainable weight's gradient, a weight's for its input's; with transpose
+// false, none: -1) and `scale` (the scale block). Classes cls, cls + "t", cls + ".scale". No gradient flows through
+// the codes: it reaches x and w through linear_fp8.
 struct Fp8Codes {
   VId rows = -1, cols = -1, scale = -1;
 };
@@ -35,9 +36,9 @@ Fp8Codes fp8_cast(Tape& t, VId x, bool transpose, const std::string& cls);
 // Whether a linear layer over x [n, in] with `out` outputs can take the FP8 GEMMs (every dimension a multiple of
 // fp8::kDimMultiple, engine/fp8.h).
 bool fp8_shape_ok(int64_t n, int64_t in, int64_t out);
-// y = x w^T (+ b) [N, O] through FP8 GEMMs from x's codes q (q.cols defined when w is trainable); the weight is cast
-// to E4M3 in each pass and the output gradient to E5M2 in backward. dx reaches x in bf16.
-VId linear_fp8(Tape& t, VId x, const Fp8Codes& q, VId w, VId b, std::string cls);
+// y = x w^T (+ b) [N, O] through FP8 GEMMs from x's codes q (q.cols defined when w is trainable) and w's codes wq
+// (wq.cols defined when x takes a gradient); the output gradient is cast to E5M2 in backward. dx reaches x in bf16.
+VId linear_fp8(Tape& t, VId x, const Fp8Codes& q, VId w, const Fp8Codes& wq, VId b, std::string cls);
 // x [N, H*D] with H heads; pos [N] i32; inv_freq [D/2] f32 -> [N, H*D]
 VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
 // q [B*T, Hq*D], k/v [B*T, Hkv*D] -> (out [B*T, Hq*D] as prefix.out, lse [B, Hq, T] f32 as prefix.lse)

@@ -15,6 +15,16 @@ std::vector<float> decoded(const uint8_t* codes, size_t n, Format f, float inv_s
   for (size_t i = 0; i < n; i++) v[i] = fp8::decode(codes[i], f) * inv_scale;
   return v;
 }
+std::vector<float> decoded(const Tensor& codes, const Tensor& sb, Format f) {
+  return decoded(static_cast<const uint8_t*>(codes.data), size_t(codes.numel()), f, dispatch::f32(sb)[fp8::kInvScale]);
+}
+// [r, c] row-major to [c, r]
+std::vector<float> transposed(const std::vector<float>& a, int r, int c) {
+  std::vector<float> t(a.size());
+  for (int i = 0; i < r; i++)
+    for (int j = 0; j < c; j++) t[size_t(j) * r + i] = a[size_t(i) * c + j];
+  return t;
+}
 // The tensor as its FP8 codes would give it back: decode(encode(x * scale)) / scale.
 std::vector<float> round_trip(const float* x, int rows, int cols, Format f) {
   std::vector<uint8_t> q(size_t(rows) * cols);
@@ -24,32 +34,25 @@ std::vector<float> round_trip(const float* x, int rows, int cols, Format f) {
 }
 }  // namespace
 
-// linear_fp8_fwd(y, x8, sx, w): x8 [N, I] E4M3 codes with their scale block sx; w [O, I] cast to E4M3 here.
-// linear_fp8_bwd(dx, dw, dy, x8t, sx, w; acc_dx, acc_dw): dy cast to E5M2, w to E4M3; x8t [I, N].
+// linear_fp8_fwd(y, x8, sx, w8, sw): x8 [N, I] and w8 [O, I] E4M3 codes with their scale blocks.
+// linear_fp8_bwd(dx, dw, dy, x8t, sx, w8t, sw; acc_dx, acc_dw): dy cast to E5M2; x8t [I, N], w8t [I, O].
 void linear_fp8_cpu(const OpCall& c) {
   using namespace dispatch;
   const auto& t = c.t;
   if (!c.backward) {
-    const Tensor &y = t[0], &x8 = t[1], &sx = t[2], &w = t[3];
-    const int N = int(rows(x8)), I = int(cols(x8)), O = int(w.shape[0]);
-    const std::vector<float> x =
-        decoded(static_cast<const uint8_t*>(x8.data), size_t(N) * I, Format::e4m3, f32(sx)[fp8::kInvScale]);
-    const std::vector<float> wq = round_trip(f32(w), O, I, Format::e4m3);
+    const Tensor &y = t[0], &x8 = t[1], &sx = t[2], &w8 = t[3], &sw = t[4];
+    const int N = int(rows(x8)), I = int(cols(x8)), O = int(w8.shape[0]);
+    const std::vector<float> x = decoded(x8, sx, Format::e4m3), wq = decoded(w8, sw, Format::e4m3);
     return cpu::linear_fwd(f32(y), x.data(), wq.data(), N, I, O);
   }
-  const Tensor &dx = t[0], &dw = t[1], &dy = t[2], &x8t = t[3], &sx = t[4], &w = t[5];
-  const int N = int(rows(dy)), O = int(cols(dy)), I = int(cols(w));
+  const Tensor &dx = t[0], &dw = t[1], &dy = t[2], &x8t = t[3], &sx = t[4], &w8t = t[5], &sw = t[6];
+  const int N = int(rows(dy)), O = int(cols(dy));
+  const int I = int(dx.defined() ? w8t.shape[0] : x8t.shape[0]);
   const std::vector<float> dyq = round_trip(f32(dy), N, O, Format::e5m2);
-  const std::vector<float> wq = round_trip(f32(w), O, I, Format::e4m3);
-  std::vector<float> x;
-  if (dw.defined()) {  // x8t [I, N] back to [N, I]
-    const std::vector<float> xt =
-        decoded(static_cast<const uint8_t*>(x8t.data), size_t(I) * N, Format::e4m3, f32(sx)[fp8::kInvScale]);
-    x.resize(xt.size());
-    for (int i = 0; i < I; i++)
-      for (int n = 0; n < N; n++) x[size_t(n) * I + i] = xt[size_t(i) * N + n];
-  }
-  cpu::linear_bwd(f32(dx), grad_out(dw), dyq.data(), dw.defined() ? x.data() : nullptr, wq.data(), N, I, O, c.acc[0],
-                  c.acc[1]);
+  // w8t [I, O] back to [O, I]; x8t [I, N] back to [N, I]
+  const std::vector<float> wq = dx.defined() ? transposed(decoded(w8t, sw, Format::e4m3), I, O) : std::vector<float>();
+  const std::vector<float> x = dw.defined() ? transposed(decoded(x8t, sx, Format::e4m3), I, N) : std::vector<float>();
+  cpu::linear_bwd(f32(dx), grad_out(dw), dyq.data(), dw.defined() ? x.data() : nullptr,
+                  dx.defined() ? wq.data() : nullptr, N, I, O, c.acc[0], c.acc[1]);
 }
 }  // namespace strata

@@ -194,13 +194,17 @@ inline std::vector<OpCase> op_cases() {
                 {R::out, {N8, O8}},
                 {R::dout, {N8, O8}, false, 5},
                 {R::grad, {N8, I8}, false, 0},
-                {R::grad, {O8, I8}, true, 1}},
+                {R::grad, {O8, I8}, true, 1},
+                {R::codes, {O8, I8}},
+                {R::codes, {I8, O8}},
+                {R::aux, {4}, true}},
                [](Backend& b, const std::vector<Tensor>& t) {
                  b.fp8_cast(t[2], t[3], t[4], t[0], 0);
-                 b.linear_fp8_fwd(t[5], t[2], t[4], t[1]);
+                 b.fp8_cast(t[9], t[10], t[11], t[1], 0);
+                 b.linear_fp8_fwd(t[5], t[2], t[4], t[9], t[11]);
                },
                [](Backend& b, const std::vector<Tensor>& t) {
-                 b.linear_fp8_bwd(t[7], t[8], t[6], t[3], t[4], t[1], false, false);
+                 b.linear_fp8_bwd(t[7], t[8], t[6], t[3], t[4], t[10], t[11], false, false);
                },
                false});
   return c;

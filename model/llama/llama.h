@@ -50,7 +50,9 @@ struct ModelOptions {
   int mlp_tiles = 1;
   // `fp8`: the layers' projections whose shapes allow it (ops::fp8_shape_ok) run their GEMMs in FP8
   // (ops::linear_fp8): each projection input's E4M3 codes are one fp8_cast node shared by the projections reading it
-  // (slot classes "<input class>.fp8", ".fp8t" and ".fp8.scale"); LoRA's adapters and the LM head stay in bf16.
+  // (slot classes "<input class>.fp8", ".fp8t" and ".fp8.scale"), each weight's one more ("<projection
+  // class>.wfp8", ".wfp8t", ".wfp8.scale": cast once a pass, the transpose kept for backward or cast again as the
+  // plan says); LoRA's adapters and the LM head stay in bf16.
   bool fp8 = false;
   // `layer_offloading`: the per-layer weight matrices (not norms, biases or adapters) live in host
   // memory and are paged through two device slots by a WeightPager, frozen or trainable (full
@@ -264,8 +266,9 @@ class LlamaModel {
   void download_master(const Parameter& p, float* host) const;
   // The projection `module` ("q_proj", ...) of `layer`, with its bias and LoRA adapter where they exist.
   VId proj(Tape& t, VId x, int layer, const std::string& module, const std::string& cls);
-  // fp8: the E4M3 codes of a projection input, recorded once per input and tape (the build clears them).
-  const ops::Fp8Codes& fp8_codes(Tape& t, VId x, bool transpose);
+  // fp8: the E4M3 codes of a projection input or weight, recorded once per tensor and tape as class `cls` (the build
+  // clears them).
+  const ops::Fp8Codes& fp8_codes(Tape& t, VId x, bool transpose, const std::string& cls);
   std::map<VId, ops::Fp8Codes> fp8_codes_;
   VId pid(Tape& t, const std::string& name);
 

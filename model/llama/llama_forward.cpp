@@ -40,7 +40,9 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
     const Shape& xs = t.value(x).shape;
     if (!opt_.fp8 || !ops::fp8_shape_ok(xs.numel() / xs[xs.nd - 1], wv.shape[1], wv.shape[0]))
       return ops::linear(t, x, w, bias, std::move(c));
-    return ops::linear_fp8(t, x, fp8_codes(t, x, wv.requires_grad), w, bias, std::move(c));
+    const ops::Fp8Codes& xq = fp8_codes(t, x, wv.requires_grad, t.value(x).cls + ".fp8");
+    const ops::Fp8Codes& wq = fp8_codes(t, w, t.value(x).requires_grad, c + ".wfp8");
+    return ops::linear_fp8(t, x, xq, w, wq, bias, std::move(c));
   };
   if (!lora) return base_linear(cls);
   VId y = base_linear(cls + ".base");
@@ -49,14 +51,14 @@ VId LlamaModel::proj(Tape& t, VId x, int layer, const std::string& module, const
   return ops::add(t, y, b, opt_.lora.scale(), cls);
 }
 
-const ops::Fp8Codes& LlamaModel::fp8_codes(Tape& t, VId x, bool transpose) {
+const ops::Fp8Codes& LlamaModel::fp8_codes(Tape& t, VId x, bool transpose, const std::string& cls) {
   auto it = fp8_codes_.find(x);
   if (it != fp8_codes_.end() && (!transpose || it->second.cols >= 0)) return it->second;
-  // The projections reading one input have one trainability (the base weights'), so the first asks for all.
+  // The projections reading one input have one trainability (the base weights'), and a weight is read by one
+  // projection (its input's requires_grad), so the first asks for all.
   STRATA_CHECK(it == fp8_codes_.end(),
-               "fp8: an input's codes were recorded without the transpose a later "
-               "projection's gradient needs");
-  return fp8_codes_[x] = ops::fp8_cast(t, x, transpose, t.value(x).cls + ".fp8");
+               "fp8: a tensor's codes were recorded without the transpose a later projection's gradient needs");
+  return fp8_codes_[x] = ops::fp8_cast(t, x, transpose, cls);
 }
 
 ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos, int B, int T, bool training,

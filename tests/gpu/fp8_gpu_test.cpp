@@ -102,14 +102,17 @@ LinearOut linear(Backend& be, bool fp8, const std::vector<float>& x, const std::
   Buffer bx(a, dt, {N, I}, "x"), bw(a, dt, {O, I}, "w"), bdy(a, dt, {N, O}, "dy"), y(a, dt, {N, O}, "y");
   Buffer dx(a, dt, {N, I}, "dx"), dw(a, dw_bf16 && be.name() != "cpu" ? DType::bf16 : DType::f32, {O, I}, "dw");
   Buffer q(a, DType::u8, {N, I}, "q"), qt(a, DType::u8, {I, N}, "qt"), sb(a, DType::f32, {4}, "sb");
+  Buffer w8(a, DType::u8, {O, I}, "w8"), w8t(a, DType::u8, {I, O}, "w8t"), sw(a, DType::f32, {4}, "sw");
   be.upload_f32(bx.view(), x.data());
   be.upload_f32(bw.view(), w.data());
   be.upload_f32(bdy.view(), dy.data());
   for (int pass = 0; pass < (acc ? 2 : 1); ++pass) {
     if (fp8) {
       be.fp8_cast(q.view(), qt.view(), sb.view(), bx.view(), 0);
-      be.linear_fp8_fwd(y.view(), q.view(), sb.view(), bw.view());
-      be.linear_fp8_bwd(dx.view(), dw.view(), bdy.view(), qt.view(), sb.view(), bw.view(), pass > 0, pass > 0);
+      be.fp8_cast(w8.view(), w8t.view(), sw.view(), bw.view(), 0);
+      be.linear_fp8_fwd(y.view(), q.view(), sb.view(), w8.view(), sw.view());
+      be.linear_fp8_bwd(dx.view(), dw.view(), bdy.view(), qt.view(), sb.view(), w8t.view(), sw.view(), pass > 0,
+                        pass > 0);
     } else {
       be.linear_fwd(y.view(), bx.view(), bw.view());
       be.linear_bwd(dx.view(), dw.view(), bdy.view(), bx.view(), bw.view(), pass > 0, pass > 0);
