@@ -163,7 +163,8 @@ struct TrainRun {
   size_t peak = 0, saved_end_of_forward = 0;
 };
 
-TrainRun train(bool fp8, const Plan& plan, int steps = 3, TrainMode mode = TrainMode::full) {
+TrainRun train(bool fp8, const Plan& plan, int steps = 3, TrainMode mode = TrainMode::full,
+               const io::LlamaConfig& cfg = test_util::tiny_config()) {
   auto be = make_cpu_backend(size_t(64) << 20);
   ModelOptions mo;
   mo.fp8 = fp8;
@@ -172,14 +173,14 @@ TrainRun train(bool fp8, const Plan& plan, int steps = 3, TrainMode mode = Train
     mo.train_base = false;
     mo.lora.rank = 4;
   }
-  LlamaModel model(*be, test_util::tiny_config(), mo);
+  LlamaModel model(*be, cfg, mo);
   model.init_random(11);
   TrainOptions to;
   to.adam.lr = 1e-2f;
   to.plan = plan;
   to.tiers.offload_dir = ::testing::TempDir();
   Trainer tr(*be, model, to);
-  TokenBatcher data(synthetic_tokens(6000, test_util::tiny_config().vocab_size, 3), 2, 16);
+  TokenBatcher data(synthetic_tokens(6000, cfg.vocab_size, 3), 2, 16);
   TrainRun r;
   for (int s = 0; s < steps; ++s) {
     const StepStats st = tr.step(data.next());
@@ -246,6 +247,25 @@ TEST(Fp8Model, WeightCodesAreSlotsEveryPlacementTrainsAlike) {
     if (name == "recompute") {
       EXPECT_EQ(keep.saved_end_of_forward - r.saved_end_of_forward, codes);
     }
+  }
+}
+
+// Every projection with a bias (Qwen2's q/k/v, Llama's attention_bias and mlp_bias) and Qwen3's q/k norms: the
+// bias is added after the FP8 GEMM and its gradient taken from the bf16 output gradient, under every plan alike.
+TEST(Fp8Model, BiasesAndQkNormsTrainAlikeUnderEveryPlan) {
+  io::LlamaConfig cfg = test_util::tiny_config();
+  cfg.qkv_bias = cfg.o_bias = cfg.mlp_bias = true;
+  cfg.qk_norm = true;
+  ASSERT_EQ(fp8_projections(cfg, 32), 7);
+  const TrainRun keep = train(true, Plan::keep_everything(), 3, TrainMode::full, cfg);
+  const TrainRun plain = train(false, Plan::keep_everything(), 3, TrainMode::full, cfg);
+  for (size_t s = 0; s < keep.losses.size(); ++s)
+    EXPECT_NEAR(keep.losses[s], plain.losses[s], 0.02 * plain.losses[s]) << "step " << s;
+  EXPECT_NE(keep.losses, plain.losses) << "fp8 ran no FP8 GEMM";
+  for (const Plan& plan : {Plan::gradient_checkpointing(1), Plan::selective_recompute()}) {
+    const TrainRun r = train(true, plan, 3, TrainMode::full, cfg);
+    EXPECT_EQ(std::memcmp(r.losses.data(), keep.losses.data(), 4 * r.losses.size()), 0) << plan.preset;
+    for (size_t i = 0; i < r.weights.size(); ++i) EXPECT_EQ(r.weights[i], keep.weights[i]) << plan.preset << " " << i;
   }
 }
 
