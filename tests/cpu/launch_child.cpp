@@ -1,4 +1,4 @@
-// A rank for launch_test, started by run_local_ranks (RANK, WORLD_SIZE, MASTER_* set):
+// A rank for launch_ranks_test, started by run_local_ranks (RANK, WORLD_SIZE, MASTER_* set):
 //   strata-launch-child fail R CODE   rank R exits with CODE after 0.2 s; the others sleep 60 s, exit 0
 //   strata-launch-child allreduce     joins the TCP rendezvous, runs the cpu communicator (processes
 //                                     mode) and checks an all_reduce and an all_gather; exit 0 when right
