@@ -34,8 +34,12 @@ Switches Switches::from(const std::function<const char*(const char*)>& get) {
   return s;
 }
 
+const char* process_env(const char* name) {
+  return std::getenv(name);
+}
+
 const Switches& switches() {
-  static const Switches s = Switches::from([](const char* n) { return std::getenv(n); });
+  static const Switches s = Switches::from(process_env);
   return s;
 }
 

@@ -29,4 +29,8 @@ struct Switches {
 // This process's switches, read from its environment the first time they are asked for.
 const Switches& switches();
 
+// The process's environment variable `name`, or null when unset: strata's one getenv. switches() reads it
+// once; the launcher's variables (model/run/launch.h) are read through it on each call.
+const char* process_env(const char* name);
+
 }  // namespace strata

@@ -13,6 +13,7 @@
 
 #include "engine/error.h"
 #include "engine/hmac.h"
+#include "engine/switches.h"
 
 extern char** environ;
 
@@ -80,7 +81,7 @@ void job_secret(const EnvLookup& get, LaunchEnv& e) {
 }  // namespace
 
 LaunchEnv read_launch_env(const EnvLookup& lookup) {
-  const EnvLookup get = lookup ? lookup : EnvLookup([](const char* n) { return std::getenv(n); });
+  const EnvLookup get = lookup ? lookup : EnvLookup(process_env);
   LaunchEnv e;
   if (const char* t = get("STRATA_COMM_TIMEOUT")) {
     char* end = nullptr;
@@ -382,7 +383,7 @@ std::optional<int> launch_hook(int& argc, char** argv, const char* tool, bool ra
       LocalLaunch l;
       l.nprocs = *gpus;
       // MASTER_PORT from the environment (a free one when unset); the address is always loopback.
-      l.master_port = int(env_int([](const char* n) { return std::getenv(n); }, "MASTER_PORT", 1, 65535,
+      l.master_port = int(env_int(process_env, "MASTER_PORT", 1, 65535,
                                   "a TCP port 1-65535 for --gpus' rank 0 to listen on (unset: a free port)")
                               .value_or(0));
       l.tool = tool;

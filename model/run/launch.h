@@ -36,7 +36,7 @@ struct LaunchEnv {
   }
 };
 
-// The environment as getenv sees it; `lookup` replaces getenv (tests). Bad values are ConfigErrors
+// The environment as process_env (engine/switches.h) sees it; `lookup` replaces it (tests). Bad values are ConfigErrors
 // (file "environment", field the variable) naming the variable, its value and what is expected.
 // RANK or WORLD_SIZE set: torchrun's variables (RANK, WORLD_SIZE required; with WORLD_SIZE > 1 also
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT; LOCAL_WORLD_SIZE optional). Else SLURM_PROCID set: SLURM's

@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/rendezvous.h"
+#include "engine/switches.h"
 #include "model/run/launch.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/launch_helpers.h"
@@ -234,4 +238,41 @@ TEST(LaunchEnv, GpusFlag) {
     ASSERT_TRUE(e) << n;
     EXPECT_TRUE(has(e->what(), fmt::format("got '{}'", n))) << e->what();
   }
+}
+
+// Without a lookup the launcher's variables come from the process's environment (process_env, read on each
+// call); under --gpus a bad MASTER_PORT is refused naming the variable, its value and the expected port.
+TEST(LaunchEnv, TheProcessEnvironmentAndABadMasterPortUnderGpus) {
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const char* k : {"MASTER_PORT", "STRATA_COMM_TIMEOUT", "RANK", "WORLD_SIZE", "SLURM_PROCID"})
+    saved[k] = process_env(k) ? std::optional<std::string>(process_env(k)) : std::nullopt;
+  for (const char* k : {"RANK", "WORLD_SIZE", "SLURM_PROCID"}) ::unsetenv(k);
+  ::setenv("STRATA_COMM_TIMEOUT", "7", 1);
+  EXPECT_EQ(read_launch_env().timeout_s, 7);
+  ::setenv("STRATA_COMM_TIMEOUT", "0", 1);
+  auto t = test_util::catch_as<ConfigError>([] { read_launch_env(); });
+  ::unsetenv("STRATA_COMM_TIMEOUT");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->field, "STRATA_COMM_TIMEOUT");
+  for (const char* port : {"http", "", "65536"}) {
+    ::setenv("MASTER_PORT", port, 1);
+    std::vector<std::string> args{"strata-x", "--gpus", "2"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int argc = int(args.size());
+    testing::internal::CaptureStderr();
+    const std::optional<int> rc = launch_hook(argc, argv.data(), "strata-x", true);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, std::optional<int>(2)) << port;
+    EXPECT_TRUE(has(err, fmt::format("strata-x: environment variable MASTER_PORT='{}': expected a TCP port 1-65535 "
+                                     "for --gpus' rank 0 to listen on",
+                                     port)))
+        << err;
+  }
+  for (const auto& [k, v] : saved)
+    if (v)
+      ::setenv(k.c_str(), v->c_str(), 1);
+    else
+      ::unsetenv(k.c_str());
 }
