@@ -240,13 +240,20 @@ void TrainLoop::begin() {
   r_.total_steps = total_;
   int start = 0;
   if (!cfg_.resume_from_checkpoint.empty()) {
-    const std::string dir = resolve_checkpoint(cfg_.resume_from_checkpoint, cfg_.output_dir);
-    // The data position against the step, once the config matched and before anything is copied in.
-    const CheckpointState st = load_checkpoint(
-        dir, be_, model_, config_json_, [this](float v) { return trainer_.sum_over_ranks(v); },
-        [&](const CheckpointState& s) {
-          check_data_position(dir, s, sampler_.rows(), long(cfg_.batch) * cfg_.grad_accum * trainer_.dp_world());
-        });
+    std::string dir;
+    CheckpointState st;
+    try {
+      dir = resolve_checkpoint(cfg_.resume_from_checkpoint, cfg_.output_dir);
+      // The data position against the step, once the config matched and before anything is copied in.
+      st = load_checkpoint(
+          dir, be_, model_, config_json_, [this](float v) { return trainer_.sum_over_ranks(v); },
+          [&](const CheckpointState& s) {
+            check_data_position(dir, s, sampler_.rows(), long(cfg_.batch) * cfg_.grad_accum * trainer_.dp_world());
+          });
+    } catch (...) {
+      begun_ = false;  // a refused checkpoint is refused again by the next begin(), never trained past
+      throw;
+    }
     trainer_.set_steps_done(st.step);
     sampler_.restore(st.data);
     rng_.set_state(st.trainer_rng);

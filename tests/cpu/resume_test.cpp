@@ -251,6 +251,45 @@ TEST(Resume, AnotherShapeOrConfigOrADamagedCheckpointIsRefusedNamingTheFile) {
   EXPECT_TRUE(fs::is_regular_file(ck + "/trainer_state.json")) << "a refused resume must not touch the checkpoint";
 }
 
+// A corrupt value is refused before anything is copied in, and the refused resume leaves the loop unbegun: a
+// second try refuses it again instead of training from step 0 as if no checkpoint had been asked for.
+TEST(Resume, ACheckpointRefusedForAValueIsRefusedAgainNotTrainedFrom) {
+  TrainConfig cfg = config(fresh_dir("value_refused"));
+  go(cfg, 3);
+  const std::string ck = cfg.output_dir + "/checkpoint-3", opt = ck + "/optimizer.safetensors";
+  std::string poked;  // the first f32 second moment, its fourth value made -1
+  {
+    std::fstream f(opt, std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), std::streamsize(n));
+    const json h = json::parse(header);
+    for (const auto& [name, t] : h.items()) {
+      if (!name.ends_with(".v") || t["dtype"] != "F32") continue;
+      const float bad = -1.0f;
+      f.seekp(std::streamoff(8 + n + t["data_offsets"][0].get<uint64_t>() + 4 * 3));
+      f.write(reinterpret_cast<const char*>(&bad), 4);
+      poked = name;
+      break;
+    }
+  }
+  ASSERT_FALSE(poked.empty()) << "no F32 second moment in " << opt;
+  cfg.resume_from_checkpoint = ck;
+  LoopOptions lo = quiet();
+  int steps = 0;
+  lo.on_step = [&](const StepStats&) { ++steps; };
+  Rig r = make_rig(cfg, lo);
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    auto e = catch_as<FormatError>([&] { r.loop->run(); });
+    ASSERT_TRUE(e) << "attempt " << attempt << " was not refused";
+    EXPECT_EQ(e->file, opt);
+    EXPECT_EQ(e->field, poked);
+    EXPECT_NE(std::string(e->what()).find("a negative Adam second moment"), std::string::npos) << e->what();
+  }
+  EXPECT_EQ(steps, 0) << "trained from a refused checkpoint";
+}
+
 // A save killed (SIGKILL) between two files of checkpoint-4: checkpoint-2 stays whole and is the
 // one `auto` finds; no checkpoint-4 appears; the hidden temp is removed by the next save.
 TEST(Resume, ASaveKilledBetweenFilesLeavesThePreviousCheckpointsAndNoPartialOne) {
