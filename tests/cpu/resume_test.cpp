@@ -86,6 +86,26 @@ Outcome go(const TrainConfig& cfg, int stop_after = 0, CheckpointWrite w = {}) {
   return out;
 }
 
+// One value (the fourth) of the first f32 tensor of `dir`/optimizer.safetensors whose name ends in `suffix`
+// made `value`; returns the tensor's name.
+std::string poke(const std::string& dir, const std::string& suffix, float value) {
+  const std::string path = dir + "/optimizer.safetensors";
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), std::streamsize(n));
+  const json h = json::parse(header);
+  for (const auto& [name, t] : h.items()) {
+    if (name == "__metadata__" || !name.ends_with(suffix) || t["dtype"] != "F32") continue;
+    f.seekp(std::streamoff(8 + n + t["data_offsets"][0].get<uint64_t>() + 4 * 3));
+    f.write(reinterpret_cast<const char*>(&value), 4);
+    return name;
+  }
+  ADD_FAILURE() << "no F32 tensor *" << suffix << " in " << path;
+  return std::string();
+}
+
 struct Variant {
   const char* name;
   const char* state_offloading;
@@ -257,23 +277,7 @@ TEST(Resume, ACheckpointRefusedForAValueIsRefusedAgainNotTrainedFrom) {
   TrainConfig cfg = config(fresh_dir("value_refused"));
   go(cfg, 3);
   const std::string ck = cfg.output_dir + "/checkpoint-3", opt = ck + "/optimizer.safetensors";
-  std::string poked;  // the first f32 second moment, its fourth value made -1
-  {
-    std::fstream f(opt, std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t n = 0;
-    f.read(reinterpret_cast<char*>(&n), 8);
-    std::string header(n, '\0');
-    f.read(header.data(), std::streamsize(n));
-    const json h = json::parse(header);
-    for (const auto& [name, t] : h.items()) {
-      if (!name.ends_with(".v") || t["dtype"] != "F32") continue;
-      const float bad = -1.0f;
-      f.seekp(std::streamoff(8 + n + t["data_offsets"][0].get<uint64_t>() + 4 * 3));
-      f.write(reinterpret_cast<const char*>(&bad), 4);
-      poked = name;
-      break;
-    }
-  }
+  const std::string poked = poke(ck, ".v", -1.0f);  // a negative second moment
   ASSERT_FALSE(poked.empty()) << "no F32 second moment in " << opt;
   cfg.resume_from_checkpoint = ck;
   LoopOptions lo = quiet();
@@ -604,24 +608,6 @@ TEST(Resume, CorruptOptimizerStateOrCountersAreRefusedBeforeAnyStep) {
     EXPECT_NE(p.err.find(w + "/checkpoint-2/" + file), std::string::npos) << p.err;
     EXPECT_NE(p.err.find(what), std::string::npos) << p.err;
     EXPECT_EQ(p.out.find("\"step\""), std::string::npos) << "trained: " << p.out;
-  };
-  // One value of a tensor of optimizer.safetensors, by name suffix.
-  auto poke = [](const std::string& dir, const std::string& suffix, float value) {
-    const std::string path = dir + "/optimizer.safetensors";
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t n = 0;
-    f.read(reinterpret_cast<char*>(&n), 8);
-    std::string header(n, '\0');
-    f.read(header.data(), std::streamsize(n));
-    const json h = json::parse(header);
-    for (const auto& [name, t] : h.items()) {
-      if (name == "__metadata__" || !name.ends_with(suffix) || t["dtype"] != "F32") continue;
-      f.seekp(std::streamoff(8 + n + t["data_offsets"][0].get<uint64_t>() + 4 * 3));
-      f.write(reinterpret_cast<const char*>(&value), 4);
-      return name;
-    }
-    ADD_FAILURE() << "no F32 tensor *" << suffix << " in " << path;
-    return std::string();
   };
   auto state = [](const std::string& dir, const std::function<void(json&)>& edit) {
     json j = json::parse(slurp(dir + "/trainer_state.json"));
