@@ -27,6 +27,8 @@ Switches Switches::from(const std::function<const char*(const char*)>& get) {
   flag("STRATA_GRAD_ALIAS", s.grad_alias);
   flag("STRATA_PROFILE", s.op_profile);
   number("STRATA_PROFILE_SKIP", s.op_profile_skip);
+  if (const char* t = get("STRATA_KERNEL_TRACE")) s.kernel_trace = std::string(t) == "1";
+  if (const char* t = get("STRATA_CUPTI_LIB"); t && *t) s.cupti_lib = t;
   if (const char* t = get("TMPDIR"); t && *t) s.temp_dir = t;
   if (const char* v = get("CUDA_VISIBLE_DEVICES")) s.visible_devices = v;
   number("STRATA_TEST_KILL_AT", s.test_kill_at);

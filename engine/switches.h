@@ -16,6 +16,8 @@ struct Switches {
   bool grad_alias = true;                 // STRATA_GRAD_ALIAS=0: the residual add's backward runs its kernel
   bool op_profile = false;                // STRATA_PROFILE=1: GPU time per op
   int op_profile_skip = 1;                // STRATA_PROFILE_SKIP=N: steps the per-op profile leaves out first
+  bool kernel_trace = false;              // STRATA_KERNEL_TRACE=1 (strata-bench): GPU time per kernel (CUPTI)
+  std::string cupti_lib;                  // STRATA_CUPTI_LIB: the libcupti the kernel trace loads first
   std::string temp_dir = "/tmp";          // TMPDIR: the default directory of the disk tier's and the state's file
   std::string visible_devices = "unset";  // CUDA_VISIBLE_DEVICES, for error messages only
   long test_kill_at = 0;                  // STRATA_TEST_KILL_AT=N (tests): SIGKILL at a save's Nth write or rename

@@ -8,6 +8,8 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/switches.h"
+
 #if defined(STRATA_HAVE_CUDA) && __has_include(<cupti.h>)
 #define STRATA_HAVE_CUPTI 1
 #include <cupti.h>
@@ -121,7 +123,7 @@ struct Cupti {
   bool load(std::string* why) {
     if (lib) return true;
     std::vector<std::string> tries;
-    if (const char* e = std::getenv("STRATA_CUPTI_LIB")) tries.push_back(e);
+    if (!switches().cupti_lib.empty()) tries.push_back(switches().cupti_lib);
     for (const char* p : {"libcupti.so.13", "libcupti.so", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                           "/usr/local/cuda/lib64/libcupti.so"})
       tries.push_back(p);

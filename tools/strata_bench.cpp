@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/switches.h"
 #include "engine/uring_file.h"
 #include "model/run/bench.h"
 #include "model/run/settings.h"
@@ -141,7 +142,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<tools::KernelTrace> trace;
     BenchHooks hooks;
     hooks.info = stderr;
-    if (const char* t = std::getenv("STRATA_KERNEL_TRACE"); t && std::string(t) == "1")
+    if (strata::switches().kernel_trace)
       hooks.before_timed_steps = [&] {
         std::string why;
         trace = tools::KernelTrace::start(&why);

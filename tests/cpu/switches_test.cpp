@@ -54,6 +54,13 @@ TEST(Switches, FlagsNumbersAndDirectories) {
   EXPECT_TRUE(s.attn_verbose) << "anything but 0 turns a flag on";
   EXPECT_EQ(s.temp_dir, "/scratch/x");
   EXPECT_EQ(s.visible_devices, "2,3");
+  // strata-bench's kernel trace: on for exactly "1" (as it always read it), its libcupti as given.
+  EXPECT_FALSE(s.kernel_trace);
+  EXPECT_TRUE(s.cupti_lib.empty());
+  const Switches trace = parse({{"STRATA_KERNEL_TRACE", "1"}, {"STRATA_CUPTI_LIB", "/opt/cupti/libcupti.so"}});
+  EXPECT_TRUE(trace.kernel_trace);
+  EXPECT_EQ(trace.cupti_lib, "/opt/cupti/libcupti.so");
+  EXPECT_FALSE(parse({{"STRATA_KERNEL_TRACE", "yes"}}).kernel_trace);
   const Switches bad = parse({{"STRATA_PROFILE_SKIP", "two"}, {"STRATA_GEMM_TUNE_MS", "1ms"}, {"TMPDIR", ""}});
   EXPECT_EQ(bad.op_profile_skip, Switches{}.op_profile_skip) << "a number that does not parse keeps the default";
   EXPECT_EQ(bad.gemm_tune_ms, 0.0);
