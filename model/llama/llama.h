@@ -222,6 +222,9 @@ class LlamaModel {
   // the state class in errors: IoError naming the disk tier, the class and the file.
   void read_state_disk(size_t off, void* dst, size_t bytes, const std::string& cls) const;
   void write_state_disk(size_t off, const void* src, size_t bytes, const std::string& cls) const;
+  // The master's bytes (fp32, or a split master's low halves) to wherever p's master lives off the device: its
+  // host-tier block and/or its place in the state file; nothing when it is on the device.
+  void write_master_off_device(const Parameter& p, const void* src, size_t bytes) const;
   // The IoError of a failed state-file request: the disk tier, `what` (the classes), the file, `err`.
   [[noreturn]] void throw_state_disk_error(const std::string& what, bool write, const std::string& err) const;
   // ZeRO-2 (ModelOptions::zero, stage 2 over several ranks): a trainable parameter another rank owns, whose gradient

@@ -42,20 +42,15 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
   if (p.host_master != Parameter::kDevice || on_disk ||
       owner_splits) {  // the compute copy on the device, the master elsewhere
     const size_t n = size_t(p.shape.numel());
-    std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
     if (be_.compute_dtype() == DType::f32) {
       be_.upload_f32(p.compute.view(), host);
-      if (lo) std::memcpy(lo, host, n * sizeof(float));
-      if (on_disk) write_state_disk(p.disk_master, host, n * sizeof(float), p.group + ".w.master");
-      return;
+      return write_master_off_device(p, host, n * sizeof(float));
     }
     std::vector<uint16_t> hi(n);
     std::vector<int16_t> low(n);
     master_split(host, hi.data(), low.data(), n);
     be_.copy_wait_host(be_.copy_to_device_async(p.compute.view(), hi.data()));  // the high half's bits as they are
-    if (lo) std::memcpy(lo, low.data(), n * sizeof(int16_t));
-    if (on_disk) write_state_disk(p.disk_master, low.data(), n * sizeof(int16_t), p.group + ".w.master");
-    return;
+    return write_master_off_device(p, low.data(), n * sizeof(int16_t));
   }
   if (split_master(p)) return be_.upload_master(p.master.view(), p.compute.view(), host);
   if (p.master.allocated()) be_.upload_f32(p.master.view(), host);
@@ -64,14 +59,10 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
 
 void LlamaModel::set_paged_weights(Parameter& p, const float* host) {
   const size_t n = size_t(p.shape.numel());
-  const bool on_disk = p.disk_master != Parameter::kDevice;
-  std::byte* lo = p.host_master != Parameter::kDevice ? host_state(p.host_master) : nullptr;
   if (be_.compute_dtype() == DType::f32 || !split_master_of(p)) {
     // The weights are the master (f32), or there is none (master_weights: none): the block alone.
     pager_->write_host(size_t(p.page), host);
-    if (be_.compute_dtype() != DType::f32) return;
-    if (lo) std::memcpy(lo, host, n * sizeof(float));
-    if (on_disk) write_state_disk(p.disk_master, host, n * sizeof(float), p.group + ".w.master");
+    if (be_.compute_dtype() == DType::f32) write_master_off_device(p, host, n * sizeof(float));
     return;
   }
   // A split master: the high half's bits into the block, the low half onto its tier.
@@ -79,9 +70,15 @@ void LlamaModel::set_paged_weights(Parameter& p, const float* host) {
   std::vector<int16_t> low(n);
   master_split(host, hi.data(), low.data(), n);
   pager_->write_host_bits(size_t(p.page), hi.data());
-  if (lo) std::memcpy(lo, low.data(), n * sizeof(int16_t));
-  if (on_disk) write_state_disk(p.disk_master, low.data(), n * sizeof(int16_t), p.group + ".w.master");
+  write_master_off_device(p, low.data(), n * sizeof(int16_t));
   if (p.master.allocated()) be_.copy_wait_host(be_.copy_to_device_async(p.master.view(), low.data()));
+}
+
+void LlamaModel::write_master_off_device(const Parameter& p, const void* src, size_t bytes) const {
+  if (p.host_master != Parameter::kDevice) {
+    if (std::byte* lo = host_state(p.host_master)) std::memcpy(lo, src, bytes);
+  }
+  if (p.disk_master != Parameter::kDevice) write_state_disk(p.disk_master, src, bytes, p.group + ".w.master");
 }
 
 bool LlamaModel::split_master_of(const Parameter& p) const {
