@@ -34,8 +34,10 @@ std::string SlotStore::disk_path() const {
 }
 
 void SlotStore::prepare(size_t host_bytes, size_t disk_bytes, size_t largest_disk_slot) {
-  // Disk slots pass through host staging: room for the in-flight bound and at least one slot.
-  const size_t staging = disk_bytes ? padded(std::max(opt_.max_inflight_bytes, largest_disk_slot)) : 0;
+  // Disk slots pass through host staging: room for the in-flight bound and at least one slot, never more than the
+  // disk slots themselves (the staging is pinned memory, held to the host budget whole).
+  const size_t staging =
+      disk_bytes ? padded(std::max(std::min(opt_.max_inflight_bytes, disk_bytes), largest_disk_slot)) : 0;
   const size_t slots = padded(host_bytes);
   if (slots + staging && (!host_mem_ || slot_bytes_ < slots || staging_bytes_ < staging)) {
     host_arena_.reset();

@@ -44,8 +44,9 @@ class SlotStore {
   SlotStore(const SlotStore&) = delete;
   SlotStore& operator=(const SlotStore&) = delete;
 
-  // Before a step: the host pool must hold `host_bytes` of slots plus disk staging, the disk
-  // file `disk_bytes`. Grows the reservations when the plan needs more; never per step otherwise.
+  // Before a step: the host pool must hold `host_bytes` of slots plus disk staging (the in-flight bound, at least
+  // the largest disk slot, at most `disk_bytes`), the disk file `disk_bytes`. Grows the reservations when the plan
+  // needs more; never per step otherwise.
   void prepare(size_t host_bytes, size_t disk_bytes, size_t largest_disk_slot);
   // Forward, after a slot's last forward use (decision host or disk).
   void offload(Value& v);

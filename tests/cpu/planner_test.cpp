@@ -228,13 +228,49 @@ TEST(Planner, DiskTierWhenTheHostBudgetOnlyHoldsStaging) {
   ASSERT_TRUE(host.found);
   // Disk slots pass through a bounded pinned staging area: give the host tier only what the disk
   // preset's staging needs, too little to hold the host plan's slots.
-  const size_t staging = forecast(tier_request(Plan::activation_offloading(Decision::disk))).peak_host_bytes;
-  ASSERT_LT(staging, host.forecast.peak_host_bytes);
+  const size_t staging = forecast(tier_request(Plan::activation_offloading(Decision::disk))).host_held_bytes();
+  ASSERT_LT(staging, host.forecast.host_held_bytes());
   PlanResult pr = plan_for_budget(base, TierBudgets{budget, staging, size_t(1) << 30});
   ASSERT_TRUE(pr.found) << "no plan within a host budget of " << staging;
   EXPECT_GT(pr.forecast.peak_disk_bytes, 0u) << pr.label;
-  EXPECT_LE(pr.forecast.peak_host_bytes, staging) << pr.label;
+  EXPECT_LE(pr.forecast.host_held_bytes(), staging) << pr.label;
   expect_fits_on_cpu(base, pr);
+}
+
+// The host budget holds the pinned memory a plan takes, not only its peak use: the slot store reserves its pool
+// (every host slot, and the disk slots' staging) whole at the first step. The staging is the in-flight bound, at
+// least the largest disk slot and never more than the disk slots: with every layer input on disk and the default
+// 512 MiB bound, the tiny model's pool is its few disk slots, not 512 MiB. Every candidate the planner counts as
+// fitting, and its answer, are held to the budget, over budgets from the smallest pool to a roomy one.
+TEST(Planner, TheHostBudgetHoldsThePinnedReservationsNotOnlyThePeak) {
+  auto request = [](const Plan& p) {
+    ForecastRequest r = tiny_request(p, TrainMode::full);
+    r.mirror = SimMirror::cuda;
+    r.model.num_hidden_layers = 4;
+    r.seq = 1024;
+    return r;
+  };
+  Plan on_disk;
+  on_disk.add("L*.input", Decision::disk);
+  on_disk.add("L*", Decision::recompute);
+  const Forecast disk = forecast(request(on_disk));
+  ASSERT_GT(disk.peak_disk_bytes, 0u);
+  EXPECT_EQ(disk.host_reserved_bytes, disk.peak_disk_bytes) << "the staging is the disk slots, not 512 MiB";
+  EXPECT_EQ(disk.pinned_bytes, disk.host_reserved_bytes + disk.paged_host_bytes + disk.state_host_bytes);
+  EXPECT_GE(disk.host_held_bytes(), disk.peak_host_bytes);
+  const ForecastRequest base = request(Plan::keep_everything());
+  const size_t budget = disk.high_water_bytes;  // the all-on-disk plan fits it
+  for (size_t host_budget : {disk.pinned_bytes, disk.pinned_bytes * 2, disk.pinned_bytes * 8}) {
+    PlanResult pr = plan_for_budget(base, TierBudgets{budget, host_budget, size_t(1) << 30});
+    for (const PlanTried& t : pr.tried) {
+      if (t.fits) {
+        EXPECT_LE(t.host_bytes, host_budget) << t.label;
+      }
+    }
+    ASSERT_TRUE(pr.found) << "host budget " << host_budget;
+    EXPECT_LE(pr.forecast.pinned_bytes, host_budget) << pr.label;
+    EXPECT_LE(pr.forecast.host_held_bytes(), host_budget) << pr.label;
+  }
 }
 
 TEST(Planner, PagesFrozenLayersWhenTheHostBudgetHoldsThem) {
