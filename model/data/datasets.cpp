@@ -246,8 +246,8 @@ size_t thread_count(int threads, size_t items, size_t per) {
   return std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), items / per), 1, 16);
 }
 
-// A plain-text file's ids: the text cut at line starts where the tokenizer allows it
-// (Tokenizer::next_cut: the parts' ids are exactly the whole text's), a part per thread.
+}  // namespace
+
 std::vector<int32_t> encode_text(const text::Tokenizer& tok, std::string_view text, int threads) {
   const size_t want = tok.cut_refusal().empty() ? thread_count(threads, text.size(), size_t(1) << 18) : 1;
   std::vector<size_t> bounds{0};
@@ -266,8 +266,6 @@ std::vector<int32_t> encode_text(const text::Tokenizer& tok, std::string_view te
   for (const std::vector<int32_t>& p : parts) ids.insert(ids.end(), p.begin(), p.end());
   return ids;
 }
-
-}  // namespace
 
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
                                       const ChatFormat* chat_format, int threads) {
