@@ -7,12 +7,13 @@
 //    regex Replace could see across p and are refused;
 //  - pre-tokenizers: a step of a known kind splits the text at p in the whole and in the parts alike
 //    (the regexes below put "\n" in a match that ends at p whatever follows, and start afresh at the
-//    letter); the other steps are local (character classes, literals) and only refine pieces.
+//    letter); the steps before it must be local (character classes, literals: they only refine
+//    pieces), the steps after it see the same pieces either way and may be anything.
 //    Without such a step, BPE decides: no token holds '\n' followed by that letter, so no merge
 //    crosses p and the merges either side run as they would apart (not with ignore_merges, where a
 //    part's first word could be a token of its own);
-//  - prefixes (ByteLevel's add_prefix_space, Metaspace's prepend) are allowed at the first step only,
-//    where the whole text's piece starts before p: a continuation adds none.
+//  - prefixes (ByteLevel's add_prefix_space, Metaspace's prepend) before that split are allowed at the
+//    first step only, where the whole text's piece starts before p: a continuation adds none.
 // Anything else (an unknown regex) is refused: the text is then tokenised on one thread.
 #include <fmt/format.h>
 
@@ -33,6 +34,8 @@ constexpr std::string_view kBoundaryPatterns[] = {
     R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)re",
     // Mistral-Nemo's tekken
     R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
+    // DeepSeek's newlines (each its own piece)
+    R"re([\r\n])re",
     // DeepSeek-V3's words
     R"re([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re",
 };
@@ -90,7 +93,8 @@ void analyze_cuts(TokenizerModel& m) {
   m.cut_refusal = text_refusal(m);
   if (!m.cut_refusal.empty()) return;
   bool boundary = false;
-  for (size_t i = 0; i < m.pre_tokenizer.size(); ++i) {
+  // Once a step has split at p, every later one sees the same pieces in the whole text and in the parts.
+  for (size_t i = 0; i < m.pre_tokenizer.size() && !boundary; ++i) {
     const PreTokenizerStep& s = m.pre_tokenizer[i];
     Role role = Role::kLocal;
     if (s.kind == PreTokenizerStep::kSplit) role = split_role(s.splitter);
@@ -101,7 +105,7 @@ void analyze_cuts(TokenizerModel& m) {
         (s.replacement.find('\n') != std::string::npos || has_letter(s.replacement)))
       role = Role::kUnknown;
     if (prefix && i > 0) {
-      m.cut_refusal = fmt::format("pre_tokenizer step {} adds a prefix to pieces an earlier step cut", i);
+      m.cut_refusal = fmt::format("pre_tokenizer step {} adds a prefix to pieces an earlier step cut elsewhere", i);
       return;
     }
     if (role == Role::kUnknown) {

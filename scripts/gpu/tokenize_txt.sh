@@ -8,5 +8,5 @@ set -uo pipefail
 {
   echo "== $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   python3 scripts/bench_tokenize.py "$dir/tools/strata-tokenize" --txt --mb "${MB:-64}" \
-    --tokenizers "${TOKENIZERS:-llama3,llama3-onig,qwen25,gpt2,tekken,llama2,mistral,deepseek}" 2>&1
+    --tokenizers "${TOKENIZERS:-llama3,llama3-onig,qwen25,gpt2,tekken,llama2,mistral,deepseek,lookahead_split}" 2>&1
 } | tee "$out/tokenize_txt.txt"

@@ -88,11 +88,9 @@ std::vector<int32_t> parts_ids(const Tokenizer& tok, std::string_view text, cons
 
 // The tokenizers whose pipeline strata does not cut, and a word of the reason each gives.
 const std::map<std::string, std::string> kRefused = {
-    {"deepseek", "regex"},
     {"lookahead_split", "regex"},
     {"splits_mix", "regex"},
     {"normalizers_mix", "Strip"},
-    {"llama3_prefix", "prefix"},               // ByteLevel add_prefix_space after a Split
     {"byte_level_normalizer", "added token"},  // a normalized lstrip token under a normalizer
 };
 
