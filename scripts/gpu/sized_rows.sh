@@ -92,10 +92,11 @@ YAML
   cat "$work/$name.log" >>"$err"
   echo "== $name: strata-plan --config $cfg --model $model --profile $prof --json" >>"$err"
   "$dir/tools/strata-plan" --config "$cfg" --model "$model" --profile "$prof" --json >"$work/$name.plan" 2>>"$err"
-  python3 - "$name" "$pad" "$rc" "$(echo "$t1 - $t0" | bc)" "$work/$name.out" "$work/$name.log" "$work/$name.plan" \
+  python3 - "$name" "$pad" "$rc" "$t0" "$t1" "$work/$name.out" "$work/$name.log" "$work/$name.plan" \
     "$backend" "$shape" "$seq" "$batch" <<'PY' | tee -a "$jsonl"
 import json, re, statistics, sys
-name, pad, rc, wall, out, log, plan, backend, shape, seq, batch = sys.argv[1:]
+name, pad, rc, t0, t1, out, log, plan, backend, shape, seq, batch = sys.argv[1:]
+wall = float(t1) - float(t0)
 steps = [json.loads(l) for l in open(out) if l.startswith('{"step"')]
 text = open(log).read()
 said = re.search(r"^batches: .*$", text, re.M)
