@@ -8,6 +8,12 @@ TOKENIZERS_PARALLELISM=false, both pinned to one core. Prints MB/s and tokens/s 
 checks that the ids are the same.
 
     python3 scripts/bench_tokenize.py BUILD/tools/strata-tokenize [--mb 8] [--tokenizers llama3,gpt2,...]
+    python3 scripts/bench_tokenize.py BUILD/tools/strata-tokenize --txt [--mb 8]
+
+--txt: the documents joined into one text, as a .txt dataset is read: strata-tokenize --threads 1 and
+--threads 0 (cut at line starts, a part per core, as strata-train tokenizes a .txt file) against
+`tokenizers`' encode of the one text (which runs on one thread: it has no way to split one text), on
+every core this process may use; ids checked equal, no special tokens.
 
 The text (built here, deterministic): the standard library's Python sources as code documents, plus
 the multilingual lines of tests/tokenizer/corpus.jsonl, to about --mb megabytes. The tokenizers are
@@ -42,12 +48,52 @@ def documents(mb):
     return docs
 
 
+def strata_run(cmd, stdin):
+    run = subprocess.run(cmd, input=stdin, capture_output=True, check=True)
+    stats = run.stderr.decode().strip().splitlines()[-1]  # "B bytes -> T tokens in S s: ..."
+    words = stats.split()
+    ids = [int(x) for x in run.stdout.decode().split()]
+    return ids, int(words[3]), float(words[6]), run.stderr.decode()
+
+
+def bench_txt(args):
+    from tokenizers import Tokenizer
+    text = "\n".join(documents(args.mb))
+    stdin = text.encode()
+    cores = len(os.sched_getaffinity(0))
+    print(f"one text of {len(stdin) / 1e6:.1f} MB (a .txt dataset), {cores} cores, no special tokens")
+    print(f"{'tokenizer':<13} {'strata 1 thread MB/s':>21} {f'strata {cores} cores MB/s':>22} {'HF MB/s':>8} "
+          f"{'ratio':>6}  note")
+    failed = False
+    for name in args.tokenizers.split(","):
+        base = name.removesuffix("-onig")
+        cmd = [args.tool, "--tokenizer", str(TOKDIR / base), "--stats"]
+        if name.endswith("-onig"):
+            cmd.append("--onig-only")
+        one, _, one_sec, _ = strata_run(cmd + ["--threads", "1"], stdin)
+        many, _, many_sec, err = strata_run(cmd + ["--threads", "0"], stdin)
+        tok = Tokenizer.from_file(str(TOKDIR / base / "tokenizer.json"))
+        t0 = time.perf_counter()
+        hf = tok.encode(text, add_special_tokens=False).ids
+        h_sec = time.perf_counter() - t0
+        same = one == hf and many == hf
+        failed |= not same
+        mb = len(stdin) / 1e6
+        note = "one thread: tokenizer not cut" if "one thread" in err else ""
+        print(f"{name:<13} {mb / one_sec:>21.2f} {mb / many_sec:>22.2f} {mb / h_sec:>8.2f} "
+              f"{h_sec / many_sec:>5.1f}x  {note}{'' if same else ' IDS DIFFER'}")
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tool")
     ap.add_argument("--mb", type=float, default=8)
     ap.add_argument("--tokenizers", default="llama3,llama3-onig,qwen25,gpt2,tekken,llama2")
+    ap.add_argument("--txt", action="store_true", help="one text on every core, as a .txt dataset")
     args = ap.parse_args()
+    if args.txt:
+        return bench_txt(args)
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})

@@ -10,7 +10,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build-dev -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a "${launcher[@]}" >/dev/null
-targets=(strata-train strata-bench strata-plan strata-make-tiny strata-calibrate strata-comm-bench)
+targets=(strata-train strata-bench strata-plan strata-make-tiny strata-calibrate strata-comm-bench strata-tokenize)
 for t in tests/gpu/*_test.cpp; do targets+=("$(basename "$t" .cpp)"); done
 cmake --build build-dev -j"$(nproc)" --target "${targets[@]}"
 rm -rf .devbuild && mkdir -p .devbuild/tests .devbuild/tools

@@ -38,6 +38,7 @@ class Bpe {
   void encode_word(std::string_view word, std::vector<int32_t>& out, std::vector<uint32_t>* ends = nullptr) const;
 
   const Vocab& vocab() const { return vocab_; }
+  const BpeOptions& options() const { return opt_; }
 
  private:
   struct Rank {

@@ -90,8 +90,10 @@ void encode_word(const TokenizerModel& m, TextRef w, Sink& out) {
   }
 }
 
-// Runs pre-tokenizer steps [step, end) on one piece, then BPE on each word.
-void pre_tokenize(const TokenizerModel& m, size_t step, TextRef piece, bool at_start, Sink& out) {
+// Runs pre-tokenizer steps [step, end) on one piece, then BPE on each word. no_prefix: the piece
+// continues a cut text (step 0 only: text/cut.cpp allows prefixes nowhere else), nothing goes before it.
+void pre_tokenize(const TokenizerModel& m, size_t step, TextRef piece, bool at_start, Sink& out,
+                  bool no_prefix = false) {
   if (piece.s.empty()) return;
   if (step == m.pre_tokenizer.size()) {
     encode_word(m, piece, out);
@@ -108,7 +110,7 @@ void pre_tokenize(const TokenizerModel& m, size_t step, TextRef piece, bool at_s
     }
     case PreTokenizerStep::kByteLevel: {
       AlignedText prefixed, mapped;
-      if (p.add_prefix_space && piece.s[0] != ' ') {
+      if (p.add_prefix_space && !no_prefix && piece.s[0] != ' ') {
         prepend_text(piece, " ", prefixed);
         piece = prefixed.ref(tracked);
       }
@@ -133,7 +135,8 @@ void pre_tokenize(const TokenizerModel& m, size_t step, TextRef piece, bool at_s
         replace_text(piece, spaces, p.replacement, replaced);
         piece = replaced.ref(tracked);
       }
-      bool prepend = p.prepend == PreTokenizerStep::kAlways || (p.prepend == PreTokenizerStep::kFirst && at_start);
+      bool prepend =
+          !no_prefix && (p.prepend == PreTokenizerStep::kAlways || (p.prepend == PreTokenizerStep::kFirst && at_start));
       if (prepend && !piece.s.starts_with(p.replacement)) {
         prepend_text(piece, p.replacement, prefixed);
         piece = prefixed.ref(tracked);
@@ -193,7 +196,8 @@ void trim_offsets(const TokenizerModel& m, std::string_view text, const Sink& si
   }
 }
 
-void encode_impl(const TokenizerModel& m, std::string_view text, bool add_special_tokens, Sink& out) {
+void encode_impl(const TokenizerModel& m, std::string_view text, bool add_special_tokens, Sink& out,
+                 bool continuation = false) {
   std::string repaired;
   if (utf8_valid_prefix(text) != text.size()) {
     repaired = utf8_lossy(text);
@@ -228,7 +232,8 @@ void encode_impl(const TokenizerModel& m, std::string_view text, bool add_specia
       continue;
     }
     TextRef raw{text.substr(p.begin, p.end - p.begin), out.offsets ? align.data() + p.begin : nullptr};
-    TextRef s = m.normalize(raw, normalized, scratch);
+    const bool cont = continuation && p.begin == 0;  // text/cut.cpp: no added token at a cut
+    TextRef s = m.normalize(raw, normalized, scratch, cont);
     find_matches(m.normalized_tokens, s.s, inner);
     for (const Piece& q : inner) {
       if (q.token) {
@@ -238,7 +243,8 @@ void encode_impl(const TokenizerModel& m, std::string_view text, bool add_specia
         }
         out.ids.push_back(q.token->id);
       } else {
-        pre_tokenize(m, 0, s.sub(uint32_t(q.begin), uint32_t(q.end)), p.begin == 0 && q.begin == 0, out);
+        const bool first = p.begin == 0 && q.begin == 0;
+        pre_tokenize(m, 0, s.sub(uint32_t(q.begin), uint32_t(q.end)), first && !continuation, out, first && cont);
       }
     }
   }
@@ -251,6 +257,7 @@ void encode_impl(const TokenizerModel& m, std::string_view text, bool add_specia
 void AddedTokenMatcher::build(std::vector<std::string> patterns, std::vector<const AddedToken*> tokens) {
   nodes_.assign(1, Node{});
   root_.fill(-1);
+  longest_ = 0;
   for (size_t k = 0; k < patterns.size(); ++k) {
     if (patterns[k].empty()) continue;
     int32_t n = 0;
@@ -269,6 +276,7 @@ void AddedTokenMatcher::build(std::vector<std::string> patterns, std::vector<con
     }
     // Among equal patterns the first listed wins (aho-corasick reports the lowest pattern).
     if (!nodes_[size_t(n)].token) nodes_[size_t(n)].token = tokens[k];
+    longest_ = std::max(longest_, patterns[k].size());
   }
 }
 
@@ -301,13 +309,20 @@ const AddedToken* AddedTokenMatcher::find(std::string_view s, size_t from, size_
   return nullptr;
 }
 
-TextRef TokenizerModel::normalize(TextRef s, AlignedText& out, AlignedText& scratch) const {
+bool AddedTokenMatcher::occurs_at(std::string_view s, size_t i) const {
+  if (empty() || i >= s.size()) return false;
+  for (int32_t n = root_[uint8_t(s[i])]; n >= 0; n = ++i < s.size() ? child(n, uint8_t(s[i])) : -1)
+    if (nodes_[size_t(n)].token) return true;
+  return false;
+}
+
+TextRef TokenizerModel::normalize(TextRef s, AlignedText& out, AlignedText& scratch, bool skip_prepend) const {
   const bool tracked = s.align != nullptr;
   for (const NormalizerStep& n : normalizer) {
     // A step reads s (a view of `out` or of the input) and writes `scratch`; the two then swap.
     switch (n.kind) {
       case NormalizerStep::kPrepend:
-        if (s.s.empty()) continue;
+        if (s.s.empty() || skip_prepend) continue;
         prepend_text(s, n.a, scratch);
         break;
       case NormalizerStep::kReplace: {
@@ -352,9 +367,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   return ids;
 }
 
-void Tokenizer::encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
+void Tokenizer::encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out,
+                              bool continuation) const {
   Sink sink{out, nullptr, {}};
-  encode_impl(*m_, text, add_special_tokens, sink);
+  encode_impl(*m_, text, add_special_tokens, sink, continuation);
 }
 
 Encoding Tokenizer::encode_with_offsets(std::string_view text, bool add_special_tokens) const {

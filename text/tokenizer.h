@@ -56,8 +56,19 @@ class Tokenizer {
   // The same ids with their offsets (through the normalizer, back into `text`; where `text` is not
   // valid UTF-8, into its U+FFFD-repaired form).
   Encoding encode_with_offsets(std::string_view text, bool add_special_tokens = true) const;
-  // Appends instead of returning (no allocation per call once `out` has grown).
-  void encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
+  // Appends instead of returning (no allocation per call once `out` has grown). `continuation`:
+  // text is a part after the first of a text cut at next_cut() (nothing is prepended at its start).
+  void encode_append(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out,
+                     bool continuation = false) const;
+
+  // Cutting a long text to encode its parts on several threads (text/cut.cpp): where cut_refusal()
+  // is "", encode(text, false) equals the first part's ids followed by every other part's (encoded
+  // with continuation), for parts cut at next_cut() positions. Else it says why not.
+  const std::string& cut_refusal() const;
+  // The first cut position p >= from: text[p-2] a visible ASCII character, text[p-1] '\n', text[p]
+  // an ASCII letter (that no token holds after a newline, where BPE decides the cut), and no added
+  // token within reach. npos where there is none, or the tokenizer refuses cuts.
+  size_t next_cut(std::string_view text, size_t from) const;
 
   // The text of `ids` through the tokenizer.json decoder; ids with no token are skipped (as
   // tokenizers does), special added tokens too when skip_special_tokens.

@@ -537,6 +537,7 @@ Tokenizer Tokenizer::parse(std::string_view tokenizer_json, const std::string& j
   for (const PreTokenizerStep& s : m->pre_tokenizer)
     m->byte_level = m->byte_level || s.kind == PreTokenizerStep::kByteLevel;
   for (const NormalizerStep& s : m->normalizer) m->byte_level = m->byte_level || s.kind == NormalizerStep::kByteLevel;
+  analyze_cuts(*m);
 
   Tokenizer tok(m);
   if (config_json) {

@@ -33,6 +33,9 @@ class AddedTokenMatcher {
   bool empty() const { return nodes_.size() <= 1; }
   // The first match at or after `from`: sets begin/end (bytes) and returns its token, or null.
   const AddedToken* find(std::string_view s, size_t from, size_t* begin, size_t* end) const;
+  // Whether some pattern occurs at s[i] (text/cut.cpp keeps cuts away from added tokens).
+  bool occurs_at(std::string_view s, size_t i) const;
+  size_t longest() const { return longest_; }  // bytes of the longest pattern
 
  private:
   // A byte trie: Llama 3's 256 special tokens all start with "<|", so trying each in turn at
@@ -44,6 +47,7 @@ class AddedTokenMatcher {
   int32_t child(int32_t n, uint8_t b) const;
   std::vector<Node> nodes_{1};       // nodes_[0] is the root
   std::array<int32_t, 256> root_{};  // the root's children, -1 where none
+  size_t longest_ = 0;
 };
 
 // Text as tokenizers' NormalizedString holds it: for each byte of s, the byte range of the original
@@ -144,11 +148,20 @@ struct TokenizerModel {
   // The ByteLevel post-processor's trim_offsets (and its add_prefix_space, which trimming reads).
   bool trim_offsets = false, trim_prefix_space = false;
 
+  // Where a text may be cut so that its parts encode apart to the same ids (text/cut.cpp): why not
+  // ("" where it may), and by byte, whether a cut may come right before that byte.
+  std::string cut_refusal;
+  std::array<bool, 256> cut_before{};
+
   // The normalizer applied to s (tokenizers skips empty strings: Prepend adds nothing to "").
   std::string normalize(std::string_view s) const;
   // The same without a copy where no step changes s: returns `in` itself, or a view of `out`
-  // (`scratch` is a second buffer the steps alternate with).
-  TextRef normalize(TextRef in, AlignedText& out, AlignedText& scratch) const;
+  // (`scratch` is a second buffer the steps alternate with). skip_prepend: s continues a cut text,
+  // whose Prepend steps happened at the text's start, not here.
+  TextRef normalize(TextRef in, AlignedText& out, AlignedText& scratch, bool skip_prepend = false) const;
 };
+
+// Fills m.cut_refusal and m.cut_before from the loaded pipeline (text/cut.cpp).
+void analyze_cuts(TokenizerModel& m);
 
 }  // namespace strata::text

@@ -61,4 +61,21 @@ std::vector<Segment> render_chat(const std::vector<ChatMessage>& messages, ChatT
   return out;
 }
 
+std::string chat_jinja(ChatTemplate t, bool bos, bool eos, const std::string& eos_token) {
+  std::string s = bos ? "{{- bos_token }}" : "";
+  s += "{%- for message in messages %}";
+  if (t == ChatTemplate::llama3) {
+    s += "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+         "'<|eot_id|>' }}";
+    eos = eos && eos_token != "<|eot_id|>";  // the last turn already ends in it: the EOS is not repeated
+  } else {
+    s += "{{- '<|' + message['role'] + '|>\\n' + message['content'] + '\\n' }}";
+  }
+  s += "{%- endfor %}{%- if add_generation_prompt %}";
+  s += t == ChatTemplate::llama3 ? "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+                                 : "{{- '<|assistant|>\\n' }}";
+  s += eos ? "{%- else %}{{- eos_token }}{%- endif %}" : "{%- endif %}";
+  return s;
+}
+
 }  // namespace strata

@@ -40,4 +40,9 @@ const char* chat_template_name(ChatTemplate t);
 // BOS and the final EOS are added by the caller (as ids).
 std::vector<Segment> render_chat(const std::vector<ChatMessage>& messages, ChatTemplate t);
 
+// The same format as a Jinja chat template (saved with the model: apply_chat_template then renders what the
+// model was trained on): `bos` writes bos_token first (the tokenizer's template adds one), `eos` eos_token
+// last (not after Llama 3's <|eot_id|> when that is the EOS); add_generation_prompt opens an assistant turn.
+std::string chat_jinja(ChatTemplate t, bool bos, bool eos, const std::string& eos_token);
+
 }  // namespace strata

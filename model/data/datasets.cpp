@@ -86,18 +86,33 @@ class Encoder {
   }
   Example encode(const std::vector<Segment>& segments) const {
     Example e;
-    if (bos_ >= 0) push(e, bos_, false);
+    begin(e);
     for (const Segment& s : segments) {
       tok_.encode_append(s.text, false, e.ids);
       e.trained.resize(e.ids.size(), uint8_t(s.trained));
     }
-    if (eos_ >= 0 && (e.ids.empty() || e.ids.back() != eos_)) push(e, eos_, true);
+    end(e);
+    return e;
+  }
+  // The same for one trained segment whose ids are given (a plain-text file, encoded in parts).
+  Example wrap(const std::vector<int32_t>& ids) const {
+    Example e;
+    begin(e);
+    e.ids.insert(e.ids.end(), ids.begin(), ids.end());
+    e.trained.resize(e.ids.size(), 1);
+    end(e);
     return e;
   }
   // An example of the BOS and EOS alone: its text had no token.
   bool empty(const Example& e) const { return e.ids.size() <= size_t(bos_ >= 0) + size_t(eos_ >= 0); }
 
  private:
+  void begin(Example& e) const {
+    if (bos_ >= 0) push(e, bos_, false);
+  }
+  void end(Example& e) const {
+    if (eos_ >= 0 && (e.ids.empty() || e.ids.back() != eos_)) push(e, eos_, true);
+  }
   static void push(Example& e, int32_t id, bool trained) {
     e.ids.push_back(id);
     e.trained.push_back(uint8_t(trained));
@@ -205,13 +220,58 @@ size_t fit_example(const Example& e, int seq, bool train_on_inputs, bool drop_ex
   return n;
 }
 
+// Runs work(t, lo, hi) for t < n_threads on contiguous ranges [lo, hi) of n items, threads 1..n-1
+// on threads of their own; the first error in item order is rethrown once all have finished.
+template <typename Work>
+void run_ranges(size_t n, size_t n_threads, const Work& work) {
+  std::vector<std::exception_ptr> errors(n_threads);
+  auto run = [&](size_t t) {
+    try {
+      work(t, n * t / n_threads, n * (t + 1) / n_threads);
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (std::thread& th : pool) th.join();
+  for (size_t t = 0; t < n_threads; ++t)
+    if (errors[t]) std::rethrow_exception(errors[t]);  // ranges are in item order
+}
+
+// One per core (at most 16), one per `per` items; `threads` > 0 forces the count (at most one per item).
+size_t thread_count(int threads, size_t items, size_t per) {
+  if (threads > 0) return std::min<size_t>(size_t(threads), std::max<size_t>(items, 1));
+  return std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), items / per), 1, 16);
+}
+
 }  // namespace
+
+std::vector<int32_t> encode_text(const text::Tokenizer& tok, std::string_view text, int threads) {
+  const size_t want = tok.cut_refusal().empty() ? thread_count(threads, text.size(), size_t(1) << 18) : 1;
+  std::vector<size_t> bounds{0};
+  for (size_t k = 1; k < want; ++k) {
+    const size_t p = tok.next_cut(text, std::max(text.size() * k / want, bounds.back() + 1));
+    if (p == std::string_view::npos) break;
+    bounds.push_back(p);
+  }
+  bounds.push_back(text.size());
+  std::vector<std::vector<int32_t>> parts(bounds.size() - 1);
+  run_ranges(parts.size(), parts.size(), [&](size_t, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i)
+      tok.encode_append(text.substr(bounds[i], bounds[i + 1] - bounds[i]), false, parts[i], i > 0);
+  });
+  std::vector<int32_t> ids;
+  for (const std::vector<int32_t>& p : parts) ids.insert(ids.end(), p.begin(), p.end());
+  return ids;
+}
 
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
                                       const ChatFormat* chat_format, int threads) {
   const Encoder enc(tok);
   if (d.type == "completion" && is_text_file(d.path)) {
-    Example e = enc.encode({{contents, true}});
+    Example e = enc.wrap(encode_text(tok, contents, threads));
     if (enc.empty(e))
       throw ConfigError(fmt::format("{}: the text file has no token (empty or blank)", d.path), d.path, "datasets");
     return {std::move(e)};
@@ -278,26 +338,9 @@ std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& c
   // Contiguous ranges of lines on several threads (the Tokenizer is thread-safe); the first bad
   // line in file order is the one reported, whichever thread met it.
   std::vector<Example> out(lines.size());
-  const size_t n_threads =
-      threads > 0
-          ? std::min<size_t>(size_t(threads), std::max<size_t>(lines.size(), 1))
-          : std::clamp<size_t>(std::min<size_t>(std::thread::hardware_concurrency(), lines.size() / 256), 1, 16);
-  std::vector<std::exception_ptr> errors(n_threads);
-  auto work = [&](size_t t) {
-    const size_t lo = lines.size() * t / n_threads, hi = lines.size() * (t + 1) / n_threads;
-    for (size_t i = lo; i < hi; ++i) try {
-        out[i] = one(lines[i]);
-      } catch (...) {
-        errors[t] = std::current_exception();
-        return;
-      }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& th : pool) th.join();
-  for (size_t t = 0; t < n_threads; ++t)
-    if (errors[t]) std::rethrow_exception(errors[t]);  // ranges are in file order
+  run_ranges(lines.size(), thread_count(threads, lines.size(), 256), [&](size_t, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) out[i] = one(lines[i]);
+  });
   // Every example empty: the run would train on BOS -> EOS alone.
   if (!out.empty() && std::all_of(out.begin(), out.end(), [&](const Example& e) { return enc.empty(e); }))
     throw ConfigError(
@@ -347,6 +390,9 @@ DatasetLoad load_dataset(const DatasetSpec& d, const text::Tokenizer& tok, const
     if (warn) std::fprintf(warn, "strata-train: warning: %s is damaged; tokenising again\n", r.cache_file.c_str());
     r.examples.clear();
   }
+  if (warn && chunks_rows(d) && contents.size() > (size_t(1) << 20) && !tok.cut_refusal().empty())
+    std::fprintf(warn, "strata-train: note: %s is tokenised on one thread: the tokenizer cannot be cut exactly (%s)\n",
+                 d.path.c_str(), tok.cut_refusal().c_str());
   if (d.type == "chat_template") {
     const ChatFormat f = load_chat_format(d.chat, tokenizer_dir);
     r.examples = tokenize_dataset(d, contents, tok, &f);

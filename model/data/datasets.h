@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/data/chat_dataset.h"
@@ -49,9 +50,15 @@ struct Example {
 // wrong type or role. `tok` gives BOS/EOS and the chat template.
 // A chat_template dataset needs `chat` (load_chat_format).
 // Lines are tokenised on `threads` threads (0: one per core, at most 16, and one per 256 lines), each a
-// contiguous range writing its own examples: the result, and so the cache, is the same for any count.
+// contiguous range writing its own examples; a plain-text file is cut at line starts into as many parts
+// (one per 256 KiB) where the tokenizer allows it (text::Tokenizer::next_cut, else one thread). The
+// result, and so the cache, is the same for any count.
 std::vector<Example> tokenize_dataset(const DatasetSpec& d, const std::string& contents, const text::Tokenizer& tok,
                                       const ChatFormat* chat = nullptr, int threads = 0);
+// A plain-text file's ids (no BOS/EOS): the text cut at line starts into a part per thread where the
+// tokenizer allows it (text::Tokenizer::next_cut: exactly the ids of encode(text, false)), else on one
+// thread. threads 0: one per core (at most 16) and one per 256 KiB.
+std::vector<int32_t> encode_text(const text::Tokenizer& tok, std::string_view text, int threads = 0);
 // The dataset cache's bytes for `examples` (what load_dataset writes).
 std::string dataset_cache_bytes(const std::vector<Example>& examples);
 

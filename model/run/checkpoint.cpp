@@ -23,6 +23,7 @@
 #include "io/regular_file.h"
 #include "io/safetensors.h"
 #include "model/data/chat_dataset.h"
+#include "model/data/chat_template.h"
 #include "model/llama/zero.h"
 #include "model/run/checkpoint_pieces.h"
 
@@ -188,6 +189,14 @@ std::string checkpoint_config_json(const TrainConfig& c, const io::LlamaConfig& 
 std::string trained_chat_template(const TrainConfig& c, const std::string& tokenizer_dir) {
   for (const DatasetSpec& d : c.datasets)
     if (d.type == "chat_template") return load_chat_format(d.chat, tokenizer_dir).source;
+  for (const DatasetSpec& d : c.datasets)
+    if (d.type == "chat") {  // strata's own chat format: saved as a template, not the tokenizer's (which it is not)
+      const text::Tokenizer tok = text::Tokenizer::load(tokenizer_dir);
+      const std::vector<int32_t> special = tok.encode("", true);
+      const bool bos = !special.empty() && special.front() == tok.bos_id();
+      const std::string eos = tok.eos_id() >= 0 ? std::string(tok.id_to_token(tok.eos_id())) : "";
+      return chat_jinja(chat_template_for(tok), bos, !eos.empty(), eos);
+    }
   return {};
 }
 

@@ -126,7 +126,8 @@ CheckpointState load_checkpoint(const std::string& dir, Backend& be, LlamaModel&
 // Copies tokenizer.json, tokenizer_config.json, special_tokens_map.json and tokenizer.model from
 // `from` into `to` where they exist (atomically each). Returns how many were copied.
 int copy_tokenizer_files(const std::string& from, const std::string& to, const std::string& chat_template = "");
-// The template of the run's first chat_template dataset ("" if none), as load_chat_format resolves it.
+// The template of the run's first chat_template dataset, as load_chat_format resolves it; else, with a `chat`
+// dataset, strata's chat format as a template (chat_jinja); else "".
 std::string trained_chat_template(const TrainConfig& c, const std::string& tokenizer_dir);
 
 }  // namespace strata

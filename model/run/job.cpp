@@ -95,7 +95,9 @@ std::vector<int> batch_lengths_within(const TrainConfig& cfg, const io::LlamaCon
 }
 
 std::string describe_batch_lengths(const TrainConfig& c, int longest_row) {
-  if (c.batch_lengths.empty()) return fmt::format("batches: {} tokens a row (sequence_len)", c.seq);
+  if (c.batch_lengths.empty())
+    return fmt::format("batches: {} tokens a row (sequence_len{})", c.seq,
+                       c.pad_to_sequence_len ? "; pad_to_sequence_len: true" : "");
   const int mult = row_multiple(c.sequence_parallel);
   std::string s = fmt::format(
       "batches: sized to the data: the longest row is {} tokens, so batches are at most {} tokens (sequence_len {}); "
@@ -217,7 +219,7 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
       rows.emplace(std::move(dr.inputs), std::move(dr.targets), c.seq);
     // Rows sized to the data: a batch is as long as its longest row, rounded up; the forecast, the arena and the
     // planner size for the longest, and every shorter length is checked below where memory is bounded.
-    c.batch_lengths = rows->bucket_lengths(row_multiple(c.sequence_parallel));
+    if (!c.pad_to_sequence_len) c.batch_lengths = rows->bucket_lengths(row_multiple(c.sequence_parallel));
     data_tokens_ = 0;  // the rows' tokens up to their last trained target, not their padding
     for (long r = 0; r < rows->rows(); ++r) data_tokens_ += size_t(rows->row_len(r));
     std::fprintf(info, "%s\n", describe_batch_lengths(c, rows->longest_row()).c_str());

@@ -60,7 +60,7 @@ PlanRequest plan_request(const PlanQuestion& q) {
   if (q.mirror != "cuda" && q.mirror != "cpu") throw flag_error("--mirror must be cuda or cpu", "mirror");
   // A config's datasets and no --seq: the forecast is of the longest batch the data gives (rows sized to the data),
   // as strata-train's. The tokenizer is the config's, or the --model checkpoint's.
-  if (!max_seq && !q.seq && !tc.datasets.empty() && !q.pack && tc.seq > 0) {
+  if (!max_seq && !q.seq && !tc.datasets.empty() && !q.pack && tc.seq > 0 && !tc.pad_to_sequence_len) {
     std::error_code ec;
     const std::string tok_dir = !tc.tokenizer_dir.empty()                    ? tc.tokenizer_dir
                                 : std::filesystem::is_directory(q.model, ec) ? q.model

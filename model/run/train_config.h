@@ -29,6 +29,7 @@ struct TrainConfig {
   bool train_on_inputs = false;       // false: prompt tokens are masked out of the loss (axolotl's default)
   bool drop_excess = false;           // excess_length_strategy: drop (else truncate) examples over seq
   bool sample_packing = false;        // datasets: whole examples packed into each row, attention per example
+  bool pad_to_sequence_len = false;   // datasets: every batch sequence_len long, not sized to its longest row
   std::string backend = "cpu";
   int seq = 128;
   int batch = 1;

@@ -10,7 +10,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "model/data/chat_template.h"
 #include "model/data/datasets.h"
+#include "model/run/checkpoint.h"
 #include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "strata/error.h"
@@ -224,6 +226,39 @@ TEST_F(ChatDatasets, StrataTrainWithTheCheckpointsTemplate) {
     EXPECT_EQ(slurp(out + "/chat_template.jinja"), template_text(setup)) << name;
     const ojson saved = ojson::parse(slurp(out + "/tokenizer_config.json"));
     EXPECT_EQ(saved["chat_template"].get<std::string>(), template_text(setup)) << name;
+  }
+}
+
+// A run on `type: chat` saves strata's chat format as the model's template (not the tokenizer's, which it did
+// not train on): rendered by the interpreter, it gives the text, and with these byte-level tokenizers the ids,
+// the run trained on (BOS and EOS as the tokenizer adds them).
+TEST_F(ChatDatasets, ChatTypeSavesItsFormatAsTheTemplate) {
+  const ojson rows = ojson::parse(R"([
+    {"messages": [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello! How can I help?"}]},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?  \n"},
+                  {"role": "assistant", "content": "4"}, {"role": "user", "content": "caf\u00e9 \ud83d\ude42"},
+                  {"role": "assistant", "content": "Ol\u00e1, n\u00e3o.\nTwo lines."}]}
+  ])");
+  for (const char* name : {"llama3", "qwen25", "gpt2"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = kData + "/tokenizer/" + name;
+    const text::Tokenizer tok = text::Tokenizer::load(dir);
+    TrainConfig c;
+    c.datasets = {DatasetSpec{path("chat.jsonl"), "chat", ""}};
+    const std::string src = trained_chat_template(c, dir);
+    ASSERT_FALSE(src.empty());
+    const std::string file = path(std::string(name) + "_format.jinja");
+    std::ofstream(file) << src;
+    ChatTemplateOptions o;
+    o.chat_template = file;
+    const ChatFormat f = load_chat_format(o, dir);
+    for (const auto& row : rows) {
+      const ChatExample rendered = tokenize_chat_row(row, o, f, tok, file, 1);
+      const std::vector<Example> trained = tokenize_dataset({path("chat.jsonl"), "chat", ""}, row.dump(), tok);
+      ASSERT_EQ(trained.size(), 1u);
+      EXPECT_EQ(tok.decode(rendered.ids), tok.decode(trained[0].ids));
+      EXPECT_EQ(rendered.ids, trained[0].ids) << rendered.text;
+    }
   }
 }
 

@@ -308,14 +308,36 @@ TEST_F(DataSizedRows, ToolsSayAndUseTheBatchLength) {
   EXPECT_NE(said.find(fmt::format("batch 3 x seq {} at most (sized to the data; sequence_len 2048)", batch_len)),
             std::string::npos)
       << said;
-  int steps = 0;
+  std::vector<double> sized_losses;
   for (const std::string& l : lines(tr.out)) {
     if (l.rfind("{\"step\"", 0) != 0) continue;
     const auto j = nlohmann::json::parse(l);
-    ++steps;
+    sized_losses.push_back(double(j["loss"]));
     EXPECT_GT(double(j["tokens_per_s"]), 0.0);
   }
-  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(sized_losses.size(), 3u);
+
+  // pad_to_sequence_len: true (axolotl's key) pads every batch to sequence_len: said, planned and trained so,
+  // with the sized run's losses (the padding is never a target; float rounding aside).
+  const std::string padded_cfg = path("tools_padded.yaml");
+  std::ofstream(padded_cfg) << fmt::format(
+      "base_model: {}\ndatasets:\n  - path: {}\n    type: alpaca\nsequence_len: 2048\nmicro_batch_size: 3\n"
+      "max_steps: 3\npad_to_sequence_len: true\n",
+      model, data);
+  Proc tp = s_.run(kTrain + " --config " + quote(padded_cfg) + " --json");
+  ASSERT_EQ(tp.code, 0) << tp.err;
+  EXPECT_NE((tp.out + tp.err).find("batches: 2048 tokens a row (sequence_len; pad_to_sequence_len: true)"),
+            std::string::npos)
+      << tp.out + tp.err;
+  EXPECT_FALSE(std::regex_search(tp.out + tp.err, chosen));
+  std::vector<double> padded_losses;
+  for (const std::string& l : lines(tp.out))
+    if (l.rfind("{\"step\"", 0) == 0) padded_losses.push_back(double(nlohmann::json::parse(l)["loss"]));
+  ASSERT_EQ(padded_losses.size(), sized_losses.size());
+  for (size_t i = 0; i < padded_losses.size(); ++i) EXPECT_NEAR(padded_losses[i], sized_losses[i], 1e-4) << i;
+  Proc pp = s_.run(kPlan + " --config " + quote(padded_cfg) + " --model " + quote(model));
+  ASSERT_EQ(pp.code, 0) << pp.err;
+  EXPECT_NE(pp.out.find("| seq 2048 x batch 3 |"), std::string::npos) << pp.out;
 
   Proc pl = s_.run(kPlan + " --config " + quote(cfg) + " --model " + quote(model));
   ASSERT_EQ(pl.code, 0) << pl.err;

@@ -667,3 +667,28 @@ TEST_F(Datasets, ThreadCountLeavesTheCacheUnchanged) {
   const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(written == want) << "the cache file differs from one thread's examples";
 }
+
+// A plain-text file is cut at line starts and its parts tokenised on several threads: on 2, 3, 7 or 16
+// threads the one example holds exactly the ids of the whole text tokenised at once, for tokenizers that
+// split words by regex (Llama 3, Qwen2.5, GPT-2, DeepSeek), by BPE alone (Llama 2, Mistral) and one strata
+// does not cut (a lookahead regex: one thread, the same ids).
+TEST_F(Datasets, TextFileOnEveryThreadGivesTheWholeTextsIds) {
+  std::string text;
+  for (int i = 0; i < 400; ++i)
+    text += fmt::format("Line {} says: na\xC3\xAFve caf\xC3\xA9 {}   \n{}\xE6\x95\xB0\xE5\xAD\x97 \xF0\x9F\x99\x82.\n",
+                        i, std::string(size_t(i % 7), ' '), i % 3 ? "Then " : "\t");
+  const std::string f = write("cut.txt", text);
+  const DatasetSpec d{f, "completion", ""};
+  for (const char* name : {"llama3", "qwen25", "gpt2", "llama2", "mistral", "deepseek", "lookahead_split"}) {
+    SCOPED_TRACE(name);
+    const text::Tokenizer tok = text::Tokenizer::load(kTokDir + "/" + name);
+    EXPECT_EQ(tok.next_cut(text, text.size() / 2) != std::string_view::npos, std::string(name) != "lookahead_split");
+    const std::vector<Example> one = tokenize_dataset(d, text, tok, nullptr, 1);
+    ASSERT_EQ(one.size(), 1u);
+    const std::vector<int32_t> whole = tok.encode(text, false);
+    ASSERT_GE(one[0].ids.size(), whole.size());
+    EXPECT_TRUE(std::search(one[0].ids.begin(), one[0].ids.end(), whole.begin(), whole.end()) ==
+                one[0].ids.begin() + (one[0].ids.size() - whole.size() > 1));
+    for (int t : {2, 3, 7, 16}) EXPECT_EQ(tokenize_dataset(d, text, tok, nullptr, t), one) << t << " threads";
+  }
+}
