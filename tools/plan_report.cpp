@@ -71,12 +71,16 @@ void print_host(const Forecast& f, size_t host_budget) {
         format_bytes(f.state_disk_bytes).c_str(), format_bytes(f.disk_written_bytes).c_str(),
         format_bytes(f.disk_read_bytes).c_str(), f.disk_busy_s, f.disk_wait_s);
   if (host_budget) {
-    if (f.peak_host_bytes <= host_budget)
-      std::printf("fits the host budget: %s of %s left at the host peak\n",
-                  format_bytes(host_budget - f.peak_host_bytes).c_str(), format_bytes(host_budget).c_str());
+    // The budget is charged every pinned byte reserved (Forecast::host_charged_bytes), not only the peak in use.
+    const size_t charged = f.host_charged_bytes();
+    if (charged <= host_budget)
+      std::printf("fits the host budget: %s of %s left beside the pinned reservation (%s)\n",
+                  format_bytes(host_budget - charged).c_str(), format_bytes(host_budget).c_str(),
+                  format_bytes(charged).c_str());
     else
-      std::printf("does NOT fit the host budget (%s): needs %s more\n", format_bytes(host_budget).c_str(),
-                  format_bytes(f.peak_host_bytes - host_budget).c_str());
+      std::printf("does NOT fit the host budget (%s): the pinned reservation (%s) needs %s more\n",
+                  format_bytes(host_budget).c_str(), format_bytes(charged).c_str(),
+                  format_bytes(charged - host_budget).c_str());
   }
 }
 
@@ -489,7 +493,7 @@ int print_answer(std::FILE* info, bool json_out, const std::string& model, const
   out["layer_weights"] = decision_name(plan.layer_weights);
   out["mlp_tiles"] = std::max(1, req.mlp_tiles);
   out["host_budget"] = host_budget;
-  if (host_budget) out["fits_host_budget"] = f.peak_host_bytes <= host_budget;
+  if (host_budget) out["fits_host_budget"] = f.host_charged_bytes() <= host_budget;
   out["plan"] = plan.preset;
   out["budget"] = budget;
   out["forecast"] = forecast_json(f);

@@ -2,6 +2,7 @@
 // the sim backend — the same tape, schedule, plan and allocator as cpu/cuda — and reads the peak,
 // its breakdown and the model-time clock back from the arena's event log.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -140,6 +141,11 @@ struct Forecast {
   // weight pager, persistent state) allocated at the profile's pinned_alloc_gbps, and first_step_tuning_s.
   size_t pinned_bytes = 0;
   double setup_pinned_s = 0, setup_tuning_s = 0, setup_s = 0;
+  // What a host budget is charged: every pinned byte reserved (the slot store's whole pool, disk staging
+  // included, the pager's and the state's), never only the in-use peak under it. The device may fill
+  // the pool further than the sim's clock does (disk staging freed when writes land), and the
+  // reservation is what the host must hold.
+  size_t host_charged_bytes() const { return std::max(peak_host_bytes, pinned_bytes); }
 
   // Time (model clock of the cost model).
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, recompute_s = 0;

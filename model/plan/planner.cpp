@@ -106,7 +106,8 @@ struct Search {
       r.plan = make_plan(s, layers, fixed_state);
       r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
       o.f = forecast(r);
-      if (o.f.fits && o.f.peak_bytes <= b.device && o.f.peak_host_bytes <= b.host && o.f.peak_disk_bytes <= b.disk) {
+      if (o.f.fits && o.f.peak_bytes <= b.device && o.f.host_charged_bytes() <= b.host &&
+          o.f.peak_disk_bytes <= b.disk) {
         r.budget = b.device;
         o.fb = forecast(r);
         o.budgeted = true;
@@ -157,7 +158,7 @@ struct Search {
     if (sims.error) std::rethrow_exception(sims.error);
     Forecast& f = sims.f;
     res.sim_runs += sims.budgeted ? 2 : 1;
-    PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.peak_host_bytes, f.peak_disk_bytes, f.step_s, false};
+    PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.host_charged_bytes(), f.peak_disk_bytes, f.step_s, false};
     const bool device_ok = f.fits && f.peak_bytes <= b.device;
     if (device_ok && !tiers_ok(t) && (!have_short || t.step_s < short_t.step_s)) have_short = true, short_t = t;
     if (sims.budgeted) {
@@ -490,7 +491,7 @@ PlanResult plan_search(const ForecastRequest& base, const TierBudgets& budgets, 
     pr.plan.set_layer_weights(Decision::page, "planner");
     Forecast pf = forecast(pr);
     res.sim_runs++;
-    if (pf.paged_host_bytes > 0 && pf.peak_host_bytes <= budgets.host) paging.push_back(true);
+    if (pf.paged_host_bytes > 0 && pf.host_charged_bytes() <= budgets.host) paging.push_back(true);
   }
   // Decision sets: keep/recompute alone (so the tiers never make the answer worse), then with the
   // tiers that have a budget.

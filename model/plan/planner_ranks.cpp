@@ -83,7 +83,7 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
       Forecast f = forecast(c);
       runs++;
       search_progress(1);
-      const bool fits = f.fits && f.peak_host_bytes <= budgets.host && f.peak_disk_bytes <= budgets.disk;
+      const bool fits = f.fits && f.host_charged_bytes() <= budgets.host && f.peak_disk_bytes <= budgets.disk;
       if (!fits) {
         c.budget = 0;  // the in-use peak, as the search measures it
         f = forecast(c);
