@@ -65,8 +65,9 @@ void SlotStore::prepare(size_t host_bytes, size_t disk_bytes, size_t largest_dis
 }
 
 void SlotStore::note_host_peak() {
-  stats_.peak_host_bytes =
-      std::max(stats_.peak_host_bytes, host_arena_->in_use() + (staging_arena_ ? staging_arena_->in_use() : 0));
+  // Disk staging counts whole: its blocks go back when their writes land, a moment each backend's clock
+  // places differently (the sim's is not the drive's), so its in-use peak is no forecast; the reservation is.
+  stats_.peak_host_bytes = std::max(stats_.peak_host_bytes, host_arena_->in_use() + staging_bytes_);
 }
 
 Arena& SlotStore::arena_for(const Value& v) {

@@ -413,6 +413,7 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
                        ? "strata-plan: --max-seq: %d tokens not decided by the time limit (%zu lengths, %d sim runs)\n"
                        : "strata-plan: --max-seq: not even %d tokens fit (%zu lengths tried, %d sim runs)\n",
                    ms.lo, ms.tried.size(), ms.sim_runs);
+      if (r.choose_layout) print_layouts(info, a, out);
       report_unfit(pr, budget, host_budget, disk_budget, out);
       return false;
     }
@@ -426,6 +427,7 @@ static bool print_planner(std::FILE* info, bool json_out, const PlanRequest& r, 
       why += "; the plan is the fastest found by the time limit (--plan-time-limit)";
     std::fprintf(info, "max-seq: %d tokens x batch %d (%s; %zu lengths tried, %d sim runs)\n", ms.seq, a.request.batch,
                  why.c_str(), ms.tried.size(), ms.sim_runs);
+    if (r.choose_layout) print_layouts(info, a, out);  // at the answer's length
     std::fprintf(info, "%s\n", wrap_list(fmt::format("planner: {} under {}", pr.label, format_bytes(budget))).c_str());
     const Forecast& f = a.forecast;
     if (!json_out)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "engine/error.h"
 #include "model/llama/seq_parallel.h"
@@ -220,6 +221,82 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
   }
   out.plan.sim_runs = out.sim_runs;
   clock.finish(out.plan);
+  return out;
+}
+
+int widest_sequence_parallel(const ForecastRequest& base, int fixed_sp) {
+  if (fixed_sp > 0) return fixed_sp;
+  ForecastRequest r = base;
+  r.seq = 0;  // any length's: the heads alone
+  for (int sp = std::max(1, base.gpus); sp > 1; --sp)
+    if (base.gpus % sp == 0 && seq_parallel_refusal(r, sp).empty()) return sp;
+  return 1;
+}
+
+MaxSeqLayout max_seq_with_layout(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple,
+                                 int fixed_sp, int fixed_zero) {
+  if (base.gpus < 2) throw ConfigError("a layout of GPUs needs at least 2 (--gpus)", "command line", "gpus");
+  planner_detail::SearchClock clock(base);
+  MaxSeqLayout out;
+  // The lowest-memory layouts first: the most ranks sharing a row, then the highest ZeRO stage.
+  std::vector<Layout> layouts;
+  ForecastRequest any_len = base;
+  any_len.seq = 0;
+  for (int sp = base.gpus; sp >= 1; --sp) {
+    if (base.gpus % sp || (fixed_sp > 0 && sp != fixed_sp) || !seq_parallel_refusal(any_len, sp).empty()) continue;
+    for (int z = 3; z >= 0; --z)
+      if (fixed_zero < 0 || z == fixed_zero) layouts.push_back({sp, z});
+  }
+  if (layouts.empty())
+    throw ConfigError(fmt::format("no layout of {} GPUs runs this model{}", base.gpus,
+                                  fixed_sp > 0 ? fmt::format(" with sequence parallel {}", fixed_sp) : ""),
+                      "command line", "gpus");
+  std::map<int, Layout> fit_layout;  // the layout whose plan answered "fits" at a length
+  planner_detail::MaxSeqHooks hooks;
+  hooks.decide = [&](const ForecastRequest& r, bool coarse, int& runs) {
+    for (const Layout& l : layouts) {
+      if (!seq_parallel_refusal(r, l.sequence_parallel).empty()) continue;  // the length does not split
+      ForecastRequest q = r;
+      q.sequence_parallel = l.sequence_parallel;
+      q.zero_stage = l.zero_stage;
+      PlanResult pr;
+      try {
+        const size_t low = planner_detail::floor_peak(q, budgets, runs);
+        if (planner_detail::search_stopped()) return PlanResult{};
+        if (planner_detail::floor_excludes(low, budgets.device)) continue;
+        planner_detail::Goal goal;
+        goal.first_fit = true;
+        goal.coarse = coarse;
+        pr = planner_detail::plan_for_goal(q, budgets, goal);
+      } catch (const Error&) {  // a combination the engine refuses (as plan_layout skips it): not this layout
+        continue;
+      }
+      if (pr.found) {
+        fit_layout[r.seq] = l;
+        return pr;
+      }
+      runs += pr.sim_runs;
+      if (pr.stopped || planner_detail::search_stopped()) return PlanResult{};
+    }
+    return PlanResult{};
+  };
+  auto choose = [&](const ForecastRequest& r) {
+    out.layout = plan_layout(r, budgets, fixed_sp, fixed_zero);
+    PlanResult pr = std::move(out.layout.plan);
+    out.layout.plan = PlanResult{};
+    return pr;
+  };
+  hooks.fastest = choose;
+  hooks.diagnose = choose;
+  out.search = planner_detail::max_seq_search(base, budgets, lo, hi, multiple, hooks);
+  if (out.search.found && !(out.layout.found && out.search.plan.found)) {
+    // plan_layout did not settle the answer's length by the time limit: the layout whose plan fitted there.
+    out.layout.found = true;
+    out.layout.layout = fit_layout[out.search.seq];
+    out.layout.why =
+        "the first layout found to fit at this length (the time limit passed before the others were compared)";
+  }
+  clock.finish(out.search.plan);
   return out;
 }
 

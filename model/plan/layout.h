@@ -43,4 +43,18 @@ struct LayoutChoice {
 // base (its plan, budgets, tiles) with that layout; one time limit (base.plan_time_limit_s) covers them all.
 LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets, int fixed_sp, int fixed_zero);
 
+// --max-seq with the layout chosen (strata-plan --gpus N --max-seq --budget ...): the longest length at which some
+// layout of base.gpus GPUs (as plan_layout's: `fixed_sp`, `fixed_zero` when given) has a plan under the budgets,
+// by max_seq_for_budget's bisection; a length is asked of each layout the model and the length allow, the
+// lowest-memory first (the most sequence parallel, then the highest ZeRO stage), until one fits. At the answer
+// plan_layout chooses the fastest layout and plan; when nothing in range fits, `layout` diagnoses the shortest.
+struct MaxSeqLayout {
+  MaxSeqResult search;  // its plan: at the answer's length, the chosen layout's
+  LayoutChoice layout;  // the layouts at the answer's length (its plan moved to search.plan)
+};
+MaxSeqLayout max_seq_with_layout(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple,
+                                 int fixed_sp, int fixed_zero);
+// The most ranks that can share a row among base.gpus's divisors (fixed_sp > 0: that one), for the length bound.
+int widest_sequence_parallel(const ForecastRequest& base, int fixed_sp);
+
 }  // namespace strata

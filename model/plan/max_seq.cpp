@@ -28,6 +28,23 @@ SeqLimit max_seq_upper_bound(const ForecastRequest& r, const TierBudgets& budget
 }
 
 MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple) {
+  planner_detail::MaxSeqHooks hooks;
+  hooks.decide = [&](const ForecastRequest& r, bool coarse, int& runs) {
+    // Even the lowest-memory plans over the device budget: no search needed (a few sim runs, not hundreds).
+    const size_t low = planner_detail::floor_peak(r, budgets, runs);
+    if (planner_detail::search_stopped() || planner_detail::floor_excludes(low, budgets.device)) return PlanResult{};
+    planner_detail::Goal goal;
+    goal.first_fit = true;  // whether a plan fits; the fastest is searched at the answer
+    goal.coarse = coarse;
+    return planner_detail::plan_for_goal(r, budgets, goal);
+  };
+  hooks.fastest = [&](const ForecastRequest& r) { return plan_for_budget_undiagnosed(r, budgets); };
+  hooks.diagnose = [&](const ForecastRequest& r) { return plan_for_budget(r, budgets); };
+  return planner_detail::max_seq_search(base, budgets, lo, hi, multiple, hooks);
+}
+
+MaxSeqResult planner_detail::max_seq_search(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi,
+                                            int multiple, const MaxSeqHooks& hooks) {
   if (multiple < 1)
     throw ConfigError(fmt::format("max-seq search: the multiple must be at least 1, got {}", multiple), "command line",
                       "seq-multiple");
@@ -53,21 +70,11 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   auto fits = [&](long k, bool coarse) {
     ForecastRequest r = base;
     r.seq = int(k * multiple);
-    // Even the lowest-memory plans over the device budget: no search needed (a few sim runs, not hundreds).
-    int floor_runs = 0;
-    const size_t low = planner_detail::floor_peak(r, budgets, floor_runs);
-    out.sim_runs += floor_runs;
-    if (planner_detail::search_stopped()) return false;
-    if (planner_detail::floor_excludes(low, budgets.device)) {
-      out.tried.emplace_back(r.seq, false);
-      return false;
-    }
-    planner_detail::Goal goal;
-    goal.first_fit = true;  // whether a plan fits; the fastest is searched at the answer
-    goal.coarse = coarse;
-    PlanResult pr = planner_detail::plan_for_goal(r, budgets, goal);
-    out.sim_runs += pr.sim_runs;
-    if (pr.stopped && !pr.found) return false;  // undecided: the time limit passed
+    int runs = 0;
+    PlanResult pr = hooks.decide(r, coarse, runs);
+    out.sim_runs += runs + pr.sim_runs;
+    if (!pr.found && (pr.stopped || planner_detail::search_stopped()))
+      return false;  // undecided: the time limit passed
     out.tried.emplace_back(r.seq, pr.found);
     if (pr.found && r.seq > out.seq) {
       out.found = true;
@@ -79,7 +86,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
   if (!fits(k_lo, false)) {  // nothing in range: say what the shortest length needs
     ForecastRequest r = base;
     r.seq = out.lo;
-    out.plan = plan_for_budget(r, budgets);
+    out.plan = hooks.diagnose(r);
     out.sim_runs += out.plan.sim_runs;
     out.stopped = planner_detail::search_stopped();
     if (out.stopped) out.plan.sim_runs = out.sim_runs;  // what the report counts: the whole search's
@@ -91,7 +98,7 @@ MaxSeqResult max_seq_for_budget(const ForecastRequest& base, const TierBudgets& 
     if (planner_detail::search_stopped()) return;
     ForecastRequest r = base;
     r.seq = out.seq;
-    PlanResult pr = plan_for_budget_undiagnosed(r, budgets);
+    PlanResult pr = hooks.fastest(r);
     out.sim_runs += pr.sim_runs;
     if (pr.found) out.plan = std::move(pr);
     out.stopped = planner_detail::search_stopped();

@@ -2,6 +2,7 @@
 // plan_for_budget's search on one rank's forecasts, over the MLP's tile counts (model/plan/planner.h).
 #pragma once
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -39,6 +40,17 @@ inline bool floor_excludes(size_t floor, size_t device_budget) {
 // plan_for_budget toward `goal` (its fixed state placement's checks, ZeRO's ranks, the tile counts), inside the
 // caller's SearchClock.
 PlanResult plan_for_goal(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
+
+// max_seq_for_budget's bisection over lengths, with what it asks at a length given: `decide` whether some plan fits
+// (first fit; `coarse`: the low-memory families alone; `runs` += its sim runs besides the result's), `fastest` the
+// fastest plan at the answer, `diagnose` what the shortest length would need when nothing in range fits. The
+// layout planner's --max-seq (max_seq_with_layout) asks them of every layout.
+struct MaxSeqHooks {
+  std::function<PlanResult(const ForecastRequest&, bool coarse, int& runs)> decide;
+  std::function<PlanResult(const ForecastRequest&)> fastest, diagnose;
+};
+MaxSeqResult max_seq_search(const ForecastRequest& base, const TierBudgets& budgets, int lo, int hi, int multiple,
+                            const MaxSeqHooks& hooks);
 
 // The search's clock (ForecastRequest::plan_time_limit_s), on the calling thread: the outermost
 // entry point (plan_for_budget, max_seq_for_budget) starts it, nested ones share it. Once the limit

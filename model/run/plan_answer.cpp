@@ -115,14 +115,18 @@ PlanRequest plan_request(const PlanQuestion& q) {
   if (req.max_grad_norm != TrainConfig{}.max_grad_norm)
     r.run_keys += fmt::format("max_grad_norm: {}\n", req.max_grad_norm);
   // Several GPUs under a budget: what the run leaves open of the layout, the planner chooses.
-  r.choose_layout = r.ask == PlanAsk::budget && req.gpus > 1 && !(tc.sequence_parallel_given && tc.zero_stage_given);
+  r.choose_layout = (r.ask == PlanAsk::budget || r.ask == PlanAsk::max_seq) && req.gpus > 1 &&
+                    !(tc.sequence_parallel_given && tc.zero_stage_given);
   r.fixed_sp = tc.sequence_parallel_given ? tc.sequence_parallel : 0;
   r.fixed_zero = tc.zero_stage_given ? tc.zero_stage : -1;
   r.budgets.host = tc.host_budget_bytes;
   r.budgets.disk = tc.disk_budget_bytes;
   r.budgets.device = q.budget ? parse_bytes(*q.budget, "--budget") : tc.device_budget_bytes;
   if (max_seq && !q.seq_limit) {  // no silent cap: as long as the budgets could hold
-    const SeqLimit lim = max_seq_upper_bound(req, r.budgets);
+    // Choosing the layout: as long as the widest sequence-parallel group could hold.
+    ForecastRequest widest = req;
+    if (r.choose_layout) widest.sequence_parallel = widest_sequence_parallel(req, r.fixed_sp);
+    const SeqLimit lim = max_seq_upper_bound(widest, r.budgets);
     r.seq_limit = lim.seq / r.seq_multiple * r.seq_multiple;
     r.seq_limit_why = lim.why;
     if (r.seq_limit < r.seq_multiple)
@@ -140,7 +144,16 @@ PlanAnswer answer_plan(const PlanRequest& r) {
   ForecastRequest& req = a.request;
   if (r.planned()) {
     if (r.ask == PlanAsk::max_seq) {
-      a.search = max_seq_for_budget(req, r.budgets, r.seq_multiple, r.seq_limit, r.seq_multiple);
+      if (r.choose_layout) {  // the layout chosen at each length tried
+        MaxSeqLayout ml =
+            max_seq_with_layout(req, r.budgets, r.seq_multiple, r.seq_limit, r.seq_multiple, r.fixed_sp, r.fixed_zero);
+        a.search = std::move(ml.search);
+        a.layout = std::move(ml.layout);
+        req.sequence_parallel = a.layout.layout.sequence_parallel;
+        req.zero_stage = a.layout.layout.zero_stage;
+      } else {
+        a.search = max_seq_for_budget(req, r.budgets, r.seq_multiple, r.seq_limit, r.seq_multiple);
+      }
       a.planner = std::move(a.search.plan);
       a.search.plan = PlanResult{};
       if (a.search.found) req.seq = a.search.seq;

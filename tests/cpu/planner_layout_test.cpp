@@ -158,3 +158,51 @@ TEST(PlannerLayout, StrataTrainChoosesTheSameLayout) {
   cfg.sequence_parallel_given = true;  // both given: not the planner's
   EXPECT_FALSE(planner_chooses_layout(cfg, 4));
 }
+
+// strata-plan --gpus N --max-seq --budget: the layout chosen at each length. The answer is at least as long as
+// every fixed layout's own --max-seq (the old answer was sequence parallel 1 without ZeRO's), the chosen layout's
+// plan fits it, and the next multiple fits no layout.
+TEST(PlannerLayout, MaxSeqChoosesTheLayoutAtEachLength) {
+  PlanQuestion q;
+  q.model = "tiny";
+  q.gpus = 2;
+  q.max_seq = true;
+  q.budget = "64MiB";
+  q.seq_multiple = 128;
+  const PlanRequest r = plan_request(q);
+  ASSERT_TRUE(r.choose_layout);
+  EXPECT_EQ(r.ask, PlanAsk::max_seq);
+  const PlanAnswer a = answer_plan(r);
+  ASSERT_TRUE(a.found);
+  ASSERT_TRUE(a.layout.found) << a.layout.why;
+  const int seq = a.search.seq;
+  ASSERT_GT(a.search.next_seq, seq);
+  EXPECT_EQ(a.request.seq, seq);
+  EXPECT_EQ(a.request.sequence_parallel, a.layout.layout.sequence_parallel);
+  EXPECT_EQ(a.request.zero_stage, a.layout.layout.zero_stage);
+  EXPECT_LE(a.forecast.peak_bytes, r.budgets.device);
+  EXPECT_NE(a.yaml.find("sequence_len: " + std::to_string(seq)), std::string::npos) << a.yaml;
+  // Every fixed layout's own longest length is no longer.
+  int longest_fixed = 0;
+  for (int sp : {1, 2})
+    for (int z : {0, 3}) {
+      PlanQuestion f = q;
+      f.cfg.sequence_parallel = sp;
+      f.cfg.sequence_parallel_given = true;
+      f.cfg.zero_stage = z;
+      f.cfg.zero_stage_given = true;
+      const PlanRequest fr = plan_request(f);
+      ASSERT_FALSE(fr.choose_layout);
+      const PlanAnswer fa = answer_plan(fr);
+      ASSERT_TRUE(fa.found) << "sp " << sp << " zero " << z;
+      EXPECT_LE(fa.search.seq, seq) << "sp " << sp << " zero " << z;
+      longest_fixed = std::max(longest_fixed, fa.search.seq);
+    }
+  EXPECT_EQ(longest_fixed, seq);  // the search asks every layout: the best fixed one's answer
+  // The next multiple: no layout fits it.
+  ForecastRequest next = a.request;
+  next.seq = a.search.next_seq;
+  next.sequence_parallel = 1;
+  next.zero_stage = 0;
+  EXPECT_FALSE(plan_layout(next, r.budgets, 0, -1).found);
+}

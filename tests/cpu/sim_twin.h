@@ -46,6 +46,8 @@ struct CpuStep {
   bool fits = true;
   size_t peak = 0, high_water = 0, disk_peak = 0;
   size_t host_peak = 0;  // slot store peak plus the pager's and the state's host blocks (Forecast::peak_host_bytes)
+  size_t pinned =
+      0;  // the host reservations: slot store pool (staging included), pager, state (Forecast::pinned_bytes)
   std::vector<ArenaEvent> events;
 };
 
@@ -71,6 +73,8 @@ inline CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& pla
     out.peak = std::max(st.peak_device_bytes, first_peak);
     out.disk_peak = st.peak_disk_bytes + st.state_disk_bytes;
     out.host_peak = st.peak_host_bytes + (model.pager() ? model.pager()->host_bytes() : 0) + st.state_host_bytes;
+    out.pinned = tr.store().stats().host_reserved_bytes + (model.pager() ? model.pager()->host_bytes() : 0) +
+                 st.state_host_bytes;
   } catch (const OutOfMemoryError&) {
     out.fits = false;
   }

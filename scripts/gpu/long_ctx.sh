@@ -1,0 +1,173 @@
+# the 8B under the long-context budgets: 524,288 tokens on fewer layers, the full 8B at 262,144, forecast beside
+# On the GPU host: the issue's long-context runs under one H100's limits (--budget 76GiB --host-budget 110GiB
+# --disk-budget 55GiB), each planned by strata-plan --budget on this host (its --write-config is what strata-train
+# runs, unchanged: the same plan the forecast is of) and measured by strata-train on a random 8B-shaped checkpoint.
+#   scripts/gpu.sh long_ctx DIR PART
+#     PART prep-a, prep-b  that part's checkpoint alone (the 8B's: 16 GB, about 80 s), so a and b each fit one command
+#     PART a     LAYERS (default 10: a step forecast near 4 minutes) 8B-shaped layers at 524,288 tokens, STEPS (default 1) steps
+#     PART b     the full 8B (32 layers) at 262,144 tokens, STEPS (default 2: the first and one warm)
+# Settings (environment): LAYERS (part a's), SEQ and STEPS (override the part's), BUDGETS (default above), RECIPE (strata-plan
+# and strata-train recipe flags, e.g. "--master-weights bf16"; default none: fp32), PROFILE (default the GPU's
+# calibrated one), CKPT_ROOT (/tmp), OFFLOAD (/tmp/strata-long-ctx-offload, emptied first), TRAIN_TIMEOUT (a: 500 s, b: 545 s: a killed run still
+# leaves its finished steps' lines and the comparison), SHAPE (strata-make-tiny's shape flags; default the 8B's),
+# PLAN_TIME_LIMIT (a: 60 s, b: 30 s; the planner spreads its sim runs over the host's cores).
+# Results: $OUT/long_ctx.jsonl gets, per part, a {"record": "forecast"} line (strata-plan's forecast of the plan),
+# strata-train's step lines (tagged "part"), and a {"record": "compare"} line per step (measured against forecast:
+# step time, device, host and disk peaks, and the first step's setup); logs in $OUT/long_ctx.err, the plan in
+# $OUT/long_ctx-PART.yaml, strata-plan's whole JSON in $OUT/long_ctx-PART.plan.json.
+set -uo pipefail
+part=${1:?"PART: prep-a, prep-b, a or b (scripts/gpu.sh help long_ctx)"}
+budgets=${BUDGETS:---budget 76GiB --host-budget 110GiB --disk-budget 55GiB}
+mirror=""
+recipe=${RECIPE:-}
+root=${CKPT_ROOT:-/tmp}
+off=${OFFLOAD:-/tmp/strata-long-ctx-offload}
+mkdir -p "$off"
+rm -rf "${off:?}"/* # a run cut short by the timeout may leave its disk-tier file
+shape=${SHAPE:---hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256}
+log=$out/long_ctx.err
+jsonl=$out/long_ctx.jsonl
+if [[ -n ${PROFILE:-} ]]; then
+  prof=$PROFILE
+elif command -v nvidia-smi > /dev/null; then
+  pick_profile
+else # a dry run without a GPU: the forecast of the cpu backend, which strata-train then runs
+  prof=profiles/h100_80gb.calibrated.json
+  mirror="--mirror cpu"
+fi
+
+ckpt() { # LAYERS MAXPOS: the checkpoint's directory, made once (600,000 synthetic tokens, or a row's worth)
+  local d=$root/long-ctx-$1L
+  local tokens=$(($2 + 4096 > 600000 ? $2 + 4096 : 600000))
+  # shellcheck disable=SC2086 # shape is a flag list
+  make_tiny_once "$d" --layers "$1" $shape --max-pos "$2" --dtype bf16 --tokens "$tokens" --seed 1 >> "$log" 2>&1 ||
+    {
+      echo "long_ctx: strata-make-tiny failed (see $log)" >&2
+      exit 1
+    }
+  echo "$d"
+}
+
+# The disk holds one checkpoint beside a run's disk tier (55 GiB of 64): the other part's goes first.
+keep_only() { # LAYERS: removes this script's other checkpoints
+  local d
+  for d in "$root"/long-ctx-*L; do
+    [[ -d $d && $d != "$root/long-ctx-$1L" ]] && { echo "long_ctx: removing $d (disk room)" | tee -a "$log"; rm -rf "$d"; }
+  done
+}
+case $part in
+  prep-a | prep-b)
+    l=32
+    [[ $part == prep-a ]] && l=${LAYERS:-10}
+    keep_only "$l"
+    ckpt "$l" 524288 > /dev/null || exit 1
+    du -sh "$root/long-ctx-${l}L" | tee -a "$log"
+    df -h "$off" | tail -1 | tee -a "$log"
+    exit 0
+    ;;
+  a) layers=${LAYERS:-10} seq=${SEQ:-524288} steps=${STEPS:-1} plan_limit=60 train_limit=500 ;;
+  b) layers=32 seq=${SEQ:-262144} steps=${STEPS:-2} plan_limit=30 train_limit=545 ;; # 2 steps of about 215 s
+  *)
+    echo "long_ctx: PART is prep-a, prep-b, a or b, not '$part'" >&2
+    exit 2
+    ;;
+esac
+{
+  echo "== long_ctx $part: $layers layers, seq $seq, $steps steps, $budgets $recipe, profile $prof ($(date -u))"
+  if command -v nvidia-smi > /dev/null; then gpu_line; fi
+  free -g | head -2
+  df -h "$off" | tail -1
+} | tee -a "$log"
+keep_only "$layers"
+ck=$(ckpt "$layers" $((seq > 524288 ? seq : 524288))) || exit 1
+yaml=$out/long_ctx-$part.yaml
+plan_json=$out/long_ctx-$part.plan.json
+rm -f "$yaml" "$plan_json"
+
+# 1. The plan and its forecast: strata-plan --budget on this host's cores.
+start=$(date +%s%N)
+# shellcheck disable=SC2086 # budgets and recipe are flag lists
+"$dir/tools/strata-plan" --model "$ck" --seq "$seq" $budgets $recipe $mirror --profile "$prof" \
+  --plan-time-limit "${PLAN_TIME_LIMIT:-$plan_limit}" --write-config "$yaml" --json > "$plan_json" 2>> "$log"
+plan_rc=$?
+plan_s=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
+echo "strata-plan: exit $plan_rc after $plan_s s" | tee -a "$log"
+python3 - "$plan_json" "$part" "$layers" "$seq" "$plan_s" "$plan_rc" "$prof" >> "$jsonl" << 'EOF'
+import json, sys
+path, part, layers, seq, plan_s, rc, prof = sys.argv[1:]
+try:
+    p = json.load(open(path))
+except Exception as e:  # nothing fits: strata-plan says why on stderr (long_ctx.err)
+    p = {"error": str(e)}
+f = p.get("forecast", {})
+keys = ["step_s", "tokens_per_s", "peak_bytes", "high_water_bytes", "peak_host_bytes", "peak_host_slot_bytes",
+        "host_reserved_bytes", "paged_host_bytes", "state_host_bytes", "peak_disk_bytes", "state_disk_bytes", "setup"]
+rec = {"record": "forecast", "part": part, "layers": int(layers), "seq": int(seq), "plan_rc": int(rc),
+       "plan_s": float(plan_s), "profile": prof, "plan": p.get("planner", {}).get("label", p.get("plan")),
+       "fits": p.get("planner", {}).get("found", f.get("fits"))}
+rec.update({k: f[k] for k in keys if k in f})
+print(json.dumps(rec))
+EOF
+tail -1 "$jsonl"
+if [[ $plan_rc -ne 0 || ! -s $yaml ]]; then
+  echo "long_ctx: no plan fits (strata-plan's answer, what it would need, is in $log); nothing to run" | tee -a "$log"
+  grep -E "^strata-plan:" "$log" | tail -4
+  exit 1
+fi
+
+# The disk tier's forecast must fit the drive beside the checkpoint.
+need=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('forecast', {}).get('peak_disk_bytes', 0))" "$plan_json")
+free=$(($(df -B1 --output=avail "$off" | tail -1)))
+if ((need + (1 << 30) > free)); then
+  echo "long_ctx: the plan's disk tier needs $need B and $off has $free B free; free some (other checkpoints under $root?)" |
+    tee -a "$log"
+  exit 1
+fi
+
+# 2. The run: strata-train on the plan strata-plan wrote (shape, recipe and budgets in it), one JSON line a step.
+steps_file=$out/long_ctx-$part.steps.jsonl
+start=$(date +%s%N)
+timeout "${TRAIN_TIMEOUT:-$train_limit}" "$dir/tools/strata-train" --config "$yaml" --model "$ck" --data "$ck/tokens.bin" \
+  --steps "$steps" --offload-dir "$off" --json > "$steps_file" 2>> "$log"
+train_rc=$?
+train_s=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
+echo "strata-train: exit $train_rc after $train_s s" | tee -a "$log"
+
+# 3. Measured against the forecast, a line per step.
+python3 - "$steps_file" "$jsonl" "$part" "$train_s" "$train_rc" << 'EOF'
+import json, sys
+steps_path, jsonl, part, train_s, rc = sys.argv[1:]
+fc = None
+for line in open(jsonl):
+    r = json.loads(line)
+    if r.get("record") == "forecast" and r.get("part") == part:
+        fc = r  # this part's latest
+steps = [json.loads(l) for l in open(steps_path) if l.startswith("{")]
+with open(jsonl, "a") as out:
+    for s in steps:
+        s["part"] = part
+        out.write(json.dumps(s) + "\n")
+    for s in steps:
+        if "step_s" not in s:
+            continue
+        host = s["peak_host_bytes"] + s["state_host_bytes"] + fc.get("paged_host_bytes", 0)
+        c = {"record": "compare", "part": part, "step": s["step"], "seq": fc["seq"], "layers": fc["layers"],
+             "tokens_per_s": s["tokens_per_s"], "step_s": s["step_s"], "forecast_step_s": fc["step_s"],
+             "step_vs_forecast": s["step_s"] / fc["step_s"] - 1,
+             "peak_device_bytes": s["peak_device_bytes"], "forecast_peak_bytes": fc["peak_bytes"],
+             "device_exact": s["peak_device_bytes"] == fc["peak_bytes"],
+             "host_slot_bytes": s["peak_host_bytes"], "forecast_host_slot_bytes": fc["peak_host_slot_bytes"],
+             "state_host_bytes": s["state_host_bytes"], "forecast_state_host_bytes": fc["state_host_bytes"],
+             "host_bytes": host, "forecast_host_bytes": fc["peak_host_bytes"],
+             "host_exact": host == fc["peak_host_bytes"],
+             "peak_disk_bytes": s["peak_disk_bytes"], "forecast_disk_bytes": fc["peak_disk_bytes"],
+             "disk_exact": s["peak_disk_bytes"] == fc["peak_disk_bytes"]}
+        if s["step"] == steps[0]["step"]:  # the command's time before the first step: load, pin, tune (forecast: setup)
+            c["before_first_step_s"] = float(train_s) - sum(x.get("step_s", 0) for x in steps)
+            c["forecast_setup_s"] = fc.get("setup", {}).get("seconds")
+        c["train_rc"] = int(rc)
+        out.write(json.dumps(c) + "\n")
+        print(json.dumps(c))
+EOF
+grep -E "plan:|host tier|error|fp8|done" "$log" | tail -6
+exit "$train_rc"
