@@ -51,7 +51,8 @@ class Attention {
   // Which cuDNN engine config runs the shape ("engine 6 k24=26 ..."; the backward also names its
   // graph variant), or the path when it is not cuDNN. The plan is tuned on the first call of a
   // shape: every candidate config whose workspace fits (attention_tune_budget) is timed on the
-  // call's own buffers and the fastest is kept. STRATA_ATTN_TUNE=0 keeps cuDNN's heuristic pick;
+  // call's own buffers and the fastest is kept (past kAttentionTuneMaxT tokens, on a stand-in of that
+  // length: attention_workspace.h). STRATA_ATTN_TUNE=0 keeps cuDNN's heuristic pick;
   // STRATA_ATTN_VERBOSE=1 prints the candidates and their times.
   std::string plan_label(const AttnShape& s, bool backward) const;
 

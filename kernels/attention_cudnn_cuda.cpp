@@ -436,10 +436,60 @@ struct Attention::Impl {
       return eligible[size_t(forced)];
     }
     if (!tuned) {
-      picked = tune_choice(what, s, eligible, region, st, run);
+      picked = attention_tunes_by_stand_in(s.T) ? tune_by_stand_in(what, s, eligible, region, st, run)
+                                                : tune_choice(what, s, eligible, region, st, run);
       tuned = true;
     }
     return picked;
+  }
+
+  // A long shape's pick (attention_workspace.h, kAttentionTuneMaxT): the candidates of the stand-in
+  // shape {1, kAttentionTuneMaxT, Hq, Hkv, D} are timed on the call's own buffers (each stand-in
+  // tensor is smaller than the call's, so a prefix of it; the values do not matter to the timing, and
+  // the caller's final run overwrites every output), and the call runs its own candidate with the
+  // winner's engine config and graph variant. cuDNN's own pick where there is none, or where the
+  // stand-in's plan-ws region would not fit inside the call's (never for the layouts cuDNN 9 gives).
+  template <class Run>
+  Choice tune_by_stand_in(const char* what, const AttnShape& s, const std::vector<Choice>& eligible, size_t region,
+                          cudaStream_t st, Run&& run) {
+    const bool backward = what[0] == 'b';
+    const AttnShape stand_in{1, kAttentionTuneMaxT, s.Hq, s.Hkv, s.D};
+    const Entry* se = cudnn_entry(stand_in);
+    const Entry& own = entry(s);
+    std::string why;
+    if (!se) {
+      why = "the stand-in shape is not on the cudnn path";
+    } else if ((backward ? se->bwd_region : se->fwd_region) > region) {
+      why = "the stand-in's plan workspace exceeds the call's";
+    } else if (backward && se->bwd[0]->dq_accum && !own.bwd[0]->dq_accum) {
+      why = "the call's workspace has no dQ accumulator for the stand-in's plans";
+    }
+    if (!why.empty()) {
+      if (verbose)
+        std::fprintf(stderr, "strata attention %s B=%d T=%d: cuDNN's own plan, untimed (%s)\n", what, s.B, s.T,
+                     why.c_str());
+      return eligible[0];
+    }
+    const std::vector<Choice>& stand_in_eligible = backward ? se->bwd_eligible : se->fwd_eligible;
+    const Choice best =
+        tune_choice(what, stand_in, stand_in_eligible, backward ? se->bwd_region : se->fwd_region, st, run);
+    const std::string want = choice_label(best, backward);
+    for (const Choice& c : eligible)
+      if (choice_label(c, backward) == want) {
+        if (verbose)
+          std::fprintf(stderr, "strata attention %s B=%d T=%d Hq=%d Hkv=%d D=%d: tuned at T=%d: %s\n", what, s.B, s.T,
+                       s.Hq, s.Hkv, s.D, kAttentionTuneMaxT, want.c_str());
+        return c;
+      }
+    if (verbose)
+      std::fprintf(stderr,
+                   "strata attention %s B=%d T=%d: the stand-in's pick (%s) is not a candidate here; cuDNN's own\n",
+                   what, s.B, s.T, want.c_str());
+    return eligible[0];
+  }
+
+  static std::string choice_label(const Choice& c, bool backward) {
+    return c.plan->graph->candidates[c.cand].label + (backward ? variant_label(*c.plan) : "");
   }
 
   static std::string variant_label(const Plan& p) {

@@ -44,6 +44,19 @@ inline size_t attention_tune_budget(int B, int T, int Hq, int Hkv, int D, bool b
   return backward ? 2 * attention_align256(size_t(B) * Hq * T * D * 4) : 0;
 }
 
+// Plan tuning times every candidate several times, and one attention call grows with T^2: at 524,288
+// tokens of an 8B's heads a backward call takes seconds, and timing every candidate on the call itself
+// would cost minutes before the first step. Longer sequences are therefore tuned on a stand-in of
+// B = 1 and T = kAttentionTuneMaxT (the same heads) on a prefix of the call's own buffers, and run the
+// candidate with the stand-in's winning engine config and graph variant. Which candidate runs never
+// changes the workspace (the region above), so the arena and the sim are unchanged by it.
+constexpr int kAttentionTuneMaxT = 32768;
+
+// The shape whose timings pick the plan of (B, T): itself up to kAttentionTuneMaxT, else the stand-in.
+inline bool attention_tunes_by_stand_in(int T) {
+  return T > kAttentionTuneMaxT;
+}
+
 inline bool attention_uses_cudnn(int head_dim) {
   return head_dim % 8 == 0 && head_dim <= 256;
 }

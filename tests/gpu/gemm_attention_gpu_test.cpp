@@ -12,6 +12,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
+#include "kernels/attention_workspace.h"
 #include "kernels/gemm_cuda.h"
 #include "kernels/linear.h"
 
@@ -259,18 +260,12 @@ TEST(AttentionGpu, DeclinedShapeFallsBack) {
   check_attention(attn, s);
 }
 
-// Prints achieved throughput of both paths on a Llama-like shape (no assertion on speed).
-// A realistic shape on both paths: cuDNN's forward and backward agree with the fallback's (fp32
-// math), and each path's time is printed for information (benchmarks measure speed; this does not
-// judge it). STRATA_ATTN_TIMING_SHAPE=B,T,Hq,Hkv,D picks the shape (default 1,2048,32,8,128; the 8B
-// benchmark's is 1,8192,32,8,128), e.g. to look at one shape alone under ncu, CUPTI or cuDNN's log.
-TEST(AttentionGpu, LargeShapeBothPathsAgree) {
-  STRATA_REQUIRE_GPU();
-  AttnShape s{1, 2048, 32, 8, 128};
-  if (const char* env = std::getenv("STRATA_ATTN_TIMING_SHAPE")) {
-    ASSERT_EQ(std::sscanf(env, "%d,%d,%d,%d,%d", &s.B, &s.T, &s.Hq, &s.Hkv, &s.D), 5)
-        << "STRATA_ATTN_TIMING_SHAPE=" << env << ": expected B,T,Hq,Hkv,D";
-  }
+namespace {
+
+// Runs fwd and bwd of `s` twice on the cuDNN path and on the fallback and checks they agree (the
+// fallback's math is fp32); each path's time on its second call is printed for information
+// (benchmarks measure speed; this does not judge it).
+void both_paths_agree(const AttnShape& s) {
   const size_t nq = size_t(s.B) * s.T * s.Hq * s.D, nkv = size_t(s.B) * s.T * s.Hkv * s.D;
   DevBuf<bf16> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq), dk(nkv), dv(nkv);
   DevBuf<float> lse(size_t(s.B) * s.Hq * s.T);
@@ -319,6 +314,68 @@ TEST(AttentionGpu, LargeShapeBothPathsAgree) {
           close(got[size_t(i)], first[size_t(i)], tol[i], std::string(names[i]) + " fallback vs cudnn " + str(s)));
   }
   Attention::set_force_fallback(false);
+}
+
+}  // namespace
+
+// A realistic shape on both paths. STRATA_ATTN_TIMING_SHAPE=B,T,Hq,Hkv,D picks the shape (default
+// 1,2048,32,8,128; the 8B benchmark's is 1,8192,32,8,128), e.g. to look at one shape alone under ncu,
+// CUPTI or cuDNN's log.
+TEST(AttentionGpu, LargeShapeBothPathsAgree) {
+  STRATA_REQUIRE_GPU();
+  AttnShape s{1, 2048, 32, 8, 128};
+  if (const char* env = std::getenv("STRATA_ATTN_TIMING_SHAPE")) {
+    ASSERT_EQ(std::sscanf(env, "%d,%d,%d,%d,%d", &s.B, &s.T, &s.Hq, &s.Hkv, &s.D), 5)
+        << "STRATA_ATTN_TIMING_SHAPE=" << env << ": expected B,T,Hq,Hkv,D";
+  }
+  both_paths_agree(s);
+}
+
+// Past strata::kAttentionTuneMaxT the plan is tuned on the stand-in {1, strata::kAttentionTuneMaxT, Hq, Hkv, D} on a
+// prefix of the call's buffers (B = 2 here, so the prefix is not the whole first row's tensor): the
+// results still agree with the fallback, the long shape runs the stand-in's winning engine config and
+// graph variant wherever that is one of its own candidates, and the tuned pick is not "not yet tuned".
+TEST(AttentionGpu, LongShapeTunedOnItsStandIn) {
+  STRATA_REQUIRE_GPU();
+  Attention::set_force_fallback(false);
+  const AttnShape s{2, strata::kAttentionTuneMaxT + 1000, 4, 2, 64};
+  ASSERT_TRUE(strata::attention_tunes_by_stand_in(s.T));
+  both_paths_agree(s);
+  Attention attn;
+  if (std::string(attn.path(s)) != "cudnn") GTEST_SKIP() << "cuDNN declines " << str(s) << ": " << attn.path(s);
+  const AttnShape stand_in{1, strata::kAttentionTuneMaxT, s.Hq, s.Hkv, s.D};
+  auto run = [&](const AttnShape& sh) {
+    const size_t nq = size_t(sh.B) * sh.T * sh.Hq * sh.D, nkv = size_t(sh.B) * sh.T * sh.Hkv * sh.D;
+    DevBuf<bf16> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq), dk(nkv), dv(nkv);
+    DevBuf<float> lse(size_t(sh.B) * sh.Hq * sh.T);
+    q.upload(to_bf16(randn(nq, 31)));
+    k.upload(to_bf16(randn(nkv, 32)));
+    v.upload(to_bf16(randn(nkv, 33)));
+    d_o.upload(to_bf16(randn(nq, 34)));
+    const size_t wf = attn.workspace_bytes(sh, false), wb = attn.workspace_bytes(sh, true);
+    DevBuf<char> ws(std::max(wf, wb));
+    attn.fwd(o.p, lse.p, q.p, k.p, v.p, sh, ws.p, wf, nullptr);
+    attn.bwd(dq.p, dk.p, dv.p, d_o.p, q.p, k.p, v.p, o.p, lse.p, sh, false, ws.p, wb, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+  };
+  run(s);         // tunes on the stand-in
+  run(stand_in);  // the stand-in's own pick: the one recorded while tuning s
+  for (bool backward : {false, true}) {
+    const std::string got = attn.plan_label(s, backward), want = attn.plan_label(stand_in, backward);
+    std::printf("[attention] %s %s: %s (stand-in: %s)\n", str(s).c_str(), backward ? "bwd" : "fwd", got.c_str(),
+                want.c_str());
+    EXPECT_EQ(got.find("not yet tuned"), std::string::npos) << got;
+    std::vector<std::string> own;  // the long shape's own candidates
+    for (size_t i = 0; i < attn.candidate_count(s, backward); i++) {
+      Attention::set_force_candidate(backward, int(i));
+      own.push_back(attn.plan_label(s, backward));
+    }
+    Attention::set_force_candidate(backward, -1);
+    if (std::find(own.begin(), own.end(), want) != own.end())
+      EXPECT_EQ(got, want) << "the long shape should run the stand-in's pick";
+    else
+      EXPECT_EQ(got, own.front()) << "no stand-in match: cuDNN's own pick";
+  }
 }
 
 #else
