@@ -64,6 +64,9 @@ class SimBackend : public Backend {
  public:
   virtual double now_s() const = 0;
   virtual const SimTimes& times() const = 0;
+  // The kernels' first-call tuning of every GEMM and attention problem run so far, once each (mirror cuda; 0 on
+  // cpu): Forecast::setup_tuning_s beside the profile's first_step_tuning_s. Not in the clock.
+  virtual double tuning_s() const = 0;
   virtual void reset_times() = 0;  // zeroes the per-op sums and phase marks (not the clock)
   virtual SimMirror mirror() const = 0;
   virtual const CostModel& cost() const = 0;

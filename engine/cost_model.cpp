@@ -115,6 +115,8 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["disk_source"] = p.disk_source;
   j["pinned_alloc_gbps"] = p.pinned_alloc_gbps;
   j["first_step_tuning_s"] = p.first_step_tuning_s;
+  j["attention_tune_candidates_fwd"] = p.attention_tune_candidates_fwd;
+  j["attention_tune_candidates_bwd"] = p.attention_tune_candidates_bwd;
   j["attention_plan_ws_fwd_bytes"] = p.attention_plan_ws_fwd_bytes;
   j["attention_plan_ws_bwd_bytes"] = p.attention_plan_ws_bwd_bytes;
   j["attention_plan_ws_bwd_gqa_copies"] = p.attention_plan_ws_bwd_gqa_copies;
@@ -189,6 +191,16 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.disk_source = field<std::string>(j, "disk_source", where, false, "");
   p.pinned_alloc_gbps = field<double>(j, "pinned_alloc_gbps", where, false, DeviceProfile{}.pinned_alloc_gbps);
   p.first_step_tuning_s = field<double>(j, "first_step_tuning_s", where, false, DeviceProfile{}.first_step_tuning_s);
+  p.attention_tune_candidates_fwd =
+      field<int>(j, "attention_tune_candidates_fwd", where, false, DeviceProfile{}.attention_tune_candidates_fwd);
+  p.attention_tune_candidates_bwd =
+      field<int>(j, "attention_tune_candidates_bwd", where, false, DeviceProfile{}.attention_tune_candidates_bwd);
+  for (auto [key, v] : {std::pair{"attention_tune_candidates_fwd", p.attention_tune_candidates_fwd},
+                        {"attention_tune_candidates_bwd", p.attention_tune_candidates_bwd}})
+    if (v < 1)
+      STRATA_THROW(ConfigError,
+                   fmt::format("{}: device profile field '{}' must be >= 1 (cuDNN's own plan), got {}", where, key, v),
+                   where, key);
   if (!(p.pinned_alloc_gbps > 0))
     STRATA_THROW(
         ConfigError,

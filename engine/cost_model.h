@@ -83,12 +83,19 @@ struct DeviceProfile {
 
   // The first step's setup, before its kernels and outside the step time (Forecast::setup_s): pinned host memory
   // (the slot store's, the weight pager's and the state's reservations) allocated at pinned_alloc_gbps, and the
-  // libraries' first-call work (cuBLASLt's heuristics, cuDNN's attention plans) as first_step_tuning_s.
+  // libraries' first-call work (cuBLASLt's heuristics, cuDNN's plan builds) as first_step_tuning_s, plus the
+  // kernels' first-call tuning, which the sim forecasts per problem: every GEMM problem's candidates run
+  // kGemmTuneCandidates x (1 + kGemmTuneReps) times, every attention shape's (at its stand-in length past
+  // kAttentionTuneMaxT) attention_tune_candidates_fwd/_bwd x (1 + kAttentionTuneReps) times (kernels/tune_costs.h).
   // strata-calibrate times a 1 GiB pinned allocation. The defaults are assumptions: 1.5 GB/s is what the gap of
   // an H100 host's first 8B step at 262144 tokens (281 s with 97 GiB pinned) over a warmed-up step (210 s on
   // another host) would give if it were all allocation; 2 s of tuning is a guess.
   double pinned_alloc_gbps = 1.5;
   double first_step_tuning_s = 2.0;
+  // The eligible cuDNN attention plans a shape has, forward and backward: 2 and 6 at the 8B's heads (32/8 x 128) on
+  // an H200 with cuDNN 9.14 (STRATA_ATTN_VERBOSE=1, docs/bench/2026-11-26-h200-attention-tuning.txt).
+  int attention_tune_candidates_fwd = 2;
+  int attention_tune_candidates_bwd = 6;
 
   // cuDNN's execution-plan workspace for the attention graphs (kernels/attention_workspace.h):
   // forward a constant; backward a constant plus, for GQA, `gqa_copies` fp32 [B, Hq, T, D]

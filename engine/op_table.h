@@ -84,6 +84,10 @@ class OpSim : public OpEnv {
   virtual bool attention_uses_cudnn(int head_dim) const = 0;
   virtual void zero_first(const Tensor& t) = 0;
   virtual void optimizer_starts() = 0;
+  // The GEMM and attention problems an op runs, for the first call's tuning (the sim mirroring cuda forecasts it
+  // once per problem: Forecast::setup_tuning_s). layout: 0 y = x w^T, 1 dx = dy w, 2 dw = dy^T x.
+  virtual void gemm_problem(double m, double n, double k, double bytes, int layout, bool fp8) = 0;
+  virtual void attention_problem(int b, int t, int hq, int hkv, int d, bool backward) = 0;
 
  protected:
   ~OpSim() = default;

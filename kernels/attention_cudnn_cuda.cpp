@@ -29,6 +29,7 @@
 #include "kernels/attention_cuda.h"
 #include "kernels/attention_workspace.h"
 #include "kernels/cudnn_graph.h"
+#include "kernels/tune_costs.h"
 #include "kernels/tune_picks.h"
 
 namespace strata::cuda {
@@ -496,7 +497,7 @@ struct Attention::Impl {
     return fmt::format(" [causal_first={} dq_accum={} k_f32={} modern={}]", p.causal_first, p.dq_accum, p.k_f32,
                        p.modern);
   }
-  static constexpr int kTuneReps = 3;
+  static constexpr int kTuneReps = kAttentionTuneReps;
   static TunePicks<std::array<int, 6>>& picks() {  // shared by every Attention of the process
     static TunePicks<std::array<int, 6>> p;
     return p;

@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "engine/op_scratch.h"
 #include "kernels/attention_workspace.h"
+#include "kernels/tune_costs.h"
 
 namespace strata {
 
@@ -89,6 +92,7 @@ class SimBackendImpl final : public SimBackend {
   // --- SimBackend
   double now_s() const override { return now_; }
   const SimTimes& times() const override { return times_; }
+  double tuning_s() const override { return tuning_s_; }
   void reset_times() override {
     times_ = {};
     backward_ended_ = false;
@@ -231,6 +235,29 @@ class SimBackendImpl final : public SimBackend {
     bool attention_uses_cudnn(int head_dim) const override { return strata::attention_uses_cudnn(head_dim); }
     void zero_first(const Tensor& t) override { b_.zero(t); }
     void optimizer_starts() override { b_.mark_optimizer(); }
+    // cuBLASLt times its top candidates of each problem once (gemm_cuda.cpp; a problem first met accumulating
+    // is tuned at its first overwriting call, so every problem counts once here too).
+    void gemm_problem(double m, double n, double k, double bytes, int layout, bool fp8) override {
+      if (!b_.cuda()) return;
+      const CostModel& c = b_.cost_;
+      b_.tuned_once(
+          {double(fp8), double(layout), m, n, k, 0},
+          (fp8 ? c.gemm_fp8(m, n, k, bytes) : c.gemm(m, n, k, bytes)) * kGemmTuneCandidates * (1 + kGemmTuneReps));
+    }
+    // cuDNN times each eligible plan of a shape once, past kAttentionTuneMaxT tokens on the stand-in shape, which
+    // every longer shape of those heads shares (attention_cudnn_cuda.cpp); cuDNN's own plan alone is not timed.
+    void attention_problem(int b, int t, int hq, int hkv, int d, bool backward) override {
+      if (!b_.cuda() || !strata::attention_uses_cudnn(d)) return;
+      const int candidates =
+          backward ? b_.opt_.profile.attention_tune_candidates_bwd : b_.opt_.profile.attention_tune_candidates_fwd;
+      if (candidates < 2) return;
+      if (attention_tunes_by_stand_in(t)) {
+        b = 1;
+        t = kAttentionTuneMaxT;
+      }
+      b_.tuned_once({2.0 + double(backward), double(b), double(t), double(hq), double(hkv), double(d)},
+                    b_.cost_.attention(b, t, hq, d, backward) * candidates * (1 + kAttentionTuneReps));
+    }
 
    private:
     SimBackendImpl& b_;
@@ -331,6 +358,12 @@ class SimBackendImpl final : public SimBackend {
   CostModel cost_;
   Arena arena_;
   ScratchSet gemm_ws_;
+  // The first call's tuning: each problem's key once (Pricer::gemm_problem, attention_problem).
+  std::set<std::array<double, 6>> tuned_;
+  double tuning_s_ = 0;
+  void tuned_once(const std::array<double, 6>& key, double s) {
+    if (tuned_.insert(key).second) tuning_s_ += s;
+  }
   std::string desc_;
   double now_ = 0;                           // the compute clock: end of the last compute-stream op
   double compute_after_ = 0;                 // the next compute op starts no earlier (copy_wait_compute)

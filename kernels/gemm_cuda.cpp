@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "kernels/tune_costs.h"
 #include "kernels/tune_picks.h"
 
 namespace strata::cuda {
@@ -249,7 +250,7 @@ struct Gemm::Impl {
                    int(p.ta), int(p.tb), n, log.c_str(), best_i, sustained_ms > 0 ? " (sustained)" : "");
   }
 
-  static constexpr int kTuneCandidates = 8, kTuneReps = 3, kTuneRounds = 3;
+  static constexpr int kTuneCandidates = kGemmTuneCandidates, kTuneReps = kGemmTuneReps, kTuneRounds = 3;
   using Key = std::array<int64_t, 15>;
   static TunePicks<Key>& picks() {  // shared by every Gemm of the process
     static TunePicks<Key> p;

@@ -87,8 +87,12 @@ double attention_time(const OpCall& c, const CostModel& cost) {
 // On cuda one mode serves all three gradients: an overwrite lets cuDNN write them in place; adding zeroes the
 // overwritten ones and goes through scratch and three adds.
 OpTime attention_price(const OpCall& c, OpSim& sim) {
+  const Tensor &q = q_of(c), &k = k_of(c);
+  if (!packed(c))  // packed rows run the flash kernels, which are not tuned
+    sim.attention_problem(int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2]), int(q.shape[3]),
+                          c.backward);
   if (!c.backward) return {attention_time(c, sim.cost())};
-  const Tensor &dq = c.t[0], &dk = c.t[1], &dv = c.t[2], &q = q_of(c), &k = k_of(c);
+  const Tensor &dq = c.t[0], &dk = c.t[1], &dv = c.t[2];
   double extra = 0;
   int kernels = 1;
   const bool accumulate = c.acc[0] || c.acc[1] || c.acc[2];

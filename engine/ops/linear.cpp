@@ -51,16 +51,15 @@ using namespace ops::detail;
 // GEMMs: flops or bytes, whichever binds. linear_fwd(y, x, w); linear_bwd(dx, dw, dy, x, w) runs the dx and the
 // dw GEMM for the gradients wanted.
 OpTime linear_price(const OpCall& c, OpSim& sim) {
-  const CostModel& cost = sim.cost();
   if (!c.backward) {
     const Tensor &y = c.t[0], &x = c.t[1], &w = c.t[2];
-    return {cost.gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y))};
+    return {gemm_time(sim, 0, rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(y))};
   }
   const Tensor &dx = c.t[0], &dw = c.t[1], &dy = c.t[2], &w = c.t[4];
   const double n = rows(dy), in = cols(w), o = double(w.shape[0]);
   double t = 0;
-  if (dx.defined()) t += cost.gemm(n, in, o, B(dy) + B(w) + rw(dx, c.acc[0]));
-  if (dw.defined()) t += cost.gemm(o, in, n, B(dy) + n * in * dtype_size(dy.dtype) + rw(dw, c.acc[1]));
+  if (dx.defined()) t += gemm_time(sim, 1, n, in, o, B(dy) + B(w) + rw(dx, c.acc[0]));
+  if (dw.defined()) t += gemm_time(sim, 2, o, in, n, B(dy) + n * in * dtype_size(dy.dtype) + rw(dw, c.acc[1]));
   return {t, int(dx.defined()) + int(dw.defined()), false};
 }
 }  // namespace

@@ -82,18 +82,18 @@ OpTime linear_fp8_price(const OpCall& c, OpSim& sim) {
   const CostModel& cost = sim.cost();
   if (!c.backward) {
     const Tensor &y = c.t[0], &x8 = c.t[1], &w8 = c.t[3];
-    return {cost.gemm_fp8(rows(x8), double(w8.shape[0]), cols(x8), B(x8) + B(w8) + B(y)), 1, true};
+    return {gemm_fp8_time(sim, 0, rows(x8), double(w8.shape[0]), cols(x8), B(x8) + B(w8) + B(y)), 1, true};
   }
   const Tensor &dx = c.t[0], &dw = c.t[1], &dy = c.t[2], &x8t = c.t[3], &w8t = c.t[5];
   const double n = rows(dy), o = cols(dy);
   double s = cost.fp8_cast(B(dy)) + cost.fp8_cast(B(dy) + (double(dx.defined()) + double(dw.defined())) * n * o);
   int kernels = 2;
   if (dx.defined()) {
-    s += cost.gemm_fp8(n, rows(w8t), o, n * o + B(w8t) + rw(dx, c.acc[0]));
+    s += gemm_fp8_time(sim, 1, n, rows(w8t), o, n * o + B(w8t) + rw(dx, c.acc[0]));
     kernels += 1;
   }
   if (dw.defined()) {
-    s += cost.gemm_fp8(o, rows(x8t), n, n * o + B(x8t) + rw(dw, c.acc[1]));
+    s += gemm_fp8_time(sim, 2, o, rows(x8t), n, n * o + B(x8t) + rw(dw, c.acc[1]));
     kernels += 1;
   }
   return {s, kernels, false};

@@ -121,8 +121,8 @@ OpTime lm_head_ce_price(const OpCall& c, OpSim& sim) {
     int kernels = 0;
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const double n = std::min(chunk, N - r0);
-      t += cost.gemm(n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
-      t += cost.memory(n * V * 4 + n * 12);                    // softmax statistics and token loss
+      t += gemm_time(sim, 0, n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
+      t += cost.memory(n * V * 4 + n * 12);                            // softmax statistics and token loss
       kernels += 2;
     }
     t += 2 * cost.memory(double(N) * 4);  // count valid targets, finalize the mean
@@ -136,11 +136,11 @@ OpTime lm_head_ce_price(const OpCall& c, OpSim& sim) {
   int kernels = 1;
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const double n = std::min(chunk, N - r0);
-    t += cost.gemm(n, V, C, n * C * es + B(w) + n * V * 4);
+    t += gemm_time(sim, 0, n, V, C, n * C * es + B(w) + n * V * 4);
     t += cost.memory(n * V * (bwd ? 4 + dl : 4 + 4 + dl) + n * 8);  // statistics (and token loss), dlogits
     kernels += 2;
-    if (dx.defined()) t += cost.gemm(n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es), ++kernels;
-    if (dw.defined()) t += cost.gemm(V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
+    if (dx.defined()) t += gemm_time(sim, 1, n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es), ++kernels;
+    if (dw.defined()) t += gemm_time(sim, 2, V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
   }
   if (bwd) return {t, kernels, false};
   t += cost.memory(double(N) * 4);  // finalize the mean

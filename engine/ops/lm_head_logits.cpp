@@ -8,7 +8,7 @@ using namespace ops::detail;
 // lm_head_logits(logits, x, w): one GEMM.
 OpTime lm_head_logits_price(const OpCall& c, OpSim& sim) {
   const Tensor &logits = c.t[0], &x = c.t[1], &w = c.t[2];
-  return {sim.cost().gemm(rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits))};
+  return {gemm_time(sim, 0, rows(x), double(w.shape[0]), cols(x), B(x) + B(w) + B(logits))};
 }
 }  // namespace
 

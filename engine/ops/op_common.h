@@ -24,6 +24,15 @@ inline double rows(const Tensor& t) {
 inline double cols(const Tensor& t) {
   return double(t.shape[t.shape.nd - 1]);
 }
+// A GEMM's time on the sim's clock, its problem noted for the first call's tuning (OpSim::gemm_problem).
+inline double gemm_time(OpSim& sim, int layout, double m, double n, double k, double bytes) {
+  sim.gemm_problem(m, n, k, bytes, layout, false);
+  return sim.cost().gemm(m, n, k, bytes);
+}
+inline double gemm_fp8_time(OpSim& sim, int layout, double m, double n, double k, double bytes) {
+  sim.gemm_problem(m, n, k, bytes, layout, true);
+  return sim.cost().gemm_fp8(m, n, k, bytes);
+}
 // Each cost sums its terms in the order the sim always has, so forecasts stay bit-identical.
 inline OpKernelBytes one(double b) {
   return OpKernelBytes{}.add(b);

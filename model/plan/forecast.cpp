@@ -253,7 +253,7 @@ Forecast forecast(const ForecastRequest& r) {
       f.peak_host_bytes = f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes;
       f.pinned_bytes = f.host_reserved_bytes + f.paged_host_bytes + f.state_host_bytes;
       f.setup_pinned_s = double(f.pinned_bytes) / (r.profile.pinned_alloc_gbps * 1e9);
-      f.setup_tuning_s = r.profile.first_step_tuning_s;
+      f.setup_tuning_s = r.profile.first_step_tuning_s + be->tuning_s();
       f.setup_s = f.setup_pinned_s + f.setup_tuning_s;
       f.paged_bytes_uploaded = st.paged_bytes_uploaded;
       f.paged_uploads = st.paged_uploads;

@@ -138,7 +138,8 @@ struct Forecast {
   long recomputed_nodes = 0;
 
   // The first step's setup, not in step_s (the later steps have none): its pinned host reservations (slot store,
-  // weight pager, persistent state) allocated at the profile's pinned_alloc_gbps, and first_step_tuning_s.
+  // weight pager, persistent state) allocated at the profile's pinned_alloc_gbps, and the first calls' work: the
+  // profile's first_step_tuning_s plus the kernels' tuning of each GEMM and attention problem (SimBackend::tuning_s).
   size_t pinned_bytes = 0;
   double setup_pinned_s = 0, setup_tuning_s = 0, setup_s = 0;
   // The host memory the run holds: its pinned reservations, which are taken whole at the first step, and never

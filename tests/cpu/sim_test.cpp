@@ -13,6 +13,7 @@
 #include "engine/backend_sim.h"
 #include "engine/cost_model.h"
 #include "kernels/attention_workspace.h"
+#include "kernels/tune_costs.h"
 #include "model/data/data.h"
 #include "model/plan/forecast.h"
 #include "model/plan/timeline_svg.h"
@@ -553,6 +554,41 @@ TEST(BackendCast, RoundsToNearestEvenAndChecksItsArguments) {
   EXPECT_GT(sim->now_s(), t0);
 }
 
+// The first step's tuning, forecast per problem as the cuda kernels tune (kernels/tune_costs.h): once for each GEMM
+// and attention problem however many layers and steps run it, none on the cpu mirror, and past kAttentionTuneMaxT
+// tokens at the stand-in's length whatever the sequence's.
+TEST(Sim, FirstCallTuningIsForecastOncePerProblem) {
+  ForecastRequest r = tiny_cuda_request(Plan::keep_everything());
+  const Forecast f = forecast(r);
+  ASSERT_TRUE(f.fits) << f.oom;
+  const double fixed = r.profile.first_step_tuning_s;
+  EXPECT_GT(f.setup_tuning_s, fixed);
+  EXPECT_DOUBLE_EQ(forecast(tiny_request(Plan::keep_everything())).setup_tuning_s, fixed) << "cpu tunes nothing";
+
+  ForecastRequest deeper = r;  // more layers run the same problems: nothing more to tune
+  deeper.model.num_hidden_layers *= 2;
+  EXPECT_DOUBLE_EQ(forecast(deeper).setup_tuning_s, f.setup_tuning_s);
+
+  // One more eligible backward plan: one more plan's runs of the one attention shape, at that shape's cost.
+  const auto one_more_bwd_plan = [](ForecastRequest q) {
+    const double before = forecast(q).setup_tuning_s;
+    q.profile.attention_tune_candidates_bwd += 1;
+    return forecast(q).setup_tuning_s - before;
+  };
+  const CostModel cost(r.profile);
+  const int hq = r.model.num_attention_heads, d = r.model.head_dim;
+  EXPECT_NEAR(one_more_bwd_plan(r), cost.attention(r.batch, r.seq, hq, d, true) * (1 + kAttentionTuneReps), 1e-12);
+  for (int seq : {kAttentionTuneMaxT + 512, 3 * kAttentionTuneMaxT}) {
+    ForecastRequest longer = r;
+    longer.seq = seq;
+    longer.batch = 1;
+    longer.loss_chunk_tokens = 4096;
+    EXPECT_NEAR(one_more_bwd_plan(longer),
+                cost.attention(1, kAttentionTuneMaxT, hq, d, true) * (1 + kAttentionTuneReps), 1e-12)
+        << "seq " << seq << " is tuned at the stand-in's length";
+  }
+}
+
 // The first step's setup is its own figure: the pinned host reservations at the profile's rate plus the tuning
 // time, none of it in the step; without a host tier only the tuning is left.
 TEST(Sim, FirstStepSetupIsSeparateFromTheStep) {
@@ -564,7 +600,7 @@ TEST(Sim, FirstStepSetupIsSeparateFromTheStep) {
   ASSERT_GT(f.host_reserved_bytes, 0u);
   EXPECT_EQ(f.pinned_bytes, f.host_reserved_bytes + f.paged_host_bytes + f.state_host_bytes);
   EXPECT_DOUBLE_EQ(f.setup_pinned_s, double(f.pinned_bytes) / (r.profile.pinned_alloc_gbps * 1e9));
-  EXPECT_DOUBLE_EQ(f.setup_tuning_s, r.profile.first_step_tuning_s);
+  EXPECT_GT(f.setup_tuning_s, r.profile.first_step_tuning_s) << "the kernels' tuning comes on top (mirror cuda)";
   EXPECT_DOUBLE_EQ(f.setup_s, f.setup_pinned_s + f.setup_tuning_s);
 
   ForecastRequest fast = r;  // a faster allocation shortens the setup, not the step
@@ -572,7 +608,8 @@ TEST(Sim, FirstStepSetupIsSeparateFromTheStep) {
   fast.profile.first_step_tuning_s = 0;
   const Forecast g = forecast(fast);
   EXPECT_DOUBLE_EQ(g.setup_pinned_s, f.setup_pinned_s / 4);
-  EXPECT_DOUBLE_EQ(g.setup_s, g.setup_pinned_s);
+  EXPECT_NEAR(g.setup_tuning_s, f.setup_tuning_s - r.profile.first_step_tuning_s, 1e-12);
+  EXPECT_DOUBLE_EQ(g.setup_s, g.setup_pinned_s + g.setup_tuning_s);
   EXPECT_DOUBLE_EQ(g.step_s, f.step_s);
 
   const Forecast none = forecast(tiny_request(Plan::keep_everything()));
