@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/step_progress.h"
 #include "engine/switches.h"
 
 namespace strata {
@@ -355,7 +356,9 @@ void Tape::forward() {
       store_->offload(v);
     }
   };
-  for (int n = 0; n < int(nodes_.size()); ++n) {
+  const int count = int(nodes_.size());
+  for (int n = 0; n < count; ++n) {
+    note_step_progress(StepPhase::forward, n, count);
     run_forward(n, false);
     const Node& node = nodes_[size_t(n)];
     for (VId u : node.in)
@@ -367,6 +370,7 @@ void Tape::forward() {
   if (store_) store_->end_forward();
   for (auto& v : values_)
     if (!v.external && v.state == SlotState::RESIDENT) stats_.saved_bytes_at_end_of_forward += v.buf.view().bytes();
+  note_step_progress(StepPhase::idle, 0, count);
 }
 
 void Tape::materialize(VId id, int cur) {
@@ -451,6 +455,7 @@ void Tape::backward() {
   for (int n = int(nodes_.size()) - 1; n >= 0; --n) {
     Node& node = nodes_[size_t(n)];
     bwd_node_ = n;
+    note_step_progress(StepPhase::backward, n, int(nodes_.size()));
     if (store_) {
       store_->poll();
       prefetch_ahead(n);
@@ -480,6 +485,7 @@ void Tape::backward() {
     grads_final(n);
   }
   bwd_node_ = -1;
+  note_step_progress(StepPhase::idle, 0, int(nodes_.size()));
   // A trainable parameter no gradient reached still gets this step's gradient: zero.
   for (size_t u = 0; u < values_.size(); ++u) {
     Value& v = values_[u];

@@ -16,6 +16,7 @@
 
 #include "engine/error.h"
 #include "io/atomic_file.h"
+#include "model/run/step_watch.h"
 
 namespace strata {
 
@@ -303,7 +304,11 @@ bool TrainLoop::step() {
   // rank's rows (the ranks of a sequence-parallel group the same rows: the trainer takes each one's tokens).
   for (Batch& b : micro) b = rank_rows(sampler_.next(rows_, cfg_.batch * dp_world), dp_rank, cfg_.batch);
   const float lr = scheduled_lr(cfg_.lr_scheduler, cfg_.lr, step, total_, warmup_);
-  const StepStats s = trainer_.step(micro, lr);
+  StepStats s;
+  {
+    StepWatch watch(opt_.info, fmt::format("step {}/{}", step, total_), opt_.progress_interval_s);
+    s = trainer_.step(micro, lr);
+  }
   last_ = s;
   r.steps_done = step;
   r.losses.push_back(s.loss);

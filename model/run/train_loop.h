@@ -28,7 +28,9 @@ struct LoopOptions {
   // Polled after every step: non-zero (the signal's number) stops the run after a checkpoint.
   std::function<int()> stop_requested;
   std::function<void(const StepStats&)> on_step;  // tests
-  CheckpointWrite checkpoint;                     // base_model_dir is taken from the config
+  // A step running longer than this prints where it is to `info` this often (model/run/step_watch.h); 0: never.
+  double progress_interval_s = 60;
+  CheckpointWrite checkpoint;  // base_model_dir is taken from the config
 };
 
 struct LoopResult {
