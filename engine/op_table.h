@@ -66,7 +66,8 @@ struct OpKernelBytes {
 class OpEnv {
  public:
   // The cuDNN attention workspace for q [b, t, hq, d], k/v [b, t, hkv, d]; 0: none (the flash kernel).
-  virtual size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward) = 0;
+  // accumulate: a backward that adds to the gradients (it takes more scratch on the cudnn path).
+  virtual size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward, bool accumulate) = 0;
 
  protected:
   ~OpEnv() = default;

@@ -37,7 +37,8 @@ class Attention {
   // Bytes of `ws` that fwd/bwd need for this shape (0 on the fallback path). For backward on the
   // cudnn path this includes cuDNN's plan workspace, its fp32 dQ accumulator [B, Hq, T, D] and
   // softmax-sum [B, Hq, T], plus bf16 scratch for dq/dk/dv used when accumulate = true.
-  size_t workspace_bytes(const AttnShape& s, bool backward);
+  // A backward that overwrites the gradients (accumulate = false) needs less: no dq/dk/dv scratch.
+  size_t workspace_bytes(const AttnShape& s, bool backward, bool accumulate = true);
 
   // out [B, T, Hq, D] and lse [B, Hq, T] are overwritten.
   void fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s, void* ws,

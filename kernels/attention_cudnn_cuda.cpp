@@ -543,10 +543,12 @@ std::string Attention::plan_label(const AttnShape& s, bool backward) const {
          (tuned ? "" : " (not yet tuned)");
 }
 
-size_t Attention::workspace_bytes(const AttnShape& s, bool backward) {
+size_t Attention::workspace_bytes(const AttnShape& s, bool backward, bool accumulate) {
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return 0;
-  return backward ? BwdLayout(s, e->bwd_region, e->bwd[0]->dq_accum).total : e->fwd_region;
+  if (!backward) return e->fwd_region;
+  const BwdLayout L(s, e->bwd_region, e->bwd[0]->dq_accum);
+  return accumulate ? L.total : L.sdq;
 }
 
 void Attention::fwd(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttnShape& s, void* ws,
@@ -575,8 +577,8 @@ void Attention::bwd(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* 
   Impl::Entry* e = impl_->cudnn_entry(s);
   if (!e) return flash_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, s, accumulate, st);
   const BwdLayout L(s, e->bwd_region, e->bwd[0]->dq_accum);
-  if (ws_bytes < L.total)
-    STRATA_THROW(Error, fmt::format("attention bwd: workspace {} B < {} B needed", ws_bytes, L.total));
+  const size_t need = accumulate ? L.total : L.sdq;  // the dq/dk/dv scratch only when adding
+  if (ws_bytes < need) STRATA_THROW(Error, fmt::format("attention bwd: workspace {} B < {} B needed", ws_bytes, need));
   char* w = static_cast<char*>(ws);
   const size_t nq = size_t(s.B) * s.T * s.Hq * s.D, nkv = size_t(s.B) * s.T * s.Hkv * s.D;
   // cuDNN overwrites its outputs: to accumulate, write to scratch and add.

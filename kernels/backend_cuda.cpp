@@ -205,8 +205,8 @@ class CudaBackend final : public Backend {
   // What the ops' scratch descriptions ask: the cuDNN attention workspace of the plan this backend builds.
   struct Env final : OpEnv {
     explicit Env(cuda::Attention& a) : attn(a) {}
-    size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward) override {
-      return attn.workspace_bytes(cuda::AttnShape{b, t, hq, hkv, d}, backward);
+    size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward, bool accumulate) override {
+      return attn.workspace_bytes(cuda::AttnShape{b, t, hq, hkv, d}, backward, accumulate);
     }
     cuda::Attention& attn;
   };

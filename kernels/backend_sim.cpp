@@ -229,8 +229,8 @@ class SimBackendImpl final : public SimBackend {
     explicit Pricer(SimBackendImpl& b) : b_(b) {}
     const CostModel& cost() const override { return b_.cost_; }
     bool mirrors_cuda() const override { return b_.cuda(); }
-    size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward) override {
-      return strata::attention_workspace_bytes(b, t, hq, hkv, d, backward, b_.attn_params());
+    size_t attention_workspace_bytes(int b, int t, int hq, int hkv, int d, bool backward, bool accumulate) override {
+      return strata::attention_workspace_bytes(b, t, hq, hkv, d, backward, b_.attn_params(), accumulate);
     }
     bool attention_uses_cudnn(int head_dim) const override { return strata::attention_uses_cudnn(head_dim); }
     void zero_first(const Tensor& t) override { b_.zero(t); }

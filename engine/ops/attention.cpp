@@ -74,8 +74,9 @@ ScratchList attention_scratch(const OpCall& c, OpEnv& env) {
   ScratchList l;
   if (c.backward) l = attention_unused_grad_scratch(c.t[0], c.t[1], c.t[2], q, k, c.t[6]);
   if (packed(c)) return l;
-  const ScratchList ws = attention_workspace_scratch(env.attention_workspace_bytes(
-      int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2]), int(q.shape[3]), c.backward));
+  const ScratchList ws = attention_workspace_scratch(
+      env.attention_workspace_bytes(int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(k.shape[2]), int(q.shape[3]),
+                                    c.backward, c.backward && (c.acc[0] || c.acc[1] || c.acc[2])));
   l.insert(l.end(), ws.begin(), ws.end());
   return l;
 }

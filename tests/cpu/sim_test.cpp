@@ -338,9 +338,11 @@ TEST(Sim, MirrorCudaMakesTheCudaBackendsAllocations) {
                          r.profile.attention_plan_ws_bwd_gqa_copies, r.profile.attention_dq_accum};
   const int Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const size_t attn_fwd = attention_workspace_bytes(r.batch, r.seq, Hq, Hkv, D, false, wp);
-  const size_t attn_bwd = attention_workspace_bytes(r.batch, r.seq, Hq, Hkv, D, true, wp);
+  // The backward overwrites q, k and v's gradients (nothing else writes them): no dq/dk/dv scratch.
+  const size_t attn_bwd = attention_workspace_bytes(r.batch, r.seq, Hq, Hkv, D, true, wp, false);
   ASSERT_GT(attn_fwd, 0u);
   ASSERT_GT(attn_bwd, attn_fwd);
+  ASSERT_LT(attn_bwd, attention_workspace_bytes(r.batch, r.seq, Hq, Hkv, D, true, wp, true));
   std::map<std::string, int> allocs;
   std::map<size_t, int> attn_sizes;
   for (size_t i = f.step_first_event; i < f.events.size(); ++i) {

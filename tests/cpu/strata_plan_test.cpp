@@ -58,8 +58,8 @@ TEST(StrataPlan, BudgetPrintsAConfigStrataTrainAccepts) {
 }
 
 TEST(StrataPlan, HostBudgetLetsThePlannerOffloadAndSaysWhatIsShort) {
-  // 1B at 32768 tokens under 22 GiB: only plans that use the host tier fit.
-  const std::string common = "--model Llama-3.2-1B --seq 32768 --profile h200 --budget 22GiB";
+  // 1B at 32768 tokens under 21 GiB: only plans that use the host tier fit (device-only needs 21.95 GiB).
+  const std::string common = "--model Llama-3.2-1B --seq 32768 --profile h200 --budget 21GiB";
   Proc device_only = run_plan(common);
   EXPECT_EQ(device_only.code, 1) << device_only.out << device_only.err;
   EXPECT_NE(device_only.err.find("with more host memory it would fit"), std::string::npos) << device_only.err;
@@ -70,11 +70,11 @@ TEST(StrataPlan, HostBudgetLetsThePlannerOffloadAndSaysWhatIsShort) {
   apply_yaml(tc, cfg);
   bool to_host = false;
   for (auto& [pat, d] : tc.plan.overrides) to_host = to_host || d == Decision::host;
-  EXPECT_TRUE(to_host) << slurp(cfg);
+  EXPECT_TRUE(to_host || tc.plan.places_state()) << "activations or state on the host: " << slurp(cfg);
   Proc again = run_plan("--model Llama-3.2-1B --profile h200 --config " + cfg + " --json");
   ASSERT_EQ(again.code, 0) << again.err;
   auto j = nlohmann::json::parse(again.out);
-  EXPECT_LE(j["forecast"]["high_water_bytes"].get<size_t>(), size_t(22) << 30);
+  EXPECT_LE(j["forecast"]["high_water_bytes"].get<size_t>(), size_t(21) << 30);
   EXPECT_GT(j["forecast"]["peak_host_bytes"].get<size_t>(), 0u);
   EXPECT_LE(j["forecast"]["peak_host_bytes"].get<size_t>(), size_t(64) << 30);
 }

@@ -56,11 +56,17 @@ TEST(SimVsCuda, AttentionWorkspaceModelMatchesCudnn) {
   };
   for (S s :
        {S{1, 37, 4, 2, 16}, S{2, 1000, 8, 8, 64}, S{1, 2048, 32, 8, 64}, S{1, 4096, 24, 8, 128}, S{2, 4096, 32, 8, 128},
-        S{1, 16384, 32, 8, 64}, S{1, 4096, 32, 32, 128}, S{1, 8192, 64, 8, 128}, S{3, 333, 6, 3, 72}}) {
+        S{1, 16384, 32, 8, 64}, S{1, 4096, 32, 32, 128}, S{1, 8192, 64, 8, 128}, S{3, 333, 6, 3, 72},
+        S{1, 40960, 32, 8, 128}}) {  // the last past kAttentionTuneMaxT: the stand-in's tuning budget
     size_t fwd = 0, bwd = 0;
     measured_attention_ws(s.B, s.T, s.Hq, s.Hkv, s.D, &fwd, &bwd);
     EXPECT_EQ(attention_workspace_bytes(s.B, s.T, s.Hq, s.Hkv, s.D, false, model), fwd) << s.T << " " << s.D;
     EXPECT_EQ(attention_workspace_bytes(s.B, s.T, s.Hq, s.Hkv, s.D, true, model), bwd) << s.T << " " << s.D;
+    // An overwriting backward takes no dq/dk/dv scratch, on both sides alike.
+    cuda::Attention a;
+    EXPECT_EQ(attention_workspace_bytes(s.B, s.T, s.Hq, s.Hkv, s.D, true, model, false),
+              a.workspace_bytes(cuda::AttnShape{s.B, s.T, s.Hq, s.Hkv, s.D}, true, false))
+        << s.T << " " << s.D;
   }
 }
 
