@@ -2,9 +2,13 @@
 // cores, and the searches over them that need no tier: checkpointed layers, greedy, refinement.
 #include "model/plan/planner_candidates.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "engine/parallel.h"
@@ -14,6 +18,16 @@ namespace strata {
 namespace {
 
 std::atomic<int> planner_threads{16};
+
+// Sim runs shared by the searches under one clock (planner_search.h search_epoch): the layouts, tile counts and
+// lengths of one question search many of the same candidates (a first-fit search and the diagnosis after it, a
+// coarse pass and the whole search after it). A candidate's sims depend on the request's shape and layout, the
+// budgets and the plan alone, which the key names; a fixed state placement's candidates are not shared.
+struct SharedSims {
+  long epoch = 0;
+  std::map<std::string, planner_detail::Search::Sims> sims;
+};
+thread_local SharedSims shared_sims;
 
 }  // namespace
 
@@ -58,7 +72,7 @@ void Search::prefetch(const std::vector<PlanSpec>& specs) {
   std::vector<std::pair<std::string, const PlanSpec*>> todo;
   for (const PlanSpec& s : specs) {
     std::string label = describe(s);
-    if (cache.count(label) || pre.count(label) ||
+    if (cache.count(label) || pre.count(label) || shared(label) ||
         std::any_of(todo.begin(), todo.end(), [&](auto& e) { return e.first == label; }))
       continue;
     todo.emplace_back(std::move(label), &s);
@@ -72,6 +86,19 @@ void Search::prefetch(const std::vector<PlanSpec>& specs) {
   for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].first), std::move(out[i]));
 }
 
+std::string Search::shared_key(const std::string& label) const {
+  if (fixed_state || search_epoch() == 0) return "";
+  return fmt::format("{} {} {} {} {} {} {} {} {} {}|{}", base.seq, base.batch, base.gpus, base.sequence_parallel,
+                     base.zero_stage, base.rank, base.mlp_tiles, b.device, b.host, b.disk, label);
+}
+
+const Search::Sims* Search::shared(const std::string& label) const {
+  const std::string key = shared_key(label);
+  if (key.empty() || shared_sims.epoch != search_epoch()) return nullptr;
+  auto it = shared_sims.sims.find(key);
+  return it == shared_sims.sims.end() ? nullptr : &it->second;
+}
+
 PlanTried Search::eval(const PlanSpec& s) {
   const std::string label = describe(s);
   if (auto it = cache.find(label); it != cache.end()) return it->second;
@@ -80,7 +107,10 @@ PlanTried Search::eval(const PlanSpec& s) {
   PlanTried untried{label};
   if (planner_detail::out_of_time()) return untried;
   Sims sims;
-  if (auto it = pre.find(label); it != pre.end()) {
+  const Sims* done = shared(label);  // another search under this clock ran them
+  if (done) {
+    sims = *done;
+  } else if (auto it = pre.find(label); it != pre.end()) {
     sims = std::move(it->second);
     pre.erase(it);
   } else {
@@ -91,8 +121,13 @@ PlanTried Search::eval(const PlanSpec& s) {
     return untried;
   }
   if (sims.error) std::rethrow_exception(sims.error);
+  const int runs = done ? 0 : sims.budgeted ? 2 : 1;  // the sim runs this candidate took now
+  if (const std::string key = shared_key(label); !done && !key.empty()) {
+    if (shared_sims.epoch != search_epoch()) shared_sims = SharedSims{search_epoch(), {}};
+    shared_sims.sims.emplace(key, sims);
+  }
   Forecast& f = sims.f;
-  res.sim_runs += sims.budgeted ? 2 : 1;
+  res.sim_runs += runs;
   PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.host_held_bytes(), f.peak_disk_bytes, f.step_s, false};
   const bool device_ok = f.fits && f.peak_bytes <= b.device;
   if (device_ok && !tiers_ok(t) && (!have_short || t.step_s < short_t.step_s)) have_short = true, short_t = t;
@@ -113,7 +148,7 @@ PlanTried Search::eval(const PlanSpec& s) {
   cache[label] = t;
   specs[label] = s;
   res.tried.push_back(t);
-  planner_detail::search_progress(sims.budgeted ? 2 : 1, have_best ? best.label : "");
+  planner_detail::search_progress(runs, have_best ? best.label : "");
   return t;
 }
 

@@ -50,6 +50,10 @@ struct Search {
   std::map<std::string, Sims> pre;
 
   Sims simulate(const PlanSpec& s, Deadline deadline) const;
+  // The candidate's sims when another search under this clock ran them (null otherwise), and their key there
+  // (empty: not shared).
+  const Sims* shared(const std::string& label) const;
+  std::string shared_key(const std::string& label) const;
   // Runs the sims of the candidates not yet evaluated on the host's cores (engine/parallel.h).
   void prefetch(const std::vector<PlanSpec>& specs);
   // A candidate's forecasts, as the search compares them; the fastest that fits becomes the best.

@@ -74,6 +74,9 @@ using Deadline = std::chrono::steady_clock::time_point;
 Deadline search_deadline();
 // True once the current search's limit has passed; the search records that it stopped.
 bool out_of_time();
+// The current search's number, new with each outermost entry point (0 outside a search): what the sims shared
+// between its nested searches are valid for.
+long search_epoch();
 // Whether the current search stopped at its limit.
 bool search_stopped();
 // `runs` more sim runs done; a progress line every 10 s of a long search (`best`: the fastest plan so far).

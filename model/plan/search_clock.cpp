@@ -20,6 +20,7 @@ struct ClockState {
   double limit_s = 0;
   bool stopped = false;
   int runs = 0;
+  long epoch = 0;  // search_epoch: counts the outermost searches on this thread
   std::function<void(const std::string&)> progress;
 };
 thread_local ClockState search_clock;
@@ -39,6 +40,7 @@ SearchClock::SearchClock(const ForecastRequest& r) {
                                        : Deadline::max();
   c.stopped = false;
   c.runs = 0;
+  ++c.epoch;
   c.progress = r.plan_progress;
 }
 
@@ -70,6 +72,10 @@ bool out_of_time() {
   ClockState& c = search_clock;
   if (!c.stopped && c.deadline != Deadline::max() && std::chrono::steady_clock::now() > c.deadline) c.stopped = true;
   return c.stopped;
+}
+
+long search_epoch() {
+  return search_clock.depth > 0 ? search_clock.epoch : 0;
 }
 
 bool search_stopped() {
