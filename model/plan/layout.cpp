@@ -173,25 +173,37 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     else
       maybe.push_back(&c);
   }
-  auto first_fit = [&](Cand& c, bool coarse) {
+  // `bound_s`: only plans faster than this matter (a layout slower than the best found cannot be the answer).
+  auto first_fit = [&](Cand& c, bool coarse, double bound_s) {
     LayoutTried& t = c.t;
     if (planner_detail::out_of_time()) return;
     planner_detail::Goal goal{false, true};
     goal.coarse = coarse;
+    goal.bound_s = bound_s;
     PlanResult pr = planner_detail::plan_for_goal(request(c), budgets, goal);
     if (!pr.found)
       t.status = planner_detail::search_stopped() ? "not decided by the time limit"
                  : coarse ? "nothing fits: not in its low-memory families (the coarse pass; no layout fit there)"
-                          : "nothing fits";
+                 : bound_s < std::numeric_limits<double>::infinity() ? "no plan faster than the best found fits"
+                                                                     : "nothing fits";
     take(c, pr);
     if (t.fits)
       open.push_back(&c);
     else if (coarse && !planner_detail::search_stopped())
       undecided.push_back(&c);
   };
-  for (Cand* c : maybe) first_fit(*c, !exhaustive);
+  constexpr double kAny = std::numeric_limits<double>::infinity();
+  for (Cand* c : maybe) first_fit(*c, !exhaustive, kAny);
   if (best)
-    for (Cand* c : undecided) first_fit(*c, false);
+    for (Cand* c : undecided) {
+      if (planner_detail::out_of_time()) {
+        c->t.status = "not decided by the time limit";
+      } else if (!better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) {
+        c->t.status = "not searched: keeping everything is not faster than the best found";
+      } else {
+        first_fit(*c, false, c->tokens_per_step / best->t.tokens_per_s);
+      }
+    }
   // 2. The fastest plan of each layout that fits, the fastest bound first; a layout whose keep-everything step
   //    cannot beat the best found is not searched, and each search looks only for plans faster than that best.
   std::stable_sort(open.begin(), open.end(),
