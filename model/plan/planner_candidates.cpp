@@ -124,7 +124,14 @@ PlanTried Search::eval(const PlanSpec& s) {
   const int runs = done ? 0 : sims.budgeted ? 2 : 1;  // the sim runs this candidate took now
   if (const std::string key = shared_key(label); !done && !key.empty()) {
     if (shared_sims.epoch != search_epoch()) shared_sims = SharedSims{search_epoch(), {}};
+    // Without the arena's event logs (megabytes each on an 8B): a shared budgeted forecast that becomes a
+    // search's answer is run again whole.
+    std::vector<ArenaEvent> f_events = std::move(sims.f.events), fb_events = std::move(sims.fb.events);
+    sims.f.events.clear();
+    sims.fb.events.clear();
     shared_sims.sims.emplace(key, sims);
+    sims.f.events = std::move(f_events);
+    sims.fb.events = std::move(fb_events);
   }
   Forecast& f = sims.f;
   res.sim_runs += runs;
@@ -142,7 +149,16 @@ PlanTried Search::eval(const PlanSpec& s) {
       best_spec = s;
       res.plan = make_plan(s, layers, fixed_state);
       res.label = label;
-      res.forecast = std::move(fb);
+      if (done) {  // shared without its event log: the budgeted forecast again, whole
+        ForecastRequest r = base;
+        r.plan = res.plan;
+        r.budget = b.device;
+        res.forecast = forecast(r);
+        res.sim_runs++;
+        planner_detail::search_progress(1);
+      } else {
+        res.forecast = std::move(fb);
+      }
     }
   }
   cache[label] = t;
