@@ -1,4 +1,4 @@
-// The budget planner's per-rank search (model/planner.cpp), for its entry points (model/planner_ranks.cpp):
+// The budget planner's per-rank search (model/plan/planner.cpp), for its entry points (model/plan/planner_ranks.cpp):
 // plan_for_budget's search on one rank's forecasts, over the MLP's tile counts (model/plan/planner.h).
 #pragma once
 #include <chrono>
