@@ -80,7 +80,8 @@ bool better(double tps_a, size_t peak_a, double tps_b, size_t peak_b) {
 
 }  // namespace
 
-LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets, int fixed_sp, int fixed_zero) {
+LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets, int fixed_sp, int fixed_zero,
+                         bool exhaustive) {
   if (base.gpus < 2) throw ConfigError("a layout of GPUs needs at least 2 (--gpus)", "command line", "gpus");
   planner_detail::SearchClock clock(base);  // one time limit for every layout
   LayoutChoice out;
@@ -153,8 +154,12 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     return r;
   };
   // 1. Which layouts fit at all: the lowest-memory plans' device peak, then a first-fit search (so a plan is
-  //    known early, even when the time limit cuts the rest short).
-  std::vector<Cand*> open, maybe;
+  //    known early, even when the time limit cuts the rest short). The coarse first-fit pass (the low-memory
+  //    families and the state placed per layer under them) asks each layout first; the whole first-fit search
+  //    then asks those it found nothing in, but only once some layout fits: when none does by the coarse pass,
+  //    nothing is taken to fit (the whole search of one 8B layout at 4M tokens alone runs some 2,500 sims, a
+  //    minute on 2 cores), as max_seq_for_budget takes a coarse "no" at the lengths it bisects.
+  std::vector<Cand*> open, maybe, undecided;
   for (Cand& c : cands) {
     LayoutTried& t = c.t;
     t.status = "not searched: the time limit had passed";
@@ -168,15 +173,37 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     else
       maybe.push_back(&c);
   }
-  for (Cand* cp : maybe) {
-    Cand& c = *cp;
+  // `bound_s`: only plans faster than this matter (a layout slower than the best found cannot be the answer).
+  auto first_fit = [&](Cand& c, bool coarse, double bound_s) {
     LayoutTried& t = c.t;
-    if (planner_detail::out_of_time()) continue;
-    PlanResult pr = planner_detail::plan_for_goal(request(c), budgets, planner_detail::Goal{false, true});
-    if (!pr.found) t.status = planner_detail::search_stopped() ? "not decided by the time limit" : "nothing fits";
+    if (planner_detail::out_of_time()) return;
+    planner_detail::Goal goal{false, true};
+    goal.coarse = coarse;
+    goal.bound_s = bound_s;
+    PlanResult pr = planner_detail::plan_for_goal(request(c), budgets, goal);
+    if (!pr.found)
+      t.status = planner_detail::search_stopped() ? "not decided by the time limit"
+                 : coarse ? "nothing fits: not in its low-memory families (the coarse pass; no layout fit there)"
+                 : bound_s < std::numeric_limits<double>::infinity() ? "no plan faster than the best found fits"
+                                                                     : "nothing fits";
     take(c, pr);
-    if (t.fits) open.push_back(&c);
-  }
+    if (t.fits)
+      open.push_back(&c);
+    else if (coarse && !planner_detail::search_stopped())
+      undecided.push_back(&c);
+  };
+  constexpr double kAny = std::numeric_limits<double>::infinity();
+  for (Cand* c : maybe) first_fit(*c, !exhaustive, kAny);
+  if (best)
+    for (Cand* c : undecided) {
+      if (planner_detail::out_of_time()) {
+        c->t.status = "not decided by the time limit";
+      } else if (!better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) {
+        c->t.status = "not searched: keeping everything is not faster than the best found";
+      } else {
+        first_fit(*c, false, c->tokens_per_step / best->t.tokens_per_s);
+      }
+    }
   // 2. The fastest plan of each layout that fits, the fastest bound first; a layout whose keep-everything step
   //    cannot beat the best found is not searched, and each search looks only for plans faster than that best.
   std::stable_sort(open.begin(), open.end(),
@@ -211,7 +238,9 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     ForecastRequest r = base;
     r.sequence_parallel = out.layout.sequence_parallel;
     r.zero_stage = out.layout.zero_stage;
-    out.plan = planner_detail::plan_for_goal(r, budgets, planner_detail::Goal{true});
+    planner_detail::Goal goal{true};
+    goal.coarse = !exhaustive;  // as step 1 decided
+    out.plan = planner_detail::plan_for_goal(r, budgets, goal);
     out.sim_runs += out.plan.sim_runs;
     out.why = fmt::format("no layout of {} fits; the lowest-memory one ({}) is diagnosed", cands.size(),
                           layout_name(out.layout, base.gpus));

@@ -41,7 +41,12 @@ struct LayoutChoice {
 // The layouts of base.gpus GPUs (base.gpus > 1): sequence_parallel `fixed_sp` (> 0: given) or every divisor of the
 // GPUs the model's heads and base.seq allow; zero stage `fixed_zero` (>= 0: given) or 0..3. Each is planned from
 // base (its plan, budgets, tiles) with that layout; one time limit (base.plan_time_limit_s) covers them all.
-LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets, int fixed_sp, int fixed_zero);
+// Whether a layout fits is asked of the coarse first-fit pass first, the whole first-fit search only once some
+// layout fits; when none fits by the coarse pass, none is taken to fit and the lowest-memory one's diagnosis is
+// the coarse pass's. `exhaustive`: the whole search asks every layout (the answer the coarse order is tested
+// against; it can take many minutes on an 8B).
+LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets, int fixed_sp, int fixed_zero,
+                         bool exhaustive = false);
 
 // --max-seq with the layout chosen (strata-plan --gpus N --max-seq --budget ...): the longest length at which some
 // layout of base.gpus GPUs (as plan_layout's: `fixed_sp`, `fixed_zero` when given) has a plan under the budgets,

@@ -1,5 +1,5 @@
 // The budget planner's entry points: a fixed state placement's checks, and ZeRO's search over the ranks'
-// peaks, around the per-rank search of model/planner.cpp (plan_with_tiles).
+// peaks, around the per-rank search of model/plan/planner.cpp (plan_with_tiles).
 #include <fmt/format.h>
 
 #include <algorithm>

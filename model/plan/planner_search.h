@@ -1,4 +1,4 @@
-// The budget planner's per-rank search (model/planner.cpp), for its entry points (model/planner_ranks.cpp):
+// The budget planner's per-rank search (model/plan/planner.cpp), for its entry points (model/plan/planner_ranks.cpp):
 // plan_for_budget's search on one rank's forecasts, over the MLP's tile counts (model/plan/planner.h).
 #pragma once
 #include <chrono>
@@ -74,6 +74,9 @@ using Deadline = std::chrono::steady_clock::time_point;
 Deadline search_deadline();
 // True once the current search's limit has passed; the search records that it stopped.
 bool out_of_time();
+// The current search's number, new with each outermost entry point (0 outside a search): what the sims shared
+// between its nested searches are valid for.
+long search_epoch();
 // Whether the current search stopped at its limit.
 bool search_stopped();
 // `runs` more sim runs done; a progress line every 10 s of a long search (`best`: the fastest plan so far).

@@ -1,9 +1,11 @@
 // The planner's layout of several GPUs (model/plan/layout.h): the sequence-parallel degree and the ZeRO stage it
 // chooses when the run leaves them open, through strata-plan's question (model/run/plan_answer.h) and strata-train's
 // planning (model/run/job.h). Everything runs on the sim backend: no GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "model/plan/layout.h"
 #include "model/run/job.h"
@@ -205,4 +207,47 @@ TEST(PlannerLayout, MaxSeqChoosesTheLayoutAtEachLength) {
   next.sequence_parallel = 1;
   next.zero_stage = 0;
   EXPECT_FALSE(plan_layout(next, r.budgets, 0, -1).found);
+}
+
+// The layout search asks the coarse first-fit pass before the whole search (plan_layout's `exhaustive` off): on
+// small shapes, at budgets around the least device memory any plan needs (where the coarse pass and the whole
+// search can differ), with and without a host tier, it chooses the layout and plan the whole search over every
+// layout chooses, and when nothing fits its diagnosis asks no less device memory than the whole search's.
+TEST(PlannerLayout, CoarseFirstChoosesWhatTheWholeSearchChooses) {
+  int fits = 0, unfit = 0, coarse_no = 0;
+  for (auto [gpus, host] : {std::pair{2, size_t(0)}, std::pair{2, size_t(256) << 20}, std::pair{4, size_t(0)}}) {
+    ForecastRequest r;
+    r.model = resolve_model("tiny");
+    r.seq = 16384;
+    r.gpus = gpus;
+    r.profile = find_profile("h100_80gb");
+    // The least device memory a plan of any layout needs (the whole search's diagnosis of nothing fitting).
+    const LayoutChoice none = plan_layout(r, TierBudgets{size_t(1) << 20, host, 0}, 0, -1, true);
+    ASSERT_FALSE(none.found);
+    const size_t least = none.plan.minimum_bytes;
+    ASSERT_GT(least, size_t(1) << 20);
+    for (double share : {0.97, 1.0, 1.03, 1.3}) {
+      const TierBudgets b{size_t(double(least) * share), host, 0};
+      const std::string what = fmt::format("{} GPUs, budget {} B, host {} B", gpus, b.device, host);
+      const LayoutChoice fast = plan_layout(r, b, 0, -1);
+      const LayoutChoice whole = plan_layout(r, b, 0, -1, true);
+      for (const LayoutTried& t : fast.tried) coarse_no += t.status.find("coarse pass") != std::string::npos;
+      ASSERT_EQ(fast.found, whole.found) << what << ": " << fast.why << " / " << whole.why;
+      EXPECT_EQ(fast.layout.sequence_parallel, whole.layout.sequence_parallel) << what;
+      EXPECT_EQ(fast.layout.zero_stage, whole.layout.zero_stage) << what;
+      if (fast.found) {
+        ++fits;
+        EXPECT_EQ(fast.plan.label, whole.plan.label) << what;
+        EXPECT_EQ(fast.plan.forecast.step_s, whole.plan.forecast.step_s) << what;
+        EXPECT_EQ(fast.plan.forecast.peak_bytes, whole.plan.forecast.peak_bytes) << what;
+      } else {
+        ++unfit;
+        EXPECT_GE(fast.plan.minimum_bytes, whole.plan.minimum_bytes) << what;
+        EXPECT_GT(fast.plan.minimum_bytes, b.device) << what;
+      }
+    }
+  }
+  EXPECT_GT(fits, 0);
+  EXPECT_GT(unfit, 0);
+  EXPECT_GT(coarse_no, 0);  // the coarse pass alone decided some layout
 }
