@@ -234,10 +234,12 @@ ForecastRequest to_request(const ForecastSpec& s) {
   const io::LlamaConfig mc = resolve_model(s.model);
   const TrainConfig t = to_train_config(s);
   const DeviceProfile profile = find_profile(s.profile);
-  if (s.mirror != "cuda" && s.mirror != "cpu")
-    throw ConfigError("ForecastSpec::mirror must be cuda or cpu, got '" + s.mirror + "'", "ForecastSpec", "mirror");
+  const std::optional<SimMirror> mirror = parse_name(kSimMirrors, s.mirror);
+  if (!mirror)
+    throw ConfigError("ForecastSpec::mirror must be " + name_choices(kSimMirrors) + ", got '" + s.mirror + "'",
+                      "ForecastSpec", "mirror");
   // The run builder's request from the settings (strata-plan's too), then what is not a setting.
-  ForecastRequest r = train_forecast_request(t, mc, s.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda, profile);
+  ForecastRequest r = train_forecast_request(t, mc, *mirror, profile);
   if (!t.lora.enabled()) r.lora_rank = s.lora_rank;
   r.budget = s.budget_bytes;
   r.gpus = s.gpus > 1 ? s.gpus : r.sequence_parallel;  // sequence_parallel alone: that many GPUs
