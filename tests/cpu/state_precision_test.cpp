@@ -19,6 +19,7 @@
 #include "model/llama/rng.h"
 #include "model/plan/forecast.h"
 #include "model/plan/planner.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/expect_error.h"
@@ -416,4 +417,30 @@ TEST(EnumNames, EachTableParsesWhatItPrintsAndErrorsListItsNames) {
   EXPECT_NE(sched.find("unknown scheduler 'step' (expected constant, linear or cosine)"), std::string::npos) << sched;
   const std::string reduce = message([&] { parse_grad_reduce("f32", o); });
   EXPECT_NE(reduce.find("must be fp32 or bf16, got 'f32'"), std::string::npos) << reduce;
+}
+
+// The settings table's choice lists (docs, --help, its own errors) name what the enums' tables print, in order.
+TEST(EnumNames, TheSettingsTableListsTheEnumsNames) {
+  auto choices = [](std::string_view key) {
+    const Setting* s = find_setting(key);
+    return s ? std::string(s->choices) : "(no setting " + std::string(key) + ")";
+  };
+  auto join = [](std::initializer_list<const char*> names) {
+    std::string out;
+    for (const char* n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+    return out;
+  };
+  EXPECT_EQ(choices("master_weights"),
+            join({master_weights_name(MasterWeights::fp32), master_weights_name(MasterWeights::none)}));
+  EXPECT_EQ(choices("optimizer_state"),
+            join({optimizer_state_name(OptimizerState::fp32), optimizer_state_name(OptimizerState::bf16),
+                  optimizer_state_name(OptimizerState::q8)}));
+  EXPECT_EQ(choices("gradients"), join({gradients_name(GradPrecision::fp32), gradients_name(GradPrecision::bf16)}));
+  EXPECT_EQ(choices("grad_reduce_dtype"),
+            join({name_of(kGradReduceNames, DType::f32), name_of(kGradReduceNames, DType::bf16)}));
+  EXPECT_EQ(choices("lr_scheduler"),
+            join({lr_scheduler_name(LrScheduler::constant), lr_scheduler_name(LrScheduler::linear),
+                  lr_scheduler_name(LrScheduler::cosine)}));
+  EXPECT_EQ(choices("layer_weights"), join({decision_name(Decision::keep), decision_name(Decision::page)}));
+  EXPECT_EQ(choices("state_offloading_tier"), join({decision_name(Decision::host), decision_name(Decision::disk)}));
 }
