@@ -386,6 +386,15 @@ TEST(EnumNames, EachTableParsesWhatItPrintsAndErrorsListItsNames) {
   EXPECT_EQ(parse_name(three, "B"), std::nullopt);
   EXPECT_STREQ(name_of(three, Three::c), "c");
   EXPECT_STREQ(name_of(three, Three(7)), "?");
+  // dtypes: the engine's, safetensors' and torch's names all parse; the first two print.
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8, DType::i16}) {
+    EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+    EXPECT_EQ(parse_dtype(dtype_safetensors_name(t)), t);
+  }
+  EXPECT_EQ(dtype_safetensors_name(DType::bf16), "BF16");
+  EXPECT_EQ(parse_dtype("bfloat16"), DType::bf16);
+  EXPECT_EQ(parse_dtype("uint8"), DType::u8);
+  EXPECT_EQ(parse_dtype("Float32"), std::nullopt);
 
   for (Decision d : {Decision::keep, Decision::recompute, Decision::host, Decision::disk})
     EXPECT_EQ(parse_decision(decision_name(d), "x"), d);
