@@ -51,16 +51,52 @@ MemoryPlan from_plan(const Plan& p) {
 
 namespace {
 
+// One list of fields for both directions: f(the engine struct's field, the api struct's), which kOnto
+// copies onto the engine struct and kFrom back.
+constexpr auto kOnto = [](auto& inner, const auto& api) { inner = api; };
+constexpr auto kFrom = [](const auto& inner, auto& api) { api = inner; };
+
+// The fields SessionConfig and ForecastSpec share that a TrainConfig holds as they are.
+template <class T, class C, class F>
+void shared_fields(T& t, C& c, F&& f) {
+  f(t.seq, c.seq);
+  f(t.batch, c.batch);
+  f(t.lora.alpha, c.lora_alpha);
+  f(t.lora.target_modules, c.lora_target_modules);
+  f(t.loss_chunk_tokens, c.loss_chunk_tokens);
+}
+
+// SessionConfig's own fields that a TrainConfig holds as they are.
+template <class T, class C, class F>
+void session_fields(T& t, C& c, F&& f) {
+  f(t.model_dir, c.model_dir);
+  f(t.data_path, c.data_path);
+  f(t.backend, c.backend);
+  f(t.steps, c.steps);
+  f(t.lr, c.lr);
+  f(t.weight_decay, c.weight_decay);
+  f(t.beta1, c.beta1);
+  f(t.beta2, c.beta2);
+  f(t.adam_eps, c.adam_eps);
+  f(t.max_grad_norm, c.max_grad_norm);
+  f(t.warmup_steps, c.warmup_steps);
+  f(t.freeze_base, c.freeze_base);
+  f(t.lora.rank, c.lora_rank);
+  f(t.device_budget_bytes, c.device_budget_bytes);
+  f(t.memory_budget_bytes, c.memory_budget_bytes);
+  f(t.host_budget_bytes, c.host_budget_bytes);
+  f(t.disk_budget_bytes, c.disk_budget_bytes);
+  f(t.seed, c.seed);
+  f(t.offload_dir, c.offload_dir);
+  f(t.output_dir, c.output_dir);
+}
+
 // The typed fields SessionConfig and ForecastSpec share (the same settings under the same names), onto
 // a TrainConfig; `who` names the struct in errors.
 template <class C>
 void shared_onto(TrainConfig& t, const C& c, const std::string& who) {
-  t.seq = c.seq;
-  t.batch = c.batch;
-  t.lora.alpha = c.lora_alpha;
-  t.lora.target_modules = c.lora_target_modules;
+  shared_fields(t, c, kOnto);
   t.plan = to_plan(c.plan, who + "::plan");
-  t.loss_chunk_tokens = c.loss_chunk_tokens;
   t.pad_vocab_multiple =
       check_pad_vocab(c.pad_vocab_multiple, {who + "::pad_vocab_multiple", who, "pad_vocab_multiple"});
   // The older spelling of plan.layer_weights = "page" (either one pages the layers).
@@ -72,12 +108,8 @@ void shared_onto(TrainConfig& t, const C& c, const std::string& who) {
 
 template <class C>
 void shared_from(C& c, const TrainConfig& t) {
-  c.seq = t.seq;
-  c.batch = t.batch;
-  c.lora_alpha = t.lora.alpha;
-  c.lora_target_modules = t.lora.target_modules;
+  shared_fields(t, c, kFrom);
   c.plan = from_plan(t.plan);
-  c.loss_chunk_tokens = t.loss_chunk_tokens;
   c.pad_vocab_multiple = t.pad_vocab_multiple;
   c.layer_offloading = t.plan.pages_layer_weights();  // mirrors c.plan.layer_weights
   c.master_weights = master_weights_name(t.recipe.master);
@@ -99,27 +131,8 @@ std::vector<std::pair<std::string, std::string>> untyped_settings(const TrainCon
 TrainConfig to_train_config(const SessionConfig& c) {
   TrainConfig t;
   shared_onto(t, c, "SessionConfig");
-  t.model_dir = c.model_dir;
-  t.data_path = c.data_path;
-  t.backend = c.backend;
-  t.steps = c.steps;
-  t.lr = c.lr;
-  t.weight_decay = c.weight_decay;
-  t.beta1 = c.beta1;
-  t.beta2 = c.beta2;
-  t.adam_eps = c.adam_eps;
-  t.max_grad_norm = c.max_grad_norm;
-  t.warmup_steps = c.warmup_steps;
-  t.freeze_base = c.freeze_base;
-  t.lora.rank = c.lora_rank;
+  session_fields(t, c, kOnto);
   t.lora.seed = c.seed;
-  t.device_budget_bytes = c.device_budget_bytes;
-  t.memory_budget_bytes = c.memory_budget_bytes;
-  t.host_budget_bytes = c.host_budget_bytes;
-  t.disk_budget_bytes = c.disk_budget_bytes;
-  t.seed = c.seed;
-  t.offload_dir = c.offload_dir;
-  t.output_dir = c.output_dir;
   apply_settings(t, c.more, "SessionConfig");
   return t;
 }
@@ -127,26 +140,7 @@ TrainConfig to_train_config(const SessionConfig& c) {
 SessionConfig from_train_config(const TrainConfig& t) {
   SessionConfig c;
   shared_from(c, t);
-  c.model_dir = t.model_dir;
-  c.data_path = t.data_path;
-  c.backend = t.backend;
-  c.steps = t.steps;
-  c.lr = t.lr;
-  c.weight_decay = t.weight_decay;
-  c.beta1 = t.beta1;
-  c.beta2 = t.beta2;
-  c.adam_eps = t.adam_eps;
-  c.max_grad_norm = t.max_grad_norm;
-  c.warmup_steps = t.warmup_steps;
-  c.freeze_base = t.freeze_base;
-  c.lora_rank = t.lora.rank;
-  c.device_budget_bytes = t.device_budget_bytes;
-  c.memory_budget_bytes = t.memory_budget_bytes;
-  c.host_budget_bytes = t.host_budget_bytes;
-  c.disk_budget_bytes = t.disk_budget_bytes;
-  c.seed = t.seed;
-  c.offload_dir = t.offload_dir;
-  c.output_dir = t.output_dir;
+  session_fields(t, c, kFrom);
   c.more = untyped_settings(t, to_train_config(c));
   return c;
 }
@@ -234,10 +228,12 @@ ForecastRequest to_request(const ForecastSpec& s) {
   const io::LlamaConfig mc = resolve_model(s.model);
   const TrainConfig t = to_train_config(s);
   const DeviceProfile profile = find_profile(s.profile);
-  if (s.mirror != "cuda" && s.mirror != "cpu")
-    throw ConfigError("ForecastSpec::mirror must be cuda or cpu, got '" + s.mirror + "'", "ForecastSpec", "mirror");
+  const std::optional<SimMirror> mirror = parse_name(kSimMirrors, s.mirror);
+  if (!mirror)
+    throw ConfigError("ForecastSpec::mirror must be " + name_choices(kSimMirrors) + ", got '" + s.mirror + "'",
+                      "ForecastSpec", "mirror");
   // The run builder's request from the settings (strata-plan's too), then what is not a setting.
-  ForecastRequest r = train_forecast_request(t, mc, s.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda, profile);
+  ForecastRequest r = train_forecast_request(t, mc, *mirror, profile);
   if (!t.lora.enabled()) r.lora_rank = s.lora_rank;
   r.budget = s.budget_bytes;
   r.gpus = s.gpus > 1 ? s.gpus : r.sequence_parallel;  // sequence_parallel alone: that many GPUs
@@ -248,30 +244,46 @@ ForecastRequest to_request(const ForecastSpec& s) {
   return r;
 }
 
+namespace {
+
+// The fields of a Forecast that a ForecastReport holds as they are.
+template <class F, class R, class Fn>
+void forecast_fields(F& f, R& r, Fn&& fn) {
+  fn(f.fits, r.fits);
+  fn(f.oom, r.oom);
+  fn(f.peak_bytes, r.peak_bytes);
+  fn(f.high_water_bytes, r.high_water_bytes);
+  fn(f.persistent_bytes, r.persistent_bytes);
+  fn(f.saved_bytes, r.saved_bytes);
+  fn(f.peak_phase, r.peak_phase);
+  fn(f.peak_host_bytes, r.peak_host_bytes);
+  fn(f.peak_disk_bytes, r.peak_disk_bytes);
+  fn(f.step_s, r.step_s);
+  fn(f.forward_s, r.forward_s);
+  fn(f.backward_s, r.backward_s);
+  fn(f.optimizer_s, r.optimizer_s);
+  fn(f.recompute_s, r.recompute_s);
+  fn(f.tokens_per_s, r.tokens_per_s);
+  fn(f.params, r.parameters);
+  fn(f.trainable, r.trainable);
+  fn(f.device, r.device);
+}
+
+}  // namespace
+
 ForecastReport from_forecast(const Forecast& f) {
   ForecastReport r;
-  r.fits = f.fits;
-  r.oom = f.oom;
-  r.peak_bytes = f.peak_bytes;
-  r.high_water_bytes = f.high_water_bytes;
-  r.persistent_bytes = f.persistent_bytes;
-  r.saved_bytes = f.saved_bytes;
-  r.peak_phase = f.peak_phase;
+  forecast_fields(f, r, kFrom);
   for (const MemoryItem& m : f.breakdown) r.breakdown.push_back({m.name, m.bytes, m.count});
   for (const MemoryItem& m : f.activations) r.activations.push_back({m.name, m.bytes, m.count});
-  r.peak_host_bytes = f.peak_host_bytes;
-  r.peak_disk_bytes = f.peak_disk_bytes;
-  r.step_s = f.step_s;
-  r.forward_s = f.forward_s;
-  r.backward_s = f.backward_s;
-  r.optimizer_s = f.optimizer_s;
-  r.recompute_s = f.recompute_s;
-  r.tokens_per_s = f.tokens_per_s;
-  r.parameters = f.params;
-  r.trainable = f.trainable;
   for (const PlanRow& p : f.plan_rows) r.plan_rows.push_back({p.cls, p.decision, p.bytes, p.count});
-  r.device = f.device;
   return r;
+}
+
+Forecast to_forecast(const ForecastReport& r) {
+  Forecast f;
+  forecast_fields(f, r, kOnto);
+  return f;
 }
 
 }  // namespace strata::api

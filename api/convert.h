@@ -29,5 +29,7 @@ void set_forecast_spec(ForecastSpec& s, const TrainConfig& t);
 // spec's model, profile, mirror, budget and ranks.
 ForecastRequest to_request(const ForecastSpec& s);
 ForecastReport from_forecast(const Forecast& f);
+// The report's figures back into a Forecast (its breakdown, activations and plan rows left empty).
+Forecast to_forecast(const ForecastReport& r);
 
 }  // namespace strata::api

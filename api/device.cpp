@@ -30,13 +30,15 @@ size_t Device::arena_peak_bytes() const {
 std::shared_ptr<Device> make_backend(const std::string& name, const DeviceOptions& opt) {
   auto impl = std::make_unique<Device::Impl>();
   if (name == "sim") {
-    if (opt.sim_mirror != "cuda" && opt.sim_mirror != "cpu")
-      throw ConfigError(fmt::format("DeviceOptions::sim_mirror must be cuda or cpu, got '{}'", opt.sim_mirror),
-                        "DeviceOptions", "sim_mirror");
+    const std::optional<SimMirror> mirror = parse_name(kSimMirrors, opt.sim_mirror);
+    if (!mirror)
+      throw ConfigError(
+          fmt::format("DeviceOptions::sim_mirror must be {}, got '{}'", name_choices(kSimMirrors), opt.sim_mirror),
+          "DeviceOptions", "sim_mirror");
     SimOptions so;
     so.budget = opt.memory_bytes;
     so.profile = find_profile(opt.sim_profile);
-    so.mirror = opt.sim_mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda;
+    so.mirror = *mirror;
     impl->backend = "sim";
     impl->be = make_sim_backend(so);
   } else {

@@ -122,20 +122,7 @@ std::string plan_yaml(const ForecastSpec& spec, const PlanReport& report) {
   ForecastRequest r = api::to_request(spec);
   Plan plan = api::to_plan(report.plan, "PlanReport::plan");
   if (report.layer_offloading) plan.set_layer_weights(Decision::page, "PlanReport::layer_offloading");
-  Forecast f;
-  f.fits = report.forecast.fits;
-  f.peak_bytes = report.forecast.peak_bytes;
-  f.high_water_bytes = report.forecast.high_water_bytes;
-  f.persistent_bytes = report.forecast.persistent_bytes;
-  f.peak_phase = report.forecast.peak_phase;
-  f.peak_host_bytes = report.forecast.peak_host_bytes;
-  f.peak_disk_bytes = report.forecast.peak_disk_bytes;
-  f.step_s = report.forecast.step_s;
-  f.forward_s = report.forecast.forward_s;
-  f.backward_s = report.forecast.backward_s;
-  f.optimizer_s = report.forecast.optimizer_s;
-  f.recompute_s = report.forecast.recompute_s;
-  f.tokens_per_s = report.forecast.tokens_per_s;
+  const Forecast f = api::to_forecast(report.forecast);
   return plan_yaml(r, plan, f, report.budgets.device);
 }
 

@@ -25,11 +25,15 @@
 
 #include "engine/backend.h"
 #include "engine/cost_model.h"
+#include "engine/names.h"
 
 namespace strata {
 
 enum class SimMirror { cpu, cuda };
-const char* sim_mirror_name(SimMirror m);
+inline constexpr EnumName<SimMirror> kSimMirrors[] = {{SimMirror::cuda, "cuda"}, {SimMirror::cpu, "cpu"}};
+inline const char* sim_mirror_name(SimMirror m) {
+  return name_of(kSimMirrors, m);
+}
 
 struct SimOptions {
   size_t budget = 0;  // arena budget; 0 = unbounded (1 PiB of offsets: nothing is backed)

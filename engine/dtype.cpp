@@ -4,54 +4,33 @@
 
 #include "engine/error.h"
 #include "engine/master_split.h"
+#include "engine/names.h"
 #include "engine/parallel.h"
 
 namespace strata {
 
+namespace {
+// Each dtype's engine name, safetensors name and torch name (parse_dtype accepts all three).
+constexpr EnumName<DType> kDTypeNames[] = {{DType::f32, "f32"}, {DType::bf16, "bf16"}, {DType::f16, "f16"},
+                                           {DType::i32, "i32"}, {DType::u8, "u8"},     {DType::i16, "i16"}};
+constexpr EnumName<DType> kSafetensorsNames[] = {{DType::f32, "F32"}, {DType::bf16, "BF16"}, {DType::f16, "F16"},
+                                                 {DType::i32, "I32"}, {DType::u8, "U8"},     {DType::i16, "I16"}};
+constexpr EnumName<DType> kTorchNames[] = {{DType::f32, "float32"}, {DType::bf16, "bfloat16"}, {DType::f16, "float16"},
+                                           {DType::i32, "int32"},   {DType::u8, "uint8"},      {DType::i16, "int16"}};
+}  // namespace
+
 std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "f32";
-    case DType::bf16:
-      return "bf16";
-    case DType::f16:
-      return "f16";
-    case DType::i32:
-      return "i32";
-    case DType::u8:
-      return "u8";
-    case DType::i16:
-      return "i16";
-  }
-  return "?";
+  return name_of(kDTypeNames, t);
 }
 
 std::string_view dtype_safetensors_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "F32";
-    case DType::bf16:
-      return "BF16";
-    case DType::f16:
-      return "F16";
-    case DType::i32:
-      return "I32";
-    case DType::u8:
-      return "U8";
-    case DType::i16:
-      return "I16";
-  }
-  return "?";
+  return name_of(kSafetensorsNames, t);
 }
 
 std::optional<DType> parse_dtype(std::string_view s) {
-  if (s == "f32" || s == "F32" || s == "float32") return DType::f32;
-  if (s == "bf16" || s == "BF16" || s == "bfloat16") return DType::bf16;
-  if (s == "f16" || s == "F16" || s == "float16") return DType::f16;
-  if (s == "i32" || s == "I32" || s == "int32") return DType::i32;
-  if (s == "u8" || s == "U8" || s == "uint8") return DType::u8;
-  if (s == "i16" || s == "I16" || s == "int16") return DType::i16;
-  return std::nullopt;
+  if (auto t = parse_name(kDTypeNames, s)) return t;
+  if (auto t = parse_name(kSafetensorsNames, s)) return t;
+  return parse_name(kTorchNames, s);
 }
 
 float f16_to_f32(uint16_t h) {

@@ -6,37 +6,34 @@
 #include <optional>
 
 #include "engine/error.h"
+#include "engine/names.h"
 
 namespace strata {
 
+namespace {
+constexpr EnumName<Decision> kDecisions[] = {{Decision::keep, "keep"},
+                                             {Decision::recompute, "recompute"},
+                                             {Decision::host, "host"},
+                                             {Decision::disk, "disk"},
+                                             {Decision::page, "page"}};
+constexpr std::initializer_list<Decision> kPlaced = {Decision::keep, Decision::recompute, Decision::host,
+                                                     Decision::disk};
+constexpr std::initializer_list<Decision> kTiers = {Decision::host, Decision::disk};
+}  // namespace
+
 const char* decision_name(Decision d) {
-  switch (d) {
-    case Decision::keep:
-      return "keep";
-    case Decision::recompute:
-      return "recompute";
-    case Decision::host:
-      return "host";
-    case Decision::disk:
-      return "disk";
-    case Decision::page:
-      return "page";
-  }
-  return "?";
+  return name_of(kDecisions, d);
 }
 
 Decision parse_decision(std::string_view s, const std::string& where) {
-  if (s == "keep") return Decision::keep;
-  if (s == "recompute") return Decision::recompute;
-  if (s == "host") return Decision::host;
-  if (s == "disk") return Decision::disk;
-  STRATA_THROW(ConfigError, fmt::format("{}: unknown decision '{}' (expected keep, recompute, host or disk)", where, s),
+  if (auto d = parse_name(kDecisions, s, kPlaced)) return *d;
+  STRATA_THROW(ConfigError,
+               fmt::format("{}: unknown decision '{}' (expected {})", where, s, name_choices(kDecisions, kPlaced)),
                where, std::string(s));
 }
 
 Decision parse_layer_weights(std::string_view s, const std::string& where, const std::string& field) {
-  if (s == "keep") return Decision::keep;
-  if (s == "page") return Decision::page;
+  if (auto d = parse_name(kDecisions, s, {Decision::keep, Decision::page})) return *d;
   STRATA_THROW(ConfigError,
                fmt::format("{}: layer_weights must be keep (on the device) or page (paged from host memory), got '{}'",
                            where, s),
@@ -143,16 +140,18 @@ Decision Plan::decide_state(std::string_view cls, int layer, int num_layers) con
 }
 
 Decision parse_state_tier(std::string_view s, const std::string& where) {
-  if (s == "host") return Decision::host;
-  if (s == "disk") return Decision::disk;
-  STRATA_THROW(ConfigError, fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, s), where,
-               "state_offloading_tier");
+  if (auto d = parse_name(kDecisions, s, kTiers)) return *d;
+  STRATA_THROW(
+      ConfigError,
+      fmt::format("{}: state_offloading_tier must be {}, got '{}'", where, name_choices(kDecisions, kTiers), s), where,
+      "state_offloading_tier");
 }
 
 void Plan::set_state_offloading(std::string_view level, const std::string& where, Decision tier) {
   if (tier != Decision::host && tier != Decision::disk)
     STRATA_THROW(ConfigError,
-                 fmt::format("{}: state_offloading_tier must be host or disk, got '{}'", where, decision_name(tier)),
+                 fmt::format("{}: state_offloading_tier must be {}, got '{}'", where, name_choices(kDecisions, kTiers),
+                             decision_name(tier)),
                  where, "state_offloading_tier");
   state = level_rules(level, where, "state_offloading", tier);
   state_preset = tier == Decision::disk && level != "none" ? std::string(level) + " on disk" : std::string(level);

@@ -3,48 +3,44 @@
 #include <fmt/format.h>
 
 #include "engine/error.h"
+#include "engine/names.h"
 
 namespace strata {
 
+namespace {
+constexpr EnumName<MasterWeights> kMasterWeights[] = {{MasterWeights::fp32, "fp32"}, {MasterWeights::none, "none"}};
+constexpr EnumName<OptimizerState> kOptimizerStates[] = {
+    {OptimizerState::fp32, "fp32"}, {OptimizerState::bf16, "bf16"}, {OptimizerState::q8, "8bit"}};
+constexpr EnumName<GradPrecision> kGradients[] = {{GradPrecision::fp32, "fp32"}, {GradPrecision::bf16, "bf16"}};
+
+template <class E, size_t N>
+E parse_field(const EnumName<E> (&table)[N], std::string_view s, const std::string& where, const char* field) {
+  if (auto v = parse_name(table, s)) return *v;
+  STRATA_THROW(ConfigError, fmt::format("{}: {} must be {}, got '{}'", where, field, name_choices(table), s), where,
+               field);
+}
+}  // namespace
+
 const char* master_weights_name(MasterWeights m) {
-  return m == MasterWeights::none ? "none" : "fp32";
+  return name_of(kMasterWeights, m);
 }
-
 const char* optimizer_state_name(OptimizerState s) {
-  switch (s) {
-    case OptimizerState::fp32:
-      return "fp32";
-    case OptimizerState::bf16:
-      return "bf16";
-    case OptimizerState::q8:
-      return "8bit";
-  }
-  return "?";
+  return name_of(kOptimizerStates, s);
 }
-
 const char* gradients_name(GradPrecision g) {
-  return g == GradPrecision::bf16 ? "bf16" : "fp32";
+  return name_of(kGradients, g);
 }
 
 MasterWeights parse_master_weights(std::string_view s, const std::string& where) {
-  if (s == "fp32") return MasterWeights::fp32;
-  if (s == "none") return MasterWeights::none;
-  STRATA_THROW(ConfigError, fmt::format("{}: master_weights must be fp32 or none, got '{}'", where, s), where,
-               "master_weights");
+  return parse_field(kMasterWeights, s, where, "master_weights");
 }
 
 OptimizerState parse_optimizer_state(std::string_view s, const std::string& where) {
-  if (s == "fp32") return OptimizerState::fp32;
-  if (s == "bf16") return OptimizerState::bf16;
-  if (s == "8bit") return OptimizerState::q8;
-  STRATA_THROW(ConfigError, fmt::format("{}: optimizer_state must be fp32, bf16 or 8bit, got '{}'", where, s), where,
-               "optimizer_state");
+  return parse_field(kOptimizerStates, s, where, "optimizer_state");
 }
 
 GradPrecision parse_gradients(std::string_view s, const std::string& where) {
-  if (s == "fp32") return GradPrecision::fp32;
-  if (s == "bf16") return GradPrecision::bf16;
-  STRATA_THROW(ConfigError, fmt::format("{}: gradients must be fp32 or bf16, got '{}'", where, s), where, "gradients");
+  return parse_field(kGradients, s, where, "gradients");
 }
 
 size_t moment_bytes(OptimizerState s, size_t n) {

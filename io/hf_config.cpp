@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/json_limits.h"
+#include "engine/names.h"
 #include "io/regular_file.h"
 
 namespace strata::io {
@@ -185,32 +186,21 @@ void parse_arch_fields(const Reader& r, const json& j, LlamaConfig& c) {
 
 }  // namespace
 
+namespace {
+constexpr EnumName<Arch> kModelTypes[] = {
+    {Arch::llama, "llama"}, {Arch::mistral, "mistral"}, {Arch::qwen2, "qwen2"}, {Arch::qwen3, "qwen3"}};
+constexpr EnumName<Arch> kArchitectures[] = {{Arch::llama, "LlamaForCausalLM"},
+                                             {Arch::mistral, "MistralForCausalLM"},
+                                             {Arch::qwen2, "Qwen2ForCausalLM"},
+                                             {Arch::qwen3, "Qwen3ForCausalLM"}};
+}  // namespace
+
 const char* arch_model_type(Arch a) {
-  switch (a) {
-    case Arch::llama:
-      return "llama";
-    case Arch::mistral:
-      return "mistral";
-    case Arch::qwen2:
-      return "qwen2";
-    case Arch::qwen3:
-      return "qwen3";
-  }
-  return "llama";
+  return name_of(kModelTypes, a);
 }
 
 const char* arch_architecture(Arch a) {
-  switch (a) {
-    case Arch::llama:
-      return "LlamaForCausalLM";
-    case Arch::mistral:
-      return "MistralForCausalLM";
-    case Arch::qwen2:
-      return "Qwen2ForCausalLM";
-    case Arch::qwen3:
-      return "Qwen3ForCausalLM";
-  }
-  return "LlamaForCausalLM";
+  return name_of(kArchitectures, a);
 }
 
 LlamaConfig parse_llama_config(const std::string& json_text, const std::string& path_for_errors) {
@@ -227,11 +217,13 @@ LlamaConfig parse_llama_config(const std::string& json_text, const std::string& 
   LlamaConfig c;
   if (const json* mt = r.string(j, "model_type", "model_type")) {
     const std::string t = mt->get<std::string>();
-    bool known = false;
-    for (Arch a : {Arch::llama, Arch::mistral, Arch::qwen2, Arch::qwen3})
-      if (t == arch_model_type(a)) c.arch = a, known = true;
-    if (!known)
-      r.fail("model_type", fmt::format("model_type is '{}', expected one of 'llama', 'mistral', 'qwen2', 'qwen3'", t));
+    if (const std::optional<Arch> a = parse_name(kModelTypes, t)) {
+      c.arch = *a;
+    } else {
+      std::string listed;
+      for (const auto& e : kModelTypes) listed += fmt::format("{}'{}'", listed.empty() ? "" : ", ", e.name);
+      r.fail("model_type", fmt::format("model_type is '{}', expected one of {}", t, listed));
+    }
   }
   if (const json* act = r.string(j, "hidden_act", "hidden_act"); act && act->get<std::string>() != "silu")
     r.fail("hidden_act", fmt::format("hidden_act '{}' is not supported (only 'silu')", act->get<std::string>()));

@@ -17,10 +17,6 @@
 
 namespace strata {
 
-const char* sim_mirror_name(SimMirror m) {
-  return m == SimMirror::cpu ? "cpu" : "cuda";
-}
-
 namespace {
 
 constexpr size_t kUnbounded = size_t(1) << 50;

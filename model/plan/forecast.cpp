@@ -8,28 +8,24 @@
 #include <map>
 
 #include "engine/comm_sim.h"
+#include "engine/names.h"
 #include "engine/op_scratch.h"
 #include "model/llama/shapes.h"
 
 namespace strata {
 
+namespace {
+constexpr EnumName<TrainMode> kTrainModes[] = {
+    {TrainMode::full, "full"}, {TrainMode::frozen, "frozen"}, {TrainMode::lora, "lora"}};
+}  // namespace
+
 const char* train_mode_name(TrainMode m) {
-  switch (m) {
-    case TrainMode::full:
-      return "full";
-    case TrainMode::frozen:
-      return "frozen";
-    case TrainMode::lora:
-      return "lora";
-  }
-  return "?";
+  return name_of(kTrainModes, m);
 }
 
 TrainMode parse_train_mode(const std::string& s) {
-  if (s == "full") return TrainMode::full;
-  if (s == "frozen") return TrainMode::frozen;
-  if (s == "lora") return TrainMode::lora;
-  throw ConfigError(fmt::format("--mode must be full, frozen or lora, got '{}'", s), "command line", "mode");
+  if (auto m = parse_name(kTrainModes, s)) return *m;
+  throw ConfigError(fmt::format("--mode must be {}, got '{}'", name_choices(kTrainModes), s), "command line", "mode");
 }
 
 ModelOptions forecast_model_options(const ForecastRequest& r) {

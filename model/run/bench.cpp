@@ -7,6 +7,7 @@
 
 #include "model/llama/rng.h"
 #include "model/llama/shapes.h"
+#include "model/plan/forecast.h"
 #include "model/run/settings.h"
 
 namespace strata {
@@ -57,13 +58,12 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
   tc.seq = r.seq;
   tc.batch = r.batch;
   tc.lr = 1e-5f;
-  if (q.mode == "frozen") {
+  const TrainMode mode = parse_train_mode(q.mode);
+  if (mode == TrainMode::frozen) {
     tc.freeze_base = true;
-  } else if (q.mode == "lora") {
+  } else if (mode == TrainMode::lora) {
     tc.lora.rank = tool_flag_int(q.lora_rank, "lora-rank", 16, 1);
     tc.lora.alpha = 2.0f * float(tc.lora.rank);
-  } else if (q.mode != "full") {
-    throw ConfigError("--mode must be full, frozen or lora", "command line", "mode");
   }
   if (q.config.empty()) {  // the preset's activation rules; the state flags' placement stays
     Plan preset = preset_plan(r.plan, 1, "--plan", "command line", "plan");

@@ -306,7 +306,7 @@ const std::vector<Setting>& settings() {
      },
      [](const C& c) -> std::string {
        return !c.grad_reduce_origin.where.empty() || c.grad_reduce != DType::f32
-                  ? (c.grad_reduce == DType::bf16 ? "bf16" : "fp32")
+                  ? name_of(kGradReduceNames, c.grad_reduce)
                   : "";
      },
      T | P},

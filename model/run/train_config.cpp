@@ -117,9 +117,9 @@ DType effective_grad_reduce(const TrainConfig& c) {
 }
 
 DType parse_grad_reduce(const std::string& s, const Origin& o) {
-  if (s == "fp32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  throw ConfigError(fmt::format("{} must be fp32 or bf16, got '{}'", o.where, s), o.file, o.field);
+  if (auto t = parse_name(kGradReduceNames, s)) return *t;
+  throw ConfigError(fmt::format("{} must be {}, got '{}'", o.where, name_choices(kGradReduceNames), s), o.file,
+                    o.field);
 }
 
 int check_pad_vocab(long long v, const Origin& o) {
@@ -146,11 +146,9 @@ int parse_mlp_tiles(const std::string& s, const Origin& o) {
 }
 
 LrScheduler parse_lr_scheduler(const std::string& s, const Origin& o) {
-  if (s == "constant") return LrScheduler::constant;
-  if (s == "linear") return LrScheduler::linear;
-  if (s == "cosine") return LrScheduler::cosine;
-  throw ConfigError(fmt::format("{}: unknown scheduler '{}' (expected constant, linear or cosine)", o.where, s), o.file,
-                    o.field);
+  if (auto v = parse_name(kLrSchedulers, s)) return *v;
+  throw ConfigError(fmt::format("{}: unknown scheduler '{}' (expected {})", o.where, s, name_choices(kLrSchedulers)),
+                    o.file, o.field);
 }
 
 std::string parse_resume(const std::string& s) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/names.h"
 #include "engine/plan.h"
 #include "model/data/datasets.h"
 #include "model/llama/llama.h"
@@ -114,6 +115,7 @@ int check_pad_vocab(long long v, const Origin& o);
 // mlp_tiles: "auto" -> 0, or a whole number of tiles >= 1; ConfigError naming `o` otherwise.
 int parse_mlp_tiles(const std::string& s, const Origin& o);
 // grad_reduce_dtype: "fp32" -> f32, "bf16" -> bf16; ConfigError naming `o` otherwise.
+inline constexpr EnumName<DType> kGradReduceNames[] = {{DType::f32, "fp32"}, {DType::bf16, "bf16"}};
 DType parse_grad_reduce(const std::string& s, const Origin& o);
 // gradients: bf16 sums the bf16 gradients over the ranks in bf16 as they are; an explicit
 // grad_reduce_dtype: fp32 beside it asks for what does not exist: ConfigError naming where each was

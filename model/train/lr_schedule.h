@@ -7,12 +7,17 @@
 #include <cmath>
 #include <string>
 
+#include "engine/names.h"
+
 namespace strata {
 
 enum class LrScheduler { constant, linear, cosine };
 
+inline constexpr EnumName<LrScheduler> kLrSchedulers[] = {
+    {LrScheduler::constant, "constant"}, {LrScheduler::linear, "linear"}, {LrScheduler::cosine, "cosine"}};
+
 inline const char* lr_scheduler_name(LrScheduler s) {
-  return s == LrScheduler::cosine ? "cosine" : s == LrScheduler::linear ? "linear" : "constant";
+  return name_of(kLrSchedulers, s);
 }
 
 // Step t (1-based) of `total` steps, `warmup` of them warming up.

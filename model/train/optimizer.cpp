@@ -352,49 +352,50 @@ std::vector<Optimizer::Chunk> Optimizer::plan_chunks(bool reverse) const {
   return chunks;
 }
 
+template <class B, class F>
+void Optimizer::each_staged(const Piece& pc, const Buffer& staging, B* hs, bool grad, F&& f) const {
+  const Parameter& p = model_.params()[pc.param];
+  // Elements [first, first + count) of a host array (default: the piece's), or the piece's disk array
+  // from the host staging block `hs` at hs_off.
+  auto one = [&](size_t host_off, bool disk, size_t hs_off, size_t st_off, DType dt, size_t elem,
+                 size_t first = SIZE_MAX, size_t count = 0) {
+    if (host_off == Parameter::kDevice && !disk) return;
+    if (first == SIZE_MAX) first = pc.begin, count = pc.n;
+    B* host = nullptr;
+    if (host_off != Parameter::kDevice) {
+      std::byte* h = model_.host_state(host_off);
+      host = h ? h + first * elem : nullptr;
+    } else {
+      host = hs ? hs + hs_off : nullptr;
+    }
+    f(host, at(staging, st_off, dt, count));
+  };
+  const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
+  const size_t mel = dtype_size(moment_dtype());
+  one(p.host_master, p.disk_master != Parameter::kDevice, pc.hmaster, pc.master, mdt, master_elem_bytes());
+  one(p.host_m, p.disk_m != Parameter::kDevice, pc.hm, pc.m, moment_dtype(), mel);
+  one(p.host_v, p.disk_v != Parameter::kDevice, pc.hv, pc.v, moment_dtype(), mel);
+  if (grad) one(p.host_grad, false, 0, pc.g, model_.grad_dtype(), dtype_size(model_.grad_dtype()));
+  if (paged_weights(p)) {  // the compute weights, in the pager's host block (null on the sim)
+    std::byte* h = model_.pager()->host_data(size_t(p.page));
+    const size_t el = dtype_size(be_.compute_dtype());
+    f(static_cast<B*>(h ? h + pc.begin * el : nullptr), at(staging, pc.w, be_.compute_dtype(), pc.n));
+  }
+  if (quantised()) {
+    const size_t n = size_t(p.shape.numel());
+    for (auto [host_off, disk, hs_off, st_off] : {std::tuple{p.host_m, p.disk_m != Parameter::kDevice, pc.hms, pc.ms},
+                                                  std::tuple{p.host_v, p.disk_v != Parameter::kDevice, pc.hvs, pc.vs}})
+      one(host_off == Parameter::kDevice ? host_off : host_off + moment_scale_offset(n), disk, hs_off, st_off,
+          DType::f32, sizeof(float), pc.begin / kQuantBlock, quant_blocks(pc.n));
+  }
+}
+
 void Optimizer::upload(const Chunk& c, const Buffer& staging, CopyTicket& last, const std::byte* hs) {
-  const auto& params = model_.params();
-  for (const Piece& pc : c.pieces) {
-    const Parameter& p = params[pc.param];
-    // Elements [first, first + count) of a host array (default: the piece's), or the piece's disk array
-    // from the host staging block `hs` at hs_off.
-    auto up = [&](size_t host_off, bool disk, size_t hs_off, size_t st_off, DType dt, size_t elem,
-                  size_t first = SIZE_MAX, size_t count = 0) {
-      if (host_off == Parameter::kDevice && !disk) return;
-      if (first == SIZE_MAX) first = pc.begin, count = pc.n;
-      const std::byte* src = nullptr;
-      if (host_off != Parameter::kDevice) {
-        const std::byte* h = model_.host_state(host_off);
-        src = h ? h + first * elem : nullptr;
-      } else {
-        src = hs ? hs + hs_off : nullptr;
-      }
-      const Tensor dst = at(staging, st_off, dt, count);
+  for (const Piece& pc : c.pieces)
+    each_staged(pc, staging, hs, true, [&](const std::byte* src, const Tensor& dst) {
       last = be_.copy_to_device_async(dst, src);
       stats_.uploaded_bytes += dst.bytes();
-    };
-    const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
-    const size_t mel = dtype_size(moment_dtype());
-    up(p.host_master, p.disk_master != Parameter::kDevice, pc.hmaster, pc.master, mdt, master_elem_bytes());
-    up(p.host_m, p.disk_m != Parameter::kDevice, pc.hm, pc.m, moment_dtype(), mel);
-    up(p.host_v, p.disk_v != Parameter::kDevice, pc.hv, pc.v, moment_dtype(), mel);
-    up(p.host_grad, false, 0, pc.g, model_.grad_dtype(), dtype_size(model_.grad_dtype()));
-    if (paged_weights(p)) {  // the compute weights, from the pager's host block (null on the sim)
-      const std::byte* h = model_.pager()->host_data(size_t(p.page));
-      const size_t el = dtype_size(be_.compute_dtype());
-      const Tensor dst = at(staging, pc.w, be_.compute_dtype(), pc.n);
-      last = be_.copy_to_device_async(dst, h ? h + pc.begin * el : nullptr);
-      stats_.uploaded_bytes += dst.bytes();
-    }
-    if (quantised()) {
-      const size_t n = size_t(p.shape.numel());
-      for (auto [host_off, disk, hs_off, st_off] :
-           {std::tuple{p.host_m, p.disk_m != Parameter::kDevice, pc.hms, pc.ms},
-            std::tuple{p.host_v, p.disk_v != Parameter::kDevice, pc.hvs, pc.vs}})
-        up(host_off == Parameter::kDevice ? host_off : host_off + moment_scale_offset(n), disk, hs_off, st_off,
-           DType::f32, sizeof(float), pc.begin / kQuantBlock, quant_blocks(pc.n));
-    }
-  }
+    });
   last_up_ = last;
 }
 
@@ -430,45 +431,12 @@ void Optimizer::compute(const Chunk& c, const Buffer& staging, const AdamWParams
 }
 
 void Optimizer::download(const Chunk& c, const Buffer& staging, std::byte* hs) {
-  const auto& params = model_.params();
-  const DType mdt = be_.compute_dtype() == DType::f32 ? DType::f32 : be_.master_dtype();
-  for (const Piece& pc : c.pieces) {
-    const Parameter& p = params[pc.param];
-    auto down = [&](size_t host_off, bool disk, size_t hs_off, size_t st_off, DType dt, size_t elem,
-                    size_t first = SIZE_MAX, size_t count = 0) {
-      if (host_off == Parameter::kDevice && !disk) return;
-      if (first == SIZE_MAX) first = pc.begin, count = pc.n;
-      std::byte* dst = nullptr;
-      if (host_off != Parameter::kDevice) {
-        std::byte* h = model_.host_state(host_off);
-        dst = h ? h + first * elem : nullptr;
-      } else {
-        dst = hs ? hs + hs_off : nullptr;
-      }
-      const Tensor src = at(staging, st_off, dt, count);
+  // The gradients are not written back: the update only reads them.
+  for (const Piece& pc : c.pieces)
+    each_staged(pc, staging, hs, false, [&](std::byte* dst, const Tensor& src) {
       last_down_ = be_.copy_to_host_async(dst, src, kDown);
       stats_.downloaded_bytes += src.bytes();
-    };
-    const size_t mel = dtype_size(moment_dtype());
-    down(p.host_master, p.disk_master != Parameter::kDevice, pc.hmaster, pc.master, mdt, master_elem_bytes());
-    down(p.host_m, p.disk_m != Parameter::kDevice, pc.hm, pc.m, moment_dtype(), mel);
-    down(p.host_v, p.disk_v != Parameter::kDevice, pc.hv, pc.v, moment_dtype(), mel);
-    if (paged_weights(p)) {  // the updated compute weights back into the pager's host block
-      std::byte* h = model_.pager()->host_data(size_t(p.page));
-      const size_t el = dtype_size(be_.compute_dtype());
-      const Tensor src = at(staging, pc.w, be_.compute_dtype(), pc.n);
-      last_down_ = be_.copy_to_host_async(h ? h + pc.begin * el : nullptr, src, kDown);
-      stats_.downloaded_bytes += src.bytes();
-    }
-    if (quantised()) {
-      const size_t n = size_t(p.shape.numel());
-      for (auto [host_off, disk, hs_off, st_off] :
-           {std::tuple{p.host_m, p.disk_m != Parameter::kDevice, pc.hms, pc.ms},
-            std::tuple{p.host_v, p.disk_v != Parameter::kDevice, pc.hvs, pc.vs}})
-        down(host_off == Parameter::kDevice ? host_off : host_off + moment_scale_offset(n), disk, hs_off, st_off,
-             DType::f32, sizeof(float), pc.begin / kQuantBlock, quant_blocks(pc.n));
-    }
-  }
+    });
 }
 
 void Optimizer::end_backward() {

@@ -207,6 +207,11 @@ class Optimizer {
   void advance_final();  // in backward (in_backward_): the chunks whose parameters all have final gradients
   // `hs`: the chunk's host staging block (its disk arrays; null without them or on the sim).
   void upload(const Chunk& c, const Buffer& staging, CopyTicket& last, const std::byte* hs);
+  // Each array of piece `pc` that moves through `staging`, in one order for the upload and the download:
+  // f(its host address (the host tier's array, the pager's block, or its disk array in `hs`; null on the sim),
+  // its tensor in `staging`). `grad`: the host-tier gradient too (uploaded, never downloaded).
+  template <class B, class F>
+  void each_staged(const Piece& pc, const Buffer& staging, B* hs, bool grad, F&& f) const;
   void compute(const Chunk& c, const Buffer& staging, const AdamWParams& p, float max_norm, int t, Tensor norm_sq);
   void download(const Chunk& c, const Buffer& staging, std::byte* hs);
   size_t master_elem_bytes() const;

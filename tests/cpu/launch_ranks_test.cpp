@@ -25,11 +25,7 @@ using namespace strata::launch_util;
 
 // --- the self-launcher, ranks as processes (tests/cpu/launch_child.cpp).
 TEST(Launcher, ProcessesRendezvousAndReduce) {
-  LocalLaunch l;
-  l.nprocs = 3;
-  l.exe = kChild;
-  l.args = {"allreduce"};
-  l.tool = "launch_test";
+  LocalLaunch l = child_ranks(3, {"allreduce"});
   EXPECT_EQ(run_local_ranks(l), 0);
 }
 
@@ -52,11 +48,7 @@ TEST(Launcher, OwnRanksIgnoreAnInheritedTorchrunAgentStoreFlag) {
   }
   ASSERT_GE(held, 0) << "no free port pair";
   ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
-  LocalLaunch l;
-  l.nprocs = 2;
-  l.exe = kChild;
-  l.args = {"allreduce"};
-  l.tool = "launch_test";
+  LocalLaunch l = child_ranks(2, {"allreduce"});
   l.master_port = port;
   const int rc = run_local_ranks(l);
   ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
@@ -65,11 +57,7 @@ TEST(Launcher, OwnRanksIgnoreAnInheritedTorchrunAgentStoreFlag) {
 }
 
 TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
-  LocalLaunch l;
-  l.nprocs = 4;
-  l.exe = kChild;
-  l.args = {"fail", "2", "3"};
-  l.tool = "launch_test";
+  LocalLaunch l = child_ranks(4, {"fail", "2", "3"});
   char* buf = nullptr;
   size_t n = 0;
   std::FILE* log = ::open_memstream(&buf, &n);
@@ -90,11 +78,8 @@ TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
 // rounding; rank 0 alone prints the steps and writes the model.
 TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch dir;
-  dir.create("strata_dp_train");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  ASSERT_TRUE(scratch_with_tiny(dir, "strata_dp_train"));
   const std::string common = " --model " + quote(dir.path("tiny")) + " --data " + quote(dir.path("tiny/tokens.bin")) +
                              " --seq 32 --steps 4 --lr 3e-3 --backend cpu --json";
   const Proc one = dir.run(kTrain + " --batch 4" + common);
@@ -122,12 +107,10 @@ TEST(Launcher, StrataTrainOnTwoRanksMatchesOneRankOnTheSameGlobalBatch) {
 // and both train to the end. A rank 1 with another secret fails naming STRATA_JOB_SECRET.
 TEST(Launcher, StrataTrainRankZeroSurvivesStrangersOnItsPort) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch a, b;
-  a.create("strata_rdv_attack_a");
+  ASSERT_TRUE(scratch_with_tiny(a, "strata_rdv_attack_a"));
   b.create("strata_rdv_attack_b");
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_EQ(a.run(kMakeTiny + " " + quote(a.path("tiny"))).code, 0);
+  ASSERT_TRUE(b.ok());
   const int port = pick_free_port();
   auto rank = [&](int r, const std::string& secret) {
     return fmt::format(
@@ -176,11 +159,8 @@ TEST(Launcher, StrataTrainRankZeroSurvivesStrangersOnItsPort) {
 // Sessions from one YAML train exactly what strata-train --gpus 2 trains from it (model/run/job.h).
 TEST(Launcher, SessionsOnTwoRanksAreStrataTrainOnTwoRanks) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch dir;
-  dir.create("strata_dp_session");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  ASSERT_TRUE(scratch_with_tiny(dir, "strata_dp_session"));
   auto yaml = [&](const std::string& name, const std::string& out) {
     const std::string path = dir.path(name);
     std::ofstream(path) << "base_model: " << dir.path("tiny") << "\ndata: " << dir.path("tiny/tokens.bin")
@@ -190,11 +170,7 @@ TEST(Launcher, SessionsOnTwoRanksAreStrataTrainOnTwoRanks) {
   };
   const Proc tool = dir.run(kTrain + " --gpus 2 --config " + quote(yaml("a.yaml", dir.path("by_tool"))));
   ASSERT_EQ(tool.code, 0) << tool.err;
-  LocalLaunch l;
-  l.nprocs = 2;
-  l.exe = kChild;
-  l.args = {"session", yaml("b.yaml", dir.path("by_session"))};
-  l.tool = "launch_test";
+  LocalLaunch l = child_ranks(2, {"session", yaml("b.yaml", dir.path("by_session"))});
   ASSERT_EQ(run_local_ranks(l), 0);
   const std::string a = slurp(dir.path("by_tool/model.safetensors")),
                     b = slurp(dir.path("by_session/model.safetensors"));
@@ -206,11 +182,8 @@ TEST(Launcher, SessionsOnTwoRanksAreStrataTrainOnTwoRanks) {
 // A rank whose peers never arrive ends with an error naming them, within the timeout.
 TEST(Launcher, StrataTrainRankWithoutPeersStopsWithinTheTimeout) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch dir;
-  dir.create("strata_dp_alone");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  ASSERT_TRUE(scratch_with_tiny(dir, "strata_dp_alone"));
   const auto t0 = std::chrono::steady_clock::now();
   const Proc p =
       dir.run(fmt::format("env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT={} "

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 
 #include "tests/cpu/launch_helpers.h"
 #include "tests/cpu/tool_runner.h"
@@ -17,11 +16,8 @@ using namespace strata::launch_util;
 
 TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch dir;
-  dir.create("strata_dp_zero");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  ASSERT_TRUE(scratch_with_tiny(dir, "strata_dp_zero"));
   const std::string common = " --gpus 2 --batch 2 --model " + quote(dir.path("tiny")) + " --data " +
                              quote(dir.path("tiny/tokens.bin")) + " --seq 32 --steps 3 --lr 3e-3 --backend cpu --json";
   const Proc z0 = dir.run(kTrain + " --save " + quote(dir.path("model_z0")) + common);
@@ -31,17 +27,8 @@ TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   const std::vector<double> a = json_losses(z0.out), b = json_losses(z1.out);
   ASSERT_EQ(a.size(), 3u) << z0.out;
   EXPECT_EQ(a, b) << z1.out;
-  auto bytes = [](const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    std::string s;
-    if (!f) return s;
-    char buf[1 << 16];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
-    std::fclose(f);
-    return s;
-  };
-  const std::string m0 = bytes(dir.path("model_z0/model.safetensors")),
-                    m1 = bytes(dir.path("model_z1/model.safetensors"));
+  const std::string m0 = slurp(dir.path("model_z0/model.safetensors")),
+                    m1 = slurp(dir.path("model_z1/model.safetensors"));
   ASSERT_GT(m0.size(), 1000u);
   EXPECT_TRUE(m0 == m1) << "the saved models differ";
   // Sharded checkpoints: a run resumed from step 2's continues to the uninterrupted run's step 3 bit for bit,
@@ -49,14 +36,14 @@ TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   const Proc ckpt = dir.run(kTrain + " --zero-stage 1 --save-steps 2 --save " + quote(dir.path("model_ckpt")) + common);
   ASSERT_EQ(ckpt.code, 0) << ckpt.err;
   EXPECT_EQ(json_losses(ckpt.out), a);
-  EXPECT_FALSE(bytes(dir.path("model_ckpt/checkpoint-2/optimizer.rank-1-of-2.safetensors")).empty());
+  EXPECT_FALSE(slurp(dir.path("model_ckpt/checkpoint-2/optimizer.rank-1-of-2.safetensors")).empty());
   const Proc resumed = dir.run(kTrain + " --zero-stage 1 --save " + quote(dir.path("model_resumed")) + " --resume " +
                                quote(dir.path("model_ckpt/checkpoint-2")) + common);
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   const std::vector<double> c = json_losses(resumed.out);
   ASSERT_EQ(c.size(), 1u) << resumed.out;
   EXPECT_EQ(c[0], a[2]);
-  EXPECT_TRUE(bytes(dir.path("model_resumed/model.safetensors")) == m0) << "the resumed run's saved model differs";
+  EXPECT_TRUE(slurp(dir.path("model_resumed/model.safetensors")) == m0) << "the resumed run's saved model differs";
   // On 4 ranks with the same global batch (--batch 1) the checkpoint reshards: step 3 is the uninterrupted run's
   // to float rounding (the gradients summed over 4 ranks, not 2). Another global batch is refused naming
   // micro_batch_size and the rows a micro-step (4 ranks of 3 rows).
@@ -79,7 +66,7 @@ TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   const Proc z2 = dir.run(kTrain + " --zero-stage 2 --save " + quote(dir.path("model_z2")) + common);
   ASSERT_EQ(z2.code, 0) << z2.err;
   EXPECT_EQ(json_losses(z2.out), a) << z2.out;
-  EXPECT_TRUE(bytes(dir.path("model_z2/model.safetensors")) == m0) << "zero 2's saved model differs";
+  EXPECT_TRUE(slurp(dir.path("model_z2/model.safetensors")) == m0) << "zero 2's saved model differs";
   const Proc z2_resumed =
       dir.run(kTrain + " --zero-stage 2 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) + common);
   ASSERT_EQ(z2_resumed.code, 0) << z2_resumed.err;
@@ -91,7 +78,7 @@ TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
   const Proc z3 = dir.run(kTrain + " --zero-stage 3 --save " + quote(dir.path("model_z3")) + common);
   ASSERT_EQ(z3.code, 0) << z3.err;
   EXPECT_EQ(json_losses(z3.out), a) << z3.out;
-  EXPECT_TRUE(bytes(dir.path("model_z3/model.safetensors")) == m0) << "zero 3's saved model differs";
+  EXPECT_TRUE(slurp(dir.path("model_z3/model.safetensors")) == m0) << "zero 3's saved model differs";
   const Proc z3_resumed =
       dir.run(kTrain + " --zero-stage 3 --resume " + quote(dir.path("model_ckpt/checkpoint-2")) + common);
   ASSERT_EQ(z3_resumed.code, 0) << z3_resumed.err;
@@ -122,11 +109,8 @@ TEST(Launcher, StrataTrainZeroStagesOneToThreeMatchStageZeroBitForBit) {
 // group and ranks the groups do not divide are refused, naming them.
 TEST(Launcher, StrataTrainSequenceParallelMatchesOneRank) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch dir;
-  dir.create("strata_sp_train");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny"))).code, 0);
+  ASSERT_TRUE(scratch_with_tiny(dir, "strata_sp_train"));
   const std::string common = " --model " + quote(dir.path("tiny")) + " --data " + quote(dir.path("tiny/tokens.bin")) +
                              " --steps 3 --lr 3e-3 --backend cpu --json";
   auto losses = [&](const std::string& flags) {
@@ -161,11 +145,8 @@ TEST(Launcher, StrataTrainSequenceParallelMatchesOneRank) {
 // and saved model as ZeRO-2 on the same ranks, bit for bit (the same owners, reduces and norm parts).
 TEST(Launcher, StrataTrainZeroThreeUnderSequenceParallelWithRecomputeMatchesStageTwo) {
   using namespace tool_test;
-  ASSERT_TRUE(tools_built());
   Scratch dir;
-  dir.create("strata_sp_zero3");
-  ASSERT_TRUE(dir.ok());
-  ASSERT_EQ(dir.run(kMakeTiny + " " + quote(dir.path("tiny")) + " --layers 3").code, 0);
+  ASSERT_TRUE(scratch_with_tiny(dir, "strata_sp_zero3", " --layers 3"));
   {
     std::FILE* f = std::fopen(dir.path("gc.yaml").c_str(), "w");
     ASSERT_NE(f, nullptr);
@@ -183,12 +164,8 @@ TEST(Launcher, StrataTrainZeroThreeUnderSequenceParallelWithRecomputeMatchesStag
   ASSERT_EQ(a.size(), 3u) << z2.out;
   EXPECT_EQ(a, b) << z3.out;
   EXPECT_NE(z3.err.find("recompute"), std::string::npos) << "the plan must recompute: " << z3.err;
-  auto bytes = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  const std::string m2 = bytes(dir.path("model_z2/model.safetensors")),
-                    m3 = bytes(dir.path("model_z3/model.safetensors"));
+  const std::string m2 = slurp(dir.path("model_z2/model.safetensors")),
+                    m3 = slurp(dir.path("model_z3/model.safetensors"));
   ASSERT_GT(m2.size(), 1000u);
   EXPECT_TRUE(m2 == m3) << "the saved models differ";
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/names.h"
 #include "kernels/adamw.h"
 #include "kernels/quant8.h"
 #include "model/data/data.h"
@@ -18,6 +19,7 @@
 #include "model/llama/rng.h"
 #include "model/plan/forecast.h"
 #include "model/plan/planner.h"
+#include "model/run/settings.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/expect_error.h"
@@ -369,4 +371,85 @@ TEST(StatePrecision, LowPrecisionMomentsTrackFp32Training) {
     for (size_t i = 0; i < l.size(); ++i)
       EXPECT_NEAR(l[i], f32[i], 0.02 * f32[i]) << optimizer_state_name(os) << " step " << i;
   }
+}
+
+// engine/names.h: each enum's one name table parses what it prints, and the errors list the table's names
+// (restricted to what the field accepts) in the table's order.
+TEST(EnumNames, EachTableParsesWhatItPrintsAndErrorsListItsNames) {
+  enum class Three { a, b, c };
+  constexpr EnumName<Three> three[] = {{Three::a, "a"}, {Three::b, "b"}, {Three::c, "c"}};
+  EXPECT_EQ(name_choices(three), "a, b or c");
+  EXPECT_EQ(name_choices(three, {Three::c, Three::a}), "a or c");
+  EXPECT_EQ(name_choices(three, {Three::b}), "b");
+  EXPECT_EQ(parse_name(three, "b"), Three::b);
+  EXPECT_EQ(parse_name(three, "b", {Three::a, Three::c}), std::nullopt);
+  EXPECT_EQ(parse_name(three, "B"), std::nullopt);
+  EXPECT_STREQ(name_of(three, Three::c), "c");
+  EXPECT_STREQ(name_of(three, Three(7)), "?");
+  // dtypes: the engine's, safetensors' and torch's names all parse; the first two print.
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8, DType::i16}) {
+    EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+    EXPECT_EQ(parse_dtype(dtype_safetensors_name(t)), t);
+  }
+  EXPECT_EQ(dtype_safetensors_name(DType::bf16), "BF16");
+  EXPECT_EQ(parse_dtype("bfloat16"), DType::bf16);
+  EXPECT_EQ(parse_dtype("uint8"), DType::u8);
+  EXPECT_EQ(parse_dtype("Float32"), std::nullopt);
+
+  for (Decision d : {Decision::keep, Decision::recompute, Decision::host, Decision::disk})
+    EXPECT_EQ(parse_decision(decision_name(d), "x"), d);
+  for (Decision d : {Decision::host, Decision::disk}) EXPECT_EQ(parse_state_tier(decision_name(d), "x"), d);
+  for (Decision d : {Decision::keep, Decision::page}) EXPECT_EQ(parse_layer_weights(decision_name(d), "x"), d);
+  for (MasterWeights m : {MasterWeights::fp32, MasterWeights::none})
+    EXPECT_EQ(parse_master_weights(master_weights_name(m), "x"), m);
+  for (GradPrecision g : {GradPrecision::fp32, GradPrecision::bf16})
+    EXPECT_EQ(parse_gradients(gradients_name(g), "x"), g);
+  for (TrainMode m : {TrainMode::full, TrainMode::frozen, TrainMode::lora})
+    EXPECT_EQ(parse_train_mode(train_mode_name(m)), m);
+  const Origin o{"lr_scheduler", "r.yaml", "lr_scheduler"};
+  for (LrScheduler s : {LrScheduler::constant, LrScheduler::linear, LrScheduler::cosine})
+    EXPECT_EQ(parse_lr_scheduler(lr_scheduler_name(s), o), s);
+
+  auto message = [](auto&& f) {
+    auto e = test_util::catch_as<ConfigError>(f);
+    return e ? std::string(e->what()) : std::string("(no ConfigError)");
+  };
+  const std::string page = message([] { parse_decision("page", "plan: L*"); });
+  EXPECT_NE(page.find("unknown decision 'page' (expected keep, recompute, host or disk)"), std::string::npos) << page;
+  const std::string tier = message([] { parse_state_tier("keep", "s.yaml"); });
+  EXPECT_NE(tier.find("state_offloading_tier must be host or disk, got 'keep'"), std::string::npos) << tier;
+  const std::string grads = message([] { parse_gradients("fp16", "g.yaml"); });
+  EXPECT_NE(grads.find("gradients must be fp32 or bf16, got 'fp16'"), std::string::npos) << grads;
+  const std::string mode = message([] { parse_train_mode("qlora"); });
+  EXPECT_NE(mode.find("--mode must be full, frozen or lora, got 'qlora'"), std::string::npos) << mode;
+  const std::string sched = message([&] { parse_lr_scheduler("step", o); });
+  EXPECT_NE(sched.find("unknown scheduler 'step' (expected constant, linear or cosine)"), std::string::npos) << sched;
+  const std::string reduce = message([&] { parse_grad_reduce("f32", o); });
+  EXPECT_NE(reduce.find("must be fp32 or bf16, got 'f32'"), std::string::npos) << reduce;
+}
+
+// The settings table's choice lists (docs, --help, its own errors) name what the enums' tables print, in order.
+TEST(EnumNames, TheSettingsTableListsTheEnumsNames) {
+  auto choices = [](std::string_view key) {
+    const Setting* s = find_setting(key);
+    return s ? std::string(s->choices) : "(no setting " + std::string(key) + ")";
+  };
+  auto join = [](std::initializer_list<const char*> names) {
+    std::string out;
+    for (const char* n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+    return out;
+  };
+  EXPECT_EQ(choices("master_weights"),
+            join({master_weights_name(MasterWeights::fp32), master_weights_name(MasterWeights::none)}));
+  EXPECT_EQ(choices("optimizer_state"),
+            join({optimizer_state_name(OptimizerState::fp32), optimizer_state_name(OptimizerState::bf16),
+                  optimizer_state_name(OptimizerState::q8)}));
+  EXPECT_EQ(choices("gradients"), join({gradients_name(GradPrecision::fp32), gradients_name(GradPrecision::bf16)}));
+  EXPECT_EQ(choices("grad_reduce_dtype"),
+            join({name_of(kGradReduceNames, DType::f32), name_of(kGradReduceNames, DType::bf16)}));
+  EXPECT_EQ(choices("lr_scheduler"),
+            join({lr_scheduler_name(LrScheduler::constant), lr_scheduler_name(LrScheduler::linear),
+                  lr_scheduler_name(LrScheduler::cosine)}));
+  EXPECT_EQ(choices("layer_weights"), join({decision_name(Decision::keep), decision_name(Decision::page)}));
+  EXPECT_EQ(choices("state_offloading_tier"), join({decision_name(Decision::host), decision_name(Decision::disk)}));
 }
