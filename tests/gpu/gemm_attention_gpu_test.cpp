@@ -268,14 +268,35 @@ namespace {
 // Runs fwd and bwd of `s` twice on the cuDNN path and on the fallback and checks they agree (the
 // fallback's math is fp32); each path's time on its second call is printed for information
 // (benchmarks measure speed; this does not judge it).
+// One shape's attention operands on the device: q, k, v and dout random (seeds seed .. seed + 3), the outputs
+// and gradients unset.
+struct AttnBufs {
+  size_t nq, nkv;
+  DevBuf<bf16> q, k, v, o, d_o, dq, dk, dv;
+  DevBuf<float> lse;
+  AttnBufs(const AttnShape& s, uint32_t seed)
+      : nq(size_t(s.B) * s.T * s.Hq * s.D),
+        nkv(size_t(s.B) * s.T * s.Hkv * s.D),
+        q(nq),
+        k(nkv),
+        v(nkv),
+        o(nq),
+        d_o(nq),
+        dq(nq),
+        dk(nkv),
+        dv(nkv),
+        lse(size_t(s.B) * s.Hq * s.T) {
+    q.upload(to_bf16(randn(nq, seed)));
+    k.upload(to_bf16(randn(nkv, seed + 1)));
+    v.upload(to_bf16(randn(nkv, seed + 2)));
+    d_o.upload(to_bf16(randn(nq, seed + 3)));
+  }
+};
+
 void both_paths_agree(const AttnShape& s) {
-  const size_t nq = size_t(s.B) * s.T * s.Hq * s.D, nkv = size_t(s.B) * s.T * s.Hkv * s.D;
-  DevBuf<bf16> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq), dk(nkv), dv(nkv);
-  DevBuf<float> lse(size_t(s.B) * s.Hq * s.T);
-  q.upload(to_bf16(randn(nq, 21)));
-  k.upload(to_bf16(randn(nkv, 22)));
-  v.upload(to_bf16(randn(nkv, 23)));
-  d_o.upload(to_bf16(randn(nq, 24)));
+  AttnBufs b(s, 21);
+  auto &q = b.q, &k = b.k, &v = b.v, &o = b.o, &d_o = b.d_o, &dq = b.dq, &dk = b.dk, &dv = b.dv;
+  auto& lse = b.lse;
   const double flops_fwd = 2.0 * 2.0 * s.B * s.Hq * double(s.T) * s.T * s.D / 2.0;  // causal half
   std::vector<std::vector<float>> first;                                            // the cuDNN path's results
   for (bool force : {false, true}) {
@@ -348,17 +369,11 @@ TEST(AttentionGpu, LongShapeTunedOnItsStandIn) {
   if (std::string(attn.path(s)) != "cudnn") GTEST_SKIP() << "cuDNN declines " << str(s) << ": " << attn.path(s);
   const AttnShape stand_in{1, strata::kAttentionTuneMaxT, s.Hq, s.Hkv, s.D};
   auto run = [&](const AttnShape& sh) {
-    const size_t nq = size_t(sh.B) * sh.T * sh.Hq * sh.D, nkv = size_t(sh.B) * sh.T * sh.Hkv * sh.D;
-    DevBuf<bf16> q(nq), k(nkv), v(nkv), o(nq), d_o(nq), dq(nq), dk(nkv), dv(nkv);
-    DevBuf<float> lse(size_t(sh.B) * sh.Hq * sh.T);
-    q.upload(to_bf16(randn(nq, 31)));
-    k.upload(to_bf16(randn(nkv, 32)));
-    v.upload(to_bf16(randn(nkv, 33)));
-    d_o.upload(to_bf16(randn(nq, 34)));
+    AttnBufs b(sh, 31);
     const size_t wf = attn.workspace_bytes(sh, false), wb = attn.workspace_bytes(sh, true);
     DevBuf<char> ws(std::max(wf, wb));
-    attn.fwd(o.p, lse.p, q.p, k.p, v.p, sh, ws.p, wf, nullptr);
-    attn.bwd(dq.p, dk.p, dv.p, d_o.p, q.p, k.p, v.p, o.p, lse.p, sh, false, ws.p, wb, nullptr);
+    attn.fwd(b.o.p, b.lse.p, b.q.p, b.k.p, b.v.p, sh, ws.p, wf, nullptr);
+    attn.bwd(b.dq.p, b.dk.p, b.dv.p, b.d_o.p, b.q.p, b.k.p, b.v.p, b.o.p, b.lse.p, sh, false, ws.p, wb, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
   };
   run(s);         // tunes on the stand-in
