@@ -5,6 +5,7 @@
 // time where it can be seen then, else when it is reached.
 #pragma once
 #include <cstddef>
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -35,8 +36,9 @@ class Template {
   static Template parse(std::string_view source, const std::string& name);
   // The context's keys are the template's variables (messages, add_generation_prompt, bos_token...);
   // key order is kept, as Python dicts keep it. raise_exception and errors met while rendering are
-  // ConfigErrors naming the template and line.
-  Rendered render(const nlohmann::ordered_json& context) const;
+  // ConfigErrors naming the template and line. `now`: the time strftime_now formats (local time), 0 for the clock's
+  // (a render that must be reproducible, as a test's, fixes it).
+  Rendered render(const nlohmann::ordered_json& context, std::time_t now = 0) const;
   bool has_generation() const;  // the template marks assistant text with {% generation %}
   const std::string& name() const;
 

@@ -491,9 +491,9 @@ Value global(const std::string& name) {
       return Value::of_list(std::move(out));
     });
   if (name == "strftime_now")
-    return callable(name, [](Renderer&, const Args& a) {
+    return callable(name, [](Renderer& r, const Args& a) {
       std::string f = str_arg(a.get(0, "format"), "strftime_now()", a.line);
-      std::time_t now = std::time(nullptr);
+      const std::time_t now = r.now();
       std::tm tm{};
       localtime_r(&now, &tm);
       char buf[256];

@@ -570,9 +570,9 @@ Template Template::parse(std::string_view source, const std::string& name) {
   return t;
 }
 
-Rendered Template::render(const nlohmann::ordered_json& context) const {
+Rendered Template::render(const nlohmann::ordered_json& context, std::time_t now) const {
   Rendered r;
-  Renderer rr(*program_);
+  Renderer rr(*program_, now);
   try {
     rr.run(context, r.text, r.generation);
   } catch (const JinjaError& e) {

@@ -268,7 +268,8 @@ std::string capitalize(const std::string& s, int line);
 // Evaluation (text/jinja_eval.cpp); builtins call back for filters like map('upper').
 class Renderer {
  public:
-  explicit Renderer(const Program& p) : program_(p) {}
+  explicit Renderer(const Program& p, std::time_t now = 0) : program_(p), now_(now) {}
+  std::time_t now() const { return now_ ? now_ : std::time(nullptr); }  // what strftime_now formats
   void run(const nlohmann::ordered_json& context, std::string& out, std::vector<std::pair<size_t, size_t>>& gen);
   Value call(const Value& fn, const Args& a, int line);
   int line() const { return line_; }
@@ -295,6 +296,7 @@ class Renderer {
   int depth_ = 0;     // macro calls under way (a recursive macro stops at kMaxCallDepth)
   static constexpr int kMaxCallDepth = 100;
   int line_ = 0;
+  std::time_t now_ = 0;  // 0: the clock
 };
 
 }  // namespace strata::text::jinja

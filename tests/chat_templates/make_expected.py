@@ -7,9 +7,11 @@ the error it raises. tests/cpu/jinja_test.cpp renders the same contexts and comp
     pip install transformers jinja2 && python3 tests/chat_templates/make_expected.py
 """
 import copy
+import datetime as _datetime
 import json
 import os
 
+import transformers.utils.chat_template_utils as _ctu
 from transformers.utils.chat_template_utils import (
     _alias_reasoning_fields,
     _normalize_chat_messages,
@@ -17,6 +19,19 @@ from transformers.utils.chat_template_utils import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# strftime_now formats this time, not the clock's, so the expected texts do not change with the day they are made
+# (tests/cpu/jinja_test.cpp renders with the same time: kNow there).
+NOW = _datetime.datetime(2026, 11, 28, 12, 0, 0)
+
+
+class _FixedDatetime(_datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return NOW
+
+
+_ctu.datetime = _FixedDatetime
 
 SPECIAL = {  # the special tokens each family's tokenizer passes to its template
     "llama": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},

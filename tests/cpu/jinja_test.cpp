@@ -24,6 +24,10 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
+// The time strftime_now formats: make_expected.py renders with 2026-11-28 12:00 (its NOW), so the texts do not
+// depend on the day either side runs (local time: 12:00 UTC is the same date in zones from UTC-11 to UTC+11).
+constexpr std::time_t kNow = 1795867200;  // 2026-11-28T12:00:00Z
+
 std::string dir() {
   return std::string(STRATA_TEST_DATA) + "/chat_templates/";
 }
@@ -41,7 +45,7 @@ TEST(Jinja, RendersAsTransformers) {
                        (c["context"]["add_generation_prompt"].get<bool>() ? " / generation prompt" : "");
     if (c.contains("error")) {
       try {
-        t.render(c["context"]);
+        t.render(c["context"], kNow);
         ADD_FAILURE() << what << ": expected the error " << c["error"];
       } catch (const strata::ConfigError& e) {
         // raise_exception's message is the template's own; Python's TypeError wording is not ours to copy.
@@ -56,7 +60,7 @@ TEST(Jinja, RendersAsTransformers) {
     }
     strata::text::jinja::Rendered r;
     try {
-      r = t.render(c["context"]);
+      r = t.render(c["context"], kNow);
     } catch (const std::exception& e) {
       ADD_FAILURE() << what << ": " << e.what();
       continue;
@@ -196,6 +200,27 @@ TEST(Jinja, UndefinedAsJinja2Default) {
   expect_error("\n{{ nope + 1 }}", "bad.jinja, line 2: 'nope' is undefined");
   expect_error("{{ nope() }}", "'nope' is undefined");
   expect_error("{{ raise_exception('custom message') }}", "bad.jinja, line 1: custom message");
+}
+
+// strftime_now formats the time a render is given (local time), or the clock's without one.
+TEST(Jinja, StrftimeNowTakesTheRendersTime) {
+  const Template t = Template::parse("{{ strftime_now('%Y-%m-%d %H') }}", "now.jinja");
+  const std::time_t when = kNow + 3 * 86400;
+  std::tm tm{};
+  localtime_r(&when, &tm);
+  char want[32];
+  std::strftime(want, sizeof want, "%Y-%m-%d %H", &tm);
+  EXPECT_EQ(t.render(ojson::object(), when).text, want);
+  const std::time_t before = std::time(nullptr);
+  const std::string now = t.render(ojson::object()).text;
+  const std::time_t after = std::time(nullptr);
+  std::string either[2];
+  for (int k = 0; k < 2; k++) {
+    localtime_r(k ? &after : &before, &tm);
+    std::strftime(want, sizeof want, "%Y-%m-%d %H", &tm);
+    either[k] = want;
+  }
+  EXPECT_TRUE(now == either[0] || now == either[1]) << now;
 }
 
 }  // namespace
