@@ -76,6 +76,39 @@ T field(const json& j, const char* key, const std::string& where, bool required 
   }
 }
 
+// "attention_long": [{"tokens": T, "fwd_tflops": F, "bwd_tflops": B}, ...], T past the fit's range and rising,
+// both rates > 0. Missing: empty.
+std::vector<DeviceProfile::AttentionRate> attention_long_from(const json& j, const std::string& where) {
+  std::vector<DeviceProfile::AttentionRate> out;
+  if (!j.contains("attention_long")) return out;
+  const json& a = j.at("attention_long");
+  const auto bad = [&](const std::string& what) {
+    STRATA_THROW(ConfigError, fmt::format("{}: device profile field 'attention_long' {}", where, what), where,
+                 "attention_long");
+  };
+  if (!a.is_array()) bad("must be a list of {tokens, fwd_tflops, bwd_tflops} objects");
+  for (size_t i = 0; i < a.size(); i++) {
+    const json& e = a[i];
+    DeviceProfile::AttentionRate r;
+    const auto number = [&](const char* key, double& v) {
+      if (!e.is_object() || !e.contains(key) || !e.at(key).is_number()) return false;
+      v = e.at(key).get<double>();
+      return true;
+    };
+    if (!number("tokens", r.tokens) || !number("fwd_tflops", r.fwd_tflops) || !number("bwd_tflops", r.bwd_tflops))
+      bad(fmt::format("entry {} must be an object with numbers 'tokens', 'fwd_tflops' and 'bwd_tflops'", i));
+    const double after = out.empty() ? DeviceProfile::kAttentionFitMaxT : out.back().tokens;
+    if (!(r.tokens > after))
+      bad(fmt::format("entry {}: tokens must exceed {:.0f} (the {}), got {}", i, after,
+                      out.empty() ? "fit's longest length" : "previous entry's", r.tokens));
+    if (!(r.fwd_tflops > 0) || !(r.bwd_tflops > 0) || !std::isfinite(r.fwd_tflops) || !std::isfinite(r.bwd_tflops))
+      bad(fmt::format("entry {}: fwd_tflops and bwd_tflops must be finite and > 0, got {} and {}", i, r.fwd_tflops,
+                      r.bwd_tflops));
+    out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace
 
 size_t DeviceProfile::default_arena_bytes() const {
@@ -101,6 +134,12 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["attention_bwd_tflops"] = p.attention_bwd_tflops;
   j["attention_half_tokens"] = p.attention_half_tokens;
   j["attention_half_dim"] = p.attention_half_dim;
+  if (!p.attention_long.empty()) {
+    json pts = json::array();
+    for (const auto& r : p.attention_long)
+      pts.push_back({{"tokens", r.tokens}, {"fwd_tflops", r.fwd_tflops}, {"bwd_tflops", r.bwd_tflops}});
+    j["attention_long"] = pts;
+  }
   j["hbm_gbps"] = p.hbm_gbps;
   j["h2d_gbps"] = p.h2d_gbps;
   j["d2h_gbps"] = p.d2h_gbps;
@@ -172,6 +211,7 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.attention_bwd_tflops = field<double>(j, "attention_bwd_tflops", where, false, 0.0);
   p.attention_half_tokens = field<double>(j, "attention_half_tokens", where, false, 0.0);
   p.attention_half_dim = field<double>(j, "attention_half_dim", where, false, 0.0);
+  p.attention_long = attention_long_from(j, where);
   p.hbm_gbps = field<double>(j, "hbm_gbps", where);
   p.h2d_gbps = field<double>(j, "h2d_gbps", where);
   p.d2h_gbps = field<double>(j, "d2h_gbps", where);
@@ -325,23 +365,36 @@ double CostModel::gemm_fp8(double m, double n, double k, double bytes) const {
   return floor(gemm_at(p_, tflops, m, n, k, bytes));
 }
 
+double CostModel::attention_rate(double t, double d, bool backward) const {
+  const double asym = (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12;
+  const auto eff_t = [&](double x) { return x / (x + p_.attention_half_tokens); };
+  const auto eff_d = [&](double x) { return x / (x + p_.attention_half_dim); };
+  const auto& pts = p_.attention_long;
+  if (pts.empty() || t <= DeviceProfile::kAttentionFitMaxT || !(d > 0)) return asym * eff_t(t) * eff_d(d);
+  // At D = 128 from here: the fit's rate at its longest length, then each point's.
+  const double long_d = DeviceProfile::kAttentionLongD, d_share = eff_d(d) / eff_d(long_d);
+  double t0 = DeviceProfile::kAttentionFitMaxT, r0 = asym * eff_t(t0) * eff_d(long_d);
+  for (const auto& pt : pts) {
+    const double r1 = (backward ? pt.bwd_tflops : pt.fwd_tflops) * 1e12;
+    if (t <= pt.tokens) {
+      const double w = std::log(t / t0) / std::log(pt.tokens / t0);
+      return std::exp((1 - w) * std::log(r0) + w * std::log(r1)) * d_share;
+    }
+    t0 = pt.tokens, r0 = r1;
+  }
+  return r0 * d_share;
+}
+
 double CostModel::attention(double b, double t, double heads, double d, bool backward) const {
   const double fwd_flops = 4.0 * b * heads * t * t * d / 2.0;  // QK^T and PV, causal half
-  const double eff = t / (t + p_.attention_half_tokens) * (d / (d + p_.attention_half_dim));
-  const double tput =
-      (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12 * eff;
-  return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
+  return floor((backward ? 2.5 : 1.0) * fwd_flops / attention_rate(t, d, backward));
 }
 
 double CostModel::attention_pairs(double tokens, double pairs, double heads, double d, bool backward) const {
   const double fwd_flops = 4.0 * heads * pairs * d;  // QK^T and PV over the attended pairs
   const double t = tokens > 0 ? 2.0 * pairs / tokens : 0.0;
-  const double eff = t / (t + p_.attention_half_tokens) * (d / (d + p_.attention_half_dim));
-  if (eff <= 0) return 0;
-  const double tput =
-      p_.attention_flash_tflops > 0
-          ? p_.attention_flash_tflops * 1e12
-          : (backward && p_.attention_bwd_tflops > 0 ? p_.attention_bwd_tflops : p_.attention_tflops) * 1e12 * eff;
+  if (!(t > 0) || !(d > 0)) return 0;
+  const double tput = p_.attention_flash_tflops > 0 ? p_.attention_flash_tflops * 1e12 : attention_rate(t, d, backward);
   return floor((backward ? 2.5 : 1.0) * fwd_flops / tput);
 }
 

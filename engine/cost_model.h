@@ -48,7 +48,18 @@ struct DeviceProfile {
   // and D / (D + attention_half_dim), so the rates are asymptotes (0, 0 = no scaling: every shape
   // gets the rates). strata-calibrate fits them on T 2048-32768 and D 64 and 128.
   double attention_half_tokens = 0, attention_half_dim = 0;
-  double hbm_gbps = 0;  // elementwise kernels: bytes read + written / this
+  // Attention past the fit's lengths (strata-calibrate --long-attention T): the rates measured at B = 1, 32/8 heads,
+  // D = 128, for T = 65536, 131072, ... up to T, each over back-to-back calls of seconds, where the GPU runs at its
+  // sustained clock. Past kAttentionFitMaxT a length's rate is interpolated in log T between the fit's rate there
+  // and these points (held at the last one beyond it); other head dims scale by the fit's D efficiency against
+  // D = 128. Empty: the fit's curve at every length.
+  struct AttentionRate {
+    double tokens = 0, fwd_tflops = 0, bwd_tflops = 0;
+  };
+  std::vector<AttentionRate> attention_long;
+  static constexpr double kAttentionFitMaxT = 32768;  // the fit's longest length (strata-calibrate)
+  static constexpr double kAttentionLongD = 128;      // the head dim of the long points
+  double hbm_gbps = 0;                                // elementwise kernels: bytes read + written / this
   double h2d_gbps = 0, d2h_gbps = 0;
   // Both directions at once: a 1 GiB upload and a 1 GiB download issued together on the engine's
   // two copy lanes (engine/backend.h CopyLane), total bytes / time (0 = not measured). Below
@@ -87,9 +98,9 @@ struct DeviceProfile {
   // kernels' first-call tuning, which the sim forecasts per problem: every GEMM problem's candidates run
   // kGemmTuneCandidates x (1 + kGemmTuneReps) times, every attention shape's (at its stand-in length past
   // kAttentionTuneMaxT) attention_tune_candidates_fwd/_bwd x (1 + kAttentionTuneReps) times (kernels/tune_costs.h).
-  // strata-calibrate times a 1 GiB pinned allocation. The defaults are assumptions: 1.5 GB/s is what the gap of
-  // an H100 host's first 8B step at 262144 tokens (281 s with 97 GiB pinned) over a warmed-up step (210 s on
-  // another host) would give if it were all allocation; 2 s of tuning is a guess.
+  // strata-calibrate times a 4 GiB pinned allocation (after a first 1 GiB one). The defaults are assumptions (a run's
+  // large reservations went at 3.7 GB/s or more on an H200 host: its calibrated profile has that); 2 s of tuning is
+  // a guess.
   double pinned_alloc_gbps = 1.5;
   double first_step_tuning_s = 2.0;
   // The eligible cuDNN attention plans a shape has, forward and backward: 2 and 6 at the 8B's heads (32/8 x 128) on
@@ -147,6 +158,9 @@ class CostModel {
   double disk_write(double bytes) const;
   double disk_read(double bytes) const;
   void require_disk() const;  // both disk fields measured, else that ConfigError
+  // Achieved attention FLOP/s at mean attended length t and head dim d (CostModel::attention's rate): the fit's
+  // asymptote times its efficiency up to kAttentionFitMaxT, the long points past it (DeviceProfile::attention_long).
+  double attention_rate(double t, double d, bool backward) const;
 
  private:
   DeviceProfile p_;

@@ -47,6 +47,9 @@ static const char* kUsage =
     "  --disk DIR: also the disk tier's O_DIRECT write and read bandwidth in DIR (a directory on the disk\n"
     "  offload_dir will use; 4 GiB written then read, 1 GiB with --quick). Without it the profile's disk\n"
     "  fields stay 0 (not measured) and disk-tier forecasts with it are refused until they are set.\n"
+    "  --long-attention T: also attention at 65536, 131072, ... up to T tokens (B = 1, 32/8 heads, D 128; lengths\n"
+    "  that do not fit the free memory are skipped), each timed over back-to-back calls at the GPU's sustained\n"
+    "  clock: the profile's attention_long points, which price attention past the fit's 32768 tokens\n"
     "  --adamw: also AdamW over state on the host (fp32 recipe): the update streamed through the GPU, as\n"
     "  the optimizer runs it, against a multithreaded host AdamW (1 thread up to every core) that only\n"
     "  uploads the new bf16 weights; prints both (not a profile field)\n";
@@ -264,7 +267,7 @@ std::string match_token(const std::string& name) {  // "NVIDIA H100 80GB HBM3" -
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv, {"out", "disk"}, {"help", "quick", "adamw"});
+    cli::Args a(argc, argv, {"out", "disk", "long-attention"}, {"help", "quick", "adamw"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -300,8 +303,25 @@ int main(int argc, char** argv) {
     }
     const std::string out = a.str("out", "profiles/" + key + ".calibrated.json");
 
-    const size_t budget =
-        std::min<size_t>(size_t(6) * kGiB, free_b > size_t(3) * kGiB ? free_b - 2 * kGiB : free_b / 2);
+    // The arena: 6 GiB, or with --long-attention what its longest length that fits this GPU takes.
+    const size_t cap = free_b > size_t(3) * kGiB ? free_b - 2 * kGiB : free_b / 2;
+    const AttnWorkspaceParams ws{p.attention_plan_ws_fwd_bytes, p.attention_plan_ws_bwd_bytes,
+                                 p.attention_plan_ws_bwd_gqa_copies, p.attention_dq_accum};
+    const int long_hq = 32, long_hkv = 8, long_d = int(DeviceProfile::kAttentionLongD);
+    const auto long_need = [&](int64_t T) {  // q, o, dout, dq and k, v, dk, dv (bf16), lse (f32), the workspace;
+      const double nq = double(T) * long_hq * long_d, nkv = double(T) * long_hkv * long_d;  // 5% for alignment
+      return size_t(1.05 * (2 * (4 * nq + 4 * nkv) + 4.0 * long_hq * double(T) +
+                            double(attention_workspace_bytes(1, int(T), long_hq, long_hkv, long_d, true, ws))));
+    };
+    const int64_t long_max = a.integer("long-attention", 0);
+    if (a.has("long-attention") && long_max < 65536)
+      throw ConfigError(fmt::format("--long-attention expects the longest length to measure, at least 65536 (the "
+                                    "fit covers up to 32768), got {}",
+                                    long_max),
+                        "command line", "long-attention");
+    size_t budget = std::min<size_t>(size_t(6) * kGiB, cap);
+    for (int64_t T = 65536; T <= long_max && T <= (int64_t(1) << 30); T *= 2)
+      if (long_need(T) <= cap) budget = std::max(budget, long_need(T));
     auto be = make_cuda_backend(budget);
     Arena& ar = be->arena();
     auto buf = [&](DType dt, Shape sh) { return Buffer(ar, dt, sh, "calibrate"); };
@@ -375,12 +395,21 @@ int main(int argc, char** argv) {
 
     // Pinned host copies, 1 GiB each way, on the copy stream the tiers use.
     {
-      // The first step's pinned allocations (Forecast::setup_s): one 1 GiB reservation, timed once.
+      // The first step's pinned allocations (Forecast::setup_s): a 1 GiB reservation, then a 4 GiB one, each timed
+      // once; the rate is the second's (the first pays the process's first pinning, which a run's large
+      // reservations amortise: an 82 GB pool was in place 22 s into a run on an H200 host, where 1 GiB first took 0.73
+      // s).
       const Clock::time_point t_alloc = Clock::now();
       auto host = be->reserve_host(size_t(kGiB));
       const double ta = seconds_since(t_alloc);
-      row("pinned host allocation 1 GiB (once)", ta, double(kGiB) / ta / 1e9, "GB/s");
-      p.pinned_alloc_gbps = double(kGiB) / ta / 1e9;
+      row("pinned host allocation 1 GiB (first)", ta, double(kGiB) / ta / 1e9, "GB/s");
+      {
+        const Clock::time_point t4 = Clock::now();
+        auto more = be->reserve_host(size_t(4) * kGiB);
+        const double tb = seconds_since(t4);
+        row("pinned host allocation 4 GiB (then)", tb, 4.0 * double(kGiB) / tb / 1e9, "GB/s");
+        p.pinned_alloc_gbps = 4.0 * double(kGiB) / tb / 1e9;
+      }
       if (!host->pinned())
         std::fprintf(stderr, "strata-calibrate: warning: host memory is not pinned (%s)\n", host->note.c_str());
       std::fill_n(reinterpret_cast<unsigned char*>(host->base()), host->bytes(), 0x5A);
@@ -537,6 +566,64 @@ int main(int argc, char** argv) {
           "  attention fit: half points T %.0f, D %.0f; asymptotes %.1f / %.1f TFLOP/s (fwd / bwd); rms log "
           "error %.3f (%.3f with one rate for every shape)\n",
           af.half_tokens, af.half_dim, af.fwd_tflops, af.bwd_tflops, af.rms_log_error, af.rms_log_error_flat);
+    }
+
+    // Attention past the fit's lengths (--long-attention T): one call to warm up (it tunes on the stand-in), then
+    // back-to-back calls for at least a few seconds each way (one call at the longest lengths already runs that
+    // long), so the rate is the sustained clock's. The backward's accumulate adds are taken out as above.
+    p.attention_long.clear();
+    if (a.has("long-attention")) {
+      const CostModel cm(p);
+      for (int64_t T = 65536; T <= long_max && T <= (int64_t(1) << 30); T *= 2) {
+        const int Hq = long_hq, Hkv = long_hkv, D = long_d;
+        const double nq = double(T) * Hq * D, nkv = double(T) * Hkv * D;
+        const size_t need = long_need(T), room = ar.budget() - ar.in_use();
+        if (need > room) {
+          std::printf("  attention T=%lld: skipped (needs %s, the arena has %s: this GPU's free memory less 2 GiB)\n",
+                      (long long)T, format_bytes(need).c_str(), format_bytes(room).c_str());
+          break;
+        }
+        const Shape sq{1, T, Hq, D}, skv{1, T, Hkv, D};
+        Buffer q = buf(DType::bf16, sq), k = buf(DType::bf16, skv), v = buf(DType::bf16, skv), o = buf(DType::bf16, sq),
+               lse = buf(DType::f32, {1, Hq, T}), dout = buf(DType::bf16, sq), dq = buf(DType::bf16, sq),
+               dk = buf(DType::bf16, skv), dv = buf(DType::bf16, skv);
+        randomize(*be, q.view(), 1.0f, 4), randomize(*be, k.view(), 1.0f, 5), randomize(*be, v.view(), 1.0f, 6);
+        randomize(*be, dout.view(), 1e-3f, 7);
+        be->zero(dq.view()), be->zero(dk.view()), be->zero(dv.view());
+        const auto fwd = [&] { be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view(), AttnSegments{}); };
+        const auto bwd = [&] {
+          be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
+                            lse.view());
+        };
+        const double min_s = 6.0;  // --quick too: the sustained clock is the point
+        const auto sustained = [&](const std::function<void()>& op) {
+          op();
+          be->synchronize();
+          int calls = 0;
+          const auto t0 = Clock::now();
+          do op(), be->synchronize(), ++calls;
+          while (seconds_since(t0) < min_s);
+          return seconds_since(t0) / calls;
+        };
+        const double t_f = sustained(fwd), t_b = sustained(bwd);
+        const double F = 4.0 * Hq * double(T) * double(T) * double(D) / 2;
+        double extra = 0;
+        if (attention_uses_cudnn(int(D)))
+          extra = cm.memory(6 * nq) + 2 * cm.memory(6 * nkv) + (p.attention_dq_accum ? cm.memory(4 * nq) : 0);
+        const double fwd_tflops = F / t_f / 1e12, bwd_tflops = 2.5 * F / std::max(t_b - extra, 0.5 * t_b) / 1e12;
+        row(fmt::format("attention_fwd T={} 32/8 D={} (sustained)", T, D), t_f, fwd_tflops, "TFLOP/s");
+        row(fmt::format("attention_bwd T={} 32/8 D={} (sustained)", T, D), t_b, 2.5 * F / t_b / 1e12, "TFLOP/s");
+        p.attention_long.push_back({double(T), fwd_tflops, bwd_tflops});
+      }
+      const CostModel fit_only([&] {
+        DeviceProfile q = p;
+        q.attention_long.clear();
+        return q;
+      }());
+      for (const auto& r : p.attention_long)
+        std::printf("  attention T=%.0f: %.1f / %.1f TFLOP/s sustained (fwd / bwd); the fit alone gives %.1f / %.1f\n",
+                    r.tokens, r.fwd_tflops, r.bwd_tflops, fit_only.attention_rate(r.tokens, 128, false) / 1e12,
+                    fit_only.attention_rate(r.tokens, 128, true) / 1e12);
     }
 
     // The disk tier: sequential O_DIRECT bandwidth of DIR, 4 MiB requests at queue depth 8

@@ -1,7 +1,9 @@
 # the main benchmarks with two builds in one command (before and after a change), each pair back to back
 # On the GPU host: 1B and 8B, keep and gradient checkpointing, one state-offload row, and (with 2+ GPUs)
 # one data-parallel row through strata-train --gpus 2; each config's two builds run back to back on GPU 0.
-#   [REPEAT=N] [PART=all|single|dp] scripts/gpu.sh before_after AFTER_DIR BEFORE_DIR
+#   [REPEAT=N] [PART=all|single|dp|fp8] scripts/gpu.sh before_after AFTER_DIR BEFORE_DIR
+# PART=fp8: only the FP8 rows (Hugging Face's recipe with --fp8: 1B 4096 keep, 8B 4096 and 16384 gc) and the 8B 16384
+# bf16 row they are measured against.
 # (each DIR with tools/strata-bench, strata-train, strata-make-tiny). REPEAT=N runs each single-GPU pair N times,
 # the order alternating (before-after, after-before, ...) so drift does not favour one build; the table
 # gives each build's median. One JSON line per run in $OUT/before_after.jsonl; a table on stdout.
@@ -15,6 +17,9 @@ hf_recipe=(--master-weights none --optimizer-state bf16 --gradients bf16)
 bench() {  # NAME FLAGS...
   local name=$1; shift
   [ "$part" = dp ] && return
+  local fp8_row=0  # the FP8 rows and their bf16 base run under PART=fp8 only
+  [[ $name == *fp8* || $name == *"bf16 base"* ]] && fp8_row=1
+  if [ "$part" = fp8 ]; then ((fp8_row)) || return; else ((fp8_row)) && return; fi
   local order i
   for ((i = 0; i < ${REPEAT:-1}; i++)); do
   order="before after"; ((i % 2)) && order="after before"
@@ -33,7 +38,11 @@ bench "1B full 4096 keep, optimizer state on the host" --shape Llama-3.2-1B --se
   --state-offloading optimizer
 bench "8B frozen 8192 gc" --shape Llama-3-8B --seq 8192 --mode frozen --plan gc
 bench "8B full 4096 gc, HF recipe" --shape Llama-3-8B --seq 4096 --mode full --plan gc "${hf_recipe[@]}"
-if [ "$part" != single ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+bench "8B full 16384 gc, HF recipe, bf16 base" --shape Llama-3-8B --seq 16384 --mode full --plan gc "${hf_recipe[@]}"
+bench "1B full 4096 keep, HF recipe, fp8" --shape Llama-3.2-1B --seq 4096 --mode full --plan keep "${hf_recipe[@]}" --fp8
+bench "8B full 4096 gc, HF recipe, fp8" --shape Llama-3-8B --seq 4096 --mode full --plan gc "${hf_recipe[@]}" --fp8
+bench "8B full 16384 gc, HF recipe, fp8" --shape Llama-3-8B --seq 16384 --mode full --plan gc "${hf_recipe[@]}" --fp8
+if [ "$part" != single ] && [ "$part" != fp8 ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   m=/tmp/ba-1b
   "$after/tools/strata-make-tiny" $m --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --intermediate 8192 \
     --vocab 128256 --tied --max-pos 8192 --tokens 400000 --dtype bf16 >/dev/null

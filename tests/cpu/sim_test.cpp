@@ -418,6 +418,60 @@ TEST(CostModel, AttentionFitRecoversLengthAndHeadDimEfficiency) {
   EXPECT_NEAR(flat.bwd_tflops, 400, 1e-6);
 }
 
+// Measured long points (strata-calibrate --long-attention) price attention past the fit's lengths: a point's own
+// length at its measured rate, lengths between interpolated in log T from the fit's rate at 32768, past the last
+// point held at it, other head dims scaled by the fit's D efficiency; up to 32768 nothing changes. The points
+// round-trip through the profile's JSON, and bad ones are refused naming the field.
+TEST(CostModel, LongAttentionPointsPriceLengthsPastTheFit) {
+  DeviceProfile fit = find_profile("h200");
+  fit.attention_tflops = 600, fit.attention_bwd_tflops = 500;
+  fit.attention_half_tokens = 2000, fit.attention_half_dim = 40;
+  DeviceProfile longp = fit;
+  longp.attention_long = {{131072, 400, 350}, {524288, 380, 300}};
+  const CostModel a(fit), b(longp);
+  const auto rate = [](const CostModel& m, double t, double d, bool bwd) {
+    return (bwd ? 2.5 : 1.0) * 4.0 * 32 * t * t * d / 2 / m.attention(1, t, 32, d, bwd) / 1e12;
+  };
+  for (double t : {4096.0, 32768.0})
+    for (bool bwd : {false, true}) EXPECT_DOUBLE_EQ(a.attention(1, t, 32, 128, bwd), b.attention(1, t, 32, 128, bwd));
+  EXPECT_NEAR(rate(b, 131072, 128, false), 400, 1e-9);
+  EXPECT_NEAR(rate(b, 524288, 128, true), 300, 1e-9);
+  EXPECT_NEAR(rate(b, 1048576, 128, false), 380, 1e-9);
+  // 262144 is halfway in log T between the points: the geometric mean of their rates.
+  EXPECT_NEAR(rate(b, 262144, 128, false), std::sqrt(400.0 * 380.0), 1e-9);
+  // 65536 is halfway between 32768 (the fit's rate) and the first point.
+  const double fit_at_32k = 600 * 32768.0 / (32768 + 2000) * 128.0 / (128 + 40);
+  EXPECT_NEAR(rate(b, 65536, 128, false), std::sqrt(fit_at_32k * 400.0), 1e-9);
+  // D = 64 scales by the fit's D efficiency against D = 128.
+  EXPECT_NEAR(rate(b, 131072, 64, false) / rate(b, 131072, 128, false), (64.0 / 104) / (128.0 / 168), 1e-12);
+  // Packed rows at a long mean length take the same rate (on the cuDNN path: no flash rate).
+  longp.attention_flash_tflops = 0;
+  const CostModel c(longp);
+  const double t = 524288, pairs = t * t / 2;
+  EXPECT_NEAR(c.attention_pairs(t, pairs, 32, 128, true), c.attention(1, t, 32, 128, true), 1e-9);
+
+  const DeviceProfile back = profile_from_json(profile_to_json(longp), "round-trip.json");
+  ASSERT_EQ(back.attention_long.size(), 2u);
+  EXPECT_EQ(back.attention_long[1].tokens, 524288);
+  EXPECT_EQ(back.attention_long[1].bwd_tflops, 300);
+  EXPECT_TRUE(profile_from_json(profile_to_json(fit), "no-points.json").attention_long.empty());
+  const std::string head = R"({"name": "x", "memory_bytes": 1, "matmul_tflops": 1, "attention_tflops": 1,
+      "hbm_gbps": 1, "h2d_gbps": 1, "d2h_gbps": 1, "attention_long": )";
+  for (const char* bad : {R"({"tokens": 65536})", R"([{"tokens": 16384, "fwd_tflops": 1, "bwd_tflops": 1}])",
+                          R"([{"tokens": 65536, "fwd_tflops": 1, "bwd_tflops": 1},
+                              {"tokens": 65536, "fwd_tflops": 1, "bwd_tflops": 1}])",
+                          R"([{"tokens": 65536, "fwd_tflops": 0, "bwd_tflops": 1}])",
+                          R"([{"tokens": 65536, "fwd_tflops": "fast", "bwd_tflops": 1}])", R"([7])"}) {
+    try {
+      profile_from_json(head + bad + "}", "bad.json");
+      ADD_FAILURE() << bad << ": no error";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.field, "attention_long") << bad;
+      EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Forecast, UnknownModelNameListsTheKnownOnes) {
   try {
     resolve_model("Llama-9-9000B");
