@@ -12,9 +12,12 @@ namespace strata {
 std::string step_watch_line(const std::string& label, double elapsed_s) {
   const long t = std::isfinite(elapsed_s) && elapsed_s > 0 ? long(elapsed_s + 0.5) : 0;
   const StepProgress p = step_progress();
-  const std::string where = p.phase == StepPhase::idle || p.nodes <= 0
-                                ? step_phase_name(p.phase)
-                                : fmt::format("{}, op {} of {}", step_phase_name(p.phase), p.node + 1, p.nodes);
+  // The tape's position is where the host has queued to: on the GPU the kernels run behind it, so between passes
+  // may also be the GPU finishing a pass already queued.
+  const std::string where =
+      p.phase == StepPhase::idle || p.nodes <= 0
+          ? std::string("between passes, or the GPU finishing the queued ops")
+          : fmt::format("queued to {} op {} of {}", step_phase_name(p.phase), p.node + 1, p.nodes);
   return fmt::format("{}: running for {}:{:02}:{:02} ({})", label, t / 3600, (t / 60) % 60, t % 60, where);
 }
 

@@ -44,7 +44,7 @@ TEST(StepWatch, PrintsWhereTheStepIsEveryInterval) {
   std::fclose(f);
   ASSERT_GE(lines.size(), 2u) << "300 ms at a 20 ms interval";
   EXPECT_LE(lines.size(), 16u);
-  for (const std::string& l : lines) EXPECT_EQ(l, "step 3/7: running for 0:00:00 (forward, op 5 of 10)");
+  for (const std::string& l : lines) EXPECT_EQ(l, "step 3/7: running for 0:00:00 (queued to forward op 5 of 10)");
 }
 
 TEST(StepWatch, AStepShorterThanTheIntervalPrintsNothingAndIsNotHeldUp) {
@@ -62,9 +62,10 @@ TEST(StepWatch, AStepShorterThanTheIntervalPrintsNothingAndIsNotHeldUp) {
 
 TEST(StepWatch, TheLineNamesThePhaseAndTheElapsedTime) {
   note_step_progress(StepPhase::backward, 0, 4052);
-  EXPECT_EQ(step_watch_line("step 1/2", 3725.4), "step 1/2: running for 1:02:05 (backward, op 1 of 4052)");
+  EXPECT_EQ(step_watch_line("step 1/2", 3725.4), "step 1/2: running for 1:02:05 (queued to backward op 1 of 4052)");
   note_step_progress(StepPhase::idle, 0, 4052);
-  EXPECT_EQ(step_watch_line("step 1/2", 61), "step 1/2: running for 0:01:01 (between passes)");
+  EXPECT_EQ(step_watch_line("step 1/2", 61),
+            "step 1/2: running for 0:01:01 (between passes, or the GPU finishing the queued ops)");
 }
 
 // strata-train's loop: a step that outlasts the interval says which step it is and where its tape is.
@@ -89,8 +90,9 @@ TEST(StepWatch, TrainingStepsReportTheirTape) {
   for (const std::string& l : watch) {
     EXPECT_EQ(l.rfind("step ", 0), 0u) << l;
     EXPECT_NE(l.find("/3: running for 0:00:00 ("), std::string::npos) << l;
-    const bool known = l.find("(forward, op ") != std::string::npos || l.find("(backward, op ") != std::string::npos ||
-                       l.find("(between passes)") != std::string::npos;
+    const bool known = l.find("(queued to forward op ") != std::string::npos ||
+                       l.find("(queued to backward op ") != std::string::npos ||
+                       l.find("(between passes, or the GPU finishing the queued ops)") != std::string::npos;
     EXPECT_TRUE(known) << l;
   }
 }
