@@ -164,7 +164,7 @@ PlanTried Search::eval(const PlanSpec& s) {
   cache[label] = t;
   specs[label] = s;
   res.tried.push_back(t);
-  planner_detail::search_progress(runs, have_best ? best.label : "");
+  planner_detail::search_progress(runs, have_best ? best.label : "", have_best ? best.step_s : 0);
   return t;
 }
 

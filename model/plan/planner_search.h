@@ -79,7 +79,8 @@ bool out_of_time();
 long search_epoch();
 // Whether the current search stopped at its limit.
 bool search_stopped();
-// `runs` more sim runs done; a progress line every 10 s of a long search (`best`: the fastest plan so far).
-void search_progress(int runs, const std::string& best = "");
+// `runs` more sim runs done; a progress line every 10 s of a long search, naming the fastest fitting plan any of
+// the outermost search's nested searches reported (`best`, forecast at `best_step_s`).
+void search_progress(int runs, const std::string& best = "", double best_step_s = 0);
 
 }  // namespace strata::planner_detail

@@ -20,6 +20,8 @@ struct ClockState {
   double limit_s = 0;
   bool stopped = false;
   int runs = 0;
+  std::string best;  // the fastest fitting plan reported so far, at best_s
+  double best_s = 0;
   long epoch = 0;  // search_epoch: counts the outermost searches on this thread
   std::function<void(const std::string&)> progress;
 };
@@ -40,6 +42,8 @@ SearchClock::SearchClock(const ForecastRequest& r) {
                                        : Deadline::max();
   c.stopped = false;
   c.runs = 0;
+  c.best.clear();
+  c.best_s = 0;
   ++c.epoch;
   c.progress = r.plan_progress;
 }
@@ -82,16 +86,19 @@ bool search_stopped() {
   return search_clock.stopped;
 }
 
-void search_progress(int runs, const std::string& best) {
+void search_progress(int runs, const std::string& best, double best_step_s) {
   ClockState& c = search_clock;
   c.runs += runs;
+  if (!best.empty() && (c.best.empty() || best_step_s < c.best_s)) c.best = best, c.best_s = best_step_s;
   const auto now = std::chrono::steady_clock::now();
   if (!c.progress || now < c.next_report) return;
   c.next_report = now + kProgressEvery;
   const double s = std::chrono::duration<double>(now - c.start).count();
   c.progress(fmt::format("planner: {:.0f} s{}, {} sim runs; {}", s,
                          c.limit_s > 0 ? fmt::format(" of at most {}", c.limit_s) : std::string(), c.runs,
-                         best.empty() ? std::string("no plan fits yet") : "fastest fitting so far: " + best));
+                         c.best.empty()
+                             ? std::string("no plan fits yet")
+                             : fmt::format("fastest fitting so far: {} ({:.4g} s a step)", c.best, c.best_s)));
 }
 
 }  // namespace strata::planner_detail

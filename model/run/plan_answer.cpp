@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "engine/backend_sim.h"
 #include "model/data/datasets.h"
 #include "model/data/row_data.h"
 #include "model/llama/seq_parallel.h"
@@ -57,7 +58,9 @@ PlanRequest plan_request(const PlanQuestion& q) {
     preset.mlp_tiles = tc.plan.mlp_tiles;
     tc.plan = preset;
   }
-  if (q.mirror != "cuda" && q.mirror != "cpu") throw flag_error("--mirror must be cuda or cpu", "mirror");
+  const std::optional<SimMirror> mirror = parse_name(kSimMirrors, q.mirror);
+  if (!mirror)
+    throw flag_error(fmt::format("--mirror must be {}, got '{}'", name_choices(kSimMirrors), q.mirror), "mirror");
   // A config's datasets and no --seq: the forecast is of the longest batch the data gives (rows sized to the data),
   // as strata-train's. The tokenizer is the config's, or the --model checkpoint's.
   if (!max_seq && !q.seq && !tc.datasets.empty() && !q.pack && tc.seq > 0 && !tc.pad_to_sequence_len) {
@@ -80,8 +83,7 @@ PlanRequest plan_request(const PlanQuestion& q) {
     r.data_note = describe_batch_lengths(tc, rows.longest_row());
   }
   ForecastRequest& req = r.forecast;
-  req = train_forecast_request(tc, resolve_model(q.model), q.mirror == "cpu" ? SimMirror::cpu : SimMirror::cuda,
-                               find_profile(q.profile));
+  req = train_forecast_request(tc, resolve_model(q.model), *mirror, find_profile(q.profile));
   req.lora_rank = std::max(1, tc.lora.rank);
   req.gpus = tool_flag_int(q.gpus, "gpus", req.sequence_parallel, 1,
                            kMaxForecastRanks);  // --sequence-parallel N alone: N GPUs
