@@ -6,6 +6,9 @@
 #     PART prep-a, prep-b  that part's checkpoint alone (the 8B's: 16 GB, about 80 s), so a and b each fit one command
 #     PART a     LAYERS (default 10: a step forecast near 4 minutes) 8B-shaped layers at 524,288 tokens, STEPS (default 1) steps
 #     PART b     the full 8B (32 layers) at 262,144 tokens, STEPS (default 2: the first and one warm)
+#     PART trace LAYERS (default 2) layers at 524,288 tokens planned as a, run by strata-bench on the same plan with
+#                the CUPTI kernel trace (one warm-up step, then STEPS, default 1): where the step's GPU time goes,
+#                kernel by kernel, in $OUT/long_ctx-trace.txt (STRATA_CUPTI_LIB as scripts/gpu.sh timeline finds it)
 # Settings (environment): LAYERS (part a's), SEQ and STEPS (override the part's), BUDGETS (default above), RECIPE (strata-plan
 # and strata-train recipe flags, e.g. "--master-weights bf16"; default none: fp32), PROFILE (default the GPU's
 # calibrated one), CKPT_ROOT (/tmp), OFFLOAD (/tmp/strata-long-ctx-offload, emptied first), TRAIN_TIMEOUT (a: 500 s, b: 545 s: a killed run still
@@ -66,9 +69,10 @@ case $part in
     exit 0
     ;;
   a) layers=${LAYERS:-10} seq=${SEQ:-524288} steps=${STEPS:-1} plan_limit=60 train_limit=500 ;;
+  trace) layers=${LAYERS:-2} seq=${SEQ:-524288} steps=${STEPS:-1} plan_limit=30 train_limit=500 ;;
   b) layers=32 seq=${SEQ:-262144} steps=${STEPS:-2} plan_limit=30 train_limit=545 ;; # 2 steps of about 215 s
   *)
-    echo "long_ctx: PART is prep-a, prep-b, a or b, not '$part'" >&2
+    echo "long_ctx: PART is prep-a, prep-b, a, b or trace, not '$part'" >&2
     exit 2
     ;;
 esac
@@ -122,6 +126,21 @@ if ((need + (1 << 30) > free)); then
   echo "long_ctx: the plan's disk tier needs $need B and $off has $free B free; free some (other checkpoints under $root?)" |
     tee -a "$log"
   exit 1
+fi
+
+if [[ $part == trace ]]; then  # the same plan through strata-bench, with the kernel trace
+  site=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2> /dev/null)
+  [ -z "${STRATA_CUPTI_LIB:-}" ] && STRATA_CUPTI_LIB=$(ls "$site"/*/lib/libcupti.so* 2> /dev/null | head -1)
+  export STRATA_CUPTI_LIB
+  # shellcheck disable=SC2086 # recipe is a flag list
+  STRATA_KERNEL_TRACE=1 timeout "${TRAIN_TIMEOUT:-$train_limit}" "$dir/tools/strata-bench" --backend cuda --model "$ck" \
+    --seq "$seq" --config "$yaml" $recipe --offload-dir "$off" --steps "$steps" --warmup 1 > "$out/long_ctx-trace.json" \
+    2> "$out/long_ctx-trace.txt"
+  rc=$?
+  echo "strata-bench: exit $rc" | tee -a "$log"
+  grep -E "tok/s|timeline|busy|idle" "$out/long_ctx-trace.txt" | tail -4
+  sed -n '/kernel trace through/,+14p' "$out/long_ctx-trace.txt"
+  exit "$rc"
 fi
 
 # 2. The run: strata-train on the plan strata-plan wrote (shape, recipe and budgets in it), one JSON line a step.
