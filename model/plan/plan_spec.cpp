@@ -30,6 +30,11 @@ std::string describe(const PlanSpec& s) {
     if (out.empty()) out = "keep everything";
   }
   if (s.host_input_layers > 0) out += fmt::format(" + inputs of the last {} layers on host", s.host_input_layers);
+  if (s.attn_keep_layers > 0) out += fmt::format(" + attention outputs of the last {} layers kept", s.attn_keep_layers);
+  if (s.attn_host_layers > 0)
+    out += s.attn_keep_layers > 0
+               ? fmt::format(" + attention outputs of the {} layers before them on host", s.attn_host_layers)
+               : fmt::format(" + attention outputs of the last {} layers on host", s.attn_host_layers);
   if (s.state_level != "none") out += fmt::format(" + state on {}: {}", decision_name(s.state_tier), s.state_level);
   if (s.state_layers > 0) out += fmt::format(" + {} in {} layers", s.layers_level, s.state_layers);
   return s.layer_weights == Decision::page ? out + " + layer_weights: page" : out;
@@ -60,6 +65,12 @@ Plan make_plan(const PlanSpec& s, int layers, const Plan* fixed_state) {
   // The last host_input_layers layers' inputs on the host, before the types (which put the others' on disk).
   for (int i = std::max(0, layers - s.host_input_layers); i < layers && s.host_input_layers > 0; ++i)
     p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::host);
+  // The attention outputs of the last layers: on the device for the last attn_keep_layers, on the host before them.
+  const int keep_from = std::max(0, layers - s.attn_keep_layers),
+            host_from = std::max(0, keep_from - s.attn_host_layers);
+  for (int i = host_from; i < layers && s.attn_keep_layers + s.attn_host_layers > 0; ++i)
+    for (const char* part : {"out", "lse"})
+      p.overrides.emplace_back(fmt::format("L{}.attn.{}", i, part), i >= keep_from ? Decision::keep : Decision::host);
   for (int i = 0; i < std::min(s.checkpointed_layers, layers); ++i) {
     p.overrides.emplace_back(fmt::format("L{}.input", i), Decision::keep);
     p.overrides.emplace_back(fmt::format("L{}.*", i), Decision::recompute);

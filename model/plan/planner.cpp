@@ -156,6 +156,9 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
   //    at some state level, ranked by their fastest step at any level (the state-on-device step, when
   //    it was tried: what a placement moving less state approaches), then refine again.
   if (levels.size() > 1 && !S.done()) planner_detail::place_state_per_layer(S, levels, all);
+  // 5b. The attention outputs of the last layers saved, on the device and then the host, when the fastest plan
+  //     recomputes them (Search::save_attention).
+  if (S.have_best && !S.done() && !goal.coarse) S.save_attention(S.best_spec);
   res.found = S.have_best;
   // 6. The activations again, around state placements: steps 1-4 chose activation plans for whole state
   //    levels and step 5 placed the state under the fastest of them, by the fewest layers that fit. A

@@ -60,6 +60,11 @@ struct PlanSpec {
   // The inputs of the last host_input_layers layers on the host (overriding `types`, which put the
   // other layers' inputs on disk): the split hidden-state family when neither tier holds them all.
   int host_input_layers = 0;
+  // The attention outputs (attn.out, attn.lse: what its backward reads) of the last attn_keep_layers layers kept
+  // on the device and of the attn_host_layers layers before them on the host (overriding `types`, which
+  // recompute them): a backward that replays those layers skips their attention.
+  int attn_keep_layers = 0;
+  int attn_host_layers = 0;
 };
 // With `fixed_state`, its persistent-state placement (Plan::take_state) replaces the spec's state fields
 // (state_level, state_tier, layers_level, state_layers); the spec's layer_weights stays.

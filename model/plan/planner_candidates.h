@@ -75,6 +75,10 @@ struct Search {
   // The last n layers' inputs on the host, the others' on disk: n the most the host budget holds.
   void split_inputs(PlanSpec s);
 
+  // attention_saving.cpp: the attention outputs of the last layers saved, on the device and then on the host
+  // (step 5b), for a plan `s` that recomputes them.
+  void save_attention(PlanSpec s);
+
   // state_placement.cpp: the state's level per layer under the activation plan `act` (step 5).
   void place(PlanSpec act, const std::vector<std::string>& levels);
 };

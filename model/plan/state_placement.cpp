@@ -116,6 +116,7 @@ void search_around_placement(const ForecastRequest& base, const TierBudgets& bud
     around.plan.set_layer_weights(Decision::keep, "planner");  // the search tries paging itself
     planner_detail::Goal sub_goal;
     sub_goal.bound_s = std::min(goal.bound_s, res.forecast.step_s);  // only a faster plan replaces it
+    sub_goal.coarse = goal.coarse;  // a coarse search stays coarse around its placements too
     PlanResult sub = plan_search(around, budgets, sub_goal);
     res.sim_runs += sub.sim_runs;
     const std::string state = fmt::format(" + state: {}", around.plan.state_label());

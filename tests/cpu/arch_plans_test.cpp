@@ -20,6 +20,7 @@
 #include "model/llama/llama.h"
 #include "model/llama/rng.h"
 #include "model/plan/forecast.h"
+#include "model/plan/planner.h"
 #include "model/train/trainer.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/sim_twin.h"
@@ -128,6 +129,16 @@ void expect_identical(const Result& a, const Result& b, const std::string& what)
   EXPECT_TRUE(a.weights == b.weights) << what << ": the weights differ";
 }
 
+// The planner's family with the attention outputs saved per layer (Search::save_attention): the layer inputs on
+// the host, the rest recomputed, the attention outputs of the last layer kept and of the two before it on the host.
+Plan attention_saved_plan(const io::LlamaConfig& cfg) {
+  PlanSpec s;
+  s.types = {{"L*.input", Decision::host}, {"L*", Decision::recompute}};
+  s.attn_keep_layers = 1;
+  s.attn_host_layers = 2;
+  return make_plan(s, cfg.num_hidden_layers);
+}
+
 class ArchPlans : public ::testing::TestWithParam<ArchCase> {};
 
 TEST_P(ArchPlans, EveryPresetAndRandomPlansAreBitIdenticalWithClipping) {
@@ -138,6 +149,7 @@ TEST_P(ArchPlans, EveryPresetAndRandomPlansAreBitIdenticalWithClipping) {
                         Plan::hidden_states(), Plan::activation_offloading(Decision::host),
                         Plan::activation_offloading(Decision::disk)})
     expect_identical(keep, run(cfg, p, dir), p.preset);
+  expect_identical(keep, run(cfg, attention_saved_plan(cfg), dir), "attention outputs saved in the last layers");
   // Random decisions over the model's own slot classes, the new ones (q_norm, biased projections)
   // included.
   std::vector<std::string> classes;
@@ -187,7 +199,8 @@ TEST_P(ArchPlans, SimForecastsThePeaksAndScheduleByteForByte) {
                {Plan::gradient_checkpointing(1), TrainMode::full, false},
                {Plan::hidden_states(), TrainMode::full, false},
                {Plan::activation_offloading(Decision::host), TrainMode::full, false},
-               {Plan::gradient_checkpointing(1), TrainMode::lora, true}};  // biases and norms stay resident
+               {Plan::gradient_checkpointing(1), TrainMode::lora, true},  // biases and norms stay resident
+               {attention_saved_plan(GetParam().cfg), TrainMode::full, false}};
   for (const auto& [plan, mode, paged, tiles] : cases) {
     ForecastRequest r = sim_twin::tiny_request(plan, mode);
     r.model = GetParam().cfg;

@@ -243,7 +243,7 @@ TEST(PlannerLayout, CoarseFirstChoosesWhatTheWholeSearchChooses) {
       } else {
         ++unfit;
         EXPECT_GE(fast.plan.minimum_bytes, whole.plan.minimum_bytes) << what;
-        EXPECT_GT(fast.plan.minimum_bytes, b.device) << what;
+        EXPECT_GT(fast.plan.minimum_bytes, b.device) << what << ": " << fast.why << " / " << whole.why;
       }
     }
   }

@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <memory>
 
 #include "engine/backend.h"
 #include "model/plan/forecast.h"
+#include "model/plan/planner_candidates.h"
 #include "model/run/train_config.h"
 #include "model/train/trainer.h"
 #include "sim_twin.h"
@@ -402,6 +405,99 @@ TEST(Planner, MaxSeqNothingFitsNamesWhatTheShortestNeeds) {
   // The range is rounded to multiples; none in it is refused.
   EXPECT_THROW(max_seq_for_budget(base, b, 20, 30, 16), ConfigError);
   EXPECT_THROW(max_seq_for_budget(base, b, 16, 64, 0), ConfigError);
+}
+
+// Step 5b (Search::save_attention): from a plan that recomputes every layer from its kept input, the attention
+// outputs of the last layers are kept on the device for a count that fits where one more does not (or every
+// layer), each saved layer skipping its attention's replay; with a host budget the layers before them are tried on
+// the host, and the search's best is the fastest that fits. The chosen plans run on the cpu backend at the
+// forecast's peak. (The tiny model's device bytes are not monotone in the count: the last layer's replay needs
+// about what its saved outputs hold.)
+TEST(Planner, SavesTheLastLayersAttentionOutputsWhereTheyFit) {
+  const int L = tiny_config().num_hidden_layers;
+  PlanSpec from;
+  from.types = {{"L*.input", Decision::keep}, {"L*", Decision::recompute}};
+  auto with = [&](int keep, int host) {
+    PlanSpec s = from;
+    s.attn_keep_layers = keep;
+    s.attn_host_layers = host;
+    return s;
+  };
+  ForecastRequest r = tiny_request(Plan::keep_everything());
+  r.budget = 0;
+  auto fc = [&](const PlanSpec& s) {
+    ForecastRequest q = r;
+    q.plan = make_plan(s, L);
+    return forecast(q);
+  };
+  std::vector<Forecast> kept;
+  for (int k = 0; k <= L; ++k) kept.push_back(fc(with(k, 0)));
+  for (int k = 1; k <= L; ++k) ASSERT_LT(kept[k].step_s, kept[k - 1].step_s) << k << " layers' attention not replayed";
+  auto search = [&](const TierBudgets& b, PlanResult& res) {
+    ForecastRequest q = r;
+    q.budget = b.device;
+    auto S = std::make_unique<planner_detail::Search>(
+        planner_detail::Search{q, b, L, res, nullptr, planner_detail::Goal{}, {}, {}, false, {}, {}, false, {}, {}});
+    S->save_attention(from);
+    return S;
+  };
+  auto expect_runs_at_forecast = [&](const PlanSpec& s, size_t budget) {
+    CpuStep cpu = cpu_step(r, budget, make_plan(s, L));
+    EXPECT_TRUE(cpu.fits) << planner_detail::describe(s);
+    EXPECT_EQ(cpu.peak, fc(s).peak_bytes) << planner_detail::describe(s);
+  };
+  // Device only: the count kept fits, one more does not.
+  for (int room :
+       {1, 3, L}) {  // (not 2: keeping one layer's needs more than keeping two, and the search starts from one)
+    const TierBudgets b{kept[room].high_water_bytes, 0, 0};
+    PlanResult res;
+    auto S = search(b, res);
+    ASSERT_TRUE(S->have_best) << "budget of " << room << " layers kept";
+    const int k = S->best_spec.attn_keep_layers;
+    ASSERT_GE(k, 1);
+    EXPECT_LE(kept[k].high_water_bytes, b.device);
+    if (k < L) {
+      EXPECT_GT(kept[k + 1].high_water_bytes, b.device) << k << " kept, " << k + 1 << " would fit too";
+    }
+    EXPECT_EQ(S->best_spec.attn_host_layers, 0);
+    EXPECT_DOUBLE_EQ(S->best.step_s, kept[k].step_s);
+    EXPECT_NE(S->best.label.find(fmt::format("attention outputs of the last {} layers kept", k)), std::string::npos)
+        << S->best.label;
+    expect_runs_at_forecast(S->best_spec, b.device);
+  }
+  // With a host budget the layers before the kept ones are tried on the host; the best is the fastest that fits.
+  {
+    const TierBudgets b{kept[1].high_water_bytes, size_t(1) << 30, 0};
+    PlanResult res;
+    auto S = search(b, res);
+    ASSERT_TRUE(S->have_best);
+    const int k = S->best_spec.attn_keep_layers;
+    bool host_tried = false;
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const auto& [label, t] : S->cache) {
+      host_tried |= label.find("layers before them on host") != std::string::npos;
+      if (t.fits) fastest = std::min(fastest, t.step_s);
+    }
+    EXPECT_TRUE(host_tried);
+    EXPECT_DOUBLE_EQ(S->best.step_s, fastest);
+    EXPECT_LE(S->best.step_s, kept[k].step_s);
+    expect_runs_at_forecast(S->best_spec, b.device);
+  }
+  // A plan that saves its attention outputs already is left as it is.
+  {
+    PlanResult res;
+    planner_detail::Search S{r,       TierBudgets{kept[0].high_water_bytes * 4, 0, 0},
+                             L,       res,
+                             nullptr, planner_detail::Goal{},
+                             {},      {},
+                             false,   {},
+                             {},      false,
+                             {},      {}};
+    PlanSpec saved = from;
+    saved.types.insert(saved.types.begin(), {"L*.attn.out", Decision::keep});
+    S.save_attention(saved);
+    EXPECT_EQ(res.sim_runs, 0);
+  }
 }
 
 }  // namespace
