@@ -20,25 +20,26 @@ bool recomputes_attention(const PlanSpec& s, int layers, int i) {
 
 // The last layers first: backward reads them first, so what is saved there is read back soonest (on the device, or
 // with the host copies running ahead of the layers before them). The most layers kept on the device that still fit
-// it (bisection: device bytes mostly grow with the count; where they do not, as for the last layer, whose replay
-// needs about what its saved outputs hold, the count found still fits), then on the host before them, for a few shares
-// of the layers left (the host budget is shared with the layer inputs, so each share splits the inputs between host and
-// disk again, as split_inputs does). Every candidate is evaluated: the fastest that fits becomes the search's best.
+// it (bisection from none to every layer: device bytes mostly grow with the count; where they do not, as for the
+// last layer, whose replay needs about what its saved outputs hold, the count found still fits), then on the host
+// before them, for a few shares of the layers left (the host budget is shared with the layer inputs, so each share
+// splits the inputs between host and disk again, as split_inputs does). Every candidate is evaluated: the fastest that
+// fits becomes the search's best.
 void Search::save_attention(PlanSpec s) {
   if (s.checkpoint_every > 0 || layers < 1 || s.attn_keep_layers + s.attn_host_layers > 0) return;
   if (!recomputes_attention(s, layers, layers - 1)) return;  // the last layer's is saved already (or never made)
   const auto fits = [&](const PlanSpec& c) { return eval(c).fits; };
-  int keep = 0;
-  if (s.attn_keep_layers = 1; fits(s)) {
-    int lo = 1, hi = layers;  // lo fits; hi does not, or is every layer
-    if (s.attn_keep_layers = layers; fits(s)) lo = layers;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      s.attn_keep_layers = mid;
-      (fits(s) ? lo : hi) = mid;
-    }
-    keep = lo;
+  int lo = 0, hi = layers + 1;  // lo fits (0: the plan itself); hi does not (past every layer)
+  if (s.attn_keep_layers = layers; fits(s))
+    lo = layers;
+  else
+    hi = layers;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    s.attn_keep_layers = mid;
+    (fits(s) ? lo : hi) = mid;
   }
+  const int keep = lo;
   s.attn_keep_layers = keep;
   const int rest = layers - keep;
   if (rest == 0 || b.host == 0) return;
