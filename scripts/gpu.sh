@@ -14,7 +14,8 @@
 #     tests/ path (/work/main/tests/...) compiled in;
 #   - helpers: gpu_line [LOG [FIELDS]] (one nvidia-smi line, appended to LOG), pick_profile (sets prof to the
 #     calibrated profile of the GPU, profile to its name), make_tiny MODEL_DIR ARGS (strata-make-tiny) and
-#     make_tiny_once (the same, only where MODEL_DIR/model.safetensors is missing), GPU_SH (this script).
+#     make_tiny_once (the same, only where MODEL_DIR/model.safetensors is missing), GPU_SH (this script), nvidia_site
+#     (the pip nvidia packages' directory) and use_cupti (STRATA_CUPTI_LIB for the kernel trace).
 
 STRATA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GPU_SH=$STRATA_ROOT/scripts/gpu.sh
@@ -87,6 +88,15 @@ pick_profile() {  # prof: profiles/<gpu>.calibrated.json of GPU 0; profile: its 
   profile=h100_80gb
   nvidia-smi -L | head -1 | grep -q H200 && profile=h200
   prof=profiles/$profile.calibrated.json
+}
+
+nvidia_site() {  # the pip nvidia packages' directory (torch's CUDA libraries), empty where there is none
+  python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2> /dev/null
+}
+
+use_cupti() {  # STRATA_CUPTI_LIB for STRATA_KERNEL_TRACE: as given, else the copy torch ships (else the loader's path)
+  [ -n "${STRATA_CUPTI_LIB:-}" ] || STRATA_CUPTI_LIB=$(ls "$(nvidia_site)"/*/lib/libcupti.so* 2> /dev/null | head -1)
+  export STRATA_CUPTI_LIB
 }
 
 make_tiny() {  # MODEL_DIR ARGS...: a random checkpoint (and tokens.bin) from strata-make-tiny

@@ -8,10 +8,9 @@
 # - torch's SDPA backends on the same attention shapes (tools/bench/attn_bench.py).
 set -uo pipefail
 : >"$out/diag.txt"; gpu_line "$out/diag.txt" name,memory.total,driver_version
-site=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
+site=$(nvidia_site)
 cudnn_venv=$(ls -d "$site"/cudnn/lib 2>/dev/null | head -1)
-# CUPTI: the toolkit's if the loader finds one, else the copy torch ships.
-[ -z "${STRATA_CUPTI_LIB:-}" ] && export STRATA_CUPTI_LIB=$(ls "$site"/*/lib/libcupti.so* 2>/dev/null | head -1)
+use_cupti
 echo "venv cuDNN: ${cudnn_venv:-none}; CUPTI: ${STRATA_CUPTI_LIB:-loader path}" | tee -a "$out/diag.txt"
 prof() {  # label cfg
   local label=$1

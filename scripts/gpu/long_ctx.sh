@@ -8,7 +8,7 @@
 #     PART b     the full 8B (32 layers) at 262,144 tokens, STEPS (default 2: the first and one warm)
 #     PART trace LAYERS (default 2) layers at 524,288 tokens planned as a, run by strata-bench on the same plan with
 #                the CUPTI kernel trace (one warm-up step, then STEPS, default 1): where the step's GPU time goes,
-#                kernel by kernel, in $OUT/long_ctx-trace.txt (STRATA_CUPTI_LIB as scripts/gpu.sh timeline finds it)
+#                kernel by kernel, in $OUT/long_ctx-trace.txt (STRATA_CUPTI_LIB: gpu.sh's use_cupti)
 # Settings (environment): LAYERS (part a's), SEQ and STEPS (override the part's), BUDGETS (default above), RECIPE (strata-plan
 # and strata-train recipe flags, e.g. "--master-weights bf16"; default none: fp32), PROFILE (default the GPU's
 # calibrated one), CKPT_ROOT (/tmp), OFFLOAD (/tmp/strata-long-ctx-offload, emptied first), TRAIN_TIMEOUT (a: 500 s, b: 545 s: a killed run still
@@ -129,9 +129,7 @@ if ((need + (1 << 30) > free)); then
 fi
 
 if [[ $part == trace ]]; then  # the same plan through strata-bench, with the kernel trace
-  site=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2> /dev/null)
-  [ -z "${STRATA_CUPTI_LIB:-}" ] && STRATA_CUPTI_LIB=$(ls "$site"/*/lib/libcupti.so* 2> /dev/null | head -1)
-  export STRATA_CUPTI_LIB
+  use_cupti
   # shellcheck disable=SC2086 # recipe is a flag list
   STRATA_KERNEL_TRACE=1 timeout "${TRAIN_TIMEOUT:-$train_limit}" "$dir/tools/strata-bench" --backend cuda --model "$ck" \
     --seq "$seq" --config "$yaml" $recipe --offload-dir "$off" --steps "$steps" --warmup 1 > "$out/long_ctx-trace.json" \

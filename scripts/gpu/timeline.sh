@@ -3,8 +3,7 @@
 # GPU's busy and idle time a step (the kernel table's last line) and the kernel table itself.
 #   scripts/gpu.sh timeline DIR "shape seq mode plan [strata-bench flags...]" ...
 set -uo pipefail
-site=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
-[ -z "${STRATA_CUPTI_LIB:-}" ] && export STRATA_CUPTI_LIB=$(ls "$site"/*/lib/libcupti.so* 2>/dev/null | head -1)
+use_cupti
 for cfg in "$@"; do
   read -r shape seq mode plan rest <<<"$cfg"
   echo "== $cfg" | tee -a "$out/timeline.txt"
