@@ -92,16 +92,16 @@ struct DeviceProfile {
   double disk_write_gbps = 0, disk_read_gbps = 0;
   std::string disk_source;
 
-  // The first step's setup, before its kernels and outside the step time (Forecast::setup_s): pinned host memory
-  // (the slot store's, the weight pager's and the state's reservations) allocated at pinned_alloc_gbps, and the
+  // The first step's setup (Forecast::setup_s): pinned host memory (the state's and the weight pager's reservations,
+  // made at load, and the slot store's, made inside the first step) allocated at pinned_alloc_gbps, and the
   // libraries' first-call work (cuBLASLt's heuristics, cuDNN's plan builds) as first_step_tuning_s, plus the
   // kernels' first-call tuning, which the sim forecasts per problem: every GEMM problem's candidates run
   // kGemmTuneCandidates x (1 + kGemmTuneReps) times, every attention shape's (at its stand-in length past
   // kAttentionTuneMaxT) attention_tune_candidates_fwd/_bwd x (1 + kAttentionTuneReps) times (kernels/tune_costs.h).
-  // strata-calibrate times a 4 GiB pinned allocation (after a first 1 GiB one). The defaults are assumptions (a run's
-  // large reservations went at 3.7 GB/s or more on an H200 host: its calibrated profile has that); 2 s of tuning is
-  // a guess.
-  double pinned_alloc_gbps = 1.5;
+  // strata-calibrate times a 4 GiB pinned allocation (after a first 1 GiB one) the way the cuda backend makes it
+  // (kernels/resources_cuda.h: pages touched by several threads, then registered): 18.6 GB/s on an H200 host, where
+  // cudaHostAlloc gave 1.4. The defaults are assumptions: 10 GB/s, and 2 s of tuning.
+  double pinned_alloc_gbps = 10.0;
   double first_step_tuning_s = 2.0;
   // The eligible cuDNN attention plans a shape has, forward and backward: 2 and 6 at the 8B's heads (32/8 x 128) on
   // an H200 with cuDNN 9.14 (STRATA_ATTN_VERBOSE=1, docs/bench/2026-11-26-h200-attention-tuning.txt).

@@ -83,7 +83,7 @@ size_t SlotStore::host_alloc(Arena& a, size_t bytes, const std::string& tag) {
       note_host_peak();
       return off;
     } catch (const OutOfMemoryError&) {
-      if (host_frees_.empty() && offloads_.empty() && writes_.empty()) throw;
+      if (host_frees_.empty() && offloads_.empty() && writes_.empty() && reads_.empty()) throw;
       wait_oldest();
     }
   }
@@ -176,6 +176,8 @@ void SlotStore::wait_oldest() {
       throw;
     }
     finish_disk_write(*v);
+  } else if (!reads_.empty()) {
+    finish_disk_read(*reads_.front());
   } else if (!host_frees_.empty()) {
     HostFree f = host_frees_.front();
     host_frees_.pop_front();
@@ -196,6 +198,7 @@ void SlotStore::poll() {
       writes_.pop_front();
       finish_disk_write(*v);
     }
+    while (!reads_.empty() && disk_->done(reads_.front()->io)) finish_disk_read(*reads_.front());
   } catch (...) {
     fail_disk();
     throw;
@@ -215,24 +218,54 @@ void SlotStore::prefetch(Value& v) {
   release_through(v);
   const size_t bytes = v.shape.numel() * dtype_size(v.dtype);
   v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
+  loading_bytes_ += bytes;
+  stats_.loaded_bytes += bytes;
   if (v.state == SlotState::ON_DISK) {
+    // The read runs while compute goes on; the upload follows once it lands (poll, or make_resident's wait).
     const size_t pbytes = padded(bytes);
     v.host_off = host_alloc(*staging_arena_, pbytes, "staging:" + v.cls);
     try {
-      disk_->wait(disk_->read_async(v.disk_off, staging_arena_->ptr(v.host_off), pbytes));
+      v.io = disk_->read_async(v.disk_off, staging_arena_->ptr(v.host_off), pbytes);
     } catch (...) {
       fail_disk();
       throw;
     }
-    disk_arena_->free(v.disk_off);
-    v.disk_off = Value::kNone;
+    v.state = SlotState::READING;
+    reads_.push_back(&v);
+    if (opt_.synchronous) finish_disk_read(v);
+    return;
   }
+  start_upload(v);
+}
+
+void SlotStore::land(Value& v) {
+  if (v.state == SlotState::READING) finish_disk_read(v);
+}
+
+void SlotStore::finish_disk_read(Value& v) {
+  // Reads land in order (one disk queue): finish the older ones first.
+  while (!reads_.empty()) {
+    Value* r = reads_.front();
+    reads_.pop_front();
+    try {
+      disk_->wait(r->io);
+    } catch (...) {
+      fail_disk();
+      throw;
+    }
+    r->io = 0;
+    disk_arena_->free(r->disk_off);
+    r->disk_off = Value::kNone;
+    start_upload(*r);
+    if (r == &v) return;
+  }
+}
+
+void SlotStore::start_upload(Value& v) {
   v.copy = be_.copy_to_device_async(v.buf.view(), arena_for(v).ptr(v.host_off));
   free_host_later(&arena_for(v), v.host_off, v.copy);  // the block returns once the upload has read it
   v.host_off = Value::kNone;
   v.state = SlotState::LOADING;
-  loading_bytes_ += bytes;
-  stats_.loaded_bytes += bytes;
   if (opt_.synchronous) be_.copy_wait_host(v.copy);
 }
 
@@ -248,6 +281,7 @@ void SlotStore::release_through(const Value& v) {
 
 void SlotStore::make_resident(Value& v) {
   prefetch(v);
+  if (v.state == SlotState::READING) finish_disk_read(v);
   if (v.state != SlotState::LOADING) return;
   be_.copy_wait_compute(v.copy);  // the compute stream reads the slot only after its upload
   loading_bytes_ -= v.shape.numel() * dtype_size(v.dtype);
@@ -257,8 +291,10 @@ void SlotStore::make_resident(Value& v) {
 
 void SlotStore::drop(Value& v) {
   release_through(v);
-  if (v.state == SlotState::OFFLOADING || v.state == SlotState::WRITING || v.state == SlotState::LOADING) {
+  if (v.state == SlotState::OFFLOADING || v.state == SlotState::WRITING || v.state == SlotState::LOADING ||
+      v.state == SlotState::READING) {
     while (v.state == SlotState::OFFLOADING || v.state == SlotState::WRITING) wait_oldest();
+    if (v.state == SlotState::READING) finish_disk_read(v);
     if (v.state == SlotState::LOADING) make_resident(v);
   }
   if (v.host_off != Value::kNone && host_arena_) arena_for(v).free(v.host_off);
@@ -279,7 +315,9 @@ void SlotStore::inject_disk_read_failure(int nth, int err) {
 void SlotStore::fail_disk() noexcept {
   // A failed write or read leaves the file useless: remove it now, not at exit.
   for (Value* v : writes_) v->io = 0;
+  for (Value* v : reads_) v->io = 0;
   writes_.clear();
+  reads_.clear();
   disk_.reset();
 }
 
@@ -293,6 +331,7 @@ void SlotStore::reset() noexcept {
   }
   offloads_.clear();
   writes_.clear();
+  reads_.clear();
   host_frees_.clear();
   held_.clear();  // their Values (and blocks) go with the tape
   held_bytes_ = loading_bytes_ = 0;

@@ -57,6 +57,9 @@ class SlotStore {
   void end_forward();
   // Backward: start bringing a slot back (no-op unless it is ON_HOST/ON_DISK).
   void prefetch(Value& v);
+  // A slot whose disk read is in flight (READING): wait for it and start its upload (LOADING), as prefetch did
+  // before reads overlapped compute. For a replay about to rewrite the slot (Tape::run_forward).
+  void land(Value& v);
   // Backward: the slot is RESIDENT and the compute stream is ordered after its upload.
   void make_resident(Value& v);
   // Releases whatever host or disk copy a slot still holds.
@@ -86,6 +89,9 @@ class SlotStore {
   void release_through(const Value& v);
   void start_disk_write(Value& v);
   void finish_disk_write(Value& v);
+  // A disk read landed in staging (waiting for it if not): the extent goes back and the upload starts (LOADING).
+  void finish_disk_read(Value& v);
+  void start_upload(Value& v);
   void wait_oldest();
   // Host slots and disk staging live in two arenas carved from the one reservation: slots are
   // only allocated in forward and sum exactly to their part, so they always fit; staging is
@@ -108,6 +114,7 @@ class SlotStore {
   std::deque<Flight> offloads_;  // D2H in flight (host or disk staging)
   std::deque<Flight> held_;      // offloaded slots whose device block is not back yet, oldest first
   std::deque<Value*> writes_;    // staging -> disk writes in flight
+  std::deque<Value*> reads_;     // disk -> staging reads in flight (READING), oldest first
   struct HostFree {
     Arena* arena;
     size_t off;

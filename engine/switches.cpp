@@ -25,6 +25,7 @@ Switches Switches::from(const std::function<const char*(const char*)>& get) {
   flag("STRATA_ATTN_TUNE", s.attn_tune);
   flag("STRATA_ATTN_VERBOSE", s.attn_verbose);
   flag("STRATA_GRAD_ALIAS", s.grad_alias);
+  flag("STRATA_HOST_REGISTER", s.host_register);
   flag("STRATA_PROFILE", s.op_profile);
   number("STRATA_PROFILE_SKIP", s.op_profile_skip);
   if (const char* t = get("STRATA_KERNEL_TRACE")) s.kernel_trace = std::string(t) == "1";

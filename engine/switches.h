@@ -14,6 +14,7 @@ struct Switches {
   bool attn_tune = true;                  // STRATA_ATTN_TUNE=0: cuDNN's first attention plan, untimed
   bool attn_verbose = false;              // STRATA_ATTN_VERBOSE=1: print each attention tuning
   bool grad_alias = true;                 // STRATA_GRAD_ALIAS=0: the residual add's backward runs its kernel
+  bool host_register = true;              // STRATA_HOST_REGISTER=0: pinned host memory by cudaHostAlloc alone
   bool op_profile = false;                // STRATA_PROFILE=1: GPU time per op
   int op_profile_skip = 1;                // STRATA_PROFILE_SKIP=N: steps the per-op profile leaves out first
   bool kernel_trace = false;              // STRATA_KERNEL_TRACE=1 (strata-bench): GPU time per kernel (CUPTI)

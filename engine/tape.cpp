@@ -12,8 +12,8 @@
 namespace strata {
 
 const char* slot_state_name(SlotState s) {
-  static const char* names[] = {"EMPTY",   "RESIDENT", "OFFLOADING", "ON_HOST",
-                                "WRITING", "ON_DISK",  "DROPPED",    "LOADING"};
+  static const char* names[] = {"EMPTY",   "RESIDENT", "OFFLOADING", "ON_HOST", "WRITING",
+                                "ON_DISK", "DROPPED",  "LOADING",    "READING"};
   return names[int(s)];
 }
 
@@ -300,6 +300,7 @@ void Tape::run_forward(int n, bool replay) {
   for (VId o : node.out) {
     Value& v = values_[size_t(o)];
     if (v.state == SlotState::RESIDENT) continue;
+    if (store_) store_->land(v);  // a replay rewrites a slot on its way back: its disk read lands first
     v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
     v.state = SlotState::RESIDENT;
   }

@@ -32,7 +32,7 @@ using VId = int32_t;
 // A saved slot's life. RESIDENT -> (OFFLOADING -> ON_HOST) | (WRITING -> ON_DISK) | DROPPED,
 // and back through LOADING (or a replay) to RESIDENT when backward asks for it. EMPTY: not
 // produced yet, or released after its last use.
-enum class SlotState : uint8_t { EMPTY, RESIDENT, OFFLOADING, ON_HOST, WRITING, ON_DISK, DROPPED, LOADING };
+enum class SlotState : uint8_t { EMPTY, RESIDENT, OFFLOADING, ON_HOST, WRITING, ON_DISK, DROPPED, LOADING, READING };
 const char* slot_state_name(SlotState s);
 
 // What the tape is doing when it calls the node hook.

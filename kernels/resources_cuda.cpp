@@ -1,11 +1,14 @@
 #include "kernels/resources_cuda.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "engine/switches.h"
 #include "kernels/cuda_check.h"
@@ -24,8 +27,40 @@ Event make_event() {
   return Event(e);
 }
 
-CudaHostMemory::CudaHostMemory(size_t bytes) : bytes_(bytes) {
+HostPinning default_host_pinning() {
+  return switches().host_register ? HostPinning::touch_register : HostPinning::alloc;
+}
+
+bool CudaHostMemory::try_register(size_t bytes) {
+  const size_t page = 4096, len = (bytes + page - 1) / page * page;
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  madvise(p, len, MADV_HUGEPAGE);  // advice only: 2 MiB pages fault in (and register) faster where THP allows
+  // One write a page faults every page in; the kernel zeroes each as it maps it, so the threads split the zeroing.
+  const size_t per_thread = size_t(256) << 20;
+  const unsigned n =
+      unsigned(std::clamp<size_t>(len / per_thread, 1, std::clamp(std::thread::hardware_concurrency(), 1u, 16u)));
+  const size_t pages = len / page, share = (pages + n - 1) / n;
+  auto touch = [&](size_t first) {
+    volatile char* c = static_cast<char*>(p);
+    for (size_t i = first, end = std::min(pages, first + share); i < end; ++i) c[i * page] = 0;
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < n; ++t) threads.emplace_back(touch, t * share);
+  touch(0);
+  for (auto& t : threads) t.join();
+  if (cudaHostRegister(p, len, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();  // not sticky; cudaHostAlloc gets its turn
+    munmap(p, len);
+    return false;
+  }
+  p_ = p, mapped_ = len, pinned_ = true;
+  return true;
+}
+
+CudaHostMemory::CudaHostMemory(size_t bytes, HostPinning how) : bytes_(bytes) {
   if (bytes == 0) return;
+  if (how == HostPinning::touch_register && try_register(bytes)) return;
   cudaError_t e = cudaHostAlloc(&p_, bytes, cudaHostAllocDefault);
   if (e == cudaSuccess) {
     pinned_ = true;
@@ -50,6 +85,11 @@ CudaHostMemory::CudaHostMemory(size_t bytes) : bytes_(bytes) {
 
 CudaHostMemory::~CudaHostMemory() {
   if (!p_) return;
+  if (mapped_) {
+    if (cudaHostUnregister(p_) != cudaSuccess) std::fprintf(stderr, "strata: cudaHostUnregister failed\n");
+    munmap(p_, mapped_);
+    return;
+  }
   if (!pinned_) {
     std::free(p_);
     return;

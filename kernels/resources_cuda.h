@@ -42,12 +42,20 @@ Stream make_stream();
 // Hand-off events carry no timing (cheaper to record and wait on).
 Event make_event();
 
-// The host tier: one cudaHostAlloc of exactly `bytes` (no rounding). When pinning fails
-// (memlock limits, a container without IPC_LOCK) it falls back to pageable memory and says why in
-// `note`: copies still work, but a device->host copy then blocks the host and nothing overlaps.
+// How pinned host memory is made. `touch_register` maps anonymous memory, faults its pages in from
+// several threads (the kernel zeroes them in parallel) and registers the range with cudaHostRegister;
+// `alloc` is one cudaHostAlloc, whose driver zeroes and pins the pages on one thread (about 1.4 GB/s on
+// an H200 host: a minute for the 82 GB a 524,288-token plan pins). STRATA_HOST_REGISTER=0 picks `alloc`.
+enum class HostPinning { touch_register, alloc };
+HostPinning default_host_pinning();
+
+// The host tier: `bytes` of pinned memory (exactly; the mapping is rounded up to whole pages). When
+// the chosen way fails, the other is tried; when pinning fails altogether (memlock limits, a
+// container without IPC_LOCK) it falls back to pageable memory and says why in `note`: copies still
+// work, but a device->host copy then blocks the host and nothing overlaps.
 class CudaHostMemory final : public HostReservation {
  public:
-  explicit CudaHostMemory(size_t bytes);
+  explicit CudaHostMemory(size_t bytes, HostPinning how = default_host_pinning());
   ~CudaHostMemory() override;
   CudaHostMemory(const CudaHostMemory&) = delete;
   CudaHostMemory& operator=(const CudaHostMemory&) = delete;
@@ -56,8 +64,11 @@ class CudaHostMemory final : public HostReservation {
   bool pinned() const override { return pinned_ || bytes_ == 0; }
 
  private:
+  bool try_register(size_t bytes);
+
   void* p_ = nullptr;
   size_t bytes_;
+  size_t mapped_ = 0;  // the mapping's length when p_ is registered anonymous memory, else 0
   bool pinned_ = false;
 };
 

@@ -128,9 +128,11 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
   for (auto& [op, s] : f.time_by_op) std::printf(" %s %.1f%%", op.c_str(), pct(s, f.step_s));
   std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
   std::printf(
-      "first step's setup, before it and not in the step time: %.1f s = pinned host allocation %.1f s (%s) + "
-      "first-call tuning %.1f s\n",
-      f.setup_s, f.setup_pinned_s, format_bytes(f.pinned_bytes).c_str(), f.setup_tuning_s);
+      "first step: %.1f s, the step's %.1f s + %.1f s once: the host tier's pinned allocation %.1f s (%s) and "
+      "first-call tuning %.1f s; before it, at load, the state's and paged weights' pinned allocation %.1f s (%s)\n",
+      f.first_step_s(), f.step_s, f.first_step_extra_s, f.setup_pinned_s - f.load_pinned_s,
+      format_bytes(f.host_reserved_bytes).c_str(), f.setup_tuning_s, f.load_pinned_s,
+      format_bytes(f.paged_host_bytes + f.state_host_bytes).c_str());
 }
 
 json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget) {
@@ -217,7 +219,10 @@ json forecast_json(const Forecast& f) {
            {{"seconds", f.setup_s},
             {"pinned_bytes", f.pinned_bytes},
             {"pinned_alloc_s", f.setup_pinned_s},
-            {"tuning_s", f.setup_tuning_s}}},
+            {"tuning_s", f.setup_tuning_s},
+            {"load_pinned_alloc_s", f.load_pinned_s},
+            {"first_step_extra_s", f.first_step_extra_s},
+            {"first_step_s", f.first_step_s()}}},
           {"peak_bytes", f.peak_bytes},
           {"high_water_bytes", f.high_water_bytes},
           {"persistent_bytes", f.persistent_bytes},

@@ -29,6 +29,7 @@
 #include "engine/uring_file.h"
 #include "kernels/adamw.h"
 #include "kernels/attention_workspace.h"
+#include "kernels/resources_cuda.h"
 #include "model/llama/rng.h"
 #endif
 
@@ -320,8 +321,9 @@ int main(int argc, char** argv) {
                                     long_max),
                         "command line", "long-attention");
     size_t budget = std::min<size_t>(size_t(6) * kGiB, cap);
+    const size_t long_slack = size_t(kGiB) / 2;  // what the earlier measurements leave allocated, and alignment
     for (int64_t T = 65536; T <= long_max && T <= (int64_t(1) << 30); T *= 2)
-      if (long_need(T) <= cap) budget = std::max(budget, long_need(T));
+      if (long_need(T) + long_slack <= cap) budget = std::max(budget, long_need(T) + long_slack);
     auto be = make_cuda_backend(budget);
     Arena& ar = be->arena();
     auto buf = [&](DType dt, Shape sh) { return Buffer(ar, dt, sh, "calibrate"); };
@@ -396,9 +398,9 @@ int main(int argc, char** argv) {
     // Pinned host copies, 1 GiB each way, on the copy stream the tiers use.
     {
       // The first step's pinned allocations (Forecast::setup_s): a 1 GiB reservation, then a 4 GiB one, each timed
-      // once; the rate is the second's (the first pays the process's first pinning, which a run's large
-      // reservations amortise: an 82 GB pool was in place 22 s into a run on an H200 host, where 1 GiB first took 0.73
-      // s).
+      // once; the rate is the second's (the first pays the process's first pinning). Then 4 GiB the other way
+      // (kernels/resources_cuda.h, HostPinning), printed beside it: cudaHostAlloc against pages faulted in by
+      // several threads and registered.
       const Clock::time_point t_alloc = Clock::now();
       auto host = be->reserve_host(size_t(kGiB));
       const double ta = seconds_since(t_alloc);
@@ -409,6 +411,15 @@ int main(int argc, char** argv) {
         const double tb = seconds_since(t4);
         row("pinned host allocation 4 GiB (then)", tb, 4.0 * double(kGiB) / tb / 1e9, "GB/s");
         p.pinned_alloc_gbps = 4.0 * double(kGiB) / tb / 1e9;
+      }
+      {
+        const bool reg = cuda::default_host_pinning() == cuda::HostPinning::touch_register;
+        const Clock::time_point t4 = Clock::now();
+        cuda::CudaHostMemory other(size_t(4) * kGiB,
+                                   reg ? cuda::HostPinning::alloc : cuda::HostPinning::touch_register);
+        const double tb = seconds_since(t4);
+        row(reg ? "  the same by cudaHostAlloc (not used)" : "  the same touched + registered (not used)", tb,
+            4.0 * double(kGiB) / tb / 1e9, "GB/s");
       }
       if (!host->pinned())
         std::fprintf(stderr, "strata-calibrate: warning: host memory is not pinned (%s)\n", host->note.c_str());
@@ -667,9 +678,13 @@ int main(int argc, char** argv) {
     for (auto& [k, v] : j.items()) {
       o[k] = v;
       if (k == "source") o["calibrated"] = true;
-      if (v.is_number())
-        std::printf(v.is_number_integer() ? "  %-34s %16.0f %16.0f\n" : "  %-34s %16.1f %16.1f\n", k.c_str(),
-                    v.get<double>(), jb[k].get<double>());
+      if (!v.is_number()) continue;
+      const bool in_base = jb.contains(k) && jb.at(k).is_number();  // a field the built-in lacks prints "-"
+      const std::string b = !in_base                ? std::string("-")
+                            : v.is_number_integer() ? fmt::format("{:.0f}", jb.at(k).get<double>())
+                                                    : fmt::format("{:.1f}", jb.at(k).get<double>());
+      std::printf(v.is_number_integer() ? "  %-34s %16.0f %16s\n" : "  %-34s %16.1f %16s\n", k.c_str(), v.get<double>(),
+                  b.c_str());
     }
     const std::filesystem::path op(out);
     if (op.has_parent_path()) std::filesystem::create_directories(op.parent_path());

@@ -251,6 +251,8 @@ Forecast forecast(const ForecastRequest& r) {
       f.setup_pinned_s = double(f.pinned_bytes) / (r.profile.pinned_alloc_gbps * 1e9);
       f.setup_tuning_s = r.profile.first_step_tuning_s + be->tuning_s();
       f.setup_s = f.setup_pinned_s + f.setup_tuning_s;
+      f.load_pinned_s = double(f.paged_host_bytes + f.state_host_bytes) / (r.profile.pinned_alloc_gbps * 1e9);
+      f.first_step_extra_s = f.setup_s - f.load_pinned_s;
       f.paged_bytes_uploaded = st.paged_bytes_uploaded;
       f.paged_uploads = st.paged_uploads;
       const SimTimes& t = be->times();

@@ -140,8 +140,14 @@ struct Forecast {
   // The first step's setup, not in step_s (the later steps have none): its pinned host reservations (slot store,
   // weight pager, persistent state) allocated at the profile's pinned_alloc_gbps, and the first calls' work: the
   // profile's first_step_tuning_s plus the kernels' tuning of each GEMM and attention problem (SimBackend::tuning_s).
+  // The weight pager's and the state's reservations are made at load, before the first step; the slot store's
+  // (host_reserved_bytes) and the tuning inside it, so the first step takes first_step_s = step_s +
+  // first_step_extra_s.
   size_t pinned_bytes = 0;
   double setup_pinned_s = 0, setup_tuning_s = 0, setup_s = 0;
+  double load_pinned_s = 0;       // the pager's and the state's pinning, before the first step
+  double first_step_extra_s = 0;  // the slot store's pinning and the tuning, inside the first step
+  double first_step_s() const { return step_s + first_step_extra_s; }
   // The host memory the run holds: its pinned reservations, which are taken whole at the first step, and never
   // less than the host peak (the slot store's pool is reserved for every host slot and its disk staging, while
   // its peak use may be lower). What a host budget is held to.

@@ -180,15 +180,15 @@ with open(jsonl, "a") as out:
              "peak_disk_bytes": s["peak_disk_bytes"], "forecast_disk_bytes": fc["peak_disk_bytes"],
              "disk_exact": s["peak_disk_bytes"] == fc["peak_disk_bytes"]}
         if s["step"] == steps[0]["step"]:
-            # The kernels' first-call tuning runs inside the first step: its forecast is the step's plus the setup's
-            # tuning. The rest of strata-train's time (start, load, pinned allocation, exit) against the setup's
-            # pinned allocation.
+            # The kernels' first-call tuning and the host tier's pinned allocation run inside the first step: its
+            # forecast is the setup's first_step_s. The rest of strata-train's time (start, load, the state's and
+            # paged weights' pinned allocation, exit) against the setup's load_pinned_alloc_s.
             setup = fc.get("setup", {})
-            first = fc["step_s"] + setup.get("tuning_s", 0)
+            first = setup.get("first_step_s", fc["step_s"] + setup.get("tuning_s", 0))
             c["forecast_first_step_s"] = first
             c["first_step_vs_forecast"] = s["step_s"] / first - 1
             c["outside_steps_s"] = float(train_s) - sum(x.get("step_s", 0) for x in steps)
-            c["forecast_pinned_alloc_s"] = setup.get("pinned_alloc_s")
+            c["forecast_load_pinned_alloc_s"] = setup.get("load_pinned_alloc_s")
         c["train_rc"] = int(rc)
         out.write(json.dumps(c) + "\n")
         print(json.dumps(c))

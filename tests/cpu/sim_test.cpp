@@ -101,10 +101,21 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     EXPECT_EQ(f.disk_written_bytes, f.disk_read_bytes) << c.name;
     EXPECT_GE(f.disk_written_bytes, disk ? f.offloaded_bytes : 0) << c.name;
     EXPECT_EQ(f.disk_busy_s > 0, disk) << c.name;
-    EXPECT_EQ(f.disk_wait_s > 0, disk) << c.name << ": backward waits for every disk read";
+    // Reads run while compute goes on (SlotStore::prefetch): the waits are at most the drive's busy time, and none
+    // without a disk tier.
+    EXPECT_LE(f.disk_wait_s, f.disk_busy_s) << c.name;
+    if (!disk) {
+      EXPECT_EQ(f.disk_wait_s, 0.0) << c.name;
+    }
     EXPECT_EQ(f.paged_host_bytes > 0, c.paged) << c.name;
     EXPECT_EQ(f.paged_uploads > 0, c.paged) << c.name;
     EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes) << c.name;
+    // The pager's and the state's pinning come at load; the slot store's and the tuning inside the first step.
+    const double gbps = r.profile.pinned_alloc_gbps * 1e9;
+    EXPECT_NEAR(f.load_pinned_s, double(f.paged_host_bytes + f.state_host_bytes) / gbps, 1e-9) << c.name;
+    EXPECT_NEAR(f.first_step_extra_s, double(f.host_reserved_bytes) / gbps + f.setup_tuning_s, 1e-9) << c.name;
+    EXPECT_DOUBLE_EQ(f.first_step_s(), f.step_s + f.first_step_extra_s) << c.name;
+    EXPECT_EQ(f.load_pinned_s > 0, c.paged || f.state_host_bytes > 0) << c.name;
   }
 }
 
@@ -279,8 +290,9 @@ TEST(Sim, DiskPlanNeedsTheProfilesDiskBandwidth) {
                ConfigError);
 }
 
-// Lower disk bandwidth, longer step: the disk queue is on the step's critical path (backward
-// waits for every read), and memory does not depend on time.
+// Lower disk bandwidth, longer step once the drive cannot keep up: a read is issued when backward prefetches
+// its slot and runs while compute goes on, so a fast drive hides behind compute and a slow one is on the step's
+// critical path; memory does not depend on time.
 TEST(Sim, DiskBandwidthDrivesStepTime) {
   ForecastRequest r = tiny_cuda_request(Plan::activation_offloading(Decision::disk));
   ForecastRequest host_r = r;
@@ -296,25 +308,30 @@ TEST(Sim, DiskBandwidthDrivesStepTime) {
     EXPECT_NEAR(f.disk_busy_s, f.disk_written_bytes / (write_gbps * 1e9) + f.disk_read_bytes / (read_gbps * 1e9),
                 1e-12 * f.disk_busy_s);
     EXPECT_GE(f.step_s, f.disk_busy_s) << "every request starts and ends inside the step";
-    EXPECT_GT(f.step_s, host.step_s) << "the disk tier is the host tier plus the disk";
+    EXPECT_GE(f.step_s, host.step_s) << "the disk tier is the host tier plus the disk";
     return f;
   };
   const Forecast shipped = at(r.profile.disk_write_gbps, r.profile.disk_read_gbps);
   double last = 0;
-  for (double gbps : {8.0, 2.0, 0.5, 0.1}) {
+  for (double gbps : {8.0, 2.0, 0.5, 0.1, 0.02}) {
     Forecast f = at(gbps, gbps);
-    EXPECT_GT(f.step_s, last) << gbps << " GB/s";
+    EXPECT_GE(f.step_s, last) << gbps << " GB/s";
     EXPECT_EQ(f.peak_bytes, shipped.peak_bytes) << gbps << " GB/s";
     EXPECT_EQ(f.peak_disk_bytes, shipped.peak_disk_bytes) << gbps << " GB/s";
     EXPECT_EQ(f.peak_host_bytes, shipped.peak_host_bytes) << gbps << " GB/s";
     last = f.step_s;
   }
-  EXPECT_GT(at(r.profile.disk_write_gbps / 4, r.profile.disk_read_gbps).step_s, shipped.step_s) << "write";
-  EXPECT_GT(at(r.profile.disk_write_gbps, r.profile.disk_read_gbps / 4).step_s, shipped.step_s) << "read";
-  EXPECT_GT(shipped.disk_wait_s, 0);
+  const Forecast slow = at(0.02, 0.02);
+  EXPECT_GT(slow.step_s, host.step_s) << "a slow drive is on the critical path";
+  EXPECT_GT(slow.disk_wait_s, 0);
   bool has_wait = false;
-  for (auto& [op, s] : shipped.time_by_op) has_wait = has_wait || op == "waiting on the disk tier";
+  for (auto& [op, s] : slow.time_by_op) has_wait = has_wait || op == "waiting on the disk tier";
   EXPECT_TRUE(has_wait);
+  const Forecast fast = at(8, 8);
+  EXPECT_GT(at(0.02, 8).step_s, fast.step_s) << "write";
+  EXPECT_GT(at(8, 0.02).step_s, fast.step_s) << "read";
+  // The reads overlap compute: backward waits less than the reads take.
+  EXPECT_LT(shipped.disk_wait_s, double(shipped.disk_read_bytes) / (r.profile.disk_read_gbps * 1e9));
 }
 
 TEST(Sim, RecomputeCostsTimeAndSavesMemory) {

@@ -27,6 +27,7 @@ TEST(Switches, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(s.gemm_tune);
   EXPECT_TRUE(s.attn_tune);
   EXPECT_TRUE(s.grad_alias);
+  EXPECT_TRUE(s.host_register);
   EXPECT_FALSE(s.op_profile);
   EXPECT_FALSE(s.gemm_verbose);
   EXPECT_EQ(s.op_profile_skip, d.op_profile_skip);
@@ -39,6 +40,7 @@ TEST(Switches, FlagsNumbersAndDirectories) {
   const Switches s = parse({{"STRATA_GEMM_TUNE", "0"},
                             {"STRATA_ATTN_TUNE", ""},
                             {"STRATA_GRAD_ALIAS", "0"},
+                            {"STRATA_HOST_REGISTER", "0"},
                             {"STRATA_PROFILE", "1"},
                             {"STRATA_PROFILE_SKIP", "3"},
                             {"STRATA_GEMM_TUNE_MS", "12.5"},
@@ -48,6 +50,7 @@ TEST(Switches, FlagsNumbersAndDirectories) {
   EXPECT_FALSE(s.gemm_tune);
   EXPECT_TRUE(s.attn_tune) << "empty keeps the default";
   EXPECT_FALSE(s.grad_alias);
+  EXPECT_FALSE(s.host_register);
   EXPECT_TRUE(s.op_profile);
   EXPECT_EQ(s.op_profile_skip, 3);
   EXPECT_DOUBLE_EQ(s.gemm_tune_ms, 12.5);
