@@ -13,5 +13,8 @@ struct Batch {
   int B = 0, T = 0;
   std::vector<int32_t> inputs, targets;
   std::vector<int32_t> positions;
+  // Every input and target id is 0 (a forecast's batch: model/plan/forecast.h), so the upload skips the range
+  // check a read batch gets.
+  bool zeros = false;
 };
 }  // namespace strata

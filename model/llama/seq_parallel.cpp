@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "engine/comm.h"
@@ -46,14 +47,16 @@ SeqSlice seq_slice(const Batch& b, int rank, int n) {
   const int64_t Tl = b.T / n, first = int64_t(rank) * Tl;
   SeqSlice s;
   const size_t m = size_t(b.B) * size_t(Tl);
-  s.inputs.reserve(m), s.targets.reserve(m), s.positions.reserve(m);
-  for (int64_t row = 0; row < b.B; ++row)
-    for (int64_t i = first; i < first + Tl; ++i) {
-      const size_t at = size_t(row * b.T + i);
-      s.inputs.push_back(b.inputs[at]);
-      s.targets.push_back(b.targets[at]);
-      s.positions.push_back(b.positions.empty() ? int32_t(i) : b.positions[at]);
-    }
+  s.inputs.resize(m), s.targets.resize(m), s.positions.resize(m);
+  for (int64_t row = 0; row < b.B; ++row) {  // each row's slice is contiguous in the batch and in the slice
+    const size_t from = size_t(row * b.T + first), to = size_t(row * Tl);
+    std::copy_n(b.inputs.begin() + ptrdiff_t(from), Tl, s.inputs.begin() + ptrdiff_t(to));
+    std::copy_n(b.targets.begin() + ptrdiff_t(from), Tl, s.targets.begin() + ptrdiff_t(to));
+    if (b.positions.empty())
+      std::iota(s.positions.begin() + ptrdiff_t(to), s.positions.begin() + ptrdiff_t(to + size_t(Tl)), int32_t(first));
+    else
+      std::copy_n(b.positions.begin() + ptrdiff_t(from), Tl, s.positions.begin() + ptrdiff_t(to));
+  }
   return s;
 }
 

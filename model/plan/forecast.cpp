@@ -51,12 +51,18 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   return mo;
 }
 
-Batch forecast_batch(const ForecastRequest& r) {
-  Batch b;
+// The sim moves no token data: every forecast on a thread reads one zero batch, made again only when the shape
+// changes (the planner runs thousands of forecasts of one shape, up to 2^25 tokens each).
+const Batch& forecast_batch(const ForecastRequest& r) {
+  thread_local Batch b;
+  const size_t n = size_t(r.batch) * size_t(r.seq);
+  if (b.inputs.size() != n) {
+    b.inputs.assign(n, 0);
+    b.targets.assign(n, 0);
+    b.zeros = true;
+  }
   b.B = r.batch;
   b.T = r.seq;
-  b.inputs.assign(size_t(r.batch) * size_t(r.seq), 0);
-  b.targets.assign(size_t(r.batch) * size_t(r.seq), 0);
   b.positions = r.positions;
   return b;
 }
@@ -161,7 +167,7 @@ Forecast forecast(const ForecastRequest& r) {
   so.budget = r.budget;
   so.profile = r.profile;
   so.mirror = r.mirror;
-  so.log_events = true;
+  so.log_events = r.detail;
   auto be = make_sim_backend(so);
   f.device = be->device_name();
   Arena& arena = be->arena();
@@ -194,7 +200,7 @@ Forecast forecast(const ForecastRequest& r) {
     to.comm = comm.get();
     if (sp > 1) to.seq_comm = seq_comm ? seq_comm.get() : comm.get();
     Trainer trainer(*be, model, to);
-    Batch batch = forecast_batch(r);
+    const Batch& batch = forecast_batch(r);
     be->reset_times();
     f.step_first_event = arena.events().size();
     f.persistent_bytes = arena.in_use();
@@ -230,7 +236,7 @@ Forecast forecast(const ForecastRequest& r) {
       f.oom = e.what();
     }
     const double end_s = be->now_s();
-    f.events = arena.events();
+    if (r.detail) f.events = arena.events();
     f.high_water_bytes = arena.high_water();
     if (f.fits) {
       f.peak_bytes = std::max(st.peak_device_bytes, first_peak);
@@ -283,15 +289,17 @@ Forecast forecast(const ForecastRequest& r) {
       if (t.disk_wait_s > 0) f.time_by_op.emplace_back("waiting on the disk tier", t.disk_wait_s);
       if (t.comm_wait_s > 0) f.time_by_op.emplace_back("waiting on collectives", t.comm_wait_s);
       std::stable_sort(f.time_by_op.begin(), f.time_by_op.end(), [](auto& a, auto& b) { return a.second > b.second; });
-      breakdown_at_peak(f);
-      const double peak_abs = f.step_start_s + f.peak_at_s;
-      f.peak_phase = peak_abs < bwd0 ? "forward" : peak_abs < opt0 ? "backward" : "optimizer";
-      f.plan_rows = trainer.plan_table(r.batch, r.seq);  // after the log was copied: no effect on it
+      if (r.detail) {
+        breakdown_at_peak(f);
+        const double peak_abs = f.step_start_s + f.peak_at_s;
+        f.peak_phase = peak_abs < bwd0 ? "forward" : peak_abs < opt0 ? "backward" : "optimizer";
+        f.plan_rows = trainer.plan_table(r.batch, r.seq);  // after the log was copied: no effect on it
+      }
     }
   } catch (const OutOfMemoryError& e) {  // the weights and optimizer state alone do not fit
     f.fits = false;
     f.oom = e.what();
-    f.events = arena.events();
+    if (r.detail) f.events = arena.events();
     f.high_water_bytes = arena.high_water();
   }
   return f;

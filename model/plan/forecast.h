@@ -72,6 +72,9 @@ struct ForecastRequest {
   // Where a long search reports its progress (a line every 10 s, and one when it stops at the limit);
   // none when empty.
   std::function<void(const std::string&)> plan_progress;
+  // The whole forecast: the arena's event log, the breakdown at the peak and the plan table. Off (the planner's
+  // first run of a candidate, which only compares peaks and steps), those stay empty; every number is the same.
+  bool detail = true;
 };
 
 // The largest shape a forecast runs: longer rows or more tokens a step are a ConfigError naming
@@ -88,8 +91,8 @@ void check_forecast_shape(const ForecastRequest& r);
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
 ModelOptions forecast_model_options(const ForecastRequest& r);
 // The batch the forecast runs: B rows of T tokens (all id 0; values never matter for memory or time),
-// with the request's positions when it is packed.
-Batch forecast_batch(const ForecastRequest& r);
+// with the request's positions when it is packed. One per thread, valid until the thread's next call.
+const Batch& forecast_batch(const ForecastRequest& r);
 // A checkpoint directory, a config.json, or a built-in name (ConfigError listing the known ones).
 io::LlamaConfig resolve_model(const std::string& spec);
 

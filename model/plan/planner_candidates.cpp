@@ -54,10 +54,12 @@ Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadli
   try {
     ForecastRequest r = base;
     r.plan = make_plan(s, layers, fixed_state);
-    r.budget = 0;  // the in-use peak does not depend on the budget; fitting does (placement)
+    r.budget = 0;      // the in-use peak does not depend on the budget; fitting does (placement)
+    r.detail = false;  // peaks and step only; the budgeted run, which may become the answer, is whole
     o.f = forecast(r);
     if (o.f.fits && o.f.peak_bytes <= b.device && o.f.host_held_bytes() <= b.host && o.f.peak_disk_bytes <= b.disk) {
       r.budget = b.device;
+      r.detail = true;
       o.fb = forecast(r);
       o.budgeted = true;
     }
