@@ -240,6 +240,7 @@ void SlotStore::prefetch(Value& v) {
 
 void SlotStore::land(Value& v) {
   if (v.state == SlotState::READING) finish_disk_read(v);
+  if (v.state == SlotState::LOADING) make_resident(v);
 }
 
 void SlotStore::finish_disk_read(Value& v) {

@@ -57,8 +57,9 @@ class SlotStore {
   void end_forward();
   // Backward: start bringing a slot back (no-op unless it is ON_HOST/ON_DISK).
   void prefetch(Value& v);
-  // A slot whose disk read is in flight (READING): wait for it and start its upload (LOADING), as prefetch did
-  // before reads overlapped compute. For a replay about to rewrite the slot (Tape::run_forward).
+  // A slot on its way back (READING or LOADING) made resident: its read and upload land first, the compute stream
+  // waiting for the upload. For a replay about to rewrite the slot in a new block (Tape::run_forward): the old
+  // block goes back to the arena only once nothing still writes it.
   void land(Value& v);
   // Backward: the slot is RESIDENT and the compute stream is ordered after its upload.
   void make_resident(Value& v);

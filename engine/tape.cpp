@@ -300,7 +300,7 @@ void Tape::run_forward(int n, bool replay) {
   for (VId o : node.out) {
     Value& v = values_[size_t(o)];
     if (v.state == SlotState::RESIDENT) continue;
-    if (store_) store_->land(v);  // a replay rewrites a slot on its way back: its disk read lands first
+    if (store_) store_->land(v);  // a replay rewrites a slot on its way back: its read and upload land first
     v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
     v.state = SlotState::RESIDENT;
   }
