@@ -397,29 +397,21 @@ int main(int argc, char** argv) {
 
     // Pinned host copies, 1 GiB each way, on the copy stream the tiers use.
     {
-      // The first step's pinned allocations (Forecast::setup_s): a 1 GiB reservation, then a 4 GiB one, each timed
-      // once; the rate is the second's (the first pays the process's first pinning). Then 4 GiB the other way
-      // (kernels/resources_cuda.h, HostPinning), printed beside it: cudaHostAlloc against pages faulted in by
-      // several threads and registered.
+      // The first step's pinned allocations (Forecast::setup_s): 1 GiB, then 4 GiB (the rate: the first pays the
+      // process's first pinning); then 4 GiB the other way (kernels/resources_cuda.h, HostPinning), printed beside.
       const Clock::time_point t_alloc = Clock::now();
       auto host = be->reserve_host(size_t(kGiB));
       const double ta = seconds_since(t_alloc);
       row("pinned host allocation 1 GiB (first)", ta, double(kGiB) / ta / 1e9, "GB/s");
-      {
+      for (const bool other : {false, true}) {  // the backend's way (its rate kept), then the other, printed beside
+        const bool reg = (cuda::default_host_pinning() == cuda::HostPinning::touch_register) != other;
         const Clock::time_point t4 = Clock::now();
-        auto more = be->reserve_host(size_t(4) * kGiB);
-        const double tb = seconds_since(t4);
-        row("pinned host allocation 4 GiB (then)", tb, 4.0 * double(kGiB) / tb / 1e9, "GB/s");
-        p.pinned_alloc_gbps = 4.0 * double(kGiB) / tb / 1e9;
-      }
-      {
-        const bool reg = cuda::default_host_pinning() == cuda::HostPinning::touch_register;
-        const Clock::time_point t4 = Clock::now();
-        cuda::CudaHostMemory other(size_t(4) * kGiB,
-                                   reg ? cuda::HostPinning::alloc : cuda::HostPinning::touch_register);
-        const double tb = seconds_since(t4);
-        row(reg ? "  the same by cudaHostAlloc (not used)" : "  the same touched + registered (not used)", tb,
-            4.0 * double(kGiB) / tb / 1e9, "GB/s");
+        cuda::CudaHostMemory m(size_t(4) * kGiB, reg ? cuda::HostPinning::touch_register : cuda::HostPinning::alloc);
+        const double tb = seconds_since(t4), gbps = 4.0 * double(kGiB) / tb / 1e9;
+        row(fmt::format("pinned host allocation 4 GiB ({}{})", reg ? "registered" : "cudaHostAlloc",
+                        other ? ", not used" : ""),
+            tb, gbps, "GB/s");
+        if (!other) p.pinned_alloc_gbps = gbps;
       }
       if (!host->pinned())
         std::fprintf(stderr, "strata-calibrate: warning: host memory is not pinned (%s)\n", host->note.c_str());
@@ -669,22 +661,20 @@ int main(int argc, char** argv) {
 
     p.source = fmt::format("strata-calibrate on {}, {}{}", dev, date, quick ? " (--quick)" : "");
 
-    // profile_to_json, plus "calibrated": true after "source" (profile_from_json ignores it); the
-    // table compares each number with the built-in profile.
-    const auto j = nlohmann::ordered_json::parse(profile_to_json(p));
+    // profile_to_json, plus "calibrated": true after "source" (profile_from_json ignores it); the table compares
+    // each number with the built-in profile ("-" for a field the built-in lacks).
+    const auto j = nlohmann::ordered_json::parse(profile_to_json(p)),
+               jb = nlohmann::ordered_json::parse(profile_to_json(base));
     nlohmann::ordered_json o;
-    const auto jb = nlohmann::ordered_json::parse(profile_to_json(base));
     std::printf("\n  %-34s %16s %16s\n", "profile field", "calibrated", "built-in");
     for (auto& [k, v] : j.items()) {
       o[k] = v;
       if (k == "source") o["calibrated"] = true;
       if (!v.is_number()) continue;
-      const bool in_base = jb.contains(k) && jb.at(k).is_number();  // a field the built-in lacks prints "-"
-      const std::string b = !in_base                ? std::string("-")
-                            : v.is_number_integer() ? fmt::format("{:.0f}", jb.at(k).get<double>())
-                                                    : fmt::format("{:.1f}", jb.at(k).get<double>());
-      std::printf(v.is_number_integer() ? "  %-34s %16.0f %16s\n" : "  %-34s %16.1f %16s\n", k.c_str(), v.get<double>(),
-                  b.c_str());
+      const bool in_base = jb.contains(k) && jb.at(k).is_number();
+      std::printf(
+          v.is_number_integer() ? "  %-34s %16.0f %16s\n" : "  %-34s %16.1f %16s\n", k.c_str(), v.get<double>(),
+          in_base ? fmt::format("{:.{}f}", jb.at(k).get<double>(), v.is_number_integer() ? 0 : 1).c_str() : "-");
     }
     const std::filesystem::path op(out);
     if (op.has_parent_path()) std::filesystem::create_directories(op.parent_path());

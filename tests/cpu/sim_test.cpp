@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -101,12 +102,8 @@ TEST(Sim, MirrorCpuPeakAndScheduleEqualTheCpuBackend) {
     EXPECT_EQ(f.disk_written_bytes, f.disk_read_bytes) << c.name;
     EXPECT_GE(f.disk_written_bytes, disk ? f.offloaded_bytes : 0) << c.name;
     EXPECT_EQ(f.disk_busy_s > 0, disk) << c.name;
-    // Reads run while compute goes on (SlotStore::prefetch): the waits are at most the drive's busy time, and none
-    // without a disk tier.
-    EXPECT_LE(f.disk_wait_s, f.disk_busy_s) << c.name;
-    if (!disk) {
-      EXPECT_EQ(f.disk_wait_s, 0.0) << c.name;
-    }
+    // Reads run while compute goes on (SlotStore::prefetch): waits at most the drive's busy time, none without disk.
+    EXPECT_LE(f.disk_wait_s, disk ? f.disk_busy_s : 0.0) << c.name;
     EXPECT_EQ(f.paged_host_bytes > 0, c.paged) << c.name;
     EXPECT_EQ(f.paged_uploads > 0, c.paged) << c.name;
     EXPECT_EQ(f.peak_host_bytes, f.peak_host_slot_bytes + f.paged_host_bytes + f.state_host_bytes) << c.name;
@@ -290,9 +287,8 @@ TEST(Sim, DiskPlanNeedsTheProfilesDiskBandwidth) {
                ConfigError);
 }
 
-// Lower disk bandwidth, longer step once the drive cannot keep up: a read is issued when backward prefetches
-// its slot and runs while compute goes on, so a fast drive hides behind compute and a slow one is on the step's
-// critical path; memory does not depend on time.
+// Lower disk bandwidth, longer step once the drive cannot keep up: reads run while compute goes on, so a fast
+// drive hides behind compute and a slow one is on the critical path; memory does not depend on time.
 TEST(Sim, DiskBandwidthDrivesStepTime) {
   ForecastRequest r = tiny_cuda_request(Plan::activation_offloading(Decision::disk));
   ForecastRequest host_r = r;
@@ -324,9 +320,7 @@ TEST(Sim, DiskBandwidthDrivesStepTime) {
   const Forecast slow = at(0.02, 0.02);
   EXPECT_GT(slow.step_s, host.step_s) << "a slow drive is on the critical path";
   EXPECT_GT(slow.disk_wait_s, 0);
-  bool has_wait = false;
-  for (auto& [op, s] : slow.time_by_op) has_wait = has_wait || op == "waiting on the disk tier";
-  EXPECT_TRUE(has_wait);
+  EXPECT_TRUE(std::ranges::any_of(slow.time_by_op, [](auto& e) { return e.first == "waiting on the disk tier"; }));
   const Forecast fast = at(8, 8);
   EXPECT_GT(at(0.02, 8).step_s, fast.step_s) << "write";
   EXPECT_GT(at(8, 0.02).step_s, fast.step_s) << "read";
