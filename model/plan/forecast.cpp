@@ -6,6 +6,8 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 
 #include "engine/comm_sim.h"
 #include "engine/names.h"
@@ -51,20 +53,25 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   return mo;
 }
 
-// The sim moves no token data: every forecast on a thread reads one zero batch, made again only when the shape
-// changes (the planner runs thousands of forecasts of one shape, up to 2^25 tokens each).
-const Batch& forecast_batch(const ForecastRequest& r) {
-  thread_local Batch b;
-  const size_t n = size_t(r.batch) * size_t(r.seq);
-  if (b.inputs.size() != n) {
-    b.inputs.assign(n, 0);
-    b.targets.assign(n, 0);
-    b.zeros = true;
-  }
-  b.B = r.batch;
-  b.T = r.seq;
-  b.positions = r.positions;
-  return b;
+// The sim moves no token data: the forecasts of one shape share one zero batch (the planner runs thousands, on
+// several threads, up to 2^25 tokens each); a packed request gets its own, with its positions.
+std::shared_ptr<const Batch> forecast_batch(const ForecastRequest& r) {
+  const auto make = [&] {
+    auto b = std::make_shared<Batch>();
+    b->B = r.batch;
+    b->T = r.seq;
+    b->inputs.assign(size_t(r.batch) * size_t(r.seq), 0);
+    b->targets.assign(b->inputs.size(), 0);
+    b->positions = r.positions;
+    b->zeros = true;
+    return b;
+  };
+  if (!r.positions.empty()) return make();
+  static std::mutex mu;
+  static std::shared_ptr<const Batch> last;  // the latest shape's
+  const std::lock_guard<std::mutex> lock(mu);
+  if (!last || last->B != r.batch || last->T != r.seq) last = make();
+  return last;
 }
 
 io::LlamaConfig resolve_model(const std::string& spec) {
@@ -200,7 +207,8 @@ Forecast forecast(const ForecastRequest& r) {
     to.comm = comm.get();
     if (sp > 1) to.seq_comm = seq_comm ? seq_comm.get() : comm.get();
     Trainer trainer(*be, model, to);
-    const Batch& batch = forecast_batch(r);
+    const std::shared_ptr<const Batch> shared_batch = forecast_batch(r);
+    const Batch& batch = *shared_batch;
     be->reset_times();
     f.step_first_event = arena.events().size();
     f.persistent_bytes = arena.in_use();

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,8 +92,8 @@ void check_forecast_shape(const ForecastRequest& r);
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
 ModelOptions forecast_model_options(const ForecastRequest& r);
 // The batch the forecast runs: B rows of T tokens (all id 0; values never matter for memory or time),
-// with the request's positions when it is packed. One per thread, valid until the thread's next call.
-const Batch& forecast_batch(const ForecastRequest& r);
+// with the request's positions when it is packed. Shared by the forecasts of one shape (read only).
+std::shared_ptr<const Batch> forecast_batch(const ForecastRequest& r);
 // A checkpoint directory, a config.json, or a built-in name (ConfigError listing the known ones).
 io::LlamaConfig resolve_model(const std::string& spec);
 
