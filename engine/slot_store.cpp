@@ -160,6 +160,15 @@ void SlotStore::finish_disk_write(Value& v) {
   v.state = SlotState::ON_DISK;
 }
 
+void SlotStore::wait_disk(uint64_t io) {
+  try {
+    disk_->wait(io);
+  } catch (...) {
+    fail_disk();  // a failed request leaves the file useless
+    throw;
+  }
+}
+
 void SlotStore::wait_oldest() {
   if (!offloads_.empty()) {
     Flight f = offloads_.front();
@@ -169,12 +178,7 @@ void SlotStore::wait_oldest() {
   } else if (!writes_.empty()) {
     Value* v = writes_.front();
     writes_.pop_front();
-    try {
-      disk_->wait(v->io);
-    } catch (...) {
-      fail_disk();
-      throw;
-    }
+    wait_disk(v->io);
     finish_disk_write(*v);
   } else if (!reads_.empty()) {
     finish_disk_read(*reads_.front());
@@ -248,12 +252,7 @@ void SlotStore::finish_disk_read(Value& v) {
   while (!reads_.empty()) {
     Value* r = reads_.front();
     reads_.pop_front();
-    try {
-      disk_->wait(r->io);
-    } catch (...) {
-      fail_disk();
-      throw;
-    }
+    wait_disk(r->io);
     r->io = 0;
     disk_arena_->free(r->disk_off);
     r->disk_off = Value::kNone;

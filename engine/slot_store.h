@@ -94,6 +94,8 @@ class SlotStore {
   void finish_disk_read(Value& v);
   void start_upload(Value& v);
   void wait_oldest();
+  // Waits for one disk request; a failure removes the file (fail_disk) and propagates.
+  void wait_disk(uint64_t io);
   // Host slots and disk staging live in two arenas carved from the one reservation: slots are
   // only allocated in forward and sum exactly to their part, so they always fit; staging is
   // bounded and recycled, waiting on transfers when full.
