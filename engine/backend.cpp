@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "engine/uring_file.h"
 
 namespace strata {
@@ -18,6 +20,17 @@ std::string support_summary(const Backend& be) {
       }
     s += fmt::format("{}{} {}", s.empty() ? "" : ", ", op_kind_name(OpKind(k)), types.empty() ? "none" : types);
   }
+  return s;
+}
+
+void Backend::time_mark() {
+  host_marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+std::vector<double> Backend::time_marks_s() {
+  std::vector<double> s;
+  for (double t : host_marks_) s.push_back(t - host_marks_.front());
+  host_marks_.clear();
   return s;
 }
 

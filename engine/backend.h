@@ -91,6 +91,12 @@ class Backend {
   // The optimizer's mark that a backward's ops are all issued (Optimizer::end_backward): the sim's phase
   // accounting counts updates before it (an update during backward) as backward time. A no-op elsewhere.
   virtual void backward_ended() {}
+  // Timestamps where the compute stream reaches them (a step's boundaries, StepStats::part_s):
+  // time_mark() queues one; time_marks_s() waits for the last and returns each mark's seconds after the first,
+  // and forgets them. Default: the host's clock at the call (a backend that runs each op as it is queued);
+  // cuda: an event on the compute stream; sim: its model clock.
+  virtual void time_mark();
+  virtual std::vector<double> time_marks_s();
   // The compute stream as the device API knows it (cudaStream_t on cuda; null elsewhere), for a
   // communicator that orders its collectives after compute (engine/comm.h).
   virtual void* native_stream() { return nullptr; }
@@ -271,6 +277,9 @@ class Backend {
                      Tensor lse) {
     attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, true, true, true, AttnSegments{});
   }
+
+ private:
+  std::vector<double> host_marks_;  // the default time_mark's: seconds on the host's steady clock
 };
 
 std::unique_ptr<Backend> make_cpu_backend(size_t arena_budget_bytes);

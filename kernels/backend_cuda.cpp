@@ -76,6 +76,27 @@ class CudaBackend final : public Backend {
     STRATA_CUDA(cudaMemGetInfo(&f, &t));
     return t - f;
   }
+  // Timing events (make_event's do not time), reused step after step.
+  void time_mark() override {
+    if (marks_used_ == time_marks_.size()) {
+      cudaEvent_t e = nullptr;
+      STRATA_CUDA(cudaEventCreate(&e));
+      time_marks_.emplace_back(e);
+    }
+    STRATA_CUDA(cudaEventRecord(time_marks_[marks_used_++].get(), s()));
+  }
+  std::vector<double> time_marks_s() override {
+    std::vector<double> out;
+    if (marks_used_ == 0) return out;
+    STRATA_CUDA(cudaEventSynchronize(time_marks_[marks_used_ - 1].get()));
+    for (size_t i = 0; i < marks_used_; ++i) {
+      float ms = 0;
+      STRATA_CUDA(cudaEventElapsedTime(&ms, time_marks_[0].get(), time_marks_[i].get()));
+      out.push_back(double(ms) / 1e3);
+    }
+    marks_used_ = 0;
+    return out;
+  }
   void synchronize() override {
     STRATA_CUDA(cudaStreamSynchronize(s()));
     if (prof_data_.on()) prof_data_.collect();
@@ -283,6 +304,8 @@ class CudaBackend final : public Backend {
   };
   std::map<CopyTicket, InFlight> in_flight_;
   std::vector<Event> spare_events_;  // completion events to reuse
+  std::vector<Event> time_marks_;    // time_mark's events; the first marks_used_ are queued
+  size_t marks_used_ = 0;
   CopyTicket last_ticket_ = 0;
   ScratchSet gemm_ws_;
   cuda::Gemm gemm_;

@@ -153,7 +153,19 @@ void Trainer::upload(const Batch& b) {
   be_.upload_i32(tgt_, b.targets.data());
 }
 
+const char* step_part_name(StepPart p) {
+  static const char* const names[kStepParts] = {"setup", "forward", "backward", "optimizer"};
+  return names[int(p)];
+}
+
+void Trainer::mark(StepPart p) {
+  if (!timing_) return;
+  be_.time_mark();
+  part_marks_.push_back(p);
+}
+
 float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits) {
+  mark(StepPart::setup);
   upload(b);
   TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
   // Nor a paged layer or a host-tier gradient's block: nothing is in flight after the step.
@@ -187,6 +199,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
         std::memset(h, 0, size_t(p.shape.numel()) * dtype_size(model_.grad_dtype()));  // no copy reads it now
     }
   }
+  mark(StepPart::forward);
   tape_.forward();
   if (logits) {
     const int64_t n = tok_.numel(), V = model_.config().vocab_size;  // this rank's tokens under sp
@@ -201,6 +214,7 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
       optimizer_.begin_update_in_backward(update_in_backward_->first, update_in_backward_->second);
       update_in_backward_.reset();
     }
+    mark(StepPart::backward);
     tape_.backward();
     optimizer_.end_backward();
     last_.recomputed_nodes = tape_.stats().recomputed_nodes;
@@ -282,6 +296,13 @@ StepStats Trainer::step(const Batch& b) {
 StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   STRATA_CHECK(!micro.empty(), "a step needs at least one batch");
   auto t0 = std::chrono::steady_clock::now();
+  if (!part_marks_.empty()) be_.time_marks_s();  // a step that threw left its marks queued
+  part_marks_.clear();
+  timing_ = true;
+  struct Timing {
+    bool& on;
+    ~Timing() { on = false; }
+  } timing{timing_};
   be_.arena().reset_peak();
   last_ = {};
   const PagerStats paged0 = model_.pager() ? model_.pager()->stats() : PagerStats{};
@@ -367,11 +388,17 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   tokens *= size_t(dp_world());  // every rank's micro-batches have the same shapes (a group's the same rows)
   ++t_;
   // The squared norm was summed in backward as each gradient became final (model/train/optimizer.h).
+  mark(StepPart::optimizer);
   optimizer_.step(ap, opt_.max_grad_norm, t_);
   float norm_sq = 0.0f;
   be_.download_f32(&norm_sq, optimizer_.norm_sq());
   be_.synchronize();
+  be_.time_mark();  // the step's end
   StepStats s = last_;
+  const std::vector<double> at = be_.time_marks_s();
+  for (size_t i = 0; i + 1 < at.size() && i < part_marks_.size(); ++i)
+    s.part_s[size_t(part_marks_[i])] += at[i + 1] - at[i];
+  part_marks_.clear();
   s.step = t_;
   s.loss = loss;
   s.grad_norm = std::sqrt(norm_sq);

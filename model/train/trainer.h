@@ -37,6 +37,14 @@ struct TrainOptions {
   int64_t batch_tokens = 0;
 };
 
+// A step's parts as the device ran them (Backend::time_mark at each boundary): setup (from a micro-batch's start
+// to its first forward op: the batch's upload, recording the graph, preparing the tiers, which pins the host tier
+// at the first step), forward, backward (with the updates that land during it), and the optimizer's step (with the
+// gradient norm's download).
+enum class StepPart : uint8_t { setup, forward, backward, optimizer };
+inline constexpr int kStepParts = 4;
+const char* step_part_name(StepPart p);  // "setup", "forward", ...
+
 struct StepStats {
   int step = 0;
   float loss = 0.0f;
@@ -54,6 +62,7 @@ struct StepStats {
   size_t state_host_bytes = 0;      // persistent state on the host tier (the model's reservation + disk-tier staging)
   size_t state_disk_bytes = 0;      // persistent state on the disk tier (the model's state file)
   size_t state_bytes_moved = 0;     // host-tier state (gradients included) copied both ways this step
+  std::array<double, kStepParts> part_s{};  // seconds in each StepPart (micro-batches summed)
 };
 
 // Checks a packed batch's positions (ConfigError naming the first bad index) and returns the
@@ -122,6 +131,7 @@ class Trainer {
   // v summed over the ranks of `c` (null: comm).
   std::array<float, 2> all_reduce_host(const float (&v)[2], Communicator* c = nullptr);
   float run(const Batch& b, bool with_backward, std::vector<float>* logits);
+  void mark(StepPart p);  // inside step(): a time mark where part p begins
 
   Backend& be_;
   LlamaModel& model_;
@@ -144,6 +154,8 @@ class Trainer {
   std::optional<std::pair<AdamWParams, int>> update_in_backward_;
   int t_ = 0;
   StepStats last_;
+  bool timing_ = false;               // inside step(): run() marks its phases
+  std::vector<StepPart> part_marks_;  // the part each queued time mark begins
 };
 
 }  // namespace strata

@@ -16,8 +16,9 @@
 # PLAN_TIME_LIMIT (a: 60 s, b: 30 s; the planner spreads its sim runs over the host's cores).
 # Results: $OUT/long_ctx.jsonl gets, per part, a {"record": "forecast"} line (strata-plan's forecast of the plan),
 # strata-train's step lines (tagged "part"), and a {"record": "compare"} line per step (measured against forecast:
-# step time, device, host and disk peaks, and the first step's setup); logs in $OUT/long_ctx.err, the plan in
-# $OUT/long_ctx-PART.yaml, strata-plan's whole JSON in $OUT/long_ctx-PART.plan.json.
+# step time, its parts (setup, forward, backward, optimizer), device, host and disk peaks, and the first step's
+# setup); logs in $OUT/long_ctx.err, the plan in $OUT/long_ctx-PART.yaml, strata-plan's whole JSON in
+# $OUT/long_ctx-PART.plan.json.
 set -uo pipefail
 part=${1:?"PART: prep-a, prep-b, a or b (scripts/gpu.sh help long_ctx)"}
 budgets=${BUDGETS:---budget 76GiB --host-budget 110GiB --disk-budget 55GiB}
@@ -105,7 +106,8 @@ except Exception as e:  # nothing fits: strata-plan says why on stderr (long_ctx
     p = {"error": str(e)}
 f = p.get("forecast", {})
 keys = ["step_s", "tokens_per_s", "peak_bytes", "high_water_bytes", "peak_host_bytes", "peak_host_slot_bytes",
-        "host_reserved_bytes", "paged_host_bytes", "state_host_bytes", "peak_disk_bytes", "state_disk_bytes", "setup"]
+        "host_reserved_bytes", "paged_host_bytes", "state_host_bytes", "peak_disk_bytes", "state_disk_bytes", "setup",
+        "forward_s", "backward_s", "optimizer_s"]
 rec = {"record": "forecast", "part": part, "layers": int(layers), "seq": int(seq), "plan_rc": int(rc),
        "plan_s": float(plan_s), "profile": prof, "plan": p.get("planner", {}).get("label", p.get("plan")),
        "fits": p.get("planner", {}).get("found", f.get("fits"))}
@@ -179,6 +181,13 @@ with open(jsonl, "a") as out:
              "host_exact": host == fc["peak_host_bytes"],
              "peak_disk_bytes": s["peak_disk_bytes"], "forecast_disk_bytes": fc["peak_disk_bytes"],
              "disk_exact": s["peak_disk_bytes"] == fc["peak_disk_bytes"]}
+        # The step's parts as the GPU ran them (setup: the host preparing the step, the host tier's pinning at
+        # the first) beside the forecast's (its forward holds the setup).
+        for k in ("setup_s", "forward_s", "backward_s", "optimizer_s"):
+            if k in s:
+                c[k] = s[k]
+                if k != "setup_s" and k in fc:
+                    c["forecast_" + k] = fc[k]
         if s["step"] == steps[0]["step"]:
             # The kernels' first-call tuning and the host tier's pinned allocation run inside the first step: its
             # forecast is the setup's first_step_s. The rest of strata-train's time (start, load, the state's and

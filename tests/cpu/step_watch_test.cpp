@@ -1,5 +1,5 @@
 // A long step's progress lines (model/run/step_watch.h): where the tape is, every interval, and nothing from a
-// step shorter than the interval.
+// step shorter than the interval. And where a step's time went: its parts as the device ran them (StepStats::part_s).
 #include "model/run/step_watch.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backend_sim.h"
 #include "engine/step_progress.h"
 #include "tests/cpu/train_loop_util.h"
 
@@ -95,6 +96,68 @@ TEST(StepWatch, TrainingStepsReportTheirTape) {
                        l.find("(between passes, or the GPU finishing the queued ops)") != std::string::npos;
     EXPECT_TRUE(known) << l;
   }
+}
+
+Batch random_batch(int B, int T, int vocab, uint64_t seed) {
+  const std::vector<int32_t> tok = synthetic_tokens(long(B) * T + 1, vocab, seed);
+  Batch b;
+  b.B = B;
+  b.T = T;
+  b.inputs.assign(tok.begin(), tok.end() - 1);
+  b.targets.assign(tok.begin() + 1, tok.end());
+  return b;
+}
+
+// Each part of a step is timed, the micro-batches' summed; an evaluation between steps leaves no mark behind.
+TEST(StepParts, EveryPartOfAStepIsTimedAndNothingElse) {
+  TrainConfig cfg;
+  cfg.seq = 32;
+  cfg.batch = 2;
+  test_util::Rig r = test_util::make_rig(cfg);
+  const int V = test_util::tiny_config().vocab_size;
+  const std::vector<Batch> micro = {random_batch(2, 32, V, 1), random_batch(2, 32, V, 2)};
+  for (int i = 0; i < 2; ++i) {
+    r.trainer->evaluate(micro[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // a leaked mark would count this in the step
+    const StepStats s = r.trainer->step(micro, 1e-3f);
+    double sum = 0;
+    for (int p = 0; p < kStepParts; ++p) {
+      EXPECT_GE(s.part_s[size_t(p)], 0.0) << step_part_name(StepPart(p));
+      sum += s.part_s[size_t(p)];
+    }
+    EXPECT_GT(s.part_s[size_t(StepPart::forward)], 0.0);
+    EXPECT_GT(s.part_s[size_t(StepPart::backward)], 0.0);
+    EXPECT_GT(s.part_s[size_t(StepPart::optimizer)], 0.0);
+    EXPECT_LE(sum, s.seconds) << "the parts lie inside the step";
+    EXPECT_GT(sum, 0.5 * s.seconds) << "the parts cover the step: " << sum << " of " << s.seconds << " s";
+  }
+}
+
+// On the sim backend the marks are its model clock: the parts add up to the step's model time exactly, and the
+// forward part is the forecast's forward (both from the step's start to the loss seed's fill).
+TEST(StepParts, SimPartsAddUpToTheStepsModelTime) {
+  SimOptions o;
+  o.mirror = SimMirror::cpu;
+  o.profile = find_profile("h100_80gb");
+  std::unique_ptr<SimBackend> be = make_sim_backend(o);
+  TrainConfig cfg;
+  cfg.seq = 32;
+  cfg.batch = 2;
+  LlamaModel model(*be, test_util::tiny_config(), model_options(cfg));
+  Trainer trainer(*be, model, train_options(cfg));
+  const Batch b = random_batch(2, 32, test_util::tiny_config().vocab_size, 3);
+  const double t0 = be->now_s();
+  const StepStats s = trainer.step(std::span<const Batch>(&b, 1), 1e-3f);
+  const double step_model_s = be->now_s() - t0;
+  double sum = 0;
+  for (double p : s.part_s) sum += p;
+  ASSERT_GT(step_model_s, 0.0);
+  EXPECT_NEAR(sum, step_model_s, 1e-9 * step_model_s);
+  const double bwd0 = be->times().backward_start_s;
+  ASSERT_GE(bwd0, t0);
+  EXPECT_NEAR(s.part_s[size_t(StepPart::setup)] + s.part_s[size_t(StepPart::forward)], bwd0 - t0,
+              1e-9 * step_model_s);
+  EXPECT_GT(s.part_s[size_t(StepPart::backward)], s.part_s[size_t(StepPart::forward)]) << "backward is the larger";
 }
 
 }  // namespace
