@@ -250,6 +250,20 @@ SafetensorsFile::~SafetensorsFile() {
 void SafetensorsFile::unmap() noexcept {
   if (map_) ::munmap(map_, map_bytes_);
   map_ = nullptr;
+  data_ = nullptr;
+}
+
+void SafetensorsFile::release() noexcept {
+  if (!map_) return;
+  unmap();  // mapped pages are not dropped
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+void Checkpoint::release() noexcept {
+  for (SafetensorsFile& f : shards_) f.release();
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
@@ -385,6 +399,8 @@ void Checkpoint::read_f32(std::string_view name, const std::vector<int64_t>& exp
   const Entry& e = entry(name);
   const SafetensorsFile& sf = shards_[e.shard];
   const TensorInfo& t = sf.tensors()[e.tensor];
+  if (sf.released())
+    STRATA_THROW(Error, fmt::format("{}: tensor '{}' read after the checkpoint was released", sf.path(), t.name));
   if (t.shape != expected)
     STRATA_THROW(FormatError,
                  fmt::format("{}: tensor '{}' has shape {}, expected {}", sf.path(), t.name, shape_str(t.shape),

@@ -36,6 +36,10 @@ class SafetensorsFile {
   const TensorInfo* find(std::string_view name) const;                              // nullptr if absent
   const std::byte* data(const TensorInfo& t) const { return data_ + t.offset; }     // may be unaligned
   const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"
+  // Unmaps the file and asks the kernel to drop its pages from the page cache (best effort: a filesystem that keeps
+  // them, such as tmpfs, keeps them). data() is gone after it; the header (tensors, metadata) stays.
+  void release() noexcept;
+  bool released() const { return map_ == nullptr; }
 
  private:
   SafetensorsFile() = default;
@@ -60,6 +64,10 @@ class Checkpoint {
   void read_f32(std::string_view name, const std::vector<int64_t>& expected, float* dst) const;
   const TensorInfo& info(std::string_view name) const;  // FormatError if absent
   const std::string& dir() const { return dir_; }
+  // Every shard released (SafetensorsFile::release): once the weights are read, their file's pages leave the page
+  // cache, which a run about to pin most of the host's memory (host tiers, state, paging) would otherwise reclaim
+  // page by page. read_f32 refuses afterwards.
+  void release() noexcept;
 
  private:
   struct Entry {

@@ -147,6 +147,7 @@ void LlamaModel::load(const std::string& dir) {
     ck.read_f32(p.name, dims(p.file_shape()), h.data());
     set_weights(p, h.data());
   }
+  ck.release();  // the weights are the model's now: the file's pages need not stay cached
 }
 
 void LlamaModel::init_random(uint64_t seed) {

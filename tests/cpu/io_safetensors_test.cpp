@@ -240,6 +240,22 @@ TEST_F(io_safetensors, CheckpointSingleFileReadF32) {
   auto missing = catch_as<FormatError>([&] { ck.read_f32("nope", {1}, out.data()); });
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->field, "nope");
+
+  // Released (the model holds the weights): the names stay, a read is refused naming the file, and the file is
+  // untouched for the next reader.
+  ck.release();
+  ck.release();  // twice: nothing left to do
+  EXPECT_EQ(ck.names(), (std::vector<std::string>{"w", "h", "f"}));
+  try {
+    ck.read_f32("w", {2, 2}, out.data());
+    ADD_FAILURE() << "a released checkpoint read";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(p("model.safetensors")), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("released"), std::string::npos) << err.what();
+  }
+  auto again = Checkpoint::open_dir(dir);
+  again.read_f32("w", {2, 2}, out.data());
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -0.5f, 3.0f, 8.0f}));
 }
 
 TEST_F(io_safetensors, ReadF32FromUnalignedData) {
