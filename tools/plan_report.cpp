@@ -375,6 +375,7 @@ static void print_layouts(std::FILE* info, const PlanAnswer& a, json& out) {
       line += fmt::format(", {:.0f} tokens/s, device peak {}: {}", t.tokens_per_s, format_bytes(t.peak_bytes), t.label);
     else if (t.status.rfind("nothing", 0) == 0)
       line += fmt::format(" (keeping everything would give {:.0f} tokens/s)", t.bound_tokens_per_s);
+    if (t.sim_runs > 0) line += fmt::format(" [{} sim runs, {:.1f} s]", t.sim_runs, t.search_s);
     std::fprintf(info, "%s\n", line.c_str());
     tried.push_back({{"sequence_parallel", t.layout.sequence_parallel},
                      {"zero_stage", t.layout.zero_stage},
@@ -384,7 +385,8 @@ static void print_layouts(std::FILE* info, const PlanAnswer& a, json& out) {
                      {"peak_bytes", t.peak_bytes},
                      {"bound_tokens_per_s", t.bound_tokens_per_s},
                      {"plan", t.label},
-                     {"sim_runs", t.sim_runs}});
+                     {"sim_runs", t.sim_runs},
+                     {"search_s", t.search_s}});
   }
   out["layout"] = {{"found", lc.found},
                    {"sequence_parallel", lc.layout.sequence_parallel},

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "engine/comm.h"
@@ -60,9 +61,26 @@ SeqSlice seq_slice(const Batch& b, int rank, int n) {
   return s;
 }
 
+std::shared_ptr<const SeqSlice> seq_slice_shared(const Batch& b, int rank, int n) {
+  if (!b.zeros || !b.positions.empty()) return std::make_shared<const SeqSlice>(seq_slice(b, rank, n));
+  struct Entry {
+    std::array<int, 4> key;
+    std::shared_ptr<const SeqSlice> slice;
+  };
+  constexpr size_t kKept = 4;
+  thread_local std::vector<Entry> kept;
+  const std::array<int, 4> key = {b.B, b.T, rank, n};
+  for (const Entry& e : kept)
+    if (e.key == key) return e.slice;
+  if (kept.size() == kKept) kept.erase(kept.begin());
+  kept.push_back({key, std::make_shared<const SeqSlice>(seq_slice(b, rank, n))});
+  return kept.back().slice;
+}
+
 long seq_slice_targets(const Batch& b, int rank, int n) {
   check_seq_parallel_len(b.T, n);
   const int64_t Tl = b.T / n, first = int64_t(rank) * Tl;
+  if (b.zeros) return long(b.B) * long(Tl);  // every target is 0: each counts
   long k = 0;
   for (int64_t row = 0; row < b.B; ++row)
     for (int64_t i = first; i < first + Tl; ++i) k += b.targets[size_t(row * b.T + i)] >= 0;

@@ -14,6 +14,7 @@
 // tokens, so the step equals one rank training on the whole rows (to the rounding of another summation order).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/tensor.h"
@@ -42,6 +43,9 @@ struct SeqSlice {
   std::vector<int32_t> inputs, targets, positions;
 };
 SeqSlice seq_slice(const Batch& b, int rank, int n);
+// The same, shared: a zeros batch's slice (a forecast's, Batch::zeros) is made once per thread and shape (the last
+// few kept), since every sim run of a search asks for it; any other batch's is made anew.
+std::shared_ptr<const SeqSlice> seq_slice_shared(const Batch& b, int rank, int n);
 // The targets >= 0 (the loss's tokens) in that share.
 long seq_slice_targets(const Batch& b, int rank, int n);
 

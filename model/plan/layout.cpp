@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 
@@ -72,6 +73,13 @@ size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& b
 }
 
 namespace {
+
+// Adds the wall seconds of its scope to `s` (a layout's search time).
+struct Stopwatch {
+  double& s;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Stopwatch() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
 
 // a is the better answer: faster per token, then the smaller device peak.
 bool better(double tps_a, size_t peak_a, double tps_b, size_t peak_b) {
@@ -165,6 +173,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     t.status = "not searched: the time limit had passed";
     if (planner_detail::out_of_time()) continue;
     int runs = 0;
+    Stopwatch sw{t.search_s};
     const size_t low = planner_detail::floor_peak(request(c), budgets, runs);
     t.sim_runs += runs;
     out.sim_runs += runs;
@@ -177,6 +186,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
   auto first_fit = [&](Cand& c, bool coarse, double bound_s) {
     LayoutTried& t = c.t;
     if (planner_detail::out_of_time()) return;
+    Stopwatch sw{t.search_s};
     planner_detail::Goal goal{false, true};
     goal.coarse = coarse;
     goal.bound_s = bound_s;
@@ -213,6 +223,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     if (planner_detail::out_of_time()) break;
     planner_detail::Goal goal;
     if (c != best) goal.bound_s = c->tokens_per_step / best->t.tokens_per_s;  // only a faster plan matters
+    Stopwatch sw{c->t.search_s};
     PlanResult pr = planner_detail::plan_for_goal(request(*c), budgets, goal);
     if (pr.found && c == best) best = nullptr;  // its first fit, replaced by its fastest (the others were slower)
     take(*c, pr);                               // not found: nothing faster than the best (the first fit stays)

@@ -27,6 +27,7 @@ struct LayoutTried {
   double bound_tokens_per_s = 0;  // keep everything's forecast: no plan of this layout is faster
   std::string label;              // fits: the plan
   int sim_runs = 0;
+  double search_s = 0;  // wall seconds its searches took
 };
 
 struct LayoutChoice {

@@ -81,6 +81,7 @@ double packed_pairs(const Batch& b) {
 
 long Trainer::counted(const Batch& b) const {
   if (seq_parallel() > 1) return seq_slice_targets(b, seq_rank(), seq_parallel());
+  if (b.zeros) return long(b.targets.size());  // every target is 0: each counts
   return long(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t x) { return x >= 0; }));
 }
 
@@ -119,7 +120,8 @@ void Trainer::upload(const Batch& b) {
   if (sp > 1) {
     // This rank's T/sp tokens of each row, with their positions in the row (or example); attention's segments
     // need every token's (packed rows).
-    const SeqSlice sl = seq_slice(b, seq_rank(), sp);
+    const std::shared_ptr<const SeqSlice> shared = seq_slice_shared(b, seq_rank(), sp);
+    const SeqSlice& sl = *shared;
     if (!b.positions.empty()) {
       if (!rows_pos_.allocated() || rows_pos_.view().numel() < n ||
           (!opt_.batch_tokens && rows_pos_.view().numel() != n)) {

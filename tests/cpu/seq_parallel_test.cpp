@@ -434,3 +434,30 @@ TEST(SeqParallel, RefusalsNameTheSetting) {
   m = message([&] { forecast(r); });
   EXPECT_NE(m.find("sequence_parallel 4"), std::string::npos) << m;
 }
+
+// A forecast's zeros batch is sliced once per thread and shape (every sim run of a search asks for the same slice);
+// the shared slice is the copy seq_slice makes, and any other batch is sliced anew.
+TEST(SeqParallel, ZeroBatchSlicesAreSharedAndEqualTheirCopies) {
+  auto same = [](const SeqSlice& a, const SeqSlice& b) {
+    return a.inputs == b.inputs && a.targets == b.targets && a.positions == b.positions;
+  };
+  Batch z;
+  z.B = 2, z.T = 16, z.zeros = true;
+  z.inputs.assign(32, 0), z.targets.assign(32, 0);
+  const auto a = seq_slice_shared(z, 1, 4), b = seq_slice_shared(z, 1, 4);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_TRUE(same(*a, seq_slice(z, 1, 4)));
+  EXPECT_EQ(a->positions, (std::vector<int32_t>{4, 5, 6, 7, 4, 5, 6, 7}));
+  const auto c = seq_slice_shared(z, 2, 4);
+  EXPECT_NE(c.get(), a.get());
+  EXPECT_TRUE(same(*c, seq_slice(z, 2, 4)));
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(seq_slice_targets(z, rank, 4), 8);
+  Batch r = z;
+  r.zeros = false;
+  for (int i = 0; i < 32; ++i) r.inputs[size_t(i)] = i, r.targets[size_t(i)] = i % 3 == 0 ? -1 : i + 1;
+  const auto d = seq_slice_shared(r, 1, 4), e = seq_slice_shared(r, 1, 4);
+  EXPECT_NE(d.get(), e.get());
+  EXPECT_TRUE(same(*d, seq_slice(r, 1, 4)));
+  EXPECT_EQ(d->inputs, (std::vector<int32_t>{4, 5, 6, 7, 20, 21, 22, 23}));
+  EXPECT_EQ(seq_slice_targets(r, 1, 4), 6);  // 4..7 and 20..23 less the multiples of 3 (6, 21)
+}
