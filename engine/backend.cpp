@@ -23,14 +23,18 @@ std::string support_summary(const Backend& be) {
   return s;
 }
 
+double Backend::mark_clock_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void Backend::time_mark() {
-  host_marks_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  marks_.push_back(mark_clock_s());
 }
 
 std::vector<double> Backend::time_marks_s() {
   std::vector<double> s;
-  for (double t : host_marks_) s.push_back(t - host_marks_.front());
-  host_marks_.clear();
+  for (double t : marks_) s.push_back(t - marks_.front());
+  marks_.clear();
   return s;
 }
 

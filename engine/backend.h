@@ -93,8 +93,8 @@ class Backend {
   virtual void backward_ended() {}
   // Timestamps where the compute stream reaches them (a step's boundaries, StepStats::part_s):
   // time_mark() queues one; time_marks_s() waits for the last and returns each mark's seconds after the first,
-  // and forgets them. Default: the host's clock at the call (a backend that runs each op as it is queued);
-  // cuda: an event on the compute stream; sim: its model clock.
+  // and forgets them. Default: mark_clock_s() at the call (a backend that runs each op as it is queued); cuda: an
+  // event on the compute stream.
   virtual void time_mark();
   virtual std::vector<double> time_marks_s();
   // The compute stream as the device API knows it (cudaStream_t on cuda; null elsewhere), for a
@@ -278,8 +278,12 @@ class Backend {
     attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, true, true, true, AttnSegments{});
   }
 
+ protected:
+  // The clock the default time marks read, in seconds: the host's steady clock (sim: its model clock).
+  virtual double mark_clock_s() const;
+
  private:
-  std::vector<double> host_marks_;  // the default time_mark's: seconds on the host's steady clock
+  std::vector<double> marks_;  // the default time_mark's: mark_clock_s() at each
 };
 
 std::unique_ptr<Backend> make_cpu_backend(size_t arena_budget_bytes);

@@ -87,13 +87,7 @@ class SimBackendImpl final : public SimBackend {
 
   // --- SimBackend
   double now_s() const override { return now_; }
-  void time_mark() override { marks_.push_back(now_); }
-  std::vector<double> time_marks_s() override {
-    std::vector<double> s;
-    for (double t : marks_) s.push_back(t - marks_.front());
-    marks_.clear();
-    return s;
-  }
+  double mark_clock_s() const override { return now_; }
   const SimTimes& times() const override { return times_; }
   double tuning_s() const override { return tuning_s_; }
   void reset_times() override {
@@ -375,7 +369,6 @@ class SimBackendImpl final : public SimBackend {
   bool lane_to_host_[2] = {false, false};    // the direction of each lane's last queued copy
   std::vector<CopyTicket> lane_tickets_[2];  // each lane's copies that may still be in flight (issue)
   std::vector<CopyTicket> compute_waits_;    // copy_wait_compute's tickets, read at the next compute op
-  std::vector<double> marks_;  // time_mark's model times
   bool backward_ended_ = false;              // backward_ended() since the last backward's seed
   double disk_free_ = 0;                     // the disk queue is busy until then
   std::vector<double> copy_ends_;            // per ticket (1-based): when the copy lands

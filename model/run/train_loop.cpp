@@ -336,8 +336,8 @@ bool TrainLoop::step() {
           "\"setup_s\": %.6f, \"forward_s\": %.6f, \"backward_s\": %.6f, \"optimizer_s\": %.6f}\n",
           s.step, total_, epoch, double(s.loss), double(s.grad_norm), double(s.lr), tps, s.seconds, elapsed, eta,
           s.peak_device_bytes, s.peak_host_bytes, s.peak_disk_bytes, be_.device_used_bytes(), s.saved_bytes,
-          s.recomputed_nodes, s.paged_bytes_uploaded, s.state_host_bytes, s.state_bytes_moved, s.part_s[0],
-          s.part_s[1], s.part_s[2], s.part_s[3]);
+          s.recomputed_nodes, s.paged_bytes_uploaded, s.state_host_bytes, s.state_bytes_moved, s.part_s[0], s.part_s[1],
+          s.part_s[2], s.part_s[3]);
     std::fflush(stdout);
     check_output(stdout, "standard output");
   }

@@ -155,8 +155,7 @@ TEST(StepParts, SimPartsAddUpToTheStepsModelTime) {
   EXPECT_NEAR(sum, step_model_s, 1e-9 * step_model_s);
   const double bwd0 = be->times().backward_start_s;
   ASSERT_GE(bwd0, t0);
-  EXPECT_NEAR(s.part_s[size_t(StepPart::setup)] + s.part_s[size_t(StepPart::forward)], bwd0 - t0,
-              1e-9 * step_model_s);
+  EXPECT_NEAR(s.part_s[size_t(StepPart::setup)] + s.part_s[size_t(StepPart::forward)], bwd0 - t0, 1e-9 * step_model_s);
   EXPECT_GT(s.part_s[size_t(StepPart::backward)], s.part_s[size_t(StepPart::forward)]) << "backward is the larger";
 }
 
