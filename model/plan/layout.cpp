@@ -214,10 +214,13 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
         first_fit(*c, false, c->tokens_per_step / best->t.tokens_per_s);
       }
     }
-  // 2. The fastest plan of each layout that fits, the fastest bound first; a layout whose keep-everything step
+  // 2. The fastest plan of each layout that fits: the layout whose first fit was fastest first (its fastest plan is
+  //    the tightest bound for the others), then the fastest bound first; a layout whose keep-everything step
   //    cannot beat the best found is not searched, and each search looks only for plans faster than that best.
-  std::stable_sort(open.begin(), open.end(),
-                   [](const Cand* a, const Cand* b) { return a->t.bound_tokens_per_s > b->t.bound_tokens_per_s; });
+  std::stable_sort(open.begin(), open.end(), [&](const Cand* a, const Cand* b) {
+    if ((a == best) != (b == best)) return a == best;
+    return a->t.bound_tokens_per_s > b->t.bound_tokens_per_s;
+  });
   for (Cand* c : open) {
     if (c != best && !better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) continue;
     if (planner_detail::out_of_time()) break;
