@@ -149,7 +149,9 @@ class LlamaModel {
   LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt);
 
   // Loads every base weight from a Hugging Face checkpoint directory; errors name the file and tensor.
-  void load(const std::string& dir);
+  // drop_file_cache: then the file's pages leave the page cache (io::Checkpoint::release), for a process that alone
+  // reads it on its host (other ranks there may still be reading it from the cache).
+  void load(const std::string& dir, bool drop_file_cache = false);
   // Deterministic random init of the base weights (HF-like: normal(0, 0.02), norms at 1).
   void init_random(uint64_t seed);
 

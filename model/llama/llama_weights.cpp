@@ -137,7 +137,7 @@ void LlamaModel::download_master(const Parameter& p, float* host) const {
   be_.download_f32(host, p.master.allocated() ? p.master.view() : p.value());
 }
 
-void LlamaModel::load(const std::string& dir) {
+void LlamaModel::load(const std::string& dir, bool drop_file_cache) {
   sync_state();  // a pending update must not land on the loaded weights
   io::Checkpoint ck = io::Checkpoint::open_dir(dir);
   std::vector<float> h;
@@ -147,7 +147,7 @@ void LlamaModel::load(const std::string& dir) {
     ck.read_f32(p.name, dims(p.file_shape()), h.data());
     set_weights(p, h.data());
   }
-  ck.release();  // the weights are the model's now: the file's pages need not stay cached
+  if (drop_file_cache) ck.release();  // the weights are the model's now: the file's pages need not stay cached
 }
 
 void LlamaModel::init_random(uint64_t seed) {

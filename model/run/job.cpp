@@ -337,7 +337,8 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
       // A checkpoint's name taken by something strata did not write fails the save: say so now.
       for (const CheckpointEntry& e : list_checkpoint_names(c.output_dir)) check_checkpoint_path_free(e.path);
     }
-    model_->load(c.model_dir);
+    // A long run pins most of the host's memory next; the cached checkpoint would be reclaimed page by page then.
+    model_->load(c.model_dir, env_.local_world == 1);
   }
 
   to.warmup_steps = c.warmup_steps;  // a caller's own batches (Session::step(batch)); the loop passes its lr
