@@ -18,7 +18,7 @@
 # strata-train's step lines (tagged "part"), and a {"record": "compare"} line per step (measured against forecast:
 # step time, its parts (setup, forward, backward, optimizer), device, host and disk peaks, and the first step's
 # setup); logs in $OUT/long_ctx.err, the plan in $OUT/long_ctx-PART.yaml, strata-plan's whole JSON in
-# $OUT/long_ctx-PART.plan.json.
+# $OUT/long_ctx-PART.plan.json, the host's free memory while it trains in $OUT/long_ctx-PART.meminfo.
 set -uo pipefail
 part=${1:?"PART: prep-a, prep-b, a or b (scripts/gpu.sh help long_ctx)"}
 budgets=${BUDGETS:---budget 76GiB --host-budget 110GiB --disk-budget 55GiB}
@@ -145,10 +145,21 @@ fi
 
 # 2. The run: strata-train on the plan strata-plan wrote (shape, recipe and budgets in it), one JSON line a step.
 steps_file=$out/long_ctx-$part.steps.jsonl
+# The host's memory every 2 s while it trains (seconds since the start, MemFree, MemAvailable, Cached in GiB): the
+# first step pins the host tier's pool, and how full the host is then sets how fast that goes.
+(
+  t0=$(date +%s)
+  while sleep 2; do
+    awk -v t=$(($(date +%s) - t0)) '/^(MemFree|MemAvailable|Cached):/ { v[$1] = int($2 / 1048576) }
+      END { print t, v["MemFree:"], v["MemAvailable:"], v["Cached:"] }' /proc/meminfo
+  done
+) > "$out/long_ctx-$part.meminfo" 2> /dev/null &
+meminfo_pid=$!
 start=$(date +%s%N)
 timeout "${TRAIN_TIMEOUT:-$train_limit}" "$dir/tools/strata-train" --config "$yaml" --model "$ck" --data "$ck/tokens.bin" \
   --steps "$steps" --offload-dir "$off" --json > "$steps_file" 2>> "$log"
 train_rc=$?
+kill "$meminfo_pid" 2> /dev/null
 train_s=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
 echo "strata-train: exit $train_rc after $train_s s" | tee -a "$log"
 
