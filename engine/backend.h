@@ -148,8 +148,9 @@ class Backend {
   void linear_bwd(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, bool acc_dx, bool acc_dw) {
     run(OpKind::linear, {{dx, dw, dy, x, w}, {acc_dx, acc_dw}, 0, true});
   }
-  // FP8 (kernels/fp8.h): the codes of x [N, C] in format `f` (fp8::Format: 0 E4M3, 1 E5M2), out [N, C] and/or
-  // out_t [C, N] u8 (either may be undefined), and its scale block sb (fp8::kScaleFloats f32).
+  // FP8 (engine/fp8.h): the codes of x [N, C] in format `f` (fp8::Format: 0 E4M3, 1 E5M2), out [N, C] and/or
+  // out_t [C, N] u8 (either may be undefined), and its scale block sb (fp8::kScaleFloats f32); with
+  // fp8::kScaleGiven in `f`, sb already holds x's block and only the codes are written.
   void fp8_cast(Tensor out, Tensor out_t, Tensor sb, Tensor x, uint8_t f) {
     run(OpKind::fp8_cast, {.t = {out, out_t, sb, x}, .form = f});
   }

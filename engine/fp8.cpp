@@ -63,6 +63,10 @@ void quantize(const float* x, int rows, int cols, Format f, uint8_t* out, uint8_
   }
   const float s = scale_for(amax, f);
   sb[kInvScale] = 1.0f / s, sb[kScale] = s, sb[kAmax] = amax, sb[3] = 0.0f;
+  encode_all(x, rows, cols, f, s, out, out_t);
+}
+
+void encode_all(const float* x, int rows, int cols, Format f, float s, uint8_t* out, uint8_t* out_t) {
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) {
       const uint8_t q = encode(x[size_t(r) * cols + c] * s, f);

@@ -24,6 +24,13 @@ inline constexpr int kInvScale = 0, kScale = 1, kAmax = 2;
 // pointers): a linear layer takes the FP8 path only when its rows, inputs and outputs all are.
 inline constexpr int kDimMultiple = 16;
 
+// fp8_cast's form: the Format, with this bit when sb already holds x's scale block (a replay of a cast whose block
+// was kept): the codes only, from sb's scale, without the amax pass; sb is not written.
+inline constexpr uint8_t kScaleGiven = 0x10;
+constexpr Format form_format(uint8_t form) {
+  return Format(form & 0x0f);
+}
+
 constexpr float max_finite(Format f) {
   return f == Format::e4m3 ? kMaxE4M3 : kMaxE5M2;
 }
@@ -37,5 +44,7 @@ float decode(uint8_t code, Format f);
 // The scale block of x[n] (amax over |x|, NaN propagating) and its codes; `out` [rows, cols] row-major and
 // `out_t` [cols, rows] (its transpose) may each be null.
 void quantize(const float* x, int rows, int cols, Format f, uint8_t* out, uint8_t* out_t, float* scale_block);
+// The codes alone, at a given scale (a scale block's kScale).
+void encode_all(const float* x, int rows, int cols, Format f, float scale, uint8_t* out, uint8_t* out_t);
 
 }  // namespace strata::fp8

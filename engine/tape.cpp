@@ -171,7 +171,7 @@ void Tape::finish_graph() {
     Node& node = nodes_[size_t(n)];
     for (size_t i = 0; i < node.in.size(); ++i) {
       Value& u = values_[size_t(node.in[i])];
-      u.last_fwd_use = n;
+      if (node.op->forward_reads(int(i))) u.last_fwd_use = n;
       if (node.needs_backward && node.op->saves_input(int(i))) mark_reader(u, n);
     }
     for (size_t i = 0; i < node.out.size(); ++i)
@@ -230,11 +230,16 @@ void Tape::apply_plan(const Plan& plan) {
   int last_layer = -1;
   for (auto& v : values_)
     if (!v.external) last_layer = std::max(last_layer, v.layer_input);
-  for (auto& v : values_) {
+  for (VId id = 0; id < VId(values_.size()); ++id) {
+    Value& v = values_[size_t(id)];
     if (v.external) continue;
     v.decision = v.saved() ? plan.decide(v.cls, v.layer_input) : Decision::keep;
     if (v.producer >= 0 && !nodes_[size_t(v.producer)].replayable) {
       v.decision = Decision::keep;  // its producer wrote gradients in forward: it must never be replayed
+      continue;
+    }
+    if (v.producer >= 0 && nodes_[size_t(v.producer)].op->keep_output(out_index(v.producer, id))) {
+      v.decision = Decision::keep;  // a few bytes a replay of its producer reads (Op::keep_output)
       continue;
     }
     const bool tier = v.decision == Decision::host || v.decision == Decision::disk;
@@ -297,9 +302,15 @@ OpArgs Tape::args(const Node& n, bool backward) {
 void Tape::run_forward(int n, bool replay) {
   if (state_hook_ && !replay) state_hook_(n);
   Node& node = nodes_[size_t(n)];
-  for (VId o : node.out) {
+  std::vector<bool> kept(replay ? node.out.size() : 0);
+  for (size_t i = 0; i < node.out.size(); ++i) {
+    const VId o = node.out[i];
     Value& v = values_[size_t(o)];
-    if (v.state == SlotState::RESIDENT) continue;
+    if (v.state == SlotState::RESIDENT) {
+      if (replay) kept[i] = true;
+      continue;
+    }
+    if (!replay && node.op->optional_output(int(i)) && written_for_nothing(o)) continue;
     if (store_) store_->land(v);  // a replay rewrites a slot on its way back: its read and upload land first
     v.buf = Buffer(be_.arena(), v.dtype, v.shape, v.cls);
     v.state = SlotState::RESIDENT;
@@ -309,9 +320,11 @@ void Tape::run_forward(int n, bool replay) {
                                                        "rebuild a dropped output",
                                                        node.op->name()));
   OpArgs a = args(node, false);
+  a.kept = std::move(kept);
   for (size_t i = 0; i < a.in.size(); ++i)
-    STRATA_CHECK(a.in[i].defined(), fmt::format("{}: input '{}' is not resident{}", node.op->name(),
-                                                values_[size_t(node.in[i])].cls, replay ? " during recompute" : ""));
+    STRATA_CHECK(a.in[i].defined() || !node.op->forward_reads(int(i)),
+                 fmt::format("{}: input '{}' is not resident{}", node.op->name(), values_[size_t(node.in[i])].cls,
+                             replay ? " during recompute" : ""));
   if (!node.replayable) forward_grads(node, a);
   if (hook_) hook_(n, replay ? TapePhase::replay : TapePhase::forward);
   node.op->forward(be_, a);
@@ -328,6 +341,17 @@ void Tape::forward_grads(const Node& node, OpArgs& a) {
     a.acc[i] = u.grad_written;
     u.grad_written = true;
   }
+}
+
+int Tape::out_index(int node, VId id) const {
+  const std::vector<VId>& out = nodes_[size_t(node)].out;
+  return int(std::find(out.begin(), out.end(), id) - out.begin());
+}
+
+// Forward writes it, then drops it unread: no forward node reads it, and backward gets it by replaying its producer.
+bool Tape::written_for_nothing(VId id) const {
+  const Value& v = values_[size_t(id)];
+  return v.last_fwd_use < 0 && v.saved() && v.decision == Decision::recompute && !retained_[size_t(id)] && !v.is_loss;
 }
 
 bool Tape::needed_from(const Value& v, int cur) const {
@@ -384,9 +408,10 @@ void Tape::materialize(VId id, int cur) {
   STRATA_CHECK(v.producer >= 0, fmt::format("value '{}' has no producer to replay", v.cls));
   const Node& p = nodes_[size_t(v.producer)];
   std::vector<VId> transient;
-  for (VId u : p.in) {
+  for (size_t i = 0; i < p.in.size(); ++i) {
+    const VId u = p.in[i];
     Value& uv = values_[size_t(u)];
-    if (uv.external || uv.state == SlotState::RESIDENT) continue;
+    if (uv.external || uv.state == SlotState::RESIDENT || !p.op->forward_reads(int(i))) continue;
     materialize(u, cur);
     if (!needed_from(uv, cur)) transient.push_back(u);
   }

@@ -44,6 +44,9 @@ struct OpArgs {
   std::vector<bool> acc;          // per gin: add into it, or overwrite it (its first write this step)
   // Forward of an op with grad_in_forward inputs: gin/acc have one entry per input, defined only
   // for those inputs when their gradient is wanted; empty for every other forward (and replays).
+  // Replays only: per output, whether it was resident before the replay. It then holds what this forward
+  // writes there (the same inputs, this step), so the op may read it instead of computing it again.
+  std::vector<bool> kept;
 };
 
 // An autograd op. forward() must be deterministic: recompute replays it and must reproduce the
@@ -67,6 +70,15 @@ class Op {
   // Whether backward is exactly gin[i] = gout[0] for each of its two inputs (one output): the
   // tape may then alias gradient buffers instead of calling backward.
   virtual bool passes_grad() const { return false; }
+  // Whether forward reads input i. One it does not (backward may: saves_input) may be absent when forward runs or
+  // replays, and its forward use ends with its producer.
+  virtual bool forward_reads(int) const { return true; }
+  // Whether forward takes output i undefined (and skips writing it). The first forward leaves such an output
+  // unwritten when nothing reads it before backward and the plan recomputes it: the replay writes it then.
+  virtual bool optional_output(int) const { return false; }
+  // Whether output i stays resident whatever the plan says: a few bytes, which a replay reads (OpArgs::kept)
+  // to skip work (an FP8 cast's scale block: the replay skips the amax pass).
+  virtual bool keep_output(int) const { return false; }
 };
 
 struct OutSpec {
@@ -247,6 +259,8 @@ class Tape {
   void release(VId v);
   void materialize(VId v, int cur);
   bool needed_from(const Value& v, int cur) const;
+  int out_index(int node, VId id) const;  // id's place among node's outputs
+  bool written_for_nothing(VId id) const;
   void run_forward(int n, bool replay);
   void forward_grads(const Node& node, OpArgs& a);
   void prefetch_ahead(int n);

@@ -7,8 +7,11 @@ namespace strata {
 void fp8_cast_cpu(const OpCall& c) {
   using namespace dispatch;
   const Tensor &out = c.t[0], &out_t = c.t[1], &sb = c.t[2], &x = c.t[3];
-  fp8::quantize(f32(x), int(rows(x)), int(cols(x)), fp8::Format(c.form),
-                out.defined() ? static_cast<uint8_t*>(out.data) : nullptr,
-                out_t.defined() ? static_cast<uint8_t*>(out_t.data) : nullptr, f32(sb));
+  uint8_t* q = out.defined() ? static_cast<uint8_t*>(out.data) : nullptr;
+  uint8_t* qt = out_t.defined() ? static_cast<uint8_t*>(out_t.data) : nullptr;
+  if (c.form & fp8::kScaleGiven)
+    fp8::encode_all(f32(x), int(rows(x)), int(cols(x)), fp8::form_format(c.form), f32(sb)[fp8::kScale], q, qt);
+  else
+    fp8::quantize(f32(x), int(rows(x)), int(cols(x)), fp8::form_format(c.form), q, qt, f32(sb));
 }
 }  // namespace strata

@@ -37,6 +37,8 @@ class LinearFp8Op final : public Op {
     return (dx_ && (i == 5 || i == 6)) || (trainable_ && (i == 2 || i == x8t_at()));
   }
   bool saves_output(int) const override { return false; }
+  // The transposed codes are backward's alone: the first forward under recompute leaves them to the replays.
+  bool forward_reads(int i) const override { return !(dx_ && i == 6) && !(trainable_ && i == x8t_at()); }
 
  private:
   int x8t_at() const { return dx_ ? 7 : 6; }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/op_scratch.h"
 #include "engine/ops.h"
 #include "model/data/data.h"
 #include "model/llama/llama.h"
@@ -45,6 +46,43 @@ TEST(Fp8Codec, EveryFiniteCodeRoundTrips) {
     }
     EXPECT_EQ(finite, f == Format::e4m3 ? 254 : 248);  // E4M3: two NaNs; E5M2: two infinities and six NaNs
   }
+}
+
+// fp8_cast with kScaleGiven writes the codes at the scale already in sb and leaves sb as it was: a kept block's
+// replay reproduces the first cast's codes, and a different block gives codes at its own scale.
+TEST(Fp8Codec, AGivenScaleBlockIsReadNotWritten) {
+  auto be = make_cpu_backend(size_t(16) << 20);
+  const int R = 32, C = 48;
+  std::vector<float> x(size_t(R) * C);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (float& v : x) v = nd(rng);
+  Buffer bx(be->arena(), DType::f32, {R, C}, "x"), q(be->arena(), DType::u8, {R, C}, "q"),
+      qt(be->arena(), DType::u8, {C, R}, "qt"), sb(be->arena(), DType::f32, {4}, "sb"),
+      q2(be->arena(), DType::u8, {R, C}, "q2"), qt2(be->arena(), DType::u8, {C, R}, "qt2");
+  be->upload_f32(bx.view(), x.data());
+  be->fp8_cast(q.view(), qt.view(), sb.view(), bx.view(), uint8_t(fp8::Format::e4m3));
+  const uint8_t given = uint8_t(fp8::Format::e4m3) | fp8::kScaleGiven;
+  be->fp8_cast(q2.view(), qt2.view(), sb.view(), bx.view(), given);
+  auto bytes = [&](const Buffer& b) {
+    const auto* p = static_cast<const uint8_t*>(b.view().data);
+    return std::vector<uint8_t>(p, p + b.view().bytes());
+  };
+  EXPECT_EQ(bytes(q2), bytes(q));
+  EXPECT_EQ(bytes(qt2), bytes(qt));
+  float block[4];
+  be->download_f32(block, sb.view());
+  const float scale = block[fp8::kScale];
+  const float half[4] = {2.0f / scale, scale / 2, block[fp8::kAmax], 0.0f};
+  be->upload_f32(sb.view(), half);
+  be->fp8_cast(q2.view(), Tensor(), sb.view(), bx.view(), given);
+  float after[4];
+  be->download_f32(after, sb.view());
+  EXPECT_EQ(std::memcmp(after, half, sizeof half), 0) << "a given block is not written";
+  std::vector<uint8_t> want(size_t(R) * C);
+  fp8::encode_all(x.data(), R, C, fp8::Format::e4m3, scale / 2, want.data(), nullptr);
+  EXPECT_EQ(bytes(q2), want);
+  EXPECT_NE(bytes(q2), bytes(q));
 }
 
 TEST(Fp8Codec, KnownValuesRoundingAndSaturation) {
@@ -214,16 +252,17 @@ TEST(Fp8Model, EveryPlanGivesTheSameLossesAndWeights) {
 }
 
 // Each FP8 weight's codes are slots of the tape ("<projection class>.wfp8", ".wfp8t", ".wfp8.scale"): keep holds the
-// transposed codes and their scale from forward to backward, exactly their bytes more than casting them again in
-// backward (recompute); on the host or the disk tier they come back; every placement trains bit for bit alike, as
-// does paging the layer weights (the casts read the paged-in weight).
+// transposed codes from forward to backward, exactly their bytes more than casting them again in backward
+// (recompute); on the host or the disk tier they come back; the scale blocks stay on the device whatever the plan
+// says (Op::keep_output); every placement trains bit for bit alike, as does paging the layer weights (the casts read
+// the paged-in weight).
 TEST(Fp8Model, WeightCodesAreSlotsEveryPlacementTrainsAlike) {
   const TrainRun keep = train(true, Plan::keep_everything());
-  size_t codes = 0;  // the transposed codes and scale blocks of every projection FP8 takes
+  size_t codes = 0;  // the transposed codes of every projection FP8 takes
   const auto cfg = test_util::tiny_config();
   const int64_t h = cfg.hidden_size, q = int64_t(cfg.num_attention_heads) * cfg.head_dim,
                 kv = int64_t(cfg.num_key_value_heads) * cfg.head_dim, f = cfg.intermediate_size;
-  for (int64_t n : {q * h, kv * h, kv * h, h * q, f * h, f * h, h * f}) codes += size_t(n) + fp8::kScaleFloats * 4;
+  for (int64_t n : {q * h, kv * h, kv * h, h * q, f * h, f * h, h * f}) codes += size_t(n);
   codes *= size_t(cfg.num_hidden_layers);
   ASSERT_EQ(fp8_projections(cfg, 32), 7) << "the tiny model's projections all take FP8 at 32 tokens";
   std::vector<std::pair<std::string, Plan>> plans;
@@ -311,6 +350,36 @@ TEST(Fp8Model, TheSimForecastsTheCpuPeaksByteForByte) {
     ForecastRequest plain = r;
     plain.fp8 = false;
     EXPECT_NE(forecast(plain).peak_bytes, f.peak_bytes) << name << ": fp8 changed nothing the sim sees";
+  }
+}
+
+// Recompute neither casts an amax again nor writes a code twice: under gradient checkpointing the first forward leaves
+// the transposed codes unwritten (backward replays their casts), and each replay casts from the scale block kept
+// since forward, in one pass without the amax's scratch. So the step takes the amax scratch and the transposed
+// codes' slots exactly as often as keep-everything does, and never allocates a scale block twice.
+TEST(Fp8Model, RecomputeCastsFromTheKeptScaleAndWritesNoCodeTwice) {
+  auto count = [](const Forecast& f, auto pred) {
+    long n = 0;
+    for (size_t i = f.step_first_event; i < f.events.size(); ++i) n += f.events[i].delta > 0 && pred(f.events[i].tag);
+    return n;
+  };
+  auto amax = [](const std::string& t) { return t == scratch_tag::fp8_amax; };
+  auto transposed = [](const std::string& t) { return t.ends_with("fp8t"); };
+  auto scale = [](const std::string& t) { return t.ends_with("fp8.scale"); };
+  for (const Plan& plan : {Plan::gradient_checkpointing(1), Plan::gradient_checkpointing(2), Plan::hidden_states()}) {
+    ForecastRequest r = sim_twin::tiny_cuda_request(Plan::keep_everything());
+    r.seq = 16;
+    r.fp8 = true;
+    const Forecast keep = forecast(r);
+    r.plan = plan;
+    const Forecast f = forecast(r);
+    EXPECT_GT(f.recompute_s, 0) << plan.preset;
+    EXPECT_GT(count(keep, amax), 0);
+    EXPECT_EQ(count(f, amax), count(keep, amax)) << plan.preset;
+    EXPECT_GT(count(keep, transposed), 0);
+    EXPECT_EQ(count(f, transposed), count(keep, transposed)) << plan.preset;
+    EXPECT_GT(count(keep, scale), 0);
+    EXPECT_EQ(count(f, scale), count(keep, scale)) << plan.preset;
   }
 }
 

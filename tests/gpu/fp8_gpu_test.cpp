@@ -65,28 +65,44 @@ TEST(Fp8Gpu, CastsWriteTheCpuCodesCodeForCode) {
   struct Shape2 {
     int r, c;
   };
-  for (Shape2 s : {Shape2{16, 16}, {48, 80}, {208, 144}, {1040, 4096}, {4096, 1040}})
-    for (uint8_t f : {uint8_t(0), uint8_t(1)}) {
-      const std::string what = std::to_string(s.r) + "x" + std::to_string(s.c) + (f ? " e5m2" : " e4m3");
-      const std::vector<float> x = random_bf16(size_t(s.r) * s.c, 0.5f, 3 + s.r, f ? 1e-3f : 17.0f);
-      std::vector<std::vector<uint8_t>> out[2];
-      int i = 0;
-      for (Backend* be : {cpu.get(), cuda.get()}) {
-        Buffer bx(be->arena(), be->compute_dtype(), {s.r, s.c}, "x"), q(be->arena(), DType::u8, {s.r, s.c}, "q"),
-            qt(be->arena(), DType::u8, {s.c, s.r}, "qt"), sb(be->arena(), DType::f32, {4}, "sb");
-        be->upload_f32(bx.view(), x.data());
-        be->fp8_cast(q.view(), qt.view(), sb.view(), bx.view(), f);
-        be->synchronize();
-        out[i++] = {bytes(*be, q.view()), bytes(*be, qt.view()), bytes(*be, sb.view())};
+  // Tiles are 128 x 64 on cuda: shapes cut them on either edge, and each layout is also written alone (the
+  // backward's dy casts write one).
+  for (Shape2 s : {Shape2{16, 16}, {48, 80}, {208, 144}, {1040, 4096}, {4096, 1040}, {144, 2000}})
+    for (uint8_t f : {uint8_t(0), uint8_t(1)})
+      for (int layouts : {3, 1, 2}) {
+        if (layouts != 3 && s.r != 208 && s.r != 1040) continue;
+        const std::string what = std::to_string(s.r) + "x" + std::to_string(s.c) + (f ? " e5m2" : " e4m3") +
+                                 (layouts == 3   ? ""
+                                  : layouts == 1 ? " rows only"
+                                                 : " transposed only");
+        const std::vector<float> x = random_bf16(size_t(s.r) * s.c, 0.5f, 3 + s.r + layouts, f ? 1e-3f : 17.0f);
+        std::vector<std::vector<uint8_t>> out[2];
+        int i = 0;
+        for (Backend* be : {cpu.get(), cuda.get()}) {
+          Buffer bx(be->arena(), be->compute_dtype(), {s.r, s.c}, "x"), q(be->arena(), DType::u8, {s.r, s.c}, "q"),
+              qt(be->arena(), DType::u8, {s.c, s.r}, "qt"), sb(be->arena(), DType::f32, {4}, "sb");
+          be->upload_f32(bx.view(), x.data());
+          be->fp8_cast(layouts & 1 ? q.view() : Tensor(), layouts & 2 ? qt.view() : Tensor(), sb.view(), bx.view(), f);
+          if (layouts == 3) {  // a replay's cast from the kept block (fp8::kScaleGiven) writes the same codes again
+            Buffer q0(be->arena(), DType::u8, {s.r, s.c}, "q0"), qt0(be->arena(), DType::u8, {s.c, s.r}, "qt0");
+            be->fp8_cast(q0.view(), qt0.view(), sb.view(), bx.view(), uint8_t(f | fp8::kScaleGiven));
+            be->synchronize();
+            EXPECT_EQ(bytes(*be, q0.view()), bytes(*be, q.view())) << what << " " << be->name() << ": given scale";
+            EXPECT_EQ(bytes(*be, qt0.view()), bytes(*be, qt.view())) << what << " " << be->name() << ": given scale";
+          }
+          be->synchronize();
+          out[i++] = {layouts & 1 ? bytes(*be, q.view()) : std::vector<uint8_t>(),
+                      layouts & 2 ? bytes(*be, qt.view()) : std::vector<uint8_t>(), bytes(*be, sb.view())};
+        }
+        EXPECT_EQ(out[0][2], out[1][2]) << what << ": scale block";
+        for (int k = 0; k < 2; ++k) {
+          EXPECT_EQ(out[0][k].empty(), !(layouts & (1 << k))) << what;
+          size_t diff = 0, first = SIZE_MAX;
+          for (size_t j = 0; j < out[0][k].size(); ++j)
+            if (out[0][k][j] != out[1][k][j]) diff++, first = std::min(first, j);
+          EXPECT_EQ(diff, 0u) << what << (k ? " transposed" : " rows") << ": first at " << first;
+        }
       }
-      EXPECT_EQ(out[0][2], out[1][2]) << what << ": scale block";
-      for (int k = 0; k < 2; ++k) {
-        size_t diff = 0, first = SIZE_MAX;
-        for (size_t j = 0; j < out[0][k].size(); ++j)
-          if (out[0][k][j] != out[1][k][j]) diff++, first = std::min(first, j);
-        EXPECT_EQ(diff, 0u) << what << (k ? " transposed" : " rows") << ": first at " << first;
-      }
-    }
 }
 
 struct LinearOut {
