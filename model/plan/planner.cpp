@@ -279,11 +279,15 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
     runs += pr.sim_runs;
     tried.insert(tried.end(), pr.tried.begin(), pr.tried.end());
   };
-  auto probe = [&](size_t i, bool diag) -> const PlanResult& {
+  // `coarse`: the low-memory families alone, as the untiled probe above. The bisection's probes ask that: a "no" from
+  // the whole first-fit search runs every candidate (thousands of sims on an 8B at millions of tokens), and a mix the
+  // coarse pass misses at fewer tiles is within the tiles' small cost of the plan at more.
+  auto probe = [&](size_t i, bool diag, bool coarse) -> const PlanResult& {
     if (auto it = probes.find(i); it != probes.end()) return it->second;
     Goal g = goal;
     g.first_fit = true;
     g.diagnose = diag;
+    g.coarse = coarse;
     PlanResult pr = plan_at_tiles(base, budgets, cands[i], g);
     keep(pr);
     return probes.emplace(i, std::move(pr)).first->second;
@@ -294,11 +298,11 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
     return pr;
   };
   const size_t last = cands.size() - 1;
-  if (!probe(last, goal.diagnose).found) return finish(probes.at(last));  // nothing fits at any tile count
-  size_t lo = 0, hi = last;                                               // cands[hi] fits
+  if (!probe(last, goal.diagnose, goal.coarse).found) return finish(probes.at(last));  // nothing fits at any tile count
+  size_t lo = 0, hi = last;                                                            // cands[hi] fits
   while (lo < hi && !search_stopped()) {
     const size_t mid = lo + (hi - lo) / 2;
-    if (probe(mid, false).found)
+    if (probe(mid, false, true).found)
       hi = mid;
     else
       lo = mid + 1;

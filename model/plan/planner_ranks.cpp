@@ -63,6 +63,12 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
       pr.minimum_bytes += margin;  // what the search rank needs plus the others' excess over it
       return pr;
     }
+    if (!(pr.forecast.step_s < goal.bound_s)) {
+      // Only plans faster than the bound matter (a layout's search after a faster one was found): this one is not,
+      // and a lower budget only makes the plans slower, so the ranks are not checked and no round follows.
+      pr.found = false;
+      return pr;
+    }
     ForecastRequest c = r;
     c.plan = pr.plan;
     c.mlp_tiles = pr.plan.mlp_tiles;

@@ -13,7 +13,9 @@
 # and strata-train recipe flags, e.g. "--master-weights bf16"; default none: fp32), PROFILE (default the GPU's
 # calibrated one), CKPT_ROOT (/tmp), OFFLOAD (/tmp/strata-long-ctx-offload, emptied first), TRAIN_TIMEOUT (a: 500 s, b: 545 s: a killed run still
 # leaves its finished steps' lines and the comparison), SHAPE (strata-make-tiny's shape flags; default the 8B's),
-# PLAN_TIME_LIMIT (a: 60 s, b: 30 s; the planner spreads its sim runs over the host's cores).
+# PLAN_TIME_LIMIT (a: 60 s, b: 30 s; the planner spreads its sim runs over the host's cores), GPUS (default 1: N > 1
+# plans with strata-plan --gpus N, so the planner lays the GPUs out (sequence parallel, ZeRO stage; the budgets are each
+# rank's), and trains with strata-train --gpus N; the forecast and the step lines are rank 0's, the largest rank).
 # Results: $OUT/long_ctx.jsonl gets, per part, a {"record": "forecast"} line (strata-plan's forecast of the plan),
 # strata-train's step lines (tagged "part"), and a {"record": "compare"} line per step (measured against forecast:
 # step time, its parts (setup, forward, backward, optimizer), device, host and disk peaks, and the first step's
@@ -29,6 +31,9 @@ off=${OFFLOAD:-/tmp/strata-long-ctx-offload}
 mkdir -p "$off"
 rm -rf "${off:?}"/* # a run cut short by the timeout may leave its disk-tier file
 shape=${SHAPE:---hidden 4096 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256}
+gpus=${GPUS:-1}
+gpus_flag=""
+((gpus > 1)) && gpus_flag="--gpus $gpus"
 log=$out/long_ctx.err
 jsonl=$out/long_ctx.jsonl
 if [[ -n ${PROFILE:-} ]]; then
@@ -78,7 +83,7 @@ case $part in
     ;;
 esac
 {
-  echo "== long_ctx $part: $layers layers, seq $seq, $steps steps, $budgets $recipe, profile $prof ($(date -u))"
+  echo "== long_ctx $part: $layers layers, seq $seq, $steps steps, $gpus GPU(s), $budgets $recipe, profile $prof ($(date -u))"
   if command -v nvidia-smi > /dev/null; then gpu_line; fi
   free -g | head -2
   df -h "$off" | tail -1
@@ -92,25 +97,40 @@ rm -f "$yaml" "$plan_json"
 # 1. The plan and its forecast: strata-plan --budget on this host's cores.
 start=$(date +%s%N)
 # shellcheck disable=SC2086 # budgets and recipe are flag lists
-"$dir/tools/strata-plan" --model "$ck" --seq "$seq" $budgets $recipe $mirror --profile "$prof" \
+"$dir/tools/strata-plan" --model "$ck" --seq "$seq" $budgets $recipe $mirror $gpus_flag --profile "$prof" \
   --plan-time-limit "${PLAN_TIME_LIMIT:-$plan_limit}" --write-config "$yaml" --json > "$plan_json" 2>> "$log"
 plan_rc=$?
 plan_s=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
 echo "strata-plan: exit $plan_rc after $plan_s s" | tee -a "$log"
-python3 - "$plan_json" "$part" "$layers" "$seq" "$plan_s" "$plan_rc" "$prof" >> "$jsonl" << 'EOF'
+rank0_json=""
+if ((gpus > 1 && plan_rc == 0)); then
+  # The planner's forecast is the largest rank's; strata-train's step lines are rank 0's: its forecast of the plan.
+  rank0_json=$out/long_ctx-$part.rank0.json
+  # shellcheck disable=SC2086 # recipe, mirror and gpus_flag are flag lists
+  "$dir/tools/strata-plan" --model "$ck" --config "$yaml" $recipe $mirror $gpus_flag --rank 0 \
+    --profile "$prof" --json > "$rank0_json" 2>> "$log"
+fi
+python3 - "$plan_json" "$part" "$layers" "$seq" "$plan_s" "$plan_rc" "$prof" "$rank0_json" >> "$jsonl" << 'EOF'
 import json, sys
-path, part, layers, seq, plan_s, rc, prof = sys.argv[1:]
+path, part, layers, seq, plan_s, rc, prof, rank0 = sys.argv[1:]
 try:
     p = json.load(open(path))
 except Exception as e:  # nothing fits: strata-plan says why on stderr (long_ctx.err)
     p = {"error": str(e)}
 f = p.get("forecast", {})
+largest = dict(f)
+if rank0:
+    f = json.load(open(rank0)).get("forecast", {})
 keys = ["step_s", "tokens_per_s", "peak_bytes", "high_water_bytes", "peak_host_bytes", "peak_host_slot_bytes",
         "host_reserved_bytes", "paged_host_bytes", "state_host_bytes", "peak_disk_bytes", "state_disk_bytes", "setup",
         "forward_s", "backward_s", "optimizer_s"]
 rec = {"record": "forecast", "part": part, "layers": int(layers), "seq": int(seq), "plan_rc": int(rc),
        "plan_s": float(plan_s), "profile": prof, "plan": p.get("planner", {}).get("label", p.get("plan")),
        "fits": p.get("planner", {}).get("found", f.get("fits"))}
+if "layout" in p:  # --gpus N: the layout the planner chose, and the largest rank's forecast (the planner's)
+    rec["layout"] = {k: p["layout"][k] for k in ("sequence_parallel", "zero_stage", "why") if k in p["layout"]}
+    rec["largest_rank"] = {k: largest[k] for k in ("peak_bytes", "peak_host_bytes", "peak_disk_bytes", "step_s")
+                           if k in largest}
 rec.update({k: f[k] for k in keys if k in f})
 print(json.dumps(rec))
 EOF
@@ -123,6 +143,7 @@ fi
 
 # The disk tier's forecast must fit the drive beside the checkpoint.
 need=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('forecast', {}).get('peak_disk_bytes', 0))" "$plan_json")
+need=$((need * gpus)) # every rank's disk tier shares the drive
 free=$(($(df -B1 --output=avail "$off" | tail -1)))
 if ((need + (1 << 30) > free)); then
   echo "long_ctx: the plan's disk tier needs $need B and $off has $free B free; free some (other checkpoints under $root?)" |
@@ -156,8 +177,9 @@ steps_file=$out/long_ctx-$part.steps.jsonl
 ) > "$out/long_ctx-$part.meminfo" 2> /dev/null &
 meminfo_pid=$!
 start=$(date +%s%N)
+# shellcheck disable=SC2086 # gpus_flag is a flag list
 timeout "${TRAIN_TIMEOUT:-$train_limit}" "$dir/tools/strata-train" --config "$yaml" --model "$ck" --data "$ck/tokens.bin" \
-  --steps "$steps" --offload-dir "$off" --json > "$steps_file" 2>> "$log"
+  --steps "$steps" --offload-dir "$off" $gpus_flag --json > "$steps_file" 2>> "$log"
 train_rc=$?
 kill "$meminfo_pid" 2> /dev/null
 train_s=$(awk "BEGIN { print ($(date +%s%N) - $start) / 1e9 }")
