@@ -36,12 +36,12 @@ std::string seq_parallel_refusal(const ForecastRequest& base, int sp) {
 
 }  // namespace
 
-size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs) {
+size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs, int rank) {
   const int L = r.model.num_hidden_layers;
   const Plan* fixed = r.plan.places_state() ? &r.plan : nullptr;
   ForecastRequest f = r;
   f.budget = 0;
-  f.rank = 0;
+  f.rank = rank;
   if (f.mlp_tiles == 0)
     if (const std::vector<int> t = mlp_tile_candidates(r); !t.empty()) f.mlp_tiles = t.back();
   PlanSpec lean;
@@ -98,6 +98,10 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     LayoutTried t;
     double tokens_per_step = 0;
     size_t keep_peak = 0;
+    size_t floor = 0;        // its lowest-memory plans' device peak (step 1)
+    bool searched = false;   // its whole search ran (step 2)
+    double zero_comm_s = 0;  // searched and fits: its plan's collectives besides the all-to-alls, busy seconds a step
+    double step_s = 0;       // searched and fits: its plan's step
   };
   std::vector<Cand> cands;
   std::vector<LayoutTried> refused;
@@ -148,6 +152,8 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     t.fits = true;
     t.status = "fits";
     t.tokens_per_s = pr.forecast.tokens_per_s;
+    c.zero_comm_s = std::max(0.0, pr.forecast.comm_busy_s - pr.forecast.all_to_all_s);
+    c.step_s = pr.forecast.step_s;
     t.peak_bytes = pr.forecast.peak_bytes;
     t.label = pr.label;
     if (!best || better(t.tokens_per_s, t.peak_bytes, best->t.tokens_per_s, best->t.peak_bytes)) {
@@ -175,6 +181,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     int runs = 0;
     Stopwatch sw{t.search_s};
     const size_t low = planner_detail::floor_peak(request(c), budgets, runs);
+    c.floor = low;
     t.sim_runs += runs;
     out.sim_runs += runs;
     if (planner_detail::floor_excludes(low, budgets.device))
@@ -221,9 +228,33 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     if ((a == best) != (b == best)) return a == best;
     return a->t.bound_tokens_per_s > b->t.bound_tokens_per_s;
   });
+  // A lower ZeRO stage at the same sequence-parallel degree as a searched ZeRO-3 layout computes the same step and
+  // holds more a rank. When its lowest-memory plans also need more than ZeRO-3's, a plan that fits it fits ZeRO-3 as
+  // well, where it runs no slower than its own step plus ZeRO-3's gathers; so it can beat the best ZeRO-3 plan by at
+  // most ZeRO-3's collectives besides the all-to-alls. When those are under kDominated of that plan's step (an 8B at
+  // millions of tokens: a tenth of a second in an hour), the layout is not searched.
+  constexpr double kDominated = 0.01;
+  auto dominated_by = [&](const Cand& c) -> const Cand* {
+    if (c.t.layout.zero_stage >= 3) return nullptr;
+    for (const Cand& d : cands)
+      if (d.searched && d.t.fits && d.t.layout.zero_stage == 3 &&
+          d.t.layout.sequence_parallel == c.t.layout.sequence_parallel && d.floor <= c.floor &&
+          d.zero_comm_s <= kDominated * d.step_s && d.t.tokens_per_s >= best->t.tokens_per_s)
+        return &d;
+    return nullptr;
+  };
   for (Cand* c : open) {
     if (c != best && !better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) continue;
     if (planner_detail::out_of_time()) break;
+    if (const Cand* d = c != best && !exhaustive ? dominated_by(*c) : nullptr) {
+      c->t.status = fmt::format(
+          "fits (its first fit; its fastest plan not searched: ZeRO-3 holds less at this degree, its lowest-memory "
+          "plans {} against {}, and its collectives besides the all-to-alls take {:.2f} s of its {:.0f} s step, the "
+          "most a lower stage could save)",
+          format_bytes(d->floor), format_bytes(c->floor), d->zero_comm_s, d->step_s);
+      continue;
+    }
+    c->searched = true;
     planner_detail::Goal goal;
     if (c != best) goal.bound_s = c->tokens_per_step / best->t.tokens_per_s;  // only a faster plan matters
     Stopwatch sw{c->t.search_s};

@@ -27,9 +27,9 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
 // The smallest device peak of r's lowest-memory plans: the most MLP tiles, the layers paged and the persistent
 // state on the host where the budgets allow, and every layer checkpointed, or the layer inputs (the rest
 // recomputed) or every layer slot on a tier with a budget. When even that exceeds the device budget, a search
-// finds nothing (its candidates keep more on the device). Rank 0's: a plan must fit every rank, so rank 0 not
-// fitting settles it. `runs`: the sim runs it took (a few).
-size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs);
+// finds nothing (its candidates keep more on the device). Rank 0's by default: a plan must fit every rank, so rank 0
+// not fitting settles it. `runs`: the sim runs it took (a few).
+size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs, int rank = 0);
 // Whether a floor rules the device budget out. Not a strict bound: on a small model a mix of recomputed
 // classes can need less than checkpointing every layer (whose replay holds a whole layer's working set), so
 // only a floor an eighth over the budget counts.

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "model/plan/layout.h"
+#include "model/plan/planner_search.h"
 #include "model/run/job.h"
 #include "model/run/plan_answer.h"
 
@@ -250,4 +251,63 @@ TEST(PlannerLayout, CoarseFirstChoosesWhatTheWholeSearchChooses) {
   EXPECT_GT(fits, 0);
   EXPECT_GT(unfit, 0);
   EXPECT_GT(coarse_no, 0);  // the coarse pass alone decided some layout
+}
+
+// A lower ZeRO stage at the sequence-parallel degree of a searched ZeRO-3 layout that holds less is not searched when
+// ZeRO-3's collectives (besides the all-to-alls) are under 1% of its step: a plan of it would run no faster than the
+// same plan under ZeRO-3 less those collectives. Against the whole search over every layout (`exhaustive`, which
+// searches them): the same answer, and no layout it skipped is faster there by more than that 1%. Two of the 8B's
+// layers at 262,144 tokens on 2 GPUs, where attention is almost the whole step.
+TEST(PlannerLayout, ALowerStageZero3HoldsLessIsNotSearchedAtLongContext) {
+  ForecastRequest r = eight_b(262144, 2);
+  r.model.num_hidden_layers = 2;
+  int skipped = 0;
+  for (size_t gib : {30, 40}) {
+    const TierBudgets b{gib * kGiB, 0, 0};
+    const LayoutChoice fast = plan_layout(r, b, 0, -1);
+    const LayoutChoice whole = plan_layout(r, b, 0, -1, true);
+    ASSERT_TRUE(fast.found) << fast.why;
+    ASSERT_TRUE(whole.found) << whole.why;
+    EXPECT_EQ(fast.layout.sequence_parallel, whole.layout.sequence_parallel) << gib;
+    EXPECT_EQ(fast.layout.zero_stage, whole.layout.zero_stage) << gib;
+    EXPECT_EQ(fast.plan.label, whole.plan.label) << gib;
+    const double best = chosen(fast).tokens_per_s;
+    for (const LayoutTried& t : fast.tried) {
+      if (t.status.find("fastest plan not searched: ZeRO-3 holds less") == std::string::npos) continue;
+      ++skipped;
+      EXPECT_LT(t.layout.zero_stage, 3);
+      EXPECT_EQ(t.layout.sequence_parallel, fast.layout.sequence_parallel);
+      for (const LayoutTried& w : whole.tried)
+        if (w.layout.sequence_parallel == t.layout.sequence_parallel && w.layout.zero_stage == t.layout.zero_stage &&
+            w.fits) {
+          EXPECT_LE(w.tokens_per_s, best * 1.01) << layout_name(w.layout, 2) << " at " << gib << " GiB";
+        }
+    }
+  }
+  EXPECT_GT(skipped, 0);  // the rule was exercised
+}
+
+// A ZeRO layout's search asked only for plans faster than a bound (a faster layout is known) ends with "not found"
+// when its fastest is not faster: the ranks are not checked and no round searches again under a lower budget.
+TEST(PlannerLayout, AZeroSearchBoundedBelowItsFastestEndsWithoutRounds) {
+  ForecastRequest r = eight_b(262144, 2);
+  r.model.num_hidden_layers = 2;
+  r.sequence_parallel = 2;
+  r.zero_stage = 2;
+  const TierBudgets b{30 * kGiB, 0, 0};
+  PlanResult fastest, bounded;
+  {
+    planner_detail::SearchClock clock(r);
+    fastest = planner_detail::plan_for_goal(r, b, planner_detail::Goal{});
+  }
+  ASSERT_TRUE(fastest.found);
+  {
+    planner_detail::SearchClock clock(r);
+    planner_detail::Goal g;
+    g.bound_s = fastest.forecast.step_s * 0.999;
+    bounded = planner_detail::plan_for_goal(r, b, g);
+  }
+  EXPECT_FALSE(bounded.found);
+  EXPECT_TRUE(bounded.rank_peak_bytes.empty());  // no rank was checked
+  EXPECT_LT(bounded.sim_runs, fastest.sim_runs);
 }
