@@ -99,9 +99,8 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     double tokens_per_step = 0;
     size_t keep_peak = 0;
     size_t floor = 0;        // its lowest-memory plans' device peak (step 1)
-    bool searched = false;   // its whole search ran (step 2)
-    double zero_comm_s = 0;  // searched and fits: its plan's collectives besides the all-to-alls, busy seconds a step
-    double step_s = 0;       // searched and fits: its plan's step
+    double zero_comm_s = 0;  // fits: its plan's collectives besides the all-to-alls, busy seconds a step
+    double step_s = 0;       // fits: its plan's step
   };
   std::vector<Cand> cands;
   std::vector<LayoutTried> refused;
@@ -211,12 +210,37 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
   };
   constexpr double kAny = std::numeric_limits<double>::infinity();
   for (Cand* c : maybe) first_fit(*c, !exhaustive, kAny);
+  // A lower ZeRO stage at the same sequence-parallel degree as a ZeRO-3 layout that fits computes the same step and
+  // holds more a rank. When its lowest-memory plans also need more than ZeRO-3's, a plan that fits it fits ZeRO-3 as
+  // well, where it runs no slower than its own step plus ZeRO-3's gathers; so it can beat ZeRO-3's fastest plan (and
+  // so the answer) by at most ZeRO-3's collectives besides the all-to-alls. When those are under kDominated of ZeRO-3's
+  // step (an 8B at millions of tokens: a tenth of a second in an hour), the lower stage is not searched further.
+  // `exhaustive` searches it all the same.
+  constexpr double kDominated = 0.01;
+  auto dominated_by = [&](const Cand& c) -> const Cand* {
+    // ZeRO-1 and 2 only: without ZeRO a full fine-tune may page its weights, which ZeRO-3 cannot, so a plan of it
+    // need not fit ZeRO-3.
+    if (exhaustive || c.t.layout.zero_stage < 1 || c.t.layout.zero_stage > 2) return nullptr;
+    for (const Cand& d : cands)
+      if (d.t.fits && d.t.layout.zero_stage == 3 && d.t.layout.sequence_parallel == c.t.layout.sequence_parallel &&
+          d.floor <= c.floor && d.zero_comm_s <= kDominated * d.step_s)
+        return &d;
+    return nullptr;
+  };
+  auto dominance = [&](const Cand& d, const Cand& c) {
+    return fmt::format(
+        "ZeRO-3 holds less at this degree, its lowest-memory plans {} against {}, and its collectives besides the "
+        "all-to-alls take {:.2f} s of its {:.0f} s step, the most a lower stage could save",
+        format_bytes(d.floor), format_bytes(c.floor), d.zero_comm_s, d.step_s);
+  };
   if (best)
     for (Cand* c : undecided) {
       if (planner_detail::out_of_time()) {
         c->t.status = "not decided by the time limit";
       } else if (!better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) {
         c->t.status = "not searched: keeping everything is not faster than the best found";
+      } else if (const Cand* d = dominated_by(*c)) {
+        c->t.status = fmt::format("not searched past the coarse pass: {}", dominance(*d, *c));
       } else {
         first_fit(*c, false, c->tokens_per_step / best->t.tokens_per_s);
       }
@@ -228,33 +252,13 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     if ((a == best) != (b == best)) return a == best;
     return a->t.bound_tokens_per_s > b->t.bound_tokens_per_s;
   });
-  // A lower ZeRO stage at the same sequence-parallel degree as a searched ZeRO-3 layout computes the same step and
-  // holds more a rank. When its lowest-memory plans also need more than ZeRO-3's, a plan that fits it fits ZeRO-3 as
-  // well, where it runs no slower than its own step plus ZeRO-3's gathers; so it can beat the best ZeRO-3 plan by at
-  // most ZeRO-3's collectives besides the all-to-alls. When those are under kDominated of that plan's step (an 8B at
-  // millions of tokens: a tenth of a second in an hour), the layout is not searched.
-  constexpr double kDominated = 0.01;
-  auto dominated_by = [&](const Cand& c) -> const Cand* {
-    if (c.t.layout.zero_stage >= 3) return nullptr;
-    for (const Cand& d : cands)
-      if (d.searched && d.t.fits && d.t.layout.zero_stage == 3 &&
-          d.t.layout.sequence_parallel == c.t.layout.sequence_parallel && d.floor <= c.floor &&
-          d.zero_comm_s <= kDominated * d.step_s && d.t.tokens_per_s >= best->t.tokens_per_s)
-        return &d;
-    return nullptr;
-  };
   for (Cand* c : open) {
     if (c != best && !better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) continue;
     if (planner_detail::out_of_time()) break;
-    if (const Cand* d = c != best && !exhaustive ? dominated_by(*c) : nullptr) {
-      c->t.status = fmt::format(
-          "fits (its first fit; its fastest plan not searched: ZeRO-3 holds less at this degree, its lowest-memory "
-          "plans {} against {}, and its collectives besides the all-to-alls take {:.2f} s of its {:.0f} s step, the "
-          "most a lower stage could save)",
-          format_bytes(d->floor), format_bytes(c->floor), d->zero_comm_s, d->step_s);
+    if (const Cand* d = c != best ? dominated_by(*c) : nullptr) {
+      c->t.status = fmt::format("fits (its first fit; its fastest plan not searched: {})", dominance(*d, *c));
       continue;
     }
-    c->searched = true;
     planner_detail::Goal goal;
     if (c != best) goal.bound_s = c->tokens_per_step / best->t.tokens_per_s;  // only a faster plan matters
     Stopwatch sw{c->t.search_s};
