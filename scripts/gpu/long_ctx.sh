@@ -15,7 +15,8 @@
 # leaves its finished steps' lines and the comparison), SHAPE (strata-make-tiny's shape flags; default the 8B's),
 # PLAN_TIME_LIMIT (a: 60 s, b: 30 s; the planner spreads its sim runs over the host's cores), GPUS (default 1: N > 1
 # plans with strata-plan --gpus N, so the planner lays the GPUs out (sequence parallel, ZeRO stage; the budgets are each
-# rank's), and trains with strata-train --gpus N; the forecast and the step lines are rank 0's, the largest rank).
+# rank's), and trains with strata-train --gpus N; the step lines and the forecast they are compared with are rank 0's,
+# and the forecast record keeps the planner's own, the largest rank's, as largest_rank).
 # Results: $OUT/long_ctx.jsonl gets, per part, a {"record": "forecast"} line (strata-plan's forecast of the plan),
 # strata-train's step lines (tagged "part"), and a {"record": "compare"} line per step (measured against forecast:
 # step time, its parts (setup, forward, backward, optimizer), device, host and disk peaks, and the first step's
