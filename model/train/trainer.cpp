@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <numeric>
 
 #include "model/train/grad_accum.h"
 
@@ -144,9 +146,12 @@ void Trainer::upload(const Batch& b) {
     be_.upload_i32(posv_, b.positions.data());
     pos_packed_ = true;
   } else if (fresh || pos_packed_ || pos_len_ != b.T || pos_n_ != n) {  // pos_ holds other rows' positions
-    std::vector<int32_t> pos(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = int32_t(i % b.T);
-    be_.upload_i32(posv_, pos.data());
+    // 0..T-1 a row, row by row: no division per token (a forecast's Trainer is new each sim run, and at 524,288
+    // tokens a `%` per token was a fifth of a planner search), and no zeroing before the fill.
+    const std::unique_ptr<int32_t[]> pos(new int32_t[size_t(n)]);
+    for (int r = 0; r < b.B; ++r)
+      std::iota(pos.get() + size_t(r) * size_t(b.T), pos.get() + size_t(r + 1) * size_t(b.T), 0);
+    be_.upload_i32(posv_, pos.get());
     pos_packed_ = false;
     pos_len_ = b.T;
     pos_n_ = n;
