@@ -156,6 +156,8 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["first_step_tuning_s"] = p.first_step_tuning_s;
   j["attention_tune_candidates_fwd"] = p.attention_tune_candidates_fwd;
   j["attention_tune_candidates_bwd"] = p.attention_tune_candidates_bwd;
+  j["attention_plan_build_s"] = p.attention_plan_build_s;
+  j["attention_stand_in_build_s"] = p.attention_stand_in_build_s;
   j["attention_plan_ws_fwd_bytes"] = p.attention_plan_ws_fwd_bytes;
   j["attention_plan_ws_bwd_bytes"] = p.attention_plan_ws_bwd_bytes;
   j["attention_plan_ws_bwd_gqa_copies"] = p.attention_plan_ws_bwd_gqa_copies;
@@ -235,6 +237,10 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
       field<int>(j, "attention_tune_candidates_fwd", where, false, DeviceProfile{}.attention_tune_candidates_fwd);
   p.attention_tune_candidates_bwd =
       field<int>(j, "attention_tune_candidates_bwd", where, false, DeviceProfile{}.attention_tune_candidates_bwd);
+  p.attention_plan_build_s =
+      field<double>(j, "attention_plan_build_s", where, false, DeviceProfile{}.attention_plan_build_s);
+  p.attention_stand_in_build_s =
+      field<double>(j, "attention_stand_in_build_s", where, false, DeviceProfile{}.attention_stand_in_build_s);
   for (auto [key, v] : {std::pair{"attention_tune_candidates_fwd", p.attention_tune_candidates_fwd},
                         {"attention_tune_candidates_bwd", p.attention_tune_candidates_bwd}})
     if (v < 1)
@@ -267,7 +273,9 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
                         {"attention_half_tokens", p.attention_half_tokens},
                         {"attention_half_dim", p.attention_half_dim},
                         {"nccl_latency_us", p.nccl_latency_us},
-                        {"first_step_tuning_s", p.first_step_tuning_s}})
+                        {"first_step_tuning_s", p.first_step_tuning_s},
+                        {"attention_plan_build_s", p.attention_plan_build_s},
+                        {"attention_stand_in_build_s", p.attention_stand_in_build_s}})
     if (!(v >= 0))
       STRATA_THROW(ConfigError,
                    fmt::format("{}: device profile field '{}' must be >= 0 (0 = not measured), got {}", where, key, v),

@@ -61,6 +61,12 @@ class Attention {
   // The pointer stays valid for the lifetime of this object.
   const char* path(const AttnShape& s) const;
 
+  // Wall seconds this process has spent building cuDNN plans: a shape's first use builds its forward graph
+  // and, with tuning on, every backward variant that finalizes (a long shape also its stand-in's), each with
+  // every candidate engine config. strata-calibrate measures it per shape (attention_plan_build_s).
+  static double plan_build_seconds();
+  static double last_plan_build_seconds();  // the latest shape's
+
   // Tests use it to run the fallback where cuDNN would run. Process-wide.
   static void set_force_fallback(bool force);
   // Tests: run candidate `index` (engine config x graph variant, in heuristic order) of the tuner's

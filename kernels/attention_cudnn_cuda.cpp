@@ -15,6 +15,7 @@
 #include <array>
 #include <atomic>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +39,8 @@ namespace {
 using namespace cudnn_graph;
 
 std::atomic<bool> g_force_fallback{false};
-std::atomic<int> g_force_fwd{-1}, g_force_bwd{-1};  // Attention::set_force_candidate
+std::atomic<int> g_force_fwd{-1}, g_force_bwd{-1};       // Attention::set_force_candidate
+std::atomic<int64_t> g_build_ns{0}, g_last_build_ns{0};  // Attention::plan_build_seconds, last_plan_build_seconds
 
 enum Uid : int64_t {
   kQ = 1,
@@ -320,6 +322,7 @@ struct Attention::Impl {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     Entry& e = cache[key];
+    const auto t0 = std::chrono::steady_clock::now();
     if (!init()) {
       e.path = "fallback: " + unavailable;
     } else if (!attention_uses_cudnn(s.D)) {
@@ -369,6 +372,14 @@ struct Attention::Impl {
         e.fwd_tuned = e.bwd_tuned = !tune;
       }
     }
+    const int64_t ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    g_build_ns.fetch_add(ns);
+    g_last_build_ns.store(ns);
+    if (verbose)
+      std::fprintf(stderr,
+                   "strata attention B=%d T=%d Hq=%d Hkv=%d D=%d: plans built in %.3f s (%s, %zu backward variants)\n",
+                   s.B, s.T, s.Hq, s.Hkv, s.D, double(ns) * 1e-9, e.path.c_str(), e.bwd.size());
     return e;
   }
 
@@ -510,6 +521,14 @@ Attention::~Attention() {
   if (!impl_) return;
   impl_->cache.clear();  // plans before the handle
   if (impl_->handle) cudnnDestroy(impl_->handle);
+}
+
+double Attention::plan_build_seconds() {
+  return double(g_build_ns.load()) * 1e-9;
+}
+
+double Attention::last_plan_build_seconds() {
+  return double(g_last_build_ns.load()) * 1e-9;
 }
 
 void Attention::set_force_fallback(bool force) {

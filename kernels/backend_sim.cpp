@@ -243,15 +243,18 @@ class SimBackendImpl final : public SimBackend {
     }
     // cuDNN times each eligible plan of a shape once, past kAttentionTuneMaxT tokens on the stand-in shape, which
     // every longer shape of those heads shares (attention_cudnn_cuda.cpp); cuDNN's own plan alone is not timed.
+    // A shape's first call builds its plans, a long shape's then its stand-in's (attention_plan_build_s, _stand_in_).
     void attention_problem(int b, int t, int hq, int hkv, int d, bool backward) override {
       if (!b_.cuda() || !strata::attention_uses_cudnn(d)) return;
-      const int candidates =
-          backward ? b_.opt_.profile.attention_tune_candidates_bwd : b_.opt_.profile.attention_tune_candidates_fwd;
-      if (candidates < 2) return;
+      const DeviceProfile& p = b_.opt_.profile;
+      b_.tuned_once({4, double(b), double(t), double(hq), double(hkv), double(d)}, p.attention_plan_build_s);
       if (attention_tunes_by_stand_in(t)) {
         b = 1;
         t = kAttentionTuneMaxT;
+        b_.tuned_once({5, double(b), double(t), double(hq), double(hkv), double(d)}, p.attention_stand_in_build_s);
       }
+      const int candidates = backward ? p.attention_tune_candidates_bwd : p.attention_tune_candidates_fwd;
+      if (candidates < 2) return;
       b_.tuned_once({2.0 + double(backward), double(b), double(t), double(hq), double(hkv), double(d)},
                     b_.cost_.attention(b, t, hq, d, backward) * candidates * (1 + kAttentionTuneReps));
     }

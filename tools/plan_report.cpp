@@ -129,7 +129,8 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
   std::printf(" | %ld kernels, %ld recomputed nodes\n", f.kernels, f.recomputed_nodes);
   std::printf(
       "first step: %.1f s, the step's %.1f s + %.1f s once: the host tier's pinned allocation %.1f s (%s) and "
-      "first-call tuning %.1f s; before it, at load, the state's and paged weights' pinned allocation %.1f s (%s)\n",
+      "first-call tuning and plan builds %.1f s; before it, at load, the state's and paged weights' pinned allocation "
+      "%.1f s (%s)\n",
       f.first_step_s(), f.step_s, f.first_step_extra_s, f.setup_pinned_s - f.load_pinned_s,
       format_bytes(f.host_reserved_bytes).c_str(), f.setup_tuning_s, f.load_pinned_s,
       format_bytes(f.paged_host_bytes + f.state_host_bytes).c_str());

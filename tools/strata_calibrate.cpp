@@ -28,6 +28,7 @@
 #include "engine/backend_cuda.h"
 #include "engine/uring_file.h"
 #include "kernels/adamw.h"
+#include "kernels/attention_cuda.h"
 #include "kernels/attention_workspace.h"
 #include "kernels/resources_cuda.h"
 #include "model/llama/rng.h"
@@ -66,6 +67,21 @@ double seconds_since(Clock::time_point t0) {
 
 // Seconds per call of `op`: warm up, size a batch to ~target seconds (or `fixed` calls), time
 // `repeats` batches between be.synchronize() calls, return the median.
+// A shape's first forward and backward, each waited for: wall seconds, and the part of them that built
+// cuDNN plans (cuda::Attention::plan_build_seconds). The rest is the tuning's timed runs and the calls.
+struct FirstCall {
+  double wall_s = 0, build_s = 0;
+};
+FirstCall first_call(Backend& be, const std::function<void()>& fwd, const std::function<void()>& bwd) {
+  be.synchronize();
+  const double built = cuda::Attention::plan_build_seconds();
+  const auto t0 = Clock::now();
+  fwd();
+  bwd();
+  be.synchronize();
+  return {seconds_since(t0), cuda::Attention::plan_build_seconds() - built};
+}
+
 struct Timer {
   Backend& be;
   bool quick;
@@ -534,6 +550,45 @@ int main(int argc, char** argv) {
     // by the sim at hbm rate) are taken out of the measured time first. Fitted: the efficiency
     // half points in T and D (grid search, squared log error over every shape and direction), and
     // for each, the asymptotes that make the model's total time equal the measured total.
+    // cuDNN's plan builds as a training run meets them (attention_plan_build_s, attention_stand_in_build_s): the
+    // process's first attention shape, longer than kAttentionTuneMaxT, so its first call builds its own plans and
+    // then its stand-in's (the latest build) to tune on. Before the fit's shapes, one of which is that stand-in.
+    {
+      const int64_t T = kAttentionTuneMaxT + 4096, Hq = 32, Hkv = 8, D = int64_t(DeviceProfile::kAttentionLongD);
+      const Shape sq{1, T, Hq, D}, skv{1, T, Hkv, D};
+      Buffer q = buf(DType::bf16, sq), k = buf(DType::bf16, skv), v = buf(DType::bf16, skv), o = buf(DType::bf16, sq),
+             lse = buf(DType::f32, {1, Hq, T}), dout = buf(DType::bf16, sq), dq = buf(DType::bf16, sq),
+             dk = buf(DType::bf16, skv), dv = buf(DType::bf16, skv);
+      randomize(*be, q.view(), 1.0f, 4), randomize(*be, k.view(), 1.0f, 5), randomize(*be, v.view(), 1.0f, 6);
+      randomize(*be, dout.view(), 1e-3f, 7);
+      be->zero(dq.view()), be->zero(dk.view()), be->zero(dv.view());
+      const FirstCall first = first_call(
+          *be, [&] { be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view(), AttnSegments{}); },
+          [&] {
+            be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
+                              lse.view());
+          });
+      const double stand_in_first = cuda::Attention::last_plan_build_seconds();
+      std::printf("  %-40s %8.3f s  plans built: its own %.3f s, its stand-in's (T=%d) %.3f s\n",
+                  fmt::format("attention first call T={} 32/8 D={}", T, D).c_str(), first.wall_s,
+                  first.build_s - stand_in_first, kAttentionTuneMaxT, stand_in_first);
+      // On a machine that never ran them, those builds also compiled cuDNN's kernels into the driver's cache
+      // (10-16 s a shape more on an H200): what every later run finds is timed on a fresh Attention, another
+      // length of the same heads first, as a run's own shape, then the stand-in.
+      if (attention_uses_cudnn(int(D)) && first.build_s > 0) {
+        cuda::Attention again;
+        const auto built = [&](int t) {
+          const double b0 = cuda::Attention::plan_build_seconds();
+          again.path(cuda::AttnShape{1, t, int(Hq), int(Hkv), int(D)});
+          return cuda::Attention::plan_build_seconds() - b0;
+        };
+        p.attention_plan_build_s = built(int(T) + 4096);
+        p.attention_stand_in_build_s = built(kAttentionTuneMaxT);
+        std::printf("  %-40s %8.3f s  its stand-in's %.3f s (the driver's kernel cache warm)\n",
+                    fmt::format("attention plans built T={} 32/8 D={}", T + 4096, D).c_str(), p.attention_plan_build_s,
+                    p.attention_stand_in_build_s);
+      }
+    }
     {
       const CostModel cm(p);
       std::vector<AttentionSample> pts;
@@ -547,12 +602,18 @@ int main(int argc, char** argv) {
           randomize(*be, q.view(), 1.0f, 4), randomize(*be, k.view(), 1.0f, 5), randomize(*be, v.view(), 1.0f, 6);
           randomize(*be, dout.view(), 1e-3f, 7);
           be->zero(dq.view()), be->zero(dk.view()), be->zero(dv.view());
-          const double t_f = tm.per_call(
-              [&] { be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view(), AttnSegments{}); });
-          const double t_b = tm.per_call([&] {
+          const auto fwd = [&] {
+            be->attention_fwd(o.view(), lse.view(), q.view(), k.view(), v.view(), AttnSegments{});
+          };
+          const auto bwd = [&] {
             be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
                               lse.view());
-          });
+          };
+          const FirstCall first = first_call(*be, fwd, bwd);
+          const double t_f = tm.per_call(fwd), t_b = tm.per_call(bwd);
+          std::printf("  %-40s %8.3f s  plans built %.3f s (the first calls' other work %.3f s)\n",
+                      fmt::format("attention first call T={} 32/8 D={}", T, D).c_str(), first.wall_s, first.build_s,
+                      first.wall_s - first.build_s - t_f - t_b);
           const double F = 4.0 * Bt * Hq * double(T) * T * D / 2, nq = double(q.view().numel()),
                        nkv = double(k.view().numel());
           double extra = 0;
@@ -598,6 +659,9 @@ int main(int argc, char** argv) {
           be->attention_bwd(dq.view(), dk.view(), dv.view(), dout.view(), q.view(), k.view(), v.view(), o.view(),
                             lse.view());
         };
+        const FirstCall first = first_call(*be, fwd, bwd);
+        std::printf("  %-40s %8.3f s  plans built %.3f s (tuned on the stand-in, whose plans are built above)\n",
+                    fmt::format("attention first call T={} 32/8 D={}", T, D).c_str(), first.wall_s, first.build_s);
         const double min_s = 6.0;  // --quick too: the sustained clock is the point
         const auto sustained = [&](const std::function<void()>& op) {
           op();

@@ -656,6 +656,46 @@ TEST(Sim, FirstCallTuningIsForecastOncePerProblem) {
   }
 }
 
+// cuDNN builds each attention shape's plans once (the profile's attention_plan_build_s a shape): one shape within the
+// tuning length; past it also the stand-in's (attention_stand_in_build_s), which every longer length of those heads
+// shares;
+// read back from a profile's JSON, and a negative value refused naming the field.
+TEST(Sim, AttentionPlanBuildsAreForecastOncePerShape) {
+  const auto build_cost = [](ForecastRequest q) {
+    q.profile.attention_plan_build_s = q.profile.attention_stand_in_build_s = 0;
+    const double before = forecast(q).setup_tuning_s;
+    q.profile.attention_plan_build_s = 1.75;
+    q.profile.attention_stand_in_build_s = 0.5;
+    return forecast(q).setup_tuning_s - before;
+  };
+  ForecastRequest r = tiny_cuda_request(Plan::keep_everything());
+  EXPECT_NEAR(build_cost(r), 1.75, 1e-12) << "one shape, built at its first call";
+  ForecastRequest deeper = r;
+  deeper.model.num_hidden_layers *= 2;
+  EXPECT_NEAR(build_cost(deeper), 1.75, 1e-12) << "more layers of the same shape build nothing more";
+  for (int seq : {kAttentionTuneMaxT + 512, 3 * kAttentionTuneMaxT}) {
+    ForecastRequest longer = r;
+    longer.seq = seq;
+    longer.batch = 1;
+    longer.loss_chunk_tokens = 4096;
+    EXPECT_NEAR(build_cost(longer), 1.75 + 0.5, 1e-12) << "seq " << seq << ": its own plans and its stand-in's";
+  }
+  EXPECT_DOUBLE_EQ(build_cost(tiny_request(Plan::keep_everything())), 0.0) << "the cpu mirror builds nothing";
+
+  DeviceProfile p = find_profile("h200");
+  p.attention_plan_build_s = 0.625;
+  p.attention_stand_in_build_s = 0.25;
+  EXPECT_EQ(profile_from_json(profile_to_json(p), "p.json").attention_plan_build_s, 0.625);
+  EXPECT_EQ(profile_from_json(profile_to_json(p), "p.json").attention_stand_in_build_s, 0.25);
+  p.attention_plan_build_s = -1;
+  try {
+    profile_from_json(profile_to_json(p), "p.json");
+    ADD_FAILURE() << "a negative attention_plan_build_s was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_plan_build_s"), std::string::npos) << e.what();
+  }
+}
+
 // The first step's setup is its own figure: the pinned host reservations at the profile's rate plus the tuning
 // time, none of it in the step; without a host tier only the tuning is left.
 TEST(Sim, FirstStepSetupIsSeparateFromTheStep) {
