@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -54,7 +55,11 @@ static const char* kUsage =
     "  clock: the profile's attention_long points, which price attention past the fit's 32768 tokens\n"
     "  --adamw: also AdamW over state on the host (fp32 recipe): the update streamed through the GPU, as\n"
     "  the optimizer runs it, against a multithreaded host AdamW (1 thread up to every core) that only\n"
-    "  uploads the new bf16 weights; prints both (not a profile field)\n";
+    "  uploads the new bf16 weights; prints both (not a profile field)\n"
+    "  --host-fill: only this, then exit: pinned host memory reserved 8 GiB at a time, the way the engine pins it,\n"
+    "  each held, until the host has 16 GiB or a tenth of its memory available (/proc/meminfo MemAvailable);\n"
+    "  prints each reservation's rate beside what is pinned and available (how pinning slows as the host\n"
+    "  fills; several processes at once show how ranks on one host share it). Not a profile field.\n";
 
 namespace {
 
@@ -280,11 +285,50 @@ std::string match_token(const std::string& name) {  // "NVIDIA H100 80GB HBM3" -
   return name;
 }
 
+// /proc/meminfo's field in bytes (0 when absent).
+size_t meminfo_bytes(const char* field) {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb) {
+    std::getline(f, unit);
+    if (key == std::string(field) + ":") return kb << 10;
+  }
+  return 0;
+}
+
+// --host-fill: pinned reservations of 8 GiB, each held, until the host runs low (kUsage).
+int host_fill() {
+  const size_t block = size_t(8) * kGiB, total = meminfo_bytes("MemTotal");
+  const size_t floor = std::max(size_t(16) * kGiB, total / 10);
+  std::printf("strata-calibrate --host-fill: MemTotal %s, stops at MemAvailable %s\n", format_bytes(total).c_str(),
+              format_bytes(floor).c_str());
+  std::printf("  %10s %12s %12s %10s %14s\n", "pinned", "MemAvailable", "Cached", "seconds", "GB/s");
+  std::vector<std::unique_ptr<cuda::CudaHostMemory> > held;
+  const Clock::time_point start = Clock::now();
+  size_t pinned = 0;
+  while (meminfo_bytes("MemAvailable") > floor + block) {
+    const size_t avail = meminfo_bytes("MemAvailable"), cached = meminfo_bytes("Cached");
+    const Clock::time_point t0 = Clock::now();
+    held.push_back(std::make_unique<cuda::CudaHostMemory>(block));
+    const double t = seconds_since(t0);
+    pinned += block;
+    std::printf("  %10s %12s %12s %10.3f %14.2f   at %.1f s\n", format_bytes(pinned).c_str(),
+                format_bytes(avail).c_str(), format_bytes(cached).c_str(), t, double(block) / t / 1e9,
+                seconds_since(start));
+    std::fflush(stdout);
+  }
+  std::printf("  %s pinned in %.2f s: %.2f GB/s overall\n", format_bytes(pinned).c_str(), seconds_since(start),
+              double(pinned) / seconds_since(start) / 1e9);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    cli::Args a(argc, argv, {"out", "disk", "long-attention"}, {"help", "quick", "adamw"});
+    cli::Args a(argc, argv, {"out", "disk", "long-attention"}, {"help", "quick", "adamw", "host-fill"});
     if (a.has("help")) {
       std::fputs(kUsage, stdout);
       return 0;
@@ -294,6 +338,7 @@ int main(int argc, char** argv) {
                  stderr);
       return 1;
     }
+    if (a.has("host-fill")) return host_fill();
     const bool quick = a.has("quick");
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) throw UnsupportedError("cudaGetDeviceProperties failed");
