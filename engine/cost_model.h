@@ -110,10 +110,10 @@ struct DeviceProfile {
   // cuDNN builds an attention shape's plans at its first call: the forward graph and every backward variant, each
   // with every candidate engine config (kernels/attention_cudnn_cuda.cpp). attention_plan_build_s: seconds for each
   // shape a step runs on the cuDNN path; attention_stand_in_build_s: for the stand-in a longer shape then tunes on,
-  // which reuses the kernels just compiled (3.1-3.3 s and 0.8-0.9 s on an H200, cuDNN 9.14). strata-calibrate
-  // measures both on the process's first shape (cuda::Attention::plan_build_seconds). Both assume the driver's
-  // kernel cache holds cuDNN's compiled kernels, as after any earlier run on the machine; the first run on a fresh
-  // machine compiles them (docs/PLANNER.md). 0 = not measured: first_step_tuning_s then stands for them.
+  // which reuses the kernels just compiled (2.5-4.5 s and 0.7-1.3 s for an 8B layer on an H200, cuDNN 9.14).
+  // strata-calibrate measures both on the process's first shape (cuda::Attention::plan_build_seconds). Both assume the
+  // driver's kernel cache holds cuDNN's compiled kernels, as after any earlier run on the machine; the first run on a
+  // fresh machine compiles them (docs/PLANNER.md). 0 = not measured: first_step_tuning_s then stands for them.
   double attention_plan_build_s = 0;
   double attention_stand_in_build_s = 0;
 

@@ -70,8 +70,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Seconds per call of `op`: warm up, size a batch to ~target seconds (or `fixed` calls), time
-// `repeats` batches between be.synchronize() calls, return the median.
 // A shape's first forward and backward, each waited for: wall seconds, and the part of them that built
 // cuDNN plans (cuda::Attention::plan_build_seconds). The rest is the tuning's timed runs and the calls.
 struct FirstCall {
@@ -87,6 +85,8 @@ FirstCall first_call(Backend& be, const std::function<void()>& fwd, const std::f
   return {seconds_since(t0), cuda::Attention::plan_build_seconds() - built};
 }
 
+// Seconds per call of `op`: warm up, size a batch to ~target seconds (or `fixed` calls), time
+// `repeats` batches between be.synchronize() calls, return the median.
 struct Timer {
   Backend& be;
   bool quick;
@@ -318,6 +318,11 @@ int host_fill() {
                 format_bytes(avail).c_str(), format_bytes(cached).c_str(), t, double(block) / t / 1e9,
                 seconds_since(start));
     std::fflush(stdout);
+  }
+  if (pinned == 0) {
+    std::printf("  nothing pinned: the host has %s available, under %s\n",
+                format_bytes(meminfo_bytes("MemAvailable")).c_str(), format_bytes(floor + block).c_str());
+    return 0;
   }
   std::printf("  %s pinned in %.2f s: %.2f GB/s overall\n", format_bytes(pinned).c_str(), seconds_since(start),
               double(pinned) / seconds_since(start) / 1e9);
@@ -590,11 +595,6 @@ int main(int argc, char** argv) {
                   p.matmul_fp8_tflops, p.matmul_fp8_tflops / p.matmul_tflops);
     }
 
-    // Attention: causal GQA, B=1 Hq=32 Hkv=8, T 2048, 8192 and 32768, D 64 and 128; FLOPs as
-    // CostModel::attention counts them. The backward's accumulate adds on the cuDNN path (charged
-    // by the sim at hbm rate) are taken out of the measured time first. Fitted: the efficiency
-    // half points in T and D (grid search, squared log error over every shape and direction), and
-    // for each, the asymptotes that make the model's total time equal the measured total.
     // cuDNN's plan builds as a training run meets them (attention_plan_build_s, attention_stand_in_build_s): the
     // process's first attention shape, longer than kAttentionTuneMaxT, so its first call builds its own plans and
     // then its stand-in's (the latest build) to tune on. Before the fit's shapes, one of which is that stand-in.
@@ -634,6 +634,11 @@ int main(int argc, char** argv) {
                     p.attention_stand_in_build_s);
       }
     }
+    // Attention: causal GQA, B=1 Hq=32 Hkv=8, T 2048, 8192 and 32768, D 64 and 128; FLOPs as
+    // CostModel::attention counts them. The backward's accumulate adds on the cuDNN path (charged
+    // by the sim at hbm rate) are taken out of the measured time first. Fitted: the efficiency
+    // half points in T and D (grid search, squared log error over every shape and direction), and
+    // for each, the asymptotes that make the model's total time equal the measured total.
     {
       const CostModel cm(p);
       std::vector<AttentionSample> pts;

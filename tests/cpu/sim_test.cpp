@@ -658,8 +658,7 @@ TEST(Sim, FirstCallTuningIsForecastOncePerProblem) {
 
 // cuDNN builds each attention shape's plans once (the profile's attention_plan_build_s a shape): one shape within the
 // tuning length; past it also the stand-in's (attention_stand_in_build_s), which every longer length of those heads
-// shares;
-// read back from a profile's JSON, and a negative value refused naming the field.
+// shares. Both read back from a profile's JSON, and a negative value refused naming the field.
 TEST(Sim, AttentionPlanBuildsAreForecastOncePerShape) {
   const auto build_cost = [](ForecastRequest q) {
     q.profile.attention_plan_build_s = q.profile.attention_stand_in_build_s = 0;
