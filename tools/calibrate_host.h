@@ -1,0 +1,23 @@
+// strata-calibrate's measurements of the host side (tools/strata_calibrate.cpp calls them): AdamW over state on the
+// host, two ways (--adamw), and pinned memory as the host fills (--host-fill). Neither writes a profile field.
+#pragma once
+#include <chrono>
+#include <cstdint>
+
+#include "engine/arena.h"
+#include "engine/backend.h"
+
+namespace strata::calibrate {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kGiB = int64_t(1) << 30;
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// AdamW over state on the host, fp32 recipe: streamed through the GPU against the host's cores; prints both.
+void compare_adamw(Backend& be, Arena& ar, bool quick);
+// Pinned reservations of 8 GiB, each held, until the host runs low; prints each one's rate. Returns the exit code.
+int host_fill();
+
+}  // namespace strata::calibrate
