@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "engine/error.h"
@@ -27,13 +28,25 @@ Arena::Arena(std::string tier, size_t budget_bytes, std::byte* base, size_t alig
 }
 
 void Arena::insert_free(size_t off, size_t size) {
-  free_by_off_.emplace(off, size);
-  free_by_size_.emplace(size, off);
+  if (spare_off_.empty()) {
+    free_by_off_.emplace(off, size);
+    free_by_size_.emplace(size, off);
+    return;
+  }
+  FreeByOff::node_type o = std::move(spare_off_.back());
+  FreeBySize::node_type s = std::move(spare_size_.back());
+  spare_off_.pop_back();
+  spare_size_.pop_back();
+  o.key() = off;
+  o.mapped() = size;
+  s.value() = {size, off};
+  free_by_off_.insert(std::move(o));
+  free_by_size_.insert(std::move(s));
 }
 
-void Arena::erase_free(std::map<size_t, size_t>::iterator it) {
-  free_by_size_.erase({it->second, it->first});
-  free_by_off_.erase(it);
+void Arena::erase_free(FreeByOff::iterator it) {
+  spare_size_.push_back(free_by_size_.extract({it->second, it->first}));
+  spare_off_.push_back(free_by_off_.extract(it));
 }
 
 void Arena::log(int64_t delta, std::string_view tag) {
@@ -55,7 +68,16 @@ size_t Arena::allocate(size_t bytes, std::string_view tag) {
   size_t off = it->second, have = it->first;
   erase_free(free_by_off_.find(off));
   if (have > size) insert_free(off + size, have - size);
-  live_.emplace(off, Live{size, std::string(tag)});
+  if (spare_live_.empty()) {
+    live_.emplace(off, Live{size, std::string(tag)});
+  } else {
+    LiveMap::node_type n = std::move(spare_live_.back());
+    spare_live_.pop_back();
+    n.key() = off;
+    n.mapped().size = size;
+    n.mapped().tag.assign(tag);
+    live_.insert(std::move(n));
+  }
   in_use_ += size;
   peak_ = std::max(peak_, in_use_);
   high_water_ = std::max(high_water_, off + size);
@@ -69,7 +91,7 @@ void Arena::free(size_t off) {
   size_t size = lit->second.size;
   in_use_ -= size;
   log(-int64_t(size), lit->second.tag);
-  live_.erase(lit);
+  spare_live_.push_back(live_.extract(lit));
   // Coalesce with the neighbours on both sides.
   size_t start = off, end = off + size;
   auto next = free_by_off_.lower_bound(off);
@@ -97,6 +119,18 @@ double Arena::fragmentation() const {
     largest = std::max(largest, s);
   }
   return free_below == 0 ? 0.0 : 1.0 - double(largest) / double(free_below);
+}
+
+Arena::Mark Arena::mark() const {
+  return Mark{in_use_, live_.size(), {free_by_off_.begin(), free_by_off_.end()}};
+}
+
+bool Arena::unchanged_since(const Mark& m) const {
+  return m.in_use == in_use_ && m.live == live_.size() && m.free.size() == free_by_off_.size() &&
+         std::equal(m.free.begin(), m.free.end(), free_by_off_.begin(),
+                    [](const std::pair<size_t, size_t>& a, const auto& b) {
+                      return a.first == b.first && a.second == b.second;
+                    });
 }
 
 std::string_view Arena::tag_of(size_t offset) const {

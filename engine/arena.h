@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -55,6 +56,15 @@ class Arena {
   void set_clock(std::function<double()> clock) { clock_ = std::move(clock); }
   // Tag of the live block at `offset` (empty if none).
   std::string_view tag_of(size_t offset) const;
+  bool logging() const { return logging_; }
+  // What the next allocations depend on (the free blocks, and what is in use), to tell whether a block of
+  // allocations and frees left the arena as it found it (Backend::end_repeat).
+  struct Mark {
+    size_t in_use = 0, live = 0;
+    std::vector<std::pair<size_t, size_t>> free;  // (offset, size)
+  };
+  Mark mark() const;
+  bool unchanged_since(const Mark& m) const;
 
  private:
   void insert_free(size_t off, size_t size);
@@ -65,13 +75,21 @@ class Arena {
   size_t align_;
   size_t budget_;
   std::byte* base_;
-  std::map<size_t, size_t> free_by_off_;              // offset -> size
-  std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset): best fit, lowest address
+  using FreeByOff = std::map<size_t, size_t>;
+  using FreeBySize = std::set<std::pair<size_t, size_t>>;
+  FreeByOff free_by_off_;    // offset -> size
+  FreeBySize free_by_size_;  // (size, offset): best fit, lowest address
   struct Live {
     size_t size;
     std::string tag;
   };
-  std::map<size_t, Live> live_;
+  using LiveMap = std::map<size_t, Live>;
+  LiveMap live_;
+  // The trees' nodes of blocks gone, reused by the next ones: a planner's search runs millions of allocations on
+  // sim arenas, and a node (with its tag's buffer) taken from here costs no heap call.
+  std::vector<FreeByOff::node_type> spare_off_;
+  std::vector<FreeBySize::node_type> spare_size_;
+  std::vector<LiveMap::node_type> spare_live_;
   size_t in_use_ = 0, peak_ = 0, high_water_ = 0;
   bool logging_ = false;
   std::vector<ArenaEvent> events_;

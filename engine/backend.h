@@ -105,6 +105,14 @@ class Backend {
   virtual size_t device_used_bytes() { return 0; }
   // A one-line description of the device ("cpu", "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB").
   virtual std::string device_name() { return std::string(name()); }
+  // A block of work an op runs several times alike (ops::mlp_tiled's middle tiles: the same shapes from the same
+  // arena state), which a backend that only accounts for work may apply again without running it (the sim: a
+  // planner's search runs millions of them). begin_repeat() before one run of the block; end_repeat(times) after
+  // it returns true when the backend applied the block `times` more times, exactly as running it would have (the
+  // same clock, sums and arena), and false when the caller must run them (the default; and the sim's answer when
+  // the block did anything it cannot repeat, or left the arena otherwise than it found it).
+  virtual bool begin_repeat() { return false; }
+  virtual bool end_repeat(int64_t /*times*/) { return false; }
 
   // --- transfers for the host and disk tiers (engine/slot_store.h). Copies run on a copy
   // stream, never the compute stream; every hand-off goes through an event.

@@ -43,6 +43,9 @@ struct SimOptions {
   // unused-gradient scratch, the loss chunk buffers.
   SimMirror mirror = SimMirror::cuda;
   bool log_events = false;  // arena event log on from construction (before the cuda workspace)
+  // Blocks an op runs alike (Backend::begin_repeat) applied again from one run's record rather than run: the same
+  // clock, sums and arena to the bit, at a fraction of a tiled sim's cost. Off: every block runs (the tests compare).
+  bool repeat_blocks = true;
 };
 
 // Where the model time went. Phases follow the tape's calls: backward starts at the seed of the
@@ -61,6 +64,7 @@ struct SimTimes {
   double comm_wait_s = 0;        // the clock stalled on collectives: the host waiting, or compute (engine/comm_sim.h)
   double comm_contention_s = 0;  // compute time lost to collectives running beside it
   long kernels = 0;
+  long repeats = 0;  // blocks applied again from one run's record (Backend::end_repeat), not run
   double backward_start_s = -1, optimizer_start_s = -1;  // model time, -1 = not reached
 };
 

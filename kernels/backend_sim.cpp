@@ -91,18 +91,24 @@ class SimBackendImpl final : public SimBackend {
   const SimTimes& times() const override { return times_; }
   double tuning_s() const override { return tuning_s_; }
   void reset_times() override {
+    unrepeatable();
     times_ = {};
     backward_ended_ = false;
   }
-  void backward_ended() override { backward_ended_ = true; }
+  void backward_ended() override {
+    unrepeatable();
+    backward_ended_ = true;
+  }
   SimMirror mirror() const override { return opt_.mirror; }
   const CostModel& cost() const override { return cost_; }
   void slow_compute(double s) override {
+    unrepeatable();
     settle();
     now_ += s;
     times_.comm_contention_s += s;
   }
   void wait_for_event(double t_s, bool host) override {
+    unrepeatable();
     if (!host) {
       comm_after_ = std::max(comm_after_, t_s);
       return;
@@ -127,7 +133,26 @@ class SimBackendImpl final : public SimBackend {
     return opt_.profile.context_bytes + (opt_.budget ? arena_.budget() : arena_.high_water());
   }
 
+  // Repeats: one run of the block recorded (rec_), then applied again (apply, the Recording below).
+  bool begin_repeat() override {
+    rec_ = {};
+    if (!opt_.repeat_blocks || arena_.logging()) return false;  // the event log wants every allocation
+    rec_.on = rec_.clean = true;
+    rec_.arena = arena_.mark();
+    return true;
+  }
+  bool end_repeat(int64_t times) override {
+    Recording r = std::move(rec_);
+    rec_ = {};
+    if (!r.on || !r.clean || !arena_.unchanged_since(r.arena)) return false;
+    for (int64_t i = 0; i < times; ++i)
+      for (const Charge& c : r.charges) apply(c);
+    times_.repeats += times;
+    return true;
+  }
+
   void synchronize() override {
+    unrepeatable();
     settle();
     wait_until(std::max(copy_free_[0], copy_free_[1]), times_.copy_wait_s);
   }
@@ -146,12 +171,17 @@ class SimBackendImpl final : public SimBackend {
   }
   bool copy_done(CopyTicket t) override { return now_ >= copy_end(t); }
   void copy_wait_host(CopyTicket t) override {
+    unrepeatable();
     settle();
     wait_until(copy_end(t), times_.copy_wait_s);
   }
   // Read at the next compute op (settle): a copy issued before it can still stretch this one (issue).
-  void copy_wait_compute(CopyTicket t) override { compute_waits_.push_back(t); }
+  void copy_wait_compute(CopyTicket t) override {
+    unrepeatable();
+    compute_waits_.push_back(t);
+  }
   void copy_wait_lane(CopyLane lane, CopyTicket t) override {
+    unrepeatable();
     if (cuda()) copy_free_[size_t(lane)] = std::max(copy_free_[size_t(lane)], copy_end(t));
   }
 
@@ -162,6 +192,7 @@ class SimBackendImpl final : public SimBackend {
   }
   // Queues one request; returns when it ends: after the previous one, and no earlier than now (its issue).
   double disk_request(bool write, size_t bytes) {
+    unrepeatable();
     const double s = write ? cost_.disk_write(double(bytes)) : cost_.disk_read(double(bytes));
     (write ? times_.disk_write_bytes : times_.disk_read_bytes) += bytes;
     times_.disk_busy_s += s;
@@ -170,6 +201,7 @@ class SimBackendImpl final : public SimBackend {
   }
   // The host blocks until `end` (copy_wait_host's mechanism; the stall counts as disk wait).
   void disk_wait(double end) {
+    unrepeatable();
     settle();
     wait_until(end, times_.disk_wait_s);
   }
@@ -188,6 +220,7 @@ class SimBackendImpl final : public SimBackend {
   }
   void zero(Tensor t) override { memset(cost_.memory(B(t))); }
   void fill(Tensor t, float value) override {
+    if (t.numel() == 1) unrepeatable();
     // The tape seeds backward with fill(grad:loss, seed): the phase mark for recompute accounting.
     if (t.numel() == 1) {
       if (times_.backward_start_s < 0) times_.backward_start_s = now_;
@@ -270,11 +303,13 @@ class SimBackendImpl final : public SimBackend {
   // The optimizer phase starts at the first update after backward: a deferred update applied in
   // forward (model/train/optimizer.h) is forward time, and one during backward (no clipping) backward time.
   void mark_optimizer() {
+    unrepeatable();
     if (times_.backward_start_s >= 0 && times_.optimizer_start_s < 0 && backward_ended_)
       times_.optimizer_start_s = now_;
   }
   // A compute-stream op starts no earlier than the copies it was told to wait for.
   void settle() {
+    if (!compute_waits_.empty() || compute_after_ > now_ || comm_after_ > now_) unrepeatable();
     for (CopyTicket t : compute_waits_) compute_after_ = std::max(compute_after_, copy_end(t));
     compute_waits_.clear();
     if (compute_after_ > now_) wait_until(compute_after_, times_.copy_wait_s);
@@ -299,6 +334,7 @@ class SimBackendImpl final : public SimBackend {
   // ticket is read when the next compute op runs: settle). The other lane's work left is taken at its full
   // rate, and its direction as its last copy's.
   CopyTicket issue(double s, CopyLane lane, bool to_host) {
+    unrepeatable();
     if (!cuda()) {
       times_.copy_busy_s += s;
       now_ += s;
@@ -331,26 +367,56 @@ class SimBackendImpl final : public SimBackend {
     STRATA_CHECK(t >= 1 && t <= copy_ends_.size(), fmt::format("sim: unknown copy ticket {}", t));
     return copy_ends_[size_t(t - 1)];
   }
-  void charge(OpKind k, double s, int kernels, bool is_fwd) {
-    settle();
-    now_ += s;
-    times_.op_s[size_t(k)] += s;
-    times_.kernels += kernels;
-    if (is_fwd && in_backward()) times_.recompute_s += s;
+  // What a compute-stream op adds to the clock and the sums; a recorded block's ops (begin_repeat) are applied
+  // again from these by the same code, so a repeat adds the same doubles in the same order.
+  struct Charge {
+    enum What : uint8_t { op, memset, copy } what;
+    OpKind k;
+    int kernels;
+    bool fwd;
+    double s;
+  };
+  void apply(const Charge& c) {
+    now_ += c.s;
+    switch (c.what) {
+      case Charge::op:
+        times_.op_s[size_t(c.k)] += c.s;
+        times_.kernels += c.kernels;
+        if (c.fwd && in_backward()) times_.recompute_s += c.s;
+        break;
+      case Charge::memset:
+        times_.memset_s += c.s;
+        times_.kernels++;
+        break;
+      case Charge::copy:
+        times_.copy_s += c.s;
+        break;
+    }
   }
+  void charge(const Charge& c) {
+    settle();
+    apply(c);
+    if (rec_.on) rec_.charges.push_back(c);
+  }
+  void charge(OpKind k, double s, int kernels, bool is_fwd) { charge(Charge{Charge::op, k, kernels, is_fwd, s}); }
   void fwd(OpKind k, double s, int kernels = 1) { charge(k, s, kernels, true); }
   void bwd(OpKind k, double s, int kernels = 1) { charge(k, s, kernels, false); }
-  void memset(double s) {
-    settle();
-    now_ += s;
-    times_.memset_s += s;
-    times_.kernels++;
-  }
+  void memset(double s) { charge(Charge{Charge::memset, OpKind::count_, 0, false, s}); }
   void copy(double s) {
-    settle();
-    now_ += s;
-    times_.copy_s += s;
+    unrepeatable();
+    charge(Charge{Charge::copy, OpKind::count_, 0, false, s});
   }
+
+  // --- repeats (Backend::begin_repeat): the block's charges are recorded; the block repeats when it did nothing
+  // else the clock depends on (a copy, a wait, a phase mark: unrepeatable) and left the arena as it found it, so
+  // running it again would make the same allocations, reach the same peak and add the same charges.
+  struct Recording {
+    bool on = false, clean = false;
+    Arena::Mark arena;
+    std::vector<Charge> charges;
+  };
+  Recording rec_;
+  void unrepeatable() { rec_.clean = false; }
   // An op's scratch (engine/op_scratch.h), taken as backend_cuda.cpp takes it; the cpu backend takes none.
   ScratchSet take(const ScratchList& l) { return cuda() ? ScratchSet(arena_, l) : ScratchSet(); }
 

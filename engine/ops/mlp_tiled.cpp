@@ -42,19 +42,17 @@ class MlpTiledOp final : public Op {
   OpKind kind() const override { return OpKind::linear; }  // GEMMs, and swiglu (checked when recorded)
   void forward(Backend& be, const OpArgs& a) override {
     const int64_t N = a.in[0].shape[0];
-    for (int64_t r0 = 0; r0 < N; r0 += rows_) {
-      const int64_t n = std::min(rows_, N - r0);
+    for_each_tile(be, N, [&](int64_t r0, int64_t n) {
       Tile t = gate_up_act(be, a, row_slice(a.in[0], r0, n), false);
       const Tensor y = row_slice(a.out[0], r0, n);  // [n, C]
       be.linear_fwd(y, t.act.view(), a.in[3]);
       if (bias_) be.bias_fwd(y, a.in[6]);
-    }
+    });
   }
   void backward(Backend& be, const OpArgs& a) override {
     if (!a.gout[0].defined()) return;
     const int64_t N = a.in[0].shape[0];
-    for (int64_t r0 = 0; r0 < N; r0 += rows_) {
-      const int64_t n = std::min(rows_, N - r0);
+    for_each_tile(be, N, [&](int64_t r0, int64_t n) {
       const bool first = r0 == 0;  // the first tile writes each weight gradient as the tape says; later ones add
       auto acc = [&](int i) { return first ? bool(a.acc[size_t(i)]) : true; };
       const Tensor x = row_slice(a.in[0], r0, n), dy = row_slice(a.gout[0], r0, n), dx = row_slice(a.gin[0], r0, n);
@@ -76,13 +74,25 @@ class MlpTiledOp final : public Op {
       be.linear_bwd(dx, a.gin[2], dup.view(), x, a.in[2], a.acc[0], acc(2));
       if (bias_ && a.gin[4].defined()) be.bias_bwd(a.gin[4], dgate.view(), acc(4));
       be.linear_bwd(dx, a.gin[1], dgate.view(), x, a.in[1], true, acc(1));
-    }
+    });
   }
   // x to recompute every tile from, the weights (and biases); nothing [N, F].
   bool saves_input(int) const override { return true; }
   bool saves_output(int) const override { return false; }
 
  private:
+  // tile(r0, n) for each tile of rows [r0, r0 + n) in order. Tiles 1 .. k-2 of k are alike (full rows; the first
+  // writes the weight gradients, the last may be short): where the backend can apply one of them again without
+  // running it (Backend::begin_repeat: the sim), tile 1 runs once and the backend repeats it for the rest.
+  template <class F>
+  void for_each_tile(Backend& be, int64_t N, F&& tile) {
+    const int64_t k = (N + rows_ - 1) / rows_;
+    for (int64_t i = 0; i < k; ++i) {
+      const bool record = i == 1 && k >= 4 && be.begin_repeat();
+      tile(i * rows_, std::min(rows_, N - i * rows_));
+      if (record && be.end_repeat(k - 3)) i = k - 2;  // tiles 2 .. k-2 applied: the last tile next
+    }
+  }
   struct Tile {
     Buffer gate, up, act;  // [n, F]; gate and up freed once act exists, unless backward wants them
   };

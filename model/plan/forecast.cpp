@@ -284,6 +284,7 @@ Forecast forecast(const ForecastRequest& r) {
       f.optimizer_s = end_s - opt0;
       f.recompute_s = t.recompute_s;
       f.kernels = t.kernels;
+      f.repeated_blocks = t.repeats;
       // Every data-parallel group's rows (a group's ranks share theirs).
       f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * (r.gpus / sp) / f.step_s : 0.0;
       f.comm_busy_s = busy(false) - comm_before;

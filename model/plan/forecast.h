@@ -165,6 +165,7 @@ struct Forecast {
   double comm_wait_s = 0;   // compute (and the host) stalled on collectives
   std::vector<std::pair<std::string, double>> time_by_op;  // seconds, largest first
   long kernels = 0;
+  long repeated_blocks = 0;  // the step's blocks the sim applied from a record rather than ran (SimOptions)
 
   size_t params = 0, trainable = 0;
   // ZeRO over several ranks: how many ranks own some parameter's state (ranks 0 .. this - 1: the owners fill the

@@ -256,27 +256,31 @@ TEST(MlpTiles, EveryPlanIsBitIdenticalToTiledKeepEverything) {
     EXPECT_NEAR(keep.losses[i], untiled.losses[i], kSplitSumTol * std::fabs(untiled.losses[i])) << "step " << i;
 }
 
-TEST(MlpTiles, SimForecastsTheTiledPeaksAndScheduleByteForByte) {
-  struct Case {
-    Plan plan;
-    TrainMode mode;
-    bool paged;
-    bool biases;
-  };
+// Every plan family, each tier, the three training modes, paged weights, with and without biases.
+struct TiledCase {
+  Plan plan;
+  TrainMode mode;
+  bool paged;
+  bool biases;
+};
+std::vector<TiledCase> tiled_cases() {
   Plan state_all = Plan::gradient_checkpointing(1);
   state_all.set_state_offloading("all", "test");
-  const Case cases[] = {{Plan::keep_everything(), TrainMode::full, false, true},
-                        {Plan::gradient_checkpointing(1), TrainMode::full, false, false},
-                        {Plan::gradient_checkpointing(2), TrainMode::full, false, true},
-                        {Plan::selective_recompute(), TrainMode::full, false, false},
-                        {Plan::hidden_states(), TrainMode::full, false, true},
-                        {Plan::activation_offloading(Decision::host), TrainMode::full, false, false},
-                        {Plan::activation_offloading(Decision::disk), TrainMode::full, false, true},
-                        {state_all, TrainMode::full, false, false},
-                        {Plan::selective_recompute(), TrainMode::frozen, false, true},
-                        {Plan::gradient_checkpointing(1), TrainMode::lora, true, false}};
+  return {{Plan::keep_everything(), TrainMode::full, false, true},
+          {Plan::gradient_checkpointing(1), TrainMode::full, false, false},
+          {Plan::gradient_checkpointing(2), TrainMode::full, false, true},
+          {Plan::selective_recompute(), TrainMode::full, false, false},
+          {Plan::hidden_states(), TrainMode::full, false, true},
+          {Plan::activation_offloading(Decision::host), TrainMode::full, false, false},
+          {Plan::activation_offloading(Decision::disk), TrainMode::full, false, true},
+          {state_all, TrainMode::full, false, false},
+          {Plan::selective_recompute(), TrainMode::frozen, false, true},
+          {Plan::gradient_checkpointing(1), TrainMode::lora, true, false}};
+}
+
+TEST(MlpTiles, SimForecastsTheTiledPeaksAndScheduleByteForByte) {
   for (int tiles : {3, 64}) {
-    for (const auto& [plan, mode, paged, biases] : cases) {
+    for (const auto& [plan, mode, paged, biases] : tiled_cases()) {
       ForecastRequest r = sim_twin::tiny_request(plan, mode);
       r.model = odd_config(biases);
       r.plan.layer_weights = paged ? Decision::page : Decision::keep;
@@ -296,6 +300,49 @@ TEST(MlpTiles, SimForecastsTheTiledPeaksAndScheduleByteForByte) {
         ASSERT_EQ(f.events[i].delta, cpu.events[i].delta) << what << " event " << i;
       }
       EXPECT_GT(allocations(cpu.events, "L1.mlp.act.tile"), 0) << what;
+    }
+  }
+}
+
+// A planner's forecasts apply the middle tiles of a tiled MLP from one tile's record (Backend::begin_repeat); a
+// detailed forecast logs every allocation and so runs every tile. The two agree to the bit: the clock, each phase,
+// every sum and every tier's peak, on both mirrors, at tile counts where 5 and 35 tiles are repeated.
+TEST(MlpTiles, RepeatedTilesForecastExactlyAsRunTiles) {
+  for (SimMirror mirror : {SimMirror::cpu, SimMirror::cuda}) {
+    for (int tiles : {8, 64}) {
+      for (const auto& [plan, mode, paged, biases] : tiled_cases()) {
+        ForecastRequest r =
+            mirror == SimMirror::cpu ? sim_twin::tiny_request(plan, mode) : sim_twin::tiny_cuda_request(plan, mode);
+        r.model = odd_config(biases);
+        r.plan.layer_weights = paged ? Decision::page : Decision::keep;
+        r.mlp_tiles = tiles;
+        const std::string what = fmt::format("{} ({}), {} tiles, mirror {}", plan.preset, train_mode_name(mode), tiles,
+                                             sim_mirror_name(mirror));
+        r.detail = true;
+        const Forecast run = forecast(r);
+        r.detail = false;
+        const Forecast rep = forecast(r);
+        ASSERT_TRUE(run.fits && rep.fits) << what << ": " << run.oom << rep.oom;
+        EXPECT_EQ(run.repeated_blocks, 0) << what;
+        // Forward and backward, each MLP: its tiles 2 .. k-2 of k (k = 8, or 38 of one row each).
+        const long per_op = ops::mlp_tile_count(int64_t(r.batch) * r.seq, tiles) - 3;
+        EXPECT_GE(rep.repeated_blocks, 2 * r.model.num_hidden_layers * per_op) << what;
+        EXPECT_EQ(rep.step_s, run.step_s) << what;
+        EXPECT_EQ(rep.forward_s, run.forward_s) << what;
+        EXPECT_EQ(rep.backward_s, run.backward_s) << what;
+        EXPECT_EQ(rep.optimizer_s, run.optimizer_s) << what;
+        EXPECT_EQ(rep.recompute_s, run.recompute_s) << what;
+        EXPECT_EQ(rep.first_step_extra_s, run.first_step_extra_s) << what;
+        EXPECT_EQ(rep.copy_wait_s, run.copy_wait_s) << what;
+        EXPECT_EQ(rep.copy_busy_s, run.copy_busy_s) << what;
+        EXPECT_EQ(rep.disk_wait_s, run.disk_wait_s) << what;
+        EXPECT_EQ(rep.kernels, run.kernels) << what;
+        EXPECT_EQ(rep.time_by_op, run.time_by_op) << what;
+        EXPECT_EQ(rep.peak_bytes, run.peak_bytes) << what;
+        EXPECT_EQ(rep.high_water_bytes, run.high_water_bytes) << what;
+        EXPECT_EQ(rep.peak_host_bytes, run.peak_host_bytes) << what;
+        EXPECT_EQ(rep.peak_disk_bytes, run.peak_disk_bytes) << what;
+      }
     }
   }
 }
