@@ -347,8 +347,15 @@ __device__ __forceinline__ void store_u16x4(uint16_t* p, const uint16_t (&h)[4],
     if (i + e < end) p[i + e] = h[e];
 }
 
+// The update is some 70 instructions an element (IEEE-rounded division and square root, as the cpu reference), so
+// the kernel is bound by how many warps can issue, not by HBM: at 52 registers 4 blocks of 256 fit an SM (half its
+// warps), and the bf16 recipe's update moved 2.6 TB/s (Nsight Compute on an H200: 0.54 instructions issued a cycle
+// per scheduler, most warps waiting on loads). At most 48 registers let 5 blocks in: 1.60 ms against 1.81 for the
+// same launch (6 blocks, at 40 registers, spill and took 1.64; docs/BENCHMARKS.md "Where the time goes").
+constexpr int kAnyMinBlocks = 5;
+
 template <bool kSplit, OptimizerState S, bool kGradBf16>
-__global__ void __launch_bounds__(kAnyThreads)
+__global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
     adamw_any_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
   const float scale = clip_scale(norm_sq, k.max_norm);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -589,8 +596,13 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
     }
     const size_t chunks = L.first_chunk[L.count];
     if (chunks == 0) continue;
-    const unsigned grid = list_grid(chunks);
-    auto launch = [&](auto kernel) { kernel<<<grid, kAnyThreads, 0, stream>>>(L, norm_sq, k); };
+    // As many blocks as fit the SMs at once, each walking the chunks: no second, partial wave of blocks.
+    auto launch = [&](auto kernel) {
+      int per_sm = 0;
+      STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAnyThreads, 0));
+      const unsigned grid = unsigned(std::min<size_t>(chunks, size_t(num_sms()) * size_t(std::max(per_sm, 1))));
+      kernel<<<grid, kAnyThreads, 0, stream>>>(L, norm_sq, k);
+    };
     // One instance per (master, moments, gradient dtype).
     auto by_grads = [&](auto f32_kernel, auto bf16_kernel) { bf16_grads ? launch(bf16_kernel) : launch(f32_kernel); };
     switch (moments) {
