@@ -43,9 +43,6 @@ struct SimOptions {
   // unused-gradient scratch, the loss chunk buffers.
   SimMirror mirror = SimMirror::cuda;
   bool log_events = false;  // arena event log on from construction (before the cuda workspace)
-  // Blocks an op runs alike (Backend::begin_repeat) applied again from one run's record rather than run: the same
-  // clock, sums and arena to the bit, at a fraction of a tiled sim's cost. Off: every block runs (the tests compare).
-  bool repeat_blocks = true;
 };
 
 // Where the model time went. Phases follow the tape's calls: backward starts at the seed of the

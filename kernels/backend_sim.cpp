@@ -136,7 +136,7 @@ class SimBackendImpl final : public SimBackend {
   // Repeats: one run of the block recorded (rec_), then applied again (apply, the Recording below).
   bool begin_repeat() override {
     rec_ = {};
-    if (!opt_.repeat_blocks || arena_.logging()) return false;  // the event log wants every allocation
+    if (arena_.logging()) return false;  // the event log wants every allocation
     rec_.on = rec_.clean = true;
     rec_.arena = arena_.mark();
     return true;

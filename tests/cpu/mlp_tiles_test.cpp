@@ -347,6 +347,42 @@ TEST(MlpTiles, RepeatedTilesForecastExactlyAsRunTiles) {
   }
 }
 
+// The same on several ranks, where collectives run beside the tiles: ZeRO-3's gathers and reduce-scatters, sequence
+// parallelism's all-to-alls (each row's 20 tokens split over 2 ranks), data parallelism's all-reduce; later ranks too.
+TEST(MlpTiles, RepeatedTilesForecastExactlyAsRunTilesOnSeveralRanks) {
+  struct Ranks {
+    int gpus, zero, sp, rank;
+  };
+  for (const Ranks& k :
+       {Ranks{2, 3, 1, 0}, Ranks{2, 3, 1, 1}, Ranks{2, 0, 2, 1}, Ranks{4, 2, 2, 3}, Ranks{2, 0, 1, 0}}) {
+    for (const Plan& plan : {Plan::keep_everything(), Plan::gradient_checkpointing(1)}) {
+      ForecastRequest r = sim_twin::tiny_cuda_request(plan);
+      r.model = odd_config(false);
+      r.gpus = k.gpus, r.zero_stage = k.zero, r.sequence_parallel = k.sp, r.rank = k.rank;
+      r.seq = 20;
+      r.mlp_tiles = 8;
+      const std::string what =
+          fmt::format("{}, {} GPUs, ZeRO-{}, sequence parallel {}, rank {}", plan.preset, k.gpus, k.zero, k.sp, k.rank);
+      r.detail = true;
+      const Forecast run = forecast(r);
+      r.detail = false;
+      const Forecast rep = forecast(r);
+      ASSERT_TRUE(run.fits && rep.fits) << what << ": " << run.oom << rep.oom;
+      EXPECT_EQ(run.repeated_blocks, 0) << what;
+      EXPECT_GT(rep.repeated_blocks, 0) << what;
+      EXPECT_EQ(rep.step_s, run.step_s) << what;
+      EXPECT_EQ(rep.forward_s, run.forward_s) << what;
+      EXPECT_EQ(rep.backward_s, run.backward_s) << what;
+      EXPECT_EQ(rep.comm_busy_s, run.comm_busy_s) << what;
+      EXPECT_EQ(rep.comm_wait_s, run.comm_wait_s) << what;
+      EXPECT_EQ(rep.kernels, run.kernels) << what;
+      EXPECT_EQ(rep.time_by_op, run.time_by_op) << what;
+      EXPECT_EQ(rep.peak_bytes, run.peak_bytes) << what;
+      EXPECT_EQ(rep.high_water_bytes, run.high_water_bytes) << what;
+    }
+  }
+}
+
 // A shape whose MLP dominates the activations: intermediate 16x the width, 512 rows.
 ForecastRequest mlp_heavy(const Plan& plan, int tiles) {
   ForecastRequest r = sim_twin::tiny_request(plan);
