@@ -19,6 +19,8 @@ class DiskFile {
   DiskFile& operator=(const DiskFile&) = delete;
 
   virtual const std::string& path() const = 0;
+  // Whether requests move bytes. The sim's file does not: it takes no buffer (null is fine) and reads zeros.
+  virtual bool moves_bytes() const { return true; }
   // Queue a write/read of `bytes` at `offset`; the buffer stays untouched until done()/wait() reports the ticket.
   virtual Ticket write_async(size_t offset, const void* buf, size_t bytes) = 0;
   virtual Ticket read_async(size_t offset, void* buf, size_t bytes) = 0;

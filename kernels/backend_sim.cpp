@@ -46,6 +46,7 @@ class SimDiskFile final : public DiskFile {
  public:
   SimDiskFile(SimBackendImpl& be, const std::string& dir, size_t capacity_bytes);
   const std::string& path() const override { return path_; }
+  bool moves_bytes() const override { return false; }
   Ticket write_async(size_t offset, const void*, size_t bytes) override { return submit(true, offset, bytes); }
   Ticket read_async(size_t offset, void*, size_t bytes) override { return submit(false, offset, bytes); }
   bool done(Ticket t) override;

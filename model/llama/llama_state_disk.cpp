@@ -60,26 +60,31 @@ std::byte* LlamaModel::bounce(bool zeroed) const {
 
 void LlamaModel::read_state_disk(size_t off, void* dst, size_t bytes, const std::string& cls) const {
   STRATA_CHECK(state_disk_ != nullptr, "read_state_disk: no state file");
-  std::byte* buf = bounce(true);  // the sim moves no bytes: it reads zeros
+  // A file that moves no bytes (the sim's) takes the same requests without a buffer, and reads zeros.
+  const bool moves = state_disk_->moves_bytes();
+  std::byte* buf = moves ? bounce(true) : nullptr;
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kBounceBytes), padded = host_align(n);
-    bounce_zero_ = false;
+    if (moves) bounce_zero_ = false;  // the read fills it
     try {
       state_disk_->wait(state_disk_->read_async(off + done, buf, padded));
     } catch (const Error& e) {
       throw_state_disk_error(cls, false, e.what());
     }
-    std::memcpy(static_cast<std::byte*>(dst) + done, buf, n);
+    if (buf)
+      std::memcpy(static_cast<std::byte*>(dst) + done, buf, n);
+    else
+      std::memset(static_cast<std::byte*>(dst) + done, 0, n);
     done += n;
   }
 }
 
 void LlamaModel::write_state_disk(size_t off, const void* src, size_t bytes, const std::string& cls) const {
   STRATA_CHECK(state_disk_ != nullptr, "write_state_disk: no state file");
-  std::byte* buf = bounce(src == nullptr);
+  std::byte* buf = state_disk_->moves_bytes() ? bounce(src == nullptr) : nullptr;  // the sim's: requests alone
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kBounceBytes), padded = host_align(n);
-    if (src) {
+    if (src && buf) {
       std::memcpy(buf, static_cast<const std::byte*>(src) + done, n);
       std::memset(buf + n, 0, padded - n);  // the array's last page: its padding
     }

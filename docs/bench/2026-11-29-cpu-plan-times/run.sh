@@ -5,7 +5,8 @@
 # The full 8B at 1,048,576 on 4 GPUs: BASE 211.20 s wall, 360.24 s user, 2,009 tokens/s, 41,939 sim runs; NEW 178.61 s,
 # 305.33 s, the same; with the layouts' new order (6b24aa0's successor, 1m-4gpus-full-8b.plan.txt) 147.88 s, 254.23 s,
 # the same answer, 35,258 sim runs; under the default 60 s limit BASE answered 1,611 tokens/s, NEW 1,733, and the new
-# order 2,009 (1m-4gpus-full-8b.limit60.plan.txt). 4M8.plan.txt: the new order, 40.63 s, 51.40 s, 782 tokens/s.
+# order 2,009 (1m-4gpus-full-8b.limit60.plan.txt). 4M8: the new order 40.63 s, 51.40 s; then without the sim's state-file
+# bounce buffer (4M8.plan.txt) 39.72 s, 49.51 s; 782 tokens/s and 7,563 sim runs each time.
 #   $BIN --model llama-3-8b-1m.config.json --seq 1048576 --gpus 4 $b $r --profile profiles/h200.calibrated.json \
 #     --plan-time-limit 300
 cd /work/main
