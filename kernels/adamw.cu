@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <type_traits>
 
 #include "engine/master_split.h"
 #include "kernels/adamw.h"
@@ -36,11 +37,17 @@ __device__ __forceinline__ void add_block_sum(float* out, float acc) {
     last = atomicAdd(&g_norm_blocks_done, 1u) == gridDim.x - 1;
   }
   __syncthreads();
-  if (!last || threadIdx.x != 0) return;
+  if (!last) return;
   __threadfence();
-  float sum = out[0];
-  for (unsigned b = 0; b < gridDim.x; b++) sum = __fadd_rn(sum, *(volatile float*)&g_norm_partials[b]);
-  out[0] = sum;
+  // The last block adds the slots in a fixed order: thread i the slots i, i + blockDim.x, ... in turn, then the
+  // block's fixed tree; a thread 0 alone walking some thousand slots one load at a time was the longest part of a
+  // small gradient's launch.
+  float part = 0.0f;
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+    part = __fadd_rn(part, *(volatile float*)&g_norm_partials[b]);
+  part = block_sum(part);
+  if (threadIdx.x != 0) return;
+  out[0] = __fadd_rn(out[0], part);
   g_norm_blocks_done = 0;  // the next launch on this stream starts after this kernel ends
 }
 
@@ -205,6 +212,20 @@ __global__ void __launch_bounds__(kListThreads)
     const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
     const void* g = L.g[t];
     size_t i = begin + threadIdx.x * 4;
+    if constexpr (kBf16) {  // whole spans of 2 x 256 x 8: two 16-byte loads in flight per thread
+      constexpr size_t kSpan = 2 * kListThreads * 8;
+      const bf16* gb = static_cast<const bf16*>(g);
+      const size_t spans = (end - begin) / kSpan;
+      for (size_t s = 0; s < spans; s++) {
+        const size_t j = begin + s * kSpan + threadIdx.x * 8;
+        float a[8], b[8];
+        load_bf16<8>(a, gb + j);
+        load_bf16<8>(b, gb + j + kListThreads * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc += a[k] * a[k] + b[k] * b[k];
+      }
+      i = begin + spans * kSpan + threadIdx.x * 4;  // the rest (a tensor's last chunk) as the f32 form walks it
+    }
     // Two 16-byte (bf16: 8-byte) loads in flight per thread.
     for (; i + 4 + kListThreads * 4 <= end; i += 2 * kListThreads * 4) {
       float a[4], b[4];
@@ -419,6 +440,143 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
   }
 }
 
+// ---- fp32 and bf16 moments: eight elements a thread ------------------------------------------------
+// The same update as adamw_any_kernel, with each thread taking 8 consecutive elements: every 16-bit array is one
+// 16-byte access and every f32 one two, a chunk's pointers are formed once and its offsets are 32-bit, and a whole
+// chunk (every chunk but a tensor's last) runs without bounds checks. Fewer instructions an element is what the
+// update needs (it is bound by issue, above); 8-bit moments keep the warp-per-block kernel.
+constexpr int kWideMinBlocks = 4;
+constexpr unsigned kWideElems = 8;
+
+// Elements [0, 8) at p as floats, and back: 16-bit values are bf16 bits (weights, bf16 moments and gradients).
+__device__ __forceinline__ void load8(float (&x)[8], const uint16_t* p) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    x[2 * k] = __uint_as_float(w[k] << 16);
+    x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void load8(float (&x)[8], const float* p) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {  // element lo in the low half, as memory holds it
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+__device__ __forceinline__ void store8(uint16_t* p, const float (&x)[8]) {
+  *reinterpret_cast<uint4*>(p) =
+      make_uint4(bf16_pair(x[0], x[1]), bf16_pair(x[2], x[3]), bf16_pair(x[4], x[5]), bf16_pair(x[6], x[7]));
+}
+__device__ __forceinline__ void store8(float* p, const float (&x)[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(x[4], x[5], x[6], x[7]);
+}
+
+// One tensor's slice as the wide kernel sees it: pointers at the chunk's first element. M is the moments' element
+// type (float or uint16_t: bf16 bits), G the gradients'.
+template <bool kSplit, class M, class G>
+struct WideSlice {
+  uint16_t* hi;
+  uint16_t* lo;  // kSplit only
+  M* m;
+  M* v;
+  const G* g;
+
+  // Elements [j, j + 8).
+  __device__ __forceinline__ void step8(unsigned j, float scale, const AdamWScalars& k) const {
+    float p[8], mm[8], vv[8], gg[8];
+    load8(p, hi + j);
+    if constexpr (kSplit) {
+      const uint4 u = *reinterpret_cast<const uint4*>(lo + j);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        const int16_t l = int16_t(e % 2 ? w[e / 2] >> 16 : w[e / 2] & 0xffffu);
+        p[e] = __uint_as_float(__float_as_uint(p[e]) + uint32_t(int32_t(l)));  // master_join_bits
+      }
+    }
+    load8(gg, g + j);
+    load8(mm, m + j);
+    load8(vv, v + j);
+#pragma unroll
+    for (int e = 0; e < 8; e++) adamw_core(p[e], mm[e], vv[e], gg[e], scale, k);
+    store8(m + j, mm);
+    store8(v + j, vv);
+    if constexpr (kSplit) {
+      uint32_t hw[4], lw[4];
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        uint16_t h0, h1;
+        int16_t l0, l1;
+        master_split_bits(__float_as_uint(p[e]), h0, l0);
+        master_split_bits(__float_as_uint(p[e + 1]), h1, l1);
+        hw[e / 2] = uint32_t(h0) | (uint32_t(h1) << 16);
+        lw[e / 2] = uint32_t(uint16_t(l0)) | (uint32_t(uint16_t(l1)) << 16);
+      }
+      *reinterpret_cast<uint4*>(hi + j) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+      *reinterpret_cast<uint4*>(lo + j) = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+    } else {
+      store8(hi + j, p);
+    }
+  }
+
+  // Element j alone (a tensor's last < 8).
+  __device__ __forceinline__ void step1(unsigned j, float scale, const AdamWScalars& k) const {
+    const auto widen = [](auto x) {
+      if constexpr (std::is_same_v<decltype(x), uint16_t>)
+        return __uint_as_float(uint32_t(x) << 16);
+      else
+        return x;
+    };
+    float p = kSplit ? __uint_as_float(master_join_bits(hi[j], int16_t(lo[j]))) : widen(hi[j]);
+    float mm = widen(m[j]), vv = widen(v[j]);
+    adamw_core(p, mm, vv, widen(g[j]), scale, k);
+    if constexpr (std::is_same_v<M, uint16_t>) {
+      m[j] = __bfloat16_as_ushort(__float2bfloat16_rn(mm));
+      v[j] = __bfloat16_as_ushort(__float2bfloat16_rn(vv));
+    } else {
+      m[j] = mm, v[j] = vv;
+    }
+    if constexpr (kSplit) {
+      int16_t l;
+      master_split_bits(__float_as_uint(p), hi[j], l);
+      lo[j] = uint16_t(l);
+    } else {
+      hi[j] = __bfloat16_as_ushort(__float2bfloat16_rn(p));
+    }
+  }
+};
+
+template <bool kSplit, OptimizerState S, bool kGradBf16>
+__global__ void __launch_bounds__(kAnyThreads, kWideMinBlocks)
+    adamw_wide_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
+  static_assert(S != OptimizerState::q8, "8-bit moments take adamw_any_kernel");
+  using M = std::conditional_t<S == OptimizerState::fp32, float, uint16_t>;
+  using G = std::conditional_t<kGradBf16, uint16_t, float>;
+  const float scale = clip_scale(norm_sq, k.max_norm);
+  for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
+    const int t = chunk_owner(L, c);
+    const size_t begin = (c - L.first_chunk[t]) * kChunk;
+    const unsigned n = unsigned(L.n[t] - begin < kChunk ? L.n[t] - begin : kChunk);
+    const WideSlice<kSplit, M, G> s{
+        reinterpret_cast<uint16_t*>(L.hi[t]) + begin, kSplit ? reinterpret_cast<uint16_t*>(L.lo[t]) + begin : nullptr,
+        static_cast<M*>(L.m[t]) + begin, static_cast<M*>(L.v[t]) + begin, static_cast<const G*>(L.g[t]) + begin};
+    const unsigned first = threadIdx.x * kWideElems, stride = kAnyThreads * kWideElems;
+    if (n == kChunk) {
+#pragma unroll 2
+      for (unsigned j = first; j < unsigned(kChunk); j += stride) s.step8(j, scale, k);
+      continue;
+    }
+    const unsigned whole = n / kWideElems * kWideElems;
+    for (unsigned j = first; j < whole; j += stride) s.step8(j, scale, k);
+    if (first == (whole % stride) && whole < n)  // the thread next in line takes the < 8 left
+      for (unsigned j = whole; j < n; j++) s.step1(j, scale, k);
+  }
+}
+
 // Fills a table from items [from, from + count), returns its chunk total.
 template <class Fill>
 size_t fill_table(ListTable& L, int count, Fill fill) {
@@ -607,16 +765,16 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
     auto by_grads = [&](auto f32_kernel, auto bf16_kernel) { bf16_grads ? launch(bf16_kernel) : launch(f32_kernel); };
     switch (moments) {
       case OptimizerState::fp32:
-        split ? by_grads(adamw_any_kernel<true, OptimizerState::fp32, false>,
-                         adamw_any_kernel<true, OptimizerState::fp32, true>)
-              : by_grads(adamw_any_kernel<false, OptimizerState::fp32, false>,
-                         adamw_any_kernel<false, OptimizerState::fp32, true>);
+        split ? by_grads(adamw_wide_kernel<true, OptimizerState::fp32, false>,
+                         adamw_wide_kernel<true, OptimizerState::fp32, true>)
+              : by_grads(adamw_wide_kernel<false, OptimizerState::fp32, false>,
+                         adamw_wide_kernel<false, OptimizerState::fp32, true>);
         break;
       case OptimizerState::bf16:
-        split ? by_grads(adamw_any_kernel<true, OptimizerState::bf16, false>,
-                         adamw_any_kernel<true, OptimizerState::bf16, true>)
-              : by_grads(adamw_any_kernel<false, OptimizerState::bf16, false>,
-                         adamw_any_kernel<false, OptimizerState::bf16, true>);
+        split ? by_grads(adamw_wide_kernel<true, OptimizerState::bf16, false>,
+                         adamw_wide_kernel<true, OptimizerState::bf16, true>)
+              : by_grads(adamw_wide_kernel<false, OptimizerState::bf16, false>,
+                         adamw_wide_kernel<false, OptimizerState::bf16, true>);
         break;
       case OptimizerState::q8:
         split ? by_grads(adamw_any_kernel<true, OptimizerState::q8, false>,

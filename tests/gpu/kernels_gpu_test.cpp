@@ -554,103 +554,148 @@ TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
   }
 }
 
+// The bf16 gradients' list form: 16-byte loads over whole spans of 4096, 4 at a time past them, element tails; sizes
+// under, at and past a span and a chunk, 53 tensors (two launches); against the cpu sum in double.
+TEST(KernelsGpu, SumSquaresListBf16) {
+  STRATA_REQUIRE_GPU();
+  std::vector<size_t> sizes;
+  for (int i = 0; sizes.size() < 53; i++)
+    for (size_t n : {size_t(1), size_t(7), size_t(4095), size_t(4096), size_t(4097 + i), size_t(16384),
+                     size_t(3 * 16384 + 4100 + i), size_t(100003)})
+      sizes.push_back(n);
+  sizes.resize(53);
+  std::deque<DevBuf<uint16_t>> g;
+  std::vector<const bf16*> gp;
+  double want = 0.5;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    const std::vector<float> x = randn(sizes[i], 900 + uint32_t(i), 0.3f);
+    std::vector<uint16_t> bits(sizes[i]);
+    for (size_t e = 0; e < sizes[i]; e++) bits[e] = strata::f32_to_bf16(x[e]);
+    want += cpu::sum_squares_bf16(bits.data(), sizes[i]);
+    g.emplace_back(sizes[i]).upload(bits);
+    gp.push_back(reinterpret_cast<const bf16*>(g.back().p));
+  }
+  F out(Vec{0.5f});
+  sc::sum_squares_list_bf16(out.p(), gp.data(), sizes.data(), int(sizes.size()), kStream);
+  sync();
+  EXPECT_TRUE(close(out.get(), {float(want)}, 1e-11, "sum_squares_list_bf16"));
+  // The same list again gives the same bits (the blocks' sums are added in a fixed order).
+  const float first = out.get()[0], start = 0.5f;
+  CUDA_OK(cudaMemcpy(out.p(), &start, 4, cudaMemcpyHostToDevice));
+  sc::sum_squares_list_bf16(out.p(), gp.data(), sizes.data(), int(sizes.size()), kStream);
+  sync();
+  EXPECT_EQ(out.get()[0], first);
+}
+
 // adamw_step_any, every precision (engine/state_recipe.h): split fp32 masters or none (bf16 weights
 // updated in place), moments fp32, bf16 or 8-bit, against the cpu reference (cpu::adamw_step on an
 // AdamWState) bit for bit over three steps with clipping active. Sizes cover partial quantisation
-// blocks, one element, and tensors spanning several 16384-element chunks; five tensors in one list.
+// blocks, one element, tails of 1-7 past a multiple of 8, whole 16384-element chunks and tensors spanning several;
+// eight tensors in one list; f32 and bf16 gradients.
 TEST(KernelsGpu, AdamWAnyPrecisionIsTheCpuReferenceBitForBit) {
   STRATA_REQUIRE_GPU();
-  const std::vector<size_t> sizes = {1, 255, 257, 16384 + 300, 40000};
+  const std::vector<size_t> sizes = {1, 255, 257, 16384 + 300, 40000, 32768, 2 * 16384 + 2048 + 13, 8};
   strata::AdamWParams hp;
   hp.lr = 1e-3f, hp.beta1 = 0.9f, hp.beta2 = 0.95f, hp.eps = 1e-8f, hp.weight_decay = 0.1f;
   for (strata::OptimizerState os :
        {strata::OptimizerState::fp32, strata::OptimizerState::bf16, strata::OptimizerState::q8})
-    for (bool split : {true, false}) {
-      const std::string tag = std::string(strata::optimizer_state_name(os)) + (split ? " split" : " no master");
-      const size_t elem = os == strata::OptimizerState::fp32 ? 4 : os == strata::OptimizerState::bf16 ? 2 : 1;
-      struct T {
-        std::vector<float> master;      // cpu reference: fp32 master (split) ...
-        std::vector<uint16_t> weights;  // ... and the bf16 weights
-        std::vector<uint8_t> m, v;      // moments' bytes
-        std::vector<float> ms, vs;      // 8-bit scales
-        std::unique_ptr<DevBuf<uint16_t>> d_hi;
-        std::unique_ptr<DevBuf<int16_t>> d_lo;
-        std::unique_ptr<DevBuf<uint8_t>> d_m, d_v;
-        std::unique_ptr<DevBuf<float>> d_ms, d_vs, d_g;
-      };
-      std::vector<T> ts(sizes.size());
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        const size_t n = sizes[i], nb = strata::quant_blocks(n);
-        T& t = ts[i];
-        t.master = randn(n, 300 + uint32_t(i), 0.05f);
-        t.weights.resize(n);
-        std::vector<int16_t> lo(n);
-        if (split) {
-          strata::master_split(t.master.data(), t.weights.data(), lo.data(), n);
-        } else {
-          for (size_t e = 0; e < n; ++e) t.weights[e] = strata::f32_to_bf16(t.master[e]);
-        }
-        t.m.assign(n * elem, 0), t.v.assign(n * elem, 0), t.ms.assign(nb, 0.0f), t.vs.assign(nb, 0.0f);
-        t.d_hi = std::make_unique<DevBuf<uint16_t>>(n), t.d_hi->upload(t.weights);
-        t.d_lo = std::make_unique<DevBuf<int16_t>>(n), t.d_lo->upload(lo);
-        t.d_m = std::make_unique<DevBuf<uint8_t>>(n * elem), t.d_m->upload(t.m);
-        t.d_v = std::make_unique<DevBuf<uint8_t>>(n * elem), t.d_v->upload(t.v);
-        t.d_ms = std::make_unique<DevBuf<float>>(nb), t.d_ms->upload(t.ms);
-        t.d_vs = std::make_unique<DevBuf<float>>(nb), t.d_vs->upload(t.vs);
-        t.d_g = std::make_unique<DevBuf<float>>(n);
-      }
-      F norm_sq(vec(1));
-      for (int step = 1; step <= 3; ++step) {
-        double sq = 0;
-        std::vector<std::vector<float>> gs;
+    for (bool split : {true, false})
+      for (bool g16 : {false, true}) {
+        const std::string tag = std::string(strata::optimizer_state_name(os)) + (split ? " split" : " no master") +
+                                (g16 ? " bf16 gradients" : "");
+        const size_t elem = os == strata::OptimizerState::fp32 ? 4 : os == strata::OptimizerState::bf16 ? 2 : 1;
+        struct T {
+          std::vector<float> master;      // cpu reference: fp32 master (split) ...
+          std::vector<uint16_t> weights;  // ... and the bf16 weights
+          std::vector<uint8_t> m, v;      // moments' bytes
+          std::vector<float> ms, vs;      // 8-bit scales
+          std::unique_ptr<DevBuf<uint16_t>> d_hi;
+          std::unique_ptr<DevBuf<int16_t>> d_lo;
+          std::unique_ptr<DevBuf<uint8_t>> d_m, d_v;
+          std::unique_ptr<DevBuf<float>> d_ms, d_vs, d_g;
+          std::unique_ptr<DevBuf<uint16_t>> d_g16;
+        };
+        std::vector<T> ts(sizes.size());
         for (size_t i = 0; i < sizes.size(); ++i) {
-          gs.push_back(randn(sizes[i], 400 + uint32_t(step * 10 + i), 0.02f));
-          ts[i].d_g->upload(gs.back());
-          sq += strata::cpu::sum_squares(gs.back().data(), sizes[i]);
-        }
-        const float nsq = float(sq), max_norm = 0.5f;
-        CUDA_OK(cudaMemcpy(norm_sq.p(), &nsq, 4, cudaMemcpyHostToDevice));
-        const float norm = std::sqrt(nsq), scale = norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
-        ASSERT_LT(scale, 1.0f) << "clipping should be active";
-        std::vector<sc::AdamWAnyTensors> list;
-        for (size_t i = 0; i < sizes.size(); ++i) {
+          const size_t n = sizes[i], nb = strata::quant_blocks(n);
           T& t = ts[i];
-          list.push_back({split ? t.d_lo->p : nullptr, reinterpret_cast<bf16*>(t.d_hi->p), t.d_m->p, t.d_v->p,
-                          t.d_ms->p, t.d_vs->p, t.d_g->p, sizes[i]});
-          strata::AdamWState st;
-          st.master = split ? t.master.data() : nullptr;
-          st.weights = t.weights.data();
-          st.weights_dtype = strata::DType::bf16;
-          st.m = t.m.data(), st.v = t.v.data(), st.m_scale = t.ms.data(), st.v_scale = t.vs.data();
-          st.moments = os;
-          st.g = gs[i].data();
-          st.n = sizes[i];
-          cpu::adamw_step(st, hp, step, scale);
-        }
-        sc::adamw_step_any(list.data(), int(list.size()), split, os, norm_sq.p(), max_norm, hp.lr, hp.beta1, hp.beta2,
-                           hp.eps, hp.weight_decay, step, kStream);
-        sync();
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          T& t = ts[i];
-          const std::string what = tag + " step " + std::to_string(step) + " n=" + std::to_string(sizes[i]);
-          EXPECT_EQ(t.d_m->download(), t.m) << what << " m";
-          EXPECT_EQ(t.d_v->download(), t.v) << what << " v";
-          if (os == strata::OptimizerState::q8) {
-            EXPECT_EQ(t.d_ms->download(), t.ms) << what << " m scales";
-            EXPECT_EQ(t.d_vs->download(), t.vs) << what << " v scales";
-          }
-          if (split) {  // the joined master is the reference's; the high half its ties-away rounding
-            const std::vector<uint16_t> hi = t.d_hi->download();
-            const std::vector<int16_t> lo = t.d_lo->download();
-            std::vector<float> joined(sizes[i]);
-            strata::master_join(joined.data(), hi.data(), lo.data(), sizes[i]);
-            EXPECT_EQ(std::memcmp(joined.data(), t.master.data(), sizes[i] * 4), 0) << what << " master";
+          t.master = randn(n, 300 + uint32_t(i), 0.05f);
+          t.weights.resize(n);
+          std::vector<int16_t> lo(n);
+          if (split) {
+            strata::master_split(t.master.data(), t.weights.data(), lo.data(), n);
           } else {
-            EXPECT_EQ(t.d_hi->download(), t.weights) << what << " bf16 weights";
+            for (size_t e = 0; e < n; ++e) t.weights[e] = strata::f32_to_bf16(t.master[e]);
+          }
+          t.m.assign(n * elem, 0), t.v.assign(n * elem, 0), t.ms.assign(nb, 0.0f), t.vs.assign(nb, 0.0f);
+          t.d_hi = std::make_unique<DevBuf<uint16_t>>(n), t.d_hi->upload(t.weights);
+          t.d_lo = std::make_unique<DevBuf<int16_t>>(n), t.d_lo->upload(lo);
+          t.d_m = std::make_unique<DevBuf<uint8_t>>(n * elem), t.d_m->upload(t.m);
+          t.d_v = std::make_unique<DevBuf<uint8_t>>(n * elem), t.d_v->upload(t.v);
+          t.d_ms = std::make_unique<DevBuf<float>>(nb), t.d_ms->upload(t.ms);
+          t.d_vs = std::make_unique<DevBuf<float>>(nb), t.d_vs->upload(t.vs);
+          t.d_g = std::make_unique<DevBuf<float>>(n);
+          t.d_g16 = std::make_unique<DevBuf<uint16_t>>(n);
+        }
+        F norm_sq(vec(1));
+        for (int step = 1; step <= 3; ++step) {
+          double sq = 0;
+          std::vector<std::vector<float>> gs;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            gs.push_back(randn(sizes[i], 400 + uint32_t(step * 10 + i), 0.02f));
+            if (g16) {  // the reference reads the bf16 values widened, as the kernel does
+              std::vector<uint16_t> bits(sizes[i]);
+              for (size_t e = 0; e < sizes[i]; ++e) bits[e] = strata::f32_to_bf16(gs.back()[e]);
+              for (size_t e = 0; e < sizes[i]; ++e) gs.back()[e] = strata::bf16_to_f32(bits[e]);
+              ts[i].d_g16->upload(bits);
+            }
+            ts[i].d_g->upload(gs.back());
+            sq += strata::cpu::sum_squares(gs.back().data(), sizes[i]);
+          }
+          const float nsq = float(sq), max_norm = 0.5f;
+          CUDA_OK(cudaMemcpy(norm_sq.p(), &nsq, 4, cudaMemcpyHostToDevice));
+          const float norm = std::sqrt(nsq), scale = norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+          ASSERT_LT(scale, 1.0f) << "clipping should be active";
+          std::vector<sc::AdamWAnyTensors> list;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            T& t = ts[i];
+            list.push_back({split ? t.d_lo->p : nullptr, reinterpret_cast<bf16*>(t.d_hi->p), t.d_m->p, t.d_v->p,
+                            t.d_ms->p, t.d_vs->p, g16 ? nullptr : t.d_g->p, sizes[i],
+                            g16 ? reinterpret_cast<const bf16*>(t.d_g16->p) : nullptr});
+            strata::AdamWState st;
+            st.master = split ? t.master.data() : nullptr;
+            st.weights = t.weights.data();
+            st.weights_dtype = strata::DType::bf16;
+            st.m = t.m.data(), st.v = t.v.data(), st.m_scale = t.ms.data(), st.v_scale = t.vs.data();
+            st.moments = os;
+            st.g = gs[i].data();
+            st.n = sizes[i];
+            cpu::adamw_step(st, hp, step, scale);
+          }
+          sc::adamw_step_any(list.data(), int(list.size()), split, os, norm_sq.p(), max_norm, hp.lr, hp.beta1, hp.beta2,
+                             hp.eps, hp.weight_decay, step, kStream);
+          sync();
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            T& t = ts[i];
+            const std::string what = tag + " step " + std::to_string(step) + " n=" + std::to_string(sizes[i]);
+            EXPECT_EQ(t.d_m->download(), t.m) << what << " m";
+            EXPECT_EQ(t.d_v->download(), t.v) << what << " v";
+            if (os == strata::OptimizerState::q8) {
+              EXPECT_EQ(t.d_ms->download(), t.ms) << what << " m scales";
+              EXPECT_EQ(t.d_vs->download(), t.vs) << what << " v scales";
+            }
+            if (split) {  // the joined master is the reference's; the high half its ties-away rounding
+              const std::vector<uint16_t> hi = t.d_hi->download();
+              const std::vector<int16_t> lo = t.d_lo->download();
+              std::vector<float> joined(sizes[i]);
+              strata::master_join(joined.data(), hi.data(), lo.data(), sizes[i]);
+              EXPECT_EQ(std::memcmp(joined.data(), t.master.data(), sizes[i] * 4), 0) << what << " master";
+            } else {
+              EXPECT_EQ(t.d_hi->download(), t.weights) << what << " bf16 weights";
+            }
           }
         }
       }
-    }
 }
 
 TEST(KernelsGpu, ConvertAndFill) {
