@@ -123,53 +123,6 @@ __device__ __forceinline__ void adamw_core(float& p, float& m, float& v, float g
   p = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(m, denom)));
 }
 
-// V consecutive 16-bit values, loaded and stored as one access.
-template <int V>
-struct alignas(2 * V) Halves {
-  uint16_t x[V];
-};
-
-// Elements [i, i + V) of one tensor. The fp32 master is split (engine/master_split.h): hi is the bf16
-// compute weight, lo the low half; both are read, the update runs in fp32, both are written.
-template <int V>
-__device__ __forceinline__ void adamw_elems(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t i,
-                                            float scale, const AdamWScalars& k) {
-  const Halves<V> hv = *reinterpret_cast<const Halves<V>*>(hi + i);
-  const Halves<V> lv = *reinterpret_cast<const Halves<V>*>(lo + i);
-  float p[V], mm[V], vv[V], gg[V];
-#pragma unroll
-  for (int e = 0; e < V; e++) p[e] = __uint_as_float(master_join_bits(hv.x[e], int16_t(lv.x[e])));
-  load_f32(mm, m + i);
-  load_f32(vv, v + i);
-  load_f32(gg, g + i);
-  Halves<V> ho, lo_out;
-#pragma unroll
-  for (int e = 0; e < V; e++) {
-    adamw_core(p[e], mm[e], vv[e], gg[e], scale, k);
-    int16_t l;
-    master_split_bits(__float_as_uint(p[e]), ho.x[e], l);
-    lo_out.x[e] = uint16_t(l);
-  }
-  store_f32(m + i, mm);
-  store_f32(v + i, vv);
-  *reinterpret_cast<Halves<V>*>(hi + i) = ho;
-  *reinterpret_cast<Halves<V>*>(lo + i) = lo_out;
-}
-
-struct AdamWOp {
-  int16_t* lo;
-  bf16* hi;
-  float* m;
-  float* v;
-  const float* g;
-  const float* norm_sq;
-  AdamWScalars k;
-  template <int V>
-  __device__ void apply(size_t i) const {
-    adamw_elems<V>(lo, hi, m, v, g, i, clip_scale(norm_sq, k.max_norm), k);
-  }
-};
-
 // ---- list forms: many tensors in one launch ----------------------------------------------------
 // The tensors' table travels as the kernel parameter (under the classic 4 KB limit). Each tensor is
 // cut into chunks of kChunk elements; blocks walk the chunks of all tensors, so no tensor's tail
@@ -178,12 +131,9 @@ constexpr int kListMax = kOptimizerListTensors;
 constexpr size_t kChunk = 16384;
 constexpr int kListThreads = 256;
 
+// The sums of squares' table (AdamW's is AnyTable below).
 struct ListTable {
-  int16_t* lo[kListMax];  // adamw only: the split masters
-  bf16* hi[kListMax];
-  float* m[kListMax];
-  float* v[kListMax];
-  const void* g[kListMax];  // f32, or bf16 for sum_squares_list_bf16 (adamw_list_kernel: f32)
+  const void* g[kListMax];  // f32, or bf16 for sum_squares_list_bf16
   size_t n[kListMax];
   size_t first_chunk[kListMax + 1];  // prefix sums of the tensors' chunk counts
   int count = 0;
@@ -247,19 +197,6 @@ __global__ void __launch_bounds__(kListThreads)
   }
   acc = block_sum(acc);
   add_block_sum(out, acc);
-}
-
-__global__ void __launch_bounds__(kListThreads)
-    adamw_list_kernel(const __grid_constant__ ListTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
-  const float scale = clip_scale(norm_sq, k.max_norm);
-  for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
-    const int t = chunk_owner(L, c);
-    const size_t begin = (c - L.first_chunk[t]) * kChunk, end = begin + kChunk < L.n[t] ? begin + kChunk : L.n[t];
-    size_t i = begin + threadIdx.x * 4;
-    const float* g = static_cast<const float*>(L.g[t]);
-    for (; i + 4 <= end; i += kListThreads * 4) adamw_elems<4>(L.lo[t], L.hi[t], L.m[t], L.v[t], g, i, scale, k);
-    for (; i < end; i++) adamw_elems<1>(L.lo[t], L.hi[t], L.m[t], L.v[t], g, i, scale, k);
-  }
 }
 
 // ---- any state precision (engine/state_recipe.h) -------------------------------------------------
@@ -368,12 +305,11 @@ __device__ __forceinline__ void store_u16x4(uint16_t* p, const uint16_t (&h)[4],
     if (i + e < end) p[i + e] = h[e];
 }
 
-// The update is some 70 instructions an element (IEEE-rounded division and square root, as the cpu reference), so
-// the kernel is bound by how many warps can issue, not by HBM: at 52 registers 4 blocks of 256 fit an SM (half its
-// warps), and the bf16 recipe's update moved 2.6 TB/s (Nsight Compute on an H200: 0.54 instructions issued a cycle
-// per scheduler, most warps waiting on loads). At most 48 registers let 5 blocks in: 1.60 ms against 1.81 for the
-// same launch (6 blocks, at 40 registers, spill and took 1.64; docs/BENCHMARKS.md "Where the time goes").
-constexpr int kAnyMinBlocks = 5;
+// 8-bit moments (fp32 and bf16 moments take adamw_wide_kernel below). The update is some 70 instructions an element
+// (IEEE-rounded division and square root, as the cpu reference), so the kernel is bound by how many warps can issue,
+// not by HBM (Nsight Compute on an H200, docs/BENCHMARKS.md "Where the time goes"). At 64 registers 4 blocks of 256
+// fit an SM; at 48 (5 blocks) the 8-bit forms spilled.
+constexpr int kAnyMinBlocks = 4;
 
 template <bool kSplit, OptimizerState S, bool kGradBf16>
 __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
@@ -658,17 +594,6 @@ void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream) 
   STRATA_LAUNCH_CHECK("sum_squares_bf16_kernel");
 }
 
-void adamw_step(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t n, const float* norm_sq,
-                float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
-                cudaStream_t stream) {
-  STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
-  STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
-  STRATA_CHECK(n == 0 || (lo && hi), "adamw_step: needs both halves of the split master");
-  const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
-  const bool vec = all_aligned16(lo, hi, m, v, g);
-  launch_elementwise<4>("adamw_step", n, vec, AdamWOp{lo, hi, m, v, g, norm_sq, k}, stream);
-}
-
 void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream) {
   for (int from = 0; from < count; from += kListMax) {
     ListTable L;
@@ -694,30 +619,6 @@ void sum_squares_list_bf16(float* out, const bf16* const* gs, const size_t* ns, 
     if (chunks == 0) continue;
     sum_squares_list_kernel<true><<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
     STRATA_LAUNCH_CHECK("sum_squares_list_kernel");
-  }
-}
-
-void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, float max_norm, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int t, cudaStream_t stream) {
-  STRATA_CHECK(t >= 1, "adamw_step: step count is 1-based");
-  STRATA_CHECK(max_norm <= 0.0f || norm_sq != nullptr, "adamw_step: clipping needs norm_sq");
-  const AdamWScalars k = adamw_scalars(max_norm, lr, beta1, beta2, eps, weight_decay, t);
-  for (int from = 0; from < count; from += kListMax) {
-    ListTable L;
-    const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int i) {
-      const AdamWTensors& a = ts[from + i];
-      STRATA_CHECK(a.n == 0 || (a.lo && a.hi), "adamw_step_list: needs both halves of every split master");
-      STRATA_CHECK(all_aligned16(a.lo, a.hi, a.m, a.v, a.g), "adamw_step_list: a buffer is not 16-byte aligned");
-      L.lo[i] = a.lo;
-      L.hi[i] = a.hi;
-      L.m[i] = a.m;
-      L.v[i] = a.v;
-      L.g[i] = a.g;
-      L.n[i] = a.n;
-    });
-    if (chunks == 0) continue;
-    adamw_list_kernel<<<list_grid(chunks), kListThreads, 0, stream>>>(L, norm_sq, k);
-    STRATA_LAUNCH_CHECK("adamw_list_kernel");
   }
 }
 

@@ -1,5 +1,4 @@
-// AdamW on cuda over a list of slots (kernels/adamw.cu): split fp32 masters with f32 moments and gradients take the
-// vectorised kernel, any other recipe the generic one.
+// AdamW on cuda over a list of slots (kernels/adamw.cu): one launch per 48 tensors, any state precision.
 #define STRATA_CUDA_OP_IMPL
 #include <fmt/format.h>
 
@@ -38,14 +37,6 @@ void adamw_cuda(const OpCall& c, const CudaOpContext& ctx) {
     if (split) check_split_master(a.master, a.param_out);
     STRATA_CHECK(a.param_out.defined() && a.param_out.dtype == DType::bf16 && a.param_out.numel() == a.g.numel(),
                  "adamw_step_list: cuda updates bf16 weights of the gradient's size");
-  }
-  if (split && mdt == DType::f32 && gdt == DType::f32) {
-    std::vector<cuda::AdamWTensors> ts;
-    for (const AdamWSlot& a : slots)
-      ts.push_back(
-          {static_cast<int16_t*>(a.master.data), bf16(a.param_out), f32(a.m), f32(a.v), f32(a.g), size_t(a.g.numel())});
-    return cuda::adamw_step_list(ts.data(), int(ts.size()), f32(norm_sq), max_norm, p.lr, p.beta1, p.beta2, p.eps,
-                                 p.weight_decay, t, s);
   }
   const OptimizerState moments = mdt == DType::f32    ? OptimizerState::fp32
                                  : mdt == DType::bf16 ? OptimizerState::bf16

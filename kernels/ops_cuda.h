@@ -95,33 +95,18 @@ void add_parts(float* out, const float* parts, int stride, int n, cudaStream_t s
 // A bf16 parameter gradient from its fp32 sums (gradients: bf16), n elements: g = bf16(g + sums) when
 // accumulating, bf16(0 + sums) otherwise, rounded to nearest even (the cpu reference's write_grad).
 void grad_fold_bf16(bf16* g, const float* sums, size_t n, bool accumulate, cudaStream_t stream);
-// One torch.optim.AdamW step (t is 1-based) on fp32 master weights stored split
-// (engine/master_split.h): hi [n] the bf16 compute weights, lo [n] the low halves; both are read and
-// written. Global-norm clipping's scale is computed on device from norm_sq[0]:
-// scale = max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and sqrt(norm_sq) > max_norm, else 1.
-void adamw_step(int16_t* lo, bf16* hi, float* m, float* v, const float* g, size_t n, const float* norm_sq,
-                float max_norm, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
-                cudaStream_t stream);
 // List forms: one launch per 48 tensors instead of one per tensor (all buffers 16-byte aligned).
-// sum_squares_list adds every gs[i]'s sum of squares into out[0]; adamw_step_list is adamw_step on
-// each entry, bit for bit.
-struct AdamWTensors {
-  int16_t* lo;
-  bf16* hi;
-  float* m;
-  float* v;
-  const float* g;
-  size_t n;
-};
+// sum_squares_list adds every gs[i]'s sum of squares into out[0].
 void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream);
 void sum_squares_list_bf16(float* out, const bf16* const* gs, const size_t* ns, int count, cudaStream_t stream);
-void adamw_step_list(const AdamWTensors* ts, int count, const float* norm_sq, float max_norm, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int t, cudaStream_t stream);
 
-// adamw_step_list on any state precision (engine/state_recipe.h): `split` masters (lo and hi as
-// above) or none (hi, the bf16 weights, updated in place, rounded to nearest even); moments f32, bf16
-// (rounded to nearest even) or 8-bit codes with one f32 scale per kQuantBlock elements (kernels/quant8.h);
-// gradients f32 (g) or bf16 (g_bf16, gradients: bf16, read widened), one kind for every tensor of a call.
+// One torch.optim.AdamW step (t is 1-based) on each tensor of a list, one launch per 48 tensors (all buffers
+// 16-byte aligned), on any state precision (engine/state_recipe.h): `split` fp32 masters stored split
+// (engine/master_split.h: lo the low halves, hi the bf16 compute weights; both read and written) or none (hi, the bf16
+// weights, updated in place, rounded to nearest even); moments f32, bf16 (rounded to nearest even) or 8-bit codes
+// with one f32 scale per kQuantBlock elements (kernels/quant8.h); gradients f32 (g) or bf16 (g_bf16, gradients: bf16,
+// read widened), one kind for every tensor of a call. Global-norm clipping's scale is computed on device from
+// norm_sq[0]: max_norm / (sqrt(norm_sq) + 1e-6) when max_norm > 0 and sqrt(norm_sq) > max_norm, else 1.
 // Bit for bit the cpu reference (cpu::adamw_step on an AdamWState).
 struct AdamWAnyTensors {
   int16_t* lo;

@@ -468,6 +468,14 @@ Vec nearest_bf16_ties_away(const Vec& x) {
   return y;
 }
 
+// One tensor through the list kernel: a split fp32 master, f32 moments and gradients.
+void adamw_one(Master& w, F& m, F& v, F& g, size_t n, const float* norm_sq, float max_norm,
+               const strata::AdamWParams& hp, int t) {
+  const sc::AdamWAnyTensors a{w.lo.p, w.hi_p(), m.p(), v.p(), nullptr, nullptr, g.p(), n};
+  sc::adamw_step_any(&a, 1, true, strata::OptimizerState::fp32, norm_sq, max_norm, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                     hp.weight_decay, t, kStream);
+}
+
 // Several AdamW steps against the cpu reference (fp32 master), clipping active, inactive (norm below
 // max) and off. The split master, joined, is the reference's fp32 master (to float noise, as before).
 TEST(KernelsGpu, AdamW) {
@@ -484,8 +492,7 @@ TEST(KernelsGpu, AdamW) {
       F g(n, 81 + t);
       sc::fill_f32(norm_sq.p(), 0.0f, 1, kStream);
       sc::sum_squares(norm_sq.p(), g.p(), n, kStream);
-      sc::adamw_step(master.lo.p, master.hi_p(), m.p(), v.p(), g.p(), n, norm_sq.p(), max_norm, hp.lr, hp.beta1,
-                     hp.beta2, hp.eps, hp.weight_decay, t, kStream);
+      adamw_one(master, m, v, g, n, norm_sq.p(), max_norm, hp, t);
       sync();
       // The scale the device formed, from the same norm_sq, in the same float operations.
       const float norm = std::sqrt(norm_sq.get()[0]);
@@ -503,8 +510,8 @@ TEST(KernelsGpu, AdamW) {
   }
 }
 
-// The list forms (one launch per 48 tensors, chunked) against the per-tensor kernels: 61 tensors of
-// odd sizes (tails of 1-3 elements, chunk edges), so three launches and every code path run.
+// The list forms (one launch per 48 tensors, chunked) against one launch per tensor: 61 tensors of
+// odd sizes (tails of 1-7 past a multiple of 8, chunk edges), so three launches and every code path run.
 TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
   STRATA_REQUIRE_GPU();
   std::vector<size_t> sizes;
@@ -527,21 +534,20 @@ TEST(KernelsGpu, AdamWListIsPerTensorBitForBit) {
     want_sq += cpu::sum_squares(g.back().h.data(), sizes[i]);
   }
   std::vector<const float*> gp;
-  std::vector<sc::AdamWTensors> ts;
+  std::vector<sc::AdamWAnyTensors> ts;
   for (size_t i = 0; i < sizes.size(); i++) {
     gp.push_back(g[i].p());
-    ts.push_back({master[i].lo.p, master[i].hi_p(), m[i].p(), v[i].p(), g[i].p(), sizes[i]});
+    ts.push_back({master[i].lo.p, master[i].hi_p(), m[i].p(), v[i].p(), nullptr, nullptr, g[i].p(), sizes[i]});
   }
   F norm_sq(Vec{0.25f});
   sc::sum_squares_list(norm_sq.p(), gp.data(), sizes.data(), int(sizes.size()), kStream);
   sync();
   EXPECT_TRUE(close(norm_sq.get(), {float(want_sq)}, 1e-11, "sum_squares_list"));
   for (int t = 1; t <= 2; t++) {
-    sc::adamw_step_list(ts.data(), int(ts.size()), norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps,
-                        hp.weight_decay, t, kStream);
+    sc::adamw_step_any(ts.data(), int(ts.size()), true, strata::OptimizerState::fp32, norm_sq.p(), 1.0f, hp.lr,
+                       hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t, kStream);
     for (size_t i = 0; i < sizes.size(); i++)
-      sc::adamw_step(master_ref[i].lo.p, master_ref[i].hi_p(), m_ref[i].p(), v_ref[i].p(), g[i].p(), sizes[i],
-                     norm_sq.p(), 1.0f, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, t, kStream);
+      adamw_one(master_ref[i], m_ref[i], v_ref[i], g[i], sizes[i], norm_sq.p(), 1.0f, hp, t);
     sync();
     for (size_t i = 0; i < sizes.size(); i++) {
       const std::string tag =
