@@ -224,7 +224,7 @@ static_assert(sizeof(AnyTable) <= 4000, "kernel parameter over the classic 4 KB 
 // A moment's elements [i, i + 4) (or [i, end) element by element) as floats, and back.
 template <OptimizerState S>
 __device__ __forceinline__ void load_moment(float (&x)[4], const void* base, size_t i, size_t end, float scale,
-                                            bool is_m) {
+                                            bool is_m, const float* levels) {
   if constexpr (S == OptimizerState::fp32) {
     const float* p = static_cast<const float*>(base) + i;
     if (i + 4 <= end) return load_f32(x, p);
@@ -248,7 +248,8 @@ __device__ __forceinline__ void load_moment(float (&x)[4], const void* base, siz
     } else {
       for (int e = 0; e < 4; e++) c[e] = i + e < end ? p[e] : 0;
     }
-    for (int e = 0; e < 4; e++) x[e] = is_m ? q8::decode_signed(c[e], scale) : q8::decode_unsigned(c[e], scale);
+    for (int e = 0; e < 4; e++)
+      x[e] = is_m ? q8::decode_signed(c[e], scale, levels) : q8::decode_unsigned(c[e], scale, levels);
   }
 }
 
@@ -315,6 +316,11 @@ template <bool kSplit, OptimizerState S, bool kGradBf16>
 __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
     adamw_any_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
   const float scale = clip_scale(norm_sq, k.max_norm);
+  __shared__ float levels[q8::kUnsignedTop + 1];  // q8::level(0..255), for the decodes
+  if constexpr (S == OptimizerState::q8) {
+    for (int j = int(threadIdx.x); j <= q8::kUnsignedTop; j += int(blockDim.x)) levels[j] = q8::level(j);
+    __syncthreads();
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
     const int t = chunk_owner(L, c);
@@ -337,8 +343,8 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
         } else {
           for (int e = 0; e < 4; e++) g[h][e] = i + e < end ? grad_at<kGradBf16>(L.g[t], i + e) : 0.0f;
         }
-        load_moment<S>(m[h], L.m[t], i, end, m_scale, true);
-        load_moment<S>(v[h], L.v[t], i, end, v_scale, false);
+        load_moment<S>(m[h], L.m[t], i, end, m_scale, true, levels);
+        load_moment<S>(v[h], L.v[t], i, end, v_scale, false, levels);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           p[h][e] = kSplit ? __uint_as_float(master_join_bits(hi[e], int16_t(lo[e])))

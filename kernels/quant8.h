@@ -88,6 +88,18 @@ STRATA_Q8 float decode_unsigned(uint8_t c, float scale) {
   return c == 0 ? 0.0f : mul_rn(level(kUnsignedTop - c), scale);
 }
 
+// The same decodes from a table of level(0..255) (a kernel's copy in shared memory: a ladder constant picked by a
+// value's own index would sit in local memory); the table's entries are level()'s, so the bits are decode_*'s.
+STRATA_Q8 float decode_signed(uint8_t c, float scale, const float* levels) {
+  const int k = c & 0x7f;
+  if (k == 0) return 0.0f;
+  const float x = mul_rn(levels[kSignedTop - k], scale);
+  return (c & 0x80) ? -x : x;
+}
+STRATA_Q8 float decode_unsigned(uint8_t c, float scale, const float* levels) {
+  return c == 0 ? 0.0f : mul_rn(levels[kUnsignedTop - c], scale);
+}
+
 // The reciprocal a block's values are scaled by before encoding: 1 / absmax (0 for an all-zero block).
 STRATA_Q8 float inverse_scale(float absmax) {
   return absmax > 0.0f ? div_rn(1.0f, absmax) : 0.0f;

@@ -108,6 +108,16 @@ TEST(StatePrecision, EightBitCodesAreTheNearestLevel) {
   EXPECT_EQ(q8::encode_unsigned(1e-30f, 1.0f), 1);
   EXPECT_EQ(q8::decode_unsigned(q8::encode_unsigned(3.5f, q8::inverse_scale(3.5f)), 3.5f), 3.5f);
   EXPECT_EQ(q8::decode_signed(q8::encode_signed(-2.0f, q8::inverse_scale(2.0f)), 2.0f), -2.0f);
+  // The table decodes (the cuda kernel's, from level(0..255) in shared memory) are the decodes, bit for bit.
+  float levels[q8::kUnsignedTop + 1];
+  for (int j = 0; j <= q8::kUnsignedTop; ++j) levels[j] = q8::level(j);
+  for (float scale : {1.0f, 3.7e-3f, 2.5e4f, 7e-9f})
+    for (int c = 0; c < 256; ++c) {
+      const float a = q8::decode_signed(uint8_t(c), scale), b = q8::decode_signed(uint8_t(c), scale, levels);
+      const float u = q8::decode_unsigned(uint8_t(c), scale), w = q8::decode_unsigned(uint8_t(c), scale, levels);
+      ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "signed code " << c << " scale " << scale;
+      ASSERT_EQ(std::memcmp(&u, &w, 4), 0) << "unsigned code " << c << " scale " << scale;
+    }
   // Scaled blocks: the code of x relative to absmax.
   for (float absmax : {100.0f, 3.0f, 7e-9f})
     for (float x : random_values(2000, 5, -8, 2, true)) {
