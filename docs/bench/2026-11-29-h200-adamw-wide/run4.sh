@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# run 4 (one H200): 8-bit moments decoded from a shared table: kernels_gpu_test (bit for bit against the cpu
+# reference), then per-op times (STRATA_PROFILE) and steps of the lean recipe (none / 8bit / bf16) at 1B 4096 and
+# 3B 8192 (gc), base (.basebuild, the session's start) and new
+set -uo pipefail
+rm -rf .devbuild .basebuild; tar -xJf .carry/devbuild.tar.xz; export OUT
+nvidia-smi --query-gpu=name,memory.total,power.limit,driver_version --format=csv,noheader | tee $OUT/gpu.txt; date -u
+timeout 120 .devbuild/tests/kernels_gpu_test > $OUT/kernels_gpu_test.txt 2>&1
+echo "kernels_gpu_test rc=$? $(grep -E '^\[  (PASSED|FAILED) ' $OUT/kernels_gpu_test.txt | tr '\n' ' ')"
+R="--master-weights none --optimizer-state 8bit --gradients bf16 --plan gc"
+bench() {  # name, build dir, args...
+  local n=$1 d=$2; shift 2; local s=$(date +%s)
+  timeout 120 $d/tools/strata-bench --backend cuda --mode full $R "$@" > $OUT/$n.txt 2>&1
+  echo "$n rc=$? $(( $(date +%s)-s ))s: $(grep -E '^strata-bench: [0-9]' $OUT/$n.txt | tail -1)"
+  grep -E "^  (adamw_step|grad_norm_sq) " $OUT/$n.txt
+}
+for b in base:.basebuild new:.devbuild; do
+  STRATA_PROFILE=1 bench prof-lean1b-${b%%:*} ${b#*:} --shape Llama-3.2-1B --seq 4096 --steps 6 --warmup 2
+done
+i=0
+for b in base:.basebuild new:.devbuild base:.basebuild new:.devbuild; do
+  i=$((i + 1)); bench lean1b-${b%%:*}-$i ${b#*:} --shape Llama-3.2-1B --seq 4096 --steps 10 --warmup 2
+done
+for b in base:.basebuild new:.devbuild; do
+  bench lean3b-${b%%:*} ${b#*:} --shape Llama-3.2-3B --seq 8192 --steps 8 --warmup 2
+done
+date -u
