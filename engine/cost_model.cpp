@@ -154,6 +154,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["disk_source"] = p.disk_source;
   j["pinned_alloc_gbps"] = p.pinned_alloc_gbps;
   j["first_step_tuning_s"] = p.first_step_tuning_s;
+  if (p.pinned_first_touch_gbps > 0) j["pinned_first_touch_gbps"] = p.pinned_first_touch_gbps;
   j["attention_tune_candidates_fwd"] = p.attention_tune_candidates_fwd;
   j["attention_tune_candidates_bwd"] = p.attention_tune_candidates_bwd;
   j["attention_plan_build_s"] = p.attention_plan_build_s;
@@ -233,6 +234,13 @@ DeviceProfile profile_from_json(const std::string& text, const std::string& wher
   p.disk_source = field<std::string>(j, "disk_source", where, false, "");
   p.pinned_alloc_gbps = field<double>(j, "pinned_alloc_gbps", where, false, DeviceProfile{}.pinned_alloc_gbps);
   p.first_step_tuning_s = field<double>(j, "first_step_tuning_s", where, false, DeviceProfile{}.first_step_tuning_s);
+  p.pinned_first_touch_gbps = field<double>(j, "pinned_first_touch_gbps", where, false, 0.0);
+  if (!(p.pinned_first_touch_gbps >= 0) || !std::isfinite(p.pinned_first_touch_gbps))
+    STRATA_THROW(
+        ConfigError,
+        fmt::format("{}: device profile field 'pinned_first_touch_gbps' must be >= 0 (0: not measured), got {}", where,
+                    p.pinned_first_touch_gbps),
+        where, "pinned_first_touch_gbps");
   p.attention_tune_candidates_fwd =
       field<int>(j, "attention_tune_candidates_fwd", where, false, DeviceProfile{}.attention_tune_candidates_fwd);
   p.attention_tune_candidates_bwd =

@@ -103,6 +103,11 @@ struct DeviceProfile {
   // cudaHostAlloc gave 1.4. The defaults are assumptions: 10 GB/s, and 2 s of tuning.
   double pinned_alloc_gbps = 10.0;
   double first_step_tuning_s = 2.0;
+  // Pinning host memory the machine has not touched since it started (a fresh cloud VM's: its pages are backed at
+  // first touch), machine-wide, shared by the ranks pinning at once (Forecast::setup_fresh_pinned_s). 0: not
+  // measured. strata-calibrate --host-fill measures it on a fresh machine: about 4-6 GB/s on the H200 machines
+  // lent here, against 16-27 GB/s for memory touched before.
+  double pinned_first_touch_gbps = 0;
   // The eligible cuDNN attention plans a shape has, forward and backward: 2 and 6 at the 8B's heads (32/8 x 128) on
   // an H200 with cuDNN 9.14 (STRATA_ATTN_VERBOSE=1, docs/bench/2026-11-26-h200-attention-tuning.txt).
   int attention_tune_candidates_fwd = 2;

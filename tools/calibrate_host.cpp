@@ -7,12 +7,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/cost_model.h"
+#include "engine/error.h"
 #include "engine/parallel.h"
 #include "kernels/adamw.h"
 #include "kernels/resources_cuda.h"
@@ -154,13 +159,23 @@ size_t meminfo_bytes(const char* field) {
 }
 
 // --host-fill: pinned reservations of 8 GiB, each held, until the host runs low (kUsage).
-int host_fill() {
+namespace {
+std::string date_today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&now));
+  return buf;
+}
+}  // namespace
+
+int host_fill(const std::string& out) {
   const size_t block = size_t(8) * kGiB, total = meminfo_bytes("MemTotal");
   const size_t floor = std::max(size_t(16) * kGiB, total / 10);
   std::printf("strata-calibrate --host-fill: MemTotal %s, stops at MemAvailable %s\n", format_bytes(total).c_str(),
               format_bytes(floor).c_str());
   std::printf("  %10s %12s %12s %10s %14s\n", "pinned", "MemAvailable", "Cached", "seconds", "GB/s");
   std::vector<std::unique_ptr<cuda::CudaHostMemory> > held;
+  std::vector<double> secs;  // each reservation's time
   const Clock::time_point start = Clock::now();
   size_t pinned = 0;
   while (meminfo_bytes("MemAvailable") > floor + block) {
@@ -168,6 +183,7 @@ int host_fill() {
     const Clock::time_point t0 = Clock::now();
     held.push_back(std::make_unique<cuda::CudaHostMemory>(block));
     const double t = seconds_since(t0);
+    secs.push_back(t);
     pinned += block;
     std::printf("  %10s %12s %12s %10.3f %14.2f   at %.1f s\n", format_bytes(pinned).c_str(),
                 format_bytes(avail).c_str(), format_bytes(cached).c_str(), t, double(block) / t / 1e9,
@@ -181,6 +197,50 @@ int host_fill() {
   }
   std::printf("  %s pinned in %.2f s: %.2f GB/s overall\n", format_bytes(pinned).c_str(), seconds_since(start),
               double(pinned) / seconds_since(start) / 1e9);
+  // First touch: the reservations slower than half the fastest one's rate (memory the machine had not touched
+  // since it started; the rest was touched before and pins at the warm rate).
+  const double fastest = *std::min_element(secs.begin(), secs.end());
+  size_t slow_n = 0;
+  double slow_s = 0;
+  for (double t : secs)
+    if (t > 2 * fastest) slow_n++, slow_s += t;
+  if (slow_n == 0) {
+    std::printf(
+        "  no reservation under half the fastest's rate: this machine touched all of it before; a fresh "
+        "machine's first-touch rate (pinned_first_touch_gbps) needs a machine's first run\n");
+    return 0;
+  }
+  const double first_touch = double(slow_n * block) / slow_s / 1e9;
+  std::printf(
+      "  first touch: %zu of %zu reservations under half the fastest's rate, %s at %.2f GB/s "
+      "(pinned_first_touch_gbps)\n",
+      slow_n, secs.size(), format_bytes(slow_n * block).c_str(), first_touch);
+  if (out.empty()) return 0;
+  // Into the profile at `out`: the field and its source, written whole to a temporary file and renamed over it.
+  std::ifstream in(out);
+  if (!in) throw IoError(fmt::format("{}: cannot read the device profile to add pinned_first_touch_gbps to", out), out);
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(fmt::format("{}: not a JSON device profile ({})", out, e.what()), out);
+  }
+  j["pinned_first_touch_gbps"] = first_touch;
+  const std::string note = fmt::format(
+      "pinned_first_touch_gbps: strata-calibrate --host-fill, {} of 8 GiB reservations "
+      "under half the fastest's rate, on {}",
+      slow_n, date_today());
+  j["source"] = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() + "; " + note : note;
+  profile_from_json(j.dump(), out);  // refuses what the sim would refuse, before anything is written
+  const std::string tmp = out + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump(2) << "\n";
+    f.close();
+    if (!f) throw IoError(fmt::format("{}: cannot write the device profile", tmp), tmp);
+  }
+  std::filesystem::rename(tmp, out);
+  std::printf("  wrote pinned_first_touch_gbps %.2f into %s\n", first_touch, out.c_str());
   return 0;
 }
 

@@ -134,6 +134,12 @@ void print_forecast(const Forecast& f, size_t budget, const std::string& budget_
       f.first_step_s(), f.step_s, f.first_step_extra_s, f.setup_pinned_s - f.load_pinned_s,
       format_bytes(f.host_reserved_bytes).c_str(), f.setup_tuning_s, f.load_pinned_s,
       format_bytes(f.paged_host_bytes + f.state_host_bytes).c_str());
+  if (f.setup_fresh_pinned_s > 0)
+    std::printf(
+        "  on a freshly started machine (host memory never touched, as a new cloud VM's) that pinning can take up to "
+        "%.1f s instead of %.1f s (%s on each of the machine's ranks at once, at the profile's machine-wide "
+        "pinned_first_touch_gbps)\n",
+        f.setup_fresh_pinned_s, f.setup_pinned_s, format_bytes(f.pinned_bytes).c_str());
 }
 
 json planner_json(const PlanResult& pr, size_t budget, size_t host_budget, size_t disk_budget) {
@@ -220,6 +226,7 @@ json forecast_json(const Forecast& f) {
            {{"seconds", f.setup_s},
             {"pinned_bytes", f.pinned_bytes},
             {"pinned_alloc_s", f.setup_pinned_s},
+            {"pinned_alloc_fresh_machine_s", f.setup_fresh_pinned_s},
             {"tuning_s", f.setup_tuning_s},
             {"load_pinned_alloc_s", f.load_pinned_s},
             {"first_step_extra_s", f.first_step_extra_s},

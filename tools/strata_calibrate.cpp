@@ -60,7 +60,10 @@ static const char* kUsage =
     "  --host-fill: only this, then exit: pinned host memory reserved 8 GiB at a time, the way the engine pins it,\n"
     "  each held, until the host has 16 GiB or a tenth of its memory available (/proc/meminfo MemAvailable);\n"
     "  prints each reservation's rate beside what is pinned and available (how pinning slows as the host\n"
-    "  fills; several processes at once show how ranks on one host share it). Not a profile field.\n";
+    "  fills; several processes at once show how ranks on one host share it), and the first-touch rate: the\n"
+    "  reservations slower than half the fastest's (memory a fresh machine had never touched). With --out PROFILE\n"
+    "  that rate is written into the profile's pinned_first_touch_gbps (strata-plan then forecasts a fresh\n"
+    "  machine's pinning beside the warm one)\n";
 
 namespace {
 
@@ -176,7 +179,7 @@ int main(int argc, char** argv) {
                  stderr);
       return 1;
     }
-    if (a.has("host-fill")) return calibrate::host_fill();
+    if (a.has("host-fill")) return calibrate::host_fill(a.str("out", ""));
     const bool quick = a.has("quick");
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) throw UnsupportedError("cudaGetDeviceProperties failed");

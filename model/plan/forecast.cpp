@@ -267,6 +267,9 @@ Forecast forecast(const ForecastRequest& r) {
       f.setup_s = f.setup_pinned_s + f.setup_tuning_s;
       f.load_pinned_s = double(f.paged_host_bytes + f.state_host_bytes) / (r.profile.pinned_alloc_gbps * 1e9);
       f.first_step_extra_s = f.setup_s - f.load_pinned_s;
+      if (r.profile.pinned_first_touch_gbps > 0)
+        f.setup_fresh_pinned_s =
+            double(f.pinned_bytes) * double(std::max(r.gpus, 1)) / (r.profile.pinned_first_touch_gbps * 1e9);
       f.paged_bytes_uploaded = st.paged_bytes_uploaded;
       f.paged_uploads = st.paged_uploads;
       const SimTimes& t = be->times();

@@ -152,6 +152,11 @@ struct Forecast {
   double load_pinned_s = 0;       // the pager's and the state's pinning, before the first step
   double first_step_extra_s = 0;  // the slot store's pinning and the tuning, inside the first step
   double first_step_s() const { return step_s + first_step_extra_s; }
+  // On a freshly started machine (host memory never touched, as a new cloud VM's) the pinning is slower: every rank
+  // of the machine (gpus, each taken to pin this rank's bytes) pinning at once at the profile's machine-wide
+  // pinned_first_touch_gbps. 0 when the profile has no such rate. An upper figure: a machine that touched some of
+  // its memory before pins that part at pinned_alloc_gbps.
+  double setup_fresh_pinned_s = 0;
   // The host memory the run holds: its pinned reservations, which are taken whole at the first step, and never
   // less than the host peak (the slot store's pool is reserved for every host slot and its disk staging, while
   // its peak use may be lower). What a host budget is held to.

@@ -3,6 +3,7 @@
 // of it in the step. (The sim's peaks and schedules: sim_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/cost_model.h"
@@ -126,12 +127,52 @@ TEST(Sim, FirstStepSetupIsSeparateFromTheStep) {
   const DeviceProfile back = profile_from_json(profile_to_json(p), "p.json");
   EXPECT_EQ(back.pinned_alloc_gbps, 3.25);
   EXPECT_EQ(back.first_step_tuning_s, 0.5);
+  EXPECT_EQ(back.pinned_first_touch_gbps, p.pinned_first_touch_gbps);
   p.pinned_alloc_gbps = 0;
   try {
     profile_from_json(profile_to_json(p), "p.json");
     ADD_FAILURE() << "a pinned_alloc_gbps of 0 was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("pinned_alloc_gbps"), std::string::npos) << e.what();
+  }
+}
+
+// A fresh machine's pinning (memory never touched since it started): the machine's ranks at once at the profile's
+// machine-wide first-touch rate, beside the warm figure, which it leaves as it is; none without the rate. The rate
+// is read back from a profile's JSON and a negative one refused, naming the field.
+TEST(Sim, FreshMachinePinningIsForecastBesideTheWarmOne) {
+  ForecastRequest r = tiny_request(Plan::activation_offloading(Decision::host));
+  r.mirror = SimMirror::cuda;
+  r.profile = find_profile("h100_80gb");
+  r.profile.pinned_first_touch_gbps = 0;
+  const Forecast warm = forecast(r);
+  ASSERT_TRUE(warm.fits) << warm.oom;
+  ASSERT_GT(warm.pinned_bytes, 0u);
+  EXPECT_EQ(warm.setup_fresh_pinned_s, 0.0) << "no first-touch rate, no fresh-machine figure";
+
+  r.profile.pinned_first_touch_gbps = 4.5;
+  const Forecast fresh = forecast(r);
+  EXPECT_DOUBLE_EQ(fresh.setup_fresh_pinned_s, double(fresh.pinned_bytes) / 4.5e9);
+  EXPECT_DOUBLE_EQ(fresh.setup_pinned_s, warm.setup_pinned_s);
+  EXPECT_DOUBLE_EQ(fresh.setup_s, warm.setup_s);
+  EXPECT_DOUBLE_EQ(fresh.step_s, warm.step_s);
+  r.gpus = 2;  // two ranks of one machine pin at once, sharing the rate
+  const Forecast two = forecast(r);
+  ASSERT_TRUE(two.fits) << two.oom;
+  EXPECT_DOUBLE_EQ(two.setup_fresh_pinned_s, 2.0 * double(two.pinned_bytes) / 4.5e9);
+
+  DeviceProfile p = find_profile("h200");
+  p.pinned_first_touch_gbps = 5.25;
+  EXPECT_EQ(profile_from_json(profile_to_json(p), "p.json").pinned_first_touch_gbps, 5.25);
+  p.pinned_first_touch_gbps = 0;
+  EXPECT_EQ(profile_to_json(p).find("pinned_first_touch_gbps"), std::string::npos) << "0 (not measured) not written";
+  nlohmann::json j = nlohmann::json::parse(profile_to_json(p));
+  j["pinned_first_touch_gbps"] = -1;
+  try {
+    profile_from_json(j.dump(), "p.json");
+    ADD_FAILURE() << "a negative pinned_first_touch_gbps was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("pinned_first_touch_gbps"), std::string::npos) << e.what();
   }
 }
 
