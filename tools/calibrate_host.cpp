@@ -223,7 +223,7 @@ int host_fill(const std::string& out) {
   try {
     j = nlohmann::ordered_json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(fmt::format("{}: not a JSON device profile ({})", out, e.what()), out);
+    throw ConfigError(fmt::format("{}: not a JSON device profile ({})", out, e.what()), out, "");
   }
   j["pinned_first_touch_gbps"] = first_touch;
   const std::string note = fmt::format(
