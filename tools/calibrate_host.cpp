@@ -227,9 +227,9 @@ int host_fill(const std::string& out) {
   }
   j["pinned_first_touch_gbps"] = first_touch;
   const std::string note = fmt::format(
-      "pinned_first_touch_gbps: strata-calibrate --host-fill, {} of 8 GiB reservations "
-      "under half the fastest's rate, on {}",
-      slow_n, date_today());
+      "pinned_first_touch_gbps: strata-calibrate --host-fill, the {} of its {} reservations of 8 GiB under half the "
+      "fastest one's rate, {}",
+      slow_n, secs.size(), date_today());
   j["source"] = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() + "; " + note : note;
   profile_from_json(j.dump(), out);  // refuses what the sim would refuse, before anything is written
   const std::string tmp = out + ".tmp";
