@@ -253,8 +253,9 @@ __device__ __forceinline__ void load_moment(float (&x)[4], const void* base, siz
   }
 }
 
+// inv: 8-bit moments' q8::inverse_scale of the block's largest value (formed once a block by the caller).
 template <OptimizerState S>
-__device__ __forceinline__ void store_moment(void* base, const float (&x)[4], size_t i, size_t end, float absmax,
+__device__ __forceinline__ void store_moment(void* base, const float (&x)[4], size_t i, size_t end, float inv,
                                              bool is_m) {
   if constexpr (S == OptimizerState::fp32) {
     float* p = static_cast<float*>(base) + i;
@@ -274,7 +275,6 @@ __device__ __forceinline__ void store_moment(void* base, const float (&x)[4], si
       if (i + e < end) p[e] = h[e];
   } else {
     uint8_t c[4];
-    const float inv = q8::inverse_scale(absmax);
     for (int e = 0; e < 4; e++) c[e] = is_m ? q8::encode_signed(x[e], inv) : q8::encode_unsigned(x[e], inv);
     uint8_t* p = static_cast<uint8_t*>(base) + i;
     if (i + 4 <= end) {
@@ -353,10 +353,13 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
           if (i + e < end) m_max = fmaxf(m_max, fabsf(m[h][e])), v_max = fmaxf(v_max, v[h][e]);
         }
       }
+      float m_inv = 0.0f, v_inv = 0.0f;
       if constexpr (S == OptimizerState::q8) {
         m_max = warp_max(m_max);
         v_max = warp_max(v_max);
         if (lane == 0) L.ms[t][qb] = m_max, L.vs[t][qb] = v_max;
+        m_inv = q8::inverse_scale(m_max);
+        v_inv = q8::inverse_scale(v_max);
       }
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -375,8 +378,8 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
         }
         store_u16x4(reinterpret_cast<uint16_t*>(L.hi[t]), hi, i, end);
         if constexpr (kSplit) store_u16x4(reinterpret_cast<uint16_t*>(L.lo[t]), lo, i, end);
-        store_moment<S>(L.m[t], m[h], i, end, m_max, true);
-        store_moment<S>(L.v[t], v[h], i, end, v_max, false);
+        store_moment<S>(L.m[t], m[h], i, end, m_inv, true);
+        store_moment<S>(L.v[t], v[h], i, end, v_inv, false);
       }
     }
   }

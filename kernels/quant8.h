@@ -19,6 +19,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define STRATA_Q8 __host__ __device__ __forceinline__
@@ -58,6 +59,25 @@ STRATA_Q8 float mul_rn(float a, float b) {
 #endif
 }
 
+STRATA_Q8 uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+#endif
+}
+STRATA_Q8 float bits_float(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+#endif
+}
+
 // level(j) = 2^(-j/8), exactly as defined above.
 STRATA_Q8 float level(int j) {
   return ldexpf(ladder(j & 7), -(j >> 3));
@@ -68,7 +88,14 @@ STRATA_Q8 int nearest_step(float r) {
   if (r >= 1.0f) return 0;
   if (!(r > 0.0f)) return 1 << 20;  // underflowed (or NaN): below every level
   int ex = 0;
-  const float m = frexpf(r, &ex);  // r = m 2^ex, m in [0.5, 1): levels 2^ex ladder(f), f = 0..8
+  float m;               // r = m 2^ex, m in [0.5, 1): levels 2^ex ladder(f), f = 0..8
+  if (r >= 0x1p-126f) {  // normal: frexpf's answer from the bits (exponent field E: ex = E - 126, m's field 126)
+    const uint32_t b = float_bits(r);
+    ex = int(b >> 23) - 126;
+    m = bits_float((b & 0x007fffffu) | 0x3f000000u);
+  } else {
+    m = frexpf(r, &ex);
+  }
   int f = 0;
   STRATA_Q8_UNROLL
   for (int i = 0; i < 8; i++) f += ladder_mid(i) >= m ? 1 : 0;

@@ -108,6 +108,23 @@ TEST(StatePrecision, EightBitCodesAreTheNearestLevel) {
   EXPECT_EQ(q8::encode_unsigned(1e-30f, 1.0f), 1);
   EXPECT_EQ(q8::decode_unsigned(q8::encode_unsigned(3.5f, q8::inverse_scale(3.5f)), 3.5f), 3.5f);
   EXPECT_EQ(q8::decode_signed(q8::encode_signed(-2.0f, q8::inverse_scale(2.0f)), 2.0f), -2.0f);
+  // nearest_step reads a normal value's exponent and significand from its bits: frexpf's answer, over every
+  // exponent a ratio can have, at the ladder's midpoints and their neighbours, the binade's ends and subnormals.
+  const auto by_frexp = [](float r) {
+    if (r >= 1.0f) return 0;
+    if (!(r > 0.0f)) return 1 << 20;
+    int ex = 0;
+    const float m = std::frexp(r, &ex);
+    int f = 0;
+    for (int i = 0; i < 8; i++) f += q8::ladder_mid(i) >= m ? 1 : 0;
+    return 8 * (-ex) + f;
+  };
+  for (int e = -150; e <= 1; ++e)
+    for (float m0 : {0.5f, 0.75f, std::nextafter(1.0f, 0.0f), q8::ladder_mid(0), q8::ladder_mid(3), q8::ladder_mid(7)})
+      for (float m : {m0, std::nextafter(m0, 0.0f), std::nextafter(m0, 1.0f)}) {
+        const float r = std::ldexp(m, e);
+        ASSERT_EQ(q8::nearest_step(r), by_frexp(r)) << "r " << r << " (2^" << e << " x " << m << ")";
+      }
   // The table decodes (the cuda kernel's, from level(0..255) in shared memory) are the decodes, bit for bit.
   float levels[q8::kUnsignedTop + 1];
   for (int j = 0; j <= q8::kUnsignedTop; ++j) levels[j] = q8::level(j);
