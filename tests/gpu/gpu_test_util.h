@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #ifdef STRATA_HAVE_CUDA
@@ -100,6 +101,39 @@ inline ::testing::AssertionResult close(const std::vector<float>& got, const std
   double nmse = num / std::max(den, 1e-30);
   if (nmse > tol) return ::testing::AssertionFailure() << what << ": NMSE " << nmse << " > " << tol;
   return ::testing::AssertionSuccess() << what << ": NMSE " << nmse;
+}
+
+// A device tensor with the host values the cpu reference sees (bf16-rounded for bf16 tensors).
+template <class T>
+struct Dev {
+  std::vector<float> h;
+  DevBuf<T> d;
+  explicit Dev(const std::vector<float>& x) : h(x), d(x.size()) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      h = round_bf16(x);
+      d.upload(to_bf16(h));
+    } else {
+      d.upload(h);
+    }
+  }
+  Dev(size_t n, uint32_t seed, float scale = 1.0f) : Dev(randn(n, seed, scale)) {}
+  T* p(size_t off = 0) { return d.p + off; }
+  std::vector<float> get() const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      return from_bf16(d.download());
+    else
+      return d.download();
+  }
+  void poison() { cudaMemset(d.p, 0xff, d.n * sizeof(T)); }  // all-ones bits: NaN in bf16 and fp32
+};
+
+// n copies of value (a function: avoids the vexing parse of a braced vector).
+inline std::vector<float> vec(size_t n, float value = 0.0f) {
+  return std::vector<float>(n, value);
+}
+
+inline void device_sync() {
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
 }
 
 }  // namespace gpu_test
