@@ -15,7 +15,7 @@ q=(--shape Qwen3-8B --mode full --loss-chunk 1024)
 plan() { echo "docs/bench/2026-11-26-qwen3-8b-plan-$1.yaml"; }
 case $part in
   check)
-    for t in kernels_gpu_test model_gpu_test sim_gpu_test; do
+    for t in kernels_gpu_test optimizer_gpu_test model_gpu_test sim_gpu_test; do
       "$dir/tests/$t" --gtest_brief=1 2>&1 | tail -6 | tee -a "$out/qwen3.err"
     done
     "$dir/tests/model_gpu_test" --gtest_filter='Hf/GoldenGpu*' 2>&1 | grep "golden gpu" | tee -a "$out/qwen3.err" ;;

@@ -11,7 +11,7 @@ hf() { echo "== hf_bench $*" >>"$out/recipe.err"; python3 tools/bench/hf_bench.p
 same="--master-weights none --optimizer-state bf16"
 case $part in
   check)
-    for t in kernels_gpu_test sim_gpu_test; do
+    for t in kernels_gpu_test optimizer_gpu_test sim_gpu_test; do
       "$dir/tests/$t" --gtest_brief=1 2>&1 | grep -v "^\[ *OK" | tail -25 | tee -a "$out/recipe.err"
     done
     for t in model_gpu_test tiers_gpu_test paging_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test transfer_gpu_test; do

@@ -9,7 +9,7 @@ bench() { echo "== strata-bench $*" >>"$out/state.err"; "$dir/tools/strata-bench
 hf() { echo "== hf_bench $*" >>"$out/state.err"; python3 tools/bench/hf_bench.py "$@" 2>>"$out/state.err" | tee -a "$out/state.jsonl"; }
 case $part in
   check)
-    for t in model_gpu_test tiers_gpu_test sim_gpu_test paging_gpu_test kernels_gpu_test; do
+    for t in model_gpu_test tiers_gpu_test sim_gpu_test paging_gpu_test kernels_gpu_test optimizer_gpu_test; do
       "$dir/tests/$t" --gtest_brief=1 2>&1 | tail -4 | tee -a "$out/state.err"
     done
     # The same 1B steps with the state on the device and on the host: the losses must agree.

@@ -15,7 +15,7 @@ case $part in
   check)
     "$dir/tests/grads_bf16_gpu_test" 2>&1 | tail -25 | tee -a "$out/grads_bf16.err"
     "$dir/tests/sim_gpu_test" --gtest_filter='SimVsCuda.Bf16Gradients*:SimVsCuda.Tiny*' 2>&1 | tail -25 | tee -a "$out/grads_bf16.err"
-    for t in kernels_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test mlp_tiles_gpu_test model_gpu_test tiers_gpu_test; do
+    for t in kernels_gpu_test optimizer_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test mlp_tiles_gpu_test model_gpu_test tiers_gpu_test; do
       "$dir/tests/$t" --gtest_brief=1 2>&1 | tail -3 | tee -a "$out/grads_bf16.err"
     done ;;
   same)

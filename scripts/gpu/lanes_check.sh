@@ -3,7 +3,7 @@
 set -u
 for t in transfer_gpu_test tiers_gpu_test paging_gpu_test; do $dir/tests/$t --gtest_brief=1 2>&1 | tail -3; done
 $dir/tests/sim_gpu_test --gtest_filter='SimVsCuda.Tiny*' 2>&1 | grep -E "peak sim|PASSED|FAILED|Failure" | cut -c1-200
-$dir/tests/kernels_gpu_test --gtest_filter='*AdamW*' --gtest_brief=1 2>&1 | tail -2
+$dir/tests/optimizer_gpu_test --gtest_filter='*AdamW*' --gtest_brief=1 2>&1 | tail -2
 b() { echo "== $*" >&2; $dir/tools/strata-bench "$@" 2>>$out/lanes.err | tee -a $out/lanes.jsonl | python3 -c "import json,sys; j=json.loads(sys.stdin.read()); print(j['shape'],j['seq'],j['plan'],j['state_offloading'],j['master_weights'],j['optimizer_state'],j['tokens_per_s'],round(j['peak_arena_bytes']/2**30,2),'GiB')"; }
 b --shape Llama-3-8B --seq 12288 --mode full --plan gc --steps 3 --warmup 1 --master-weights none --optimizer-state 8bit --state-offloading optimizer
 b --shape Llama-3-8B --seq 12288 --mode full --plan gc --steps 3 --warmup 1 --master-weights none --optimizer-state bf16 --state-offloading optimizer

@@ -11,7 +11,7 @@
 set -u
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 : >"$out/gpu_tests.txt"; gpu_line "$out/gpu_tests.txt" | head -1
-for t in packing_gpu_test model_gpu_test gemm_attention_gpu_test kernels_gpu_test lm_head_grad_gpu_test; do
+for t in packing_gpu_test model_gpu_test gemm_attention_gpu_test kernels_gpu_test optimizer_gpu_test lm_head_grad_gpu_test; do
   [[ -x $dir/tests/$t ]] || { echo "$t: not built" | tee -a "$out/gpu_tests.txt"; continue; }
   "$dir/tests/$t" > "$out/$t.log" 2>&1
   echo "$t: exit $? | $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$t.log" | tr '\n' ' ')" | tee -a "$out/gpu_tests.txt"

@@ -12,7 +12,7 @@
 #   synccheck  on the kernel binaries only (__syncthreads / barrier misuse; cheap)
 #   initcheck  on none by default (reads of uninitialised device memory; the arena hands out
 #              unset memory by design, so expect reports to triage; INITCHECK_BINS=all turns it on)
-# The kernel binaries: kernels_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test
+# The kernel binaries: kernels_gpu_test optimizer_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test
 # transfer_gpu_test.
 #
 # Time: the whole script stays within BUDGET_S (default 480 s, 8 minutes). Each run is capped at
@@ -49,7 +49,7 @@ out=${2:-/tmp/strata-sanitize}
 budget_s=${BUDGET_S:-480}
 per_run_s=${PER_RUN_S:-120}
 min_run_s=15 # do not start a run with less than this left
-kernel_bins="kernels_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test transfer_gpu_test"
+kernel_bins="kernels_gpu_test optimizer_gpu_test gemm_attention_gpu_test lm_head_grad_gpu_test transfer_gpu_test"
 
 san=${SANITIZER:-}
 if [[ -z $san ]]; then

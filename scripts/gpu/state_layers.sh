@@ -27,7 +27,7 @@ hf() { echo "== hf_bench $*" >>"$out/layers.err"; python3 tools/bench/hf_bench.p
 b8=(--shape Llama-3-8B --mode full --loss-chunk 1024)
 case $part in
   check)
-    for t in grads_bf16_gpu_test kernels_gpu_test model_gpu_test tiers_gpu_test sim_gpu_test; do
+    for t in grads_bf16_gpu_test kernels_gpu_test optimizer_gpu_test model_gpu_test tiers_gpu_test sim_gpu_test; do
       [ -x "$dir/tests/$t" ] || { echo "$t: not built" | tee -a "$out/layers.err"; continue; }
       "$dir/tests/$t" --gtest_brief=1 2>&1 | tail -4 | sed "s/^/$t: /" | tee -a "$out/layers.err"
     done ;;
