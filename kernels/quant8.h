@@ -59,23 +59,13 @@ STRATA_Q8 float mul_rn(float a, float b) {
 #endif
 }
 
-STRATA_Q8 uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-#endif
-}
-STRATA_Q8 float bits_float(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-#endif
+// x's bits as a To of the same size (std::bit_cast's job, on the host and the device alike).
+template <class To, class From>
+STRATA_Q8 To bits_as(From x) {
+  static_assert(sizeof(To) == sizeof(From));
+  To y;
+  memcpy(&y, &x, sizeof y);
+  return y;
 }
 
 // level(j) = 2^(-j/8), exactly as defined above.
@@ -90,9 +80,9 @@ STRATA_Q8 int nearest_step(float r) {
   int ex = 0;
   float m;               // r = m 2^ex, m in [0.5, 1): levels 2^ex ladder(f), f = 0..8
   if (r >= 0x1p-126f) {  // normal: frexpf's answer from the bits (exponent field E: ex = E - 126, m's field 126)
-    const uint32_t b = float_bits(r);
+    const uint32_t b = bits_as<uint32_t>(r);
     ex = int(b >> 23) - 126;
-    m = bits_float((b & 0x007fffffu) | 0x3f000000u);
+    m = bits_as<float>((b & 0x007fffffu) | 0x3f000000u);
   } else {
     m = frexpf(r, &ex);
   }
