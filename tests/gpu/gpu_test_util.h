@@ -103,6 +103,11 @@ inline ::testing::AssertionResult close(const std::vector<float>& got, const std
   return ::testing::AssertionSuccess() << what << ": NMSE " << nmse;
 }
 
+}  // namespace gpu_test
+
+#ifdef STRATA_HAVE_CUDA
+namespace gpu_test {
+
 // A device tensor with the host values the cpu reference sees (bf16-rounded for bf16 tensors).
 template <class T>
 struct Dev {
@@ -137,3 +142,4 @@ inline void device_sync() {
 }
 
 }  // namespace gpu_test
+#endif
