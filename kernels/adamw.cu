@@ -1,7 +1,7 @@
-// Optimizer kernels: the sum of squares for global-norm clipping, and torch.optim.AdamW on fp32
-// master weights stored split (engine/master_split.h: the bf16 compute weights plus an i16 low
-// half). The clip scale is computed on device from norm_sq (no host sync). Per-element math uses
-// explicit round-to-nearest intrinsics (no FMA contraction) in the cpu reference's order, and the
+// Optimizer kernels: the sum of squares for global-norm clipping, and torch.optim.AdamW over every state recipe
+// (engine/state_recipe.h): fp32 masters stored split (engine/master_split.h: the bf16 compute weights plus an i16
+// low half) or none, moments fp32, bf16 or 8-bit. The clip scale is computed on device from norm_sq (no host sync).
+// Per-element math uses explicit round-to-nearest intrinsics (no FMA contraction) in the cpu reference's order, and the
 // scalars are formed on the host the same way, so results match kernels/adamw_cpu.cpp.
 #include <algorithm>
 #include <charconv>
