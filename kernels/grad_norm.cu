@@ -2,6 +2,7 @@
 // grad_norm_cuda.cpp): per tensor, over lists of tensors, and ZeRO-2's parts added in order. Each launch adds its
 // blocks' partial sums in a fixed order, so ranks summing the same gradients get the same bits.
 #include <algorithm>
+#include <string>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda.h"
@@ -188,32 +189,31 @@ void sum_squares_bf16(float* out, const bf16* g, size_t n, cudaStream_t stream) 
   STRATA_LAUNCH_CHECK("sum_squares_bf16_kernel");
 }
 
-void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream) {
+namespace {
+// Both list forms: one launch per kListMax tensors; `what` names the caller in its errors.
+template <bool kBf16, class T>
+void sum_squares_lists(float* out, const T* const* gs, const size_t* ns, int count, cudaStream_t stream,
+                       const char* what) {
   for (int from = 0; from < count; from += kListMax) {
     ListTable L;
     const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int t) {
-      STRATA_CHECK(aligned16(gs[from + t]), "sum_squares_list: a gradient is not 16-byte aligned");
+      STRATA_CHECK(aligned16(gs[from + t]), std::string(what) + ": a gradient is not 16-byte aligned");
       L.g[t] = gs[from + t];
       L.n[t] = ns[from + t];
     });
     if (chunks == 0) continue;
-    sum_squares_list_kernel<false><<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
+    sum_squares_list_kernel<kBf16><<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
     STRATA_LAUNCH_CHECK("sum_squares_list_kernel");
   }
 }
+}  // namespace
+
+void sum_squares_list(float* out, const float* const* gs, const size_t* ns, int count, cudaStream_t stream) {
+  sum_squares_lists<false>(out, gs, ns, count, stream, "sum_squares_list");
+}
 
 void sum_squares_list_bf16(float* out, const bf16* const* gs, const size_t* ns, int count, cudaStream_t stream) {
-  for (int from = 0; from < count; from += kListMax) {
-    ListTable L;
-    const size_t chunks = fill_table(L, std::min(kListMax, count - from), [&](int t) {
-      STRATA_CHECK(aligned16(gs[from + t]), "sum_squares_list_bf16: a gradient is not 16-byte aligned");
-      L.g[t] = gs[from + t];
-      L.n[t] = ns[from + t];
-    });
-    if (chunks == 0) continue;
-    sum_squares_list_kernel<true><<<list_grid(chunks), kListThreads, 0, stream>>>(out, L);
-    STRATA_LAUNCH_CHECK("sum_squares_list_kernel");
-  }
+  sum_squares_lists<true>(out, gs, ns, count, stream, "sum_squares_list_bf16");
 }
 
 }  // namespace strata::cuda
