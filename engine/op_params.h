@@ -8,7 +8,7 @@
 
 namespace strata {
 
-// Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu); the sim
+// Tensors per launch of the cuda backend's list-form optimizer kernels (kernels/adamw.cu, grad_norm.cu); the sim
 // charges one launch per this many.
 constexpr int kOptimizerListTensors = 48;
 inline int optimizer_list_launches(size_t tensors) {

@@ -1,4 +1,5 @@
-// The gradient norm's cuda forms (engine/ops/grad_norm.cpp): fp32 atomics into the scalar (kernels/adamw.cu).
+// The gradient norm's cuda forms (engine/ops/grad_norm.cpp): the sums of squares of kernels/grad_norm.cu, each
+// launch adding its blocks' sums into the scalar in a fixed order.
 #define STRATA_CUDA_OP_IMPL
 #include <vector>
 
