@@ -44,7 +44,7 @@ __device__ __forceinline__ void adamw_core(float& p, float& m, float& v, float g
   p = __fadd_rn(pi, __fmul_rn(k.neg_step, __fdiv_rn(m, denom)));
 }
 
-// ---- any state precision (engine/state_recipe.h) -------------------------------------------------
+// ---- 8-bit moments (engine/state_recipe.h) ------------------------------------------------------------
 // One warp per quantisation block of kQuantBlock elements: each lane takes 4 consecutive elements in
 // each half of the block (so every load of the warp is contiguous), and 8-bit scales come from a warp
 // max, with no block-wide barrier. Chunk starts are multiples of kChunk, so every warp's block is a
@@ -66,70 +66,34 @@ struct AnyTable {
 };
 static_assert(sizeof(AnyTable) <= 4000, "kernel parameter over the classic 4 KB limit");
 
-// A moment's elements [i, i + 4) (or [i, end) element by element) as floats, and back.
-template <OptimizerState S>
-__device__ __forceinline__ void load_moment(float (&x)[4], const void* base, size_t i, size_t end, float scale,
-                                            bool is_m, const float* levels) {
-  if constexpr (S == OptimizerState::fp32) {
-    const float* p = static_cast<const float*>(base) + i;
-    if (i + 4 <= end) return load_f32(x, p);
-    for (int e = 0; e < 4; e++) x[e] = i + e < end ? p[e] : 0.0f;
-  } else if constexpr (S == OptimizerState::bf16) {
-    const uint16_t* p = static_cast<const uint16_t*>(base) + i;
-    uint16_t h[4] = {0, 0, 0, 0};
-    if (i + 4 <= end) {
-      const uint2 u = *reinterpret_cast<const uint2*>(p);
-      h[0] = uint16_t(u.x), h[1] = uint16_t(u.x >> 16), h[2] = uint16_t(u.y), h[3] = uint16_t(u.y >> 16);
-    } else {
-      for (int e = 0; e < 4; e++) h[e] = i + e < end ? p[e] : 0;
-    }
-    for (int e = 0; e < 4; e++) x[e] = __uint_as_float(uint32_t(h[e]) << 16);
+// A moment's 8-bit codes [i, i + 4) (or [i, end) element by element) as floats, and back. scale: the block's
+// largest value; inv: its q8::inverse_scale (formed once a block by the caller); levels: q8::level(0..255).
+__device__ __forceinline__ void load_moment_q8(float (&x)[4], const void* base, size_t i, size_t end, float scale,
+                                               bool is_m, const float* levels) {
+  const uint8_t* p = static_cast<const uint8_t*>(base) + i;
+  uint8_t c[4] = {0, 0, 0, 0};
+  if (i + 4 <= end) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
+    for (int e = 0; e < 4; e++) c[e] = uint8_t(u >> (8 * e));
   } else {
-    const uint8_t* p = static_cast<const uint8_t*>(base) + i;
-    uint8_t c[4] = {0, 0, 0, 0};
-    if (i + 4 <= end) {
-      const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
-      for (int e = 0; e < 4; e++) c[e] = uint8_t(u >> (8 * e));
-    } else {
-      for (int e = 0; e < 4; e++) c[e] = i + e < end ? p[e] : 0;
-    }
-    for (int e = 0; e < 4; e++)
-      x[e] = is_m ? q8::decode_signed(c[e], scale, levels) : q8::decode_unsigned(c[e], scale, levels);
+    for (int e = 0; e < 4; e++) c[e] = i + e < end ? p[e] : 0;
   }
+  for (int e = 0; e < 4; e++)
+    x[e] = is_m ? q8::decode_signed(c[e], scale, levels) : q8::decode_unsigned(c[e], scale, levels);
 }
 
-// inv: 8-bit moments' q8::inverse_scale of the block's largest value (formed once a block by the caller).
-template <OptimizerState S>
-__device__ __forceinline__ void store_moment(void* base, const float (&x)[4], size_t i, size_t end, float inv,
-                                             bool is_m) {
-  if constexpr (S == OptimizerState::fp32) {
-    float* p = static_cast<float*>(base) + i;
-    if (i + 4 <= end) return store_f32(p, x);
-    for (int e = 0; e < 4; e++)
-      if (i + e < end) p[e] = x[e];
-  } else if constexpr (S == OptimizerState::bf16) {
-    uint16_t h[4];
-    for (int e = 0; e < 4; e++) h[e] = __bfloat16_as_ushort(__float2bfloat16_rn(x[e]));
-    uint16_t* p = static_cast<uint16_t*>(base) + i;
-    if (i + 4 <= end) {
-      *reinterpret_cast<uint2*>(p) =
-          make_uint2(uint32_t(h[0]) | (uint32_t(h[1]) << 16), uint32_t(h[2]) | (uint32_t(h[3]) << 16));
-      return;
-    }
-    for (int e = 0; e < 4; e++)
-      if (i + e < end) p[e] = h[e];
-  } else {
-    uint8_t c[4];
-    for (int e = 0; e < 4; e++) c[e] = is_m ? q8::encode_signed(x[e], inv) : q8::encode_unsigned(x[e], inv);
-    uint8_t* p = static_cast<uint8_t*>(base) + i;
-    if (i + 4 <= end) {
-      *reinterpret_cast<uint32_t*>(p) =
-          uint32_t(c[0]) | (uint32_t(c[1]) << 8) | (uint32_t(c[2]) << 16) | (uint32_t(c[3]) << 24);
-      return;
-    }
-    for (int e = 0; e < 4; e++)
-      if (i + e < end) p[e] = c[e];
+__device__ __forceinline__ void store_moment_q8(void* base, const float (&x)[4], size_t i, size_t end, float inv,
+                                                bool is_m) {
+  uint8_t c[4];
+  for (int e = 0; e < 4; e++) c[e] = is_m ? q8::encode_signed(x[e], inv) : q8::encode_unsigned(x[e], inv);
+  uint8_t* p = static_cast<uint8_t*>(base) + i;
+  if (i + 4 <= end) {
+    *reinterpret_cast<uint32_t*>(p) =
+        uint32_t(c[0]) | (uint32_t(c[1]) << 8) | (uint32_t(c[2]) << 16) | (uint32_t(c[3]) << 24);
+    return;
   }
+  for (int e = 0; e < 4; e++)
+    if (i + e < end) p[e] = c[e];
 }
 
 // Four consecutive 16-bit values (the weights' bits, or the masters' low halves).
@@ -157,15 +121,13 @@ __device__ __forceinline__ void store_u16x4(uint16_t* p, const uint16_t (&h)[4],
 // fit an SM; at 48 (5 blocks) the 8-bit forms spilled.
 constexpr int kAnyMinBlocks = 4;
 
-template <bool kSplit, OptimizerState S, bool kGradBf16>
+template <bool kSplit, bool kGradBf16>
 __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
-    adamw_any_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
+    adamw_q8_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
   const float scale = clip_scale(norm_sq, k.max_norm);
   __shared__ float levels[q8::kUnsignedTop + 1];  // q8::level(0..255), for the decodes
-  if constexpr (S == OptimizerState::q8) {
-    for (int j = int(threadIdx.x); j <= q8::kUnsignedTop; j += int(blockDim.x)) levels[j] = q8::level(j);
-    __syncthreads();
-  }
+  for (int j = int(threadIdx.x); j <= q8::kUnsignedTop; j += int(blockDim.x)) levels[j] = q8::level(j);
+  __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   for (size_t c = blockIdx.x; c < L.first_chunk[L.count]; c += gridDim.x) {
     const int t = chunk_owner(L, c);
@@ -173,8 +135,8 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
     // Warp-uniform loop: each warp one quantisation block at a time.
     for (size_t base = begin + size_t(warp) * kQuantBlock; base < end; base += size_t(n_warps) * kQuantBlock) {
       const size_t qb = base / kQuantBlock;
-      const float m_scale = S == OptimizerState::q8 ? L.ms[t][qb] : 0.0f;
-      const float v_scale = S == OptimizerState::q8 ? L.vs[t][qb] : 0.0f;
+      const float m_scale = L.ms[t][qb];
+      const float v_scale = L.vs[t][qb];
       float p[2][4], m[2][4], v[2][4], g[2][4];
       float m_max = 0.0f, v_max = 0.0f;
 #pragma unroll
@@ -188,8 +150,8 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
         } else {
           for (int e = 0; e < 4; e++) g[h][e] = i + e < end ? grad_at<kGradBf16>(L.g[t], i + e) : 0.0f;
         }
-        load_moment<S>(m[h], L.m[t], i, end, m_scale, true, levels);
-        load_moment<S>(v[h], L.v[t], i, end, v_scale, false, levels);
+        load_moment_q8(m[h], L.m[t], i, end, m_scale, true, levels);
+        load_moment_q8(v[h], L.v[t], i, end, v_scale, false, levels);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           p[h][e] = kSplit ? __uint_as_float(master_join_bits(hi[e], int16_t(lo[e])))
@@ -198,14 +160,10 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
           if (i + e < end) m_max = fmaxf(m_max, fabsf(m[h][e])), v_max = fmaxf(v_max, v[h][e]);
         }
       }
-      float m_inv = 0.0f, v_inv = 0.0f;
-      if constexpr (S == OptimizerState::q8) {
-        m_max = warp_max(m_max);
-        v_max = warp_max(v_max);
-        if (lane == 0) L.ms[t][qb] = m_max, L.vs[t][qb] = v_max;
-        m_inv = q8::inverse_scale(m_max);
-        v_inv = q8::inverse_scale(v_max);
-      }
+      m_max = warp_max(m_max);
+      v_max = warp_max(v_max);
+      if (lane == 0) L.ms[t][qb] = m_max, L.vs[t][qb] = v_max;
+      const float m_inv = q8::inverse_scale(m_max), v_inv = q8::inverse_scale(v_max);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const size_t i = base + size_t(h) * 128 + size_t(lane) * 4;
@@ -223,15 +181,15 @@ __global__ void __launch_bounds__(kAnyThreads, kAnyMinBlocks)
         }
         store_u16x4(reinterpret_cast<uint16_t*>(L.hi[t]), hi, i, end);
         if constexpr (kSplit) store_u16x4(reinterpret_cast<uint16_t*>(L.lo[t]), lo, i, end);
-        store_moment<S>(L.m[t], m[h], i, end, m_inv, true);
-        store_moment<S>(L.v[t], v[h], i, end, v_inv, false);
+        store_moment_q8(L.m[t], m[h], i, end, m_inv, true);
+        store_moment_q8(L.v[t], v[h], i, end, v_inv, false);
       }
     }
   }
 }
 
 // ---- fp32 and bf16 moments: eight elements a thread ------------------------------------------------
-// The same update as adamw_any_kernel, with each thread taking 8 consecutive elements: every 16-bit array is one
+// The same update as adamw_q8_kernel, with each thread taking 8 consecutive elements: every 16-bit array is one
 // 16-byte access and every f32 one two, a chunk's pointers are formed once and its offsets are 32-bit, and a whole
 // chunk (every chunk but a tensor's last) runs without bounds checks. Fewer instructions an element is what the
 // update needs (it is bound by issue, above); 8-bit moments keep the warp-per-block kernel.
@@ -343,7 +301,7 @@ struct WideSlice {
 template <bool kSplit, OptimizerState S, bool kGradBf16>
 __global__ void __launch_bounds__(kAnyThreads, kWideMinBlocks)
     adamw_wide_kernel(const __grid_constant__ AnyTable L, const float* __restrict__ norm_sq, AdamWScalars k) {
-  static_assert(S != OptimizerState::q8, "8-bit moments take adamw_any_kernel");
+  static_assert(S != OptimizerState::q8, "8-bit moments take adamw_q8_kernel");
   using M = std::conditional_t<S == OptimizerState::fp32, float, uint16_t>;
   using G = std::conditional_t<kGradBf16, uint16_t, float>;
   const float scale = clip_scale(norm_sq, k.max_norm);
@@ -449,13 +407,11 @@ void adamw_step_any(const AdamWAnyTensors* ts, int count, bool split, OptimizerS
                          adamw_wide_kernel<false, OptimizerState::bf16, true>);
         break;
       case OptimizerState::q8:
-        split ? by_grads(adamw_any_kernel<true, OptimizerState::q8, false>,
-                         adamw_any_kernel<true, OptimizerState::q8, true>)
-              : by_grads(adamw_any_kernel<false, OptimizerState::q8, false>,
-                         adamw_any_kernel<false, OptimizerState::q8, true>);
+        split ? by_grads(adamw_q8_kernel<true, false>, adamw_q8_kernel<true, true>)
+              : by_grads(adamw_q8_kernel<false, false>, adamw_q8_kernel<false, true>);
         break;
     }
-    STRATA_LAUNCH_CHECK("adamw_any_kernel");
+    STRATA_LAUNCH_CHECK("adamw_step_any");
   }
 }
 
