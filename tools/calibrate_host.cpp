@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 #include "engine/cost_model.h"
 #include "engine/error.h"
 #include "engine/parallel.h"
+#include "io/atomic_file.h"
 #include "kernels/adamw.h"
 #include "kernels/resources_cuda.h"
 
@@ -216,7 +216,7 @@ int host_fill(const std::string& out) {
       "(pinned_first_touch_gbps)\n",
       slow_n, secs.size(), format_bytes(slow_n * block).c_str(), first_touch);
   if (out.empty()) return 0;
-  // Into the profile at `out`: the field and its source, written whole to a temporary file and renamed over it.
+  // Into the profile at `out`: the field and its source, the file replaced whole (io::write_file_atomic).
   std::ifstream in(out);
   if (!in) throw IoError(fmt::format("{}: cannot read the device profile to add pinned_first_touch_gbps to", out), out);
   nlohmann::ordered_json j;
@@ -232,14 +232,7 @@ int host_fill(const std::string& out) {
       slow_n, secs.size(), date_today());
   j["source"] = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() + "; " + note : note;
   profile_from_json(j.dump(), out);  // refuses what the sim would refuse, before anything is written
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2) << "\n";
-    f.close();
-    if (!f) throw IoError(fmt::format("{}: cannot write the device profile", tmp), tmp);
-  }
-  std::filesystem::rename(tmp, out);
+  io::write_file_atomic(out, j.dump(2) + "\n");
   std::printf("  wrote pinned_first_touch_gbps %.2f into %s\n", first_touch, out.c_str());
   return 0;
 }
