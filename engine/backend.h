@@ -64,6 +64,15 @@ class Backend {
   virtual void upload_f32(Tensor dst, const float* src) = 0;  // converts to dst.dtype
   virtual void download_f32(float* dst, Tensor src) = 0;      // converts from src.dtype
   virtual void upload_i32(Tensor dst, const int32_t* src) = 0;
+  // A small tensor read without waiting for the work queued after it: the copy is ordered after every op queued so
+  // far, and dst (which must stay valid until then) holds src's values, converted to f32, once
+  // wait_queued_downloads() returns. Ops queued after the call may still be running then (a step's update, while the
+  // host records the next step's graph). Default: download_f32 now (a backend that runs each op as it is queued).
+  virtual void download_f32_queued(float* dst, Tensor src) { download_f32(dst, src); }
+  virtual void wait_queued_downloads() {}
+  // Whether a training step may return before its last ops ran (Trainer::step, TrainOptions::time_parts): false
+  // where every step must end in synchronize() (the cuda backend's op profiler sums its times there, step by step).
+  virtual bool steps_may_overlap() const { return true; }
   // Trainable weights' fp32 masters. f32 (cpu): the master is one f32 tensor (also the compute
   // weights). i16 (cuda): the master is split (engine/master_split.h): the bf16 compute weights hold
   // its rounded high half and an i16 tensor `lo` the rest, bit-exact, 2 bytes a weight fewer.

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -97,6 +98,7 @@ class CudaBackend final : public Backend {
     marks_used_ = 0;
     return out;
   }
+  bool steps_may_overlap() const override { return !prof_data_.on(); }
   void synchronize() override {
     STRATA_CUDA(cudaStreamSynchronize(s()));
     if (prof_data_.on()) prof_data_.collect();
@@ -116,6 +118,40 @@ class CudaBackend final : public Backend {
     convert_to_f32(dst, h.data(), src.dtype, h.size());
   }
   void upload_i32(Tensor dst, const int32_t* src) override { copy_in(dst.data, src, dst.bytes()); }
+  // Into a pinned staging block on the compute stream; the host waits on an event recorded after the last copy,
+  // not on the stream.
+  void download_f32_queued(float* dst, Tensor src) override {
+    STRATA_CHECK(src.defined() && src.contiguous(), "download_f32_queued: needs a defined contiguous tensor");
+    const size_t bytes = src.bytes(), at = (read_used_ + 15) & ~size_t(15);
+    if (bytes > kReadStageBytes) {  // not a small tensor: read it now
+      wait_queued_downloads();
+      return download_f32(dst, src);
+    }
+    if (at + bytes > kReadStageBytes) return wait_queued_downloads(), download_f32_queued(dst, src);
+    if (!read_stage_) {
+      void* p = nullptr;
+      STRATA_CUDA(cudaHostAlloc(&p, kReadStageBytes, cudaHostAllocDefault));
+      read_stage_.reset(static_cast<std::byte*>(p));
+    }
+    STRATA_CUDA(cudaMemcpyAsync(read_stage_.get() + at, src.data, bytes, cudaMemcpyDeviceToHost, s()));
+    STRATA_CUDA(cudaEventRecord(read_done_.get(), s()));
+    queued_reads_.push_back({dst, at, src.dtype, size_t(src.numel())});
+    read_used_ = at + bytes;
+  }
+  void wait_queued_downloads() override {
+    if (queued_reads_.empty()) return;
+    const std::vector<QueuedRead> reads = std::move(queued_reads_);
+    queued_reads_.clear();
+    read_used_ = 0;
+    STRATA_CUDA(cudaEventSynchronize(read_done_.get()));
+    for (const QueuedRead& r : reads) {
+      const std::byte* at = read_stage_.get() + r.at;
+      if (r.dtype == DType::f32)
+        std::memcpy(r.dst, at, r.n * sizeof(float));
+      else
+        convert_to_f32(r.dst, at, r.dtype, r.n);
+    }
+  }
   DType master_dtype() const override { return DType::i16; }
   void upload_master(Tensor lo, Tensor hi, const float* src) override {
     check_split_master(lo, hi);
@@ -305,6 +341,21 @@ class CudaBackend final : public Backend {
   std::map<CopyTicket, InFlight> in_flight_;
   std::vector<Event> spare_events_;  // completion events to reuse
   std::vector<Event> time_marks_;    // time_mark's events; the first marks_used_ are queued
+  // download_f32_queued: a pinned block the copies land in, the event after the last, and where each value goes.
+  static constexpr size_t kReadStageBytes = 4096;
+  struct QueuedRead {
+    float* dst;
+    size_t at;
+    DType dtype;
+    size_t n;
+  };
+  struct FreeHost {
+    void operator()(std::byte* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<std::byte, FreeHost> read_stage_;  // pinned (cudaHostAlloc; small, so not page-aligned)
+  Event read_done_ = make_event();
+  std::vector<QueuedRead> queued_reads_;
+  size_t read_used_ = 0;
   size_t marks_used_ = 0;
   CopyTicket last_ticket_ = 0;
   ScratchSet gemm_ws_;

@@ -178,6 +178,7 @@ struct Collector {
   std::map<std::string, std::pair<double, long>> totals;
   std::vector<KernelSpan> intervals;  // every kernel; names point at totals' keys
   size_t dropped = 0;
+  size_t incomplete = 0;  // kernels a forced flush handed over unfinished
   bool active = false;
 };
 
@@ -203,6 +204,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
       // start, end and name sit at the same offsets in every kernel record version since 4.
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      // A forced flush hands over kernels still running without their timestamps: not a span to count.
+      if (k->start == 0 || k->end < k->start) {
+        ++c.incomplete;
+        continue;
+      }
       auto it = c.totals.try_emplace(k->name ? k->name : "(unnamed)").first;
       it->second.first += double(k->end - k->start) * 1e-6;
       it->second.second += 1;
@@ -229,6 +235,7 @@ std::unique_ptr<KernelTrace> KernelTrace::start(std::string* why) {
     c.totals.clear();
     c.intervals.clear();
     c.dropped = 0;
+    c.incomplete = 0;
     c.active = true;
   }
   CUptiResult r = cu.register_callbacks(buffer_requested, buffer_completed);
@@ -255,6 +262,8 @@ std::vector<KernelTime> KernelTrace::stop() {
   std::lock_guard<std::mutex> lock(c.mu);
   c.active = false;
   if (c.dropped > 0) std::fprintf(stderr, "strata kernel trace: CUPTI dropped %zu records\n", c.dropped);
+  if (c.incomplete > 0)
+    std::fprintf(stderr, "strata kernel trace: %zu kernels still running at the stop were not counted\n", c.incomplete);
   timeline_ = summarize_timeline(std::move(c.intervals));
   c.intervals.clear();
   return summarize_kernels(c.totals);

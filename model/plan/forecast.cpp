@@ -239,6 +239,7 @@ Forecast forecast(const ForecastRequest& r) {
     StepStats st;
     try {
       st = steps();
+      be->synchronize();  // a step may return with its update still queued (TrainOptions::time_parts)
     } catch (const OutOfMemoryError& e) {
       f.fits = false;
       f.oom = e.what();

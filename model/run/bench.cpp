@@ -107,6 +107,7 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
     r.peak_disk_bytes = st.peak_disk_bytes + st.state_disk_bytes;
     r.loss = st.loss;
   }
+  be.synchronize();  // the last step may return with its update still running (TrainOptions::time_parts)
   if (hooks.after_steps) hooks.after_steps(r.steps);
   r.offloaded_bytes_per_step = tr.store().stats().offloaded_bytes / size_t(std::max(1, warmup + r.steps));
   std::sort(times.begin(), times.end());

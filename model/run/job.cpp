@@ -341,6 +341,7 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
     model_->load(c.model_dir, env_.local_world == 1);
   }
 
+  to.time_parts = opt_.json;         // the JSON progress lines carry each step's parts
   to.warmup_steps = c.warmup_steps;  // a caller's own batches (Session::step(batch)); the loop passes its lr
   to.comm = comm_.get();
   if (c.sequence_parallel > 1) to.seq_comm = group_ ? group_.get() : comm_.get();

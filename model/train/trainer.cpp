@@ -122,8 +122,8 @@ void Trainer::upload(const Batch& b) {
   if (sp > 1) {
     // This rank's T/sp tokens of each row, with their positions in the row (or example); attention's segments
     // need every token's (packed rows).
-    const std::shared_ptr<const SeqSlice> shared = seq_slice_shared(b, seq_rank(), sp);
-    const SeqSlice& sl = *shared;
+    slice_ = seq_slice_shared(b, seq_rank(), sp);
+    const SeqSlice& sl = *slice_;
     if (!b.positions.empty()) {
       if (!rows_pos_.allocated() || rows_pos_.view().numel() < n ||
           (!opt_.batch_tokens && rows_pos_.view().numel() != n)) {
@@ -131,33 +131,40 @@ void Trainer::upload(const Batch& b) {
         rows_pos_ = Buffer(be_.arena(), DType::i32, Shape{std::max<int64_t>(n, opt_.batch_tokens)}, "batch.positions");
       }
       rows_posv_ = prefix(rows_pos_, n);
-      be_.upload_i32(rows_posv_, b.positions.data());
+      uploads_.push_back({rows_posv_, b.positions.data()});
     } else {
       rows_pos_.reset();
       rows_posv_ = Tensor();
     }
-    be_.upload_i32(posv_, sl.positions.data());
+    uploads_.push_back({posv_, sl.positions.data()});
     pos_packed_ = true;  // not 0..T-1 a row: an unsharded batch after this one uploads its own
-    be_.upload_i32(tok_, sl.inputs.data());
-    be_.upload_i32(tgt_, sl.targets.data());
+    uploads_.push_back({tok_, sl.inputs.data()});
+    uploads_.push_back({tgt_, sl.targets.data()});
     return;
   }
   if (!b.positions.empty()) {
-    be_.upload_i32(posv_, b.positions.data());
+    uploads_.push_back({posv_, b.positions.data()});
     pos_packed_ = true;
   } else if (fresh || pos_packed_ || pos_len_ != b.T || pos_n_ != n) {  // pos_ holds other rows' positions
     // 0..T-1 a row, row by row: no division per token (a forecast's Trainer is new each sim run, and at 524,288
     // tokens a `%` per token was a fifth of a planner search), and no zeroing before the fill.
-    const std::unique_ptr<int32_t[]> pos(new int32_t[size_t(n)]);
+    pos_host_.reset(new int32_t[size_t(n)]);
     for (int r = 0; r < b.B; ++r)
-      std::iota(pos.get() + size_t(r) * size_t(b.T), pos.get() + size_t(r + 1) * size_t(b.T), 0);
-    be_.upload_i32(posv_, pos.get());
+      std::iota(pos_host_.get() + size_t(r) * size_t(b.T), pos_host_.get() + size_t(r + 1) * size_t(b.T), 0);
+    uploads_.push_back({posv_, pos_host_.get()});
     pos_packed_ = false;
     pos_len_ = b.T;
     pos_n_ = n;
   }
-  be_.upload_i32(tok_, b.inputs.data());
-  be_.upload_i32(tgt_, b.targets.data());
+  uploads_.push_back({tok_, b.inputs.data()});
+  uploads_.push_back({tgt_, b.targets.data()});
+}
+
+void Trainer::send_uploads() {
+  for (const auto& [dst, src] : uploads_) be_.upload_i32(dst, src);
+  uploads_.clear();
+  slice_.reset();
+  pos_host_.reset();
 }
 
 const char* step_part_name(StepPart p) {
@@ -171,9 +178,17 @@ void Trainer::mark(StepPart p) {
   part_marks_.push_back(p);
 }
 
-float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits) {
+void Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits, float* loss) {
   mark(StepPart::setup);
   upload(b);
+  struct Unsent {  // a step that throws before its uploads leaves none for the next
+    Trainer& t;
+    ~Unsent() {
+      t.uploads_.clear();
+      t.slice_.reset();
+      t.pos_host_.reset();
+    }
+  } unsent{*this};
   TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
   // Nor a paged layer or a host-tier gradient's block: nothing is in flight after the step.
   struct Reset {
@@ -206,6 +221,9 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
         std::memset(h, 0, size_t(p.shape.numel()) * dtype_size(model_.grad_dtype()));  // no copy reads it now
     }
   }
+  // The batch goes up only now: a copy waits for the device (its host array may go after), and recording the graph
+  // above overlaps the previous step's update still running there (step()).
+  send_uploads();
   mark(StepPart::forward);
   tape_.forward();
   if (logits) {
@@ -226,8 +244,13 @@ float Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logit
     optimizer_.end_backward();
     last_.recomputed_nodes = tape_.stats().recomputed_nodes;
   }
+  be_.download_f32_queued(loss, tape_.tensor(ids.loss));
+}
+
+float Trainer::run_now(const Batch& b, bool with_backward, std::vector<float>* logits) {
   float loss = 0.0f;
-  be_.download_f32(&loss, tape_.tensor(ids.loss));
+  run(b, with_backward, logits, &loss);
+  be_.wait_queued_downloads();
   return loss;
 }
 
@@ -238,6 +261,7 @@ std::vector<PlanRow> Trainer::plan_table(int B, int T) {
   b.inputs.assign(size_t(B) * T, 0);
   b.targets.assign(size_t(B) * T, 0);
   upload(b);
+  send_uploads();
   TapeGuard guard(tape_);
   // A training step's slots.
   model_.build(tape_, tok_, tgt_, posv_, B, T, true, 0, SeqShard{opt_.seq_comm, Tensor()});
@@ -280,11 +304,11 @@ float Trainer::sum_over_ranks(float v) {
 }
 
 float Trainer::compute_gradients(const Batch& b, std::vector<float>* logits) {
-  return run(b, true, logits);
+  return run_now(b, true, logits);
 }
 
 float Trainer::evaluate(const Batch& b) {
-  const float loss = run(b, false, nullptr);
+  const float loss = run_now(b, false, nullptr);
   if (seq_parallel() == 1) return loss;
   // Each rank's mean over its tokens; the rows' mean weighs them by their tokens (an exact count below 2^24).
   const long k = counted(b);
@@ -305,7 +329,14 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
   auto t0 = std::chrono::steady_clock::now();
   if (!part_marks_.empty()) be_.time_marks_s();  // a step that threw left its marks queued
   part_marks_.clear();
-  timing_ = true;
+  // With every piece of state on the device and one rank, nothing the host reads after the step needs its update
+  // finished: step() returns once the loss and the norm are read, and the next step records its graph while the
+  // update runs (its batch's upload queues behind it, run()). Host and disk state, trainable paged weights and
+  // several ranks keep the step's end a synchronisation point, and so do TrainOptions::time_parts and a backend
+  // that counts on it (STRATA_PROFILE's per-op sums).
+  const bool overlap = !opt_.time_parts && be_.steps_may_overlap() && world() == 1 && !model_.grads_on_host() &&
+                       !model_.pager() && model_.state_host_bytes() == 0 && model_.state_disk_bytes() == 0;
+  timing_ = !overlap;
   struct Timing {
     bool& on;
     ~Timing() { on = false; }
@@ -345,9 +376,27 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
     std::optional<std::pair<AdamWParams, int>>& u;
     ~Clear() { u.reset(); }
   } clear{update_in_backward_};
+  // Each micro-batch's loss and the gradient norm are read once the step's update is queued (below), not before
+  // it: the host does not wait for backward's end to queue the update.
+  std::vector<float> losses(micro.size(), 0.0f), weights(micro.size(), 1.0f);
+  float norm_sq = 0.0f;
+  struct Drain {  // a step that throws leaves no read pending into its locals
+    Backend& be;
+    ~Drain() {
+      try {
+        be.wait_queued_downloads();
+      } catch (...) {
+      }
+    }
+  } drain{be_};
+  auto mean_loss = [&] {  // the micro-batches' losses weighted by their shares of the loss tokens
+    double sum = 0;
+    for (size_t i = 0; i < micro.size(); ++i) sum += double(weights[i]) * double(losses[i]);
+    return float(sum);
+  };
   if (micro.size() == 1 && world == 1) {
     if (in_backward) update_in_backward_.emplace(ap, t_ + 1);
-    loss = run(micro[0], true, nullptr);
+    run(micro[0], true, nullptr, &losses[0]);
   } else if (!host_grads || micro.size() == 1) {
     struct Restore {
       Tape& t;
@@ -359,52 +408,52 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
       }
     } restore{tape_, optimizer_};
     const double all_micro = double(micro.size()) * world;
-    double loss_sum = 0;
     for (size_t i = 0; i < micro.size(); ++i) {
       const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : float(1.0 / all_micro);
+      weights[i] = w;
       tape_.set_loss_seed(w);
       tape_.set_accumulate_param_grads(i > 0);
       // ZeRO-2 reduces every micro-batch into the owners' accumulating buffers (a transient gradient lives one
       // backward); otherwise the last backward sums what the micro-batches accumulated.
       optimizer_.set_reduce(i + 1 == micro.size() || model_.options().zero.shards_grads());
       if (in_backward && i + 1 == micro.size()) update_in_backward_.emplace(ap, t_ + 1);
-      const float li = run(micro[i], true, nullptr);
+      run(micro[i], true, nullptr, &losses[i]);
       if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
-      loss_sum += double(w) * double(li);
     }
-    loss = float(loss_sum);
     if (world > 1) {
-      const float parts[2] = {loss, 0.0f};
+      be_.wait_queued_downloads();
+      const float parts[2] = {mean_loss(), 0.0f};
       loss = all_reduce_host(parts)[0];  // the step's mean loss over every rank's tokens
     }
   } else {
     if (!accum_) accum_ = std::make_unique<GradAccumulator>(be_, model_, optimizer_);
     long total = 0;
     for (const Batch& b : micro) total += counted(b);
-    double loss_sum = 0;
     for (size_t i = 0; i < micro.size(); ++i) {
-      const float w = total > 0 ? float(double(counted(micro[i])) / double(total)) : 1.0f / float(micro.size());
-      const float li = run(micro[i], true, nullptr);
-      accum_->add(i, micro.size(), w);
+      weights[i] = total > 0 ? float(double(counted(micro[i])) / double(total)) : 1.0f / float(micro.size());
+      run(micro[i], true, nullptr, &losses[i]);
+      accum_->add(i, micro.size(), weights[i]);
       if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
-      loss_sum += double(w) * double(li);
     }
-    loss = float(loss_sum);
   }
   for (const Batch& b : micro) tokens += size_t(b.B) * size_t(b.T);
   tokens *= size_t(dp_world());  // every rank's micro-batches have the same shapes (a group's the same rows)
   ++t_;
-  // The squared norm was summed in backward as each gradient became final (model/train/optimizer.h).
+  // The squared norm was summed in backward as each gradient became final (model/train/optimizer.h); the update
+  // reads it and leaves it.
+  be_.download_f32_queued(&norm_sq, optimizer_.norm_sq());
   mark(StepPart::optimizer);
   optimizer_.step(ap, opt_.max_grad_norm, t_);
-  float norm_sq = 0.0f;
-  be_.download_f32(&norm_sq, optimizer_.norm_sq());
-  be_.synchronize();
-  be_.time_mark();  // the step's end
+  be_.wait_queued_downloads();
+  if (world == 1) loss = mean_loss();
   StepStats s = last_;
-  const std::vector<double> at = be_.time_marks_s();
-  for (size_t i = 0; i + 1 < at.size() && i < part_marks_.size(); ++i)
-    s.part_s[size_t(part_marks_[i])] += at[i + 1] - at[i];
+  if (!overlap) {
+    be_.synchronize();
+    be_.time_mark();  // the step's end
+    const std::vector<double> at = be_.time_marks_s();
+    for (size_t i = 0; i + 1 < at.size() && i < part_marks_.size(); ++i)
+      s.part_s[size_t(part_marks_[i])] += at[i + 1] - at[i];
+  }
   part_marks_.clear();
   s.step = t_;
   s.loss = loss;

@@ -6,11 +6,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/plan.h"
 #include "model/llama/batch.h"
 #include "model/llama/llama.h"
+#include "model/llama/seq_parallel.h"
 #include "model/train/optimizer.h"
 
 namespace strata {
@@ -35,12 +37,18 @@ struct TrainOptions {
   // The batch blocks' size in tokens (B * the longest batch length of the run's data), allocated once so that
   // batches of every length leave the arena as the forecast of any of them does; 0: each batch's own size.
   int64_t batch_tokens = 0;
+  // Every step() waits for its update to finish and fills StepStats::part_s. Off (the default), a step whose state
+  // is all on the device, on one rank, returns once its loss and gradient norm are read, while the update still runs
+  // (the next step's graph is recorded meanwhile; StepStats::seconds then counts the previous step's update instead
+  // of its own, the same in a run's steady state), and part_s stays zero; a step that synchronises anyway (state on
+  // the host or disk, paged weights, several ranks, Backend::steps_may_overlap false) is timed as with it on.
+  bool time_parts = false;
 };
 
 // A step's parts as the device ran them (Backend::time_mark at each boundary): setup (from a micro-batch's start
 // to its first forward op: the batch's upload, recording the graph, preparing the tiers, which pins the host tier
 // at the first step), forward, backward (with the updates that land during it), and the optimizer's step (with the
-// gradient norm's download).
+// gradient norm's download). Measured where TrainOptions::time_parts asks, or where a step synchronises anyway.
 enum class StepPart : uint8_t { setup, forward, backward, optimizer };
 inline constexpr int kStepParts = 4;
 const char* step_part_name(StepPart p);  // "setup", "forward", ...
@@ -126,11 +134,16 @@ class Trainer {
 
  private:
   void check_seq_parallel();  // the groups, the heads (ConfigError / UnsupportedError)
+  // Checks the batch and lays out its device blocks; the copies wait in uploads_ for send_uploads() (run() sends them
+  // after recording the graph).
   void upload(const Batch& b);
+  void send_uploads();
   long counted(const Batch& b) const;  // this rank's loss tokens in b (targets >= 0; its share under sp)
   // v summed over the ranks of `c` (null: comm).
   std::array<float, 2> all_reduce_host(const float (&v)[2], Communicator* c = nullptr);
-  float run(const Batch& b, bool with_backward, std::vector<float>* logits);
+  // One forward (and backward): the loss is queued for reading into *loss (Backend::download_f32_queued).
+  void run(const Batch& b, bool with_backward, std::vector<float>* logits, float* loss);
+  float run_now(const Batch& b, bool with_backward, std::vector<float>* logits);  // run() and read the loss
   void mark(StepPart p);  // inside step(): a time mark where part p begins
 
   Backend& be_;
@@ -146,8 +159,11 @@ class Trainer {
   bool pos_packed_ = false;              // pos_ holds a packed batch's positions, not 0..T-1 a row
   int pos_len_ = 0;                      // pos_ holds 0..pos_len_-1 a row for pos_n_ tokens
   int64_t pos_n_ = 0;
-  double pairs_ = 0;                        // the uploaded batch's packed_pairs
-  std::unique_ptr<GradAccumulator> accum_;  // made at the first step of several micro-batches
+  double pairs_ = 0;                                        // the uploaded batch's packed_pairs
+  std::vector<std::pair<Tensor, const int32_t*>> uploads_;  // upload()'s copies, until send_uploads()
+  std::shared_ptr<const SeqSlice> slice_;                   // host arrays those copies read: sequence parallel's
+  std::unique_ptr<int32_t[]> pos_host_;                     // and the rows' positions 0..T-1
+  std::unique_ptr<GradAccumulator> accum_;                  // made at the first step of several micro-batches
   // Without clipping: the step's AdamW parameters and count, for the backward whose gradients the step applies
   // (the last micro-batch's): run() begins the optimizer's update in that backward
   // (Optimizer::begin_update_in_backward).

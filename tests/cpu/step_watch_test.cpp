@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -114,6 +116,10 @@ TEST(StepParts, EveryPartOfAStepIsTimedAndNothingElse) {
   cfg.seq = 32;
   cfg.batch = 2;
   test_util::Rig r = test_util::make_rig(cfg);
+  TrainOptions to = train_options(cfg);
+  to.time_parts = true;
+  r.loop.reset();
+  r.trainer = std::make_unique<Trainer>(*r.be, *r.model, to);
   const int V = test_util::tiny_config().vocab_size;
   const std::vector<Batch> micro = {random_batch(2, 32, V, 1), random_batch(2, 32, V, 2)};
   for (int i = 0; i < 2; ++i) {
@@ -144,7 +150,9 @@ TEST(StepParts, SimPartsAddUpToTheStepsModelTime) {
   cfg.seq = 32;
   cfg.batch = 2;
   LlamaModel model(*be, test_util::tiny_config(), model_options(cfg));
-  Trainer trainer(*be, model, train_options(cfg));
+  TrainOptions to = train_options(cfg);
+  to.time_parts = true;
+  Trainer trainer(*be, model, to);
   const Batch b = random_batch(2, 32, test_util::tiny_config().vocab_size, 3);
   const double t0 = be->now_s();
   const StepStats s = trainer.step(std::span<const Batch>(&b, 1), 1e-3f);
@@ -157,6 +165,44 @@ TEST(StepParts, SimPartsAddUpToTheStepsModelTime) {
   ASSERT_GE(bwd0, t0);
   EXPECT_NEAR(s.part_s[size_t(StepPart::setup)] + s.part_s[size_t(StepPart::forward)], bwd0 - t0, 1e-9 * step_model_s);
   EXPECT_GT(s.part_s[size_t(StepPart::backward)], s.part_s[size_t(StepPart::forward)]) << "backward is the larger";
+}
+
+// Without time_parts a step whose state is all on the device returns once its loss and norm are read (its update
+// may still run on a device that queues work): the same losses, norms and state as the timed steps, bit for bit,
+// with one batch and with micro-batches, and no parts.
+TEST(StepParts, UntimedStepsTrainTheSameAndCarryNoParts) {
+  TrainConfig cfg;
+  cfg.seq = 32;
+  cfg.batch = 2;
+  const int V = test_util::tiny_config().vocab_size;
+  const std::vector<Batch> micro = {random_batch(2, 32, V, 4), random_batch(2, 32, V, 5)};
+  std::vector<std::vector<float>> seen(2);
+  std::vector<std::vector<std::vector<std::byte>>> state(2);
+  for (int timed = 0; timed < 2; ++timed) {
+    test_util::Rig r = test_util::make_rig(cfg);
+    TrainOptions to = train_options(cfg);
+    to.time_parts = timed == 1;
+    r.loop.reset();
+    r.trainer = std::make_unique<Trainer>(*r.be, *r.model, to);
+    for (int i = 0; i < 3; ++i) {
+      const StepStats s = i == 1 ? r.trainer->step(micro, 1e-3f) : r.trainer->step(micro[size_t(i) / 2]);
+      seen[size_t(timed)].push_back(s.loss);
+      seen[size_t(timed)].push_back(s.grad_norm);
+      EXPECT_TRUE(std::isfinite(s.loss) && s.loss > 0.0f);
+      EXPECT_GT(s.grad_norm, 0.0f);
+      double sum = 0;
+      for (double p : s.part_s) sum += p;
+      if (timed)
+        EXPECT_GT(sum, 0.0);
+      else
+        EXPECT_EQ(sum, 0.0) << "an untimed step carries no parts";
+    }
+    state[size_t(timed)] = test_util::state_bytes(*r.model);
+  }
+  ASSERT_EQ(seen[0].size(), seen[1].size());
+  for (size_t i = 0; i < seen[0].size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(seen[0][i]), std::bit_cast<uint32_t>(seen[1][i])) << "value " << i;
+  EXPECT_TRUE(state[0] == state[1]) << "the weights and moments differ";
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ inline Rig make_rig(const TrainConfig& cfg, LoopOptions lo = quiet(), long n_tok
   r.model->init_random(11);  // stands for the base checkpoint: the same weights every time
   TrainOptions to = train_options(cfg);
   to.tiers.offload_dir = ::testing::TempDir();
+  to.time_parts = lo.json;  // as Job: the JSON lines carry the parts
   r.trainer = std::make_unique<Trainer>(*r.be, *r.model, to);
   r.loop = std::make_unique<TrainLoop>(cfg, *r.be, *r.model, *r.trainer, synthetic_tokens(n_tokens, c.vocab_size, 5),
                                        std::move(lo));

@@ -171,6 +171,51 @@ TEST(TrainGpu, LossFallsOnTheTinyModel) {
   EXPECT_LT(l.back(), l.front() - 1.5f) << l.front() << " -> " << l.back();
 }
 
+// Without TrainOptions::time_parts a step returns while its update still runs on the device. Whatever reads next
+// (the weights' download, an evaluation, the next step) queues behind the update: the same losses, norms, weights
+// and evaluations as steps that wait for their update, one batch and micro-batches (equal up to the order of fp32
+// atomic adds in backward; a read before the update landed would see the previous step's weights).
+TEST(TrainGpu, StepsReturningBeforeTheirUpdateTrainTheSame) {
+  STRATA_REQUIRE_GPU();
+  auto be = make_cuda_backend(size_t(2) << 30);
+  TokenBatcher data(synthetic_tokens(50000, 1000, 3), 4, 128);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 4; ++i) batches.push_back(data.next());
+  std::vector<float> seen[2];
+  std::vector<float> weights[2], before;
+  for (int timed = 0; timed < 2; ++timed) {
+    LlamaModel model(*be, small_config(64), {});
+    model.init_random(5);
+    if (timed == 0)
+      for (auto& p : model.params()) {
+        std::vector<float> w(size_t(p.shape.numel()));
+        be->download_f32(w.data(), p.value());
+        before.insert(before.end(), w.begin(), w.end());
+      }
+    TrainOptions to;
+    to.adam.lr = 1e-3f;
+    to.time_parts = timed == 1;
+    Trainer tr(*be, model, to);
+    for (int s = 0; s < 3; ++s) {
+      const StepStats st = s == 1 ? tr.step(std::span<const Batch>(batches.data() + 1, 2), 1e-3f) : tr.step(batches[0]);
+      seen[timed].push_back(st.loss);
+      seen[timed].push_back(st.grad_norm);
+      seen[timed].push_back(tr.evaluate(batches[3]));  // right after the step: reads the updated weights
+      EXPECT_EQ(st.part_s[size_t(StepPart::optimizer)] > 0, timed == 1);
+    }
+    for (auto& p : model.params()) {  // downloaded straight after the last step returned
+      std::vector<float> w(size_t(p.shape.numel()));
+      be->download_f32(w.data(), p.value());
+      weights[timed].insert(weights[timed].end(), w.begin(), w.end());
+    }
+  }
+  EXPECT_EQ(seen[0][0], seen[1][0]) << "the first step's loss: the same kernels on the same weights";
+  for (size_t i = 1; i < seen[0].size(); ++i)
+    EXPECT_NEAR(seen[0][i], seen[1][i], 1e-4 * std::fabs(seen[1][i])) << "value " << i;
+  EXPECT_TRUE(gpu_test::close(weights[0], weights[1], 1e-6, "weights after 3 steps"));
+  EXPECT_FALSE(gpu_test::close(before, weights[1], 1e-6, "")) << "the steps moved the weights";
+}
+
 // Trainable weights keep their fp32 masters split on cuda (bf16 weights + i16 low halves). Saving
 // after a load gives the fp32 checkpoint back bit for bit; after training steps, each bf16 weight is
 // its saved fp32 master rounded to nearest (ties away from zero), and a reload reproduces the step.
