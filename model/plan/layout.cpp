@@ -41,6 +41,7 @@ size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& b
   const Plan* fixed = r.plan.places_state() ? &r.plan : nullptr;
   ForecastRequest f = r;
   f.budget = 0;
+  f.detail = false;  // the peak alone
   f.rank = rank;
   if (f.mlp_tiles == 0)
     if (const std::vector<int> t = mlp_tile_candidates(r); !t.empty()) f.mlp_tiles = t.back();
@@ -120,6 +121,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
       r.sequence_parallel = sp;
       r.zero_stage = z;
       r.budget = 0;
+      r.detail = false;  // its peak and speed alone
       r.mlp_tiles = std::max(1, base.mlp_tiles);
       try {
         const Forecast f = forecast(r);

@@ -54,6 +54,7 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
   if (can_page && budgets.host > 0 && !planner_detail::out_of_time()) {
     ForecastRequest pr = keep;
     pr.plan.set_layer_weights(Decision::page, "planner");
+    pr.detail = false;
     Forecast pf = forecast(pr);
     res.sim_runs++;
     if (pf.paged_host_bytes > 0 && pf.host_held_bytes() <= budgets.host) paging.push_back(true);

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "engine/parallel.h"
@@ -21,8 +23,9 @@ std::atomic<int> planner_threads{16};
 
 // Sim runs shared by the searches under one clock (planner_search.h search_epoch): the layouts, tile counts and
 // lengths of one question search many of the same candidates (a first-fit search and the diagnosis after it, a
-// coarse pass and the whole search after it). A candidate's sims depend on the request's shape and layout, the
-// budgets and the plan alone, which the key names; a fixed state placement's candidates are not shared.
+// coarse pass and the whole search after it, the searches around state placements), often under other labels (the
+// same types in another order, a fixed placement that a spec's state level makes too). A candidate's sims depend on
+// the request's shape and layout, the budgets and the plan alone, which the key names (Search::sim_key).
 struct SharedSims {
   long epoch = 0;
   std::map<std::string, planner_detail::Search::Sims> sims;
@@ -43,6 +46,21 @@ bool has_type(const PlanSpec& s, const std::string& t) {
   return std::any_of(s.types.begin(), s.types.end(), [&](auto& e) { return e.first == t; });
 }
 
+// Whether no class name matches two of s.types' patterns, so that their order does not change Plan::decide (first
+// match wins): each is "L*" and a literal suffix, and no suffix ends another (a name ends with both only then).
+bool types_commute(const PlanSpec& s) {
+  auto suffix = [](const std::string& t) -> std::optional<std::string_view> {
+    if (t.rfind("L*", 0) != 0 || t.find_first_of("*?", 2) != std::string::npos) return std::nullopt;
+    return std::string_view(t).substr(2);
+  };
+  for (size_t i = 0; i < s.types.size(); ++i)
+    for (size_t j = i + 1; j < s.types.size(); ++j) {
+      const auto a = suffix(s.types[i].first), b = suffix(s.types[j].first);
+      if (!a || !b || a->ends_with(*b) || b->ends_with(*a)) return false;
+    }
+  return true;
+}
+
 }  // namespace
 
 Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadline) const {
@@ -55,11 +73,10 @@ Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadli
     ForecastRequest r = base;
     r.plan = make_plan(s, layers, fixed_state);
     r.budget = 0;      // the in-use peak does not depend on the budget; fitting does (placement)
-    r.detail = false;  // peaks and step only; the budgeted run, which may become the answer, is whole
+    r.detail = false;  // peaks and steps only: the one that becomes the answer is run again whole (eval)
     o.f = forecast(r);
     if (o.f.fits && o.f.peak_bytes <= b.device && o.f.host_held_bytes() <= b.host && o.f.peak_disk_bytes <= b.disk) {
       r.budget = b.device;
-      r.detail = true;
       o.fb = forecast(r);
       o.budgeted = true;
     }
@@ -69,15 +86,32 @@ Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadli
   return o;
 }
 
+// What a candidate's sims depend on besides the request's fixed fields: its shape, layout, tiles and budgets, and
+// the plan it makes, its types in a fixed order where that order cannot change a decision.
+std::string Search::sim_key(const PlanSpec& s) const {
+  PlanSpec c = s;
+  if (types_commute(c)) std::sort(c.types.begin(), c.types.end());
+  const Plan p = make_plan(c, layers, fixed_state);
+  std::string k =
+      fmt::format("{} {} {} {} {} {} {} {} {} {} | {} {} {} {}", base.seq, base.batch, base.gpus,
+                  base.sequence_parallel, base.zero_stage, base.rank, base.mlp_tiles, b.device, b.host, b.disk,
+                  p.checkpoint_every, p.sync_transfers, decision_name(p.layer_weights), p.state_layers);
+  for (const auto* table : {&p.overrides, &p.rules, &p.state, &p.state_layer_rules}) {
+    k += " |";
+    for (const auto& [pattern, d] : *table) k += fmt::format(" {}:{}", pattern, decision_name(d));
+  }
+  return k;
+}
+
 // Runs the sims of the candidates not yet evaluated on the host's cores (engine/parallel.h).
 void Search::prefetch(const std::vector<PlanSpec>& specs) {
-  std::vector<std::pair<std::string, const PlanSpec*>> todo;
+  std::vector<std::pair<std::string, const PlanSpec*>> todo;  // by sim key
   for (const PlanSpec& s : specs) {
-    std::string label = describe(s);
-    if (cache.count(label) || pre.count(label) || shared(label) ||
-        std::any_of(todo.begin(), todo.end(), [&](auto& e) { return e.first == label; }))
+    if (cache.count(describe(s))) continue;
+    std::string key = sim_key(s);
+    if (pre.count(key) || shared(key) || std::any_of(todo.begin(), todo.end(), [&](auto& e) { return e.first == key; }))
       continue;
-    todo.emplace_back(std::move(label), &s);
+    todo.emplace_back(std::move(key), &s);
   }
   if (todo.size() < 2 || planner_detail::out_of_time()) return;  // eval runs a single one itself
   std::vector<Sims> out(todo.size());
@@ -88,15 +122,8 @@ void Search::prefetch(const std::vector<PlanSpec>& specs) {
   for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].first), std::move(out[i]));
 }
 
-std::string Search::shared_key(const std::string& label) const {
-  if (fixed_state || search_epoch() == 0) return "";
-  return fmt::format("{} {} {} {} {} {} {} {} {} {}|{}", base.seq, base.batch, base.gpus, base.sequence_parallel,
-                     base.zero_stage, base.rank, base.mlp_tiles, b.device, b.host, b.disk, label);
-}
-
-const Search::Sims* Search::shared(const std::string& label) const {
-  const std::string key = shared_key(label);
-  if (key.empty() || shared_sims.epoch != search_epoch()) return nullptr;
+const Search::Sims* Search::shared(const std::string& key) const {
+  if (search_epoch() == 0 || shared_sims.epoch != search_epoch()) return nullptr;
   auto it = shared_sims.sims.find(key);
   return it == shared_sims.sims.end() ? nullptr : &it->second;
 }
@@ -108,11 +135,12 @@ PlanTried Search::eval(const PlanSpec& s) {
   // neither cached nor listed, so the search runs out quickly to the best found so far.
   PlanTried untried{label};
   if (planner_detail::out_of_time()) return untried;
+  const std::string key = sim_key(s);
   Sims sims;
-  const Sims* done = shared(label);  // another search under this clock ran them
+  const Sims* done = shared(key);  // run already under this clock (this search or another)
   if (done) {
     sims = *done;
-  } else if (auto it = pre.find(label); it != pre.end()) {
+  } else if (auto it = pre.find(key); it != pre.end()) {
     sims = std::move(it->second);
     pre.erase(it);
   } else {
@@ -124,24 +152,17 @@ PlanTried Search::eval(const PlanSpec& s) {
   }
   if (sims.error) std::rethrow_exception(sims.error);
   const int runs = done ? 0 : sims.budgeted ? 2 : 1;  // the sim runs this candidate took now
-  if (const std::string key = shared_key(label); !done && !key.empty()) {
+  if (!done && search_epoch() != 0) {
     if (shared_sims.epoch != search_epoch()) shared_sims = SharedSims{search_epoch(), {}};
-    // Without the arena's event logs (megabytes each on an 8B): a shared budgeted forecast that becomes a
-    // search's answer is run again whole.
-    std::vector<ArenaEvent> f_events = std::move(sims.f.events), fb_events = std::move(sims.fb.events);
-    sims.f.events.clear();
-    sims.fb.events.clear();
     shared_sims.sims.emplace(key, sims);
-    sims.f.events = std::move(f_events);
-    sims.fb.events = std::move(fb_events);
   }
-  Forecast& f = sims.f;
+  const Forecast& f = sims.f;
   res.sim_runs += runs;
   PlanTried t{label, f.peak_bytes, f.high_water_bytes, f.host_held_bytes(), f.peak_disk_bytes, f.step_s, false};
   const bool device_ok = f.fits && f.peak_bytes <= b.device;
   if (device_ok && !tiers_ok(t) && (!have_short || t.step_s < short_t.step_s)) have_short = true, short_t = t;
   if (sims.budgeted) {
-    Forecast& fb = sims.fb;
+    const Forecast& fb = sims.fb;
     t.fits = fb.fits;
     if (fb.fits) t.high_water_bytes = fb.high_water_bytes;
     if (fb.fits &&
@@ -151,16 +172,13 @@ PlanTried Search::eval(const PlanSpec& s) {
       best_spec = s;
       res.plan = make_plan(s, layers, fixed_state);
       res.label = label;
-      if (done) {  // shared without its event log: the budgeted forecast again, whole
-        ForecastRequest r = base;
-        r.plan = res.plan;
-        r.budget = b.device;
-        res.forecast = forecast(r);
-        res.sim_runs++;
-        planner_detail::search_progress(1);
-      } else {
-        res.forecast = std::move(fb);
-      }
+      // The budgeted forecast again, whole (its event log, breakdown and plan table): the search's answer so far.
+      ForecastRequest r = base;
+      r.plan = res.plan;
+      r.budget = b.device;
+      res.forecast = forecast(r);
+      res.sim_runs++;
+      planner_detail::search_progress(1);
     }
   }
   cache[label] = t;

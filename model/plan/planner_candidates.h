@@ -1,7 +1,7 @@
 // The budget planner's per-search state (model/plan/planner.cpp plan_search): the candidates tried, their sim runs
-// (each candidate's forecasts, cached by label) and the fastest that fits. Its searches live beside the concept
-// they search: candidates (planner_candidates.cpp), the layer inputs on the tiers (input_split.cpp) and the
-// persistent state's placement (state_placement.cpp).
+// (each candidate's forecasts, cached by label; its sims by what they depend on, sim_key) and the fastest that fits.
+// Its searches live beside the concept they search: candidates (planner_candidates.cpp), the layer inputs on the tiers
+// (input_split.cpp) and the persistent state's placement (state_placement.cpp).
 #pragma once
 #include <exception>
 #include <map>
@@ -47,13 +47,13 @@ struct Search {
     bool skipped = false;  // not run: the search's time limit had passed
     std::exception_ptr error;
   };
-  std::map<std::string, Sims> pre;
+  std::map<std::string, Sims> pre;  // by sim_key
 
   Sims simulate(const PlanSpec& s, Deadline deadline) const;
-  // The candidate's sims when another search under this clock ran them (null otherwise), and their key there
-  // (empty: not shared).
-  const Sims* shared(const std::string& label) const;
-  std::string shared_key(const std::string& label) const;
+  // What the candidate's sims depend on: equal keys, equal sims (planner_candidates.cpp SharedSims).
+  std::string sim_key(const PlanSpec& s) const;
+  // The sims of `key` when a search under this clock ran them (null otherwise).
+  const Sims* shared(const std::string& key) const;
   // Runs the sims of the candidates not yet evaluated on the host's cores (engine/parallel.h).
   void prefetch(const std::vector<PlanSpec>& specs);
   // A candidate's forecasts, as the search compares them; the fastest that fits becomes the best.

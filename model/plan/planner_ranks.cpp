@@ -43,8 +43,10 @@ PlanResult plan_every_rank(const ForecastRequest& base, const TierBudgets& budge
       pr.sim_runs = runs;
       return pr;
     }
-    r.rank = q;
-    const Forecast f = forecast(r);
+    ForecastRequest scan = r;
+    scan.rank = q;
+    scan.detail = false;  // the peak alone
+    const Forecast f = forecast(scan);
     const size_t peak = f.peak_bytes;
     if (q == 0) owning = f.zero_owning_ranks, scanned = std::min(base.gpus, owning + sp);
     runs++;

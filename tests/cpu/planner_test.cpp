@@ -591,6 +591,59 @@ TEST(Planner, ZeroRanksOwningNothingShareOneForecast) {
   EXPECT_THROW(plan_for_budget(over, size_t(8) << 30), ConfigError);
 }
 
+// Candidates whose plans are the same under other labels (the same types in another order) share one candidate's
+// sims, with its peaks and step; where the order decides (first match wins), each runs its own.
+TEST(Planner, EqualPlansUnderOtherLabelsShareTheirSims) {
+  ForecastRequest r = tiny_request(Plan::keep_everything());
+  r.budget = 0;
+  const int L = tiny_config().num_hidden_layers;
+  planner_detail::SearchClock clock(r);  // the searches under one clock share their sims
+  PlanResult res, res2;
+  auto search = [&](PlanResult& pr) {
+    return std::make_unique<planner_detail::Search>(planner_detail::Search{r,
+                                                                           TierBudgets{size_t(64) << 30, 0, 0},
+                                                                           L,
+                                                                           pr,
+                                                                           nullptr,
+                                                                           planner_detail::Goal{},
+                                                                           {},
+                                                                           {},
+                                                                           false,
+                                                                           {},
+                                                                           {},
+                                                                           false,
+                                                                           {},
+                                                                           {}});
+  };
+  auto swapped = [](PlanSpec s) {
+    std::swap(s.types[0], s.types[1]);
+    return s;
+  };
+  auto S = search(res);
+  PlanSpec a;
+  a.types = {{"L*.mlp.act", Decision::recompute}, {"L*.attn.q", Decision::recompute}};
+  const PlanTried ta = S->eval(a);
+  int runs = res.sim_runs;
+  const PlanTried tb = S->eval(swapped(a));
+  EXPECT_NE(ta.label, tb.label);
+  EXPECT_EQ(res.sim_runs, runs) << "the same plan runs no sim again";
+  EXPECT_EQ(ta.peak_bytes, tb.peak_bytes);
+  EXPECT_EQ(ta.high_water_bytes, tb.high_water_bytes);
+  EXPECT_EQ(ta.step_s, tb.step_s);
+  EXPECT_EQ(ta.fits, tb.fits);
+  // Every layer recomputed but its input kept; swapped, the inputs are recomputed too (one label, two plans).
+  PlanSpec c;
+  c.types = {{"L*.input", Decision::keep}, {"L*", Decision::recompute}};
+  S->eval(c);
+  auto S2 = search(res2);  // another search under the clock
+  S2->eval(swapped(c));
+  EXPECT_GT(res2.sim_runs, 0) << "another plan, its own sims";
+  runs = res2.sim_runs;
+  S2->eval(a);
+  // Run by the first search: only a new best's whole forecast (its event log, breakdown and plan table) runs again.
+  EXPECT_EQ(res2.sim_runs, runs + (S2->best.label == ta.label ? 1 : 0));
+}
+
 // A round's candidate sims run on several threads (Search::prefetch) and are consumed in the search's own
 // order: the answer, every candidate tried (in order, with its peaks and step) and the sim-run count are the
 // ones the planner gets one candidate at a time, with the host and disk tiers and with paging in play.
