@@ -189,7 +189,7 @@ struct StepMetrics {
   float loss = 0.0f;
   float grad_norm = 0.0f;
   float lr = 0.0f;
-  double seconds = 0.0;
+  double seconds = 0.0;  // the call's wall time (docs/API.md: a step may return before its update ends)
   size_t tokens = 0;
   double tokens_per_s = 0.0;
   size_t peak_device_bytes = 0;  // arena peak during this step
