@@ -180,7 +180,6 @@ void Trainer::mark(StepPart p) {
 
 void Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits, float* loss) {
   mark(StepPart::setup);
-  upload(b);
   struct Unsent {  // a step that throws before its uploads leaves none for the next
     Trainer& t;
     ~Unsent() {
@@ -189,6 +188,7 @@ void Trainer::run(const Batch& b, bool with_backward, std::vector<float>* logits
       t.pos_host_.reset();
     }
   } unsent{*this};
+  upload(b);
   TapeGuard guard(tape_);  // no slot outlives the step, also when it throws
   // Nor a paged layer or a host-tier gradient's block: nothing is in flight after the step.
   struct Reset {
