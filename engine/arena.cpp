@@ -54,17 +54,25 @@ void Arena::log(int64_t delta, std::string_view tag) {
 }
 
 size_t Arena::allocate(size_t bytes, std::string_view tag) {
+  const size_t off = try_allocate(bytes, tag);
+  if (off == kNoBlock) out_of_memory(bytes, tag);
+  return off;
+}
+
+void Arena::out_of_memory(size_t bytes, std::string_view tag) const {
+  const size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+  std::string what = fmt::format(
+      "{} arena: out of budget allocating '{}' ({}): {} in use of a {} budget, largest free block {}", tier_, tag,
+      format_bytes(bytes), format_bytes(in_use_), format_bytes(budget_), format_bytes(largest));
+  STRATA_THROW(OutOfMemoryError, what, tier_, std::string(tag), bytes, in_use_, budget_);
+}
+
+size_t Arena::try_allocate(size_t bytes, std::string_view tag) {
   // Requests beyond the budget cannot fit; checking first also keeps the rounding below from
   // wrapping around for sizes near SIZE_MAX (e.g. a negative numel cast to size_t).
   size_t size = bytes > budget_ ? SIZE_MAX : std::max<size_t>(align_, (bytes + align_ - 1) / align_ * align_);
   auto it = free_by_size_.lower_bound({size, 0});
-  if (it == free_by_size_.end()) {
-    size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
-    std::string what = fmt::format(
-        "{} arena: out of budget allocating '{}' ({}): {} in use of a {} budget, largest free block {}", tier_, tag,
-        format_bytes(bytes), format_bytes(in_use_), format_bytes(budget_), format_bytes(largest));
-    STRATA_THROW(OutOfMemoryError, what, tier_, std::string(tag), bytes, in_use_, budget_);
-  }
+  if (it == free_by_size_.end()) return kNoBlock;
   size_t off = it->second, have = it->first;
   erase_free(free_by_off_.find(off));
   if (have > size) insert_free(off + size, have - size);

@@ -34,6 +34,12 @@ class Arena {
   // Returns the offset of a block of at least `bytes` (rounded up to the alignment). Throws
   // OutOfMemoryError naming `tag` when no free block fits within the budget.
   size_t allocate(size_t bytes, std::string_view tag);
+  // allocate without the throw: kNoBlock when no free block fits (a caller that waits for blocks to come back and
+  // tries again; a planner's search meets this thousands of times a second, where an exception's unwinding showed).
+  static constexpr size_t kNoBlock = SIZE_MAX;
+  size_t try_allocate(size_t bytes, std::string_view tag);
+  // The OutOfMemoryError allocate throws for a request of `bytes` that does not fit now.
+  [[noreturn]] void out_of_memory(size_t bytes, std::string_view tag) const;
   void free(size_t offset);
   std::byte* ptr(size_t offset) const { return base_ ? base_ + offset : nullptr; }
 

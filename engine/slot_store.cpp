@@ -78,14 +78,12 @@ size_t SlotStore::host_alloc(Arena& a, size_t bytes, const std::string& tag) {
   STRATA_CHECK(host_arena_ != nullptr, "host tier used before prepare()");
   // Blocks wait on transfers that still read them; reclaim those first when the pool is full.
   for (;;) {
-    try {
-      size_t off = a.allocate(bytes, tag);
+    if (const size_t off = a.try_allocate(bytes, tag); off != Arena::kNoBlock) {
       note_host_peak();
       return off;
-    } catch (const OutOfMemoryError&) {
-      if (host_frees_.empty() && offloads_.empty() && writes_.empty() && reads_.empty()) throw;
-      wait_oldest();
     }
+    if (host_frees_.empty() && offloads_.empty() && writes_.empty() && reads_.empty()) a.out_of_memory(bytes, tag);
+    wait_oldest();
   }
 }
 

@@ -271,9 +271,9 @@ class SimBackendImpl final : public SimBackend {
     void gemm_problem(double m, double n, double k, double bytes, int layout, bool fp8) override {
       if (!b_.cuda()) return;
       const CostModel& c = b_.cost_;
-      b_.tuned_once(
-          {double(fp8), double(layout), m, n, k, 0},
-          (fp8 ? c.gemm_fp8(m, n, k, bytes) : c.gemm(m, n, k, bytes)) * kGemmTuneCandidates * (1 + kGemmTuneReps));
+      b_.tuned_once({double(fp8), double(layout), m, n, k, 0}, [&] {
+        return (fp8 ? c.gemm_fp8(m, n, k, bytes) : c.gemm(m, n, k, bytes)) * kGemmTuneCandidates * (1 + kGemmTuneReps);
+      });
     }
     // cuDNN times each eligible plan of a shape once, past kAttentionTuneMaxT tokens on the stand-in shape, which
     // every longer shape of those heads shares (attention_cudnn_cuda.cpp); cuDNN's own plan alone is not timed.
@@ -281,16 +281,17 @@ class SimBackendImpl final : public SimBackend {
     void attention_problem(int b, int t, int hq, int hkv, int d, bool backward) override {
       if (!b_.cuda() || !strata::attention_uses_cudnn(d)) return;
       const DeviceProfile& p = b_.opt_.profile;
-      b_.tuned_once({4, double(b), double(t), double(hq), double(hkv), double(d)}, p.attention_plan_build_s);
+      b_.tuned_once({4, double(b), double(t), double(hq), double(hkv), double(d)}, [&] { return p.attention_plan_build_s; });
       if (attention_tunes_by_stand_in(t)) {
         b = 1;
         t = kAttentionTuneMaxT;
-        b_.tuned_once({5, double(b), double(t), double(hq), double(hkv), double(d)}, p.attention_stand_in_build_s);
+        b_.tuned_once({5, double(b), double(t), double(hq), double(hkv), double(d)},
+                      [&] { return p.attention_stand_in_build_s; });
       }
       const int candidates = backward ? p.attention_tune_candidates_bwd : p.attention_tune_candidates_fwd;
       if (candidates < 2) return;
       b_.tuned_once({2.0 + double(backward), double(b), double(t), double(hq), double(hkv), double(d)},
-                    b_.cost_.attention(b, t, hq, d, backward) * candidates * (1 + kAttentionTuneReps));
+                    [&] { return b_.cost_.attention(b, t, hq, d, backward) * candidates * (1 + kAttentionTuneReps); });
     }
 
    private:
@@ -347,13 +348,18 @@ class SimBackendImpl final : public SimBackend {
     const double start = std::max(copy_free_[i], now_);
     const double f = lane_to_host_[other] != to_host ? cost_.duplex_share() : 0.5;
     double took = s;
-    std::vector<CopyTicket>& theirs = lane_tickets_[other];
-    std::erase_if(theirs, [&](CopyTicket t) { return copy_end(t) <= start; });  // done before this one starts
+    // The other lane's copies done before this one starts leave its list for good. A lane's copies land in the
+    // order they were queued (each starts after the one before; the stretch below keeps their order), so those are
+    // a prefix: the list's head moves past them.
+    const std::vector<CopyTicket>& theirs = lane_tickets_[other];
+    size_t& head = lane_head_[other];
+    while (head < theirs.size() && copy_end(theirs[head]) <= start) ++head;
     if (f < 1 && copy_free_[other] > start) {
       const double left = copy_free_[other] - start;  // the other lane's work after `start`, at its full rate
       const double shared = std::min(left, s);        // each one's work done while both run
       took = s <= left ? s / f : left / f + (s - left);
-      for (CopyTicket t : theirs) copy_ends_[size_t(t - 1)] += std::min(copy_end(t) - start, shared) * (1 / f - 1);
+      for (size_t j = head; j < theirs.size(); ++j)
+        copy_ends_[size_t(theirs[j] - 1)] += std::min(copy_end(theirs[j]) - start, shared) * (1 / f - 1);
       copy_free_[other] += shared * (1 / f - 1);
       times_.copy_busy_s += shared * (1 / f - 1);
     }
@@ -428,8 +434,10 @@ class SimBackendImpl final : public SimBackend {
   // The first call's tuning: each problem's key once (Pricer::gemm_problem, attention_problem).
   std::set<std::array<double, 6>> tuned_;
   double tuning_s_ = 0;
-  void tuned_once(const std::array<double, 6>& key, double s) {
-    if (tuned_.insert(key).second) tuning_s_ += s;
+  // `s()` prices a new key's tuning: a key met before (every chunk of a long LM head, every MLP tile) costs a lookup.
+  template <class S>
+  void tuned_once(const std::array<double, 6>& key, S&& s) {
+    if (tuned_.insert(key).second) tuning_s_ += s();
   }
   std::string desc_;
   double now_ = 0;                           // the compute clock: end of the last compute-stream op
@@ -437,7 +445,8 @@ class SimBackendImpl final : public SimBackend {
   double comm_after_ = 0;                    // ... nor before this collective's end (wait_for_event, host false)
   double copy_free_[2] = {0, 0};             // each lane's copy stream is busy until then
   bool lane_to_host_[2] = {false, false};    // the direction of each lane's last queued copy
-  std::vector<CopyTicket> lane_tickets_[2];  // each lane's copies that may still be in flight (issue)
+  std::vector<CopyTicket> lane_tickets_[2];  // each lane's copies, in the order queued (issue)
+  size_t lane_head_[2] = {0, 0};             // ... the first that may still be in flight
   std::vector<CopyTicket> compute_waits_;    // copy_wait_compute's tickets, read at the next compute op
   bool backward_ended_ = false;              // backward_ended() since the last backward's seed
   double disk_free_ = 0;                     // the disk queue is busy until then

@@ -116,13 +116,22 @@ OpTime lm_head_ce_price(const OpCall& c, OpSim& sim) {
   const Tensor &x = x_of(c), &w = w_of(c);
   const int N = int(rows(x)), C = int(cols(x)), V = int(w.shape[0]), chunk = int(c.n);
   const double es = double(dtype_size(x.dtype)), dl = sim.mirrors_cuda() ? 2.0 : 4.0;  // dlogits element size
+  // A chunk's terms depend on its rows (and, for dw, whether it is the first): every full chunk after the first
+  // costs what the one before did, so its terms are priced once and added in the loop's order (the same sums, bit
+  // for bit; a long sequence's LM head is thousands of chunks a sim run).
   if (c.form == 0) {
     double t = 0;
     int kernels = 0;
+    double priced_n = -1, g = 0, m = 0;
     for (int r0 = 0; r0 < N; r0 += chunk) {
       const double n = std::min(chunk, N - r0);
-      t += gemm_time(sim, 0, n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
-      t += cost.memory(n * V * 4 + n * 12);                            // softmax statistics and token loss
+      if (n != priced_n) {
+        priced_n = n;
+        g = gemm_time(sim, 0, n, V, C, n * C * es + B(w) + n * V * 4);  // logits chunk, f32
+        m = cost.memory(n * V * 4 + n * 12);                            // softmax statistics and token loss
+      }
+      t += g;
+      t += m;
       kernels += 2;
     }
     t += 2 * cost.memory(double(N) * 4);  // count valid targets, finalize the mean
@@ -134,13 +143,23 @@ OpTime lm_head_ce_price(const OpCall& c, OpSim& sim) {
   if (N == 0 && dw.defined() && !acc_dw) sim.zero_first(dw);  // no chunk runs: the overwrite still owes zeros
   double t = cost.memory(double(N) * 4);                      // count valid targets
   int kernels = 1;
+  double priced_n = -1, g = 0, m = 0, gx = 0, gw = 0;
+  bool priced_later = false;
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const double n = std::min(chunk, N - r0);
-    t += gemm_time(sim, 0, n, V, C, n * C * es + B(w) + n * V * 4);
-    t += cost.memory(n * V * (bwd ? 4 + dl : 4 + 4 + dl) + n * 8);  // statistics (and token loss), dlogits
+    if (n != priced_n || (r0 > 0) != priced_later) {
+      priced_n = n;
+      priced_later = r0 > 0;
+      g = gemm_time(sim, 0, n, V, C, n * C * es + B(w) + n * V * 4);
+      m = cost.memory(n * V * (bwd ? 4 + dl : 4 + 4 + dl) + n * 8);  // statistics (and token loss), dlogits
+      if (dx.defined()) gx = gemm_time(sim, 1, n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es);
+      if (dw.defined()) gw = gemm_time(sim, 2, V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0));
+    }
+    t += g;
+    t += m;
     kernels += 2;
-    if (dx.defined()) t += gemm_time(sim, 1, n, C, V, n * V * dl + B(w) + (acc_dx ? 2 : 1) * n * C * es), ++kernels;
-    if (dw.defined()) t += gemm_time(sim, 2, V, C, n, n * V * dl + n * C * es + rw(dw, acc_dw || r0 > 0)), ++kernels;
+    if (dx.defined()) t += gx, ++kernels;
+    if (dw.defined()) t += gw, ++kernels;
   }
   if (bwd) return {t, kernels, false};
   t += cost.memory(double(N) * 4);  // finalize the mean

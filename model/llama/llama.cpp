@@ -237,6 +237,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     p.page = page;
     p.paged = pager_->view(size_t(page));
     if (!trainable) {
+      param_index_.emplace(p.name, int(params_.size()));
       params_.push_back(std::move(p));
       return int(params_.size() - 1);
     }
@@ -297,6 +298,7 @@ int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is
     if (!v_off && p.state_here) moment(p.v, p.v_scale, "adam.v");
   }
   if (p.weights_sharded && p.state_here) pager_->set_resident(size_t(pager_index), p.value());
+  param_index_.emplace(p.name, int(params_.size()));
   params_.push_back(std::move(p));
   return int(params_.size() - 1);
 }
@@ -324,9 +326,8 @@ void LlamaModel::place_state(Parameter& p, size_t& host_bytes, size_t& disk_byte
 }
 
 Parameter* LlamaModel::find(const std::string& name) {
-  for (auto& p : params_)
-    if (p.name == name) return &p;
-  return nullptr;
+  const auto it = param_index_.find(name);
+  return it == param_index_.end() ? nullptr : &params_[size_t(it->second)];
 }
 
 size_t LlamaModel::trainable_count() const {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend.h"
@@ -281,6 +282,7 @@ class LlamaModel {
   io::LlamaConfig cfg_;
   ModelOptions opt_;
   std::vector<Parameter> params_;
+  std::unordered_map<std::string, int> param_index_;  // name -> params_ index (find, once per projection a build)
   int64_t padded_vocab_ = 0;
   Buffer inv_freq_;  // [head_dim/2] f32
   std::shared_ptr<WeightPager> pager_;

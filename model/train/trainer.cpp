@@ -148,9 +148,12 @@ void Trainer::upload(const Batch& b) {
   } else if (fresh || pos_packed_ || pos_len_ != b.T || pos_n_ != n) {  // pos_ holds other rows' positions
     // 0..T-1 a row, row by row: no division per token (a forecast's Trainer is new each sim run, and at 524,288
     // tokens a `%` per token was a fifth of a planner search), and no zeroing before the fill.
-    pos_host_.reset(new int32_t[size_t(n)]);
-    for (int r = 0; r < b.B; ++r)
-      std::iota(pos_host_.get() + size_t(r) * size_t(b.T), pos_host_.get() + size_t(r + 1) * size_t(b.T), 0);
+    // A backend that holds no data (the sim: its arena has no memory) copies none: nothing to form.
+    if (posv_.data) {
+      pos_host_.reset(new int32_t[size_t(n)]);
+      for (int r = 0; r < b.B; ++r)
+        std::iota(pos_host_.get() + size_t(r) * size_t(b.T), pos_host_.get() + size_t(r + 1) * size_t(b.T), 0);
+    }
     uploads_.push_back({posv_, pos_host_.get()});
     pos_packed_ = false;
     pos_len_ = b.T;
