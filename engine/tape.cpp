@@ -287,6 +287,9 @@ void Tape::release(VId id) {
 
 OpArgs Tape::args(const Node& n, bool backward) {
   OpArgs a;
+  a.in.reserve(n.in.size());
+  a.out.reserve(n.out.size());
+  if (backward) a.gout.reserve(n.out.size());
   for (VId u : n.in) {
     const Value& v = values_[size_t(u)];
     a.in.push_back(v.external ? v.ext : (v.state == SlotState::RESIDENT ? v.buf.view() : Tensor()));
