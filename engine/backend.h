@@ -181,10 +181,13 @@ class Backend {
                       bool acc_dw) {
     run(OpKind::linear_fp8, {{dx, dw, dy, x8t, sx, w8t, sw}, {acc_dx, acc_dw}, 0, true});
   }
-  // x [N, H, D] (or [B, T, H, D]) at positions pos [N] i32, frequencies inv_freq [D/2] f32.
-  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq) { run(OpKind::rope, {{out, x, pos, inv_freq}}); }
-  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx) {
-    run(OpKind::rope, {{dx, dout, pos, inv_freq}, {acc_dx}, 0, true});
+  // x [N, H, D] (or [B, T, H, D]) at positions pos [N] i32, frequencies inv_freq [D/2] f32; cos and sin scaled by
+  // attention_factor (yarn's and longrope's).
+  void rope_fwd(Tensor out, Tensor x, Tensor pos, Tensor inv_freq, float attention_factor = 1.0f) {
+    run(OpKind::rope, {{out, x, pos, inv_freq}, {}, attention_factor});
+  }
+  void rope_bwd(Tensor dx, Tensor dout, Tensor pos, Tensor inv_freq, bool acc_dx, float attention_factor = 1.0f) {
+    run(OpKind::rope, {{dx, dout, pos, inv_freq}, {acc_dx}, attention_factor, true});
   }
   // q [B,T,Hq,D], k/v [B,T,Hkv,D], out [B,T,Hq,D], lse [B,Hq,T]; `seg` packed: attention within
   // each example of a row (AttnSegments).

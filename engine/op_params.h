@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -52,19 +53,50 @@ struct BlockCopy {
   static BlockCopy swap_axes(int64_t a, int64_t b, int64_t e) { return {a, b, e, b * e, e, e, a * e}; }
 };
 
-// rope_scaling as in config.json; type "default" (none) or "llama3".
+// The rope types of transformers' rope_scaling / rope_parameters that strata runs ("default" is plain).
+enum class RopeType : uint8_t { plain, linear, dynamic, yarn, longrope, llama3 };
+
+// rope_scaling / rope_parameters as in config.json. Scalars transformers evaluates in Python are
+// doubles; a field a type does not read keeps its default.
 struct RopeScaling {
-  bool llama3 = false;
-  float factor = 1.0f;
-  float low_freq_factor = 1.0f;
-  float high_freq_factor = 4.0f;
-  int original_max_position_embeddings = 8192;
+  RopeType type = RopeType::plain;
+  double factor = 1.0;            // every type but plain; longrope: 0 when absent (max_position_embeddings / original)
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int original_max_position_embeddings = 8192;  // llama3, yarn, longrope
+  // yarn and longrope: the factor on cos and sin; 0 when absent (derived from factor, mscale, mscale_all_dim).
+  double attention_factor = 0.0;
+  // yarn: the ramp's bounds in rotations (0: absent, 32 and 1), the attention factor's pair (0: absent) and
+  // whether the ramp's ends round outwards to whole dimensions.
+  double beta_fast = 0.0, beta_slow = 0.0, mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
+  std::vector<float> short_factor, long_factor;  // longrope: [head_dim/2] each
+
+  bool operator==(const RopeScaling&) const = default;
 };
+
+// The rope table of one batch: inv_freq [D/2] and the factor on cos and sin (1 but for yarn and longrope).
+// dynamic and longrope depend on the batch's length (largest position + 1) as transformers' dynamic_rope_update
+// decides; the other types ignore it.
+struct RopeTableKey {
+  int max_position_embeddings = 0;  // config.json's (dynamic's reference length, longrope's default factor)
+  // The batch's length (largest position + 1); dynamic: the length its table last grew to (transformers'
+  // max_seq_len_cached), unscaled up to max_position_embeddings. 0: no batch yet (transformers' table at init).
+  int seq_len = 0;
+};
+
+// The RopeTableKey::seq_len after a batch of length seq_len, from the one the table holds (`held`), as
+// transformers' dynamic_rope_update decides: dynamic grows to the longest length seen past max_position_embeddings
+// and resets below it; longrope switches between its short and long factors at original_max_position_embeddings;
+// the other types keep `held`.
+int rope_table_length(const RopeScaling& s, int max_position_embeddings, int held, int seq_len);
 
 }  // namespace strata
 
 namespace strata::cpu {
-// inv_freq[i] = 1 / theta^(2i/D), then llama3 frequency scaling when enabled (as transformers does).
-// Defined in kernels/rope_cpu.cpp: the model builds its rope table on the host with it.
-void rope_inv_freq(float* inv_freq, int D, float theta, const RopeScaling& scaling);
+// inv_freq[i] = 1 / theta^(2i/D), then the frequency scaling of `scaling.type`, exactly as transformers 5 computes
+// it (kernels/rope_cpu.cpp). Defined in kernels: the model builds its rope table on the host with it.
+void rope_inv_freq(float* inv_freq, int D, float theta, const RopeScaling& scaling, const RopeTableKey& key = {});
+// The factor transformers multiplies cos and sin by (its attention_scaling): yarn's and longrope's, else 1.
+float rope_attention_factor(const RopeScaling& scaling, int max_position_embeddings);
 }  // namespace strata::cpu

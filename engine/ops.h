@@ -39,8 +39,8 @@ bool fp8_shape_ok(int64_t n, int64_t in, int64_t out);
 // y = x w^T (+ b) [N, O] through FP8 GEMMs from x's codes q (q.cols defined when w is trainable) and w's codes wq
 // (wq.cols defined when x takes a gradient); the output gradient is cast to E5M2 in backward. dx reaches x in bf16.
 VId linear_fp8(Tape& t, VId x, const Fp8Codes& q, VId w, const Fp8Codes& wq, VId b, std::string cls);
-// x [N, H*D] with H heads; pos [N] i32; inv_freq [D/2] f32 -> [N, H*D]
-VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls);
+// x [N, H*D] with H heads; pos [N] i32; inv_freq [D/2] f32 -> [N, H*D]; cos and sin scaled by attention_factor.
+VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls, float attention_factor = 1.0f);
 // q [B*T, Hq*D], k/v [B*T, Hkv*D] -> (out [B*T, Hq*D] as prefix.out, lse [B, Hq, T] f32 as prefix.lse)
 // Sample packing: `packed_pos` [B*T] i32, the positions restarting at 0 per example (an external
 // input, batch data), confines each query to its own example; `pairs` is AttnSegments::pairs.

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/json_limits.h"
@@ -73,41 +75,152 @@ struct Reader {
   }
 };
 
-// Reads a rope block: transformers-4 `rope_scaling` or transformers-5 `rope_parameters`.
+constexpr EnumName<RopeType> kRopeTypes[] = {{RopeType::plain, "default"},     {RopeType::linear, "linear"},
+                                             {RopeType::dynamic, "dynamic"},   {RopeType::yarn, "yarn"},
+                                             {RopeType::longrope, "longrope"}, {RopeType::llama3, "llama3"}};
+
+// A number of a rope block as the Python float transformers reads; absent or null: `dflt`.
+double rope_number(const Reader& r, const json& rope, const char* key, const std::string& block, double dflt,
+                   double min, bool min_inclusive, const char* expected) {
+  const json* v = Reader::get(rope, key);
+  if (!v) return dflt;
+  const std::string field = block + "." + key;
+  if (!v->is_number()) r.wrong_type(field, *v, expected);
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < min || (!min_inclusive && d == min))
+    r.fail(field, fmt::format("field '{}' is {}, expected {}", field, v->dump(), expected));
+  return d;
+}
+
+// longrope's short_factor / long_factor: head_dim/2 positive numbers (float32, as transformers makes its tensor).
+std::vector<float> rope_factors(const Reader& r, const json& rope, const char* key, const std::string& block,
+                                int head_dim) {
+  const std::string field = block + "." + key;
+  const json* v = Reader::get(rope, key);
+  if (!v) r.fail(field, fmt::format("{}.rope_type longrope requires '{}'", block, field));
+  const std::string expected = fmt::format("a list of head_dim/2 = {} positive numbers", head_dim / 2);
+  if (!v->is_array()) r.wrong_type(field, *v, expected.c_str());
+  if (int(v->size()) != head_dim / 2)
+    r.fail(field, fmt::format("field '{}' has {} entries, expected {}", field, v->size(), expected));
+  std::vector<float> out;
+  for (const json& e : *v) {
+    const float f = e.is_number() ? float(e.get<double>()) : 0.0f;
+    if (!(f > 0) || !std::isfinite(f))
+      r.fail(field, fmt::format("'{}' holds {}, expected {}", field, e.dump(), expected));
+    out.push_back(f);
+  }
+  return out;
+}
+
+// Reads a rope block: transformers-4 `rope_scaling` or transformers-5 `rope_parameters`, with transformers 5's
+// defaults (original_max_position_embeddings: max_position_embeddings). What transformers only warns about and
+// cannot compute sensibly (a factor below 1, factor lists of the wrong length) is refused.
 void parse_rope(const Reader& r, const json& rope, const std::string& block, LlamaConfig& c) {
   if (!rope.is_object()) r.wrong_type(block, rope, "an object or null");
   std::string type_key = Reader::get(rope, "rope_type") ? "rope_type" : "type";
   const json* t = r.string(rope, type_key.c_str(), block + "." + type_key);
-  std::string type = t ? t->get<std::string>() : "default";
-  if (type == "default") {
-    c.rope_scaling = RopeScaling{};
+  const std::string type = t ? t->get<std::string>() : "default";
+  const std::optional<RopeType> parsed = parse_name(kRopeTypes, type);
+  if (!parsed)
+    r.fail(block + ".rope_type",
+           fmt::format("unsupported {}.rope_type '{}' (supported: {})", block, type, name_choices(kRopeTypes)));
+  RopeScaling s;
+  s.type = *parsed;
+  if (s.type == RopeType::plain) {
+    c.rope_scaling = s;
     return;
   }
-  if (type != "llama3")
-    r.fail(block + ".rope_type",
-           fmt::format("unsupported {}.rope_type '{}' (supported: default, llama3)", block, type));
-  RopeScaling s;
-  s.llama3 = true;
+  const json* partial = Reader::get(rope, "partial_rotary_factor");
+  if (partial && !(partial->is_number() && partial->get<double>() == 1.0))
+    r.fail(block + ".partial_rotary_factor",
+           fmt::format("field '{}.partial_rotary_factor' is {}, expected 1 (strata rotates the whole head)", block,
+                       partial->dump()));
   auto need = [&](const char* key) {
     if (!Reader::get(rope, key))
-      r.fail(block + "." + key, fmt::format("{}.rope_type llama3 requires '{}.{}'", block, block, key));
+      r.fail(block + "." + key, fmt::format("{}.rope_type {} requires '{}.{}'", block, type, block, key));
   };
-  for (const char* k : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) need(k);
-  s.factor = r.positive_float(rope, "factor", block + ".factor", 1.0f);
-  s.low_freq_factor = r.positive_float(rope, "low_freq_factor", block + ".low_freq_factor", 1.0f);
-  s.high_freq_factor = r.positive_float(rope, "high_freq_factor", block + ".high_freq_factor", 4.0f);
-  s.original_max_position_embeddings =
-      r.positive_int(rope, "original_max_position_embeddings", block + ".original_max_position_embeddings", nullptr,
-                     LlamaConfigLimits::kMaxPositions);
-  if (!(s.high_freq_factor > s.low_freq_factor))
-    r.fail(block + ".high_freq_factor", fmt::format("{}.high_freq_factor {} must exceed low_freq_factor {}", block,
-                                                    s.high_freq_factor, s.low_freq_factor));
+  const char* const at_least_one = "a number >= 1";
+  if (s.type != RopeType::longrope) need("factor");
+  s.factor = rope_number(r, rope, "factor", block, s.type == RopeType::longrope ? 0.0 : 1.0, 1.0, true, at_least_one);
+  const int* max_pos = &c.max_position_embeddings;
+  if (s.type == RopeType::llama3) {
+    for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) need(k);
+    s.low_freq_factor = r.positive_float(rope, "low_freq_factor", block + ".low_freq_factor", 1.0f);
+    s.high_freq_factor = r.positive_float(rope, "high_freq_factor", block + ".high_freq_factor", 4.0f);
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      r.fail(block + ".high_freq_factor", fmt::format("{}.high_freq_factor {} must exceed low_freq_factor {}", block,
+                                                      s.high_freq_factor, s.low_freq_factor));
+  }
+  if (s.type == RopeType::llama3 || s.type == RopeType::yarn || s.type == RopeType::longrope)
+    s.original_max_position_embeddings =
+        r.positive_int(rope, "original_max_position_embeddings", block + ".original_max_position_embeddings", max_pos,
+                       LlamaConfigLimits::kMaxPositions);
+  if (s.type == RopeType::yarn || s.type == RopeType::longrope)
+    s.attention_factor = rope_number(r, rope, "attention_factor", block, 0.0, 0.0, false, "a positive number");
+  if (s.type == RopeType::yarn) {
+    s.beta_fast = rope_number(r, rope, "beta_fast", block, 0.0, -HUGE_VAL, true, "a number");
+    s.beta_slow = rope_number(r, rope, "beta_slow", block, 0.0, -HUGE_VAL, true, "a number");
+    s.mscale = rope_number(r, rope, "mscale", block, 0.0, -HUGE_VAL, true, "a number");
+    s.mscale_all_dim = rope_number(r, rope, "mscale_all_dim", block, 0.0, -HUGE_VAL, true, "a number");
+    const double fast = s.beta_fast != 0 ? s.beta_fast : 32.0, slow = s.beta_slow != 0 ? s.beta_slow : 1.0;
+    if (!(fast > 0 && slow > 0 && fast >= slow))
+      r.fail(block + ".beta_fast", fmt::format("{}.beta_fast {} and beta_slow {} must be positive with beta_fast >= "
+                                               "beta_slow (defaults 32 and 1)",
+                                               block, fast, slow));
+    // transformers reads rope_parameters.get("truncate", True): an explicit null is false.
+    auto it = rope.find("truncate");
+    if (it != rope.end()) {
+      if (!it->is_null() && !it->is_boolean()) r.wrong_type(block + ".truncate", *it, "a boolean");
+      s.truncate = !it->is_null() && it->get<bool>();
+    }
+  }
+  if (s.type == RopeType::longrope) {
+    s.short_factor = rope_factors(r, rope, "short_factor", block, c.head_dim);
+    s.long_factor = rope_factors(r, rope, "long_factor", block, c.head_dim);
+  }
   c.rope_scaling = s;
 }
 
 // Shortest decimal that reads back as the same float (1e-05, not 9.999999747378752e-06).
 double clean(float f) {
   return std::stod(fmt::format("{}", f));
+}
+
+// The rope block llama_config_to_json writes (null for the default type): what parse_rope reads back.
+nlohmann::ordered_json rope_json(const RopeScaling& s) {
+  nlohmann::ordered_json j;
+  if (s.type == RopeType::plain) return j;
+  j["rope_type"] = name_of(kRopeTypes, s.type);
+  if (s.factor != 0) j["factor"] = s.factor;
+  switch (s.type) {
+    case RopeType::llama3:
+      j["low_freq_factor"] = clean(s.low_freq_factor);
+      j["high_freq_factor"] = clean(s.high_freq_factor);
+      break;
+    case RopeType::yarn:
+      for (auto [key, v] : {std::pair{"beta_fast", s.beta_fast}, std::pair{"beta_slow", s.beta_slow},
+                            std::pair{"mscale", s.mscale}, std::pair{"mscale_all_dim", s.mscale_all_dim}})
+        if (v != 0) j[key] = v;
+      j["truncate"] = s.truncate;
+      break;
+    case RopeType::longrope: {
+      auto list = [](const std::vector<float>& v) {
+        nlohmann::ordered_json a = nlohmann::ordered_json::array();
+        for (float f : v) a.push_back(clean(f));
+        return a;
+      };
+      j["short_factor"] = list(s.short_factor);
+      j["long_factor"] = list(s.long_factor);
+      break;
+    }
+    default:
+      break;
+  }
+  if ((s.type == RopeType::yarn || s.type == RopeType::longrope) && s.attention_factor != 0)
+    j["attention_factor"] = s.attention_factor;
+  if (s.type == RopeType::llama3 || s.type == RopeType::yarn || s.type == RopeType::longrope)
+    j["original_max_position_embeddings"] = s.original_max_position_embeddings;
+  return j;
 }
 
 // The fields llama_config_to_json always writes itself; the rest pass through (the sliding-window
@@ -332,16 +445,7 @@ std::string llama_config_to_json(const LlamaConfig& c) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = clean(c.rms_norm_eps);
   j["rope_theta"] = clean(c.rope_theta);
-  if (c.rope_scaling.llama3) {
-    const RopeScaling& s = c.rope_scaling;
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", clean(s.factor)},
-                         {"low_freq_factor", clean(s.low_freq_factor)},
-                         {"high_freq_factor", clean(s.high_freq_factor)},
-                         {"original_max_position_embeddings", s.original_max_position_embeddings}};
-  } else {
-    j["rope_scaling"] = nullptr;
-  }
+  j["rope_scaling"] = rope_json(c.rope_scaling);
   switch (c.arch) {
     case Arch::llama:
       j["attention_bias"] = c.qkv_bias;

@@ -19,7 +19,7 @@ struct LlamaConfig {
   int hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0, num_attention_heads = 0, num_key_value_heads = 0,
       head_dim = 0, vocab_size = 0, max_position_embeddings = 2048;
   float rms_norm_eps = 1e-6f, rope_theta = 10000.0f;
-  RopeScaling rope_scaling;  // llama3 or none
+  RopeScaling rope_scaling;  // rope_scaling / rope_parameters: its type (default: none) and fields
   bool tie_word_embeddings = false;
   std::string torch_dtype = "float32";  // from "torch_dtype" or "dtype"
   // Per-architecture pieces (from model_type and its fields):

@@ -39,11 +39,11 @@ void rmsnorm_bwd(bf16* dx, float* dw, const bf16* dout, const bf16* x, const bf1
                  bool acc_dx, bool acc_dw, cudaStream_t stream);
 
 // Rotary embedding, rotate_half convention; x, out [N, H, D], pos [N], inv_freq [D/2];
-// angle = float(pos) * inv_freq[i] in fp32. D must be even.
-void rope_fwd(bf16* out, const bf16* x, const int32_t* pos, const float* inv_freq, int N, int H, int D,
+// angle = float(pos) * inv_freq[i] in fp32, cos and sin times `scale` (the attention factor). D must be even.
+void rope_fwd(bf16* out, const bf16* x, const int32_t* pos, const float* inv_freq, int N, int H, int D, float scale,
               cudaStream_t stream);
 void rope_bwd(bf16* dx, const bf16* dout, const int32_t* pos, const float* inv_freq, int N, int H, int D, bool acc_dx,
-              cudaStream_t stream);  // dx (+)=
+              float scale, cudaStream_t stream);  // dx (+)=
 
 // SwiGLU out = silu(gate) * up, all [n].
 void swiglu_fwd(bf16* out, const bf16* gate, const bf16* up, long n, cudaStream_t stream);

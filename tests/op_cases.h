@@ -78,16 +78,18 @@ inline std::vector<OpCase> op_cases() {
         {R::grad, {F, C}, true, 1}},
        [](Backend& b, const std::vector<Tensor>& t) { b.linear_fwd(t[2], t[0], t[1]); },
        [](Backend& b, const std::vector<Tensor>& t) { b.linear_bwd(t[4], t[5], t[3], t[0], t[1], false, false); }});
-  c.push_back({OpKind::rope,
-               "rope",
-               {{R::in, {N, 3, 6}},
-                {R::idx, {N}, false, -1, 0, 50},
-                {R::param, {3}, true},
-                {R::out, {N, 3, 6}},
-                {R::dout, {N, 3, 6}, false, 3},
-                {R::grad, {N, 3, 6}, false, 0}},
-               [](Backend& b, const std::vector<Tensor>& t) { b.rope_fwd(t[3], t[0], t[1], t[2]); },
-               [](Backend& b, const std::vector<Tensor>& t) { b.rope_bwd(t[5], t[4], t[1], t[2], false); }});
+  c.push_back(
+      {OpKind::rope,
+       "rope",
+       {{R::in, {N, 3, 6}},
+        {R::idx, {N}, false, -1, 0, 50},
+        {R::param, {3}, true},
+        {R::out, {N, 3, 6}},
+        {R::dout, {N, 3, 6}, false, 3},
+        {R::grad, {N, 3, 6}, false, 0}},
+       // cos and sin scaled by an attention factor (yarn's default at factor 4), forward and backward.
+       [](Backend& b, const std::vector<Tensor>& t) { b.rope_fwd(t[3], t[0], t[1], t[2], 1.1386294f); },
+       [](Backend& b, const std::vector<Tensor>& t) { b.rope_bwd(t[5], t[4], t[1], t[2], false, 1.1386294f); }});
   // B 2, T 7, 3 query heads over 1 kv head (GQA), head_dim 8 (cuDNN's smallest).
   c.push_back({OpKind::attention,
                "attention",

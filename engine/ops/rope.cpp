@@ -1,4 +1,5 @@
-// rope: the rotary position embedding of x [N, H, D] at positions pos [N] i32 with frequencies inv_freq [D/2] f32.
+// rope: the rotary position embedding of x [N, H, D] at positions pos [N] i32 with frequencies inv_freq [D/2] f32,
+// cos and sin scaled by the attention factor (yarn, longrope; 1 otherwise).
 #include "engine/op_scratch.h"
 #include "engine/ops/op_common.h"
 
@@ -9,7 +10,7 @@ using namespace detail;
 
 class RopeOp final : public Op {
  public:
-  explicit RopeOp(int heads) : heads_(heads) {}
+  RopeOp(int heads, float attention_factor) : heads_(heads), attention_factor_(attention_factor) {}
   const char* name() const override { return "rope"; }
   OpKind kind() const override { return OpKind::rope; }
   Tensor heads(const Tensor& x) const {
@@ -18,22 +19,25 @@ class RopeOp final : public Op {
     return x.reshape(Shape{n, heads_, hd / heads_});
   }
   void forward(Backend& be, const OpArgs& a) override {
-    be.rope_fwd(heads(a.out[0]), heads(a.in[0]), a.in[1], a.in[2]);
+    be.rope_fwd(heads(a.out[0]), heads(a.in[0]), a.in[1], a.in[2], attention_factor_);
   }
   void backward(Backend& be, const OpArgs& a) override {
-    if (a.gin[0].defined()) be.rope_bwd(heads(a.gin[0]), heads(a.gout[0]), a.in[1], a.in[2], a.acc[0]);
+    if (a.gin[0].defined())
+      be.rope_bwd(heads(a.gin[0]), heads(a.gout[0]), a.in[1], a.in[2], a.acc[0], attention_factor_);
   }
   bool saves_input(int i) const override { return i != 0; }  // positions and frequencies (external)
   bool saves_output(int) const override { return false; }
 
  private:
   int heads_;
+  float attention_factor_;
 };
 
 }  // namespace
 
-VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls) {
-  return t.record1(std::make_unique<RopeOp>(heads), {x, pos, inv_freq}, {std::move(cls), t.value(x).shape, act(t)});
+VId rope(Tape& t, VId x, VId pos, VId inv_freq, int heads, std::string cls, float attention_factor) {
+  return t.record1(std::make_unique<RopeOp>(heads, attention_factor), {x, pos, inv_freq},
+                   {std::move(cls), t.value(x).shape, act(t)});
 }
 
 }  // namespace ops

@@ -219,10 +219,28 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
       set_weights(p, h.data());
     }
   }
+  inv_freq_ = Buffer(be_.arena(), DType::f32, Shape{int64_t(cfg_.head_dim / 2)}, "rope.inv_freq");
+  rope_attention_ = cpu::rope_attention_factor(cfg_.rope_scaling, cfg_.max_position_embeddings);
+  rope_len_ = 0;  // no batch yet: transformers' table at init
+  upload_rope_table();
+}
+
+void LlamaModel::upload_rope_table() {
   std::vector<float> inv(size_t(cfg_.head_dim / 2));
-  cpu::rope_inv_freq(inv.data(), cfg_.head_dim, cfg_.rope_theta, cfg_.rope_scaling);
-  inv_freq_ = Buffer(be_.arena(), DType::f32, Shape{int64_t(inv.size())}, "rope.inv_freq");
+  cpu::rope_inv_freq(inv.data(), cfg_.head_dim, cfg_.rope_theta, cfg_.rope_scaling,
+                     RopeTableKey{cfg_.max_position_embeddings, rope_len_});
   be_.upload_f32(inv_freq_.view(), inv.data());
+}
+
+bool LlamaModel::rope_follows_length() const {
+  return cfg_.rope_scaling.type == RopeType::dynamic || cfg_.rope_scaling.type == RopeType::longrope;
+}
+
+void LlamaModel::set_rope_length(int seq_len) {
+  const int len = rope_table_length(cfg_.rope_scaling, cfg_.max_position_embeddings, rope_len_, seq_len);
+  if (len == rope_len_) return;
+  rope_len_ = len;
+  upload_rope_table();
 }
 
 int LlamaModel::add_param(std::string name, Shape shape, bool trainable, bool is_lora, int page, int owner) {

@@ -167,6 +167,13 @@ class LlamaModel {
                    double packed_pairs = 0, const SeqShard& sp = {});
   // Logits [N, V] of a retained final-hidden value (evaluation and golden tests).
   void logits(Tape& tape, VId final_hidden, Tensor out);
+  // The rope table for a batch of length `seq_len` (its largest position + 1): dynamic and longrope pick theirs
+  // from it as transformers' dynamic_rope_update does (dynamic keeps the longest length seen above
+  // max_position_embeddings until a batch shorter than max_position_embeddings resets it). Uploads only a changed
+  // table, ordered after the work already queued; call before recording the batch.
+  void set_rope_length(int seq_len);
+  // Whether set_rope_length can change the table (rope type dynamic or longrope).
+  bool rope_follows_length() const;
 
   // Writes config.json + model.safetensors (base weights, fp32), atomically. `fp32_of`, where given, may
   // supply a parameter's fp32 weights into host [numel] (returning true) instead of this rank's copy
@@ -284,7 +291,10 @@ class LlamaModel {
   std::vector<Parameter> params_;
   std::unordered_map<std::string, int> param_index_;  // name -> params_ index (find, once per projection a build)
   int64_t padded_vocab_ = 0;
-  Buffer inv_freq_;  // [head_dim/2] f32
+  Buffer inv_freq_;              // [head_dim/2] f32
+  float rope_attention_ = 1.0f;  // yarn's and longrope's factor on cos and sin
+  int rope_len_ = 0;             // the RopeTableKey::seq_len inv_freq_ holds
+  void upload_rope_table();
   std::shared_ptr<WeightPager> pager_;
   std::unique_ptr<HostReservation> state_host_;
   std::unique_ptr<DiskFile> state_disk_;

@@ -102,8 +102,9 @@ ForwardIds LlamaModel::build(Tape& t, Tensor tokens, Tensor targets, Tensor pos,
       q = ops::rmsnorm_heads(t, q, pid(t, w("self_attn.q_norm.weight")), Hq, eps, P + ".attn.q_norm").first;
       k = ops::rmsnorm_heads(t, k, pid(t, w("self_attn.k_norm.weight")), Hkv, eps, P + ".attn.k_norm").first;
     }
-    q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q" + seq);  // global positions: ps holds this rank's tokens' own
-    k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k" + seq);
+    // global positions: ps holds this rank's tokens' own
+    q = ops::rope(t, q, ps, inv, Hq, P + ".attn.q" + seq, rope_attention_);
+    k = ops::rope(t, k, ps, inv, Hkv, P + ".attn.k" + seq, rope_attention_);
     if (n > 1) {
       if (Hkv_sp != Hkv) {  // GQA with fewer KV heads than ranks: each repeated, as Ulysses does
         k = ops::repeat_heads(t, k, Hkv, Hkv_sp / Hkv, P + ".attn.k_rep");

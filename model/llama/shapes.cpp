@@ -25,7 +25,7 @@ io::LlamaConfig make(int hidden, int layers, int heads, int kv, int mlp, int voc
   c.rms_norm_eps = 1e-5f;
   c.max_position_embeddings = 131072;
   if (llama3) {
-    c.rope_scaling.llama3 = true;
+    c.rope_scaling.type = RopeType::llama3;
     c.rope_scaling.factor = factor;
     c.rope_scaling.low_freq_factor = 1.0f;
     c.rope_scaling.high_freq_factor = 4.0f;

@@ -100,6 +100,9 @@ void Trainer::upload(const Batch& b) {
       STRATA_THROW(ConfigError, fmt::format("batch: token id at index {} is outside [0, vocab_size={})", i, V), "batch",
                    "tokens");
   pairs_ = packed_pairs(b);
+  rope_len_ = 0;
+  if (model_.rope_follows_length())  // transformers decides from the batch's largest position
+    rope_len_ = b.positions.empty() ? b.T : *std::max_element(b.positions.begin(), b.positions.end()) + 1;
   // The batch's blocks: this rank's tokens, in blocks of TrainOptions::batch_tokens (kept from step to step,
   // so every batch length leaves the arena as the forecast does) or of this batch's size.
   const int sp = seq_parallel();
@@ -164,6 +167,7 @@ void Trainer::upload(const Batch& b) {
 }
 
 void Trainer::send_uploads() {
+  if (rope_len_ > 0) model_.set_rope_length(rope_len_);
   for (const auto& [dst, src] : uploads_) be_.upload_i32(dst, src);
   uploads_.clear();
   slice_.reset();

@@ -160,6 +160,7 @@ class Trainer {
   int pos_len_ = 0;                      // pos_ holds 0..pos_len_-1 a row for pos_n_ tokens
   int64_t pos_n_ = 0;
   double pairs_ = 0;                                        // the uploaded batch's packed_pairs
+  int rope_len_ = 0;                                        // its largest position + 1 (dynamic and longrope rope)
   std::vector<std::pair<Tensor, const int32_t*>> uploads_;  // upload()'s copies, until send_uploads()
   std::shared_ptr<const SeqSlice> slice_;                   // host arrays those copies read: sequence parallel's
   std::unique_ptr<int32_t[]> pos_host_;                     // and the rows' positions 0..T-1

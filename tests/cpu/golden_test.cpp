@@ -1,5 +1,6 @@
 // strata's cpu forward and backward against Hugging Face transformers 5.17 (LlamaForCausalLM,
-// eager attention, fp32) on checkpoints it saved: logits, loss and every parameter gradient.
+// eager attention, fp32; the linear, dynamic, longrope and yarn cases 5.24) on checkpoints it saved: logits, loss
+// and every parameter gradient.
 // References made by tests/golden/make_golden.py on the GPU host.
 // Tolerances (fp32 on both sides, different summation orders):
 //   logits: max |a-b| <= 1e-5 * max|b| + 1e-6; loss: 1e-5 relative;
@@ -85,6 +86,7 @@ TEST_P(Golden, LogitsLossAndGradientsMatchHuggingFace) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, Golden,
                          ::testing::Values("gqa_untied", "tied_llama3", "mha_headdim", "qwen3_tied", "qwen3_bias",
-                                           "qwen2_bias", "mistral_gqa"));
+                                           "qwen2_bias", "mistral_gqa", "linear_llama", "dynamic_llama",
+                                           "longrope_llama", "yarn_qwen2", "yarn_qwen3"));
 
 }  // namespace

@@ -64,7 +64,7 @@ TEST(io_config, Transformers4StyleLlama3) {
   EXPECT_EQ(c.max_position_embeddings, 131072);
   EXPECT_EQ(c.rms_norm_eps, 1e-5f);
   EXPECT_EQ(c.rope_theta, 500000.0f);
-  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.type, RopeType::llama3);
   EXPECT_EQ(c.rope_scaling.factor, 32.0f);
   EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0f);
   EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0f);
@@ -77,7 +77,7 @@ TEST(io_config, Transformers4LegacyTypeKey) {
   LlamaConfig c = parse_llama_config(minimal_with(R"("rope_scaling": {"type": "llama3", "factor": 8.0,
       "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
                                      "config.json");
-  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.type, RopeType::llama3);
   EXPECT_EQ(c.rope_scaling.factor, 8.0f);
 }
 
@@ -87,7 +87,7 @@ TEST(io_config, Transformers5RopeParameters) {
       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
                                      "config.json");
   EXPECT_EQ(c.rope_theta, 500000.0f);
-  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.type, RopeType::llama3);
   EXPECT_EQ(c.rope_scaling.factor, 8.0f);
   EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
   EXPECT_EQ(c.torch_dtype, "bfloat16");
@@ -95,7 +95,7 @@ TEST(io_config, Transformers5RopeParameters) {
   LlamaConfig d = parse_llama_config(
       minimal_with(R"("rope_parameters": {"rope_type": "default", "rope_theta": 250000.0})"), "config.json");
   EXPECT_EQ(d.rope_theta, 250000.0f);
-  EXPECT_FALSE(d.rope_scaling.llama3);
+  EXPECT_EQ(d.rope_scaling.type, RopeType::plain);
 }
 
 TEST(io_config, DefaultsFollowTransformers) {
@@ -106,13 +106,13 @@ TEST(io_config, DefaultsFollowTransformers) {
   EXPECT_EQ(c.rope_theta, 10000.0f);
   EXPECT_EQ(c.max_position_embeddings, 2048);
   EXPECT_FALSE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.type, RopeType::plain);
   EXPECT_EQ(c.torch_dtype, "float32");
 
   LlamaConfig n = parse_llama_config(minimal_with(R"("head_dim": null, "rope_scaling": null)"), "config.json");
   EXPECT_EQ(n.head_dim, 16) << "explicit null head_dim means the default";
   LlamaConfig r = parse_llama_config(minimal_with(R"("rope_scaling": {"rope_type": "default"})"), "config.json");
-  EXPECT_FALSE(r.rope_scaling.llama3);
+  EXPECT_EQ(r.rope_scaling.type, RopeType::plain);
 }
 
 TEST(io_config, MissingRequiredField) {
@@ -234,12 +234,13 @@ TEST(io_config, GqaDivisibility) {
 }
 
 TEST(io_config, UnsupportedRopeType) {
-  expect_config_error(minimal_with(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), "rope_scaling.rope_type",
-                      {"'yarn'"});
-  expect_config_error(minimal_with(R"("rope_scaling": {"type": "dynamic", "factor": 4.0})"), "rope_scaling.rope_type",
-                      {"'dynamic'"});
-  expect_config_error(minimal_with(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6})"),
-                      "rope_parameters.rope_type", {"'yarn'"});
+  const std::vector<std::string> every = {"'su'", "default, linear, dynamic, yarn, longrope or llama3"};
+  expect_config_error(minimal_with(R"("rope_scaling": {"rope_type": "su", "factor": 4.0})"), "rope_scaling.rope_type",
+                      every);
+  expect_config_error(minimal_with(R"("rope_scaling": {"type": "mrope", "factor": 4.0})"), "rope_scaling.rope_type",
+                      {"'mrope'"});
+  expect_config_error(minimal_with(R"("rope_parameters": {"rope_type": "proportional", "rope_theta": 1e6})"),
+                      "rope_parameters.rope_type", {"'proportional'", "longrope"});
 }
 
 TEST(io_config, Llama3RequiresItsParameters) {
@@ -271,7 +272,7 @@ TEST(io_config, RoundTripThroughJson) {
     EXPECT_EQ(r.max_position_embeddings, c.max_position_embeddings);
     EXPECT_EQ(r.rms_norm_eps, c.rms_norm_eps);
     EXPECT_EQ(r.rope_theta, c.rope_theta);
-    EXPECT_EQ(r.rope_scaling.llama3, c.rope_scaling.llama3);
+    EXPECT_EQ(r.rope_scaling, c.rope_scaling);
     EXPECT_EQ(r.rope_scaling.factor, c.rope_scaling.factor);
     EXPECT_EQ(r.rope_scaling.low_freq_factor, c.rope_scaling.low_freq_factor);
     EXPECT_EQ(r.rope_scaling.high_freq_factor, c.rope_scaling.high_freq_factor);

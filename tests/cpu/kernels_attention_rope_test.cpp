@@ -20,7 +20,7 @@ std::vector<double> ref_inv_freq(int D, double theta, const RopeScaling& s) {
   std::vector<double> f(D / 2);
   for (int i = 0; i < D / 2; i++) {
     double inv = 1.0 / std::pow(theta, double(2 * i) / D);
-    if (s.llama3) {
+    if (s.type == RopeType::llama3) {
       const double old_ctx = s.original_max_position_embeddings;
       const double low_wl = old_ctx / s.low_freq_factor, high_wl = old_ctx / s.high_freq_factor;
       const double wl = 2 * std::numbers::pi / inv;
@@ -49,7 +49,7 @@ TEST(KernelsCpu, RopeInvFreqDefault) {
 
 TEST(KernelsCpu, RopeInvFreqLlama3AllThreeBands) {
   RopeScaling s;
-  s.llama3 = true;
+  s.type = RopeType::llama3;
   s.factor = 8.0f;
   s.low_freq_factor = 1.0f;
   s.high_freq_factor = 4.0f;
@@ -83,7 +83,7 @@ TEST(KernelsCpu, RopeMatchesRotateHalfAndGradients) {
   const std::vector<int32_t> pos = {0, 1, 2, 7, 100, 4095};
   Vec inv(D / 2);
   RopeScaling s;
-  s.llama3 = true;
+  s.type = RopeType::llama3;
   s.factor = 8.0f;
   s.original_max_position_embeddings = 64;
   cpu::rope_inv_freq(inv.data(), D, 10000.0f, s);

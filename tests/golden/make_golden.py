@@ -33,6 +33,23 @@ CASES = {
     "mha_headdim": dict(hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
                         num_key_value_heads=4, head_dim=16, vocab_size=67, rms_norm_eps=1e-5, rope_theta=10000.0,
                         tie_word_embeddings=False, max_position_embeddings=64, rope_scaling=None),
+    # linear: every frequency divided by factor.
+    "linear_llama": dict(hidden_size=40, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=47, rms_norm_eps=1e-5, rope_theta=10000.0,
+                         tie_word_embeddings=False, max_position_embeddings=64,
+                         rope_scaling=dict(rope_type="linear", factor=3.0)),
+    # dynamic NTK: the batch (13 tokens) runs past max_position_embeddings 8, so the base grows; head_dim 10.
+    "dynamic_llama": dict(hidden_size=40, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=4, head_dim=10, vocab_size=43, rms_norm_eps=1e-5, rope_theta=10000.0,
+                          tie_word_embeddings=True, max_position_embeddings=8,
+                          rope_scaling=dict(rope_type="dynamic", factor=2.0)),
+    # longrope: the batch runs past original_max_position_embeddings 8, so long_factor applies; the attention
+    # factor comes from max_position_embeddings / original = 8 (no factor given).
+    "longrope_llama": dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=41, rms_norm_eps=1e-5, rope_theta=10000.0,
+                           tie_word_embeddings=False, max_position_embeddings=64,
+                           rope_scaling=dict(rope_type="longrope", original_max_position_embeddings=8,
+                                             short_factor=[1.0, 1.25, 1.5, 2.0], long_factor=[1.5, 3.0, 7.25, 16.0])),
 }
 # Architectures beside Llama (model_type qwen3, qwen2, mistral). Each case: (arch, config kwargs).
 ARCH_CASES = {
@@ -50,6 +67,20 @@ ARCH_CASES = {
     "qwen2_bias": ("qwen2", dict(hidden_size=48, intermediate_size=80, num_hidden_layers=2, num_attention_heads=6,
                                  num_key_value_heads=2, vocab_size=83, rms_norm_eps=1e-6, rope_theta=1000000.0,
                                  tie_word_embeddings=False, max_position_embeddings=64, rope_scaling=None)),
+    # yarn with the mscale pair's attention factor, no truncation and a ramp (beta_fast 2, beta_slow 0.01) that
+    # spans every dimension of head_dim 16 at rope_theta 100, past a short original context.
+    "yarn_qwen2": ("qwen2", dict(hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=59, rms_norm_eps=1e-6, rope_theta=100.0,
+                                 tie_word_embeddings=False, max_position_embeddings=32,
+                                 rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8,
+                                                   beta_fast=2.0, beta_slow=0.01, mscale=1.0, mscale_all_dim=0.5,
+                                                   truncate=False))),
+    # yarn with its default attention factor (0.1 ln(factor) + 1) and truncated ramp, head_dim 12.
+    "yarn_qwen3": ("qwen3", dict(hidden_size=36, intermediate_size=64, num_hidden_layers=2, num_attention_heads=3,
+                                 num_key_value_heads=1, head_dim=12, vocab_size=53, rms_norm_eps=1e-6,
+                                 rope_theta=1000.0, tie_word_embeddings=True, max_position_embeddings=32,
+                                 rope_scaling=dict(rope_type="yarn", factor=3.0, original_max_position_embeddings=8),
+                                 attention_bias=False)),
     # Mistral: Llama's layout with a sliding window longer than the batch (so it does not bite).
     "mistral_gqa": ("mistral", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
                                     num_key_value_heads=2, head_dim=8, vocab_size=71, rms_norm_eps=1e-5,

@@ -147,35 +147,37 @@ TEST(KernelsGpu, RmsNorm) {
 TEST(KernelsGpu, Rope) {
   STRATA_REQUIRE_GPU();
   const int N = 37, H = 6;
-  for (int D : {10, 64, 128}) {
-    const std::string tag = " D=" + std::to_string(D);
-    const size_t n = size_t(N) * H * D;
-    Vec freq(D / 2);
-    cpu::rope_inv_freq(freq.data(), D, 500000.0f, strata::RopeScaling{});
-    Ids pos(rand_ids(N, 8192, 20));
-    F inv_freq(freq);
-    B x(n, 21), out(vec(n)), dout(n, 22), dx(n, 23, 0.5f);
-    out.poison();
-    sc::rope_fwd(out.p(), x.p(), pos.d.p, inv_freq.p(), N, H, D, kStream);
-    Vec ref(n);
-    cpu::rope_fwd(ref.data(), x.h.data(), pos.h.data(), freq.data(), N, H, D);
-    device_sync();
-    EXPECT_TRUE(close(out.get(), round_bf16(ref), kBf16Tol, "rope_fwd" + tag));
-    Vec dx_ref = dx.h;
-    for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
-      const bool acc = rep < 2;
-      if (!acc) dx.poison();
-      sc::rope_bwd(dx.p(), dout.p(), pos.d.p, inv_freq.p(), N, H, D, acc, kStream);
-      cpu::rope_bwd(dx_ref.data(), dout.h.data(), pos.h.data(), freq.data(), N, H, D, acc);
+  // scale: the attention factor (yarn's default at factor 4, and longrope's sqrt(2)) on cos and sin, both ways.
+  for (float scale : {1.0f, 1.1386294f, 1.4142135f})
+    for (int D : {10, 64, 128}) {
+      const std::string tag = " D=" + std::to_string(D) + " scale=" + std::to_string(scale);
+      const size_t n = size_t(N) * H * D;
+      Vec freq(D / 2);
+      cpu::rope_inv_freq(freq.data(), D, 500000.0f, strata::RopeScaling{});
+      Ids pos(rand_ids(N, 8192, 20));
+      F inv_freq(freq);
+      B x(n, 21), out(vec(n)), dout(n, 22), dx(n, 23, 0.5f);
+      out.poison();
+      sc::rope_fwd(out.p(), x.p(), pos.d.p, inv_freq.p(), N, H, D, scale, kStream);
+      Vec ref(n);
+      cpu::rope_fwd(ref.data(), x.h.data(), pos.h.data(), freq.data(), N, H, D, scale);
       device_sync();
-      EXPECT_TRUE(close(dx.get(), round_bf16(dx_ref), kBf16Tol, "rope_bwd" + tag));
-      dx_ref = dx.get();
+      EXPECT_TRUE(close(out.get(), round_bf16(ref), kBf16Tol, "rope_fwd" + tag));
+      Vec dx_ref = dx.h;
+      for (int rep = 0; rep < 3; rep++) {  // twice adding, then overwriting poison
+        const bool acc = rep < 2;
+        if (!acc) dx.poison();
+        sc::rope_bwd(dx.p(), dout.p(), pos.d.p, inv_freq.p(), N, H, D, acc, scale, kStream);
+        cpu::rope_bwd(dx_ref.data(), dout.h.data(), pos.h.data(), freq.data(), N, H, D, acc, scale);
+        device_sync();
+        EXPECT_TRUE(close(dx.get(), round_bf16(dx_ref), kBf16Tol, "rope_bwd" + tag));
+        dx_ref = dx.get();
+      }
+      sc::rope_bwd(nullptr, dout.p(), pos.d.p, inv_freq.p(), N, H, D, true, scale, kStream);
+      sc::rope_fwd(x.p(), x.p(), pos.d.p, inv_freq.p(), N, H, D, scale, kStream);  // in place
+      device_sync();
+      EXPECT_TRUE(close(x.get(), round_bf16(ref), kBf16Tol, "rope_fwd in place" + tag));
     }
-    sc::rope_bwd(nullptr, dout.p(), pos.d.p, inv_freq.p(), N, H, D, true, kStream);
-    sc::rope_fwd(x.p(), x.p(), pos.d.p, inv_freq.p(), N, H, D, kStream);  // in place
-    device_sync();
-    EXPECT_TRUE(close(x.get(), round_bf16(ref), kBf16Tol, "rope_fwd in place" + tag));
-  }
 }
 
 // Elementwise ops run at offset 0 (16-byte path plus a tail) and 1 (misaligned: scalar path).
