@@ -71,7 +71,8 @@ TEST_P(GoldenGpu, Bf16ModelMatchesHuggingFaceFp32) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, GoldenGpu,
                          ::testing::Values("gqa_untied", "tied_llama3", "mha_headdim", "qwen3_tied", "qwen3_bias",
-                                           "qwen2_bias", "mistral_gqa", "longrope_llama", "yarn_qwen2", "yarn_qwen3"));
+                                           "qwen2_bias", "mistral_gqa", "linear_llama", "dynamic_llama",
+                                           "longrope_llama", "yarn_qwen2", "yarn_qwen3"));
 
 io::LlamaConfig small_config(int head_dim) {
   io::LlamaConfig c;
