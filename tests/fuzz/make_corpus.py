@@ -97,6 +97,22 @@ def main():
                              "original_max_position_embeddings": 8192}
     t5["dtype"] = "float32"
     put("hf_config", "transformers5", json.dumps(t5))
+    # The other rope types, in both blocks: yarn as Qwen2.5's long-context configs write it, longrope with its
+    # factor lists (head_dim / 2 entries each), dynamic and linear.
+    for name, block, rope in (
+            ("rope_yarn", "rope_scaling", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
+            ("rope_yarn_mscale", "rope_parameters", {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0,
+                                                     "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32,
+                                                     "beta_slow": 1, "truncate": False}),
+            ("rope_longrope", "rope_scaling", {"rope_type": "longrope", "original_max_position_embeddings": 4096,
+                                               "short_factor": [1.0 + i / 64 for i in range(32)],
+                                               "long_factor": [1.0 + i / 8 for i in range(32)]}),
+            ("rope_dynamic", "rope_scaling", {"rope_type": "dynamic", "factor": 2.0}),
+            ("rope_linear", "rope_scaling", {"rope_type": "linear", "factor": 4.0})):
+        c = dict(llama32)
+        del c["rope_scaling"]
+        c[block] = rope
+        put("hf_config", name, json.dumps(c))
     put("hf_config", "minimal", '{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, '
                                 '"num_attention_heads": 4, "vocab_size": 100}')
     put("hf_config", "huge_layers", '{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2147483647, '
