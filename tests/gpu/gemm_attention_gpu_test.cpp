@@ -220,6 +220,22 @@ TEST(AttentionGpu, Cudnn) {
   }
 }
 
+// Every head dim the cuda backend sends to cuDNN (attention_uses_cudnn: D % 8 == 0, up to 256) must take it,
+// forward and backward: the sim prices and places cuDNN's workspaces for them, so a shape cuDNN declined at run
+// time (the fallback has none) would break the forecast's byte-exact peak. Odd lengths, GQA and MHA.
+TEST(AttentionGpu, CudnnTakesEveryHeadDimItIsSent) {
+  STRATA_REQUIRE_GPU();
+  Attention::set_force_fallback(false);
+  Attention attn;
+  for (int D : {8, 24, 80, 96, 160, 192, 256})
+    for (const AttnShape& s : {AttnShape{1, 131, 4, 2, D}, AttnShape{2, 64, 3, 3, D}}) {
+      ASSERT_TRUE(strata::attention_uses_cudnn(D));
+      const std::string path = check_attention(attn, s);
+      std::printf("[attention] %s: %s\n", str(s).c_str(), path.c_str());
+      EXPECT_EQ(path, "cudnn") << str(s);
+    }
+}
+
 // Every candidate the tuner may pick (each engine config and backward graph variant that fits the
 // workspace) against the cpu reference: timing alone chooses among them.
 TEST(AttentionGpu, EveryCudnnCandidate) {
