@@ -57,6 +57,7 @@ TEST(SimVsCuda, AttentionWorkspaceModelMatchesCudnn) {
   for (S s :
        {S{1, 37, 4, 2, 16}, S{2, 1000, 8, 8, 64}, S{1, 2048, 32, 8, 64}, S{1, 4096, 24, 8, 128}, S{2, 4096, 32, 8, 128},
         S{1, 16384, 32, 8, 64}, S{1, 4096, 32, 32, 128}, S{1, 8192, 64, 8, 128}, S{3, 333, 6, 3, 72},
+        S{2, 1000, 12, 4, 96}, S{1, 3000, 10, 2, 80}, S{1, 2048, 8, 8, 160}, S{1, 4096, 16, 8, 256},
         S{1, 40960, 32, 8, 128}}) {  // the last past kAttentionTuneMaxT: the stand-in's tuning budget
     size_t fwd = 0, bwd = 0;
     measured_attention_ws(s.B, s.T, s.Hq, s.Hkv, s.D, &fwd, &bwd);
@@ -161,6 +162,18 @@ io::LlamaConfig tiny_arch(io::Arch a) {
   return c;
 }
 
+// The tiny shape with heads of another size, and yarn's or dynamic's rope (a table the batch's length picks; yarn's
+// factor on cos and sin).
+io::LlamaConfig tiny_heads(int head_dim, RopeType rope) {
+  io::LlamaConfig c = tiny();
+  c.head_dim = head_dim;
+  c.max_position_embeddings = 32;
+  c.rope_scaling.type = rope;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 16;
+  return c;
+}
+
 TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
   STRATA_REQUIRE_GPU();
   for (auto& c : std::vector<Case>{
@@ -199,6 +212,10 @@ TEST(SimVsCuda, TinyModelScheduleAndPeakAreEqual) {
             true,
             {MasterWeights::none, OptimizerState::q8}},
            {"tiny qwen3 keep", tiny_arch(io::Arch::qwen3), 2, 37, Plan::keep_everything(), TrainMode::full, true},
+           {"tiny head dim 96, yarn, gc1", tiny_heads(96, RopeType::yarn), 2, 37, Plan::gradient_checkpointing(1),
+            TrainMode::full, true},
+           {"tiny head dim 256, dynamic, keep", tiny_heads(256, RopeType::dynamic), 2, 37, Plan::keep_everything(),
+            TrainMode::full, true},
            {"tiny qwen3 gc1", tiny_arch(io::Arch::qwen3), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full,
             true},
            {"tiny qwen2 lora gc2", tiny_arch(io::Arch::qwen2), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora,
