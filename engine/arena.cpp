@@ -61,9 +61,9 @@ size_t Arena::allocate(size_t bytes, std::string_view tag) {
 
 void Arena::out_of_memory(size_t bytes, std::string_view tag) const {
   const size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
-  std::string what = fmt::format(
-      "{} arena: out of budget allocating '{}' ({}): {} in use of a {} budget, largest free block {}", tier_, tag,
-      format_bytes(bytes), format_bytes(in_use_), format_bytes(budget_), format_bytes(largest));
+  std::string what =
+      fmt::format("{} arena: out of budget allocating '{}' ({}): {} in use of a {} budget, largest free block {}",
+                  tier_, tag, format_bytes(bytes), format_bytes(in_use_), format_bytes(budget_), format_bytes(largest));
   STRATA_THROW(OutOfMemoryError, what, tier_, std::string(tag), bytes, in_use_, budget_);
 }
 

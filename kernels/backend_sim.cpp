@@ -281,7 +281,8 @@ class SimBackendImpl final : public SimBackend {
     void attention_problem(int b, int t, int hq, int hkv, int d, bool backward) override {
       if (!b_.cuda() || !strata::attention_uses_cudnn(d)) return;
       const DeviceProfile& p = b_.opt_.profile;
-      b_.tuned_once({4, double(b), double(t), double(hq), double(hkv), double(d)}, [&] { return p.attention_plan_build_s; });
+      b_.tuned_once({4, double(b), double(t), double(hq), double(hkv), double(d)},
+                    [&] { return p.attention_plan_build_s; });
       if (attention_tunes_by_stand_in(t)) {
         b = 1;
         t = kAttentionTuneMaxT;

@@ -158,9 +158,8 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
                                opt_.zero.stage));
   }
   // Every parameter at once: a Parameter moved on each growth of the vector was a planner sim run's cost.
-  params_.reserve(shapes.size() + (opt_.lora.enabled() ? 2 * size_t(cfg_.num_hidden_layers) *
-                                                             opt_.lora.target_modules.size()
-                                                       : 0));
+  params_.reserve(shapes.size() +
+                  (opt_.lora.enabled() ? 2 * size_t(cfg_.num_hidden_layers) * opt_.lora.target_modules.size() : 0));
   int next_page = 0;
   for (size_t k = 0; k < shapes.size(); ++k) {
     const auto& [name, shape] = shapes[k];

@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "io/atomic_file.h"
 #include "io/hf_config.h"
+#include "tests/cpu/config_error.h"
 #include "tests/cpu/expect_error.h"
 #include "tests/cpu/fifo_util.h"
 
@@ -32,19 +33,7 @@ const char* kMinimal = R"({"hidden_size": 64, "intermediate_size": 128, "num_hid
   "num_attention_heads": 4, "vocab_size": 100})";
 
 using strata::test_util::catch_as;
-
-// Parses `json` as "dir/config.json"; expects a ConfigError naming the file and `field`.
-void expect_config_error(const std::string& json, const std::string& field, std::vector<std::string> words = {}) {
-  const std::string path = "some/dir/config.json";
-  auto e = catch_as<ConfigError>([&] { parse_llama_config(json, path); });
-  if (!e) return;
-  EXPECT_EQ(e->file, path);
-  EXPECT_EQ(e->field, field) << e->what();
-  std::string what = e->what();
-  EXPECT_NE(what.find(path), std::string::npos) << what;
-  words.push_back(field);
-  for (const auto& w : words) EXPECT_NE(what.find(w), std::string::npos) << "'" << w << "' not in: " << what;
-}
+using strata::test_util::expect_config_error;
 
 // kMinimal plus `extra` (`"key": value, ...`, keys not already in kMinimal).
 std::string minimal_with(const std::string& extra) {

@@ -8,12 +8,14 @@
 
 #include "engine/error.h"
 #include "io/hf_config.h"
+#include "tests/cpu/config_error.h"
 #include "tests/cpu/expect_error.h"
 
 namespace strata::io {
 namespace {
 
 using strata::test_util::catch_as;
+using strata::test_util::expect_config_error;
 
 // head_dim 64 / 4 = 16: longrope's factor lists take 8 entries.
 const char* kBase = R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -25,18 +27,6 @@ std::string with(const std::string& rope) {
 
 const char* kShort = "[1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]";
 const char* kLong = "[1.5, 3.0, 7.25, 16.0, 20.0, 24.5, 30.0, 33.125]";
-
-void expect_config_error(const std::string& json, const std::string& field, std::vector<std::string> words = {}) {
-  const std::string path = "some/dir/config.json";
-  auto e = catch_as<ConfigError>([&] { parse_llama_config(json, path); });
-  if (!e) return;
-  EXPECT_EQ(e->file, path);
-  EXPECT_EQ(e->field, field) << e->what();
-  const std::string what = e->what();
-  EXPECT_NE(what.find(path), std::string::npos) << what;
-  words.push_back(field);
-  for (const auto& w : words) EXPECT_NE(what.find(w), std::string::npos) << "'" << w << "' not in: " << what;
-}
 
 std::string block(const std::string& name, const std::string& body) {
   return "\"" + name + "\": {" + body + "}";
