@@ -152,7 +152,8 @@ void LlamaModel::load(const std::string& dir, bool drop_file_cache) {
 
 void LlamaModel::init_random(uint64_t seed) {
   // Each 1M-element chunk of each tensor has its own stream, so threads can fill them in any
-  // order and the weights stay the same (an 8B model is 8e9 normals: one core is too slow).
+  // order and the weights stay the same (an 8B model is 8e9 normals: one core is too slow; they are drawn
+  // in pairs, Rng::normal_pair).
   constexpr size_t kChunk = size_t(1) << 20;
   std::vector<float> h;
   for (size_t pi = 0; pi < params_.size(); ++pi) {
@@ -161,8 +162,14 @@ void LlamaModel::init_random(uint64_t seed) {
     h.resize(size_t(p.shape.numel()));
     const bool norm = is_norm(p.name), bias = p.name.ends_with(".bias");
     parallel_chunks(h.size(), kChunk, [&](size_t b, size_t e) {
+      if (norm || bias) return std::fill(h.begin() + ptrdiff_t(b), h.begin() + ptrdiff_t(e), norm ? 1.0f : 0.0f);
       Rng rng(seed * 0x100000001B3ull + pi * 0x9E3779B1ull + b / kChunk);
-      for (size_t i = b; i < e; ++i) h[i] = norm ? 1.0f : bias ? 0.0f : float(0.02 * rng.normal());
+      float x, y;
+      for (size_t i = b; i < e; i += 2) {
+        rng.normal_pair(x, y);
+        h[i] = 0.02f * x;
+        if (i + 1 < e) h[i + 1] = 0.02f * y;
+      }
     });
     std::fill(h.begin() + p.file_numel(), h.end(), 0.0f);  // vocabulary padding (the real rows as unpadded)
     set_weights(p, h.data());
