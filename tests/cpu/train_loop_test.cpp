@@ -140,7 +140,9 @@ TEST(GradAccumulation, MatchesOneBatchOfAllTheRows) {
       const StepStats a = big.trainer->step(std::span<const Batch>(&all, 1), 1e-2f);
       const StepStats b = acc.trainer->step(micro, 1e-2f);
       EXPECT_NEAR(a.loss, b.loss, 2e-6f * std::fabs(a.loss)) << "step " << step;
-      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5f * a.grad_norm) << "step " << step;
+      // The first step's gradients differ by the sums' rounding alone; after it the two runs' weights already
+      // differ by Adam's amplified rounding (up to 2e-4 an element, checked below), so their norms drift further.
+      EXPECT_NEAR(a.grad_norm, b.grad_norm, (step == 0 ? 1e-5f : 1e-4f) * a.grad_norm) << "step " << step;
       EXPECT_EQ(a.tokens, b.tokens);
     }
     double max_abs = 0, sum_sq = 0;
