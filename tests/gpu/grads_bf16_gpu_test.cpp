@@ -284,8 +284,8 @@ TEST(GradsBf16Gpu, SmallModelGradientsMatchTheCpuAndFp32) {
 }
 
 // Training with bf16 gradients tracks fp32 gradients: 40 steps, the last 10 steps' mean loss within 1%
-// of fp32's (each step within 3%); and Hugging Face's recipe (no master, bf16 moments, bf16 gradients)
-// within 3% (each step 9%) of the same recipe with fp32 gradients. A bound to catch a broken path, not a measurement
+// of fp32's (each step within 4%); and Hugging Face's recipe (no master, bf16 moments, bf16 gradients)
+// within 3% (each step 12%) of the same recipe with fp32 gradients. A bound to catch a broken path, not a measurement
 // (docs/BENCHMARKS.md has those).
 TEST(GradsBf16Gpu, TrainingTracksFp32Gradients) {
   STRATA_REQUIRE_GPU();
@@ -303,14 +303,15 @@ TEST(GradsBf16Gpu, TrainingTracksFp32Gradients) {
     for (int s = 0; s < 40; ++s) l.push_back(tr.step(data.next()).loss);
     return l;
   };
-  // Single steps of this small model at lr 3e-3 wander (measured on an H200: up to 1.5% apart at one step,
-  // 0.14% at the end), so each step gets 3x the bound and the mean of the last 10 steps the bound itself.
+  // Single steps of this small model at lr 3e-3 wander (measured on an H200: up to 1.5% apart at one step and
+  // 0.14% at the end from one random init, 3.4% at one step and 0.4% at the end from another), so each step gets
+  // 4x the bound and the mean of the last 10 steps the bound itself.
   auto expect_track = [](const std::vector<float>& a, const std::vector<float>& ref, double tol, const char* what) {
     EXPECT_EQ(a[0], ref[0]) << what << ": the first forward reads no gradient";
     double ma = 0, mr = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_TRUE(std::isfinite(a[i])) << what << " step " << i;
-      EXPECT_NEAR(a[i], ref[i], 3 * tol * ref[i]) << what << " step " << i;
+      EXPECT_NEAR(a[i], ref[i], 4 * tol * ref[i]) << what << " step " << i;
       if (i + 10 >= a.size()) ma += a[i], mr += ref[i];
     }
     EXPECT_NEAR(ma, mr, tol * mr) << what << ": the mean of the last 10 steps";
