@@ -58,6 +58,9 @@ struct SimTimes {
   double disk_busy_s = 0;               // the disk queue busy
   size_t disk_write_bytes = 0, disk_read_bytes = 0;
   double recompute_s = 0;
+  // Gradient accumulation: the later micro-batches' forwards, from a backward's end to the next backward's seed
+  // (model time after backward_start_s that is forward, not recompute).
+  double between_backwards_s = 0;
   double comm_wait_s = 0;        // the clock stalled on collectives: the host waiting, or compute (engine/comm_sim.h)
   double comm_contention_s = 0;  // compute time lost to collectives running beside it
   long kernels = 0;

@@ -99,6 +99,7 @@ class SimBackendImpl final : public SimBackend {
   void backward_ended() override {
     unrepeatable();
     backward_ended_ = true;
+    backward_end_s_ = now_;
   }
   SimMirror mirror() const override { return opt_.mirror; }
   const CostModel& cost() const override { return cost_; }
@@ -224,7 +225,10 @@ class SimBackendImpl final : public SimBackend {
     if (t.numel() == 1) unrepeatable();
     // The tape seeds backward with fill(grad:loss, seed): the phase mark for recompute accounting.
     if (t.numel() == 1) {
-      if (times_.backward_start_s < 0) times_.backward_start_s = now_;
+      if (times_.backward_start_s < 0)
+        times_.backward_start_s = now_;
+      else if (backward_ended_)  // the next micro-batch's backward: its forward ran since the last one ended
+        times_.between_backwards_s += now_ - backward_end_s_;
       backward_ended_ = false;
     }
     memset(cost_.memory(B(t)));
@@ -390,7 +394,7 @@ class SimBackendImpl final : public SimBackend {
       case Charge::op:
         times_.op_s[size_t(c.k)] += c.s;
         times_.kernels += c.kernels;
-        if (c.fwd && in_backward()) times_.recompute_s += c.s;
+        if (c.fwd && in_backward() && !backward_ended_) times_.recompute_s += c.s;  // not a later micro-batch's
         break;
       case Charge::memset:
         times_.memset_s += c.s;
@@ -450,6 +454,7 @@ class SimBackendImpl final : public SimBackend {
   size_t lane_head_[2] = {0, 0};             // ... the first that may still be in flight
   std::vector<CopyTicket> compute_waits_;    // copy_wait_compute's tickets, read at the next compute op
   bool backward_ended_ = false;              // backward_ended() since the last backward's seed
+  double backward_end_s_ = 0;                // when backward_ended() was last called
   double disk_free_ = 0;                     // the disk queue is busy until then
   std::vector<double> copy_ends_;            // per ticket (1-based): when the copy lands
   SimTimes times_;

@@ -308,16 +308,17 @@ void print_question(std::FILE* info, const std::string& model, const PlanRequest
   const DeviceProfile& p = req.profile;
   const io::LlamaConfig& c = req.model;
   const size_t host_budget = r.budgets.host, disk_budget = r.budgets.disk;
-  std::fprintf(info,
-               "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %s | seq %s x batch %d "
-               "| %s training%s\n",
-               model.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-               c.head_dim, c.intermediate_size, vocab_label(c.vocab_size, req.pad_vocab_multiple).c_str(),
-               r.ask == PlanAsk::max_seq
-                   ? fmt::format("longest multiple of {} up to {}", r.seq_multiple, r.seq_limit).c_str()
-                   : std::to_string(req.seq).c_str(),
-               req.batch, train_mode_name(req.mode),
-               req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
+  std::fprintf(
+      info,
+      "strata-plan: %s | %d layers, hidden %d, heads %d/%d, head dim %d, mlp %d, vocab %s | seq %s x batch %d%s "
+      "| %s training%s\n",
+      model.c_str(), c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+      c.intermediate_size, vocab_label(c.vocab_size, req.pad_vocab_multiple).c_str(),
+      r.ask == PlanAsk::max_seq ? fmt::format("longest multiple of {} up to {}", r.seq_multiple, r.seq_limit).c_str()
+                                : std::to_string(req.seq).c_str(),
+      req.batch,
+      req.grad_accum > 1 ? fmt::format(" x {} micro-batches (gradient accumulation)", req.grad_accum).c_str() : "",
+      train_mode_name(req.mode), req.mode == TrainMode::lora ? fmt::format(" (rank {})", req.lora_rank).c_str() : "");
   if (!r.data_note.empty()) std::fprintf(info, "%s\n", r.data_note.c_str());
   if (r.choose_layout)
     std::fprintf(info, "ranks: %d GPUs; the planner chooses %s\n", req.gpus,
@@ -497,6 +498,7 @@ int print_answer(std::FILE* info, bool json_out, const std::string& model, const
   out["rank"] = req.rank;
   out["sequence_parallel"] = req.sequence_parallel;
   out["batch"] = req.batch;
+  out["grad_accum"] = req.grad_accum;
   out["mode"] = train_mode_name(req.mode);
   out["master_weights"] = master_weights_name(req.recipe.master);
   out["optimizer_state"] = optimizer_state_name(req.recipe.moments);

@@ -33,7 +33,7 @@ static const char* kUsage =
     "                    [--state-offloading-layers optimizer|master|all:K]\n"
     "                    [--optimizer-state fp32|bf16|8bit] [--gradients fp32|bf16] [--mlp-tiles N] [--pad-vocab 64]\n"
     "                    [--eager-update]\n"
-    "                    [--pack N]\n"
+    "                    [--pack N] [--grad-accum 1]\n"
     "                    | --measure-disk DIR\n"
     "--config: a strata-train YAML (e.g. strata-plan --budget --write-config): its plan (layer_weights too),\n"
     "loss_chunk_tokens and device_memory apply unless the command line gives them.\n"
@@ -55,7 +55,9 @@ static const char* kUsage =
     "--eager-update: host-tier state is updated right after backward instead of in the next forward (or, with\n"
     "--max-grad-norm 0, during backward), for A/B runs.\n"
     "--pack N: each row holds N packed examples of seq/N tokens (sample packing: attention within each example,\n"
-    "positions restarting), against the default of one sequence a row.\n";
+    "positions restarting), against the default of one sequence a row.\n"
+    "--grad-accum K: K micro-batches of --batch rows a step, their gradients summed on the device before one update\n"
+    "(strata-train's gradient_accumulation_steps); tokens/s and MFU count all K.\n";
 
 // One JSON line: what ran and what it measured.
 static std::string result_json(const BenchResult& r, const std::string& shape) {
@@ -68,6 +70,7 @@ static std::string result_json(const BenchResult& r, const std::string& shape) {
   j["shape"] = shape;
   j["seq"] = r.seq;
   j["batch"] = r.batch;
+  j["grad_accum"] = r.grad_accum;
   j["mode"] = r.mode;
   j["plan"] = r.plan;
   j["layer_offloading"] = mo.page_layers;

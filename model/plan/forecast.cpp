@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 
 #include "engine/comm_sim.h"
 #include "engine/names.h"
@@ -53,24 +54,26 @@ ModelOptions forecast_model_options(const ForecastRequest& r) {
   return mo;
 }
 
-// The sim moves no token data: the forecasts of one shape share one zero batch (the planner runs thousands, on
-// several threads, up to 2^25 tokens each); a packed request gets its own, with its positions.
-std::shared_ptr<const Batch> forecast_batch(const ForecastRequest& r) {
+// The sim moves no token data: the forecasts of one shape share one set of zero batches (the planner runs
+// thousands, on several threads, up to 2^25 tokens each); a packed request gets its own, with its positions.
+std::shared_ptr<const std::vector<Batch>> forecast_batches(const ForecastRequest& r) {
   const auto make = [&] {
-    auto b = std::make_shared<Batch>();
-    b->B = r.batch;
-    b->T = r.seq;
-    b->inputs.assign(size_t(r.batch) * size_t(r.seq), 0);
-    b->targets.assign(b->inputs.size(), 0);
-    b->positions = r.positions;
-    b->zeros = true;
-    return b;
+    Batch b;
+    b.B = r.batch;
+    b.T = r.seq;
+    b.inputs.assign(size_t(r.batch) * size_t(r.seq), 0);
+    b.targets.assign(b.inputs.size(), 0);
+    b.positions = r.positions;
+    b.zeros = true;
+    return std::make_shared<const std::vector<Batch>>(size_t(std::max(1, r.grad_accum)), b);
   };
   if (!r.positions.empty()) return make();
   static std::mutex mu;
-  static std::shared_ptr<const Batch> last;  // the latest shape's
+  static std::shared_ptr<const std::vector<Batch>> last;  // the latest shape's
   const std::lock_guard<std::mutex> lock(mu);
-  if (!last || last->B != r.batch || last->T != r.seq) last = make();
+  if (!last || last->front().B != r.batch || last->front().T != r.seq ||
+      last->size() != size_t(std::max(1, r.grad_accum)))
+    last = make();
   return last;
 }
 
@@ -162,6 +165,17 @@ void check_forecast_shape(const ForecastRequest& r) {
     throw ConfigError(fmt::format("batch {} x seq {} is {} tokens a step, more than a forecast runs (at most {})",
                                   r.batch, r.seq, int64_t(r.batch) * r.seq, kMaxForecastTokens),
                       "command line", "batch");
+  if (r.grad_accum < 1 || r.grad_accum > kMaxForecastMicroBatches)
+    throw ConfigError(fmt::format("gradient_accumulation_steps {} is outside what a forecast runs (1 to {} "
+                                  "micro-batches a step)",
+                                  r.grad_accum, kMaxForecastMicroBatches),
+                      "command line", "grad-accum");
+  if (int64_t(r.batch) * r.seq * r.grad_accum > kMaxForecastStepTokens)
+    throw ConfigError(
+        fmt::format("{} micro-batches of batch {} x seq {} are {} tokens a step, more than a forecast "
+                    "runs (at most {})",
+                    r.grad_accum, r.batch, r.seq, int64_t(r.batch) * r.seq * r.grad_accum, kMaxForecastStepTokens),
+        "command line", "grad-accum");
   if (r.gpus < 1 || r.gpus > kMaxForecastRanks)
     throw ConfigError(fmt::format("gpus {} is outside the ranks a forecast runs (1 to {})", r.gpus, kMaxForecastRanks),
                       "command line", "gpus");
@@ -207,8 +221,17 @@ Forecast forecast(const ForecastRequest& r) {
     to.comm = comm.get();
     if (sp > 1) to.seq_comm = seq_comm ? seq_comm.get() : comm.get();
     Trainer trainer(*be, model, to);
-    const std::shared_ptr<const Batch> shared_batch = forecast_batch(r);
-    const Batch& batch = *shared_batch;
+    const std::shared_ptr<const std::vector<Batch>> shared_batches = forecast_batches(r);
+    const std::span<const Batch> micro(*shared_batches);
+    if (micro.size() > 1 && model.grads_on_host())
+      throw ConfigError(
+          fmt::format("gradient accumulation ({} micro-batches) with the gradients on the host (state_offloading: "
+                      "all, or a state_plan moving '*.grad' there) is summed on the host, which a forecast does not "
+                      "price; keep the gradients on the device (state_offloading: master or less)",
+                      micro.size()),
+          "command line", "grad-accum");
+    // Trainer::step(batch)'s learning rate (the value does not change memory or time).
+    auto one_step = [&] { return trainer.step(micro, to.adam.lr); };
     be->reset_times();
     f.step_first_event = arena.events().size();
     f.persistent_bytes = arena.in_use();
@@ -223,7 +246,7 @@ Forecast forecast(const ForecastRequest& r) {
     };
     double comm_before = 0.0, a2a_before = 0.0;
     auto steps = [&] {
-      StepStats one = trainer.step(batch);
+      StepStats one = one_step();
       if (!trainer.optimizer().pending()) return one;
       // The step left its streamed updates to the next forward (model/train/optimizer.h): a second step
       // carries the previous one's, as every step of a run after the first does. It is the one
@@ -234,7 +257,7 @@ Forecast forecast(const ForecastRequest& r) {
       be->reset_times();
       f.step_first_event = arena.events().size();
       f.step_start_s = be->now_s();
-      return trainer.step(batch);
+      return one_step();
     };
     StepStats st;
     try {
@@ -283,14 +306,14 @@ Forecast forecast(const ForecastRequest& r) {
       f.step_s = end_s - f.step_start_s;
       const double bwd0 = t.backward_start_s >= 0 ? t.backward_start_s : end_s;
       const double opt0 = t.optimizer_start_s >= 0 ? t.optimizer_start_s : end_s;
-      f.forward_s = bwd0 - f.step_start_s;
-      f.backward_s = opt0 - bwd0;
+      f.forward_s = bwd0 - f.step_start_s + t.between_backwards_s;  // every micro-batch's forward
+      f.backward_s = opt0 - bwd0 - t.between_backwards_s;
       f.optimizer_s = end_s - opt0;
       f.recompute_s = t.recompute_s;
       f.kernels = t.kernels;
       f.repeated_blocks = t.repeats;
       // Every data-parallel group's rows (a group's ranks share theirs).
-      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * (r.gpus / sp) / f.step_s : 0.0;
+      f.tokens_per_s = f.step_s > 0 ? double(r.batch) * r.seq * double(micro.size()) * (r.gpus / sp) / f.step_s : 0.0;
       f.comm_busy_s = busy(false) - comm_before;
       f.all_to_all_s = busy(true) - a2a_before;
       f.comm_wait_s = t.comm_wait_s;

@@ -26,6 +26,10 @@ TrainMode parse_train_mode(const std::string& s);
 struct ForecastRequest {
   io::LlamaConfig model;
   int seq = 0, batch = 1;
+  // Gradient accumulation (TrainConfig::grad_accum): micro-batches of `batch` rows each, their gradients summed on
+  // the device (Tape::set_accumulate_param_grads) before one update. The step forecast is all of them and the
+  // update; the gradients must stay on the device (the host-tier sum, model/train/grad_accum.h, is not forecast).
+  int grad_accum = 1;
   TrainMode mode = TrainMode::full;
   int lora_rank = 16;  // mode lora
   float lora_alpha = 16.0f;
@@ -86,14 +90,20 @@ inline constexpr int64_t kMaxForecastTokens = int64_t(1) << 25;  // batch * seq
 // training jobs yet (tens of thousands of GPUs). A ZeRO plan forecasts at most owners + sequence_parallel ranks
 // (plan_for_budget), so the largest answers as fast as a few hundred.
 inline constexpr int kMaxForecastRanks = 1 << 20;
+// Micro-batches a forecast step runs (grad_accum): each is simulated, so the forecast takes that many times a
+// micro-batch's; their tokens together at most kMaxForecastStepTokens (each batch's share of the sim's zero batches
+// is 8 bytes a token).
+inline constexpr int kMaxForecastMicroBatches = 1024;
+inline constexpr int64_t kMaxForecastStepTokens = int64_t(1) << 29;
 // ConfigError when `r`'s shape is outside those limits (or seq, batch, gpus < 1).
 void check_forecast_shape(const ForecastRequest& r);
 
 // The model options strata-train uses for a mode (also what the cpu twin in the tests builds).
 ModelOptions forecast_model_options(const ForecastRequest& r);
-// The batch the forecast runs: B rows of T tokens (all id 0; values never matter for memory or time),
-// with the request's positions when it is packed. Shared by the forecasts of one shape (read only).
-std::shared_ptr<const Batch> forecast_batch(const ForecastRequest& r);
+// The micro-batches a forecast step runs (grad_accum of them): B rows of T tokens each (all id 0; values never matter
+// for memory or time), with the request's positions when it is packed. Shared by the forecasts of one shape (read
+// only).
+std::shared_ptr<const std::vector<Batch>> forecast_batches(const ForecastRequest& r);
 // A checkpoint directory, a config.json, or a built-in name (ConfigError listing the known ones).
 io::LlamaConfig resolve_model(const std::string& spec);
 

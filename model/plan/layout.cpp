@@ -47,7 +47,7 @@ size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& b
     if (const std::vector<int> t = mlp_tile_candidates(r); !t.empty()) f.mlp_tiles = t.back();
   PlanSpec lean;
   if (budgets.host) {
-    lean.state_level = "all";
+    lean.state_level = r.grad_accum > 1 ? "master" : "all";  // accumulation keeps the gradients on the device
     if (r.mode != TrainMode::full || r.zero_stage < 1) lean.layer_weights = Decision::page;
   } else if (budgets.disk) {
     lean.state_level = "master";

@@ -16,10 +16,12 @@ SeqLimit max_seq_upper_bound(const ForecastRequest& r, const TierBudgets& budget
   const int64_t per_token = 2 * int64_t(r.model.hidden_size) + 12;  // bf16 hidden state + tokens, targets, positions
   const int64_t rows = int64_t(std::max(1, r.batch));
   const int64_t device = int64_t(budgets.device / size_t(per_token)) / rows * sp;  // tokens of a row
-  const int64_t tokens = kMaxForecastTokens / rows;
+  const int64_t micro = std::max(1, r.grad_accum);
+  const int64_t tokens = std::min(kMaxForecastTokens / rows, kMaxForecastStepTokens / (rows * micro));
   SeqLimit out{kMaxForecastSeq, fmt::format("the longest row a forecast runs ({})", kMaxForecastSeq)};
   if (tokens < out.seq)
-    out = {int(tokens), fmt::format("the most tokens a forecast's step runs ({} x batch {})", tokens, rows)};
+    out = {int(tokens), fmt::format("the most tokens a forecast's step runs ({} x batch {}{})", tokens, rows,
+                                    micro > 1 ? fmt::format(" x {} micro-batches", micro) : std::string())};
   if (device < out.seq)
     out = {int(device), fmt::format("the device budget: a row of more than {} tokens leaves no room for a bf16 hidden "
                                     "state of {} x {} bytes{}",

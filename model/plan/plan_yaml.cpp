@@ -22,6 +22,7 @@ std::string plan_yaml(const ForecastRequest& r, const Plan& plan, const Forecast
   y += fmt::format("# plan: {}\n", plan.preset);
   y += fmt::format("sequence_len: {}\nmicro_batch_size: {}\nloss_chunk_tokens: {}\n", r.seq, r.batch,
                    r.loss_chunk_tokens);
+  if (r.grad_accum > 1) y += fmt::format("gradient_accumulation_steps: {}\n", r.grad_accum);
   if (budget) y += fmt::format("device_memory: {}  # {}\n", budget, format_bytes(budget));
   if (r.mode == TrainMode::frozen) y += "freeze_base: true\n";
   if (r.mode == TrainMode::lora) y += fmt::format("lora_r: {}\nlora_alpha: {}\n", r.lora_rank, r.lora_alpha);

@@ -75,13 +75,17 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
   // level tried only with a host budget and only while keeping it on the device left something unfit.
   std::vector<std::string> levels{"none"};  // with a fixed placement: "none" stands for it
   if (budgets.host > 0 && !fixed) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
+  // Gradient accumulation sums the micro-batches in the gradients' buffers on the device: "all" (the gradients on
+  // the host) would sum them on the host, which the forecast does not price.
+  const bool grads_stay = base.grad_accum > 1;
+  if (grads_stay) std::erase(levels, std::string("all"));
   // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
   // the gradients on the host, so only with a host budget).
   std::vector<std::pair<std::string, Decision>> starts;
   for (const std::string& level : levels) starts.emplace_back(level, Decision::host);
   if (budgets.disk > 0 && !fixed)
     for (const char* level : {"optimizer", "master", "all"})
-      if (budgets.host > 0 || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
+      if ((budgets.host > 0 && !grads_stay) || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
   // The lowest-memory families of a start: checkpointing every layer, and on each tier with a budget the
   // layer inputs there (the rest recomputed) and every layer slot there. When none of them fits the device,
   // nothing in the start's other families (which keep more of the same slots) is taken to fit either.
@@ -173,6 +177,7 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
     for (const char* level : kStateOffloadingLevels) {
+      if (grads_stay && std::string(level) == "all") break;
       for (bool paged : {false, true}) {
         if (paged && !can_page) continue;
         PlanSpec s;

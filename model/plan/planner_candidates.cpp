@@ -93,7 +93,7 @@ std::string Search::sim_key(const PlanSpec& s) const {
   if (types_commute(c)) std::sort(c.types.begin(), c.types.end());
   const Plan p = make_plan(c, layers, fixed_state);
   std::string k =
-      fmt::format("{} {} {} {} {} {} {} {} {} {} | {} {} {} {}", base.seq, base.batch, base.gpus,
+      fmt::format("{} {}x{} {} {} {} {} {} {} {} {} | {} {} {} {}", base.seq, base.batch, base.grad_accum, base.gpus,
                   base.sequence_parallel, base.zero_stage, base.rank, base.mlp_tiles, b.device, b.host, b.disk,
                   p.checkpoint_every, p.sync_transfers, decision_name(p.layer_weights), p.state_layers);
   for (const auto* table : {&p.overrides, &p.rules, &p.state, &p.state_layer_rules}) {

@@ -14,9 +14,9 @@ namespace strata {
 
 namespace {
 
-// B rows of T random tokens; with pack > 1 each row holds `pack` examples of T / pack tokens.
-Batch random_batch(int B, int T, int vocab, int pack) {
-  Rng rng(1);
+// B rows of T random tokens (from `seed`); with pack > 1 each row holds `pack` examples of T / pack tokens.
+Batch random_batch(int B, int T, int vocab, int pack, uint64_t seed) {
+  Rng rng(seed);
   Batch b;
   b.B = B;
   b.T = T;
@@ -92,11 +92,14 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
   r.pack = tool_flag_int(q.pack, "pack", 1, 1);
   if (r.pack > 1 && r.seq % r.pack)
     throw ConfigError(fmt::format("--pack {} must divide --seq {}", r.pack, r.seq), "command line", "pack");
-  const Batch b = random_batch(r.batch, r.seq, c.vocab_size, r.pack);
+  // --grad-accum K: K micro-batches a step, their gradients summed before one update (as strata-train's).
+  r.grad_accum = tc.grad_accum;
+  std::vector<Batch> micro;
+  for (int i = 0; i < r.grad_accum; ++i) micro.push_back(random_batch(r.batch, r.seq, c.vocab_size, r.pack, 1 + i));
   std::vector<double> times;
   for (int s = 0; s < warmup + r.steps; ++s) {
     if (s == warmup && hooks.before_timed_steps) hooks.before_timed_steps();
-    StepStats st = tr.step(b);
+    StepStats st = tr.step(micro, tc.lr);
     if (s == 0 && hooks.info)  // the first step tunes the GEMM and attention plans of every new shape
       std::fprintf(hooks.info, "strata-bench: setup %.1f s (model and random weights %.1f s, first step %.1f s)\n",
                    secs(t_model, Clock::now()), secs(t_model, t_ready), st.seconds);
@@ -112,7 +115,7 @@ BenchResult run_bench(const BenchQuestion& q, const Platform& platform, const Be
   r.offloaded_bytes_per_step = tr.store().stats().offloaded_bytes / size_t(std::max(1, warmup + r.steps));
   std::sort(times.begin(), times.end());
   r.step_s = times.empty() ? 0 : times[times.size() / 2];
-  const long tokens = long(r.batch) * r.seq;
+  const long tokens = long(r.batch) * r.seq * r.grad_accum;
   r.tokens_per_s = r.step_s > 0 ? tokens / r.step_s : 0.0;
   r.mfu = r.step_s > 0 ? step_flops(c, tokens, r.seq, q.mode == "full") / r.step_s / (peak_tflops * 1e12) : 0;
   r.backend = job.backend_name();

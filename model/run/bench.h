@@ -38,6 +38,7 @@ struct BenchResult {
   // What ran.
   io::LlamaConfig shape;
   int seq = 0, batch = 0, pack = 1, steps = 0;
+  int grad_accum = 1;      // micro-batches a step (--grad-accum, gradient_accumulation_steps), each of `batch` rows
   std::string mode, plan;  // plan: the preset's name, or "config:PATH (preset)"
   std::string backend, device;
   ModelOptions options;  // the model's: paging, the LM head's backward, MLP tiles, the state's precision

@@ -192,7 +192,7 @@ const std::vector<Setting>& settings() {
      "without max_steps: passes over the training rows (fractions allowed)", set_num<&C::num_epochs>,
      [](const C& c) { return c.num_epochs > 0 ? fmt::format("{}", c.num_epochs) : std::string(); }, T},
     {"gradient_accumulation_steps", {}, "grad-accum", "K", SettingType::integer, kRowsAtOnce, "", "1",
-     "micro-batches summed into each optimizer step", set_int<&C::grad_accum>, get_int<&C::grad_accum>, T},
+     "micro-batches summed into each optimizer step", set_int<&C::grad_accum>, get_int<&C::grad_accum>, T | P | B},
     {"learning_rate", {"lr"}, "lr", "X", SettingType::number, kRate, "", "1e-3", "AdamW learning rate",
      set_num<&C::lr>, get_num<&C::lr>, T},
     {"lr_scheduler", {}, "lr-scheduler", "NAME", SettingType::choice, {}, "constant, linear, cosine", "constant",

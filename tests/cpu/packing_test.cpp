@@ -419,7 +419,7 @@ TEST(PackedSim, PeakEqualsCpuAndAttentionCostFollowsThePairs) {
   TrainOptions to;
   to.tiers = r.tiers;
   Trainer tr(*be, model, to);
-  Batch b = *forecast_batch(r);
+  Batch b = forecast_batches(r)->front();
   const std::vector<int32_t> toks = synthetic_tokens(long(b.inputs.size()) + 1, r.model.vocab_size, 3);
   for (size_t i = 0; i < b.inputs.size(); ++i) b.inputs[i] = toks[i], b.targets[i] = toks[i + 1];
   b.zeros = false;  // real ids now: checked as a read batch's

@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -64,11 +65,17 @@ inline CpuStep cpu_step(const ForecastRequest& r, size_t budget, const Plan& pla
   TokenBatcher data(synthetic_tokens(4000, r.model.vocab_size, 3), r.batch, r.seq);
   CpuStep out;
   try {
-    StepStats st = tr.step(data.next());
+    // r.grad_accum micro-batches a step (as the forecast's), their gradients summed on the device.
+    auto micro = [&] {
+      std::vector<Batch> m;
+      for (int i = 0; i < std::max(1, r.grad_accum); ++i) m.push_back(data.next());
+      return m;
+    };
+    StepStats st = tr.step(micro(), to.adam.lr);
     size_t first_peak = 0;
     if (tr.optimizer().pending()) {  // as the forecast does: a second step applies the first's deferred update
       first_peak = st.peak_device_bytes;
-      st = tr.step(data.next());
+      st = tr.step(micro(), to.adam.lr);
     }
     out.peak = std::max(st.peak_device_bytes, first_peak);
     out.disk_peak = st.peak_disk_bytes + st.state_disk_bytes;
