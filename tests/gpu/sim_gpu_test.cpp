@@ -80,6 +80,7 @@ struct Case {
   bool init_weights;  // the 1B shape skips the host-side random init (values change neither memory nor time)
   bool loss_grad_in_forward = true;  // false: the LM head's recomputing backward
   StateRecipe recipe = {};
+  int grad_accum = 1;  // micro-batches a step, their gradients summed on the device
 };
 
 Plan with_state_level(Plan p, const char* level, Decision tier = Decision::host) {
@@ -97,6 +98,7 @@ void compare(const Case& c, size_t budget) {
   r.plan = c.plan;
   r.loss_grad_in_forward = c.loss_grad_in_forward;
   r.recipe = c.recipe;
+  r.grad_accum = c.grad_accum;
   r.profile = find_profile("h100_80gb");  // its attention workspace model, as shipped
   r.mirror = SimMirror::cuda;
   r.budget = budget;
@@ -112,14 +114,18 @@ void compare(const Case& c, size_t budget) {
   to.adam.lr = 1e-5f;
   Trainer tr(*be, model, to);
   TokenBatcher data(synthetic_tokens(size_t(c.B) * c.T * 4 + 16, c.model.vocab_size, 3), c.B, c.T);
-  StepStats first = tr.step(data.next());
+  auto step = [&] {  // c.grad_accum micro-batches, as the forecast's step
+    std::vector<Batch> micro;
+    for (int i = 0; i < c.grad_accum; ++i) micro.push_back(data.next());
+    return tr.step(micro, to.adam.lr);
+  };
+  StepStats first = step();
   // A step that leaves its streamed update to the next forward: the forecast reports a second step (which
   // applies it), its events follow the first's, and its peak is the larger of the two (model/plan/forecast.cpp).
-  if (tr.optimizer().pending())
-    first.peak_device_bytes = std::max(first.peak_device_bytes, tr.step(data.next()).peak_device_bytes);
+  if (tr.optimizer().pending()) first.peak_device_bytes = std::max(first.peak_device_bytes, step().peak_device_bytes);
   std::vector<ArenaEvent> ev = be->arena().events();
   double best = 1e30;
-  for (int s = 0; s < 3; ++s) best = std::min(best, tr.step(data.next()).seconds);  // after cuDNN's plan builds
+  for (int s = 0; s < 3; ++s) best = std::min(best, step().seconds);  // after cuDNN's plan builds
 
   EXPECT_EQ(f.peak_bytes, first.peak_device_bytes) << c.name;
   // The persistent state's host bytes (its reservation and the disk tier's staging) and its state file.
@@ -263,6 +269,39 @@ TEST(SimVsCuda, Bf16GradientsScheduleAndPeakAreEqual) {
             TrainMode::lora, true, true, g16},
            {"bf16 grads frozen", tiny(), 2, 37, Plan::keep_everything(), TrainMode::frozen, true, true, g16}})
     compare(c, size_t(1) << 30);
+}
+
+// Gradient accumulation: every micro-batch's blocks, the gradients added to on the device, then one update.
+TEST(SimVsCuda, MicroBatchesScheduleAndPeakAreEqual) {
+  STRATA_REQUIRE_GPU();
+  const StateRecipe hf{MasterWeights::none, OptimizerState::bf16, GradPrecision::bf16};
+  Case keep3{"tiny keep x3", tiny(), 2, 37, Plan::keep_everything(), TrainMode::full, true};
+  keep3.grad_accum = 3;
+  Case gc2{"tiny gc1 x2, hf", tiny(), 2, 37, Plan::gradient_checkpointing(1), TrainMode::full, true, true, hf};
+  gc2.grad_accum = 2;
+  Case host2{"tiny keep x2, optimizer host",
+             tiny(),
+             2,
+             37,
+             with_state_level(Plan::keep_everything(), "optimizer"),
+             TrainMode::full,
+             true};
+  host2.grad_accum = 2;
+  Case lora2{
+      "tiny qwen3 lora x2", tiny_arch(io::Arch::qwen3), 2, 37, Plan::gradient_checkpointing(2), TrainMode::lora, true};
+  lora2.grad_accum = 2;
+  Case big{"1B keep 2048 x2, hf",
+           builtin_shape("Llama-3.2-1B"),
+           1,
+           2048,
+           Plan::keep_everything(),
+           TrainMode::full,
+           false,
+           true,
+           hf};
+  big.grad_accum = 2;
+  for (const Case& c : {keep3, gc2, host2, lora2}) compare(c, size_t(1) << 30);
+  compare(big, size_t(48) << 30);
 }
 
 TEST(SimVsCuda, Llama1BScheduleAndPeakAreEqual) {
