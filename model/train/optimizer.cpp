@@ -216,7 +216,7 @@ void Optimizer::finish_group(const std::vector<VId>& ids, bool reduced) {
     // the compute stream orders the norm's reads before any later writer of the block.
     for (VId u : ids)
       if (!owned_here(u)) lazy_grads_[size_t(tape_->value(u).owner)].reset();
-  } else {
+  } else if (!partial_) {
     std::vector<Tensor> grads;
     for (VId u : ids) grads.push_back(tape_->value(u).grad_sink);
     be_.grad_norm_sq_list(norm_sq(), grads);

@@ -136,6 +136,10 @@ class Optimizer {
   // and the transient gradients are dropped.
   void set_comm(Communicator* c) { comm_ = c; }
   void set_reduce(bool on) { reduce_ = on; }
+  // Gradient accumulation on the device: a backward before a step's last micro-batch leaves partial sums in the
+  // gradient buffers, whose norm nothing reads (begin_step zeroes it again; the last backward's is the step's), so
+  // it is not formed. Stage 0 and 1 only: ZeRO-2's owners still form their parts as each micro-batch is reduced.
+  void set_partial(bool on) { partial_ = on; }
   // ZeRO-1 (ModelOptions::zero): every rank's non-owned parameters get their master's low half from
   // its owner, so the model's fp32 weights are whole on every rank (a final model save: call on every
   // rank, after the last step; later steps leave the copies stale). A no-op unsharded or where the
@@ -237,6 +241,7 @@ class Optimizer {
   bool model_alive_ = true;
   Communicator* comm_ = nullptr;
   bool reduce_ = false;
+  bool partial_ = false;  // set_partial
   struct Reducing {
     std::vector<VId> ids;
     CommTicket ticket;

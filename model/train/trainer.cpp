@@ -412,6 +412,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
         t.set_loss_seed(Tape::kLossSeed);
         t.set_accumulate_param_grads(false);
         o.set_reduce(false);
+        o.set_partial(false);
       }
     } restore{tape_, optimizer_};
     const double all_micro = double(micro.size()) * world;
@@ -423,6 +424,7 @@ StepStats Trainer::step(std::span<const Batch> micro, float lr) {
       // ZeRO-2 reduces every micro-batch into the owners' accumulating buffers (a transient gradient lives one
       // backward); otherwise the last backward sums what the micro-batches accumulated.
       optimizer_.set_reduce(i + 1 == micro.size() || model_.options().zero.shards_grads());
+      optimizer_.set_partial(i + 1 < micro.size());
       if (in_backward && i + 1 == micro.size()) update_in_backward_.emplace(ap, t_ + 1);
       run(micro[i], true, nullptr, &losses[i]);
       if (i + 1 < micro.size()) moved_before += optimizer_.stats().uploaded_bytes + optimizer_.stats().downloaded_bytes;
