@@ -19,14 +19,18 @@ namespace {
 using tool_test::Proc;
 using tool_test::slurp;
 
-// strata-plan, its output captured in a scratch directory of this process (tests run in parallel).
-Proc run_plan(const std::string& args) {
+// A tool's run, its output captured in a scratch directory of this process (tests run in parallel).
+Proc run_tool(const std::string& command) {
   static struct Dir {
     tool_test::Scratch s;
     Dir() { s.create("strata_plan_test"); }
     ~Dir() { s.remove(); }
   } dir;
-  return dir.s.run(std::string(STRATA_BUILD_DIR) + "/tools/strata-plan " + args);
+  return dir.s.run(command);
+}
+
+Proc run_plan(const std::string& args) {
+  return run_tool(tool_test::kPlan + " " + args);
 }
 
 TEST(StrataPlan, ForecastsABuiltInShapeWithoutAGpu) {
@@ -39,6 +43,36 @@ TEST(StrataPlan, ForecastsABuiltInShapeWithoutAGpu) {
   EXPECT_GT(f["tokens_per_s"].get<double>(), 0);
   EXPECT_FALSE(j["profile"]["calibrated"].get<bool>());
   EXPECT_EQ(slurp(svg).rfind("<svg", 0), 0u);
+}
+
+// --grad-accum K in strata-plan and strata-bench: K micro-batches a step, forecast and measured; the written config
+// carries it, and strata-bench runs it from there.
+TEST(StrataPlan, GradAccumIsForecastWrittenAndBenched) {
+  const std::string plan = "--model tiny --mirror cpu --device-name cpu --seq 32 --batch 2 --json ";
+  Proc one = run_plan(plan);
+  const std::string yaml = ::testing::TempDir() + "strata_plan_test_accum.yaml";
+  Proc three = run_plan(plan + "--grad-accum 3 --write-config " + tool_test::quote(yaml));
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(three.code, 0) << three.err;
+  const auto j1 = nlohmann::json::parse(one.out), j3 = nlohmann::json::parse(three.out);
+  EXPECT_EQ(j1["grad_accum"], 1);
+  EXPECT_EQ(j3["grad_accum"], 3);
+  EXPECT_EQ(j3["forecast"]["peak_bytes"], j1["forecast"]["peak_bytes"]) << "micro-batches run one after another";
+  const double step1 = j1["forecast"]["step_s"], step3 = j3["forecast"]["step_s"];
+  EXPECT_GT(step3, 2.0 * step1 - j1["forecast"]["optimizer_s"].get<double>());
+  EXPECT_DOUBLE_EQ(j3["forecast"]["tokens_per_s"].get<double>(), 3.0 * 2 * 32 / step3);
+  EXPECT_NE(three.err.find("x 3 micro-batches (gradient accumulation)"), std::string::npos) << three.err;
+  EXPECT_NE(slurp(yaml).find("gradient_accumulation_steps: 3\n"), std::string::npos) << slurp(yaml);
+  Proc bench = run_tool(tool_test::kBench + " --backend cpu --seq 16 --batch 2 --steps 1 --warmup 0 --config " +
+                        tool_test::quote(yaml));
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const auto b = nlohmann::json::parse(tool_test::lines(bench.out).at(0));
+  EXPECT_EQ(b["grad_accum"], 3);
+  // Every micro-batch's tokens (step_s is printed to 10 us, a few tenths of a percent of this step).
+  EXPECT_NEAR(b["tokens_per_s"].get<double>() * b["step_s"].get<double>(), 3.0 * 2 * 16, 0.01 * 3 * 2 * 16);
+  Proc bad = run_plan(plan + "--grad-accum 0");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("grad-accum"), std::string::npos) << bad.err;
 }
 
 TEST(StrataPlan, BudgetPrintsAConfigStrataTrainAccepts) {
