@@ -283,11 +283,13 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
                                        pr.label, format_bytes(c.memory_budget_bytes),
                                        be_name_ == "cuda" ? "cuda" : "cpu", profile_name, pr.sim_runs))
                      .c_str());
+    const int micro = grads_leave_device(c.plan, mc_.num_hidden_layers) ? 1 : c.grad_accum;  // as forecast
     std::fprintf(info,
                  "forecast: peak %s (high-water %s) in %s | step %.4f s (forward %.4f, backward %.4f of which "
-                 "recompute %.4f, optimizer %.4f)\n",
+                 "recompute %.4f, optimizer %.4f)%s\n",
                  format_bytes(f.peak_bytes).c_str(), format_bytes(f.high_water_bytes).c_str(), f.peak_phase.c_str(),
-                 f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s);
+                 f.step_s, f.forward_s, f.backward_s, f.recompute_s, f.optimizer_s,
+                 micro > 1 ? fmt::format(" over {} micro-batches", micro).c_str() : "");
     c.plan = pr.plan;
     planned_ = std::move(pr);
     if (c.batch_lengths.size() > 1) {  // planned for the longest batch: each shorter one must fit too

@@ -107,6 +107,15 @@ TEST_F(train_budget, a_budget_between_checkpointing_and_keep_trains_within_it) {
   expect_trained_within(r, budget);
 }
 
+// With gradient accumulation the plan is for the step of every micro-batch (their peaks are one micro-batch's, the
+// gradients summed on the device), and the forecast line says so.
+TEST_F(train_budget, micro_batches_are_planned_as_the_step) {
+  const size_t budget = (gc_peak_ + keep_peak_) / 2;
+  Proc r = run(train_cmd("--grad-accum 3 --budget " + std::to_string(budget)));
+  expect_trained_within(r, budget);
+  EXPECT_NE(r.err.find(" over 3 micro-batches\n"), std::string::npos) << r.err;
+}
+
 TEST_F(train_budget, yaml_memory_budget_replaces_the_configs_plan) {
   const size_t kib = (gc_peak_ + keep_peak_) / 2 / 1024;
   write("budget.yaml", "memory_budget: " + std::to_string(kib) + "KiB\ngradient_checkpointing: true\n");
