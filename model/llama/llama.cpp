@@ -34,6 +34,14 @@ std::string state_group(const std::string& name) {
 }
 }  // namespace
 
+bool plan_moves_grads_off_device(const Plan& plan, const io::LlamaConfig& c) {
+  for (const auto& [name, shape] : llama_weight_shapes(c))
+    if (plan.decide_state(state_group(name) + ".grad", LlamaModel::layer_of_param(name), c.num_hidden_layers) !=
+        Decision::keep)
+      return true;
+  return false;
+}
+
 std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaConfig& c) {
   int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
   int64_t Q = c.num_attention_heads * D, KV = c.num_key_value_heads * D;

@@ -311,6 +311,9 @@ class LlamaModel {
 
 // Hugging Face names of the base weights for a config, in checkpoint order, with their shapes in the files.
 std::vector<std::pair<std::string, Shape>> llama_weight_shapes(const io::LlamaConfig& c);
+// Whether `plan`'s state placement sends some weight's gradient of a model shaped `c` off the device
+// (state_offloading: all, a state_plan moving '*.grad' there): its state classes as LlamaModel places them.
+bool plan_moves_grads_off_device(const Plan& plan, const io::LlamaConfig& c);
 // vocab rounded up to a multiple of `multiple` (ModelOptions::pad_vocab_multiple; ConfigError unless 1..65536).
 int64_t padded_vocab(int64_t vocab, int multiple);
 

@@ -1,19 +1,10 @@
 #include "model/run/forecast_request.h"
 
-#include <fmt/format.h>
-
 #include <cstdio>
 
-namespace strata {
+#include "model/llama/llama.h"
 
-bool grads_leave_device(const Plan& plan, int num_layers) {
-  // The state classes of model/llama/llama.cpp: a group (L<n>, embed, head, final_norm) and its kind.
-  for (const char* g : {"embed", "head", "final_norm"})
-    if (plan.decide_state(fmt::format("{}.grad", g), -1, num_layers) != Decision::keep) return true;
-  for (int l = 0; l < num_layers; ++l)
-    if (plan.decide_state(fmt::format("L{}.grad", l), l, num_layers) != Decision::keep) return true;
-  return false;
-}
+namespace strata {
 
 ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaConfig& mc, SimMirror mirror,
                                        const DeviceProfile& profile) {
@@ -24,7 +15,7 @@ ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaCo
   // The micro-batches a step sums, when their gradients stay on the device. A placement that sends gradients to the
   // host tier sums them there (model/train/grad_accum.h), which a forecast does not price: its forecast is one
   // micro-batch's step (the same device peak; strata-train notes the host sum's memory and time).
-  req.grad_accum = grads_leave_device(cfg.plan, mc.num_hidden_layers) ? 1 : cfg.grad_accum;
+  req.grad_accum = plan_moves_grads_off_device(cfg.plan, mc) ? 1 : cfg.grad_accum;
   if (!cfg.batch_lengths.empty()) req.batch_tokens = int64_t(cfg.batch) * req.seq;
   req.mode = cfg.lora.enabled() ? TrainMode::lora : cfg.freeze_base ? TrainMode::frozen : TrainMode::full;
   req.lora_rank = cfg.lora.rank;

@@ -10,8 +10,4 @@ namespace strata {
 ForecastRequest train_forecast_request(const TrainConfig& cfg, const io::LlamaConfig& mc, SimMirror mirror,
                                        const DeviceProfile& profile);
 
-// Whether `plan`'s state placement sends some trainable gradient to the host tier (state_offloading: all, a state_plan
-// moving '*.grad' there), for a model of `num_layers` layers.
-bool grads_leave_device(const Plan& plan, int num_layers);
-
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include "io/tokens.h"
 #include "model/data/datasets.h"
 #include "model/data/row_data.h"
+#include "model/llama/llama.h"
 #include "model/llama/seq_parallel.h"
 #include "model/plan/arena_sizing.h"
 #include "model/run/checkpoint.h"
@@ -283,7 +284,7 @@ Job::Job(TrainConfig cfg, const Platform& platform, JobOptions opt) : cfg_(std::
                                        pr.label, format_bytes(c.memory_budget_bytes),
                                        be_name_ == "cuda" ? "cuda" : "cpu", profile_name, pr.sim_runs))
                      .c_str());
-    const int micro = grads_leave_device(c.plan, mc_.num_hidden_layers) ? 1 : c.grad_accum;  // as forecast
+    const int micro = plan_moves_grads_off_device(c.plan, mc_) ? 1 : c.grad_accum;  // as forecast
     std::fprintf(info,
                  "forecast: peak %s (high-water %s) in %s | step %.4f s (forward %.4f, backward %.4f of which "
                  "recompute %.4f, optimizer %.4f)%s\n",

@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "expect_error.h"
+#include "model/llama/llama.h"
 #include "model/plan/planner.h"
 #include "model/run/forecast_request.h"
 #include "sim_twin.h"
@@ -98,15 +99,15 @@ TEST(GradAccumForecast, TheRunsRequestCarriesTheMicroBatchesWhileTheGradientsSta
   const io::LlamaConfig mc = test_util::tiny_config();
   EXPECT_EQ(train_forecast_request(cfg, mc, SimMirror::cpu, find_profile("h100_80gb")).grad_accum, 4);
   cfg.plan.set_state_offloading("master", "test");
-  EXPECT_FALSE(grads_leave_device(cfg.plan, mc.num_hidden_layers));
+  EXPECT_FALSE(plan_moves_grads_off_device(cfg.plan, mc));
   EXPECT_EQ(train_forecast_request(cfg, mc, SimMirror::cpu, find_profile("h100_80gb")).grad_accum, 4);
   // The gradients on the host: summed there, which is not forecast (one micro-batch's step).
   cfg.plan.set_state_offloading("all", "test");
-  EXPECT_TRUE(grads_leave_device(cfg.plan, mc.num_hidden_layers));
+  EXPECT_TRUE(plan_moves_grads_off_device(cfg.plan, mc));
   EXPECT_EQ(train_forecast_request(cfg, mc, SimMirror::cpu, find_profile("h100_80gb")).grad_accum, 1);
   Plan one_layer;
   one_layer.set_state_offloading_layers("all", 1, "test");
-  EXPECT_TRUE(grads_leave_device(one_layer, mc.num_hidden_layers));
+  EXPECT_TRUE(plan_moves_grads_off_device(one_layer, mc));
 }
 
 TEST(GradAccumForecast, ThePlannerKeepsTheGradientsOnTheDevice) {
@@ -119,7 +120,7 @@ TEST(GradAccumForecast, ThePlannerKeepsTheGradientsOnTheDevice) {
   const TierBudgets budgets{keep.peak_bytes - keep.persistent_bytes / 3, size_t(1) << 30, 0};
   const PlanResult pr = plan_for_budget(req, budgets);
   ASSERT_TRUE(pr.found) << pr.label;
-  EXPECT_FALSE(grads_leave_device(pr.plan, req.model.num_hidden_layers)) << pr.label;
+  EXPECT_FALSE(plan_moves_grads_off_device(pr.plan, req.model)) << pr.label;
   for (const PlanTried& t : pr.tried) EXPECT_EQ(t.label.find("all"), std::string::npos) << t.label;
   EXPECT_LE(pr.forecast.peak_bytes, budgets.device);
   // One micro-batch a step: the same search tries the gradients on the host too.
