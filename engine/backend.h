@@ -60,6 +60,9 @@ class Backend {
   // Activation / weight element type this backend computes in (f32 on cpu, bf16 on cuda).
   virtual DType compute_dtype() const = 0;
 
+  // False where values are discarded (the sim, which accounts for work without computing it): a caller may skip
+  // computing values only this backend would receive (a LoRA adapter's random init), still moving them as it would.
+  virtual bool holds_values() const { return true; }
   // Data movement between host (plain memory, f32 or i32) and this backend's tensors.
   virtual void upload_f32(Tensor dst, const float* src) = 0;  // converts to dst.dtype
   virtual void download_f32(float* dst, Tensor src) = 0;      // converts from src.dtype

@@ -208,6 +208,7 @@ class SimBackendImpl final : public SimBackend {
     wait_until(end, times_.disk_wait_s);
   }
 
+  bool holds_values() const override { return false; }
   void upload_f32(Tensor dst, const float*) override { copy(cost_.h2d(B(dst))); }
   void download_f32(float* dst, Tensor src) override {
     std::memset(dst, 0, size_t(src.numel()) * sizeof(float));  // no data: the loss reads as 0

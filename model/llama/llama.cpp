@@ -219,7 +219,7 @@ LlamaModel::LlamaModel(Backend& be, const io::LlamaConfig& cfg, ModelOptions opt
     for (auto& p : params_) {
       if (!p.is_lora) continue;
       std::vector<float> h(size_t(p.shape.numel()), 0.0f);
-      if (p.name.find("lora_A") != std::string::npos) {
+      if (p.name.find("lora_A") != std::string::npos && be_.holds_values()) {  // the sim: zeros, moved alike
         double bound = 1.0 / std::sqrt(double(p.shape[1]));
         for (auto& x : h) x = float((2.0 * rng.uniform() - 1.0) * bound);
       }

@@ -48,7 +48,7 @@ void LlamaModel::set_weights(Parameter& p, const float* host) {
     }
     std::vector<uint16_t> hi(n);
     std::vector<int16_t> low(n);
-    master_split(host, hi.data(), low.data(), n);
+    if (be_.holds_values()) master_split(host, hi.data(), low.data(), n);       // the sim: zeros, moved alike
     be_.copy_wait_host(be_.copy_to_device_async(p.compute.view(), hi.data()));  // the high half's bits as they are
     return write_master_off_device(p, low.data(), n * sizeof(int16_t));
   }
@@ -68,7 +68,7 @@ void LlamaModel::set_paged_weights(Parameter& p, const float* host) {
   // A split master: the high half's bits into the block, the low half onto its tier.
   std::vector<uint16_t> hi(n);
   std::vector<int16_t> low(n);
-  master_split(host, hi.data(), low.data(), n);
+  if (be_.holds_values()) master_split(host, hi.data(), low.data(), n);
   pager_->write_host_bits(size_t(p.page), hi.data());
   write_master_off_device(p, low.data(), n * sizeof(int16_t));
   if (p.master.allocated()) be_.copy_wait_host(be_.copy_to_device_async(p.master.view(), low.data()));

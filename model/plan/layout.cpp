@@ -36,7 +36,8 @@ std::string seq_parallel_refusal(const ForecastRequest& base, int sp) {
 
 }  // namespace
 
-size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs, int rank) {
+size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs, int rank,
+                                  bool page) {
   const int L = r.model.num_hidden_layers;
   const Plan* fixed = r.plan.places_state() ? &r.plan : nullptr;
   ForecastRequest f = r;
@@ -48,7 +49,7 @@ size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& b
   PlanSpec lean;
   if (budgets.host) {
     lean.state_level = r.grad_accum > 1 ? "master" : "all";  // accumulation keeps the gradients on the device
-    if (r.mode != TrainMode::full || r.zero_stage < 1) lean.layer_weights = Decision::page;
+    if (page && (r.mode != TrainMode::full || r.zero_stage < 1)) lean.layer_weights = Decision::page;
   } else if (budgets.disk) {
     lean.state_level = "master";
     lean.state_tier = Decision::disk;
@@ -99,7 +100,9 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     LayoutTried t;
     double tokens_per_step = 0;
     size_t keep_peak = 0;
+    size_t persistent = 0;   // keep everything's bytes in use before the step (its weights and state, a rank's)
     size_t floor = 0;        // its lowest-memory plans' device peak (step 1)
+    size_t kept_floor = 0;   // the same of its plans that keep the layers' weights on the device (no ZeRO)
     double zero_comm_s = 0;  // fits: its plan's collectives besides the all-to-alls, busy seconds a step
     double step_s = 0;       // fits: its plan's step
   };
@@ -127,7 +130,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
         const Forecast f = forecast(r);
         out.sim_runs++;
         planner_detail::search_progress(1);
-        Cand c{t, f.tokens_per_s * f.step_s, f.peak_bytes};
+        Cand c{t, f.tokens_per_s * f.step_s, f.peak_bytes, f.persistent_bytes};
         c.t.bound_tokens_per_s = f.tokens_per_s;
         cands.push_back(std::move(c));
       } catch (const Error& e) {  // a combination the engine refuses (the message says which)
@@ -168,6 +171,10 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     r.zero_stage = c.t.layout.zero_stage;
     return r;
   };
+  // A full fine-tune without ZeRO may page its layers' weights from the host, which ZeRO-3 cannot (dominated_by).
+  auto pages_alone = [&](const Cand& c) {
+    return c.t.layout.zero_stage == 0 && base.mode == TrainMode::full && budgets.host > 0 && !exhaustive;
+  };
   // 1. Which layouts fit at all: the lowest-memory plans' device peak, then a first-fit search (so a plan is
   //    known early, even when the time limit cuts the rest short). The coarse first-fit pass (the low-memory
   //    families and the state placed per layer under them) asks each layout first; the whole first-fit search
@@ -182,7 +189,8 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     int runs = 0;
     Stopwatch sw{t.search_s};
     const size_t low = planner_detail::floor_peak(request(c), budgets, runs);
-    c.floor = low;
+    c.floor = c.kept_floor = low;
+    if (pages_alone(c)) c.kept_floor = planner_detail::floor_peak(request(c), budgets, runs, 0, false);
     t.sim_runs += runs;
     out.sim_runs += runs;
     if (planner_detail::floor_excludes(low, budgets.device))
@@ -190,14 +198,16 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     else
       maybe.push_back(&c);
   }
-  // `bound_s`: only plans faster than this matter (a layout slower than the best found cannot be the answer).
-  auto first_fit = [&](Cand& c, bool coarse, double bound_s) {
+  // `bound_s`: only plans faster than this matter (a layout slower than the best found cannot be the answer);
+  // `paged_only`: only its plans that page the layers' weights (the others are dominated, below).
+  auto first_fit = [&](Cand& c, bool coarse, double bound_s, bool paged_only = false) {
     LayoutTried& t = c.t;
     if (planner_detail::out_of_time()) return;
     Stopwatch sw{t.search_s};
     planner_detail::Goal goal{false, true};
     goal.coarse = coarse;
     goal.bound_s = bound_s;
+    goal.paged_only = paged_only;
     PlanResult pr = planner_detail::plan_for_goal(request(c), budgets, goal);
     if (!pr.found)
       t.status = planner_detail::search_stopped() ? "not decided by the time limit"
@@ -218,22 +228,36 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
   // so the answer) by at most ZeRO-3's collectives besides the all-to-alls. When those are under kDominated of ZeRO-3's
   // step (an 8B at millions of tokens: a tenth of a second in an hour), the lower stage is not searched further.
   // `exhaustive` searches it all the same.
+  // Without ZeRO the same holds, except that a full fine-tune may page its weights there, which ZeRO-3 cannot: a
+  // paged plan need not fit ZeRO-3, so such a layout is searched for its paged plans alone (paged_only below).
+  // With a host or disk tier the same plan's state moves differently: a lower stage may hide its streamed update in
+  // the next forward where ZeRO-3's shows (a 3B at 131,072 on 2 GPUs, the state on the host: 0.28 s of a 12.4 s
+  // step), so ZeRO-3's whole share of the weights and state moved both ways over the slowest tier is counted too.
   constexpr double kDominated = 0.01;
+  auto state_moves_s = [&](const Cand& d) {
+    const DeviceProfile& p = base.profile;
+    double s = 0;
+    if (budgets.host && p.h2d_gbps > 0 && p.d2h_gbps > 0) s = 1 / p.h2d_gbps + 1 / p.d2h_gbps;
+    if (budgets.disk && p.disk_read_gbps > 0 && p.disk_write_gbps > 0)
+      s = std::max(s, 1 / p.disk_read_gbps + 1 / p.disk_write_gbps);
+    return double(d.persistent) * 1e-9 * s;
+  };
+  auto lower_stage_saves_s = [&](const Cand& d) { return d.zero_comm_s + state_moves_s(d); };
   auto dominated_by = [&](const Cand& c) -> const Cand* {
-    // ZeRO-1 and 2 only: without ZeRO a full fine-tune may page its weights, which ZeRO-3 cannot, so a plan of it
-    // need not fit ZeRO-3.
-    if (exhaustive || c.t.layout.zero_stage < 1 || c.t.layout.zero_stage > 2) return nullptr;
+    if (exhaustive || c.t.layout.zero_stage > 2) return nullptr;
     for (const Cand& d : cands)
       if (d.t.fits && d.t.layout.zero_stage == 3 && d.t.layout.sequence_parallel == c.t.layout.sequence_parallel &&
-          d.floor <= c.floor && d.zero_comm_s <= kDominated * d.step_s)
+          d.floor <= c.kept_floor && lower_stage_saves_s(d) <= kDominated * d.step_s)
         return &d;
     return nullptr;
   };
   auto dominance = [&](const Cand& d, const Cand& c) {
     return fmt::format(
-        "ZeRO-3 holds less at this degree, its lowest-memory plans {} against {}, and its collectives besides the "
-        "all-to-alls take {:.2f} s of its {:.0f} s step, the most a lower stage could save",
-        format_bytes(d.floor), format_bytes(c.floor), d.zero_comm_s, d.step_s);
+        "ZeRO-3 holds less at this degree, its lowest-memory plans {} against {}{}, and its collectives besides the "
+        "all-to-alls take {:.2f} s of its {:.0f} s step and its share of the weights and state {:.2f} s both ways "
+        "over the slowest tier: the most a lower stage could save",
+        format_bytes(d.floor), format_bytes(c.kept_floor), pages_alone(c) ? " unpaged" : "", d.zero_comm_s, d.step_s,
+        state_moves_s(d));
   };
   if (best)
     for (Cand* c : undecided) {
@@ -241,8 +265,13 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
         c->t.status = "not decided by the time limit";
       } else if (!better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) {
         c->t.status = "not searched: keeping everything is not faster than the best found";
-      } else if (const Cand* d = dominated_by(*c)) {
+      } else if (const Cand* d = dominated_by(*c); d && !pages_alone(*c)) {
         c->t.status = fmt::format("not searched past the coarse pass: {}", dominance(*d, *c));
+      } else if (d) {
+        first_fit(*c, false, c->tokens_per_step / best->t.tokens_per_s, true);
+        if (!c->t.fits && !planner_detail::search_stopped())
+          c->t.status = fmt::format("no paged plan faster than the best found fits; its unpaged plans not searched: {}",
+                                    dominance(*d, *c));
       } else {
         first_fit(*c, false, c->tokens_per_step / best->t.tokens_per_s);
       }
@@ -267,16 +296,22 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
   for (Cand* c : open) {
     if (c != best && !better(c->t.bound_tokens_per_s, 0, best->t.tokens_per_s, best->t.peak_bytes)) continue;
     if (planner_detail::out_of_time()) break;
-    if (const Cand* d = c != best ? dominated_by(*c) : nullptr) {
+    const Cand* d = c != best ? dominated_by(*c) : nullptr;
+    if (d && !pages_alone(*c)) {
       c->t.status = fmt::format("fits (its first fit; its fastest plan not searched: {})", dominance(*d, *c));
       continue;
     }
     planner_detail::Goal goal;
     if (c != best) goal.bound_s = c->tokens_per_step / best->t.tokens_per_s;  // only a faster plan matters
+    goal.paged_only = d != nullptr;
     Stopwatch sw{c->t.search_s};
     PlanResult pr = planner_detail::plan_for_goal(request(*c), budgets, goal);
     if (pr.found && c == best) best = nullptr;  // its first fit, replaced by its fastest (the others were slower)
     take(*c, pr);                               // not found: nothing faster than the best (the first fit stays)
+    if (d)
+      c->t.status = fmt::format("fits ({}; its unpaged plans not searched: {})",
+                                pr.found ? "its fastest paged plan" : "no paged plan faster than the best found",
+                                dominance(*d, *c));
   }
   for (Cand& c : cands) out.tried.push_back(c.t);
   std::stable_sort(out.tried.begin(), out.tried.end(), [](const LayoutTried& a, const LayoutTried& b) {

@@ -59,6 +59,10 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
     res.sim_runs++;
     if (pf.paged_host_bytes > 0 && pf.host_held_bytes() <= budgets.host) paging.push_back(true);
   }
+  if (goal.paged_only) {
+    if (!paging.back()) return res;  // no paged plan is possible
+    paging = {true};
+  }
   // Decision sets: keep/recompute alone (so the tiers never make the answer worse), then with the
   // tiers that have a budget.
   std::vector<std::vector<Decision>> decision_sets{{Decision::recompute}};

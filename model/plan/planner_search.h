@@ -21,6 +21,10 @@ struct Goal {
   // Only plans faster than this (seconds a step) matter: one that fast is known already (another tile count,
   // layout or state placement). Candidates slower than it, and what only adds work to them, are not run.
   double bound_s = std::numeric_limits<double>::infinity();
+  // Only plans that page the layers' weights from the host (layer_weights: page): the others are known to be no
+  // faster than a plan found elsewhere (plan_layout: a layout without ZeRO beside a ZeRO-3 one that fits). Nothing
+  // is found when paging is not possible.
+  bool paged_only = false;
 };
 
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
@@ -28,8 +32,9 @@ PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budge
 // state on the host where the budgets allow, and every layer checkpointed, or the layer inputs (the rest
 // recomputed) or every layer slot on a tier with a budget. When even that exceeds the device budget, a search
 // finds nothing (its candidates keep more on the device). Rank 0's by default: a plan must fit every rank, so rank 0
-// not fitting settles it. `runs`: the sim runs it took (a few).
-size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs, int rank = 0);
+// not fitting settles it. `runs`: the sim runs it took (a few). `page`: false for the floor of the plans that keep
+// the layers' weights on the device.
+size_t floor_peak(const ForecastRequest& r, const TierBudgets& budgets, int& runs, int rank = 0, bool page = true);
 // Whether a floor rules the device budget out. Not a strict bound: on a small model a mix of recomputed
 // classes can need less than checkpointing every layer (whose replay holds a whole layer's working set), so
 // only a floor an eighth over the budget counts.

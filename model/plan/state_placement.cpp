@@ -117,6 +117,7 @@ void search_around_placement(const ForecastRequest& base, const TierBudgets& bud
     planner_detail::Goal sub_goal;
     sub_goal.bound_s = std::min(goal.bound_s, res.forecast.step_s);  // only a faster plan replaces it
     sub_goal.coarse = goal.coarse;  // a coarse search stays coarse around its placements too
+    sub_goal.paged_only = goal.paged_only;
     PlanResult sub = plan_search(around, budgets, sub_goal);
     res.sim_runs += sub.sim_runs;
     const std::string state = fmt::format(" + state: {}", around.plan.state_label());
