@@ -318,3 +318,33 @@ TEST(PlannerLayout, AZeroSearchBoundedBelowItsFastestEndsWithoutRounds) {
   EXPECT_TRUE(bounded.rank_peak_bytes.empty());  // no rank was checked
   EXPECT_LT(bounded.sim_runs, fastest.sim_runs);
 }
+
+// A layout without ZeRO that ZeRO-3 dominates is searched for its paged plans alone (Goal::paged_only): every plan that
+// search tries pages the layers' weights, its answer does, a whole search is no slower, and without a host budget to
+// page from it finds nothing.
+TEST(PlannerLayout, APagedOnlySearchTriesPagedPlansAlone) {
+  ForecastRequest r;
+  r.model = resolve_model("tiny");
+  r.seq = 16384;
+  r.gpus = 2;
+  r.profile = find_profile("h100_80gb");
+  const size_t keep_peak = forecast(r).peak_bytes;
+  auto search = [&](const TierBudgets& b, bool paged_only) {
+    planner_detail::SearchClock clock(r);
+    planner_detail::Goal g;
+    g.paged_only = paged_only;
+    return planner_detail::plan_for_goal(r, b, g);
+  };
+  const TierBudgets b{keep_peak * 4 / 5, size_t(1) << 30, 0};
+  const PlanResult paged = search(b, true);
+  ASSERT_TRUE(paged.found);
+  EXPECT_EQ(paged.plan.layer_weights, Decision::page);
+  EXPECT_FALSE(paged.tried.empty());
+  for (const PlanTried& t : paged.tried) EXPECT_NE(t.label.find("layer_weights: page"), std::string::npos) << t.label;
+  const PlanResult whole = search(b, false);
+  ASSERT_TRUE(whole.found);
+  EXPECT_LE(whole.forecast.step_s, paged.forecast.step_s);
+  EXPECT_GT(paged.sim_runs, 0);
+  EXPECT_LT(paged.sim_runs, whole.sim_runs);
+  EXPECT_FALSE(search(TierBudgets{keep_peak * 4 / 5, 0, 0}, true).found);  // no host budget: nothing to page from
+}
