@@ -48,7 +48,7 @@ size_t planner_detail::floor_peak(const ForecastRequest& r, const TierBudgets& b
     if (const std::vector<int> t = mlp_tile_candidates(r); !t.empty()) f.mlp_tiles = t.back();
   PlanSpec lean;
   if (budgets.host) {
-    lean.state_level = r.grad_accum > 1 ? "master" : "all";  // accumulation keeps the gradients on the device
+    lean.state_level = planner_detail::state_levels(r).back();  // the most the search may move
     if (page && (r.mode != TrainMode::full || r.zero_stage < 1)) lean.layer_weights = Decision::page;
   } else if (budgets.disk) {
     lean.state_level = "master";

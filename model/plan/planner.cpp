@@ -77,19 +77,16 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
 
   // Persistent state on the host tier (full and adapter training alike: the trainable state), each
   // level tried only with a host budget and only while keeping it on the device left something unfit.
+  const std::vector<std::string> allowed = planner_detail::state_levels(base);
   std::vector<std::string> levels{"none"};  // with a fixed placement: "none" stands for it
-  if (budgets.host > 0 && !fixed) levels = {std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels)};
-  // Gradient accumulation sums the micro-batches in the gradients' buffers on the device: "all" (the gradients on
-  // the host) would sum them on the host, which the forecast does not price.
-  const bool grads_stay = base.grad_accum > 1;
-  if (grads_stay) std::erase(levels, std::string("all"));
+  if (budgets.host > 0 && !fixed) levels = allowed;
   // With a disk budget, the levels on the disk tier too (their classes in the state file; "all" keeps
   // the gradients on the host, so only with a host budget).
   std::vector<std::pair<std::string, Decision>> starts;
   for (const std::string& level : levels) starts.emplace_back(level, Decision::host);
   if (budgets.disk > 0 && !fixed)
-    for (const char* level : {"optimizer", "master", "all"})
-      if ((budgets.host > 0 && !grads_stay) || std::string(level) != "all") starts.emplace_back(level, Decision::disk);
+    for (const std::string& level : allowed)
+      if (level != "none" && (budgets.host > 0 || level != "all")) starts.emplace_back(level, Decision::disk);
   // The lowest-memory families of a start: checkpointing every layer, and on each tier with a budget the
   // layer inputs there (the rest recomputed) and every layer slot there. When none of them fits the device,
   // nothing in the start's other families (which keep more of the same slots) is taken to fit either.
@@ -180,8 +177,7 @@ PlanResult planner_detail::plan_search(const ForecastRequest& base, const TierBu
   if (budgets.host == 0 || (can_page && paging.size() == 1)) {
     // Would the host tier have helped? Forecast its families (and paging) unconstrained, first
     // with the state on the device, then with more of it on the host.
-    for (const char* level : kStateOffloadingLevels) {
-      if (grads_stay && std::string(level) == "all") break;
+    for (const std::string& level : allowed) {
       for (bool paged : {false, true}) {
         if (paged && !can_page) continue;
         PlanSpec s;
@@ -252,6 +248,12 @@ PlanResult plan_at_tiles(const ForecastRequest& base, const TierBudgets& budgets
 }  // namespace
 
 namespace planner_detail {
+
+std::vector<std::string> state_levels(const ForecastRequest& r) {
+  std::vector<std::string> v(std::begin(kStateOffloadingLevels), std::end(kStateOffloadingLevels));
+  if (r.grad_accum > 1) std::erase(v, std::string("all"));
+  return v;
+}
 
 // The tile count too (plan_for_budget's comment): untiled first, tiles only when needed to fit.
 // Whether anything fits at a tile count is asked with first-fit searches (they end at the first plan that

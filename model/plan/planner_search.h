@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "model/plan/planner.h"
 
@@ -28,6 +29,10 @@ struct Goal {
 };
 
 PlanResult plan_with_tiles(const ForecastRequest& base, const TierBudgets& budgets, const Goal& goal);
+// The persistent state's levels a search of r may try (kStateOffloadingLevels, lowest first): all but "all" (the
+// gradients on the host) under gradient accumulation, which sums the micro-batches in the gradients' device buffers
+// (on the host that sum is not priced by the forecast).
+std::vector<std::string> state_levels(const ForecastRequest& r);
 // The smallest device peak of r's lowest-memory plans: the most MLP tiles, the layers paged and the persistent
 // state on the host where the budgets allow, and every layer checkpointed, or the layer inputs (the rest
 // recomputed) or every layer slot on a tier with a budget. When even that exceeds the device budget, a search
