@@ -29,6 +29,7 @@ std::atomic<int> planner_threads{16};
 struct SharedSims {
   long epoch = 0;
   std::map<std::string, planner_detail::Search::Sims> sims;
+  std::map<std::string, Forecast> unbounded;  // by budget_free_key: a candidate's forecast without a device budget
 };
 thread_local SharedSims shared_sims;
 
@@ -63,9 +64,13 @@ bool types_commute(const PlanSpec& s) {
 
 }  // namespace
 
-Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadline) const {
+Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadline, const Forecast* known) const {
   Sims o;
-  if (std::chrono::steady_clock::now() > deadline) {
+  // Whether its in-use peak fits the budgets: then the placement under the device budget is forecast too.
+  auto fits_budgets = [&](const Forecast& f) {
+    return f.fits && f.peak_bytes <= b.device && f.host_held_bytes() <= b.host && f.peak_disk_bytes <= b.disk;
+  };
+  if ((!known || fits_budgets(*known)) && std::chrono::steady_clock::now() > deadline) {  // a sim would run
     o.skipped = true;
     return o;
   }
@@ -74,8 +79,13 @@ Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadli
     r.plan = make_plan(s, layers, fixed_state);
     r.budget = 0;      // the in-use peak does not depend on the budget; fitting does (placement)
     r.detail = false;  // peaks and steps only: the one that becomes the answer is run again whole (eval)
-    o.f = forecast(r);
-    if (o.f.fits && o.f.peak_bytes <= b.device && o.f.host_held_bytes() <= b.host && o.f.peak_disk_bytes <= b.disk) {
+    if (known) {
+      o.f = *known;
+      o.f_known = true;
+    } else {
+      o.f = forecast(r);
+    }
+    if (fits_budgets(o.f)) {
       r.budget = b.device;
       o.fb = forecast(r);
       o.budgeted = true;
@@ -89,13 +99,16 @@ Search::Sims Search::simulate(const PlanSpec& s, planner_detail::Deadline deadli
 // What a candidate's sims depend on besides the request's fixed fields: its shape, layout, tiles and budgets, and
 // the plan it makes, its types in a fixed order where that order cannot change a decision.
 std::string Search::sim_key(const PlanSpec& s) const {
+  return fmt::format("{} {} {} {}", b.device, b.host, b.disk, budget_free_key(s));
+}
+
+std::string Search::budget_free_key(const PlanSpec& s) const {
   PlanSpec c = s;
   if (types_commute(c)) std::sort(c.types.begin(), c.types.end());
   const Plan p = make_plan(c, layers, fixed_state);
-  std::string k =
-      fmt::format("{} {}x{} {} {} {} {} {} {} {} {} | {} {} {} {}", base.seq, base.batch, base.grad_accum, base.gpus,
-                  base.sequence_parallel, base.zero_stage, base.rank, base.mlp_tiles, b.device, b.host, b.disk,
-                  p.checkpoint_every, p.sync_transfers, decision_name(p.layer_weights), p.state_layers);
+  std::string k = fmt::format("{} {}x{} {} {} {} {} {} | {} {} {} {}", base.seq, base.batch, base.grad_accum, base.gpus,
+                              base.sequence_parallel, base.zero_stage, base.rank, base.mlp_tiles, p.checkpoint_every,
+                              p.sync_transfers, decision_name(p.layer_weights), p.state_layers);
   for (const auto* table : {&p.overrides, &p.rules, &p.state, &p.state_layer_rules}) {
     k += " |";
     for (const auto& [pattern, d] : *table) k += fmt::format(" {}:{}", pattern, decision_name(d));
@@ -105,27 +118,38 @@ std::string Search::sim_key(const PlanSpec& s) const {
 
 // Runs the sims of the candidates not yet evaluated on the host's cores (engine/parallel.h).
 void Search::prefetch(const std::vector<PlanSpec>& specs) {
-  std::vector<std::pair<std::string, const PlanSpec*>> todo;  // by sim key
+  struct Todo {
+    std::string key;  // sim_key
+    const PlanSpec* spec;
+    const Forecast* known;  // its unbounded forecast, run under this clock already (shared_unbounded)
+  };
+  std::vector<Todo> todo;
   for (const PlanSpec& s : specs) {
     if (cache.count(describe(s))) continue;
     std::string key = sim_key(s);
-    if (pre.count(key) || shared(key) || std::any_of(todo.begin(), todo.end(), [&](auto& e) { return e.first == key; }))
+    if (pre.count(key) || shared(key) || std::any_of(todo.begin(), todo.end(), [&](auto& e) { return e.key == key; }))
       continue;
-    todo.emplace_back(std::move(key), &s);
+    todo.push_back({std::move(key), &s, shared_unbounded(budget_free_key(s))});
   }
   if (todo.size() < 2 || planner_detail::out_of_time()) return;  // eval runs a single one itself
   std::vector<Sims> out(todo.size());
   const planner_detail::Deadline deadline = planner_detail::search_deadline();  // the workers' threads have no clock
   parallel_chunks(
-      todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].second, deadline); },
+      todo.size(), 1, [&](size_t i, size_t) { out[i] = simulate(*todo[i].spec, deadline, todo[i].known); },
       size_t(planner_threads.load()));
-  for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].first), std::move(out[i]));
+  for (size_t i = 0; i < todo.size(); ++i) pre.emplace(std::move(todo[i].key), std::move(out[i]));
 }
 
 const Search::Sims* Search::shared(const std::string& key) const {
   if (search_epoch() == 0 || shared_sims.epoch != search_epoch()) return nullptr;
   auto it = shared_sims.sims.find(key);
   return it == shared_sims.sims.end() ? nullptr : &it->second;
+}
+
+const Forecast* Search::shared_unbounded(const std::string& key) const {
+  if (search_epoch() == 0 || shared_sims.epoch != search_epoch()) return nullptr;
+  auto it = shared_sims.unbounded.find(key);
+  return it == shared_sims.unbounded.end() ? nullptr : &it->second;
 }
 
 PlanTried Search::eval(const PlanSpec& s) {
@@ -144,17 +168,18 @@ PlanTried Search::eval(const PlanSpec& s) {
     sims = std::move(it->second);
     pre.erase(it);
   } else {
-    sims = simulate(s, planner_detail::search_deadline());
+    sims = simulate(s, planner_detail::search_deadline(), shared_unbounded(budget_free_key(s)));
   }
   if (sims.skipped) {  // prefetched after the limit passed
     planner_detail::out_of_time();
     return untried;
   }
   if (sims.error) std::rethrow_exception(sims.error);
-  const int runs = done ? 0 : sims.budgeted ? 2 : 1;  // the sim runs this candidate took now
+  const int runs = done ? 0 : int(!sims.f_known) + int(sims.budgeted);  // the sim runs this candidate took now
   if (!done && search_epoch() != 0) {
-    if (shared_sims.epoch != search_epoch()) shared_sims = SharedSims{search_epoch(), {}};
+    if (shared_sims.epoch != search_epoch()) shared_sims = SharedSims{search_epoch(), {}, {}};
     shared_sims.sims.emplace(key, sims);
+    if (!sims.f_known) shared_sims.unbounded.emplace(budget_free_key(s), sims.f);
   }
   const Forecast& f = sims.f;
   res.sim_runs += runs;

@@ -44,16 +44,23 @@ struct Search {
   struct Sims {
     Forecast f, fb;
     bool budgeted = false;
+    bool f_known = false;  // f was another search's (the same plan under other budgets): not run again
     bool skipped = false;  // not run: the search's time limit had passed
     std::exception_ptr error;
   };
   std::map<std::string, Sims> pre;  // by sim_key
 
-  Sims simulate(const PlanSpec& s, Deadline deadline) const;
+  // `known`: the candidate's unbounded forecast when a search under this clock ran it (budget_free_key), else null.
+  Sims simulate(const PlanSpec& s, Deadline deadline, const Forecast* known = nullptr) const;
   // What the candidate's sims depend on: equal keys, equal sims (planner_candidates.cpp SharedSims).
   std::string sim_key(const PlanSpec& s) const;
+  // What its unbounded forecast depends on: sim_key less the budgets (ZeRO's rounds search again under a lower
+  // device budget; the same plans' in-use peaks and steps do not change).
+  std::string budget_free_key(const PlanSpec& s) const;
   // The sims of `key` when a search under this clock ran them (null otherwise).
   const Sims* shared(const std::string& key) const;
+  // The unbounded forecast of budget_free_key `key` when a search under this clock ran it (null otherwise).
+  const Forecast* shared_unbounded(const std::string& key) const;
   // Runs the sims of the candidates not yet evaluated on the host's cores (engine/parallel.h).
   void prefetch(const std::vector<PlanSpec>& specs);
   // A candidate's forecasts, as the search compares them; the fastest that fits becomes the best.

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "model/plan/layout.h"
+#include "model/plan/planner_candidates.h"
 #include "model/plan/planner_search.h"
 #include "model/run/job.h"
 #include "model/run/plan_answer.h"
@@ -347,4 +348,37 @@ TEST(PlannerLayout, APagedOnlySearchTriesPagedPlansAlone) {
   EXPECT_GT(paged.sim_runs, 0);
   EXPECT_LT(paged.sim_runs, whole.sim_runs);
   EXPECT_FALSE(search(TierBudgets{keep_peak * 4 / 5, 0, 0}, true).found);  // no host budget: nothing to page from
+}
+
+// ZeRO's rounds search again under a lower device budget (plan_every_rank): a candidate's forecast without a budget is
+// the same there, so under one search clock it is not run again; only its placement under a budget it fits is.
+TEST(PlannerLayout, ASearchUnderAnotherBudgetReusesTheSamePlansUnboundedForecast) {
+  ForecastRequest r;
+  r.model = resolve_model("tiny");
+  r.seq = 16384;
+  r.gpus = 2;
+  r.zero_stage = 3;
+  r.profile = find_profile("h100_80gb");
+  const int L = r.model.num_hidden_layers;
+  planner_detail::SearchClock clock(r);  // one search: its candidates' sims are shared
+  PlanSpec s;
+  s.checkpoint_every = 1;
+  auto eval = [&](size_t device, PlanResult& res) {
+    planner_detail::Search S{
+        r, TierBudgets{device, 0, 0}, L, res, nullptr, planner_detail::Goal{}, {}, {}, false, {}, {}, false, {}, {}};
+    return S.eval(s);
+  };
+  PlanResult first, under, over;
+  const PlanTried a = eval(size_t(1) << 40, first);
+  ASSERT_TRUE(a.fits);
+  EXPECT_GE(first.sim_runs, 2);  // unbounded, then under the budget
+  const PlanTried b = eval(a.peak_bytes - 1, under);
+  EXPECT_EQ(under.sim_runs, 0);  // the same unbounded forecast; over the budget, so no placement under it
+  EXPECT_FALSE(b.fits);
+  EXPECT_EQ(b.peak_bytes, a.peak_bytes);
+  EXPECT_EQ(b.step_s, a.step_s);
+  const PlanTried c = eval(a.peak_bytes + (size_t(1) << 30), over);
+  EXPECT_TRUE(c.fits);
+  EXPECT_EQ(c.step_s, a.step_s);
+  EXPECT_EQ(over.sim_runs, first.sim_runs - 1);  // the placement under its budget alone
 }
