@@ -1,6 +1,6 @@
 #!/bin/bash
 # Layout searches on the 2-core development machine, before and after (one after the other per case, idle cores):
-# BASE = strata-plan built at 6f9a7a0, NEW = built with the lower-stage rule counting ZeRO-3's state moves, no ZeRO
+# BASE = strata-plan built at 6f9a7a0, NEW = built at 49517d0, with the lower-stage rule counting ZeRO-3's state moves, no ZeRO
 # searched for its paged plans alone, and the sim's LoRA adapters left uninitialised (build-cpu, Release).
 # times.txt: case, build, wall and user seconds, the answer, sim runs; *.out: each answer.
 cd /work/main
