@@ -19,14 +19,21 @@ namespace {
 
 constexpr size_t kGiB = size_t(1) << 30;
 
-// Llama-3-8B's shape (the built-in name), full fine-tune, on H200s (139 GiB), device tier only.
-ForecastRequest eight_b(int seq, int gpus) {
+// A built-in model at `seq` tokens on `gpus` GPUs of `profile`, full fine-tune, device tier only.
+ForecastRequest request(const char* model, const char* profile, int seq, int gpus) {
   ForecastRequest r;
-  r.model = resolve_model("Llama-3-8B");
+  r.model = resolve_model(model);
   r.seq = seq;
   r.gpus = gpus;
-  r.profile = find_profile("h200");
+  r.profile = find_profile(profile);
   return r;
+}
+// Llama-3-8B's shape on H200s (139 GiB); the tiny model on H100s.
+ForecastRequest eight_b(int seq, int gpus) {
+  return request("Llama-3-8B", "h200", seq, gpus);
+}
+ForecastRequest tiny(int seq, int gpus) {
+  return request("tiny", "h100_80gb", seq, gpus);
 }
 
 const LayoutTried& chosen(const LayoutChoice& lc) {
@@ -218,11 +225,7 @@ TEST(PlannerLayout, MaxSeqChoosesTheLayoutAtEachLength) {
 TEST(PlannerLayout, CoarseFirstChoosesWhatTheWholeSearchChooses) {
   int fits = 0, unfit = 0, coarse_no = 0;
   for (auto [gpus, host] : {std::pair{2, size_t(0)}, std::pair{2, size_t(256) << 20}, std::pair{4, size_t(0)}}) {
-    ForecastRequest r;
-    r.model = resolve_model("tiny");
-    r.seq = 16384;
-    r.gpus = gpus;
-    r.profile = find_profile("h100_80gb");
+    const ForecastRequest r = tiny(16384, gpus);
     // The least device memory a plan of any layout needs (the whole search's diagnosis of nothing fitting).
     const LayoutChoice none = plan_layout(r, TierBudgets{size_t(1) << 20, host, 0}, 0, -1, true);
     ASSERT_FALSE(none.found);
@@ -324,11 +327,7 @@ TEST(PlannerLayout, AZeroSearchBoundedBelowItsFastestEndsWithoutRounds) {
 // search tries pages the layers' weights, its answer does, a whole search is no slower, and without a host budget to
 // page from it finds nothing.
 TEST(PlannerLayout, APagedOnlySearchTriesPagedPlansAlone) {
-  ForecastRequest r;
-  r.model = resolve_model("tiny");
-  r.seq = 16384;
-  r.gpus = 2;
-  r.profile = find_profile("h100_80gb");
+  const ForecastRequest r = tiny(16384, 2);
   const size_t keep_peak = forecast(r).peak_bytes;
   auto search = [&](const TierBudgets& b, bool paged_only) {
     planner_detail::SearchClock clock(r);
@@ -353,12 +352,8 @@ TEST(PlannerLayout, APagedOnlySearchTriesPagedPlansAlone) {
 // ZeRO's rounds search again under a lower device budget (plan_every_rank): a candidate's forecast without a budget is
 // the same there, so under one search clock it is not run again; only its placement under a budget it fits is.
 TEST(PlannerLayout, ASearchUnderAnotherBudgetReusesTheSamePlansUnboundedForecast) {
-  ForecastRequest r;
-  r.model = resolve_model("tiny");
-  r.seq = 16384;
-  r.gpus = 2;
+  ForecastRequest r = tiny(16384, 2);
   r.zero_stage = 3;
-  r.profile = find_profile("h100_80gb");
   const int L = r.model.num_hidden_layers;
   planner_detail::SearchClock clock(r);  // one search: its candidates' sims are shared
   PlanSpec s;
