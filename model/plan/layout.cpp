@@ -102,7 +102,7 @@ LayoutChoice plan_layout(const ForecastRequest& base, const TierBudgets& budgets
     size_t keep_peak = 0;
     size_t persistent = 0;   // keep everything's bytes in use before the step (its weights and state, a rank's)
     size_t floor = 0;        // its lowest-memory plans' device peak (step 1)
-    size_t kept_floor = 0;   // the same of its plans that keep the layers' weights on the device (no ZeRO)
+    size_t kept_floor = 0;   // the same of its plans that keep the layers' weights (without ZeRO; else floor)
     double zero_comm_s = 0;  // fits: its plan's collectives besides the all-to-alls, busy seconds a step
     double step_s = 0;       // fits: its plan's step
   };
